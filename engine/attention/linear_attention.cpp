@@ -1,0 +1,307 @@
+#include "recur/linear_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/linear_kernels.h"
+#include "util/check.h"
+#include "util/parallel.h"
+
+namespace recur {
+namespace {
+
+constexpr std::size_t kAlign = 64;
+
+int round_up(int x, int m) { return (x + m - 1) / m * m; }
+std::size_t round_up(std::size_t x, std::size_t m) { return (x + m - 1) / m * m; }
+
+// q' = scale * q, elementwise; the same rounding in step and prefill. Skipped when scale is 1,
+// which changes nothing (x * 1 == x exactly).
+void scale_in_place(float* x, int n, float scale) {
+  if (scale == 1.0f) return;
+  for (int i = 0; i < n; ++i) x[i] *= scale;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// LinearState
+
+LinearState::Buffer LinearState::allocate(std::size_t bytes) {
+  Buffer b;
+  b.storage.reset(new unsigned char[bytes + kAlign]);
+  const auto addr = reinterpret_cast<std::uintptr_t>(b.storage.get());
+  b.data = b.storage.get() + (round_up(addr, kAlign) - addr);
+  b.size = bytes;
+  std::memset(b.data, 0, bytes);
+  return b;
+}
+
+LinearState::LinearState(int n_heads, int d_feature, int d_value, bool normalized)
+    : n_heads_(n_heads),
+      d_feature_(d_feature),
+      d_value_(d_value),
+      normalized_(normalized),
+      d_feature_padded_(round_up(d_feature, kernels::kRowPad)),
+      d_value_padded_(round_up(d_value, kernels::kTileCols)) {
+  const auto Dp = static_cast<std::size_t>(d_feature_padded_);
+  const auto dvp = static_cast<std::size_t>(d_value_padded_);
+  std::size_t per_head = Dp * dvp * (2 * sizeof(float) + sizeof(double));
+  if (normalized_) per_head += Dp * (2 * sizeof(float) + sizeof(double));
+  head_bytes_ = round_up(per_head, kAlign);
+  sums_ = allocate(head_bytes_ * static_cast<std::size_t>(n_heads_));
+  workspace_ = allocate(static_cast<std::size_t>(n_heads_) * (2 * Dp + 2 * dvp) * sizeof(float));
+}
+
+LinearState LinearState::clone() const {
+  LinearState copy(n_heads_, d_feature_, d_value_, normalized_);
+  std::memcpy(copy.sums_.data, sums_.data, sums_.size);
+  copy.n_tokens_ = n_tokens_;
+  return copy;
+}
+
+void LinearState::reset() {
+  std::memset(sums_.data, 0, sums_.size);
+  n_tokens_ = 0;
+}
+
+std::size_t LinearState::bytes() const {
+  return sizeof(*this) + sums_.size + workspace_.size + 2 * kAlign;
+}
+
+namespace {
+kernels::HeadView head_view(unsigned char* sums, std::size_t head_bytes, int head, int Dp,
+                            int dvp, bool normalized) {
+  unsigned char* base = sums + head_bytes * static_cast<std::size_t>(head);
+  const auto n = static_cast<std::size_t>(Dp) * static_cast<std::size_t>(dvp);
+  kernels::HeadView h{};
+  h.P = reinterpret_cast<float*>(base);
+  h.L32 = h.P + n;
+  h.L64 = reinterpret_cast<double*>(h.L32 + n);
+  if (normalized) {
+    h.Z64 = h.L64 + n;
+    h.Zp = reinterpret_cast<float*>(h.Z64 + Dp);
+    h.Z32 = h.Zp + Dp;
+  }
+  h.Dp = Dp;
+  h.dvp = dvp;
+  return h;
+}
+}  // namespace
+
+Eigen::MatrixXd LinearState::S(int head) const {
+  if (head < 0 || head >= n_heads_)
+    detail::throw_argument("LinearState::S", "head {} is out of range [0, {})", head, n_heads_);
+  const auto h = head_view(sums_.data, head_bytes_, head, d_feature_padded_, d_value_padded_,
+                           normalized_);
+  Eigen::MatrixXd s(d_feature_, d_value_);
+  for (int i = 0; i < d_feature_; ++i)
+    for (int j = 0; j < d_value_; ++j) {
+      const int e = i * d_value_padded_ + j;
+      s(i, j) = h.L64[e] + static_cast<double>(h.P[e]);
+    }
+  return s;
+}
+
+Eigen::VectorXd LinearState::Z(int head) const {
+  if (head < 0 || head >= n_heads_)
+    detail::throw_argument("LinearState::Z", "head {} is out of range [0, {})", head, n_heads_);
+  Eigen::VectorXd z = Eigen::VectorXd::Zero(d_feature_);
+  if (!normalized_) return z;
+  const auto h = head_view(sums_.data, head_bytes_, head, d_feature_padded_, d_value_padded_,
+                           normalized_);
+  for (int i = 0; i < d_feature_; ++i) z(i) = h.Z64[i] + static_cast<double>(h.Zp[i]);
+  return z;
+}
+
+std::vector<unsigned char> LinearState::raw_bytes() const {
+  std::vector<unsigned char> out(sums_.data, sums_.data + sums_.size);
+  const auto* n = reinterpret_cast<const unsigned char*>(&n_tokens_);
+  out.insert(out.end(), n, n + sizeof n_tokens_);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// LinearAttention
+
+LinearAttention::LinearAttention(const LinearAttentionConfig& config)
+    : LinearAttention(config, make_feature_map(config.feature_map)) {}
+
+LinearAttention::LinearAttention(const LinearAttentionConfig& config,
+                                 std::shared_ptr<const FeatureMap> phi)
+    : config_(config), phi_(std::move(phi)) {
+  constexpr const char* call = "LinearAttention";
+  constexpr int kMaxDim = 1 << 16;
+  if (config.n_heads < 1 || config.n_heads > kMaxDim)
+    detail::throw_argument(call, "n_heads is {}, expected 1 to {}", config.n_heads, kMaxDim);
+  if (config.d_key < 1 || config.d_key > kMaxDim)
+    detail::throw_argument(call, "d_key is {}, expected 1 to {}", config.d_key, kMaxDim);
+  if (config.d_value < 1 || config.d_value > kMaxDim)
+    detail::throw_argument(call, "d_value is {}, expected 1 to {}", config.d_value, kMaxDim);
+  if (!phi_) detail::throw_argument(call, "the feature map is null");
+  d_feature_ = phi_->d_feature(config.d_key);
+  if (d_feature_ < 1 || d_feature_ > kMaxDim)
+    detail::throw_argument(call, "feature map {} gives d_feature {} for d_key {}", phi_->name(),
+                           d_feature_, config.d_key);
+  if (!std::isfinite(config.scale) || config.scale < 0.0f)
+    detail::throw_argument(call, "scale is {}, expected a finite number >= 0 (0: default)",
+                           config.scale);
+  if (!std::isfinite(config.eps) || config.eps < 0.0f)
+    detail::throw_argument(call, "eps is {}, expected a finite number >= 0", config.eps);
+  scale_ = config.scale != 0.0f ? config.scale
+           : config.normalized  ? 1.0f
+                                : static_cast<float>(1.0 / std::sqrt(double(d_feature_)));
+}
+
+LinearState LinearAttention::make_state() const {
+  return LinearState(config_.n_heads, d_feature_, config_.d_value, config_.normalized);
+}
+
+void LinearAttention::check_state(const LinearState& s, const char* call) const {
+  if (s.n_heads_ != config_.n_heads || s.d_feature_ != d_feature_ ||
+      s.d_value_ != config_.d_value || s.normalized_ != config_.normalized) {
+    detail::throw_argument(
+        call,
+        "state was made for another layer: state has n_heads {}, d_feature {}, d_value {}, {}; "
+        "layer has n_heads {}, d_feature {}, d_value {}, {}",
+        s.n_heads_, s.d_feature_, s.d_value_, s.normalized_ ? "normalized" : "unnormalized",
+        config_.n_heads, d_feature_, config_.d_value,
+        config_.normalized ? "normalized" : "unnormalized");
+  }
+}
+
+void LinearAttention::step(LinearState& state, ConstVectorRef q, ConstVectorRef k,
+                           ConstVectorRef v, VectorRef out) const {
+  constexpr const char* call = "LinearAttention::step";
+  check_state(state, call);
+  const int H = config_.n_heads, dk = config_.d_key, dv = config_.d_value;
+  const auto check_size = [&](const char* name, Eigen::Index n, int d, const char* dname) {
+    if (n != Eigen::Index(H) * d)
+      detail::throw_shape(call, "{} has {} elements, expected n_heads * {} = {} * {} = {}", name,
+                          n, dname, H, d, Eigen::Index(H) * d);
+  };
+  check_size("q", q.size(), dk, "d_key");
+  check_size("k", k.size(), dk, "d_key");
+  check_size("v", v.size(), dv, "d_value");
+  check_size("out", out.size(), dv, "d_value");
+  detail::check_finite(call, "q", q.data(), 1, q.size(), q.size());
+  detail::check_finite(call, "k", k.data(), 1, k.size(), k.size());
+  detail::check_finite(call, "v", v.data(), 1, v.size(), v.size());
+
+  const int Dp = state.d_feature_padded_, dvp = state.d_value_padded_;
+  auto* ws = reinterpret_cast<float*>(state.workspace_.data);
+  float* qf = ws;                 // (H, Dp)
+  float* kf = qf + H * Dp;        // (H, Dp)
+  float* vp = kf + H * Dp;        // (H, dvp)
+  float* op = vp + H * dvp;       // (H, dvp)
+  // The workspace's padding stays zero: only the first d_feature / d_value entries are written.
+  phi_->apply(q.data(), H, dk, dk, qf, Dp);
+  phi_->apply(k.data(), H, dk, dk, kf, Dp);
+  for (int h = 0; h < H; ++h) {
+    scale_in_place(qf + h * Dp, d_feature_, scale_);
+    std::memcpy(vp + h * dvp, v.data() + h * dv, sizeof(float) * static_cast<std::size_t>(dv));
+  }
+  for (int h = 0; h < H; ++h) {
+    const auto view = head_view(state.sums_.data, state.head_bytes_, h, Dp, dvp,
+                                config_.normalized);
+    kernels::step_head(view, qf + h * Dp, kf + h * Dp, vp + h * dvp, op + h * dvp,
+                       config_.normalized, config_.eps, state.n_tokens_);
+    std::memcpy(out.data() + h * dv, op + h * dvp, sizeof(float) * static_cast<std::size_t>(dv));
+  }
+  ++state.n_tokens_;
+}
+
+Eigen::VectorXf LinearAttention::step(LinearState& state, ConstVectorRef q, ConstVectorRef k,
+                                      ConstVectorRef v) const {
+  Eigen::VectorXf out(Eigen::Index(config_.n_heads) * config_.d_value);
+  step(state, q, k, v, out);
+  return out;
+}
+
+void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
+                              const ConstMatrixRef& K, const ConstMatrixRef& V, MatrixRef O,
+                              const PrefillOptions& options) const {
+  constexpr const char* call = "LinearAttention::prefill";
+  check_state(state, call);
+  const int H = config_.n_heads, dk = config_.d_key, dv = config_.d_value;
+  const Eigen::Index T = Q.rows();
+  const auto check_shape = [&](const char* name, const auto& M, int d, const char* dname) {
+    if (M.rows() != T || M.cols() != Eigen::Index(H) * d)
+      detail::throw_shape(call,
+                          "{} has shape ({}, {}), expected (T, n_heads * {}) = ({}, {} * {})",
+                          name, M.rows(), M.cols(), dname, T, H, d);
+  };
+  check_shape("Q", Q, dk, "d_key");
+  check_shape("K", K, dk, "d_key");
+  check_shape("V", V, dv, "d_value");
+  check_shape("O", O, dv, "d_value");
+  if (options.chunk < 1)
+    detail::throw_argument(call, "options.chunk is {}, expected at least 1", options.chunk);
+  if (options.threads < 0)
+    detail::throw_argument(call, "options.threads is {}, expected 0 (all cores) or more",
+                           options.threads);
+  detail::check_finite(call, "Q", Q.data(), T, Q.cols(), Q.outerStride());
+  detail::check_finite(call, "K", K.data(), T, K.cols(), K.outerStride());
+  detail::check_finite(call, "V", V.data(), T, V.cols(), V.outerStride());
+  if (T == 0) return;
+
+  const int Dp = state.d_feature_padded_, dvp = state.d_value_padded_;
+  const int chunk = static_cast<int>(std::min<Eigen::Index>(options.chunk, T));
+  const int threads = std::min(detail::resolve_threads(options.threads), H);
+  // Per worker: q', k' in tile-walk layout (Dp/4, chunk, 4), v and o (chunk, dvp), and the
+  // feature-mapped rows before the scatter (chunk, Dp). Allocated before any state changes.
+  const std::size_t per_worker = static_cast<std::size_t>(chunk) *
+                                 (3 * static_cast<std::size_t>(Dp) + 2 * static_cast<std::size_t>(dvp));
+  std::vector<float> scratch(per_worker * static_cast<std::size_t>(threads), 0.0f);
+  const std::int64_t pos0 = state.n_tokens_;
+
+  detail::parallel_for_heads(H, threads, [&](int h, int worker) {
+    float* qT = scratch.data() + per_worker * static_cast<std::size_t>(worker);
+    float* kT = qT + static_cast<std::size_t>(chunk) * Dp;
+    float* vb = kT + static_cast<std::size_t>(chunk) * Dp;
+    float* ob = vb + static_cast<std::size_t>(chunk) * dvp;
+    float* rows = ob + static_cast<std::size_t>(chunk) * dvp;
+    const auto view = head_view(state.sums_.data, state.head_bytes_, h, Dp, dvp,
+                                config_.normalized);
+    for (Eigen::Index b0 = 0; b0 < T; b0 += chunk) {
+      const int n = static_cast<int>(std::min<Eigen::Index>(chunk, T - b0));
+      const auto to_tiles = [&](const ConstMatrixRef& X, float* dst, float s) {
+        phi_->apply(X.data() + b0 * X.outerStride() + Eigen::Index(h) * dk, n, X.outerStride(),
+                    dk, rows, Dp);
+        for (int t = 0; t < n; ++t) {
+          float* row = rows + static_cast<std::size_t>(t) * Dp;
+          std::fill(row + d_feature_, row + Dp, 0.0f);
+          scale_in_place(row, d_feature_, s);
+          for (int i = 0; i < Dp; ++i)
+            dst[(i / kernels::kTileRows) * n * kernels::kTileRows + t * kernels::kTileRows +
+                i % kernels::kTileRows] = row[i];
+        }
+      };
+      to_tiles(Q, qT, scale_);
+      to_tiles(K, kT, 1.0f);
+      for (int t = 0; t < n; ++t) {
+        float* vrow = vb + static_cast<std::size_t>(t) * dvp;
+        std::memcpy(vrow, V.data() + (b0 + t) * V.outerStride() + Eigen::Index(h) * dv,
+                    sizeof(float) * static_cast<std::size_t>(dv));
+        std::fill(vrow + dv, vrow + dvp, 0.0f);
+      }
+      kernels::walk_head(view, qT, kT, vb, ob, n, config_.normalized, config_.eps, pos0 + b0);
+      for (int t = 0; t < n; ++t)
+        std::memcpy(O.data() + (b0 + t) * O.outerStride() + Eigen::Index(h) * dv,
+                    ob + static_cast<std::size_t>(t) * dvp,
+                    sizeof(float) * static_cast<std::size_t>(dv));
+    }
+  });
+  state.n_tokens_ += T;
+}
+
+RowMatrix LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
+                                   const ConstMatrixRef& K, const ConstMatrixRef& V,
+                                   const PrefillOptions& options) const {
+  RowMatrix O(Q.rows(), Eigen::Index(config_.n_heads) * config_.d_value);
+  prefill(state, Q, K, V, O, options);
+  return O;
+}
+
+}  // namespace recur

@@ -1,0 +1,53 @@
+// Ordered inner loops of the linear-attention recurrence, shared by step() and prefill().
+//
+// The canonical order (DESIGN.md 3.1), which every path below follows exactly:
+//   * Per element of the partial state:  P[i][j] = fma(k_i, v_j, P[i][j]).
+//   * Per output column j, one FMA chain over the feature rows i = 0, 1, ..., Dp-1:
+//       acc_j = fma(q_i, L32[i][j] + P[i][j], acc_j), starting from acc_j = 0.
+//   * Denominator: eight lane chains over rows i = 8r + l (r ascending), summed in the fixed
+//     tree of hsum8, after Zp += k; then o_j = acc_j * (1 / (den + eps)).
+//   * After the token at absolute position p, if (p + 1) % kFoldPeriod == 0, every element
+//     folds: L64 += P, L32 = float(L64), P = 0 (and likewise for Z).
+// Because no reduction depends on how many tokens are processed together, a prefill of any
+// shape leaves the same bytes as step() token by token.
+#pragma once
+
+#include <cstdint>
+
+namespace recur::kernels {
+
+/// Tokens between folds of the float32 partial into the float64 long sum (absolute positions).
+inline constexpr std::int64_t kFoldPeriod = 256;
+/// Rows of a register tile in the prefill walk, and the padding of d_feature.
+inline constexpr int kTileRows = 4;
+inline constexpr int kRowPad = 8;
+/// Columns of a register tile (two 8-lane vectors), and the padding of d_value.
+inline constexpr int kTileCols = 16;
+
+/// One head's state, as pointers into the owning LinearState's buffer.
+struct HeadView {
+  float* P;      // (Dp, dvp) partial sum of k v^T since the last fold
+  float* L32;    // (Dp, dvp) float32 rounding of L64, used by the output
+  double* L64;   // (Dp, dvp) long sum of all folded partials
+  float* Zp;     // (Dp) partial sum of k since the last fold; null in the unnormalized form
+  float* Z32;    // (Dp)
+  double* Z64;   // (Dp)
+  int Dp;        // padded d_feature, a multiple of kRowPad
+  int dvp;       // padded d_value, a multiple of kTileCols
+};
+
+/// Whether the token at absolute position `pos` is followed by a fold.
+inline bool folds_after(std::int64_t pos) { return (pos + 1) % kFoldPeriod == 0; }
+
+/// One token through one head. q, k: (Dp) feature-mapped and scaled, zero-padded; v: (dvp)
+/// zero-padded; out: (dvp). `pos` is the token's absolute position. No allocation.
+void step_head(const HeadView& h, const float* q, const float* k, const float* v, float* out,
+               bool normalized, float eps, std::int64_t pos);
+
+/// n tokens through one head in tile-walk order. qT, kT: (Dp / kTileRows, n, kTileRows), the
+/// feature rows of each tile contiguous per token; v: (n, dvp); out: (n, dvp). `pos0` is the
+/// absolute position of the first token. Bitwise equal to n calls of step_head.
+void walk_head(const HeadView& h, const float* qT, const float* kT, const float* v, float* out,
+               int n, bool normalized, float eps, std::int64_t pos0);
+
+}  // namespace recur::kernels

@@ -1,0 +1,37 @@
+// Work split over heads. Heads are independent, so how they are split over threads changes
+// nothing in the arithmetic; OpenMP keeps its workers alive between calls.
+#pragma once
+
+#include <algorithm>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace recur::detail {
+
+/// 0 means every core OpenMP reports.
+inline int resolve_threads(int requested) {
+#ifdef _OPENMP
+  return requested > 0 ? requested : std::max(1, omp_get_max_threads());
+#else
+  (void)requested;
+  return 1;
+#endif
+}
+
+/// Calls fn(head, worker) for every head in [0, n_heads), on `threads` workers; worker is in
+/// [0, threads). fn must not throw.
+template <class Fn>
+void parallel_for_heads(int n_heads, int threads, const Fn& fn) {
+  if (threads <= 1) {
+    for (int h = 0; h < n_heads; ++h) fn(h, 0);
+    return;
+  }
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int h = 0; h < n_heads; ++h) fn(h, omp_get_thread_num());
+#endif
+}
+
+}  // namespace recur::detail
