@@ -249,48 +249,65 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
   const int Dp = state.d_feature_padded_, dvp = state.d_value_padded_;
   const int chunk = static_cast<int>(std::min<Eigen::Index>(options.chunk, T));
   const int threads = std::min(detail::resolve_threads(options.threads), H);
-  // Per worker: q', k' in tile-walk layout (Dp/4, chunk, 4), v and o (chunk, dvp), and the
-  // feature-mapped rows before the scatter (chunk, Dp). Allocated before any state changes.
-  const std::size_t per_worker = static_cast<std::size_t>(chunk) *
-                                 (3 * static_cast<std::size_t>(Dp) + 2 * static_cast<std::size_t>(dvp));
+  const int max_heads = (H + threads - 1) / threads;  // per worker
+  // Per worker and head: q', k' in tile-walk layout (Dp / 4, chunk, 4), v and o (chunk, dvp);
+  // per worker, one token's feature-mapped rows (heads, Dp). Allocated before the state changes.
+  const std::size_t C = static_cast<std::size_t>(chunk);
+  const std::size_t per_head = C * (2 * static_cast<std::size_t>(Dp) + 2 * static_cast<std::size_t>(dvp));
+  const std::size_t per_worker = per_head * static_cast<std::size_t>(max_heads) +
+                                 static_cast<std::size_t>(max_heads * Dp);
   std::vector<float> scratch(per_worker * static_cast<std::size_t>(threads), 0.0f);
   const std::int64_t pos0 = state.n_tokens_;
 
-  detail::parallel_for_heads(H, threads, [&](int h, int worker) {
-    float* qT = scratch.data() + per_worker * static_cast<std::size_t>(worker);
-    float* kT = qT + static_cast<std::size_t>(chunk) * Dp;
-    float* vb = kT + static_cast<std::size_t>(chunk) * Dp;
-    float* ob = vb + static_cast<std::size_t>(chunk) * dvp;
-    float* rows = ob + static_cast<std::size_t>(chunk) * dvp;
-    const auto view = head_view(state.sums_.data, state.head_bytes_, h, Dp, dvp,
-                                config_.normalized);
+  // Each worker owns a contiguous range of heads and reads its part of every row in one piece:
+  // the inputs are usually far larger than the caches, and short strided reads stall.
+  detail::parallel_ranges(H, threads, [&](int h0, int h1, int worker) {
+    const int nh = h1 - h0;
+    float* base = scratch.data() + per_worker * static_cast<std::size_t>(worker);
+    const auto qT = [&](int j) { return base + per_head * static_cast<std::size_t>(j); };
+    const auto kT = [&](int j) { return qT(j) + C * static_cast<std::size_t>(Dp); };
+    const auto vb = [&](int j) { return kT(j) + C * static_cast<std::size_t>(Dp); };
+    const auto ob = [&](int j) { return vb(j) + C * static_cast<std::size_t>(dvp); };
+    float* rows = base + per_head * static_cast<std::size_t>(max_heads);  // (nh, Dp)
+
     for (Eigen::Index b0 = 0; b0 < T; b0 += chunk) {
       const int n = static_cast<int>(std::min<Eigen::Index>(chunk, T - b0));
-      const auto to_tiles = [&](const ConstMatrixRef& X, float* dst, float s) {
-        phi_->apply(X.data() + b0 * X.outerStride() + Eigen::Index(h) * dk, n, X.outerStride(),
-                    dk, rows, Dp);
-        for (int t = 0; t < n; ++t) {
-          float* row = rows + static_cast<std::size_t>(t) * Dp;
+      // q', k': phi over this worker's heads of one token, then into each head's tiles.
+      const auto to_tiles = [&](const ConstMatrixRef& X, const auto& dst, float s, int t) {
+        phi_->apply(X.data() + (b0 + t) * X.outerStride() + Eigen::Index(h0) * dk, nh, dk, dk,
+                    rows, Dp);
+        for (int j = 0; j < nh; ++j) {
+          float* row = rows + j * Dp;
           std::fill(row + d_feature_, row + Dp, 0.0f);
           scale_in_place(row, d_feature_, s);
-          for (int i = 0; i < Dp; ++i)
-            dst[(i / kernels::kTileRows) * n * kernels::kTileRows + t * kernels::kTileRows +
-                i % kernels::kTileRows] = row[i];
+          float* tiles = dst(j) + static_cast<std::size_t>(t) * kernels::kTileRows;
+          for (int tile = 0; tile < Dp / kernels::kTileRows; ++tile)
+            std::memcpy(tiles + static_cast<std::size_t>(tile * n * kernels::kTileRows),
+                        row + tile * kernels::kTileRows, sizeof(float) * kernels::kTileRows);
         }
       };
-      to_tiles(Q, qT, scale_);
-      to_tiles(K, kT, 1.0f);
       for (int t = 0; t < n; ++t) {
-        float* vrow = vb + static_cast<std::size_t>(t) * dvp;
-        std::memcpy(vrow, V.data() + (b0 + t) * V.outerStride() + Eigen::Index(h) * dv,
-                    sizeof(float) * static_cast<std::size_t>(dv));
-        std::fill(vrow + dv, vrow + dvp, 0.0f);
+        to_tiles(Q, qT, scale_, t);
+        to_tiles(K, kT, 1.0f, t);
+        const float* vrow = V.data() + (b0 + t) * V.outerStride() + Eigen::Index(h0) * dv;
+        for (int j = 0; j < nh; ++j) {
+          float* dst = vb(j) + static_cast<std::size_t>(t) * dvp;
+          std::memcpy(dst, vrow + j * dv, sizeof(float) * static_cast<std::size_t>(dv));
+          std::fill(dst + dv, dst + dvp, 0.0f);
+        }
       }
-      kernels::walk_head(view, qT, kT, vb, ob, n, config_.normalized, config_.eps, pos0 + b0);
-      for (int t = 0; t < n; ++t)
-        std::memcpy(O.data() + (b0 + t) * O.outerStride() + Eigen::Index(h) * dv,
-                    ob + static_cast<std::size_t>(t) * dvp,
-                    sizeof(float) * static_cast<std::size_t>(dv));
+      for (int j = 0; j < nh; ++j) {
+        const auto view = head_view(state.sums_.data, state.head_bytes_, h0 + j, Dp, dvp,
+                                    config_.normalized);
+        kernels::walk_head(view, qT(j), kT(j), vb(j), ob(j), n, config_.normalized,
+                           config_.eps, pos0 + b0);
+      }
+      for (int t = 0; t < n; ++t) {
+        float* orow = O.data() + (b0 + t) * O.outerStride() + Eigen::Index(h0) * dv;
+        for (int j = 0; j < nh; ++j)
+          std::memcpy(orow + j * dv, ob(j) + static_cast<std::size_t>(t) * dvp,
+                      sizeof(float) * static_cast<std::size_t>(dv));
+      }
     }
   });
   state.n_tokens_ += T;

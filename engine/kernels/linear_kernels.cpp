@@ -1,5 +1,6 @@
 #include "kernels/linear_kernels.h"
 
+#include <algorithm>
 #include <cassert>
 
 #include "kernels/simd.h"
@@ -78,46 +79,67 @@ inline void step_columns(const HeadView& h, const float* q, const float* k, cons
   for (int c = 0; c < NV; ++c) store8(out + col + c * kLanes, acc[c]);
 }
 
-// One register tile (kTileRows rows x kTileCols columns) of P walks n tokens. The output
-// columns carry the FMA chain from the previous tile (rows above) through memory.
-inline void walk_tile(const HeadView& h, int row0, int col0, const float* qT, const float* kT,
-                      const float* v, float* out, int n, bool first_tile, std::int64_t pos0) {
-  const int stride = h.dvp;
-  float* P = h.P + row0 * stride + col0;
-  const float* L32 = h.L32 + row0 * stride + col0;
-  F8 p[kTileRows][2];
-  for (int r = 0; r < kTileRows; ++r) {
-    p[r][0] = load8(P + r * stride);
-    p[r][1] = load8(P + r * stride + kLanes);
-  }
-  for (int t = 0; t < n; ++t) {
-    const float* kt = kT + t * kTileRows;
-    const float* qt = qT + t * kTileRows;
-    const float* vt = v + static_cast<std::int64_t>(t) * stride + col0;
-    float* ot = out + static_cast<std::int64_t>(t) * stride + col0;
+// One register tile (kTileRows rows x kTileCols columns) of P walks tokens [t0, t1), between
+// two folds. The output columns carry the FMA chain from the previous tile (rows above)
+// through memory. L32 is constant over the segment, so a local copy keeps its addresses
+// fixed and frees the registers that row pointers would take.
+template <bool kFirstTile>
+inline void walk_segment(F8 (&p)[kTileRows][2], const float* L32, int stride, const float* qT,
+                         const float* kT, const float* v, float* out, int t0, int t1) {
+  alignas(64) float l32[kTileRows][kTileCols];
+  for (int r = 0; r < kTileRows; ++r)
+    for (int c = 0; c < kTileCols; ++c) l32[r][c] = L32[r * stride + c];
+  const float* kt = kT + t0 * kTileRows;
+  const float* qt = qT + t0 * kTileRows;
+  const float* vt = v + static_cast<std::int64_t>(t0) * stride;
+  float* ot = out + static_cast<std::int64_t>(t0) * stride;
+  for (int t = t0; t < t1; ++t, kt += kTileRows, qt += kTileRows, vt += stride, ot += stride) {
     const F8 v0 = load8(vt), v1 = load8(vt + kLanes);
-    F8 a0 = first_tile ? zero8() : load8(ot);
-    F8 a1 = first_tile ? zero8() : load8(ot + kLanes);
+    F8 a0 = kFirstTile ? zero8() : load8(ot);
+    F8 a1 = kFirstTile ? zero8() : load8(ot + kLanes);
 #pragma GCC unroll 4
     for (int r = 0; r < kTileRows; ++r) {
       const F8 kb = broadcast8(kt + r);
       p[r][0] = fma8(kb, v0, p[r][0]);
       p[r][1] = fma8(kb, v1, p[r][1]);
       const F8 qb = broadcast8(qt + r);
-      a0 = fma8(qb, add8(load8(L32 + r * stride), p[r][0]), a0);
-      a1 = fma8(qb, add8(load8(L32 + r * stride + kLanes), p[r][1]), a1);
+      a0 = fma8(qb, add8(load8(l32[r]), p[r][0]), a0);
+      a1 = fma8(qb, add8(load8(l32[r] + kLanes), p[r][1]), a1);
     }
     store8(ot, a0);
     store8(ot + kLanes, a1);
-    if (folds_after(pos0 + t)) {
+  }
+}
+
+inline void walk_tile(const HeadView& h, int row0, int col0, const float* qT, const float* kT,
+                      const float* v, float* out, int n, bool first_tile, std::int64_t pos0) {
+  const int stride = h.dvp;
+  float* P = h.P + row0 * stride + col0;
+  float* L32 = h.L32 + row0 * stride + col0;
+  F8 p[kTileRows][2];
+  for (int r = 0; r < kTileRows; ++r) {
+    p[r][0] = load8(P + r * stride);
+    p[r][1] = load8(P + r * stride + kLanes);
+  }
+  const float* vc = v + col0;
+  float* oc = out + col0;
+  for (int t0 = 0; t0 < n;) {
+    // The segment ends after the next token whose absolute position is followed by a fold.
+    const auto to_fold = kFoldPeriod - (pos0 + t0) % kFoldPeriod;
+    const int t1 = static_cast<int>(std::min<std::int64_t>(n, t0 + to_fold));
+    if (first_tile)
+      walk_segment<true>(p, L32, stride, qT, kT, vc, oc, t0, t1);
+    else
+      walk_segment<false>(p, L32, stride, qT, kT, vc, oc, t0, t1);
+    if (folds_after(pos0 + t1 - 1)) {
       for (int r = 0; r < kTileRows; ++r) {
         store8(P + r * stride, p[r][0]);
         store8(P + r * stride + kLanes, p[r][1]);
       }
-      fold_block(P, const_cast<float*>(L32), h.L64 + row0 * stride + col0, kTileRows,
-                 kTileCols, stride);
+      fold_block(P, L32, h.L64 + row0 * stride + col0, kTileRows, kTileCols, stride);
       for (int r = 0; r < kTileRows; ++r) p[r][0] = p[r][1] = zero8();
     }
+    t0 = t1;
   }
   for (int r = 0; r < kTileRows; ++r) {
     store8(P + r * stride, p[r][0]);

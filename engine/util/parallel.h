@@ -20,6 +20,23 @@ inline int resolve_threads(int requested) {
 #endif
 }
 
+/// Splits [0, n) into `threads` contiguous ranges and calls fn(begin, end, worker) for each,
+/// in parallel. fn must not throw.
+template <class Fn>
+void parallel_ranges(int n, int threads, const Fn& fn) {
+  const auto range = [&](int w) {
+    fn(n * w / threads, n * (w + 1) / threads, w);
+  };
+  if (threads <= 1) {
+    range(0);
+    return;
+  }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads)
+  range(omp_get_thread_num());
+#endif
+}
+
 /// Calls fn(head, worker) for every head in [0, n_heads), on `threads` workers; worker is in
 /// [0, threads). fn must not throw.
 template <class Fn>

@@ -1,0 +1,153 @@
+// One linear-attention layer (n_heads 8, d_feature = d_value = d): step, a loop of steps, and
+// prefill, against the FMA floor of 4 * n_heads * d * d FLOP per token.
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "bench_common.h"
+#include "kernels/linear_kernels.h"
+#include "recur/linear_attention.h"
+
+namespace {
+
+constexpr int kHeads = 8;
+
+recur::LinearAttention make_layer(int d) {
+  recur::LinearAttentionConfig c;
+  c.n_heads = kHeads;
+  c.d_key = d;
+  c.d_value = d;
+  return recur::LinearAttention(c);
+}
+
+struct Data {
+  recur::RowMatrix Q, K, V, O;
+};
+Data make_data(int d, Eigen::Index T) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Data x;
+  x.Q.resize(T, kHeads * d);
+  x.K.resize(T, kHeads * d);
+  x.V.resize(T, kHeads * d);
+  x.O.resize(T, kHeads * d);
+  for (auto* m : {&x.Q, &x.K, &x.V})
+    for (Eigen::Index i = 0; i < m->size(); ++i) m->data()[i] = normal(rng);
+  return x;
+}
+
+double flop_per_token(int d) { return 4.0 * kHeads * d * d; }
+
+void BM_FmaPeak(benchmark::State& state) {
+  double flop = 0;
+  for (auto _ : state) flop += recur::bench::fma_loop(1'000'000);
+  state.counters["FLOP/s"] = benchmark::Counter(flop, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_FmaPeak)->Unit(benchmark::kMillisecond);
+
+void BM_Step(benchmark::State& state) {
+  const int d = static_cast<int>(state.range(0));
+  const auto layer = make_layer(d);
+  auto s = layer.make_state();
+  auto x = make_data(d, 1024);
+  Eigen::VectorXf o(kHeads * d);
+  Eigen::Index t = 0;
+  for (auto _ : state) {
+    layer.step(s, x.Q.row(t).transpose(), x.K.row(t).transpose(), x.V.row(t).transpose(), o);
+    benchmark::DoNotOptimize(o.data());
+    t = (t + 1) % 1024;
+  }
+  const auto n = static_cast<double>(state.iterations());
+  state.counters["tokens/s"] = benchmark::Counter(n, benchmark::Counter::kIsRate);
+  state.counters["state_bytes"] = static_cast<double>(s.bytes());
+  recur::bench::report_floor(state, flop_per_token(d), n);
+}
+BENCHMARK(BM_Step)->Arg(64)->Arg(128)->Unit(benchmark::kMicrosecond);
+
+void BM_StepLoop(benchmark::State& state) {
+  const int d = static_cast<int>(state.range(0));
+  const Eigen::Index T = state.range(1);
+  const auto layer = make_layer(d);
+  auto s = layer.make_state();
+  auto x = make_data(d, T);
+  Eigen::VectorXf o(kHeads * d);
+  for (auto _ : state) {
+    s.reset();
+    for (Eigen::Index t = 0; t < T; ++t) {
+      layer.step(s, x.Q.row(t).transpose(), x.K.row(t).transpose(), x.V.row(t).transpose(), o);
+      x.O.row(t) = o.transpose();
+    }
+    benchmark::DoNotOptimize(x.O.data());
+  }
+  const auto n = static_cast<double>(state.iterations()) * static_cast<double>(T);
+  state.counters["tokens/s"] = benchmark::Counter(n, benchmark::Counter::kIsRate);
+  state.counters["state_bytes"] = static_cast<double>(s.bytes());
+  recur::bench::report_floor(state, flop_per_token(d), n);
+}
+BENCHMARK(BM_StepLoop)->Args({64, 8192})->Args({128, 8192})->Unit(benchmark::kMillisecond);
+
+void BM_Prefill(benchmark::State& state) {
+  const int d = static_cast<int>(state.range(0));
+  const Eigen::Index T = state.range(1);
+  recur::PrefillOptions options;
+  options.threads = static_cast<int>(state.range(2));
+  if (state.range(3) > 0) options.chunk = static_cast<int>(state.range(3));
+  const auto layer = make_layer(d);
+  auto s = layer.make_state();
+  auto x = make_data(d, T);
+  for (auto _ : state) {
+    s.reset();
+    layer.prefill(s, x.Q, x.K, x.V, x.O, options);
+    benchmark::DoNotOptimize(x.O.data());
+  }
+  const auto n = static_cast<double>(state.iterations()) * static_cast<double>(T);
+  state.counters["tokens/s"] = benchmark::Counter(n, benchmark::Counter::kIsRate);
+  state.counters["state_bytes"] = static_cast<double>(s.bytes());
+  recur::bench::report_floor(state, flop_per_token(d), n);
+}
+BENCHMARK(BM_Prefill)
+    ->ArgNames({"d", "T", "threads", "chunk"})
+    ->Args({64, 8192, 1, 0})
+    ->Args({64, 8192, 1, 16})
+    ->Args({64, 8192, 1, 32})
+    ->Args({64, 8192, 1, 128})
+    ->Args({64, 8192, 1, 256})
+    ->Args({64, 8192, 2, 0})
+    ->Args({128, 8192, 1, 0})
+    ->Args({128, 8192, 2, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// The inner walk alone: one head's register-tiled pass over a block of tokens already in
+// cache, unnormalized (no denominator pass). Shows how close the kernel itself gets to peak.
+void BM_Walk(benchmark::State& state) {
+  const int d = static_cast<int>(state.range(0));
+  const int n = static_cast<int>(state.range(1));
+  std::vector<float> P(std::size_t(d * d)), L32(std::size_t(d * d));
+  std::vector<double> L64(std::size_t(d * d));
+  recur::kernels::HeadView h{P.data(), L32.data(), L64.data(), nullptr, nullptr, nullptr, d, d};
+  std::vector<float> qT(std::size_t(n * d), 0.01f), kT(std::size_t(n * d), 0.02f);
+  std::vector<float> v(std::size_t(n * d), 0.5f), o(std::size_t(n * d));
+  std::int64_t pos = 0;
+  for (auto _ : state) {
+    recur::kernels::walk_head(h, qT.data(), kT.data(), v.data(), o.data(), n, false, 0.0f, pos);
+    pos += n;
+    benchmark::DoNotOptimize(o.data());
+  }
+  const auto tokens = static_cast<double>(state.iterations()) * n;
+  state.counters["tokens/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
+  recur::bench::report_floor(state, 4.0 * d * d, tokens);
+}
+BENCHMARK(BM_Walk)->Args({64, 64})->Args({64, 256})->Args({128, 64});
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("fma_peak_gflops", std::to_string(recur::bench::fma_peak() / 1e9));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
