@@ -23,6 +23,14 @@ namespace {
 constexpr double kQuadraticTolerance = 1e-5;  // float32 against float64, relative to max |o|
 constexpr Eigen::Index kTail = 50;           // steps after every prefill
 
+// Under the sanitizers the longest sequences (4099 tokens) are left to the release run: they
+// add nothing to memory checking that 1000 tokens (three folds) do not, and cost minutes.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
 const char* map_name(recur::FeatureMapKind k) {
   switch (k) {
     case recur::FeatureMapKind::kEluPlusOne: return "elu";
@@ -59,32 +67,40 @@ std::vector<Eigen::Index> split_points(Eigen::Index T, int parts) {
   return cuts;
 }
 
-std::vector<LinearAttentionConfig> all_configs() {
+std::vector<LinearAttentionConfig> configs_for(recur::FeatureMapKind map) {
   std::vector<LinearAttentionConfig> out;
-  for (auto map : {recur::FeatureMapKind::kEluPlusOne, recur::FeatureMapKind::kRelu,
-                   recur::FeatureMapKind::kIdentity})
-    for (bool normalized : {true, false})
-      for (int heads : {1, 8})
-        for (auto dims : {std::pair{16, 16}, std::pair{64, 64}, std::pair{32, 48}}) {
-          LinearAttentionConfig c;
-          c.feature_map = map;
-          c.normalized = normalized;
-          c.n_heads = heads;
-          c.d_key = dims.first;
-          c.d_value = dims.second;
-          out.push_back(c);
-        }
+  for (bool normalized : {true, false})
+    for (int heads : {1, 8})
+      for (auto dims : {std::pair{16, 16}, std::pair{64, 64}, std::pair{32, 48}}) {
+        LinearAttentionConfig c;
+        c.feature_map = map;
+        c.normalized = normalized;
+        c.n_heads = heads;
+        c.d_key = dims.first;
+        c.d_value = dims.second;
+        out.push_back(c);
+      }
   return out;
 }
 
-}  // namespace
+std::vector<LinearAttentionConfig> all_configs() {
+  std::vector<LinearAttentionConfig> out;
+  for (auto map : {recur::FeatureMapKind::kEluPlusOne, recur::FeatureMapKind::kRelu,
+                   recur::FeatureMapKind::kIdentity}) {
+    const auto c = configs_for(map);
+    out.insert(out.end(), c.begin(), c.end());
+  }
+  return out;
+}
 
-TEST_CASE("prefill in any chunking, split and thread count matches step() bit for bit",
-          "[linear][exactness]") {
-  const std::vector<Eigen::Index> Ts = {0, 1, 2, 63, 64, 65, 1000, 4099};
+// Every T, chunk size, split and thread count for every configuration of one feature map;
+// returns the number of comparisons made. Each difference is reported as it is found.
+int check_exactness(recur::FeatureMapKind map) {
+  std::vector<Eigen::Index> Ts = {0, 1, 2, 63, 64, 65, 1000, 4099};
+  if (kSanitized) Ts.pop_back();
   const Eigen::Index T_max = Ts.back();
-  int compared = 0, differing = 0;
-  for (const auto& config : all_configs()) {
+  int compared = 0;
+  for (const auto& config : configs_for(map)) {
     const LinearAttention layer(config);
     const auto in = random_inputs(layer, T_max + kTail, 1234u + std::uint32_t(config.d_value));
     const Eigen::Index width = Eigen::Index(config.n_heads) * config.d_value;
@@ -129,7 +145,6 @@ TEST_CASE("prefill in any chunking, split and thread count matches step() bit fo
             const bool same_state = state.raw_bytes() == state_after[T];
             ++compared;
             if (!diff.empty() || !same_state) {
-              ++differing;
               FAIL_CHECK(fmt::format("{}; T {}, chunk {}, {} calls, {} threads: outputs {}, "
                                      "state {}",
                                      describe(config), T, chunk, parts, threads,
@@ -141,9 +156,22 @@ TEST_CASE("prefill in any chunking, split and thread count matches step() bit fo
       }
     }
   }
-  INFO(compared << " comparisons of outputs and state");
-  CHECK(compared > 5000);
-  CHECK(differing == 0);
+  return compared;
+}
+
+}  // namespace
+
+TEST_CASE("prefill matches step() bit for bit in any chunking, split and thread count: elu",
+          "[linear][exactness]") {
+  CHECK(check_exactness(recur::FeatureMapKind::kEluPlusOne) > (kSanitized ? 1500 : 2000));
+}
+TEST_CASE("prefill matches step() bit for bit in any chunking, split and thread count: relu",
+          "[linear][exactness]") {
+  CHECK(check_exactness(recur::FeatureMapKind::kRelu) > (kSanitized ? 1500 : 2000));
+}
+TEST_CASE("prefill matches step() bit for bit in any chunking, split and thread count: identity",
+          "[linear][exactness]") {
+  CHECK(check_exactness(recur::FeatureMapKind::kIdentity) > (kSanitized ? 1500 : 2000));
 }
 
 TEST_CASE("a textbook chunked form is not bit-identical to the recurrence, so the comparison can "
@@ -188,7 +216,9 @@ TEST_CASE("outputs agree with the float64 quadratic form", "[linear][correctness
     if (config.feature_map == recur::FeatureMapKind::kIdentity && config.normalized) continue;
     const LinearAttention layer(config);
     for (Eigen::Index T : {1, 65, 1000, 4099}) {
-      if (T == 4099 && config.n_heads > 1) continue;  // the O(T^2) reference is the slow part
+      // The O(T^2) reference is the slow part: the longest only with one head, and not at all
+      // under the sanitizers.
+      if (T == 4099 && (config.n_heads > 1 || kSanitized)) continue;
       const auto in = random_inputs(layer, T, 7u + std::uint32_t(T), 0.5f);
       auto s = layer.make_state();
       const RowMatrix out = layer.prefill(s, in.Q, in.K, in.V);

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds recur and runs one job. Installs any missing Debian packages first (as root).
+#
+#   tools/build.sh demo [args]   release build, then `recur demo` (the main job)
+#   tools/build.sh test          release build, then every test
+#   tools/build.sh asan          AddressSanitizer + UBSan build, then every test
+#   tools/build.sh bench [args]  release build, then every benchmark
+#   tools/build.sh recur [args]  release build, then `recur` with your arguments
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(g++ cmake ninja-build libeigen3-dev libfmt-dev libspdlog-dev catch2 libbenchmark-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "build.sh: installing ${missing[*]}" >&2
+  sudo=""
+  [[ $(id -u) -ne 0 ]] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
+job="${1:-demo}"
+shift || true
+jobs=$(nproc)
+case "$job" in
+  demo|test|bench|recur) preset=release ;;
+  asan) preset=asan ;;
+  *) echo "build.sh: unknown job '$job' (demo, test, asan, bench, recur)" >&2; exit 2 ;;
+esac
+cmake --preset "$preset" >/dev/null
+cmake --build --preset "$preset" -j "$jobs"
+case "$job" in
+  demo) exec "build/$preset/tools/recur" demo "$@" ;;
+  recur) exec "build/$preset/tools/recur" "$@" ;;
+  test|asan) ctest --preset "$preset" -j "$jobs" ;;
+  bench) exec "build/$preset/bench/bench_linear" "$@" ;;
+esac

@@ -1,0 +1,8 @@
+// The recur tool's subcommands. Each parses its own options and returns the exit status.
+#pragma once
+
+namespace recur::cli {
+
+int run_demo(int argc, char** argv);
+
+}  // namespace recur::cli

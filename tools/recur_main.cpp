@@ -1,0 +1,45 @@
+// recur: the command-line front end. `recur help` lists the subcommands.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "commands.h"
+#include "recur/error.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: recur <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  demo    stream a long random sequence through a linear-attention state\n"
+    "  help    this text\n"
+    "\n"
+    "`recur <command> --help` describes a command's options.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  const std::string command = argv[1];
+  try {
+    if (command == "demo") return recur::cli::run_demo(argc, argv);
+    if (command == "help" || command == "--help" || command == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    fmt::print(stderr, "recur: unknown command '{}'\n\n{}", command, kUsage);
+    return 2;
+  } catch (const recur::ArgumentError& e) {
+    fmt::print(stderr, "recur {}: {}\n", command, e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "recur {}: {}\n", command, e.what());
+    return 1;
+  }
+}
