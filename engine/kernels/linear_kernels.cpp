@@ -59,19 +59,16 @@ inline void fold_z(const HeadView& h) { fold_block(h.Zp, h.Z32, h.Z64, 1, h.Dp, 
 template <int NV>
 inline void step_columns(const HeadView& h, const float* q, const float* k, const float* v,
                          float* out, int col) {
-  F8 acc[NV], vv[NV];
-  for (int c = 0; c < NV; ++c) {
-    acc[c] = zero8();
-    vv[c] = load8(v + col + c * kLanes);
-  }
+  F8 acc[NV];
+  for (int c = 0; c < NV; ++c) acc[c] = zero8();
   float* P = h.P + col;
   const float* L32 = h.L32 + col;
   for (int i = 0; i < h.Dp; ++i, P += h.dvp, L32 += h.dvp) {
     const F8 kb = broadcast8(k + i);
     const F8 qb = broadcast8(q + i);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int c = 0; c < NV; ++c) {
-      const F8 p = fma8(kb, vv[c], load8(P + c * kLanes));
+      const F8 p = fma8(kb, load8(v + col + c * kLanes), load8(P + c * kLanes));
       store8(P + c * kLanes, p);
       acc[c] = fma8(qb, add8(load8(L32 + c * kLanes), p), acc[c]);
     }
@@ -153,7 +150,12 @@ void step_head(const HeadView& h, const float* q, const float* k, const float* v
                bool normalized, float eps, std::int64_t pos) {
   assert(h.Dp % kRowPad == 0 && h.dvp % kTileCols == 0);
   int col = 0;
-  for (; col + 4 * kLanes <= h.dvp; col += 4 * kLanes) step_columns<4>(h, q, k, v, out, col);
+  // Eight accumulators at a time: 64 columns per pass over the rows of P and L32.
+  for (; col + 8 * kLanes <= h.dvp; col += 8 * kLanes) step_columns<8>(h, q, k, v, out, col);
+  if (col + 4 * kLanes <= h.dvp) {
+    step_columns<4>(h, q, k, v, out, col);
+    col += 4 * kLanes;
+  }
   if (col < h.dvp) step_columns<2>(h, q, k, v, out, col);
   if (normalized) {
     const float den = update_z_and_den(h.Zp, h.Z32, RowLoader{q}, RowLoader{k}, h.Dp);
