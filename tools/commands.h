@@ -4,5 +4,6 @@
 namespace recur::cli {
 
 int run_demo(int argc, char** argv);
+int run_bench(int argc, char** argv);
 
 }  // namespace recur::cli

@@ -15,6 +15,7 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  demo    stream a long random sequence through a linear-attention state\n"
+    "  bench   constant-memory generation against a softmax KV cache: CSV, plot, summary\n"
     "  help    this text\n"
     "\n"
     "`recur <command> --help` describes a command's options.\n";
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   try {
     if (command == "demo") return recur::cli::run_demo(argc, argv);
+    if (command == "bench") return recur::cli::run_bench(argc, argv);
     if (command == "help" || command == "--help" || command == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
