@@ -318,14 +318,20 @@ void expect_rejected(recur::LinearState& state, Call call, std::vector<std::stri
   CHECK(state.raw_bytes() == before);
 }
 
-}  // namespace
-
-TEST_CASE("bad input to step() is rejected by name and leaves the state as it was",
-          "[linear][errors]") {
+// 4 heads, d_key 8, d_value 16: small enough to name every size in the messages.
+LinearAttentionConfig small_config() {
   LinearAttentionConfig c;
   c.n_heads = 4;
   c.d_key = 8;
   c.d_value = 16;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("bad input to step() is rejected by name and leaves the state as it was",
+          "[linear][errors]") {
+  const LinearAttentionConfig c = small_config();
   const LinearAttention layer(c);
   auto s = layer.make_state();
   const auto in = random_inputs(layer, 300, 1u);
@@ -373,10 +379,7 @@ TEST_CASE("bad input to step() is rejected by name and leaves the state as it wa
 
 TEST_CASE("bad input to prefill() is rejected by name and leaves the state as it was",
           "[linear][errors]") {
-  LinearAttentionConfig c;
-  c.n_heads = 4;
-  c.d_key = 8;
-  c.d_value = 16;
+  const LinearAttentionConfig c = small_config();
   const LinearAttention layer(c);
   auto s = layer.make_state();
   const auto in = random_inputs(layer, 300, 2u);
