@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "kernels/simd.h"
+#include "recur/linear_attention.h"
 
 namespace recur::bench {
 
@@ -48,6 +49,21 @@ inline double fma_peak() {
 inline void report_floor(benchmark::State& state, double flop_per_item, double items) {
   state.counters["floor_frac"] =
       benchmark::Counter(flop_per_item * items / fma_peak(), benchmark::Counter::kIsRate);
+}
+
+/// The layer every benchmark measures: n_heads heads, d_feature = d_value = d, elu+1, normalized.
+inline recur::LinearAttention linear_layer(int n_heads, int d) {
+  recur::LinearAttentionConfig c;
+  c.n_heads = n_heads;
+  c.d_key = d;
+  c.d_value = d;
+  return recur::LinearAttention(c);
+}
+
+/// Adds "tokens/s" (a rate over `tokens` processed) and "bytes_held" by the state or cache.
+inline void report_tokens(benchmark::State& state, double tokens, std::size_t bytes_held) {
+  state.counters["tokens/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
+  state.counters["bytes_held"] = static_cast<double>(bytes_held);
 }
 
 }  // namespace recur::bench

@@ -87,8 +87,7 @@ void BM_KVStep(benchmark::State& state) {
   }
   const auto n = static_cast<double>(state.iterations());
   const double bytes_read = 2.0 * double(context + 1) * kHeads * kDim * sizeof(float);
-  state.counters["tokens/s"] = benchmark::Counter(n, benchmark::Counter::kIsRate);
-  state.counters["bytes_held"] = static_cast<double>(cache.bytes());
+  recur::bench::report_tokens(state, n, cache.bytes());
   state.counters["read_GB/s"] = benchmark::Counter(n * bytes_read / 1e9, benchmark::Counter::kIsRate);
   state.counters["of_bandwidth"] =
       benchmark::Counter(n * bytes_read / read_bandwidth(), benchmark::Counter::kIsRate);
@@ -96,10 +95,7 @@ void BM_KVStep(benchmark::State& state) {
 
 void BM_Step(benchmark::State& state) {  // the linear step after `context` tokens
   const Eigen::Index context = state.range(1);
-  recur::LinearAttentionConfig c;
-  c.n_heads = kHeads;
-  c.d_key = c.d_value = static_cast<int>(state.range(0));
-  const recur::LinearAttention layer(c);
+  const auto layer = recur::bench::linear_layer(kHeads, static_cast<int>(state.range(0)));
   auto s = layer.make_state();
   {
     const Stream fill_in(context);
@@ -113,9 +109,7 @@ void BM_Step(benchmark::State& state) {  // the linear step after `context` toke
     benchmark::DoNotOptimize(o.data());
     t = (t + 1) % 64;
   }
-  state.counters["tokens/s"] =
-      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
-  state.counters["bytes_held"] = static_cast<double>(s.bytes());
+  recur::bench::report_tokens(state, static_cast<double>(state.iterations()), s.bytes());
 }
 
 void BM_KVPrefill(benchmark::State& state) {
@@ -129,17 +123,13 @@ void BM_KVPrefill(benchmark::State& state) {
     layer.prefill(cache, in.Q, in.K, in.V, O);
     benchmark::DoNotOptimize(O.data());
   }
-  state.counters["tokens/s"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * double(T), benchmark::Counter::kIsRate);
-  state.counters["bytes_held"] = static_cast<double>(cache.bytes());
+  recur::bench::report_tokens(state, static_cast<double>(state.iterations()) * double(T),
+                              cache.bytes());
 }
 
 void BM_Prefill(benchmark::State& state) {
   const Eigen::Index T = state.range(1);
-  recur::LinearAttentionConfig c;
-  c.n_heads = kHeads;
-  c.d_key = c.d_value = static_cast<int>(state.range(0));
-  const recur::LinearAttention layer(c);
+  const auto layer = recur::bench::linear_layer(kHeads, static_cast<int>(state.range(0)));
   auto s = layer.make_state();
   const Stream in(T);
   recur::RowMatrix O(T, kHeads * kDim);
@@ -148,9 +138,8 @@ void BM_Prefill(benchmark::State& state) {
     layer.prefill(s, in.Q, in.K, in.V, O);
     benchmark::DoNotOptimize(O.data());
   }
-  state.counters["tokens/s"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * double(T), benchmark::Counter::kIsRate);
-  state.counters["bytes_held"] = static_cast<double>(s.bytes());
+  recur::bench::report_tokens(state, static_cast<double>(state.iterations()) * double(T),
+                              s.bytes());
 }
 
 void contexts(benchmark::internal::Benchmark* b, bool with_d) {

@@ -13,14 +13,6 @@ namespace {
 
 constexpr int kHeads = 8;
 
-recur::LinearAttention make_layer(int d) {
-  recur::LinearAttentionConfig c;
-  c.n_heads = kHeads;
-  c.d_key = d;
-  c.d_value = d;
-  return recur::LinearAttention(c);
-}
-
 struct Data {
   recur::RowMatrix Q, K, V, O;
 };
@@ -48,7 +40,7 @@ BENCHMARK(BM_FmaPeak)->Unit(benchmark::kMillisecond);
 
 void BM_Step(benchmark::State& state) {
   const int d = static_cast<int>(state.range(0));
-  const auto layer = make_layer(d);
+  const auto layer = recur::bench::linear_layer(kHeads, d);
   auto s = layer.make_state();
   auto x = make_data(d, 1024);
   Eigen::VectorXf o(kHeads * d);
@@ -59,8 +51,7 @@ void BM_Step(benchmark::State& state) {
     t = (t + 1) % 1024;
   }
   const auto n = static_cast<double>(state.iterations());
-  state.counters["tokens/s"] = benchmark::Counter(n, benchmark::Counter::kIsRate);
-  state.counters["state_bytes"] = static_cast<double>(s.bytes());
+  recur::bench::report_tokens(state, n, s.bytes());
   recur::bench::report_floor(state, flop_per_token(d), n);
 }
 BENCHMARK(BM_Step)->Arg(64)->Arg(128)->Unit(benchmark::kMicrosecond);
@@ -68,7 +59,7 @@ BENCHMARK(BM_Step)->Arg(64)->Arg(128)->Unit(benchmark::kMicrosecond);
 void BM_StepLoop(benchmark::State& state) {
   const int d = static_cast<int>(state.range(0));
   const Eigen::Index T = state.range(1);
-  const auto layer = make_layer(d);
+  const auto layer = recur::bench::linear_layer(kHeads, d);
   auto s = layer.make_state();
   auto x = make_data(d, T);
   Eigen::VectorXf o(kHeads * d);
@@ -81,8 +72,7 @@ void BM_StepLoop(benchmark::State& state) {
     benchmark::DoNotOptimize(x.O.data());
   }
   const auto n = static_cast<double>(state.iterations()) * static_cast<double>(T);
-  state.counters["tokens/s"] = benchmark::Counter(n, benchmark::Counter::kIsRate);
-  state.counters["state_bytes"] = static_cast<double>(s.bytes());
+  recur::bench::report_tokens(state, n, s.bytes());
   recur::bench::report_floor(state, flop_per_token(d), n);
 }
 BENCHMARK(BM_StepLoop)->Args({64, 8192})->Args({128, 8192})->Unit(benchmark::kMillisecond);
@@ -93,7 +83,7 @@ void BM_Prefill(benchmark::State& state) {
   recur::PrefillOptions options;
   options.threads = static_cast<int>(state.range(2));
   if (state.range(3) > 0) options.chunk = static_cast<int>(state.range(3));
-  const auto layer = make_layer(d);
+  const auto layer = recur::bench::linear_layer(kHeads, d);
   auto s = layer.make_state();
   auto x = make_data(d, T);
   for (auto _ : state) {
@@ -102,8 +92,7 @@ void BM_Prefill(benchmark::State& state) {
     benchmark::DoNotOptimize(x.O.data());
   }
   const auto n = static_cast<double>(state.iterations()) * static_cast<double>(T);
-  state.counters["tokens/s"] = benchmark::Counter(n, benchmark::Counter::kIsRate);
-  state.counters["state_bytes"] = static_cast<double>(s.bytes());
+  recur::bench::report_tokens(state, n, s.bytes());
   recur::bench::report_floor(state, flop_per_token(d), n);
 }
 BENCHMARK(BM_Prefill)
@@ -136,7 +125,7 @@ void BM_Walk(benchmark::State& state) {
     benchmark::DoNotOptimize(o.data());
   }
   const auto tokens = static_cast<double>(state.iterations()) * n;
-  state.counters["tokens/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
+  recur::bench::report_tokens(state, tokens, (P.size() + L32.size()) * sizeof(float) + L64.size() * sizeof(double));
   recur::bench::report_floor(state, 4.0 * d * d, tokens);
 }
 BENCHMARK(BM_Walk)->Args({64, 64})->Args({64, 256})->Args({128, 64});

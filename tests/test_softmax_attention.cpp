@@ -48,6 +48,17 @@ RowMatrixD naive(const Inputs& in, int H, int d) {
   return O;
 }
 
+// Rows [a, a + n) of the inputs through step(), one token at a time, into the same rows of out.
+void step_rows(const SoftmaxAttention& layer, recur::KVCache& cache, const Inputs& in,
+               Eigen::Index a, Eigen::Index n, RowMatrix& out) {
+  Eigen::VectorXf o(in.Q.cols());
+  for (Eigen::Index t = a; t < a + n; ++t) {
+    layer.step(cache, in.Q.row(t).transpose(), in.K.row(t).transpose(), in.V.row(t).transpose(),
+               o);
+    out.row(t) = o.transpose();
+  }
+}
+
 double relative_error(const RowMatrix& a, const RowMatrixD& b) {
   return (a.cast<double>() - b).cwiseAbs().maxCoeff() / b.cwiseAbs().maxCoeff();
 }
@@ -67,12 +78,7 @@ TEST_CASE("step and prefill agree with a float64 naive softmax", "[softmax][corr
 
       auto stepped = layer.make_cache();
       RowMatrix out_step(T, H * d);
-      for (Eigen::Index t = 0; t < T; ++t) {
-        Eigen::VectorXf o(H * d);
-        layer.step(stepped, in.Q.row(t).transpose(), in.K.row(t).transpose(),
-                   in.V.row(t).transpose(), o);
-        out_step.row(t) = o.transpose();
-      }
+      step_rows(layer, stepped, in, 0, T, out_step);
       INFO("n_heads " << H << ", d_head " << d << ", q scale " << q_scale);
       CHECK(relative_error(out_step, ref) < kTolerance);
 
@@ -83,12 +89,7 @@ TEST_CASE("step and prefill agree with a float64 naive softmax", "[softmax][corr
       for (int p = 0; p + 1 < 6; ++p) {
         const Eigen::Index a = cuts[p], n = cuts[p + 1] - cuts[p];
         if (p == 3) {  // one piece as steps, to mix the two paths
-          for (Eigen::Index t = a; t < a + n; ++t) {
-            Eigen::VectorXf o(H * d);
-            layer.step(cache, in.Q.row(t).transpose(), in.K.row(t).transpose(),
-                       in.V.row(t).transpose(), o);
-            out.row(t) = o.transpose();
-          }
+          step_rows(layer, cache, in, a, n, out);
           continue;
         }
         layer.prefill(cache, in.Q.middleRows(a, n), in.K.middleRows(a, n), in.V.middleRows(a, n),

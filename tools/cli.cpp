@@ -55,10 +55,6 @@ void Args::parse(int argc, char** argv, int first) {
   }
 }
 
-bool Args::has(const std::string& name) const {
-  return values_.count(name) > 0 || !specs_.at(name).fallback.empty();
-}
-
 std::string Args::str(const std::string& name) const {
   const auto it = values_.find(name);
   return it != values_.end() ? it->second : specs_.at(name).fallback;
@@ -86,18 +82,6 @@ std::int64_t Args::integer(const std::string& name, std::int64_t min, std::int64
   if (v < min || v > max)
     throw ArgumentError(fmt::format("--{} is {}, expected {} to {}", name, v, min, max));
   return v;
-}
-
-double Args::real(const std::string& name) const {
-  const std::string s = str(name);
-  try {
-    std::size_t used = 0;
-    const double v = std::stod(s, &used);
-    if (used != s.size()) throw std::invalid_argument(s);
-    return v;
-  } catch (const std::exception&) {
-    throw ArgumentError(fmt::format("--{} must be a number, got '{}'", name, s));
-  }
 }
 
 bool Args::flag_set(const std::string& name) const { return values_.count(name) > 0; }

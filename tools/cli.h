@@ -18,10 +18,8 @@ class Args {
   /// Parses argv[first..]; throws ArgumentError on an unknown option or a missing value.
   void parse(int argc, char** argv, int first);
 
-  bool has(const std::string& name) const;
   std::string str(const std::string& name) const;
   std::int64_t integer(const std::string& name, std::int64_t min, std::int64_t max) const;
-  double real(const std::string& name) const;
   bool flag_set(const std::string& name) const;
   bool help() const { return help_; }
   std::string usage() const;

@@ -17,7 +17,6 @@ constexpr double kPanelW = 520, kPanelH = 380, kLeft = 70, kRight = 20, kTop = 5
 std::string tick_label(double v) {
   if (v >= 1 << 20 && std::fmod(v, 1 << 20) == 0) return fmt::format("{}M", v / (1 << 20));
   if (v >= 1024 && std::fmod(v, 1024) == 0) return fmt::format("{}K", v / 1024);
-  if (v >= 1) return fmt::format("{:g}", v);
   return fmt::format("{:g}", v);
 }
 

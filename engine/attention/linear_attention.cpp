@@ -16,11 +16,16 @@ constexpr std::size_t kAlign = 64;
 int round_up(int x, int m) { return (x + m - 1) / m * m; }
 std::size_t round_up(std::size_t x, std::size_t m) { return (x + m - 1) / m * m; }
 
-// q' = scale * q, elementwise; the same rounding in step and prefill. Skipped when scale is 1,
-// which changes nothing (x * 1 == x exactly).
-void scale_in_place(float* x, int n, float scale) {
-  if (scale == 1.0f) return;
-  for (int i = 0; i < n; ++i) x[i] *= scale;
+// phi over n_heads consecutive heads of one token (x: n_heads * d_key floats), each head's
+// d_feature results scaled and written to a row of `rows` (stride Dp). Step and prefill both
+// produce q' and k' through this routine, so they round alike. The padding of each row (from
+// d_feature to Dp) is never written: callers keep it zero.
+void map_heads(const FeatureMap& phi, const float* x, int n_heads, int d_key, int d_feature,
+               float scale, float* rows, int Dp) {
+  phi.apply(x, n_heads, d_key, d_key, rows, Dp);
+  if (scale == 1.0f) return;  // x * 1 == x exactly
+  for (int h = 0; h < n_heads; ++h)
+    for (int i = 0; i < d_feature; ++i) rows[h * Dp + i] *= scale;
 }
 
 }  // namespace
@@ -196,12 +201,10 @@ void LinearAttention::step(LinearState& state, ConstVectorRef q, ConstVectorRef 
   float* vp = kf + H * Dp;        // (H, dvp)
   float* op = vp + H * dvp;       // (H, dvp)
   // The workspace's padding stays zero: only the first d_feature / d_value entries are written.
-  phi_->apply(q.data(), H, dk, dk, qf, Dp);
-  phi_->apply(k.data(), H, dk, dk, kf, Dp);
-  for (int h = 0; h < H; ++h) {
-    scale_in_place(qf + h * Dp, d_feature_, scale_);
+  map_heads(*phi_, q.data(), H, dk, d_feature_, scale_, qf, Dp);
+  map_heads(*phi_, k.data(), H, dk, d_feature_, 1.0f, kf, Dp);
+  for (int h = 0; h < H; ++h)
     std::memcpy(vp + h * dvp, v.data() + h * dv, sizeof(float) * static_cast<std::size_t>(dv));
-  }
   for (int h = 0; h < H; ++h) {
     const auto view = head_view(state.sums_.data, state.head_bytes_, h, Dp, dvp,
                                 config_.normalized);
@@ -251,7 +254,8 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
   const int threads = std::min(detail::resolve_threads(options.threads), H);
   const int max_heads = (H + threads - 1) / threads;  // per worker
   // Per worker and head: q', k' in tile-walk layout (Dp / 4, chunk, 4), v and o (chunk, dvp);
-  // per worker, one token's feature-mapped rows (heads, Dp). Allocated before the state changes.
+  // per worker, one token's feature-mapped rows (heads, Dp). Allocated before the state changes,
+  // zeroed once: the padding of the rows and of v is never written, so it stays zero.
   const std::size_t C = static_cast<std::size_t>(chunk);
   const std::size_t per_head = C * (2 * static_cast<std::size_t>(Dp) + 2 * static_cast<std::size_t>(dvp));
   const std::size_t per_worker = per_head * static_cast<std::size_t>(max_heads) +
@@ -274,12 +278,10 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
       const int n = static_cast<int>(std::min<Eigen::Index>(chunk, T - b0));
       // q', k': phi over this worker's heads of one token, then into each head's tiles.
       const auto to_tiles = [&](const ConstMatrixRef& X, const auto& dst, float s, int t) {
-        phi_->apply(X.data() + (b0 + t) * X.outerStride() + Eigen::Index(h0) * dk, nh, dk, dk,
-                    rows, Dp);
+        map_heads(*phi_, X.data() + (b0 + t) * X.outerStride() + Eigen::Index(h0) * dk, nh, dk,
+                  d_feature_, s, rows, Dp);
         for (int j = 0; j < nh; ++j) {
-          float* row = rows + j * Dp;
-          std::fill(row + d_feature_, row + Dp, 0.0f);
-          scale_in_place(row, d_feature_, s);
+          const float* row = rows + j * Dp;
           float* tiles = dst(j) + static_cast<std::size_t>(t) * kernels::kTileRows;
           for (int tile = 0; tile < Dp / kernels::kTileRows; ++tile)
             std::memcpy(tiles + static_cast<std::size_t>(tile * n * kernels::kTileRows),
@@ -290,11 +292,9 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
         to_tiles(Q, qT, scale_, t);
         to_tiles(K, kT, 1.0f, t);
         const float* vrow = V.data() + (b0 + t) * V.outerStride() + Eigen::Index(h0) * dv;
-        for (int j = 0; j < nh; ++j) {
-          float* dst = vb(j) + static_cast<std::size_t>(t) * dvp;
-          std::memcpy(dst, vrow + j * dv, sizeof(float) * static_cast<std::size_t>(dv));
-          std::fill(dst + dv, dst + dvp, 0.0f);
-        }
+        for (int j = 0; j < nh; ++j)
+          std::memcpy(vb(j) + static_cast<std::size_t>(t) * dvp, vrow + j * dv,
+                      sizeof(float) * static_cast<std::size_t>(dv));
       }
       for (int j = 0; j < nh; ++j) {
         const auto view = head_view(state.sums_.data, state.head_bytes_, h0 + j, Dp, dvp,

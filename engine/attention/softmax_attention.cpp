@@ -29,8 +29,7 @@ KVCache::KVCache(int n_heads, int d_head)
       d_head_(d_head),
       page_floats_(static_cast<std::size_t>(n_heads) * kPage *
                    static_cast<std::size_t>(d_head + padded(d_head))),
-      workspace_(2 * static_cast<std::size_t>(n_heads) * static_cast<std::size_t>(padded(d_head)) +
-                 kPage) {}
+      workspace_(2 * static_cast<std::size_t>(padded(d_head)) + kPage) {}
 
 float* KVCache::key_page(std::size_t page, int head) const {
   return pages_[page].get() +
@@ -166,7 +165,6 @@ void SoftmaxAttention::step(KVCache& cache, ConstVectorRef q, ConstVectorRef k, 
           s[g] = kernels::fma8(qi, kernels::load8(row + g * kLanes), s[g]);
       }
       for (int g = 0; g < kPage / kLanes; ++g) kernels::store8(scores + g * kLanes, s[g]);
-      for (int t = count; t < kPage; ++t) scores[t] = kNegInf;
       float page_max = kNegInf;
       for (int t = 0; t < count; ++t) page_max = std::max(page_max, scores[t]);
       const float m_new = std::max(m, page_max);
@@ -176,7 +174,7 @@ void SoftmaxAttention::step(KVCache& cache, ConstVectorRef q, ConstVectorRef k, 
         const F8 x = kernels::sub8(kernels::load8(scores + g * kLanes), mv);
         kernels::store8(scores + g * kLanes, kernels::exp8(x));
       }
-      // exp8 clamps below at -87, so masked slots (-inf) would be tiny, not 0: zero them.
+      // Slots past the last token hold scores of stale or zeroed keys: they must not count.
       for (int t = count; t < kPage; ++t) scores[t] = 0.0f;
       float page_sum = 0.0f;
       for (int t = 0; t < count; ++t) page_sum += scores[t];

@@ -118,6 +118,12 @@ inline void walk_tile(const HeadView& h, int row0, int col0, const float* qT, co
     p[r][0] = load8(P + r * stride);
     p[r][1] = load8(P + r * stride + kLanes);
   }
+  const auto store_tile = [&] {
+    for (int r = 0; r < kTileRows; ++r) {
+      store8(P + r * stride, p[r][0]);
+      store8(P + r * stride + kLanes, p[r][1]);
+    }
+  };
   const float* vc = v + col0;
   float* oc = out + col0;
   for (int t0 = 0; t0 < n;) {
@@ -129,19 +135,13 @@ inline void walk_tile(const HeadView& h, int row0, int col0, const float* qT, co
     else
       walk_segment<false>(p, L32, stride, qT, kT, vc, oc, t0, t1);
     if (folds_after(pos0 + t1 - 1)) {
-      for (int r = 0; r < kTileRows; ++r) {
-        store8(P + r * stride, p[r][0]);
-        store8(P + r * stride + kLanes, p[r][1]);
-      }
+      store_tile();
       fold_block(P, L32, h.L64 + row0 * stride + col0, kTileRows, kTileCols, stride);
       for (int r = 0; r < kTileRows; ++r) p[r][0] = p[r][1] = zero8();
     }
     t0 = t1;
   }
-  for (int r = 0; r < kTileRows; ++r) {
-    store8(P + r * stride, p[r][0]);
-    store8(P + r * stride + kLanes, p[r][1]);
-  }
+  store_tile();
 }
 
 }  // namespace

@@ -37,18 +37,4 @@ void parallel_ranges(int n, int threads, const Fn& fn) {
 #endif
 }
 
-/// Calls fn(head, worker) for every head in [0, n_heads), on `threads` workers; worker is in
-/// [0, threads). fn must not throw.
-template <class Fn>
-void parallel_for_heads(int n_heads, int threads, const Fn& fn) {
-  if (threads <= 1) {
-    for (int h = 0; h < n_heads; ++h) fn(h, 0);
-    return;
-  }
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int h = 0; h < n_heads; ++h) fn(h, omp_get_thread_num());
-#endif
-}
-
 }  // namespace recur::detail

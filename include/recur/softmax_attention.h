@@ -58,7 +58,7 @@ class KVCache {
   std::int64_t n_tokens_ = 0;
   std::size_t page_floats_ = 0;  // per page: n_heads * 2 * kPageTokens * d_head
   std::vector<std::unique_ptr<float[]>> pages_;
-  std::vector<float> workspace_;  // step: scaled q and the output of every head
+  std::vector<float> workspace_;  // step, one head at a time: scaled q (dp), acc (dp), scores (kPageTokens)
 };
 
 /// One softmax attention layer. Immutable; share it between threads.
