@@ -24,11 +24,29 @@ Args& Args::flag(const std::string& name, const std::string& help) {
   return *this;
 }
 
+Args& Args::alias(char letter, const std::string& name) {
+  aliases_[letter] = name;
+  return *this;
+}
+
+Args& Args::positionals(int max, const std::string& label) {
+  max_positional_ = max;
+  positional_label_ = label;
+  return *this;
+}
+
 void Args::parse(int argc, char** argv, int first) {
   for (int i = first; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") {
       help_ = true;
+      continue;
+    }
+    if (a.size() == 2 && a[0] == '-' && aliases_.count(a[1])) a = "--" + aliases_.at(a[1]);
+    if (a.rfind("-", 0) != 0 || a == "-") {
+      if (static_cast<int>(positional_.size()) >= max_positional_)
+        throw ArgumentError(fmt::format("unexpected argument '{}' (see --help)", a));
+      positional_.push_back(a);
       continue;
     }
     std::string value;
@@ -84,6 +102,22 @@ std::int64_t Args::integer(const std::string& name, std::int64_t min, std::int64
   return v;
 }
 
+double Args::real(const std::string& name, double min, double max) const {
+  const std::string s = str(name);
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != s.size())
+    throw ArgumentError(fmt::format("--{} must be a number, got '{}'", name, s));
+  if (!(v >= min && v <= max))
+    throw ArgumentError(fmt::format("--{} is {}, expected {} to {}", name, v, min, max));
+  return v;
+}
+
 bool Args::flag_set(const std::string& name) const { return values_.count(name) > 0; }
 
 std::string Args::usage() const {
@@ -91,11 +125,13 @@ std::string Args::usage() const {
   for (const auto& name : order_) {
     const auto& s = specs_.at(name);
     std::string left = "  --" + name + (s.is_flag ? "" : " X");
-    out += fmt::format("{:<22} {}", left, s.help);
+    for (const auto& [letter, target] : aliases_)
+      if (target == name) left = fmt::format("  -{}, --{}{}", letter, name, s.is_flag ? "" : " X");
+    out += fmt::format("{:<26} {}", left, s.help);
     if (!s.fallback.empty()) out += fmt::format(" (default {})", s.fallback);
     out += "\n";
   }
-  out += fmt::format("{:<22} {}\n", "  -h, --help", "this text");
+  out += fmt::format("{:<26} {}\n", "  -h, --help", "this text");
   return out;
 }
 

@@ -14,12 +14,20 @@ class Args {
   /// Declares an option. `fallback` is its default ("" for none); flags take no value.
   Args& option(const std::string& name, const std::string& fallback, const std::string& help);
   Args& flag(const std::string& name, const std::string& help);
+  /// A one-letter spelling (-m) of a declared option or flag.
+  Args& alias(char letter, const std::string& name);
+  /// Accept up to `max` positional arguments, described as `label` in the usage text.
+  Args& positionals(int max, const std::string& label);
 
   /// Parses argv[first..]; throws ArgumentError on an unknown option or a missing value.
   void parse(int argc, char** argv, int first);
 
   std::string str(const std::string& name) const;
   std::int64_t integer(const std::string& name, std::int64_t min, std::int64_t max) const;
+  double real(const std::string& name, double min, double max) const;
+  /// Whether the option was given on the command line (not only defaulted).
+  bool given(const std::string& name) const { return values_.count(name) > 0; }
+  const std::vector<std::string>& positional() const { return positional_; }
   bool flag_set(const std::string& name) const;
   bool help() const { return help_; }
   std::string usage() const;
@@ -32,6 +40,10 @@ class Args {
   std::vector<std::string> order_;
   std::map<std::string, Spec> specs_;
   std::map<std::string, std::string> values_;
+  std::map<char, std::string> aliases_;
+  std::vector<std::string> positional_;
+  int max_positional_ = 0;
+  std::string positional_label_;
   bool help_ = false;
 };
 

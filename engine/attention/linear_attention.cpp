@@ -127,6 +127,34 @@ std::vector<unsigned char> LinearState::raw_bytes() const {
   return out;
 }
 
+void LinearState::load_raw_bytes(const unsigned char* data, std::size_t size) {
+  constexpr const char* call = "LinearState::load_raw_bytes";
+  if (size != sums_.size + sizeof n_tokens_)
+    throw FormatError(fmt::format("[{}] {} bytes given, a state of this shape has {}", call, size,
+                                  sums_.size + sizeof n_tokens_));
+  std::int64_t n = 0;
+  std::memcpy(&n, data + sums_.size, sizeof n);
+  if (n < 0) throw FormatError(fmt::format("[{}] the token count is {}", call, n));
+  // Check every sum before copying, through a view of the incoming bytes.
+  Buffer incoming = allocate(sums_.size);
+  std::memcpy(incoming.data, data, sums_.size);
+  const std::size_t elems = static_cast<std::size_t>(d_feature_padded_) * static_cast<std::size_t>(d_value_padded_);
+  for (int head = 0; head < n_heads_; ++head) {
+    const auto h = head_view(incoming.data, head_bytes_, head, d_feature_padded_, d_value_padded_,
+                             normalized_);
+    bool ok = true;
+    for (std::size_t e = 0; e < elems; ++e)
+      ok &= std::isfinite(h.P[e]) && std::isfinite(h.L32[e]) && std::isfinite(h.L64[e]);
+    if (normalized_)
+      for (int i = 0; i < d_feature_padded_; ++i)
+        ok &= std::isfinite(h.Zp[i]) && std::isfinite(h.Z32[i]) && std::isfinite(h.Z64[i]);
+    if (!ok)
+      throw FormatError(fmt::format("[{}] head {} holds a non-finite sum", call, head));
+  }
+  sums_ = std::move(incoming);
+  n_tokens_ = n;
+}
+
 // ---------------------------------------------------------------------------------------------
 // LinearAttention
 

@@ -40,6 +40,7 @@ inline void store8(float* p, F8 a) { _mm256_storeu_ps(p, a.v); }
 inline F8 add8(F8 a, F8 b) { return {_mm256_add_ps(a.v, b.v)}; }
 inline F8 sub8(F8 a, F8 b) { return {_mm256_sub_ps(a.v, b.v)}; }
 inline F8 mul8(F8 a, F8 b) { return {_mm256_mul_ps(a.v, b.v)}; }
+inline F8 div8(F8 a, F8 b) { return {_mm256_div_ps(a.v, b.v)}; }
 /// a * b + c with a single rounding.
 inline F8 fma8(F8 a, F8 b, F8 c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
 inline F8 max8(F8 a, F8 b) { return {_mm256_max_ps(a.v, b.v)}; }
@@ -88,6 +89,7 @@ inline void store8(float* p, F8 a) { std::memcpy(p, a.v, sizeof a.v); }
 inline F8 add8(F8 a, F8 b) { RECUR_F8_MAP(a.v[l] + b.v[l]); }
 inline F8 sub8(F8 a, F8 b) { RECUR_F8_MAP(a.v[l] - b.v[l]); }
 inline F8 mul8(F8 a, F8 b) { RECUR_F8_MAP(a.v[l] * b.v[l]); }
+inline F8 div8(F8 a, F8 b) { RECUR_F8_MAP(a.v[l] / b.v[l]); }
 inline F8 fma8(F8 a, F8 b, F8 c) { RECUR_F8_MAP(std::fma(a.v[l], b.v[l], c.v[l])); }
 // vmaxps/vminps return the second operand when either is NaN or both are zero.
 inline F8 max8(F8 a, F8 b) { RECUR_F8_MAP(a.v[l] > b.v[l] ? a.v[l] : b.v[l]); }

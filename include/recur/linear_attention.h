@@ -73,8 +73,11 @@ class LinearState {
   /// Z of one head as float64, (d_feature). Zero in the unnormalized form.
   Eigen::VectorXd Z(int head) const;
 
-  /// The raw bytes of the sums and the token count, for exact comparison and hashing.
+  /// The raw bytes of the sums and the token count, for exact comparison, hashing and saving.
   std::vector<unsigned char> raw_bytes() const;
+  /// Restores what raw_bytes() returned for a state of the same shape. Throws FormatError if the
+  /// size differs, a sum is not finite or the count is negative; the state is unchanged then.
+  void load_raw_bytes(const unsigned char* data, std::size_t size);
 
  private:
   friend class LinearAttention;

@@ -1,0 +1,403 @@
+#include "recur/safetensors.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+
+#include "recur/error.h"
+#include "util/check.h"
+#include "util/file.h"
+#include "util/json.h"
+
+namespace recur {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::uint64_t kMaxHeaderBytes = 100u << 20;  // as the reference implementation
+
+template <class... Args>
+[[noreturn]] void fail(const std::string& file, fmt::format_string<Args...> f, Args&&... args) {
+  throw FormatError(
+      fmt::format("[safetensors] {}: {}", file, fmt::format(f, std::forward<Args>(args)...)));
+}
+
+std::string read_text_file(const std::string& path, const char* what) {
+  auto text = detail::read_file(path);
+  if (!text) fail(path, "cannot read the {}", what);
+  return *text;
+}
+
+std::uint64_t le64(const unsigned char* p) {
+  std::uint64_t x = 0;
+  for (int i = 7; i >= 0; --i) x = (x << 8) | p[i];
+  return x;
+}
+
+void put_le64(unsigned char* p, std::uint64_t x) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<unsigned char>(x >> (8 * i));
+}
+
+/// Reads and checks one file's header; adds its tensors to `out`.
+void read_header(const std::string& path, std::map<std::string, TensorInfo>& out) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec) fail(path, "cannot read the file: {}", ec.message());
+  if (size < 8) fail(path, "the file has {} bytes, too short for the 8-byte header length", size);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot open the file for reading");
+  unsigned char len_bytes[8];
+  in.read(reinterpret_cast<char*>(len_bytes), 8);
+  if (!in) fail(path, "short read of the header length");
+  const std::uint64_t header_len = le64(len_bytes);
+  if (header_len > size - 8)
+    fail(path, "the header claims {} bytes but the file has only {} after the length", header_len,
+         size - 8);
+  if (header_len > kMaxHeaderBytes)
+    fail(path, "the header claims {} bytes, more than the limit of {}", header_len,
+         kMaxHeaderBytes);
+  if (header_len < 2) fail(path, "the header has {} bytes, too short for a JSON object", header_len);
+  std::string header(header_len, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(header_len));
+  if (!in) fail(path, "short read of the header");
+  if (header[0] != '{') fail(path, "the header does not start with '{{'");
+  const json::Value root = json::parse(header, "safetensors] " + path + ": [header");
+  if (!root.is_object()) fail(path, "the header is {}, not an object", root.kind_name());
+
+  const std::uint64_t data_start = 8 + header_len;
+  const std::uint64_t data_size = size - data_start;
+  struct Range {
+    std::uint64_t begin, end;
+    std::string name;
+  };
+  std::vector<Range> ranges;
+  for (const auto& [name, entry] : root.object()) {
+    if (name == "__metadata__") {
+      if (!entry.is_object()) fail(path, "__metadata__ is {}, not an object", entry.kind_name());
+      for (const auto& [key, value] : entry.object())
+        if (!value.is_string())
+          fail(path, "__metadata__ entry '{}' is {}, not a string", key, value.kind_name());
+      continue;
+    }
+    if (!entry.is_object()) fail(path, "tensor '{}': entry is {}, not an object", name, entry.kind_name());
+    TensorInfo t;
+    t.name = name;
+    t.file = path;
+    const json::Value* dtype = entry.find("dtype");
+    const json::Value* shape = entry.find("shape");
+    const json::Value* offsets = entry.find("data_offsets");
+    for (const auto& [key, value] : entry.object()) {
+      (void)value;
+      if (key != "dtype" && key != "shape" && key != "data_offsets")
+        fail(path, "tensor '{}': unknown field '{}'", name, key);
+    }
+    if (!dtype || !dtype->is_string()) fail(path, "tensor '{}': missing or non-string dtype", name);
+    const std::string& d = dtype->string();
+    if (d == "F32") t.dtype = DType::kF32;
+    else if (d == "F16") t.dtype = DType::kF16;
+    else if (d == "BF16") t.dtype = DType::kBF16;
+    else fail(path, "tensor '{}': dtype {} is not supported (recur reads F32, F16 and BF16)", name, d);
+    if (!shape || !shape->is_array()) fail(path, "tensor '{}': missing or non-array shape", name);
+    std::uint64_t elements = 1;
+    for (const auto& dim : shape->array()) {
+      if (!dim.is_integer() || dim.integer() < 0)
+        fail(path, "tensor '{}': shape holds {} where a non-negative integer belongs", name,
+             dim.is_number() ? fmt::format("{}", dim.number()) : dim.kind_name());
+      const auto n = static_cast<std::uint64_t>(dim.integer());
+      if (n != 0 && elements > std::numeric_limits<std::uint64_t>::max() / 16 / n)
+        fail(path, "tensor '{}': the shape's element count overflows", name);
+      elements *= n;
+      t.shape.push_back(dim.integer());
+    }
+    if (!offsets || !offsets->is_array() || offsets->array().size() != 2 ||
+        !offsets->array()[0].is_integer() || !offsets->array()[1].is_integer() ||
+        offsets->array()[0].integer() < 0 || offsets->array()[1].integer() < 0)
+      fail(path, "tensor '{}': data_offsets must be two non-negative integers", name);
+    const auto begin = static_cast<std::uint64_t>(offsets->array()[0].integer());
+    const auto end = static_cast<std::uint64_t>(offsets->array()[1].integer());
+    if (end < begin) fail(path, "tensor '{}': data_offsets [{}, {}] end before they begin", name, begin, end);
+    const std::uint64_t expected = elements * static_cast<std::uint64_t>(dtype_size(t.dtype));
+    if (end - begin != expected)
+      fail(path, "tensor '{}': data_offsets [{}, {}] span {} bytes, but {} {} of {} takes {}", name,
+           begin, end, end - begin, t.shape_string(), d, elements, expected);
+    if (end > data_size)
+      fail(path, "tensor '{}': data_offsets [{}, {}] run past the end of the data ({} bytes)", name,
+           begin, end, data_size);
+    t.offset = data_start + begin;
+    t.bytes = end - begin;
+    ranges.push_back({begin, end, name});
+    if (out.count(name)) fail(path, "tensor '{}' appears in more than one file", name);
+    out.emplace(name, std::move(t));
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  std::uint64_t covered = 0;
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    const Range& r = ranges[i];
+    if (r.begin < covered)
+      fail(path, "tensor '{}': data_offsets [{}, {}] overlap tensor '{}'", r.name, r.begin, r.end,
+           ranges[i - 1].name);
+    if (r.begin > covered)
+      fail(path, "tensor '{}': data_offsets [{}, {}] leave a hole of {} bytes before it", r.name,
+           r.begin, r.end, r.begin - covered);
+    covered = r.end;
+  }
+  if (covered != data_size)
+    fail(path, "the tensors cover {} bytes of data but the file holds {}", covered, data_size);
+}
+
+}  // namespace
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "F32";
+    case DType::kF16: return "F16";
+    case DType::kBF16: return "BF16";
+  }
+  return "?";
+}
+
+int dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
+
+DType parse_dtype(const std::string& name) {
+  if (name == "F32" || name == "f32" || name == "float32") return DType::kF32;
+  if (name == "F16" || name == "f16" || name == "float16") return DType::kF16;
+  if (name == "BF16" || name == "bf16" || name == "bfloat16") return DType::kBF16;
+  detail::throw_argument("parse_dtype", "dtype '{}' is not one of f32, f16, bf16", name);
+}
+
+std::int64_t TensorInfo::elements() const {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::string TensorInfo::shape_string() const {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+TensorStore TensorStore::open_file(const std::string& path) {
+  TensorStore store;
+  store.source_ = path;
+  read_header(path, store.tensors_);
+  return store;
+}
+
+TensorStore TensorStore::open_dir(const std::string& dir) {
+  const fs::path base(dir);
+  const fs::path single = base / "model.safetensors";
+  const fs::path index = base / "model.safetensors.index.json";
+  std::error_code ec;
+  if (fs::exists(single, ec)) return open_file(single.string());
+  if (!fs::exists(index, ec))
+    throw FormatError(fmt::format(
+        "[safetensors] {}: neither model.safetensors nor model.safetensors.index.json is there",
+        dir));
+  TensorStore store;
+  store.source_ = index.string();
+  const std::string& ipath = store.source_;
+  const json::Value root = json::parse(read_text_file(ipath, "index"), "safetensors] " + ipath + ": [index");
+  if (!root.is_object()) fail(ipath, "the index is {}, not an object", root.kind_name());
+  const json::Value* map = root.find("weight_map");
+  if (!map || !map->is_object()) fail(ipath, "the index has no weight_map object");
+  std::set<std::string> shards;
+  for (const auto& [name, file] : map->object()) {
+    if (!file.is_string()) fail(ipath, "weight_map entry '{}' is {}, not a file name", name, file.kind_name());
+    const std::string& f = file.string();
+    if (f.empty() || f.find('/') != std::string::npos || f.find('\\') != std::string::npos ||
+        f == "." || f == "..")
+      fail(ipath, "weight_map entry '{}' names '{}', which is not a file in the model directory",
+           name, f);
+    shards.insert(f);
+  }
+  if (shards.empty()) fail(ipath, "the weight_map is empty");
+  for (const auto& shard : shards) read_header((base / shard).string(), store.tensors_);
+  for (const auto& [name, file] : map->object()) {
+    const auto it = store.tensors_.find(name);
+    const std::string expected = (base / file.string()).string();
+    if (it == store.tensors_.end())
+      fail(ipath, "tensor '{}' is listed in {} but that file does not hold it", name, file.string());
+    if (it->second.file != expected)
+      fail(ipath, "tensor '{}' is listed in {} but found in {}", name, file.string(), it->second.file);
+  }
+  for (const auto& [name, info] : store.tensors_)
+    if (!map->find(name))
+      fail(ipath, "tensor '{}' in {} is missing from the weight_map", name, info.file);
+  return store;
+}
+
+const TensorInfo& TensorStore::info(const std::string& name) const {
+  const auto it = tensors_.find(name);
+  if (it == tensors_.end()) fail(source_, "tensor '{}' is missing", name);
+  return it->second;
+}
+
+std::vector<float> TensorStore::read(const std::string& name) const {
+  const TensorInfo& t = info(name);
+  std::vector<unsigned char> raw(t.bytes);
+  std::ifstream in(t.file, std::ios::binary);
+  if (!in) fail(t.file, "cannot open the file for reading");
+  in.seekg(static_cast<std::streamoff>(t.offset));
+  in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(t.bytes));
+  if (!in) fail(t.file, "tensor '{}': short read ({} bytes at offset {}); did the file change?", name, t.bytes, t.offset);
+  const auto n = static_cast<std::size_t>(t.elements());
+  std::vector<float> out(n);
+  switch (t.dtype) {
+    case DType::kF32:
+      std::memcpy(out.data(), raw.data(), n * sizeof(float));
+      break;
+    case DType::kF16:
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, raw.data() + 2 * i, 2);
+        out[i] = f16_to_float(h);
+      }
+      break;
+    case DType::kBF16:
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, raw.data() + 2 * i, 2);
+        out[i] = bf16_to_float(h);
+      }
+      break;
+  }
+  for (std::size_t i = 0; i < n; ++i)
+    if (!std::isfinite(out[i]))
+      fail(t.file, "tensor '{}' {}: element {} is {}", name, t.shape_string(), i, out[i]);
+  return out;
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorData>& tensors,
+                       DType dtype, const std::map<std::string, std::string>& metadata) {
+  std::string header = "{";
+  bool first = true;
+  if (!metadata.empty()) {
+    header += "\"__metadata__\":{";
+    for (const auto& [k, v] : metadata) {
+      header += (first ? "" : ",") + json::quote(k) + ":" + json::quote(v);
+      first = false;
+    }
+    header += "}";
+    first = false;
+  }
+  std::uint64_t offset = 0;
+  std::set<std::string> names;
+  for (const auto& t : tensors) {
+    if (!names.insert(t.name).second)
+      detail::throw_argument("write_safetensors", "tensor '{}' is given twice", t.name);
+    std::uint64_t n = 1;
+    std::string shape;
+    for (std::size_t i = 0; i < t.shape.size(); ++i) {
+      n *= static_cast<std::uint64_t>(t.shape[i]);
+      shape += (i ? "," : "") + std::to_string(t.shape[i]);
+    }
+    const std::uint64_t bytes = n * static_cast<std::uint64_t>(dtype_size(dtype));
+    header += fmt::format("{}{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
+                          first ? "" : ",", json::quote(t.name), dtype_name(dtype), shape, offset,
+                          offset + bytes);
+    first = false;
+    offset += bytes;
+  }
+  header += "}";
+  while (header.size() % 8 != 0) header += ' ';
+
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw Error(fmt::format("[write_safetensors] cannot open {} for writing", tmp));
+    unsigned char len[8];
+    put_le64(len, header.size());
+    out.write(reinterpret_cast<const char*>(len), 8);
+    out.write(header.data(), static_cast<std::streamsize>(header.size()));
+    std::vector<unsigned char> buf;
+    for (const auto& t : tensors) {
+      std::size_t n = 1;
+      for (auto d : t.shape) n *= static_cast<std::size_t>(d);
+      buf.resize(n * static_cast<std::size_t>(dtype_size(dtype)));
+      for (std::size_t i = 0; i < n; ++i) {
+        if (dtype == DType::kF32) {
+          std::memcpy(buf.data() + 4 * i, t.values + i, 4);
+        } else {
+          const std::uint16_t h =
+              dtype == DType::kF16 ? float_to_f16(t.values[i]) : float_to_bf16(t.values[i]);
+          std::memcpy(buf.data() + 2 * i, &h, 2);
+        }
+      }
+      out.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
+    }
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw Error(fmt::format("[write_safetensors] write to {} failed", tmp));
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw Error(fmt::format("[write_safetensors] cannot rename {} to {}: {}", tmp, path, ec.message()));
+}
+
+std::uint16_t float_to_bf16(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40);  // NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+float bf16_to_float(std::uint16_t x) {
+  const std::uint32_t u = static_cast<std::uint32_t>(x) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+std::uint16_t float_to_f16(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  const std::uint32_t sign = (u >> 16) & 0x8000u;
+  const std::uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);  // NaN
+  if (a >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to inf
+  if (a < 0x38800000u) {  // below the smallest normal: a subnormal or zero
+    // Scale into the subnormal grid (2^-24 per step) and let float arithmetic round to even.
+    float af;
+    std::memcpy(&af, &a, 4);
+    const float scaled = af * 16777216.0f;  // exact: a power of two
+    const auto q = static_cast<std::uint32_t>(std::nearbyint(scaled));
+    return static_cast<std::uint16_t>(sign | q);
+  }
+  std::uint32_t m = a - 0x38000000u;  // rebias the exponent from 127 to 15
+  m += 0xfffu + ((m >> 13) & 1u);
+  return static_cast<std::uint16_t>(sign | (m >> 13));
+}
+
+float f16_to_float(std::uint16_t x) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(x & 0x8000u) << 16;
+  const std::uint32_t exp = (x >> 10) & 0x1fu;
+  const std::uint32_t man = x & 0x3ffu;
+  std::uint32_t u;
+  if (exp == 0) {
+    const float f = static_cast<float>(man) * 5.9604644775390625e-8f;  // man * 2^-24, exact
+    std::memcpy(&u, &f, 4);
+    u |= sign;
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else {
+    u = sign | ((exp + 112u) << 23) | (man << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+}  // namespace recur

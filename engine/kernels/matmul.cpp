@@ -1,0 +1,173 @@
+#include "kernels/matmul.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/simd.h"
+#include "util/parallel.h"
+
+namespace recur::kernels {
+namespace {
+
+constexpr std::size_t kAlign = 64;
+constexpr int kRowTile = 6;      // rows per register tile: 6 x 16 outputs = 12 accumulators
+constexpr int kDecodePanels = 4;  // panels walked together when there is one row
+
+// Stores a row of 16 results, or its first `cols` when the panel is the padded last one.
+inline void store_row(float* y, F8 a, F8 b, int cols) {
+  if (cols == kPanelCols) {
+    store8(y, a);
+    store8(y + 8, b);
+    return;
+  }
+  float tmp[kPanelCols];
+  store8(tmp, a);
+  store8(tmp + 8, b);
+  std::memcpy(y, tmp, sizeof(float) * static_cast<std::size_t>(cols));
+}
+
+// R rows (R <= 6) times one panel. Each accumulator is one chain over k ascending. The
+// accumulators are named variables, not an array: GCC keeps an array of vector structs in memory
+// and stores it back on every iteration.
+template <int R>
+void tile_rows(const float* X, std::int64_t ldx, const float* panel, int K, float* Y,
+               std::int64_t ldy, int cols) {
+  static_assert(R >= 1 && R <= 6, "tile of 1 to 6 rows");
+  F8 a0 = zero8(), b0 = zero8(), a1 = zero8(), b1 = zero8(), a2 = zero8(), b2 = zero8();
+  F8 a3 = zero8(), b3 = zero8(), a4 = zero8(), b4 = zero8(), a5 = zero8(), b5 = zero8();
+  const float* x0 = X;
+  const float* x1 = X + (R > 1 ? ldx : 0);
+  const float* x2 = X + (R > 2 ? 2 * ldx : 0);
+  const float* x3 = X + (R > 3 ? 3 * ldx : 0);
+  const float* x4 = X + (R > 4 ? 4 * ldx : 0);
+  const float* x5 = X + (R > 5 ? 5 * ldx : 0);
+  for (int k = 0; k < K; ++k) {
+    const F8 w0 = load8(panel + 16 * k);
+    const F8 w1 = load8(panel + 16 * k + 8);
+    F8 xb = broadcast8(x0 + k);
+    a0 = fma8(xb, w0, a0);
+    b0 = fma8(xb, w1, b0);
+    if constexpr (R > 1) {
+      xb = broadcast8(x1 + k);
+      a1 = fma8(xb, w0, a1);
+      b1 = fma8(xb, w1, b1);
+    }
+    if constexpr (R > 2) {
+      xb = broadcast8(x2 + k);
+      a2 = fma8(xb, w0, a2);
+      b2 = fma8(xb, w1, b2);
+    }
+    if constexpr (R > 3) {
+      xb = broadcast8(x3 + k);
+      a3 = fma8(xb, w0, a3);
+      b3 = fma8(xb, w1, b3);
+    }
+    if constexpr (R > 4) {
+      xb = broadcast8(x4 + k);
+      a4 = fma8(xb, w0, a4);
+      b4 = fma8(xb, w1, b4);
+    }
+    if constexpr (R > 5) {
+      xb = broadcast8(x5 + k);
+      a5 = fma8(xb, w0, a5);
+      b5 = fma8(xb, w1, b5);
+    }
+  }
+  store_row(Y, a0, b0, cols);
+  if constexpr (R > 1) store_row(Y + ldy, a1, b1, cols);
+  if constexpr (R > 2) store_row(Y + 2 * ldy, a2, b2, cols);
+  if constexpr (R > 3) store_row(Y + 3 * ldy, a3, b3, cols);
+  if constexpr (R > 4) store_row(Y + 4 * ldy, a4, b4, cols);
+  if constexpr (R > 5) store_row(Y + 5 * ldy, a5, b5, cols);
+}
+
+// One row times four whole panels: eight independent chains hide the FMA latency that a single
+// row's two chains would expose. The same chain per element as tile_rows.
+void row_panels4(const float* x, const float* panel, std::size_t panel_stride, int K, float* y) {
+  F8 a0 = zero8(), b0 = zero8(), a1 = zero8(), b1 = zero8();
+  F8 a2 = zero8(), b2 = zero8(), a3 = zero8(), b3 = zero8();
+  const float* p0 = panel;
+  const float* p1 = p0 + panel_stride;
+  const float* p2 = p1 + panel_stride;
+  const float* p3 = p2 + panel_stride;
+  for (int k = 0; k < K; ++k) {
+    const F8 xb = broadcast8(x + k);
+    a0 = fma8(xb, load8(p0 + 16 * k), a0);
+    b0 = fma8(xb, load8(p0 + 16 * k + 8), b0);
+    a1 = fma8(xb, load8(p1 + 16 * k), a1);
+    b1 = fma8(xb, load8(p1 + 16 * k + 8), b1);
+    a2 = fma8(xb, load8(p2 + 16 * k), a2);
+    b2 = fma8(xb, load8(p2 + 16 * k + 8), b2);
+    a3 = fma8(xb, load8(p3 + 16 * k), a3);
+    b3 = fma8(xb, load8(p3 + 16 * k + 8), b3);
+  }
+  store_row(y, a0, b0, kPanelCols);
+  store_row(y + 16, a1, b1, kPanelCols);
+  store_row(y + 32, a2, b2, kPanelCols);
+  store_row(y + 48, a3, b3, kPanelCols);
+}
+
+}  // namespace
+
+PackedMatrix::PackedMatrix(const float* w, int n_out, int k_in)
+    : n_out_(n_out), k_in_(k_in), panels_((n_out + kPanelCols - 1) / kPanelCols) {
+  const std::size_t floats = static_cast<std::size_t>(panels_) * static_cast<std::size_t>(k_in) *
+                             kPanelCols;
+  bytes_ = floats * sizeof(float);
+  storage_.reset(new float[floats + kAlign / sizeof(float)]);
+  const auto addr = reinterpret_cast<std::uintptr_t>(storage_.get());
+  data_ = storage_.get() + ((kAlign - addr % kAlign) % kAlign) / sizeof(float);
+  std::memset(data_, 0, bytes_);
+  for (int n = 0; n < n_out; ++n) {
+    float* panel = data_ + static_cast<std::size_t>(n / kPanelCols) * static_cast<std::size_t>(k_in) * kPanelCols;
+    const int c = n % kPanelCols;
+    const float* row = w + static_cast<std::size_t>(n) * static_cast<std::size_t>(k_in);
+    for (int k = 0; k < k_in; ++k) panel[static_cast<std::size_t>(k) * kPanelCols + c] = row[k];
+  }
+}
+
+void PackedMatrix::multiply_panels(const float* X, std::int64_t rows, std::int64_t ldx,
+                                   float* Y, std::int64_t ldy, int p0, int p1) const {
+  const std::size_t panel_stride = static_cast<std::size_t>(k_in_) * kPanelCols;
+  const auto panel_cols = [&](int p) { return std::min(kPanelCols, n_out_ - p * kPanelCols); };
+  if (rows == 1) {
+    int p = p0;
+    for (; p + kDecodePanels <= p1 && (p + kDecodePanels) * kPanelCols <= n_out_; p += kDecodePanels)
+      row_panels4(X, data_ + panel_stride * static_cast<std::size_t>(p), panel_stride, k_in_,
+                  Y + p * kPanelCols);
+    for (; p < p1; ++p)
+      tile_rows<1>(X, ldx, data_ + panel_stride * static_cast<std::size_t>(p), k_in_,
+                   Y + p * kPanelCols, ldy, panel_cols(p));
+    return;
+  }
+  for (int p = p0; p < p1; ++p) {
+    const float* panel = data_ + panel_stride * static_cast<std::size_t>(p);
+    const int cols = panel_cols(p);
+    float* Yp = Y + p * kPanelCols;
+    std::int64_t r = 0;
+    for (; r + kRowTile <= rows; r += kRowTile)
+      tile_rows<kRowTile>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols);
+    switch (rows - r) {
+      case 5: tile_rows<5>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols); break;
+      case 4: tile_rows<4>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols); break;
+      case 3: tile_rows<3>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols); break;
+      case 2: tile_rows<2>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols); break;
+      case 1: tile_rows<1>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols); break;
+      default: break;
+    }
+  }
+}
+
+void PackedMatrix::multiply(const float* X, std::int64_t rows, std::int64_t ldx, float* Y,
+                            std::int64_t ldy, int threads) const {
+  if (rows <= 0 || panels_ == 0) return;
+  // Below ~64 KFLOP per worker the fork costs more than it saves.
+  const std::int64_t work = rows * static_cast<std::int64_t>(n_out_) * k_in_;
+  const int useful = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(work >> 15, panels_)));
+  const int t = std::max(1, std::min(threads, useful));
+  detail::parallel_ranges(panels_, t, [&](int p0, int p1, int) {
+    multiply_panels(X, rows, ldx, Y, ldy, p0, p1);
+  });
+}
+
+}  // namespace recur::kernels

@@ -1,0 +1,50 @@
+// A row-invariant matrix product for the model's projections: Y = X W^T, with W stored as a
+// torch Linear weight (n_out, k_in).
+//
+// The canonical order: every output element is one FMA chain over k = 0, 1, ..., k_in - 1,
+//   y[r][n] = fma(x[r][k], w[n][k], y[r][n]),  starting from y = 0,
+// whatever the number of rows, the tile a row falls in, or the thread that computes it. A token's
+// projections therefore give the same bytes whether it is decoded alone or prefilled among
+// thousands (DESIGN.md 3.1). Eigen's product cannot promise that: it picks different kernels and
+// blockings for one row and for many.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace recur::kernels {
+
+/// Output columns per panel: two 8-lane vectors.
+inline constexpr int kPanelCols = 16;
+
+class PackedMatrix {
+ public:
+  PackedMatrix() = default;
+  /// Packs w (n_out rows of k_in floats, row stride k_in) into panels of 16 output columns,
+  /// k-major within a panel; the last panel is padded with zero columns.
+  PackedMatrix(const float* w, int n_out, int k_in);
+
+  int n_out() const { return n_out_; }
+  int k_in() const { return k_in_; }
+  /// Bytes of the packed panels: what one product reads of the weights.
+  std::size_t bytes() const { return bytes_; }
+
+  /// Y (rows, n_out; row stride ldy) = X (rows, k_in; row stride ldx) W^T. Splits the panels
+  /// over up to `threads` workers (>= 1); the split changes no result.
+  void multiply(const float* X, std::int64_t rows, std::int64_t ldx, float* Y, std::int64_t ldy,
+                int threads) const;
+
+ private:
+  void multiply_panels(const float* X, std::int64_t rows, std::int64_t ldx, float* Y,
+                       std::int64_t ldy, int p0, int p1) const;
+
+  int n_out_ = 0;
+  int k_in_ = 0;
+  int panels_ = 0;
+  std::size_t bytes_ = 0;
+  std::shared_ptr<float[]> storage_;  // shared: a packed matrix is immutable
+  float* data_ = nullptr;             // 64-byte aligned, (panels, k_in, 16)
+};
+
+}  // namespace recur::kernels

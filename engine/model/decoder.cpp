@@ -1,0 +1,392 @@
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "model/model_impl.h"
+#include "recur/error.h"
+#include "util/check.h"
+#include "util/hash.h"
+#include "util/parallel.h"
+
+namespace recur {
+
+namespace {
+
+constexpr char kMagic[8] = {'R', 'E', 'C', 'U', 'R', 'S', 'T', 'A'};
+constexpr std::uint32_t kStateVersion = 1;
+
+template <class T>
+void put(std::string& out, const T& v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+template <class T>
+T get(const std::string& in, std::size_t& pos) {
+  T v;
+  std::memcpy(&v, in.data() + pos, sizeof v);
+  pos += sizeof v;
+  return v;
+}
+
+}  // namespace
+
+struct Decoder::Impl {
+  std::vector<LinearState> states;
+  std::int64_t n_tokens = 0;
+  bool has_logits = false;
+  Eigen::VectorXf logits;  // after the last token
+
+  // Workspace for up to `cap` rows; never part of the decoder's value.
+  int cap = 0;
+  std::vector<float> x, h, q, k, v, fq, fk, fk_full, v_full, o, a, g, u, map_scratch, all_logits;
+
+  void allocate(const ModelConfig& c, const Model::Impl& m, int rows) {
+    cap = rows;
+    const auto n = static_cast<std::size_t>(rows);
+    const auto sz = [](int w) { return static_cast<std::size_t>(w); };
+    const int H = c.num_heads, Hkv = c.num_kv_heads, D = c.d_feature, dv = c.head_v_dim;
+    x.assign(n * sz(c.hidden_size), 0.0f);
+    h.assign(n * sz(c.hidden_size), 0.0f);
+    a.assign(n * sz(c.hidden_size), 0.0f);
+    q.assign(n * sz(c.key_dim), 0.0f);
+    k.assign(n * sz(c.key_dim / c.kv_groups), 0.0f);
+    v.assign(n * sz(c.value_dim / c.kv_groups), 0.0f);
+    fq.assign(n * sz(H * D), 0.0f);
+    fk.assign(n * sz(Hkv * D), 0.0f);
+    o.assign(n * sz(c.value_dim), 0.0f);
+    if (c.kv_groups > 1) {
+      fk_full.assign(n * sz(H * D), 0.0f);
+      v_full.assign(n * sz(H * dv), 0.0f);
+    }
+    g.assign(n * sz(c.intermediate_size), 0.0f);
+    if (c.architecture == Architecture::kLinearAttn) u.assign(n * sz(c.intermediate_size), 0.0f);
+    std::size_t scratch = 0;
+    for (const auto& l : m.layers)
+      scratch = std::max({scratch, l.phi_q.scratch_floats(std::int64_t(rows) * H),
+                          l.phi_k.scratch_floats(std::int64_t(rows) * Hkv)});
+    map_scratch.assign(scratch, 0.0f);
+    all_logits.clear();
+  }
+
+  std::size_t workspace_bytes() const {
+    std::size_t n = 0;
+    for (const auto* b : {&x, &h, &q, &k, &v, &fq, &fk, &fk_full, &v_full, &o, &a, &g, &u,
+                          &map_scratch, &all_logits})
+      n += b->capacity() * sizeof(float);
+    return n;
+  }
+};
+
+Decoder::Decoder(std::shared_ptr<const Model> model, const DecoderOptions& options)
+    : model_(std::move(model)), options_(options), impl_(std::make_unique<Impl>()) {
+  constexpr const char* call = "Decoder";
+  if (!model_) detail::throw_argument(call, "the model is null");
+  if (options.chunk < 1)
+    detail::throw_argument(call, "options.chunk is {}, expected at least 1", options.chunk);
+  if (options.threads < 0)
+    detail::throw_argument(call, "options.threads is {}, expected 0 (all cores) or more",
+                           options.threads);
+  const auto& m = model_->impl();
+  for (const auto& layer : m.layers) impl_->states.push_back(layer.attention->make_state());
+  impl_->logits = Eigen::VectorXf::Zero(model_->config().vocab_size);
+  impl_->allocate(model_->config(), m, options.chunk);
+}
+
+Decoder::Decoder(std::shared_ptr<const Model> model, const DecoderOptions& options,
+                 std::unique_ptr<Impl> impl)
+    : model_(std::move(model)), options_(options), impl_(std::move(impl)) {}
+
+Decoder::~Decoder() = default;
+Decoder::Decoder(Decoder&&) noexcept = default;
+Decoder& Decoder::operator=(Decoder&&) noexcept = default;
+
+Decoder Decoder::clone() const {
+  auto impl = std::make_unique<Impl>();
+  for (const auto& s : impl_->states) impl->states.push_back(s.clone());
+  impl->n_tokens = impl_->n_tokens;
+  impl->has_logits = impl_->has_logits;
+  impl->logits = impl_->logits;
+  impl->allocate(model_->config(), model_->impl(), options_.chunk);
+  return Decoder(model_, options_, std::move(impl));
+}
+
+void Decoder::reset() {
+  for (auto& s : impl_->states) s.reset();
+  impl_->n_tokens = 0;
+  impl_->has_logits = false;
+  impl_->logits.setZero();
+}
+
+void Decoder::set_options(const DecoderOptions& options) {
+  if (options.chunk < 1)
+    detail::throw_argument("Decoder::set_options", "options.chunk is {}, expected at least 1",
+                           options.chunk);
+  if (options.threads < 0)
+    detail::throw_argument("Decoder::set_options",
+                           "options.threads is {}, expected 0 (all cores) or more", options.threads);
+  if (options.chunk != impl_->cap) impl_->allocate(model_->config(), model_->impl(), options.chunk);
+  options_ = options;
+}
+
+std::int64_t Decoder::n_tokens() const { return impl_->n_tokens; }
+
+std::size_t Decoder::state_bytes() const {
+  std::size_t n = 0;
+  for (const auto& s : impl_->states) n += s.raw_bytes().size();
+  return n;
+}
+
+std::size_t Decoder::bytes() const {
+  std::size_t n = sizeof(*this) + sizeof(Impl) + impl_->workspace_bytes() +
+                  static_cast<std::size_t>(impl_->logits.size()) * sizeof(float);
+  for (const auto& s : impl_->states) n += s.bytes();
+  return n;
+}
+
+ConstVectorRef Decoder::logits() const {
+  if (!impl_->has_logits)
+    detail::throw_argument("Decoder::logits", "no token has been run through the decoder yet");
+  return impl_->logits;
+}
+
+// Runs n tokens (n <= cap) through every layer. Each step is row-invariant: a token's bytes do
+// not depend on n, so prefill in any chunking equals step() token by token.
+void Decoder::forward(const int* tokens, int n, bool all_logits) {
+  const ModelConfig& c = model_->config();
+  const Model::Impl& m = model_->impl();
+  Impl& w = *impl_;
+  const int threads = detail::resolve_threads(options_.threads);
+  const int d = c.hidden_size, H = c.num_heads, Hkv = c.num_kv_heads, D = c.d_feature;
+  const int dk = c.head_k_dim, dv = c.head_v_dim, G = c.kv_groups, I = c.intermediate_size;
+  const int kd = c.key_dim / G, vd = c.value_dim / G;
+  const bool fla = c.architecture == Architecture::kLinearAttn;
+
+  for (int t = 0; t < n; ++t)
+    std::memcpy(w.x.data() + std::size_t(t) * std::size_t(d),
+                m.embeddings.data() + std::size_t(tokens[t]) * std::size_t(d),
+                sizeof(float) * std::size_t(d));
+
+  for (std::size_t li = 0; li < m.layers.size(); ++li) {
+    const auto& L = m.layers[li];
+    // Attention input: the normed residual (pre-norm) or the residual itself (post-norm).
+    const float* in = w.x.data();
+    if (fla) {
+      L.attn_norm.apply(w.x.data(), n, d, w.h.data(), d);
+      in = w.h.data();
+    }
+    L.q.apply(in, n, d, w.q.data(), c.key_dim, threads);
+    L.k.apply(in, n, d, w.k.data(), kd, threads);
+    L.v.apply(in, n, d, w.v.data(), vd, threads);
+    // Feature maps after the head split: rows of head_k_dim become rows of d_feature.
+    L.phi_q.apply(w.q.data(), std::int64_t(n) * H, w.fq.data(), w.map_scratch.data());
+    L.phi_k.apply(w.k.data(), std::int64_t(n) * Hkv, w.fk.data(), w.map_scratch.data());
+    const float* kf = w.fk.data();
+    const float* vf = w.v.data();
+    if (G > 1) {
+      // Query head j reads kv head j / G (the library's repeat of each kv head G times).
+      for (int t = 0; t < n; ++t)
+        for (int j = 0; j < H; ++j) {
+          std::memcpy(w.fk_full.data() + (std::size_t(t) * H + j) * D,
+                      w.fk.data() + (std::size_t(t) * Hkv + j / G) * D, sizeof(float) * std::size_t(D));
+          std::memcpy(w.v_full.data() + (std::size_t(t) * H + j) * dv,
+                      w.v.data() + std::size_t(t) * vd + std::size_t(j / G) * dv,
+                      sizeof(float) * std::size_t(dv));
+        }
+      kf = w.fk_full.data();
+      vf = w.v_full.data();
+    }
+    (void)dk;
+    const LinearAttention& attn = *L.attention;
+    LinearState& state = w.states[li];
+    if (n == 1) {
+      attn.step(state, Eigen::Map<const Eigen::VectorXf>(w.fq.data(), H * D),
+                Eigen::Map<const Eigen::VectorXf>(kf, H * D),
+                Eigen::Map<const Eigen::VectorXf>(vf, H * dv),
+                Eigen::Map<Eigen::VectorXf>(w.o.data(), H * dv));
+    } else {
+      using CMap = Eigen::Map<const RowMatrix>;
+      Eigen::Map<RowMatrix> O(w.o.data(), n, H * dv);
+      attn.prefill(state, CMap(w.fq.data(), n, H * D), CMap(kf, n, H * D), CMap(vf, n, H * dv), O,
+                   PrefillOptions{n, threads});
+    }
+    if (L.has_head_norm) L.head_norm.apply(w.o.data(), n, c.value_dim, w.o.data(), c.value_dim, H);
+    L.o.apply(w.o.data(), n, c.value_dim, w.a.data(), d, threads);
+    model::add_inplace(w.x.data(), w.a.data(), std::int64_t(n) * d);
+    if (fla) {
+      L.mlp_norm.apply(w.x.data(), n, d, w.h.data(), d);
+      L.gate.apply(w.h.data(), n, d, w.g.data(), I, threads);
+      L.up.apply(w.h.data(), n, d, w.u.data(), I, threads);
+      model::swiglu(w.g.data(), w.u.data(), w.g.data(), std::int64_t(n) * I);
+      L.down.apply(w.g.data(), n, I, w.a.data(), d, threads);
+      model::add_inplace(w.x.data(), w.a.data(), std::int64_t(n) * d);
+    } else {
+      L.attn_norm.apply(w.x.data(), n, d, w.x.data(), d);
+      L.fc1.apply(w.x.data(), n, d, w.g.data(), I, threads);
+      if (c.hidden_act == "gelu") model::gelu_inplace(w.g.data(), std::int64_t(n) * I);
+      else model::relu_inplace(w.g.data(), std::int64_t(n) * I);
+      L.fc2.apply(w.g.data(), n, I, w.a.data(), d, threads);
+      model::add_inplace(w.x.data(), w.a.data(), std::int64_t(n) * d);
+      L.mlp_norm.apply(w.x.data(), n, d, w.x.data(), d);
+    }
+  }
+
+  // The head: every row when the caller wants all logits, else only the last.
+  const int first = all_logits ? 0 : n - 1;
+  const int rows = n - first;
+  const float* top = w.x.data() + std::size_t(first) * std::size_t(d);
+  if (m.has_final_norm) {
+    m.final_norm.apply(top, rows, d, w.h.data(), d);
+    top = w.h.data();
+  }
+  const int V = c.vocab_size;
+  if (all_logits) {
+    w.all_logits.resize(std::size_t(n) * std::size_t(V));
+    m.lm_head.apply(top, rows, d, w.all_logits.data(), V, threads);
+    std::memcpy(w.logits.data(), w.all_logits.data() + std::size_t(n - 1) * std::size_t(V),
+                sizeof(float) * std::size_t(V));
+  } else {
+    m.lm_head.apply(top, 1, d, w.logits.data(), V, threads);
+  }
+  w.n_tokens += n;
+  w.has_logits = true;
+}
+
+ConstVectorRef Decoder::prefill(const std::vector<int>& tokens, const Progress& progress,
+                                const LogitsSink& each) {
+  constexpr const char* call = "Decoder::prefill";
+  const int V = model_->config().vocab_size;
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= V)
+      detail::throw_argument(call, "tokens[{}] is {}, expected 0 to vocab_size - 1 = {}", i,
+                             tokens[i], V - 1);
+  if (tokens.empty() && !impl_->has_logits)
+    detail::throw_argument(call, "no tokens given and none run before: there are no logits");
+  const auto total = static_cast<std::int64_t>(tokens.size());
+  for (std::int64_t b = 0; b < total; b += impl_->cap) {
+    const int n = static_cast<int>(std::min<std::int64_t>(impl_->cap, total - b));
+    forward(tokens.data() + b, n, static_cast<bool>(each));
+    if (each)
+      for (int t = 0; t < n; ++t)
+        each(b + t, impl_->all_logits.data() + std::size_t(t) * std::size_t(V));
+    if (progress) progress(b + n, total);
+  }
+  return impl_->logits;
+}
+
+ConstVectorRef Decoder::step(int token) {
+  const int V = model_->config().vocab_size;
+  if (token < 0 || token >= V)
+    detail::throw_argument("Decoder::step", "token is {}, expected 0 to vocab_size - 1 = {}",
+                           token, V - 1);
+  forward(&token, 1, false);
+  return impl_->logits;
+}
+
+void Decoder::save(const std::string& path) const {
+  std::string out(kMagic, sizeof kMagic);
+  put(out, kStateVersion);
+  put(out, static_cast<std::uint32_t>(impl_->states.size()));
+  put(out, model_->fingerprint());
+  put(out, impl_->n_tokens);
+  put(out, static_cast<std::uint32_t>(model_->config().vocab_size));
+  put(out, static_cast<std::uint32_t>(impl_->has_logits ? 1 : 0));
+  for (const auto& s : impl_->states) {
+    const auto raw = s.raw_bytes();
+    put(out, static_cast<std::uint64_t>(raw.size()));
+    out.append(reinterpret_cast<const char*>(raw.data()), raw.size());
+  }
+  out.append(reinterpret_cast<const char*>(impl_->logits.data()),
+             sizeof(float) * static_cast<std::size_t>(impl_->logits.size()));
+  detail::Hasher hash;
+  hash.update(out.data(), out.size());
+  put(out, hash.digest());
+
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f.write(out.data(), static_cast<std::streamsize>(out.size()));
+    f.flush();
+    if (!f) {
+      std::remove(tmp.c_str());
+      throw Error(fmt::format("[Decoder::save] cannot write {}", tmp));
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw Error(fmt::format("[Decoder::save] cannot rename {} to {}: {}", tmp, path, ec.message()));
+}
+
+void Decoder::load(const std::string& path) {
+  const auto fail = [&](const std::string& problem) {
+    throw FormatError(fmt::format("[Decoder::load] {}: {}", path, problem));
+  };
+  // The exact size a state of this model takes, known before reading a byte of it.
+  std::size_t expected = sizeof kMagic + 4 + 4 + 8 + 8 + 4 + 4 + 8;
+  std::vector<std::size_t> layer_bytes;
+  for (const auto& s : impl_->states) {
+    layer_bytes.push_back(s.raw_bytes().size());
+    expected += 8 + layer_bytes.back();
+  }
+  expected += sizeof(float) * static_cast<std::size_t>(model_->config().vocab_size);
+
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) fail("cannot read the file: " + ec.message());
+  if (size < sizeof kMagic + 8) fail(fmt::format("{} bytes is too short for a state file", size));
+  std::ifstream f(path, std::ios::binary);
+  std::string in(std::min<std::uintmax_t>(size, expected + 1), '\0');
+  f.read(in.data(), static_cast<std::streamsize>(in.size()));
+  if (!f && !f.eof()) fail("read error");
+  if (std::memcmp(in.data(), kMagic, sizeof kMagic) != 0) fail("not a recur state file (bad magic)");
+  std::size_t pos = sizeof kMagic;
+  const auto version = get<std::uint32_t>(in, pos);
+  if (version != kStateVersion)
+    fail(fmt::format("state format version {}, this build reads version {}", version, kStateVersion));
+  if (size != expected)
+    fail(fmt::format("the file has {} bytes, a state of this model has {}: truncated, or saved "
+                     "from another model", size, expected));
+  detail::Hasher hash;
+  hash.update(in.data(), expected - 8);
+  std::size_t tail = expected - 8;
+  if (get<std::uint64_t>(in, tail) != hash.digest()) fail("checksum mismatch: the file is corrupt");
+  const auto n_layers = get<std::uint32_t>(in, pos);
+  const auto fingerprint = get<std::uint64_t>(in, pos);
+  if (fingerprint != model_->fingerprint())
+    fail(fmt::format("saved from another model (fingerprint {:016x}, this model's is {:016x})",
+                     fingerprint, model_->fingerprint()));
+  if (n_layers != impl_->states.size())
+    fail(fmt::format("{} layers, the model has {}", n_layers, impl_->states.size()));
+  const auto n_tokens = get<std::int64_t>(in, pos);
+  const auto vocab = get<std::uint32_t>(in, pos);
+  const auto has_logits = get<std::uint32_t>(in, pos);
+  if (vocab != static_cast<std::uint32_t>(model_->config().vocab_size) || has_logits > 1 || n_tokens < 0)
+    fail("header fields do not match this model");
+  std::vector<LinearState> states;
+  for (std::size_t i = 0; i < impl_->states.size(); ++i) {
+    const auto bytes = get<std::uint64_t>(in, pos);
+    if (bytes != layer_bytes[i]) fail(fmt::format("layer {} holds {} bytes, expected {}", i, bytes, layer_bytes[i]));
+    LinearState s = model_->impl().layers[i].attention->make_state();
+    try {
+      s.load_raw_bytes(reinterpret_cast<const unsigned char*>(in.data() + pos), layer_bytes[i]);
+    } catch (const FormatError& e) {
+      fail(fmt::format("layer {}: {}", i, e.what()));
+    }
+    if (s.n_tokens() != n_tokens) fail(fmt::format("layer {} has seen {} tokens, the header says {}", i, s.n_tokens(), n_tokens));
+    pos += layer_bytes[i];
+    states.push_back(std::move(s));
+  }
+  Eigen::VectorXf logits(model_->config().vocab_size);
+  std::memcpy(logits.data(), in.data() + pos, sizeof(float) * static_cast<std::size_t>(logits.size()));
+  if (!logits.allFinite()) fail("the saved logits are not finite");
+  // Everything checked: commit.
+  impl_->states = std::move(states);
+  impl_->n_tokens = n_tokens;
+  impl_->has_logits = has_logits == 1;
+  impl_->logits = std::move(logits);
+}
+
+}  // namespace recur

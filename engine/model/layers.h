@@ -1,0 +1,63 @@
+// The model's building blocks, each a pure function of one row: a token's result never depends
+// on which other tokens share the call, so decode and prefill agree to the bit.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "recur/feature_map.h"
+#include "recur/model.h"
+
+namespace recur::model {
+
+/// A torch Linear: y = x W^T (+ b).
+struct Dense {
+  kernels::PackedMatrix w;
+  std::vector<float> bias;  // empty: none
+
+  int n_out() const { return w.n_out(); }
+  void apply(const float* X, std::int64_t rows, std::int64_t ldx, float* Y, std::int64_t ldy,
+             int threads) const;
+};
+
+/// RMSNorm (x * rstd * w) or LayerNorm ((x - mean) * rstd * w + b) over `dim` features.
+struct Norm {
+  bool layer_norm = false;
+  int dim = 0;
+  float eps = 1e-6f;
+  std::vector<float> weight;  // empty: none
+  std::vector<float> bias;    // empty: none
+
+  /// Normalises each group of `dim` consecutive floats of `rows` rows (row strides ldx, ldy);
+  /// `groups` groups per row (per-head norms). In place when x == y.
+  void apply(const float* x, std::int64_t rows, std::int64_t ldx, float* y, std::int64_t ldy,
+             int groups = 1) const;
+};
+
+/// A model's feature map for q or for k, with its learned parameters.
+struct QKFeatureMap {
+  ModelFeatureMap kind = ModelFeatureMap::kElu;
+  int d_key = 0;
+  int d_feature = 0;
+  bool normalize_sum = false;  // norm_q / norm_k: x / (sum(x) + 1e-4) after the map
+  Dense l1, l2;                // hedgehog, t2r: l1; elementwise_product: l1 and l2
+  std::shared_ptr<const FeatureMap> simple;  // elu, relu, identity
+
+  /// Floats of scratch apply() needs for `rows` rows.
+  std::size_t scratch_floats(std::int64_t rows) const;
+  /// rows of d_key floats (contiguous) to rows of d_feature floats (contiguous).
+  void apply(const float* x, std::int64_t rows, float* out, float* scratch) const;
+};
+
+/// out[i] = g[i] * sigmoid(g[i]) * u[i] (swish-gated linear unit).
+void swiglu(const float* g, const float* u, float* out, std::int64_t n);
+/// In place: max(x, 0).
+void relu_inplace(float* x, std::int64_t n);
+/// In place: x * Phi(x), with the exact (erf) form.
+void gelu_inplace(float* x, std::int64_t n);
+/// y[i] += x[i].
+void add_inplace(float* y, const float* x, std::int64_t n);
+
+}  // namespace recur::model

@@ -1,0 +1,493 @@
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "model/model_impl.h"
+#include "recur/error.h"
+#include "util/hash.h"
+
+namespace recur {
+namespace {
+
+namespace fs = std::filesystem;
+using Shape = std::vector<std::int64_t>;
+
+std::string shape_string(const Shape& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+std::string layer_prefix(int i) { return fmt::format("model.layers.{}.", i); }
+
+// Names of one feature map's parameters (under attn.feature_map_q / _k), with shapes.
+void feature_map_tensors(const ModelConfig& c, const std::string& prefix,
+                         std::vector<std::pair<std::string, Shape>>& out) {
+  const std::int64_t d = c.head_k_dim;
+  switch (c.feature_map) {
+    case ModelFeatureMap::kHedgehog:
+      out.push_back({prefix + "layer.weight", {d, d}});
+      out.push_back({prefix + "layer.bias", {d}});
+      break;
+    case ModelFeatureMap::kT2R:
+      out.push_back({prefix + "layer.weight", {d, d}});
+      break;
+    case ModelFeatureMap::kElementwiseProduct:
+      out.push_back({prefix + "layer1.weight", {d, d}});
+      out.push_back({prefix + "layer1.bias", {d}});
+      out.push_back({prefix + "layer2.weight", {d, d}});
+      out.push_back({prefix + "layer2.bias", {d}});
+      break;
+    default:
+      break;
+  }
+}
+
+// splitmix64: the generator behind RandomWeights, the same on every platform.
+std::uint64_t splitmix(std::uint64_t& s) {
+  std::uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+std::uint64_t name_seed(const std::string& name, std::uint64_t seed) {
+  detail::Hasher h;
+  h.update_value(seed);
+  h.update(name.data(), name.size());
+  return h.digest();
+}
+
+// Reads tensors from a WeightSource, checking each shape against the configuration, hashing
+// every value into the fingerprint, and remembering which names were used.
+class Loader {
+ public:
+  Loader(const WeightSource& src, const ModelConfig& config) : src_(src) {
+    const std::string cfg = config.to_json();
+    hash_.update(cfg.data(), cfg.size());
+  }
+
+  std::vector<float> take(const std::string& name, const Shape& shape, const char* why) {
+    if (!src_.has(name))
+      fail("tensor '{}' {} is missing ({})", name, shape_string(shape), why);
+    const Shape got = src_.shape(name);
+    if (got != shape)
+      fail("tensor '{}' has shape {}, but config.json implies {} ({})", name, shape_string(got),
+           shape_string(shape), why);
+    std::vector<float> values = src_.read(name);
+    used_.insert(name);
+    hash_.update(name.data(), name.size());
+    for (auto d : shape) hash_.update_value(d);
+    hash_.update(values.data(), values.size() * sizeof(float));
+    parameters_ += static_cast<std::int64_t>(values.size());
+    return values;
+  }
+
+  /// A tied tensor that may be stored under a second name: if present, it must equal `ref`.
+  void accept_tied(const std::string& name, const std::vector<float>& ref, const Shape& shape) {
+    if (!src_.has(name)) return;
+    if (src_.shape(name) != shape || src_.read(name) != ref)
+      fail("tensor '{}' differs from the tensor it is tied to by config.json", name);
+    used_.insert(name);
+  }
+
+  void reject_unused() const {
+    for (const auto& name : src_.names())
+      if (!used_.count(name))
+        fail("tensor '{}' is not part of this configuration: config.json and the weights disagree",
+             name);
+  }
+
+  std::uint64_t fingerprint() const { return hash_.digest(); }
+  std::int64_t parameters() const { return parameters_; }
+  template <class... Args>
+  [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) const {
+    throw FormatError(fmt::format("[Model] {}: {}", src_.describe(),
+                                  fmt::format(f, std::forward<Args>(args)...)));
+  }
+
+ private:
+  const WeightSource& src_;
+  detail::Hasher hash_;
+  std::set<std::string> used_;
+  std::int64_t parameters_ = 0;
+};
+
+model::Dense dense(Loader& L, const std::string& name, int n_out, int k_in, bool bias,
+                   const char* why) {
+  model::Dense d;
+  const auto w = L.take(name + ".weight", {n_out, k_in}, why);
+  d.w = kernels::PackedMatrix(w.data(), n_out, k_in);
+  if (bias) d.bias = L.take(name + ".bias", {n_out}, why);
+  return d;
+}
+
+model::Norm norm(Loader& L, const std::string& name, int dim, float eps, bool layer_norm, bool affine,
+          const char* why) {
+  model::Norm n;
+  n.dim = dim;
+  n.eps = eps;
+  n.layer_norm = layer_norm;
+  if (affine) n.weight = L.take(name + ".weight", {dim}, why);
+  if (layer_norm) n.bias = L.take(name + ".bias", {dim}, why);
+  return n;
+}
+
+class TensorStoreSource final : public WeightSource {
+ public:
+  explicit TensorStoreSource(TensorStore store) : store_(std::move(store)) {}
+  bool has(const std::string& name) const override { return store_.contains(name); }
+  std::vector<std::int64_t> shape(const std::string& name) const override {
+    return store_.info(name).shape;
+  }
+  std::vector<float> read(const std::string& name) const override { return store_.read(name); }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    for (const auto& [name, info] : store_.tensors()) {
+      (void)info;
+      out.push_back(name);
+    }
+    return out;
+  }
+  std::string describe() const override { return store_.source(); }
+
+ private:
+  TensorStore store_;
+};
+
+}  // namespace
+
+using model::Dense;
+using model::QKFeatureMap;
+
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> model_tensor_shapes(
+    const ModelConfig& c) {
+  std::vector<std::pair<std::string, Shape>> out;
+  const std::int64_t d = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  out.push_back({"model.embeddings.weight", {V, d}});
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = layer_prefix(i);
+    if (c.architecture == Architecture::kLinearAttn) {
+      const std::int64_t kd = c.key_dim / c.kv_groups, vd = c.value_dim / c.kv_groups;
+      out.push_back({p + "attn_norm.weight", {d}});
+      out.push_back({p + "attn.q_proj.weight", {c.key_dim, d}});
+      out.push_back({p + "attn.k_proj.weight", {kd, d}});
+      out.push_back({p + "attn.v_proj.weight", {vd, d}});
+      feature_map_tensors(c, p + "attn.feature_map_q.", out);
+      if (!c.tie_feature_map_qk) feature_map_tensors(c, p + "attn.feature_map_k.", out);
+      if (c.elementwise_affine) out.push_back({p + "attn.norm.weight", {c.head_v_dim}});
+      out.push_back({p + "attn.o_proj.weight", {d, c.value_dim}});
+      out.push_back({p + "mlp_norm.weight", {d}});
+      out.push_back({p + "mlp.gate_proj.weight", {I, d}});
+      out.push_back({p + "mlp.up_proj.weight", {I, d}});
+      out.push_back({p + "mlp.down_proj.weight", {d, I}});
+    } else {
+      for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
+        out.push_back({p + "attn." + proj + ".weight", {d, d}});
+        out.push_back({p + "attn." + proj + ".bias", {d}});
+      }
+      out.push_back({p + "attn_norm.weight", {d}});
+      out.push_back({p + "attn_norm.bias", {d}});
+      out.push_back({p + "mlp.fc1.weight", {I, d}});
+      out.push_back({p + "mlp.fc1.bias", {I}});
+      out.push_back({p + "mlp.fc2.weight", {d, I}});
+      out.push_back({p + "mlp.fc2.bias", {d}});
+      out.push_back({p + "mlp_norm.weight", {d}});
+      out.push_back({p + "mlp_norm.bias", {d}});
+    }
+  }
+  if (c.architecture == Architecture::kLinearAttn) out.push_back({"model.norm.weight", {d}});
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {V, d}});
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random weights
+
+RandomWeights::RandomWeights(const ModelConfig& config_in, std::uint64_t seed) : seed_(seed) {
+  ModelConfig config = config_in;
+  config.resolve("RandomWeights");
+  for (auto& [name, shape] : model_tensor_shapes(config)) {
+    Spec s;
+    s.shape = shape;
+    const auto ends_with = [&](const char* suffix) {
+      const std::string suf(suffix);
+      return name.size() >= suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
+    };
+    if (name == "model.embeddings.weight") {
+      s.init = Spec::Init::kNormal;
+      s.std = 1.0;
+    } else if (ends_with("norm.weight")) {
+      s.init = Spec::Init::kNearOne;
+      s.std = 0.1;
+    } else if (ends_with(".bias")) {
+      s.init = Spec::Init::kSmall;
+      s.std = 0.1;
+    } else if (name.find("feature_map") != std::string::npos &&
+               config.feature_map == ModelFeatureMap::kHedgehog) {
+      s.init = Spec::Init::kIdentityNear;  // the library initialises hedgehog maps to identity
+      s.std = 0.3 / std::sqrt(static_cast<double>(shape[1]));
+    } else {
+      s.init = Spec::Init::kNormal;
+      s.std = 1.0 / std::sqrt(static_cast<double>(shape[1]));
+    }
+    specs_.emplace_back(name, std::move(s));
+  }
+}
+
+bool RandomWeights::has(const std::string& name) const {
+  for (const auto& [n, s] : specs_)
+    if (n == name) return true;
+  return false;
+}
+
+std::vector<std::int64_t> RandomWeights::shape(const std::string& name) const {
+  for (const auto& [n, s] : specs_)
+    if (n == name) return s.shape;
+  throw FormatError(fmt::format("[RandomWeights] no tensor '{}'", name));
+}
+
+std::vector<float> RandomWeights::read(const std::string& name) const {
+  for (const auto& [n, s] : specs_) {
+    if (n != name) continue;
+    std::size_t count = 1;
+    for (auto d : s.shape) count *= static_cast<std::size_t>(d);
+    std::vector<float> v(count);
+    std::uint64_t state = name_seed(name, seed_);
+    for (std::size_t i = 0; i < count; i += 2) {
+      // Box-Muller on two uniforms in (0, 1].
+      const double u1 = (static_cast<double>(splitmix(state) >> 11) + 1.0) * 0x1.0p-53;
+      const double u2 = static_cast<double>(splitmix(state) >> 11) * 0x1.0p-53;
+      const double r = std::sqrt(-2.0 * std::log(u1));
+      const double z[2] = {r * std::cos(2 * M_PI * u2), r * std::sin(2 * M_PI * u2)};
+      for (std::size_t j = 0; j < 2 && i + j < count; ++j) {
+        double x = s.std * z[j];
+        if (s.init == Spec::Init::kNearOne) x += 1.0;
+        if (s.init == Spec::Init::kIdentityNear) {
+          const std::size_t cols = static_cast<std::size_t>(s.shape[1]);
+          if ((i + j) / cols == (i + j) % cols) x += 1.0;
+        }
+        v[i + j] = static_cast<float>(x);
+      }
+    }
+    return v;
+  }
+  throw FormatError(fmt::format("[RandomWeights] no tensor '{}'", name));
+}
+
+std::vector<std::string> RandomWeights::names() const {
+  std::vector<std::string> out;
+  for (const auto& [n, s] : specs_) out.push_back(n);
+  return out;
+}
+
+std::string RandomWeights::describe() const {
+  return fmt::format("random weights (seed {})", seed_);
+}
+
+void write_random_model(const std::string& dir, const ModelConfig& config, std::uint64_t seed,
+                        DType dtype, int shards) {
+  constexpr const char* call = "write_random_model";
+  if (shards < 1)
+    throw ArgumentError(fmt::format("[{}] shards is {}, expected at least 1", call, shards));
+  ModelConfig c = config;
+  c.resolve(call);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(fmt::format("[{}] cannot create {}: {}", call, dir, ec.message()));
+  const RandomWeights weights(c, seed);
+  const auto shapes = model_tensor_shapes(c);
+  const int n_files = std::min<int>(shards, static_cast<int>(shapes.size()));
+  std::string index = "{\n  \"metadata\": {},\n  \"weight_map\": {";
+  for (int f = 0; f < n_files; ++f) {
+    const std::size_t b = shapes.size() * static_cast<std::size_t>(f) / static_cast<std::size_t>(n_files);
+    const std::size_t e = shapes.size() * static_cast<std::size_t>(f + 1) / static_cast<std::size_t>(n_files);
+    std::vector<std::vector<float>> values;
+    std::vector<TensorData> tensors;
+    for (std::size_t i = b; i < e; ++i) values.push_back(weights.read(shapes[i].first));
+    const std::string file = n_files == 1 ? "model.safetensors"
+                                          : fmt::format("model-{:05d}-of-{:05d}.safetensors", f + 1, n_files);
+    for (std::size_t i = b; i < e; ++i) {
+      tensors.push_back({shapes[i].first, shapes[i].second, values[i - b].data()});
+      index += fmt::format("{}\n    \"{}\": \"{}\"", i == 0 ? "" : ",", shapes[i].first, file);
+    }
+    write_safetensors((fs::path(dir) / file).string(), tensors, dtype,
+                      {{"format", "pt"}, {"generator", fmt::format("recur make-model, seed {}", seed)}});
+  }
+  index += "\n  }\n}\n";
+  if (n_files > 1) {
+    std::ofstream out(fs::path(dir) / "model.safetensors.index.json");
+    out << index;
+    if (!out) throw Error(fmt::format("[{}] cannot write the index in {}", call, dir));
+  }
+  std::ofstream out(fs::path(dir) / "config.json");
+  out << c.to_json();
+  if (!out) throw Error(fmt::format("[{}] cannot write config.json in {}", call, dir));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model
+
+Model::Model() : impl_(std::make_unique<Impl>()) {}
+Model::~Model() = default;
+
+std::shared_ptr<const Model> Model::load(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw FormatError(fmt::format("[Model::load] {} is not a directory", dir));
+  const ModelConfig config = ModelConfig::from_file((fs::path(dir) / "config.json").string());
+  const TensorStoreSource source(TensorStore::open_dir(dir));
+  auto model = from_weights(config, source);
+  return model;
+}
+
+std::shared_ptr<const Model> Model::from_weights(const ModelConfig& config_in,
+                                                 const WeightSource& weights) {
+  ModelConfig c = config_in;
+  c.resolve(weights.describe());
+  std::shared_ptr<Model> m(new Model());
+  m->config_ = c;
+  m->source_ = weights.describe();
+  Impl& impl = *m->impl_;
+  Loader L(weights, c);
+  const int d = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const auto eps = static_cast<float>(c.norm_eps);
+  const bool fla = c.architecture == Architecture::kLinearAttn;
+
+  impl.embeddings = L.take("model.embeddings.weight", {V, d}, "vocab_size, hidden_size");
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = layer_prefix(i);
+    Impl::Layer layer;
+    const int kd = c.key_dim / c.kv_groups, vd = c.value_dim / c.kv_groups;
+    if (fla) {
+      layer.attn_norm = norm(L, p + "attn_norm", d, eps, false, true, "hidden_size");
+      layer.q = dense(L, p + "attn.q_proj", c.key_dim, d, false, "key_dim, hidden_size");
+      layer.k = dense(L, p + "attn.k_proj", kd, d, false, "key_dim / kv groups, hidden_size");
+      layer.v = dense(L, p + "attn.v_proj", vd, d, false, "value_dim / kv groups, hidden_size");
+      layer.o = dense(L, p + "attn.o_proj", d, c.value_dim, false, "hidden_size, value_dim");
+      layer.mlp_norm = norm(L, p + "mlp_norm", d, eps, false, true, "hidden_size");
+      layer.gate = dense(L, p + "mlp.gate_proj", I, d, false, "intermediate_size, hidden_size");
+      layer.up = dense(L, p + "mlp.up_proj", I, d, false, "intermediate_size, hidden_size");
+      layer.down = dense(L, p + "mlp.down_proj", d, I, false, "hidden_size, intermediate_size");
+      layer.has_head_norm = true;  // the library's output_norm is always 'rmsnorm' here
+      layer.head_norm = norm(L, p + "attn.norm", c.head_v_dim, eps, false, c.elementwise_affine,
+                             "head_v_dim");
+    } else {
+      layer.q = dense(L, p + "attn.q_proj", d, d, true, "hidden_size");
+      layer.k = dense(L, p + "attn.k_proj", d, d, true, "hidden_size");
+      layer.v = dense(L, p + "attn.v_proj", d, d, true, "hidden_size");
+      layer.o = dense(L, p + "attn.o_proj", d, d, true, "hidden_size");
+      layer.attn_norm = norm(L, p + "attn_norm", d, eps, true, true, "hidden_size");
+      layer.fc1 = dense(L, p + "mlp.fc1", I, d, true, "intermediate_size, hidden_size");
+      layer.fc2 = dense(L, p + "mlp.fc2", d, I, true, "hidden_size, intermediate_size");
+      layer.mlp_norm = norm(L, p + "mlp_norm", d, eps, true, true, "hidden_size");
+    }
+    // Feature maps for q and k (tied: one set of parameters under either name).
+    const int dk = c.head_k_dim;
+    const auto make_map = [&](const std::string& prefix, bool normalize_sum) {
+      QKFeatureMap f;
+      f.kind = c.feature_map;
+      f.d_key = dk;
+      f.d_feature = c.d_feature;
+      f.normalize_sum = normalize_sum;
+      const char* why = "head_k_dim";
+      switch (c.feature_map) {
+        case ModelFeatureMap::kElu: f.simple = make_feature_map(FeatureMapKind::kEluPlusOne); break;
+        case ModelFeatureMap::kRelu: f.simple = make_feature_map(FeatureMapKind::kRelu); break;
+        case ModelFeatureMap::kIdentity: f.simple = make_feature_map(FeatureMapKind::kIdentity); break;
+        case ModelFeatureMap::kHedgehog: f.l1 = dense(L, prefix + "layer", dk, dk, true, why); break;
+        case ModelFeatureMap::kT2R: f.l1 = dense(L, prefix + "layer", dk, dk, false, why); break;
+        case ModelFeatureMap::kElementwiseProduct:
+          f.l1 = dense(L, prefix + "layer1", dk, dk, true, why);
+          f.l2 = dense(L, prefix + "layer2", dk, dk, true, why);
+          break;
+        case ModelFeatureMap::kDpfp: break;
+      }
+      return f;
+    };
+    const std::string fq = p + "attn.feature_map_q.", fk = p + "attn.feature_map_k.";
+    const bool learned = c.feature_map == ModelFeatureMap::kHedgehog ||
+                         c.feature_map == ModelFeatureMap::kT2R ||
+                         c.feature_map == ModelFeatureMap::kElementwiseProduct;
+    if (c.tie_feature_map_qk && learned) {
+      // One module serves both; checkpoints store it under the q name, the k name, or both.
+      std::vector<std::pair<std::string, Shape>> names;
+      feature_map_tensors(c, fq, names);
+      const bool under_q = weights.has(names.front().first);
+      layer.phi_q = make_map(under_q ? fq : fk, c.norm_q);
+      layer.phi_k = layer.phi_q;
+      layer.phi_k.normalize_sum = c.norm_k;
+      if (under_q) {
+        for (const auto& [name, shape] : names) {
+          const std::string other = fk + name.substr(fq.size());
+          if (weights.has(other)) L.accept_tied(other, weights.read(name), shape);
+        }
+      }
+    } else {
+      layer.phi_q = make_map(fq, c.norm_q);
+      layer.phi_k = make_map(fk, c.norm_k);
+    }
+    LinearAttentionConfig ac;
+    ac.n_heads = c.num_heads;
+    ac.d_key = c.d_feature;  // the model applies the feature maps itself: q and k may differ
+    ac.d_value = c.head_v_dim;
+    ac.feature_map = FeatureMapKind::kIdentity;
+    ac.normalized = c.norm_feature_map;
+    ac.scale = c.attn_scale;
+    ac.eps = static_cast<float>(c.attn_eps);
+    layer.attention = std::make_unique<LinearAttention>(ac);
+    impl.layers.push_back(std::move(layer));
+  }
+  if (fla) {
+    impl.has_final_norm = true;
+    impl.final_norm = norm(L, "model.norm", d, eps, false, true, "hidden_size");
+  }
+  if (c.tie_word_embeddings) {
+    impl.lm_head.w = kernels::PackedMatrix(impl.embeddings.data(), V, d);
+    L.accept_tied("lm_head.weight", impl.embeddings, {V, d});
+  } else {
+    impl.lm_head = dense(L, "lm_head", V, d, false, "vocab_size, hidden_size");
+  }
+  L.reject_unused();
+  m->fingerprint_ = L.fingerprint();
+  m->parameters_ = L.parameters();
+  return m;
+}
+
+ModelConfig Model::builtin_config() {
+  ModelConfig c;
+  c.architecture = Architecture::kLinearAttn;
+  c.vocab_size = 256;
+  c.hidden_size = 256;
+  c.num_hidden_layers = 4;
+  c.num_heads = 4;
+  c.feature_map = ModelFeatureMap::kElu;
+  c.norm_feature_map = true;
+  c.intermediate_size = 0;
+  c.resolve("built-in model");
+  return c;
+}
+
+std::shared_ptr<const Model> Model::builtin(std::uint64_t seed) {
+  const ModelConfig c = builtin_config();
+  return from_weights(c, RandomWeights(c, seed));
+}
+
+std::size_t Model::weight_bytes_per_token() const {
+  std::size_t bytes = static_cast<std::size_t>(config_.hidden_size) * sizeof(float);
+  const auto dense_bytes = [](const model::Dense& d) {
+    return d.w.bytes() + d.bias.size() * sizeof(float);
+  };
+  for (const auto& l : impl_->layers) {
+    for (const auto* d : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.fc1, &l.fc2,
+                          &l.phi_q.l1, &l.phi_q.l2, &l.phi_k.l1, &l.phi_k.l2})
+      bytes += dense_bytes(*d);
+  }
+  bytes += dense_bytes(impl_->lm_head);
+  return bytes;
+}
+
+}  // namespace recur

@@ -1,0 +1,121 @@
+#include "recur/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <unordered_set>
+
+#include "util/check.h"
+
+namespace recur {
+
+Sampler::Sampler(const SamplerOptions& options) : options_(options), state_(options.seed) {
+  constexpr const char* call = "Sampler";
+  if (!(options.temperature >= 0.0f) || !std::isfinite(options.temperature))
+    detail::throw_argument(call, "temperature is {}, expected a finite number >= 0", options.temperature);
+  if (options.top_k < 0) detail::throw_argument(call, "top_k is {}, expected >= 0", options.top_k);
+  if (!(options.top_p > 0.0f && options.top_p <= 1.0f))
+    detail::throw_argument(call, "top_p is {}, expected 0 < top_p <= 1", options.top_p);
+  if (!(options.repetition_penalty > 0.0f) || !std::isfinite(options.repetition_penalty))
+    detail::throw_argument(call, "repetition_penalty is {}, expected a finite number > 0",
+                           options.repetition_penalty);
+}
+
+double Sampler::uniform() {
+  // splitmix64, 53 bits.
+  std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1.0p-53;
+}
+
+int Sampler::sample(ConstVectorRef logits, const std::vector<int>& history) {
+  constexpr const char* call = "Sampler::sample";
+  const auto V = static_cast<int>(logits.size());
+  if (V == 0) detail::throw_shape(call, "logits are empty");
+  detail::check_finite(call, "logits", logits.data(), 1, V, V);
+  work_.assign(logits.data(), logits.data() + V);
+  if (options_.repetition_penalty != 1.0f) {
+    std::unordered_set<int> seen;
+    for (int t : history) {
+      if (t < 0 || t >= V || !seen.insert(t).second) continue;
+      float& l = work_[static_cast<std::size_t>(t)];
+      l = l > 0.0f ? l / options_.repetition_penalty : l * options_.repetition_penalty;
+    }
+  }
+  if (options_.temperature == 0.0f)
+    return static_cast<int>(std::max_element(work_.begin(), work_.end()) - work_.begin());
+
+  // Candidates by descending logit (ties: lower id first), cut to top_k.
+  order_.resize(static_cast<std::size_t>(V));
+  std::iota(order_.begin(), order_.end(), 0);
+  const auto by_logit = [&](int a, int b) {
+    const float la = work_[static_cast<std::size_t>(a)], lb = work_[static_cast<std::size_t>(b)];
+    return la != lb ? la > lb : a < b;
+  };
+  std::size_t keep = static_cast<std::size_t>(V);
+  if (options_.top_k > 0 && options_.top_k < V) {
+    keep = static_cast<std::size_t>(options_.top_k);
+    std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(keep), order_.end(), by_logit);
+  } else {
+    std::sort(order_.begin(), order_.end(), by_logit);
+  }
+  // Softmax over the candidates at the temperature, in float64.
+  const double t = options_.temperature;
+  const double top = static_cast<double>(work_[static_cast<std::size_t>(order_[0])]) / t;
+  std::vector<double> p(keep);
+  double sum = 0.0;
+  for (std::size_t i = 0; i < keep; ++i) {
+    p[i] = std::exp(static_cast<double>(work_[static_cast<std::size_t>(order_[i])]) / t - top);
+    sum += p[i];
+  }
+  // top-p: the shortest prefix whose mass reaches top_p (always at least one token).
+  std::size_t n = keep;
+  if (options_.top_p < 1.0f) {
+    double mass = 0.0;
+    for (std::size_t i = 0; i < keep; ++i) {
+      mass += p[i] / sum;
+      if (mass >= static_cast<double>(options_.top_p)) {
+        n = i + 1;
+        break;
+      }
+    }
+  }
+  double total = 0.0;
+  for (std::size_t i = 0; i < n; ++i) total += p[i];
+  double r = uniform() * total;
+  for (std::size_t i = 0; i < n; ++i) {
+    r -= p[i];
+    if (r < 0.0) return order_[i];
+  }
+  return order_[n - 1];
+}
+
+std::vector<int> ByteTokenizer::encode(const std::string& text) const {
+  std::vector<int> ids;
+  ids.reserve(text.size());
+  for (const unsigned char c : text) ids.push_back(c);
+  return ids;
+}
+
+std::string ByteTokenizer::decode(int token) const {
+  if (token < 0 || token >= kVocab) return {};
+  return std::string(1, static_cast<char>(token));
+}
+
+std::string ByteTokenizer::decode(const std::vector<int>& tokens) const {
+  std::string s;
+  for (int t : tokens) s += decode(t);
+  return s;
+}
+
+double log_probability(const float* logits, int vocab, int target) {
+  double m = logits[0];
+  for (int i = 1; i < vocab; ++i) m = std::max(m, static_cast<double>(logits[i]));
+  double sum = 0.0;
+  for (int i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - m);
+  return static_cast<double>(logits[target]) - m - std::log(sum);
+}
+
+}  // namespace recur

@@ -1,0 +1,230 @@
+// A decoder-only language model built on linear-attention layers, and the decoder that runs one
+// sequence through it.
+//
+// Two layouts are read (see README, "Models"):
+//  * "linear_attn": the flash-linear-attention library's model, configured by its config.json
+//    field for field: pre-norm RMSNorm blocks, q/k/v/o projections without bias, the feature map
+//    after the head split (elu, relu, identity, hedgehog, t2r, dpfp, elementwise_product),
+//    grouped kv heads, expand_k / expand_v, the normalized form (norm_feature_map) or the
+//    unnormalized one, a per-head RMSNorm on the attention output, a SwiGLU MLP.
+//  * "transformers_are_rnns": the model of Katharopoulos et al. (2020): post-norm LayerNorm
+//    blocks, projections with bias, elu + 1 (or relu), the normalized form, a ReLU or GELU MLP.
+//
+// A Model is immutable once loaded: share it between threads and decoders. A Decoder holds one
+// sequence's state (every layer's S and Z), fixed in size however long the sequence.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "recur/linear_attention.h"
+#include "recur/safetensors.h"
+#include "recur/types.h"
+
+namespace recur {
+
+enum class Architecture {
+  kLinearAttn,           ///< model_type "linear_attn" (flash-linear-attention)
+  kTransformersAreRnns,  ///< model_type "transformers_are_rnns" (the paper's post-norm model)
+};
+
+/// Feature maps a model's config may name.
+enum class ModelFeatureMap { kElu, kRelu, kIdentity, kHedgehog, kT2R, kDpfp, kElementwiseProduct };
+
+/// A model's configuration, as read from config.json, with every derived size resolved.
+struct ModelConfig {
+  Architecture architecture = Architecture::kLinearAttn;
+  int vocab_size = 32000;
+  int hidden_size = 2048;
+  int num_hidden_layers = 24;
+  int num_heads = 4;
+  int num_kv_heads = 0;        ///< 0 in a config means num_heads; resolved here
+  double expand_k = 1.0;
+  double expand_v = 1.0;
+  int intermediate_size = 0;   ///< resolved from hidden_ratio when the config gives none
+  double hidden_ratio = 4;
+  std::string hidden_act = "swish";
+  ModelFeatureMap feature_map = ModelFeatureMap::kElementwiseProduct;
+  bool tie_feature_map_qk = false;
+  bool norm_q = false;
+  bool norm_k = false;
+  bool norm_feature_map = false;  ///< the normalized form
+  bool elementwise_affine = true;  ///< the per-head output norm has a weight
+  double norm_eps = 1e-6;
+  double attn_eps = 1e-10;         ///< added to the denominator in the normalized form
+  bool tie_word_embeddings = false;
+
+  // Derived (filled by resolve()).
+  int key_dim = 0, value_dim = 0;        ///< q and o widths: hidden_size * expand_k / expand_v
+  int head_k_dim = 0, head_v_dim = 0;    ///< per head
+  int kv_groups = 1;                     ///< num_heads / num_kv_heads
+  int d_feature = 0;                     ///< per head, after the feature map
+  float attn_scale = 1.0f;               ///< multiplies phi(q)
+
+  /// Parses a config.json text; `source` names it in messages. Unknown fields, unsupported
+  /// values and contradictions throw FormatError naming the field.
+  static ModelConfig from_json(const std::string& text, const std::string& source);
+  static ModelConfig from_file(const std::string& path);
+  /// The config.json text for this configuration (the fields a reader needs, and model_type).
+  std::string to_json() const;
+  /// Checks the values and fills the derived sizes; throws FormatError naming `source`.
+  void resolve(const std::string& source);
+
+  bool post_norm() const { return architecture == Architecture::kTransformersAreRnns; }
+  /// Names of the feature maps, as config.json spells them.
+  static const char* feature_map_name(ModelFeatureMap map);
+};
+
+/// Where a model's tensors come from: files, or values generated in memory.
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual bool has(const std::string& name) const = 0;
+  /// The tensor's shape (throws if missing).
+  virtual std::vector<std::int64_t> shape(const std::string& name) const = 0;
+  virtual std::vector<float> read(const std::string& name) const = 0;
+  /// Every tensor name, so that the model can reject those it does not use.
+  virtual std::vector<std::string> names() const = 0;
+  virtual std::string describe() const = 0;
+};
+
+/// Random weights for a configuration, generated from a seed (the same on every machine).
+/// Projections are normal with std 1/sqrt(fan_in); norm weights near 1.
+class RandomWeights final : public WeightSource {
+ public:
+  RandomWeights(const ModelConfig& config, std::uint64_t seed);
+  bool has(const std::string& name) const override;
+  std::vector<std::int64_t> shape(const std::string& name) const override;
+  std::vector<float> read(const std::string& name) const override;
+  std::vector<std::string> names() const override;
+  std::string describe() const override;
+
+ private:
+  struct Spec {
+    std::vector<std::int64_t> shape;
+    enum class Init { kNormal, kNearOne, kSmall, kIdentityNear } init;
+    double std;
+  };
+  std::vector<std::pair<std::string, Spec>> specs_;
+  std::uint64_t seed_;
+};
+
+/// Every tensor a configuration needs, with its shape, in a fixed order.
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> model_tensor_shapes(
+    const ModelConfig& config);
+
+/// Writes config.json and the weights (model.safetensors, or `shards` files with an index)
+/// with random values into `dir`, which is created if needed.
+void write_random_model(const std::string& dir, const ModelConfig& config, std::uint64_t seed,
+                        DType dtype = DType::kF32, int shards = 1);
+
+class Model {
+ public:
+  /// Loads config.json and the safetensors weights of a model directory.
+  static std::shared_ptr<const Model> load(const std::string& dir);
+  /// A model from a configuration and a source of weights.
+  static std::shared_ptr<const Model> from_weights(const ModelConfig& config,
+                                                   const WeightSource& weights);
+  /// The built-in model: a small linear_attn configuration with weights generated from `seed`.
+  /// It runs with no download; its text is noise.
+  static std::shared_ptr<const Model> builtin(std::uint64_t seed = 1);
+  /// The configuration of the built-in model.
+  static ModelConfig builtin_config();
+
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  /// Where the weights came from.
+  const std::string& source() const { return source_; }
+  /// Parameters, counting tied tensors once.
+  std::int64_t parameters() const { return parameters_; }
+  /// Bytes of weights one decode step reads (every packed matrix and one embedding row).
+  std::size_t weight_bytes_per_token() const;
+  /// A 64-bit fingerprint of the configuration and every weight's value. Saved states carry it.
+  std::uint64_t fingerprint() const { return fingerprint_; }
+
+  struct Impl;
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  Model();
+  ModelConfig config_;
+  std::string source_;
+  std::int64_t parameters_ = 0;
+  std::uint64_t fingerprint_ = 0;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// How a decoder splits its work. Neither field changes any result.
+struct DecoderOptions {
+  /// Tokens run through the model together in prefill (>= 1).
+  int chunk = 64;
+  /// Worker threads for the matrix products and the attention (0: every core).
+  int threads = 0;
+};
+
+/// One sequence through a model: every layer's linear-attention state and the logits of the
+/// last token. The state's size is fixed at creation. Copying is explicit: clone().
+///
+/// prefill() in any chunking, any split into calls and on any number of threads, followed by
+/// step(), gives logits bit-identical to step() on every token.
+class Decoder {
+ public:
+  explicit Decoder(std::shared_ptr<const Model> model, const DecoderOptions& options = {});
+  ~Decoder();
+  Decoder(Decoder&&) noexcept;
+  Decoder& operator=(Decoder&&) noexcept;
+
+  /// A deep copy: a branch of the conversation that evolves independently.
+  Decoder clone() const;
+  /// Back to an empty sequence.
+  void reset();
+
+  const Model& model() const { return *model_; }
+  const DecoderOptions& options() const { return options_; }
+  /// Changes chunk and threads (results do not change).
+  void set_options(const DecoderOptions& options);
+
+  /// Called after each chunk with (tokens done, tokens in this call).
+  using Progress = std::function<void(std::int64_t, std::int64_t)>;
+  /// Called with each token's position in this call and its logits (vocab_size floats).
+  using LogitsSink = std::function<void(std::int64_t, const float*)>;
+
+  /// Runs `tokens` through the model in chunks; returns the logits after the last one.
+  /// With `each`, the logits of every token are computed and passed to it in order.
+  ConstVectorRef prefill(const std::vector<int>& tokens, const Progress& progress = {},
+                         const LogitsSink& each = {});
+  /// One token; returns its logits (valid until the next call). Allocates nothing.
+  ConstVectorRef step(int token);
+  /// The logits after the last token (throws before the first token).
+  ConstVectorRef logits() const;
+
+  std::int64_t n_tokens() const;
+  /// Bytes this decoder holds (states, logits and workspace). Constant.
+  std::size_t bytes() const;
+  /// Bytes of the attention states alone (what save() writes, roughly).
+  std::size_t state_bytes() const;
+
+  /// Writes the state to `path`: versioned, checksummed, tagged with the model's fingerprint.
+  void save(const std::string& path) const;
+  /// Reads a state written by save() for this model. On any error (another model, a corrupt
+  /// or truncated file) throws FormatError and leaves this decoder unchanged.
+  void load(const std::string& path);
+
+  struct Impl;
+
+ private:
+  Decoder(std::shared_ptr<const Model> model, const DecoderOptions& options,
+          std::unique_ptr<Impl> impl);
+  void forward(const int* tokens, int n, bool all_logits);
+  std::shared_ptr<const Model> model_;
+  DecoderOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace recur

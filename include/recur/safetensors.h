@@ -1,0 +1,83 @@
+// Reading and writing safetensors files (https://github.com/huggingface/safetensors): an
+// 8-byte little-endian header length, a JSON header naming each tensor's dtype, shape and byte
+// range, then the data. recur reads F32, F16 and BF16 tensors and hands them out as float32.
+//
+// Everything the header claims is checked before any data is read: the header length against
+// the file size, the JSON, each dtype, that each byte range matches its shape, lies inside the
+// file, and that the ranges neither overlap nor leave holes. A bad file gets a FormatError that
+// names the file, the tensor and the problem.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace recur {
+
+/// How a tensor's elements are stored in a file.
+enum class DType { kF32, kF16, kBF16 };
+
+/// "F32", "F16", "BF16" (the names the format uses).
+const char* dtype_name(DType dtype);
+/// Bytes per element.
+int dtype_size(DType dtype);
+/// Parses "F32"/"F16"/"BF16" (and the lower-case forms); throws ArgumentError otherwise.
+DType parse_dtype(const std::string& name);
+
+/// What a header says about one tensor.
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<std::int64_t> shape;
+  std::string file;           ///< the file that holds it
+  std::uint64_t offset = 0;   ///< absolute byte offset of its data in that file
+  std::uint64_t bytes = 0;
+  std::int64_t elements() const;
+  /// "(512, 2048)"
+  std::string shape_string() const;
+};
+
+/// The tensors of one safetensors file, or of a sharded checkpoint described by a
+/// *.safetensors.index.json. Headers are read and checked at open; data is read on demand.
+class TensorStore {
+ public:
+  /// One .safetensors file.
+  static TensorStore open_file(const std::string& path);
+  /// A model directory: model.safetensors, or model.safetensors.index.json and its shards.
+  static TensorStore open_dir(const std::string& dir);
+
+  bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
+  const TensorInfo& info(const std::string& name) const;
+  const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
+  /// Where the tensors came from (a file or a directory), for messages.
+  const std::string& source() const { return source_; }
+
+  /// A tensor's elements as float32, row-major. Throws FormatError if the file changed under us
+  /// (short read) or an element is NaN or infinite.
+  std::vector<float> read(const std::string& name) const;
+
+ private:
+  std::string source_;
+  std::map<std::string, TensorInfo> tensors_;
+};
+
+/// A tensor to write: name, shape, and row-major float32 values (converted to the file's dtype).
+struct TensorData {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  const float* values = nullptr;
+};
+
+/// Writes one safetensors file with every tensor stored as `dtype`, in the order given.
+/// Written to a temporary name and renamed, so a failed write leaves no partial file.
+void write_safetensors(const std::string& path, const std::vector<TensorData>& tensors,
+                       DType dtype, const std::map<std::string, std::string>& metadata = {});
+
+/// float32 <-> the 16-bit formats, rounding to nearest even.
+std::uint16_t float_to_bf16(float x);
+float bf16_to_float(std::uint16_t x);
+std::uint16_t float_to_f16(float x);
+float f16_to_float(std::uint16_t x);
+
+}  // namespace recur

@@ -1,0 +1,57 @@
+// Choosing the next token from logits, and the byte-level tokenizer for models that ship none.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "recur/types.h"
+
+namespace recur {
+
+struct SamplerOptions {
+  /// 0 picks the most likely token (greedy); otherwise logits are divided by it.
+  float temperature = 0.8f;
+  /// Keep only the k most likely tokens (0: all).
+  int top_k = 40;
+  /// Keep the smallest set of most likely tokens whose probability reaches p (1: all).
+  float top_p = 0.95f;
+  /// > 1 discourages tokens already in the context: a positive logit is divided by it, a
+  /// negative one multiplied (as in CTRL and Hugging Face). 1: off.
+  float repetition_penalty = 1.0f;
+  /// The random stream: the same seed, logits and history give the same tokens.
+  std::uint64_t seed = 0;
+};
+
+/// Applies, in order: repetition penalty, temperature, top-k, top-p, then draws. Greedy ties go
+/// to the lowest id.
+class Sampler {
+ public:
+  explicit Sampler(const SamplerOptions& options = {});
+  const SamplerOptions& options() const { return options_; }
+  /// The next token given the logits and the tokens seen so far (for the penalty).
+  int sample(ConstVectorRef logits, const std::vector<int>& history);
+
+ private:
+  double uniform();  // in [0, 1)
+  SamplerOptions options_;
+  std::uint64_t state_;
+  std::vector<float> work_;
+  std::vector<int> order_;
+};
+
+/// Bytes as tokens: id b is the byte b. 256 ids; models with a larger vocabulary can still use
+/// it (ids >= 256 decode to nothing).
+class ByteTokenizer {
+ public:
+  static constexpr int kVocab = 256;
+  std::vector<int> encode(const std::string& text) const;
+  /// The bytes of one token ("" for ids outside 0..255).
+  std::string decode(int token) const;
+  std::string decode(const std::vector<int>& tokens) const;
+};
+
+/// log softmax(logits)[target], computed in float64.
+double log_probability(const float* logits, int vocab, int target);
+
+}  // namespace recur

@@ -1,0 +1,405 @@
+// The model against its float64 reference, for every supported configuration; and model-level
+// exactness: logits after prefill in any chunking, split and thread count equal step() token by
+// token, to the bit; saved states continue bit-identically.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "recur/error.h"
+#include "recur/model.h"
+#include "recur/sampling.h"
+#include "support/model_reference.h"
+#include "support/temp_dir.h"
+#include "util/file.h"
+
+using namespace recur;
+using recur::testing::TempDir;
+
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
+// A small linear_attn configuration; each case changes a few fields.
+ModelConfig small_fla(ModelFeatureMap map, bool normalized) {
+  ModelConfig c;
+  c.architecture = Architecture::kLinearAttn;
+  c.vocab_size = 300;  // more ids than bytes, as real vocabularies have
+  c.hidden_size = 64;
+  c.num_hidden_layers = 2;
+  c.num_heads = 4;
+  c.feature_map = map;
+  c.norm_feature_map = normalized;
+  c.intermediate_size = 96;
+  return c;
+}
+
+ModelConfig small_paper(const char* act) {
+  ModelConfig c;
+  c.architecture = Architecture::kTransformersAreRnns;
+  c.vocab_size = 256;
+  c.hidden_size = 64;
+  c.num_hidden_layers = 2;
+  c.num_heads = 4;
+  c.intermediate_size = 128;
+  c.hidden_act = act;
+  c.feature_map = ModelFeatureMap::kElu;
+  c.norm_feature_map = true;
+  c.norm_eps = 1e-5;
+  c.attn_eps = 1e-6;
+  c.elementwise_affine = false;
+  return c;
+}
+
+struct Case {
+  std::string name;
+  ModelConfig config;
+  DType dtype = DType::kF32;
+  int shards = 1;
+};
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  cases.push_back({"elu, normalized", small_fla(ModelFeatureMap::kElu, true)});
+  cases.push_back({"elu, unnormalized", small_fla(ModelFeatureMap::kElu, false)});
+  cases.push_back({"relu, normalized", small_fla(ModelFeatureMap::kRelu, true)});
+  cases.push_back({"identity, unnormalized", small_fla(ModelFeatureMap::kIdentity, false)});
+  cases.push_back({"hedgehog, normalized", small_fla(ModelFeatureMap::kHedgehog, true)});
+  cases.push_back({"t2r, unnormalized", small_fla(ModelFeatureMap::kT2R, false)});
+  cases.push_back({"dpfp, normalized", small_fla(ModelFeatureMap::kDpfp, true)});
+  cases.push_back({"elementwise_product, unnormalized (the library's default)",
+                   small_fla(ModelFeatureMap::kElementwiseProduct, false)});
+  {
+    Case c{"hedgehog, tied q/k maps, norm_q and norm_k", small_fla(ModelFeatureMap::kHedgehog, true)};
+    c.config.tie_feature_map_qk = true;
+    c.config.norm_q = c.config.norm_k = true;
+    cases.push_back(c);
+  }
+  {
+    Case c{"elu, grouped kv heads (4 q, 2 kv), expand_k 0.5, expand_v 2",
+           small_fla(ModelFeatureMap::kElu, true)};
+    c.config.num_kv_heads = 2;
+    c.config.expand_k = 0.5;
+    c.config.expand_v = 2.0;
+    cases.push_back(c);
+  }
+  {
+    Case c{"t2r, no output-norm weight, tied embeddings", small_fla(ModelFeatureMap::kT2R, true)};
+    c.config.elementwise_affine = false;
+    c.config.tie_word_embeddings = true;
+    cases.push_back(c);
+  }
+  {
+    Case c{"elu, bf16 weights in 3 shards", small_fla(ModelFeatureMap::kElu, true)};
+    c.dtype = DType::kBF16;
+    c.shards = 3;
+    cases.push_back(c);
+  }
+  {
+    Case c{"elementwise_product, f16 weights", small_fla(ModelFeatureMap::kElementwiseProduct, false)};
+    c.dtype = DType::kF16;
+    cases.push_back(c);
+  }
+  cases.push_back({"transformers_are_rnns, relu MLP", small_paper("relu")});
+  cases.push_back({"transformers_are_rnns, gelu MLP", small_paper("gelu")});
+  return cases;
+}
+
+std::vector<int> random_tokens(int n, int vocab, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> pick(0, vocab - 1);
+  std::vector<int> t(static_cast<std::size_t>(n));
+  for (auto& x : t) x = pick(rng);
+  return t;
+}
+
+// Every position's logits, from one prefill call with a sink.
+RowMatrix all_logits(Decoder& dec, const std::vector<int>& tokens) {
+  const int V = dec.model().config().vocab_size;
+  RowMatrix out(static_cast<Eigen::Index>(tokens.size()), V);
+  dec.prefill(tokens, {}, [&](std::int64_t pos, const float* l) {
+    std::memcpy(out.row(pos).data(), l, sizeof(float) * static_cast<std::size_t>(V));
+  });
+  return out;
+}
+
+bool same_bytes(const float* a, const float* b, std::size_t n) {
+  return std::memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("logits match the float64 reference for every supported configuration", "[model]") {
+  const auto tokens = random_tokens(kSanitized ? 24 : 80, 256, 7);
+  for (const auto& c : all_cases()) {
+    SECTION(c.name) {
+      TempDir dir;
+      write_random_model(dir.str(), c.config, 11, c.dtype, c.shards);
+      const auto model = Model::load(dir.str());
+      Decoder dec(model, {16, 1});
+      const RowMatrix got = all_logits(dec, tokens);
+      const RowMatrixD want = recur::testing::reference_logits(dir.str(), tokens);
+      const double err = recur::testing::relative_error(got.cast<double>(), want);
+      INFO(c.name << ": relative error " << err);
+      CHECK(err < 1e-5);
+      // Not a vacuous comparison: the logits vary along the sequence and across the vocabulary.
+      CHECK((want.row(0) - want.row(static_cast<Eigen::Index>(tokens.size()) - 1)).cwiseAbs().maxCoeff() > 1e-3);
+      CHECK(want.row(0).maxCoeff() - want.row(0).minCoeff() > 1e-2);
+    }
+  }
+}
+
+TEST_CASE("a wrong weight is caught by the reference comparison", "[model]") {
+  // Negative control for the test above: the same model with one weight changed by 1e-3 of a
+  // typical value no longer matches.
+  TempDir dir, other;
+  const ModelConfig c = small_fla(ModelFeatureMap::kElu, true);
+  write_random_model(dir.str(), c, 11);
+  const auto model = Model::load(dir.str());
+  // Rewrite with one layer's down projection nudged.
+  auto store = TensorStore::open_dir(dir.str());
+  std::vector<std::vector<float>> values;
+  std::vector<TensorData> tensors;
+  for (const auto& [name, info] : store.tensors()) values.push_back(store.read(name));
+  std::size_t i = 0;
+  for (const auto& [name, info] : store.tensors()) {
+    if (name == "model.layers.1.mlp.down_proj.weight") values[i][5] *= 1.01f;
+    tensors.push_back({name, info.shape, values[i].data()});
+    ++i;
+  }
+  write_safetensors(other.file("model.safetensors"), tensors, DType::kF32);
+  std::filesystem::copy_file(dir.file("config.json"), other.file("config.json"));
+  const auto tokens = random_tokens(40, 256, 3);
+  Decoder dec(model, {16, 1});
+  const RowMatrix got = all_logits(dec, tokens);
+  CHECK(recur::testing::relative_error(got.cast<double>(), recur::testing::reference_logits(dir.str(), tokens)) < 1e-5);
+  CHECK(recur::testing::relative_error(got.cast<double>(), recur::testing::reference_logits(other.str(), tokens)) > 1e-5);
+}
+
+TEST_CASE("prefill in any chunking, split and thread count gives step()'s logits bit for bit",
+          "[model][exact]") {
+  std::vector<Case> cases;
+  {
+    Case c{"hedgehog, grouped kv heads", small_fla(ModelFeatureMap::kHedgehog, true)};
+    c.config.num_kv_heads = 2;
+    cases.push_back(c);
+  }
+  cases.push_back({"elementwise_product, unnormalized", small_fla(ModelFeatureMap::kElementwiseProduct, false)});
+  cases.push_back({"transformers_are_rnns, gelu", small_paper("gelu")});
+  // Past one fold of the attention state (256 tokens) so that prefill crosses it mid-chunk.
+  const int T = kSanitized ? 70 : 300;
+  for (const auto& c : cases) {
+    SECTION(c.name) {
+      const auto model = Model::from_weights(c.config, RandomWeights(c.config, 5));
+      const auto tokens = random_tokens(T, c.config.vocab_size, 9);
+      const int V = c.config.vocab_size;
+      const auto nV = static_cast<std::size_t>(V);
+
+      // The reference bytes: step() on every token.
+      Decoder ref(model, {1, 1});
+      RowMatrix want(T, V);
+      for (int t = 0; t < T; ++t) {
+        const auto l = ref.step(tokens[static_cast<std::size_t>(t)]);
+        std::memcpy(want.row(t).data(), l.data(), sizeof(float) * nV);
+      }
+      const auto next = ref.step(17);
+      const Eigen::VectorXf want_next = next;
+
+      int compared = 0;
+      for (int chunk : {1, 7, 64, T}) {
+        for (int threads : {1, 2}) {
+          Decoder dec(model, {chunk, threads});
+          const RowMatrix got = all_logits(dec, tokens);
+          for (int t = 0; t < T; ++t) {
+            INFO("chunk " << chunk << ", threads " << threads << ", position " << t);
+            REQUIRE(same_bytes(got.row(t).data(), want.row(t).data(), nV));
+            ++compared;
+          }
+          const auto l = dec.step(17);
+          REQUIRE(same_bytes(l.data(), want_next.data(), nV));
+        }
+      }
+      // Splits into calls, mixed with steps, without a logits sink.
+      const std::vector<std::vector<int>> splits = {{1, 5, 250}, {100, 100, 37}, {255, 2}, {3}};
+      for (const auto& split : splits) {
+        Decoder dec(model, {13, 2});
+        std::size_t pos = 0;
+        for (int part : split) {
+          if (pos >= tokens.size()) break;
+          const auto n = std::min<std::size_t>(static_cast<std::size_t>(part), tokens.size() - pos);
+          const std::vector<int> piece(tokens.begin() + static_cast<std::ptrdiff_t>(pos),
+                                       tokens.begin() + static_cast<std::ptrdiff_t>(pos + n));
+          const auto l = dec.prefill(piece);
+          pos += n;
+          REQUIRE(same_bytes(l.data(), want.row(static_cast<Eigen::Index>(pos) - 1).data(), nV));
+          if (pos < tokens.size()) {
+            dec.step(tokens[pos]);
+            ++pos;
+            REQUIRE(same_bytes(dec.logits().data(), want.row(static_cast<Eigen::Index>(pos) - 1).data(), nV));
+          }
+          ++compared;
+        }
+        while (pos < tokens.size()) dec.step(tokens[pos++]);
+        REQUIRE(same_bytes(dec.step(17).data(), want_next.data(), nV));
+      }
+      CHECK(compared > 8 * T);
+    }
+  }
+}
+
+TEST_CASE("greedy generation writes the same text whatever the chunk size", "[model][exact]") {
+  const auto model = Model::builtin(3);
+  const ByteTokenizer tok;
+  const auto prompt = tok.encode("Linear attention is a recurrence: the state never grows. " 
+                                 "Every chunking must agree.");
+  std::vector<std::string> texts;
+  for (int chunk : {1, 7, 64, 1000}) {
+    Decoder dec(model, {chunk, 2});
+    dec.prefill(prompt);
+    Sampler greedy({0.0f, 0, 1.0f, 1.0f, 0});
+    std::vector<int> history = prompt, out;
+    for (int i = 0; i < 40; ++i) {
+      const int t = greedy.sample(dec.logits(), history);
+      history.push_back(t);
+      out.push_back(t);
+      dec.step(t);
+    }
+    texts.push_back(tok.decode(out));
+  }
+  for (const auto& t : texts) CHECK(t == texts.front());
+}
+
+TEST_CASE("a saved state continues bit-identically; clones branch independently", "[model][state]") {
+  const ModelConfig c = small_fla(ModelFeatureMap::kHedgehog, true);
+  const auto model = Model::from_weights(c, RandomWeights(c, 2));
+  const auto tokens = random_tokens(kSanitized ? 60 : 290, c.vocab_size, 4);
+  const auto nV = static_cast<std::size_t>(c.vocab_size);
+  const std::size_t half = tokens.size() / 2;
+  const std::vector<int> first(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(half));
+
+  Decoder whole(model, {32, 1});
+  whole.prefill(tokens);
+  const Eigen::VectorXf want = whole.logits();
+
+  TempDir dir;
+  Decoder a(model, {32, 2});
+  a.prefill(first);
+  a.save(dir.file("mid.state"));
+  Decoder b(model, {5, 1});  // a fresh decoder, other options
+  b.load(dir.file("mid.state"));
+  CHECK(b.n_tokens() == static_cast<std::int64_t>(half));
+  CHECK(same_bytes(b.logits().data(), a.logits().data(), nV));
+  for (std::size_t i = half; i < tokens.size(); ++i) b.step(tokens[i]);
+  CHECK(same_bytes(b.logits().data(), want.data(), nV));
+
+  // A clone taken mid-sequence follows its own branch; the original is untouched by it.
+  Decoder fork = a.clone();
+  fork.step(1);
+  fork.step(2);
+  for (std::size_t i = half; i < tokens.size(); ++i) a.step(tokens[i]);
+  CHECK(same_bytes(a.logits().data(), want.data(), nV));
+  Decoder straight(model);
+  std::vector<int> branch = first;
+  branch.push_back(1);
+  branch.push_back(2);
+  straight.prefill(branch);
+  CHECK(same_bytes(fork.logits().data(), straight.logits().data(), nV));
+}
+
+TEST_CASE("bad state files are rejected and leave the decoder as it was", "[model][state]") {
+  const ModelConfig c = small_fla(ModelFeatureMap::kElu, true);
+  const auto model = Model::from_weights(c, RandomWeights(c, 2));
+  const auto other_weights = Model::from_weights(c, RandomWeights(c, 3));
+  ModelConfig c2 = c;
+  c2.num_hidden_layers = 3;
+  const auto other_shape = Model::from_weights(c2, RandomWeights(c2, 2));
+  TempDir dir;
+  const auto tokens = random_tokens(50, c.vocab_size, 1);
+
+  Decoder saver(model);
+  saver.prefill(tokens);
+  const std::string good = dir.file("good.state");
+  saver.save(good);
+  const std::string bytes = *recur::detail::read_file(good);
+  const auto write = [&](const std::string& name, const std::string& content) {
+    std::ofstream out(dir.file(name), std::ios::binary);
+    out.write(content.data(), static_cast<std::streamsize>(content.size()));
+    return dir.file(name);
+  };
+
+  Decoder victim(model);
+  victim.prefill({1, 2, 3});
+  const Eigen::VectorXf logits_before = victim.logits();
+  const auto expect_rejected = [&](const std::string& path, const std::string& fragment) {
+    INFO(path);
+    try {
+      victim.load(path);
+      FAIL("load accepted a bad file");
+    } catch (const FormatError& e) {
+      INFO(e.what());
+      CHECK(std::string(e.what()).find(fragment) != std::string::npos);
+      CHECK(std::string(e.what()).find(path) != std::string::npos);
+    }
+    CHECK(victim.n_tokens() == 3);
+    CHECK(same_bytes(victim.logits().data(), logits_before.data(), logits_before.size()));
+  };
+
+  expect_rejected(write("truncated.state", bytes.substr(0, bytes.size() / 2)), "bytes");
+  expect_rejected(write("empty.state", ""), "too short");
+  std::string flipped = bytes;
+  flipped[flipped.size() / 2] = static_cast<char>(flipped[flipped.size() / 2] ^ 0x10);
+  expect_rejected(write("flipped.state", flipped), "checksum");
+  std::string magic = bytes;
+  magic[0] = 'X';
+  expect_rejected(write("magic.state", magic), "magic");
+  std::string version = bytes;
+  version[8] = 9;
+  expect_rejected(write("version.state", version), "version");
+  expect_rejected(write("long.state", bytes + "x"), "bytes");
+
+  Decoder other(other_weights);
+  other.prefill(tokens);
+  other.save(dir.file("other.state"));
+  expect_rejected(dir.file("other.state"), "another model");
+  Decoder shaped(other_shape);
+  shaped.prefill(tokens);
+  shaped.save(dir.file("shaped.state"));
+  expect_rejected(dir.file("shaped.state"), "bytes");
+  expect_rejected(dir.file("missing.state"), "cannot read");
+
+  // And the good file still loads.
+  victim.load(good);
+  CHECK(victim.n_tokens() == 50);
+}
+
+TEST_CASE("bad tokens and options are rejected with the call and the sizes", "[model]") {
+  const auto model = Model::builtin(1);
+  Decoder dec(model);
+  CHECK_THROWS_WITH(dec.step(256), Catch::Contains("[Decoder::step]") && Catch::Contains("255"));
+  CHECK_THROWS_WITH(dec.step(-1), Catch::Contains("token is -1"));
+  CHECK_THROWS_WITH(dec.prefill({1, 2, 999}), Catch::Contains("tokens[2] is 999"));
+  CHECK_THROWS_AS(dec.logits(), ArgumentError);
+  CHECK(dec.n_tokens() == 0);
+  CHECK_THROWS_AS(Decoder(model, {0, 1}), ArgumentError);
+  CHECK_THROWS_AS(Decoder(model, {4, -1}), ArgumentError);
+  CHECK_THROWS_AS(Decoder(nullptr), ArgumentError);
+}
+
+TEST_CASE("the decoder's memory does not grow with the sequence", "[model]") {
+  const auto model = Model::builtin(1);
+  Decoder dec(model, {64, 1});
+  dec.prefill(random_tokens(100, 256, 1));
+  const auto bytes = dec.bytes();
+  const auto state = dec.state_bytes();
+  dec.prefill(random_tokens(kSanitized ? 300 : 3000, 256, 2));
+  for (int i = 0; i < 100; ++i) dec.step(i);
+  CHECK(dec.bytes() == bytes);
+  CHECK(dec.state_bytes() == state);
+}
