@@ -37,30 +37,7 @@ struct Stream {
   }
 };
 
-// Read bandwidth of one core: sum a 1 GiB array (best of three passes).
-double read_bandwidth() {
-  static const double bw = [] {
-    std::vector<float> a(std::size_t(1) << 28, 1.0f);
-    double best = 0;
-    for (int r = 0; r < 3; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      using namespace recur::kernels;
-      F8 s[8];
-      for (auto& x : s) x = zero8();
-      for (std::size_t i = 0; i < a.size(); i += 8 * kLanes)
-        for (int j = 0; j < 8; ++j) s[j] = add8(s[j], load8(a.data() + i + std::size_t(j) * kLanes));
-      F8 t = s[0];
-      for (int j = 1; j < 8; ++j) t = add8(t, s[j]);
-      float out[kLanes];
-      store8(out, t);
-      benchmark::DoNotOptimize(out);
-      const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      best = std::max(best, double(a.size() * sizeof(float)) / sec);
-    }
-    return best;
-  }();
-  return bw;
-}
+using recur::bench::read_bandwidth;
 
 void BM_MemoryBandwidth(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(read_bandwidth());

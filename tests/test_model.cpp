@@ -276,7 +276,7 @@ TEST_CASE("greedy generation writes the same text whatever the chunk size", "[mo
   for (const auto& t : texts) CHECK(t == texts.front());
 }
 
-TEST_CASE("a saved state continues bit-identically; clones branch independently", "[model][state]") {
+TEST_CASE("a saved state continues bit-identically, and clones branch independently", "[model][state]") {
   const ModelConfig c = small_fla(ModelFeatureMap::kHedgehog, true);
   const auto model = Model::from_weights(c, RandomWeights(c, 2));
   const auto tokens = random_tokens(kSanitized ? 60 : 290, c.vocab_size, 4);

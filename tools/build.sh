@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds recur and runs one job. Installs any missing Debian packages first (as root).
 #
-#   tools/build.sh demo [args]   release build, then `recur demo` (the main job)
+#   tools/build.sh generate [args]  release build, then `recur generate` (the main job: the
+#                                built-in model unless -m DIR is given)
+#   tools/build.sh demo [args]   release build, then `recur demo` (one attention layer alone)
 #   tools/build.sh test          release build, then every test
 #   tools/build.sh asan          AddressSanitizer + UBSan build, then every test
 #   tools/build.sh bench [args]  release build, then every benchmark
@@ -22,17 +24,18 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
 
-job="${1:-demo}"
+job="${1:-generate}"
 shift || true
 jobs=$(nproc)
 case "$job" in
-  demo|test|bench|recur) preset=release ;;
+  generate|demo|test|bench|recur) preset=release ;;
   asan) preset=asan ;;
-  *) echo "build.sh: unknown job '$job' (demo, test, asan, bench, recur)" >&2; exit 2 ;;
+  *) echo "build.sh: unknown job '$job' (generate, demo, test, asan, bench, recur)" >&2; exit 2 ;;
 esac
 cmake --preset "$preset" >/dev/null
 cmake --build --preset "$preset" -j "$jobs"
 case "$job" in
+  generate) exec "build/$preset/tools/recur" generate "$@" ;;
   demo) exec "build/$preset/tools/recur" demo "$@" ;;
   recur) exec "build/$preset/tools/recur" "$@" ;;
   test|asan) ctest --preset "$preset" -j "$jobs" ;;

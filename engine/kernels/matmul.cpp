@@ -111,15 +111,18 @@ void row_panels4(const float* x, const float* panel, std::size_t panel_stride, i
 
 PackedMatrix::PackedMatrix(const float* w, int n_out, int k_in)
     : n_out_(n_out), k_in_(k_in), panels_((n_out + kPanelCols - 1) / kPanelCols) {
-  const std::size_t floats = static_cast<std::size_t>(panels_) * static_cast<std::size_t>(k_in) *
-                             kPanelCols;
+  // Panels whose starts lie a multiple of 4 KiB apart alias in the caches when decode reads four
+  // at once; a 64-byte gap between panels staggers them.
+  panel_stride_ = static_cast<std::size_t>(k_in) * kPanelCols;
+  if ((panel_stride_ * sizeof(float)) % 4096 == 0) panel_stride_ += kPanelCols;
+  const std::size_t floats = static_cast<std::size_t>(panels_) * panel_stride_;
   bytes_ = floats * sizeof(float);
   storage_.reset(new float[floats + kAlign / sizeof(float)]);
   const auto addr = reinterpret_cast<std::uintptr_t>(storage_.get());
   data_ = storage_.get() + ((kAlign - addr % kAlign) % kAlign) / sizeof(float);
   std::memset(data_, 0, bytes_);
   for (int n = 0; n < n_out; ++n) {
-    float* panel = data_ + static_cast<std::size_t>(n / kPanelCols) * static_cast<std::size_t>(k_in) * kPanelCols;
+    float* panel = data_ + static_cast<std::size_t>(n / kPanelCols) * panel_stride_;
     const int c = n % kPanelCols;
     const float* row = w + static_cast<std::size_t>(n) * static_cast<std::size_t>(k_in);
     for (int k = 0; k < k_in; ++k) panel[static_cast<std::size_t>(k) * kPanelCols + c] = row[k];
@@ -128,7 +131,7 @@ PackedMatrix::PackedMatrix(const float* w, int n_out, int k_in)
 
 void PackedMatrix::multiply_panels(const float* X, std::int64_t rows, std::int64_t ldx,
                                    float* Y, std::int64_t ldy, int p0, int p1) const {
-  const std::size_t panel_stride = static_cast<std::size_t>(k_in_) * kPanelCols;
+  const std::size_t panel_stride = panel_stride_;
   const auto panel_cols = [&](int p) { return std::min(kPanelCols, n_out_ - p * kPanelCols); };
   if (rows == 1) {
     int p = p0;

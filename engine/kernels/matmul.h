@@ -22,7 +22,8 @@ class PackedMatrix {
  public:
   PackedMatrix() = default;
   /// Packs w (n_out rows of k_in floats, row stride k_in) into panels of 16 output columns,
-  /// k-major within a panel; the last panel is padded with zero columns.
+  /// k-major within a panel; the last panel is padded with zero columns. Padding changes where
+  /// numbers are stored, never the order in which they are summed.
   PackedMatrix(const float* w, int n_out, int k_in);
 
   int n_out() const { return n_out_; }
@@ -42,6 +43,7 @@ class PackedMatrix {
   int n_out_ = 0;
   int k_in_ = 0;
   int panels_ = 0;
+  std::size_t panel_stride_ = 0;  // floats from one panel to the next
   std::size_t bytes_ = 0;
   std::shared_ptr<float[]> storage_;  // shared: a packed matrix is immutable
   float* data_ = nullptr;             // 64-byte aligned, (panels, k_in, 16)

@@ -1,0 +1,146 @@
+// The model: decode and prefill of a 12-layer linear_attn model (hidden 512, 8 heads, the
+// library's default feature map, vocab 32000) on 1 and 2 threads, the row-invariant matrix kernel
+// against Eigen's product, and memory bandwidth, all in one run, so that decode can be read
+// against the time to read the weights once and the kernel against Eigen.
+#include <benchmark/benchmark.h>
+
+#include <Eigen/Core>
+#include <memory>
+#include <random>
+
+#include "bench_common.h"
+#include "kernels/matmul.h"
+#include "recur/model.h"
+
+namespace {
+
+using recur::bench::read_bandwidth;
+
+const recur::ModelConfig& bench_config() {
+  static const recur::ModelConfig c = [] {
+    recur::ModelConfig m;  // the library's defaults, at this size
+    m.architecture = recur::Architecture::kLinearAttn;
+    m.vocab_size = 32000;
+    m.hidden_size = 512;
+    m.num_hidden_layers = 12;
+    m.num_heads = 8;
+    m.resolve("bench");
+    return m;
+  }();
+  return c;
+}
+
+std::shared_ptr<const recur::Model> bench_model() {
+  static const auto model =
+      recur::Model::from_weights(bench_config(), recur::RandomWeights(bench_config(), 1));
+  return model;
+}
+
+std::vector<int> tokens(int n) {
+  std::vector<int> t(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) t[static_cast<std::size_t>(i)] = (i * 7919 + 13) % 32000;
+  return t;
+}
+
+// Decode reads four weight panels at once, so its bandwidth is that of four streams per core.
+constexpr int kStreams = 4;
+
+void BM_MemoryBandwidth(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const int streams = static_cast<int>(state.range(1));
+  for (auto _ : state) benchmark::DoNotOptimize(read_bandwidth(threads, streams));
+  state.counters["read_GB/s"] = read_bandwidth(threads, streams) / 1e9;
+}
+BENCHMARK(BM_MemoryBandwidth)->ArgNames({"threads", "streams"})
+    ->Args({1, 1})->Args({1, 4})->Args({2, 1})->Args({2, 4})->Iterations(1);
+
+// One token through the whole model after a 256-token prompt: "x_read_time" is the time per
+// token over the time to read every weight once at the bandwidth measured with as many threads
+// and four streams per thread (target: 1.3 or less).
+void BM_ModelDecode(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const auto model = bench_model();
+  recur::Decoder dec(model, {64, threads});
+  dec.prefill(tokens(256));
+  int t = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(dec.step(t).data());
+    t = (t + 1) % 32000;
+  }
+  const double n = static_cast<double>(state.iterations());
+  const double bytes = static_cast<double>(model->weight_bytes_per_token());
+  state.counters["tokens/s"] = benchmark::Counter(n, benchmark::Counter::kIsRate);
+  state.counters["weight_MB"] = bytes / 1e6;
+  // Rate counters are divided by the elapsed time: this one is (read time / token time)^-1.
+  state.counters["x_read_time"] =
+      benchmark::Counter(n * bytes / read_bandwidth(threads, kStreams), benchmark::Counter::kIsRate |
+                                                                  benchmark::Counter::kInvert);
+  state.counters["bytes_held"] = static_cast<double>(dec.bytes());
+}
+BENCHMARK(BM_ModelDecode)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// T prompt tokens from an empty state, in chunks of 64 (logits for the last token only).
+void BM_ModelPrefill(benchmark::State& state) {
+  const int T = static_cast<int>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  const auto model = bench_model();
+  recur::Decoder dec(model, {64, threads});
+  const auto prompt = tokens(T);
+  for (auto _ : state) {
+    dec.reset();
+    benchmark::DoNotOptimize(dec.prefill(prompt).data());
+  }
+  const auto& c = bench_config();
+  // Matrix FLOP per token (projections, feature maps, MLP); the head runs once per call.
+  const double per_token =
+      2.0 * c.num_hidden_layers *
+      (double(c.hidden_size) * (c.key_dim + c.key_dim + c.value_dim + c.value_dim) +
+       3.0 * c.hidden_size * c.intermediate_size + 4.0 * c.num_heads * c.head_k_dim * c.head_k_dim);
+  const double n = static_cast<double>(state.iterations()) * T;
+  state.counters["tokens/s"] = benchmark::Counter(n, benchmark::Counter::kIsRate);
+  state.counters["of_peak"] = benchmark::Counter(
+      n * per_token / (recur::bench::fma_peak() * threads), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_ModelPrefill)->ArgNames({"T", "threads"})
+    ->Args({512, 1})->Args({512, 2})->Args({4096, 1})->Args({4096, 2})
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Y = X W^T for the model's widest projection (1536 x 512, the MLP's gate), rows = 1, 16, 64:
+// our kernel in the loop, then Eigen's product (same threads) timed for as many iterations.
+// "of_eigen" is Eigen's time over ours: at least 0.7 is the target at 64 rows.
+void BM_MatmulRows(benchmark::State& state) {
+  const int rows = static_cast<int>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  constexpr int N = 1536, K = 512;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd;
+  recur::RowMatrix W(N, K), X(rows, K), Y(rows, N), Ye(rows, N);
+  for (Eigen::Index i = 0; i < W.size(); ++i) W.data()[i] = nd(rng);
+  for (Eigen::Index i = 0; i < X.size(); ++i) X.data()[i] = nd(rng);
+  const recur::kernels::PackedMatrix P(W.data(), N, K);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    P.multiply(X.data(), rows, K, Y.data(), N, threads);
+    benchmark::ClobberMemory();
+  }
+  const double ours = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  Eigen::setNbThreads(threads);
+  Ye.noalias() = X * W.transpose();  // warm
+  const auto t1 = std::chrono::steady_clock::now();
+  for (benchmark::IterationCount i = 0; i < state.iterations(); ++i) {
+    Ye.noalias() = X * W.transpose();
+    benchmark::ClobberMemory();
+  }
+  const double eigen = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  const double flop = 2.0 * rows * N * K * static_cast<double>(state.iterations());
+  state.counters["GFLOP/s"] = flop / ours / 1e9;
+  state.counters["eigen_GFLOP/s"] = flop / eigen / 1e9;
+  state.counters["of_eigen"] = eigen / ours;
+}
+BENCHMARK(BM_MatmulRows)->ArgNames({"rows", "threads"})
+    ->Args({1, 1})->Args({16, 1})->Args({64, 1})->Args({1, 2})->Args({16, 2})->Args({64, 2})
+    ->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

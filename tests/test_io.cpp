@@ -1,0 +1,343 @@
+// Reading checkpoints: the safetensors reader, sharded indexes, config.json, and a config that
+// contradicts its weights. Every bad file must give a FormatError naming the file, the tensor and
+// the problem (under ASan in CI: no read out of bounds on the way).
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "recur/error.h"
+#include "recur/model.h"
+#include "recur/safetensors.h"
+#include "support/temp_dir.h"
+#include "util/file.h"
+#include "util/json.h"
+
+using namespace recur;
+using recur::testing::TempDir;
+
+namespace {
+
+// A file of an 8-byte little-endian length, the header text and the data bytes.
+std::string raw_file(const std::string& header, const std::string& data, std::uint64_t claimed = 0) {
+  std::uint64_t n = claimed ? claimed : header.size();
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>(n >> (8 * i));
+  return out + header + data;
+}
+
+std::string write(const TempDir& dir, const std::string& name, const std::string& bytes) {
+  std::ofstream out(dir.file(name), std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return dir.file(name);
+}
+
+std::string floats(std::initializer_list<float> v) {
+  std::string s(v.size() * 4, '\0');
+  std::memcpy(s.data(), std::data(v), s.size());
+  return s;
+}
+
+void expect_format_error(const std::function<void()>& fn, std::initializer_list<std::string> parts) {
+  try {
+    fn();
+    FAIL("no error");
+  } catch (const FormatError& e) {
+    const std::string msg = e.what();
+    INFO(msg);
+    for (const auto& p : parts) CHECK(msg.find(p) != std::string::npos);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("safetensors: written files read back in F32, F16 and BF16", "[io]") {
+  TempDir dir;
+  const std::vector<float> a = {1.0f, -2.5f, 3.25f, 0.0f, 65504.0f, 1e-6f};
+  const std::vector<float> b = {0.5f, 0.25f};
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    const std::string path = dir.file(std::string("t_") + dtype_name(dt) + ".safetensors");
+    write_safetensors(path, {{"a", {2, 3}, a.data()}, {"b", {2}, b.data()}}, dt, {{"k", "v"}});
+    const auto store = TensorStore::open_file(path);
+    REQUIRE(store.tensors().size() == 2);
+    CHECK(store.info("a").shape == std::vector<std::int64_t>{2, 3});
+    CHECK(store.info("a").dtype == dt);
+    const auto ra = store.read("a");
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const float want = dt == DType::kF32 ? a[i] : dt == DType::kF16 ? f16_to_float(float_to_f16(a[i]))
+                                                                      : bf16_to_float(float_to_bf16(a[i]));
+      CHECK(ra[i] == want);
+    }
+    CHECK(store.read("b") == b);
+  }
+}
+
+TEST_CASE("16-bit conversions round to nearest even and keep subnormals", "[io]") {
+  CHECK(f16_to_float(float_to_f16(1.0f)) == 1.0f);
+  CHECK(f16_to_float(float_to_f16(65504.0f)) == 65504.0f);
+  CHECK(std::isinf(f16_to_float(float_to_f16(65520.0f))));        // rounds up to infinity
+  CHECK(f16_to_float(float_to_f16(5.9604645e-8f)) == 5.9604645e-8f);  // smallest subnormal
+  CHECK(f16_to_float(float_to_f16(1.0f + 1.0f / 2048)) == 1.0f);      // tie goes to even
+  CHECK(f16_to_float(float_to_f16(1.0f + 3.0f / 2048)) == 1.0f + 2.0f / 1024);
+  CHECK(bf16_to_float(float_to_bf16(1.0f + 1.0f / 256)) == 1.0f);     // tie goes to even
+  CHECK(bf16_to_float(float_to_bf16(-3.0f)) == -3.0f);
+  // Every f16 bit pattern that is finite survives a round trip through float.
+  for (std::uint32_t h = 0; h < 0x10000; ++h) {
+    const auto x = static_cast<std::uint16_t>(h);
+    const float f = f16_to_float(x);
+    if (std::isfinite(f)) REQUIRE(float_to_f16(f) == x);
+  }
+}
+
+TEST_CASE("safetensors: bad files are rejected with the file, the tensor and the problem", "[io]") {
+  TempDir dir;
+  const std::string t1 = R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
+  const std::string d8 = floats({1.0f, 2.0f});
+  const auto open = [](const std::string& p) { return [p] { TensorStore::open_file(p); }; };
+
+  SECTION("a good file opens") {
+    CHECK_NOTHROW(TensorStore::open_file(write(dir, "ok.st", raw_file("{" + t1 + "}", d8))));
+  }
+  SECTION("truncated: shorter than the length field") {
+    const auto p = write(dir, "a.st", "abc");
+    expect_format_error(open(p), {p, "too short"});
+  }
+  SECTION("truncated: data cut off") {
+    const auto p = write(dir, "b.st", raw_file("{" + t1 + "}", d8.substr(0, 5)));
+    expect_format_error(open(p), {p, "'w'", "past the end"});
+  }
+  SECTION("a header length larger than the file") {
+    const auto p = write(dir, "c.st", raw_file("{" + t1 + "}", d8, 1000));
+    expect_format_error(open(p), {p, "header claims 1000 bytes"});
+  }
+  SECTION("a header length of 2^64 - 1") {
+    const auto p = write(dir, "c2.st", raw_file("{" + t1 + "}", d8, ~0ull));
+    expect_format_error(open(p), {p, "header claims"});
+  }
+  SECTION("a header that is not JSON") {
+    const auto p = write(dir, "d.st", raw_file("{\"w\":{\"dtype\":\"F32\",", d8));
+    expect_format_error(open(p), {p, "invalid JSON"});
+  }
+  SECTION("an unsupported dtype") {
+    const auto p = write(dir, "e.st", raw_file(R"({"w":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", d8));
+    expect_format_error(open(p), {p, "'w'", "I64", "not supported"});
+  }
+  SECTION("offsets that disagree with the shape") {
+    const auto p = write(dir, "f.st", raw_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", d8));
+    expect_format_error(open(p), {p, "'w'", "span 8 bytes", "takes 12"});
+  }
+  SECTION("offsets past the end of the file") {
+    const auto p = write(dir, "g.st", raw_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", d8));
+    expect_format_error(open(p), {p, "'w'", "past the end"});
+  }
+  SECTION("offsets that end before they begin") {
+    const auto p = write(dir, "g2.st", raw_file(R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", d8));
+    expect_format_error(open(p), {p, "'w'", "end before"});
+  }
+  SECTION("overlapping tensors") {
+    const auto p = write(dir, "h.st", raw_file(
+        R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", d8));
+    expect_format_error(open(p), {p, "'b'", "overlap", "'a'"});
+  }
+  SECTION("a hole in the data") {
+    const auto p = write(dir, "i.st", raw_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", d8));
+    expect_format_error(open(p), {p, "'w'", "hole"});
+  }
+  SECTION("negative or fractional shapes") {
+    const auto p = write(dir, "j.st", raw_file(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", d8));
+    expect_format_error(open(p), {p, "'w'", "non-negative integer"});
+    const auto q = write(dir, "j2.st", raw_file(R"({"w":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", d8));
+    expect_format_error(open(q), {q, "'w'", "non-negative integer"});
+  }
+  SECTION("an element count that overflows") {
+    const auto p = write(dir, "k.st", raw_file(
+        R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", d8));
+    expect_format_error(open(p), {p, "'w'", "overflows"});
+  }
+  SECTION("a NaN in the data is caught when read") {
+    const auto p = write(dir, "l.st", raw_file("{" + t1 + "}", floats({1.0f, NAN})));
+    const auto store = TensorStore::open_file(p);
+    expect_format_error([&] { store.read("w"); }, {p, "'w'", "element 1"});
+  }
+  SECTION("a missing file") {
+    expect_format_error(open(dir.file("nope.st")), {"nope.st", "cannot read"});
+  }
+}
+
+TEST_CASE("sharded checkpoints: the index must agree with the shards", "[io]") {
+  TempDir dir;
+  const ModelConfig c = Model::builtin_config();
+  write_random_model(dir.str(), c, 1, DType::kBF16, 4);
+  CHECK(std::filesystem::exists(dir.file("model.safetensors.index.json")));
+  CHECK(std::filesystem::exists(dir.file("model-00004-of-00004.safetensors")));
+  const auto store = TensorStore::open_dir(dir.str());
+  CHECK(store.tensors().size() == model_tensor_shapes(c).size());
+  CHECK_NOTHROW(Model::load(dir.str()));
+
+  const std::string index = *detail::read_file(dir.file("model.safetensors.index.json"));
+  const auto rewrite = [&](const std::string& from, const std::string& to) {
+    std::string s = index;
+    const auto at = s.find(from);
+    REQUIRE(at != std::string::npos);
+    s.replace(at, from.size(), to);
+    write(dir, "model.safetensors.index.json", s);
+  };
+  SECTION("a tensor listed in the wrong shard") {
+    rewrite("\"model.embeddings.weight\": \"model-00001-of-00004.safetensors\"",
+            "\"model.embeddings.weight\": \"model-00002-of-00004.safetensors\"");
+    expect_format_error([&] { TensorStore::open_dir(dir.str()); },
+                        {"index.json", "model.embeddings.weight", "found in"});
+  }
+  SECTION("a shard that escapes the directory") {
+    rewrite("\"model-00001-of-00004.safetensors\"", "\"../model-00001-of-00004.safetensors\"");
+    expect_format_error([&] { TensorStore::open_dir(dir.str()); }, {"index.json", "not a file in the model directory"});
+  }
+  SECTION("a missing shard") {
+    std::filesystem::remove(dir.file("model-00003-of-00004.safetensors"));
+    expect_format_error([&] { TensorStore::open_dir(dir.str()); }, {"model-00003-of-00004.safetensors", "cannot read"});
+  }
+  SECTION("an index that is not JSON") {
+    write(dir, "model.safetensors.index.json", "{\"weight_map\": {");
+    expect_format_error([&] { TensorStore::open_dir(dir.str()); }, {"index.json", "invalid JSON"});
+  }
+  SECTION("a directory with no weights") {
+    TempDir empty;
+    expect_format_error([&] { TensorStore::open_dir(empty.str()); }, {empty.str(), "neither"});
+  }
+}
+
+TEST_CASE("config.json: the library's fields, defaults and formulas", "[io][config]") {
+  const auto parse = [](const std::string& body) {
+    return ModelConfig::from_json("{\"model_type\": \"linear_attn\"" + body + "}", "config.json");
+  };
+  const ModelConfig d = parse("");
+  // The library's defaults.
+  CHECK(d.hidden_size == 2048);
+  CHECK(d.num_hidden_layers == 24);
+  CHECK(d.num_heads == 4);
+  CHECK(d.num_kv_heads == 4);
+  CHECK(d.feature_map == ModelFeatureMap::kElementwiseProduct);
+  CHECK_FALSE(d.norm_feature_map);
+  CHECK(d.norm_eps == 1e-6);
+  CHECK(d.vocab_size == 32000);
+  CHECK_FALSE(d.tie_word_embeddings);
+  // intermediate_size: 2/3 of hidden * ratio, rounded up to a multiple of 256.
+  CHECK(d.intermediate_size == 5632);
+  CHECK(parse(", \"hidden_size\": 512").intermediate_size == 1536);
+  CHECK(parse(", \"hidden_size\": 512, \"intermediate_size\": 1000").intermediate_size == 1000);
+  // scale = d_feature^-1/2 after the map; normalized eps 1e-10.
+  const ModelConfig h = parse(", \"hidden_size\": 256, \"num_heads\": 4, \"feature_map\": \"hedgehog\"");
+  CHECK(h.head_k_dim == 64);
+  CHECK(h.d_feature == 128);
+  CHECK(h.attn_scale == static_cast<float>(1.0 / std::sqrt(128.0)));
+  CHECK(h.attn_eps == 1e-10);
+  CHECK(parse(", \"hidden_size\": 256, \"feature_map\": \"dpfp\"").d_feature == 8 * 64);
+  const ModelConfig g = parse(", \"hidden_size\": 256, \"num_heads\": 8, \"num_kv_heads\": 2, \"expand_k\": 0.5, \"expand_v\": 2");
+  CHECK(g.key_dim == 128);
+  CHECK(g.value_dim == 512);
+  CHECK(g.kv_groups == 4);
+  CHECK(g.head_k_dim == 16);
+  CHECK(g.head_v_dim == 64);
+  CHECK_FALSE(parse(", \"elementwise_affine\": null").elementwise_affine);
+  // Fields that do not change inference are accepted.
+  CHECK_NOTHROW(parse(", \"fuse_norm\": true, \"architectures\": [\"LinearAttentionForCausalLM\"], "
+                      "\"torch_dtype\": \"bfloat16\", \"bos_token_id\": 1, \"attn_mode\": \"chunk\""));
+  // Round trip.
+  const ModelConfig r = ModelConfig::from_json(g.to_json(), "round trip");
+  CHECK(r.to_json() == g.to_json());
+}
+
+TEST_CASE("config.json: unknown or unsupported values get a clear error", "[io][config]") {
+  const auto bad = [](const std::string& body, std::initializer_list<std::string> parts) {
+    expect_format_error([&] { ModelConfig::from_json(body, "cfg.json"); }, parts);
+  };
+  bad(R"({"model_type": "linear_attn", "rope_theta": 10000})", {"cfg.json", "unknown field 'rope_theta'"});
+  bad(R"({"model_type": "linear_attn", "feature_map": "taylor"})", {"feature_map is 'taylor'"});
+  bad(R"({"model_type": "linear_attn", "hidden_act": "gelu"})", {"hidden_act is 'gelu'"});
+  bad(R"({"model_type": "linear_attn", "attn": {"layers": [1], "num_heads": 4}})", {"attn is set", "hybrid"});
+  bad(R"({"model_type": "linear_attn", "attn_mode": "parallel"})", {"attn_mode is 'parallel'"});
+  bad(R"({"model_type": "linear_attn", "num_heads": 6, "num_kv_heads": 4})", {"not a multiple of num_kv_heads"});
+  bad(R"({"model_type": "linear_attn", "hidden_size": 100, "num_heads": 8})", {"key dim", "num_heads 8"});
+  bad(R"({"model_type": "linear_attn", "hidden_size": "64"})", {"hidden_size is \"64\"", "integer"});
+  bad(R"({"model_type": "linear_attn", "norm_q": 1})", {"norm_q", "true or false"});
+  bad(R"({"model_type": "mamba"})", {"model_type is 'mamba'"});
+  bad(R"({"hidden_size": 64})", {"model_type is missing"});
+  bad(R"({"model_type": "transformers_are_rnns", "hidden_act": "swish"})", {"expected relu or gelu"});
+  bad(R"({"model_type": "linear_attn",})", {"cfg.json", "invalid JSON"});
+  bad(R"([1, 2])", {"not an object"});
+  bad(R"({"model_type": "linear_attn", "model_type": "linear_attn"})", {"duplicate key"});
+}
+
+TEST_CASE("a config that contradicts its weights is rejected, naming the tensor", "[io][config]") {
+  TempDir dir;
+  ModelConfig c = Model::builtin_config();
+  c.num_hidden_layers = 2;
+  write_random_model(dir.str(), c, 1);
+  REQUIRE_NOTHROW(Model::load(dir.str()));
+  const std::string config = *detail::read_file(dir.file("config.json"));
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::string s = config;
+    const auto at = s.find(from);
+    REQUIRE(at != std::string::npos);
+    s.replace(at, from.size(), to);
+    write(dir, "config.json", s);
+  };
+  SECTION("another hidden size") {
+    with("\"hidden_size\": 256", "\"hidden_size\": 128");
+    expect_format_error([&] { Model::load(dir.str()); },
+                        {"model.safetensors", "model.embeddings.weight", "(256, 256)", "(256, 128)"});
+  }
+  SECTION("more layers than the file holds") {
+    with("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3");
+    expect_format_error([&] { Model::load(dir.str()); }, {"model.layers.2.attn_norm.weight", "missing"});
+  }
+  SECTION("fewer layers than the file holds") {
+    with("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1");
+    expect_format_error([&] { Model::load(dir.str()); }, {"model.layers.1.", "not part of this configuration"});
+  }
+  SECTION("another feature map") {
+    with("\"feature_map\": \"elu\"", "\"feature_map\": \"hedgehog\"");
+    expect_format_error([&] { Model::load(dir.str()); }, {"feature_map_q.layer.weight", "missing"});
+  }
+  SECTION("tied embeddings while the file has its own LM head") {
+    with("\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true");
+    expect_format_error([&] { Model::load(dir.str()); }, {"lm_head.weight", "differs"});
+  }
+  SECTION("grouped kv heads that the k projection does not have") {
+    with("\"num_kv_heads\": 4", "\"num_kv_heads\": 2");
+    expect_format_error([&] { Model::load(dir.str()); }, {"k_proj.weight", "(256, 256)", "(128, 256)"});
+  }
+  SECTION("a dtype the model cannot use") {
+    const auto store = TensorStore::open_dir(dir.str());
+    (void)store;
+    std::string bytes = *detail::read_file(dir.file("model.safetensors"));
+    const auto at = bytes.find("\"F32\"");
+    REQUIRE(at != std::string::npos);
+    bytes.replace(at, 5, "\"I32\"");
+    write(dir, "model.safetensors", bytes);
+    expect_format_error([&] { Model::load(dir.str()); }, {"model.safetensors", "I32", "not supported"});
+  }
+}
+
+TEST_CASE("json: strict parsing", "[io][json]") {
+  const auto v = json::parse(R"({"a": [1, 2.5, -3e2, true, null, "x\u00e9\n"], "b": {}})", "t");
+  REQUIRE(v.is_object());
+  const auto& a = v.find("a")->array();
+  CHECK(a[0].is_integer());
+  CHECK(a[0].integer() == 1);
+  CHECK_FALSE(a[1].is_integer());
+  CHECK(a[1].number() == 2.5);
+  CHECK(a[2].number() == -300.0);
+  CHECK(a[3].boolean());
+  CHECK(a[4].is_null());
+  CHECK(a[5].string() == "x\xc3\xa9\n");
+  CHECK(json::parse("18446744073709551615", "t").is_number());
+  CHECK_FALSE(json::parse("18446744073709551615", "t").is_integer());
+  for (const char* bad : {"", "{", "[1,]", "{\"a\":1,}", "01", "1.", "\"\\x\"", "tru", "\"a\" \"b\"",
+                          "{\"a\" 1}", "\"\\ud800\"", "1e999"})
+    CHECK_THROWS_AS(json::parse(bad, "t"), FormatError);
+  std::string deep(100, '[');
+  CHECK_THROWS_WITH(json::parse(deep, "t"), Catch::Contains("nesting"));
+  CHECK(json::quote("a\"b\\\n\x01") == "\"a\\\"b\\\\\\n\\u0001\"");
+}
