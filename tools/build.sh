@@ -6,7 +6,8 @@
 #   tools/build.sh demo [args]   release build, then `recur demo` (one attention layer alone)
 #   tools/build.sh test          release build, then every test
 #   tools/build.sh asan          AddressSanitizer + UBSan build, then every test
-#   tools/build.sh bench [args]  release build, then every benchmark
+#   tools/build.sh bench [linear|kv|model] [args]
+#                                release build, then bench/bench_<name> (default linear)
 #   tools/build.sh recur [args]  release build, then `recur` with your arguments
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,5 +40,8 @@ case "$job" in
   demo) exec "build/$preset/tools/recur" demo "$@" ;;
   recur) exec "build/$preset/tools/recur" "$@" ;;
   test|asan) ctest --preset "$preset" -j "$jobs" ;;
-  bench) exec "build/$preset/bench/bench_linear" "$@" ;;
+  bench)
+    name=linear
+    if [[ $# -gt 0 && "$1" =~ ^(linear|kv|model)$ ]]; then name="$1"; shift; fi
+    exec "build/$preset/bench/bench_$name" "$@" ;;
 esac
