@@ -403,3 +403,42 @@ TEST_CASE("the decoder's memory does not grow with the sequence", "[model]") {
   CHECK(dec.bytes() == bytes);
   CHECK(dec.state_bytes() == state);
 }
+
+namespace {
+// Random weights with one tensor scaled up until the arithmetic overflows.
+class OverflowingWeights final : public WeightSource {
+ public:
+  OverflowingWeights(const ModelConfig& c, std::string layer) : base_(c, 1), layer_(std::move(layer)) {}
+  bool has(const std::string& n) const override { return base_.has(n); }
+  std::vector<std::int64_t> shape(const std::string& n) const override { return base_.shape(n); }
+  std::vector<float> read(const std::string& n) const override {
+    auto v = base_.read(n);
+    if (n == layer_ + "mlp.gate_proj.weight" || n == layer_ + "mlp.up_proj.weight")
+      for (auto& x : v) x *= 1e30f;  // gate * up reaches 1e60: infinite in float32
+    return v;
+  }
+  std::vector<std::string> names() const override { return base_.names(); }
+  std::string describe() const override { return "overflowing weights"; }
+
+ private:
+  RandomWeights base_;
+  std::string layer_;
+};
+}  // namespace
+
+TEST_CASE("an overflow inside the model stops the decoder until reset or load", "[model]") {
+  const ModelConfig c = small_fla(ModelFeatureMap::kElu, true);
+  const auto model = Model::from_weights(c, OverflowingWeights(c, "model.layers.0."));
+  Decoder dec(model, {8, 1});
+  // Layer 0's MLP overflows; layer 1's attention sees the Inf and refuses it, after layer 0's
+  // state has already taken the token.
+  CHECK_THROWS_AS(dec.step(1), NumericError);
+  CHECK_THROWS_WITH(dec.step(1), Catch::Contains("earlier call failed") && Catch::Contains("reset()"));
+  CHECK_THROWS_WITH(dec.prefill({1, 2}), Catch::Contains("earlier call failed"));
+  CHECK_THROWS_AS(dec.logits(), ArgumentError);
+  dec.reset();
+  CHECK_THROWS_AS(dec.prefill({1, 2, 3}), NumericError);  // the weights are still bad
+  // A sound model's decoder is unaffected by any of this.
+  Decoder good(Model::from_weights(c, RandomWeights(c, 1)));
+  CHECK_NOTHROW(good.step(1));
+}

@@ -252,24 +252,15 @@ std::vector<float> TensorStore::read(const std::string& name) const {
   if (!in) fail(t.file, "tensor '{}': short read ({} bytes at offset {}); did the file change?", name, t.bytes, t.offset);
   const auto n = static_cast<std::size_t>(t.elements());
   std::vector<float> out(n);
-  switch (t.dtype) {
-    case DType::kF32:
-      std::memcpy(out.data(), raw.data(), n * sizeof(float));
-      break;
-    case DType::kF16:
-      for (std::size_t i = 0; i < n; ++i) {
-        std::uint16_t h;
-        std::memcpy(&h, raw.data() + 2 * i, 2);
-        out[i] = f16_to_float(h);
-      }
-      break;
-    case DType::kBF16:
-      for (std::size_t i = 0; i < n; ++i) {
-        std::uint16_t h;
-        std::memcpy(&h, raw.data() + 2 * i, 2);
-        out[i] = bf16_to_float(h);
-      }
-      break;
+  if (t.dtype == DType::kF32) {
+    std::memcpy(out.data(), raw.data(), n * sizeof(float));
+  } else {
+    const auto widen = t.dtype == DType::kF16 ? f16_to_float : bf16_to_float;
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint16_t h;
+      std::memcpy(&h, raw.data() + 2 * i, 2);
+      out[i] = widen(h);
+    }
   }
   for (std::size_t i = 0; i < n; ++i)
     if (!std::isfinite(out[i]))

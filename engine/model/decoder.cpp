@@ -38,6 +38,9 @@ struct Decoder::Impl {
   std::vector<LinearState> states;
   std::int64_t n_tokens = 0;
   bool has_logits = false;
+  // Set when a forward pass failed after some layers had advanced (an overflow inside the
+  // model): the states no longer describe one sequence, so nothing runs until reset() or load().
+  std::string broken;
   Eigen::VectorXf logits;  // after the last token
 
   // Workspace for up to `cap` rows; never part of the decoder's value.
@@ -110,11 +113,19 @@ Decoder Decoder::clone() const {
   impl->n_tokens = impl_->n_tokens;
   impl->has_logits = impl_->has_logits;
   impl->logits = impl_->logits;
+  impl->broken = impl_->broken;
   impl->allocate(model_->config(), model_->impl(), options_.chunk);
   return Decoder(model_, options_, std::move(impl));
 }
 
+void Decoder::check_usable(const char* call) const {
+  if (!impl_->broken.empty())
+    detail::throw_argument(call, "an earlier call failed inside the model ({}); call reset() or "
+                                 "load() first", impl_->broken);
+}
+
 void Decoder::reset() {
+  impl_->broken.clear();
   for (auto& s : impl_->states) s.reset();
   impl_->n_tokens = 0;
   impl_->has_logits = false;
@@ -148,6 +159,7 @@ std::size_t Decoder::bytes() const {
 }
 
 ConstVectorRef Decoder::logits() const {
+  check_usable("Decoder::logits");
   if (!impl_->has_logits)
     detail::throw_argument("Decoder::logits", "no token has been run through the decoder yet");
   return impl_->logits;
@@ -156,6 +168,15 @@ ConstVectorRef Decoder::logits() const {
 // Runs n tokens (n <= cap) through every layer. Each step is row-invariant: a token's bytes do
 // not depend on n, so prefill in any chunking equals step() token by token.
 void Decoder::forward(const int* tokens, int n, bool all_logits) {
+  try {
+    run_layers(tokens, n, all_logits);
+  } catch (const Error& e) {
+    impl_->broken = e.what();
+    throw;
+  }
+}
+
+void Decoder::run_layers(const int* tokens, int n, bool all_logits) {
   const ModelConfig& c = model_->config();
   const Model::Impl& m = model_->impl();
   Impl& w = *impl_;
@@ -258,6 +279,7 @@ void Decoder::forward(const int* tokens, int n, bool all_logits) {
 ConstVectorRef Decoder::prefill(const std::vector<int>& tokens, const Progress& progress,
                                 const LogitsSink& each) {
   constexpr const char* call = "Decoder::prefill";
+  check_usable(call);
   const int V = model_->config().vocab_size;
   for (std::size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] < 0 || tokens[i] >= V)
@@ -278,6 +300,7 @@ ConstVectorRef Decoder::prefill(const std::vector<int>& tokens, const Progress& 
 }
 
 ConstVectorRef Decoder::step(int token) {
+  check_usable("Decoder::step");
   const int V = model_->config().vocab_size;
   if (token < 0 || token >= V)
     detail::throw_argument("Decoder::step", "token is {}, expected 0 to vocab_size - 1 = {}",
@@ -287,6 +310,7 @@ ConstVectorRef Decoder::step(int token) {
 }
 
 void Decoder::save(const std::string& path) const {
+  check_usable("Decoder::save");
   std::string out(kMagic, sizeof kMagic);
   put(out, kStateVersion);
   put(out, static_cast<std::uint32_t>(impl_->states.size()));
@@ -387,6 +411,7 @@ void Decoder::load(const std::string& path) {
   impl_->n_tokens = n_tokens;
   impl_->has_logits = has_logits == 1;
   impl_->logits = std::move(logits);
+  impl_->broken.clear();
 }
 
 }  // namespace recur

@@ -173,6 +173,10 @@ struct DecoderOptions {
 ///
 /// prefill() in any chunking, any split into calls and on any number of threads, followed by
 /// step(), gives logits bit-identical to step() on every token.
+///
+/// Bad tokens and options are rejected before anything changes. If the model's own arithmetic
+/// overflows midway (weights that drive activations to Inf), the call throws NumericError and
+/// the decoder refuses further work until reset() or load().
 class Decoder {
  public:
   explicit Decoder(std::shared_ptr<const Model> model, const DecoderOptions& options = {});
@@ -222,6 +226,8 @@ class Decoder {
   Decoder(std::shared_ptr<const Model> model, const DecoderOptions& options,
           std::unique_ptr<Impl> impl);
   void forward(const int* tokens, int n, bool all_logits);
+  void run_layers(const int* tokens, int n, bool all_logits);
+  void check_usable(const char* call) const;
   std::shared_ptr<const Model> model_;
   DecoderOptions options_;
   std::unique_ptr<Impl> impl_;
