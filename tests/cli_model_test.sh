@@ -34,6 +34,18 @@ done
 od -An -tu1 -v "$0" | tr -s ' ' '\n' | sed '/^$/d' > "$dir/ids.txt"
 [[ "$("$recur" score -m "$dir/m" --tokens "$dir/ids.txt" --json)" == "$("$recur" score -m "$dir/m" -f "$0" --json)" ]] || fail "--tokens and -f disagree"
 
+# Token ids in and out (for models tokenized elsewhere): the same tokens as the byte path.
+printf 'Branch here' | od -An -tu1 -v | tr -s ' ' '\n' | sed '/^$/d' > "$dir/prompt_ids.txt"
+"$recur" generate -m "$dir/m" --prompt-ids "$dir/prompt_ids.txt" -n 12 --greedy --ids > "$dir/gen_ids.txt" 2> /dev/null
+(( $(wc -l < "$dir/gen_ids.txt") == 12 )) || fail "--ids did not print 12 ids"
+text_ids=$("$recur" generate -m "$dir/m" -p "Branch here" -n 12 --greedy --raw 2> /dev/null | head -c -1 | tail -c +12 | od -An -tu1 -v | tr -s ' ' '\n' | sed '/^$/d')
+[[ "$text_ids" == "$(cat "$dir/gen_ids.txt")" ]] || fail "--prompt-ids/--ids differ from the byte path"
+# A model that ships a tokenizer gets a warning, not silence.
+touch "$dir/m/tokenizer.json"
+"$recur" generate -m "$dir/m" -n 1 > /dev/null 2> "$dir/err"
+grep -q "warning: the model ships tokenizer.json" "$dir/err" || fail "no tokenizer warning"
+rm "$dir/m/tokenizer.json"
+
 # A state saved after 10 tokens continues into the same bytes as one run of 20.
 "$recur" generate -m "$dir/m" -p "Branch here" -n 20 --greedy --raw > "$dir/full" 2> /dev/null
 "$recur" generate -m "$dir/m" -p "Branch here" -n 10 --greedy --raw --save-state "$dir/s" > "$dir/part1" 2> /dev/null

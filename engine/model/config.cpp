@@ -35,12 +35,21 @@ constexpr FeatureMapName kFeatureMaps[] = {
 // Fields of a Hugging Face config that describe training, saving or tooling, not the forward
 // pass. They are accepted and ignored.
 const std::set<std::string> kIgnored = {
+    // the checkpoint's identity and tooling
     "architectures", "model_type", "torch_dtype", "dtype", "transformers_version",
-    "_name_or_path", "auto_map", "use_cache", "bos_token_id", "eos_token_id", "pad_token_id",
-    "initializer_range", "return_dict", "output_hidden_states", "output_attentions",
-    "torchscript", "use_return_dict", "fuse_norm", "fuse_swiglu", "fuse_cross_entropy",
-    "fuse_linear_cross_entropy", "use_l2warp", "tokenizer_class", "chunk_size_feed_forward",
-    "is_encoder_decoder", "is_decoder", "tie_encoder_decoder"};
+    "_name_or_path", "auto_map", "tokenizer_class", "id2label", "label2id", "problem_type",
+    "finetuning_task", "task_specific_params", "prefix", "use_bfloat16",
+    // special tokens and generation defaults (recur takes these from the command line)
+    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
+    "max_length", "min_length", "do_sample", "num_beams", "temperature", "top_k", "top_p",
+    "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "num_return_sequences",
+    "early_stopping", "bad_words_ids",
+    // training and output switches that leave the forward pass as it is
+    "use_cache", "initializer_range", "return_dict", "output_hidden_states",
+    "output_attentions", "torchscript", "use_return_dict", "chunk_size_feed_forward",
+    "is_encoder_decoder", "is_decoder", "tie_encoder_decoder", "pruned_heads",
+    "add_cross_attention", "tf_legacy_loss", "fuse_norm", "fuse_swiglu", "fuse_cross_entropy",
+    "fuse_linear_cross_entropy", "use_l2warp"};
 
 // Reads fields of one JSON object, remembering which were used, so that unknown ones are
 // reported instead of silently ignored.
