@@ -59,6 +59,15 @@ grep -q "another model\|bytes" "$dir/err" || fail "unclear state error: $(cat "$
 "$recur" generate -n 8 > /dev/null 2> "$dir/err" || fail "built-in generate failed"
 grep -q "random" "$dir/err" || fail "built-in model does not say its weights are random"
 
+# Generation stops at the model's end-of-sequence id unless told not to.
+first=$(head -1 "$dir/gen_ids.txt")
+sed -i "s/^{/{\"eos_token_id\": $first,/" "$dir/m/config.json"
+"$recur" generate -m "$dir/m" --prompt-ids "$dir/prompt_ids.txt" -n 12 --greedy --ids > "$dir/eos_ids.txt" 2> "$dir/err"
+[[ ! -s "$dir/eos_ids.txt" ]] || fail "generated past the end-of-sequence id"
+grep -q "stopped at the end-of-sequence id" "$dir/err" || fail "no end-of-sequence note"
+"$recur" generate -m "$dir/m" --prompt-ids "$dir/prompt_ids.txt" -n 12 --greedy --ids --ignore-eos > "$dir/eos_ids.txt" 2> /dev/null
+cmp -s "$dir/eos_ids.txt" "$dir/gen_ids.txt" || fail "--ignore-eos changed the tokens"
+
 # Clear errors.
 if "$recur" score -m "$dir/m" 2> "$dir/err"; then fail "score without input"; fi
 grep -q "exactly one of" "$dir/err" || fail "unclear: $(cat "$dir/err")"

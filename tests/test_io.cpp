@@ -243,6 +243,9 @@ TEST_CASE("config.json: the library's fields, defaults and formulas", "[io][conf
   // Fields that do not change inference are accepted.
   CHECK_NOTHROW(parse(", \"fuse_norm\": true, \"architectures\": [\"LinearAttentionForCausalLM\"], "
                       "\"torch_dtype\": \"bfloat16\", \"bos_token_id\": 1, \"attn_mode\": \"chunk\""));
+  CHECK(parse(", \"vocab_size\": 100, \"eos_token_id\": 2").eos_token_ids == std::vector<int>{2});
+  CHECK(parse(", \"vocab_size\": 100, \"eos_token_id\": [2, 7]").eos_token_ids == std::vector<int>{2, 7});
+  CHECK(parse(", \"eos_token_id\": null").eos_token_ids.empty());
   // Round trip.
   const ModelConfig r = ModelConfig::from_json(g.to_json(), "round trip");
   CHECK(r.to_json() == g.to_json());
@@ -267,6 +270,7 @@ TEST_CASE("config.json: unknown or unsupported values get a clear error", "[io][
   bad(R"({"model_type": "linear_attn",})", {"cfg.json", "invalid JSON"});
   bad(R"([1, 2])", {"not an object"});
   bad(R"({"model_type": "linear_attn", "model_type": "linear_attn"})", {"duplicate key"});
+  bad(R"({"model_type": "linear_attn", "vocab_size": 10, "eos_token_id": 10})", {"eos_token_id holds 10"});
 }
 
 TEST_CASE("a config that contradicts its weights is rejected, naming the tensor", "[io][config]") {

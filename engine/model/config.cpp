@@ -40,7 +40,7 @@ const std::set<std::string> kIgnored = {
     "_name_or_path", "auto_map", "tokenizer_class", "id2label", "label2id", "problem_type",
     "finetuning_task", "task_specific_params", "prefix", "use_bfloat16",
     // special tokens and generation defaults (recur takes these from the command line)
-    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
+    "bos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
     "max_length", "min_length", "do_sample", "num_beams", "temperature", "top_k", "top_p",
     "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "num_return_sequences",
     "early_stopping", "bad_words_ids",
@@ -202,6 +202,19 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
   } else {
     fail(source, "model_type is '{}'; recur reads linear_attn and transformers_are_rnns", type);
   }
+  if (const json::Value* eos = f.get("eos_token_id")) {
+    const auto add = [&](const json::Value& v) {
+      if (!v.is_integer() || v.integer() < 0 || v.integer() >= c.vocab_size)
+        fail(source, "eos_token_id holds {}, expected ids in 0 to vocab_size - 1 = {}",
+             v.is_number() ? fmt::format("{}", v.number()) : v.kind_name(), c.vocab_size - 1);
+      c.eos_token_ids.push_back(static_cast<int>(v.integer()));
+    };
+    if (eos->is_array()) {
+      for (const auto& v : eos->array()) add(v);
+    } else {
+      add(*eos);
+    }
+  }
   f.reject_unknown();
   c.resolve(source);
   return c;
@@ -291,6 +304,11 @@ std::string ModelConfig::to_json() const {
     add("feature_map", json::quote(feature_map_name(feature_map)));
     add("norm_eps", num(norm_eps));
     add("attn_eps", num(attn_eps));
+  }
+  if (!eos_token_ids.empty()) {
+    std::string ids;
+    for (std::size_t i = 0; i < eos_token_ids.size(); ++i) ids += (i ? ", " : "") + std::to_string(eos_token_ids[i]);
+    add("eos_token_id", eos_token_ids.size() == 1 ? ids : "[" + ids + "]");
   }
   s += fmt::format("  \"tie_word_embeddings\": {}\n}}\n", boolean(tie_word_embeddings));
   return s;

@@ -182,7 +182,7 @@ void Decoder::run_layers(const int* tokens, int n, bool all_logits) {
   Impl& w = *impl_;
   const int threads = detail::resolve_threads(options_.threads);
   const int d = c.hidden_size, H = c.num_heads, Hkv = c.num_kv_heads, D = c.d_feature;
-  const int dk = c.head_k_dim, dv = c.head_v_dim, G = c.kv_groups, I = c.intermediate_size;
+  const int dv = c.head_v_dim, G = c.kv_groups, I = c.intermediate_size;
   const int kd = c.key_dim / G, vd = c.value_dim / G;
   const bool fla = c.architecture == Architecture::kLinearAttn;
 
@@ -220,7 +220,6 @@ void Decoder::run_layers(const int* tokens, int n, bool all_logits) {
       kf = w.fk_full.data();
       vf = w.v_full.data();
     }
-    (void)dk;
     const LinearAttention& attn = *L.attention;
     LinearState& state = w.states[li];
     if (n == 1) {

@@ -56,6 +56,8 @@ struct ModelConfig {
   double norm_eps = 1e-6;
   double attn_eps = 1e-10;         ///< added to the denominator in the normalized form
   bool tie_word_embeddings = false;
+  /// End-of-sequence ids (eos_token_id, a number or a list); generation stops at one.
+  std::vector<int> eos_token_ids;
 
   // Derived (filled by resolve()).
   int key_dim = 0, value_dim = 0;        ///< q and o widths: hidden_size * expand_k / expand_v
