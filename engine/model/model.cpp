@@ -66,7 +66,10 @@ std::uint64_t name_seed(const std::string& name, std::uint64_t seed) {
 class Loader {
  public:
   Loader(const WeightSource& src, const ModelConfig& config) : src_(src) {
-    const std::string cfg = config.to_json();
+    // The fingerprint covers what shapes the numbers; where generation stops does not.
+    ModelConfig numeric = config;
+    numeric.eos_token_ids.clear();
+    const std::string cfg = numeric.to_json();
     hash_.update(cfg.data(), cfg.size());
   }
 
