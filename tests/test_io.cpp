@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "recur/error.h"
 #include "recur/model.h"
@@ -344,4 +345,40 @@ TEST_CASE("json: strict parsing", "[io][json]") {
   std::string deep(100, '[');
   CHECK_THROWS_WITH(json::parse(deep, "t"), Catch::Contains("nesting"));
   CHECK(json::quote("a\"b\\\n\x01") == "\"a\\\"b\\\\\\n\\u0001\"");
+}
+
+TEST_CASE("tied feature maps may be stored under the q name, the k name or both", "[io][config]") {
+  ModelConfig c = Model::builtin_config();
+  c.num_hidden_layers = 1;
+  c.feature_map = ModelFeatureMap::kT2R;
+  c.tie_feature_map_qk = true;
+  TempDir dir;
+  write_random_model(dir.str(), c, 1);
+  const auto reference = Model::load(dir.str());
+  // Rewrite the file with the map under both names, then under the k name only.
+  const auto store = TensorStore::open_dir(dir.str());
+  const std::string q = "model.layers.0.attn.feature_map_q.layer.weight";
+  const std::string k = "model.layers.0.attn.feature_map_k.layer.weight";
+  std::map<std::string, std::vector<float>> values;
+  for (const auto& [name, info] : store.tensors()) values[name] = store.read(name);
+  const auto rewrite = [&](bool with_q, bool with_k, float k_nudge) {
+    std::vector<float> kv = values[q];
+    kv[0] += k_nudge;
+    std::vector<TensorData> tensors;
+    for (const auto& [name, v] : values) {
+      if (name == q && !with_q) continue;
+      tensors.push_back({name, store.info(name).shape, v.data()});
+    }
+    if (with_k) tensors.push_back({k, store.info(q).shape, kv.data()});
+    write_safetensors(dir.file("model.safetensors"), tensors, DType::kF32);
+  };
+  rewrite(true, true, 0.0f);
+  CHECK(Model::load(dir.str())->fingerprint() == reference->fingerprint());
+  rewrite(false, true, 0.0f);
+  Decoder a(reference), b(Model::load(dir.str()));
+  const Eigen::VectorXf la = a.prefill({1, 2, 3});
+  const Eigen::VectorXf lb = b.prefill({1, 2, 3});
+  CHECK(std::memcmp(la.data(), lb.data(), sizeof(float) * static_cast<std::size_t>(la.size())) == 0);
+  rewrite(true, true, 0.5f);
+  expect_format_error([&] { Model::load(dir.str()); }, {k, "differs"});
 }
