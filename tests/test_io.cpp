@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 
 #include "recur/error.h"
 #include "recur/model.h"
@@ -381,4 +382,40 @@ TEST_CASE("tied feature maps may be stored under the q name, the k name or both"
   CHECK(std::memcmp(la.data(), lb.data(), sizeof(float) * static_cast<std::size_t>(la.size())) == 0);
   rewrite(true, true, 0.5f);
   expect_format_error([&] { Model::load(dir.str()); }, {k, "differs"});
+}
+
+TEST_CASE("safetensors: random corruption gives FormatError, never a crash", "[io]") {
+  // Under ASan (CI) this also proves no read outside the buffers.
+  TempDir dir;
+  const std::vector<float> a(40, 1.5f), b(6, -2.0f);
+  const std::string good_path = dir.file("good.st");
+  write_safetensors(good_path, {{"a", {5, 8}, a.data()}, {"b", {6}, b.data()}}, DType::kBF16);
+  const std::string good = *detail::read_file(good_path);
+  std::mt19937 rng(123);
+  int rejected = 0, accepted = 0;
+  for (int trial = 0; trial < 600; ++trial) {
+    std::string bytes = good;
+    const int kind = trial % 3;
+    if (kind == 0) {
+      bytes.resize(std::uniform_int_distribution<std::size_t>(0, good.size() - 1)(rng));
+    } else {
+      // Flip 1-3 bytes, mostly in the length field and the header.
+      const int flips = 1 + trial % 3;
+      for (int f = 0; f < flips; ++f) {
+        const std::size_t at = std::uniform_int_distribution<std::size_t>(0, kind == 1 ? 7 + 120 : good.size() - 1)(rng);
+        bytes[at] = static_cast<char>(std::uniform_int_distribution<int>(0, 255)(rng));
+      }
+    }
+    const std::string path = write(dir, "bad.st", bytes);
+    try {
+      const auto store = TensorStore::open_file(path);
+      for (const auto& [name, info] : store.tensors()) (void)store.read(name);
+      ++accepted;  // e.g. a flipped byte inside the data: still a valid file
+    } catch (const FormatError& e) {
+      CHECK(std::string(e.what()).find(path) != std::string::npos);
+      ++rejected;
+    }
+  }
+  CHECK(rejected > 300);
+  CHECK(accepted > 0);
 }
