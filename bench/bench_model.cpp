@@ -1,5 +1,6 @@
 // The model: decode and prefill of a 12-layer linear_attn model (hidden 512, 8 heads, the
-// library's default feature map, vocab 32000) on 1 and 2 threads, the row-invariant matrix kernel
+// library's default feature map, vocab 32000) on 1 and 2 threads, with float32 weights and with
+// bfloat16 weights (kept as bfloat16), the row-invariant matrix kernel
 // against Eigen's product, and memory bandwidth, all in one run, so that decode can be read
 // against the time to read the weights once and the kernel against Eigen.
 #include <benchmark/benchmark.h>
@@ -30,10 +31,14 @@ const recur::ModelConfig& bench_config() {
   return c;
 }
 
-std::shared_ptr<const recur::Model> bench_model() {
-  static const auto model =
-      recur::Model::from_weights(bench_config(), recur::RandomWeights(bench_config(), 1));
-  return model;
+// dtype 0: float32 weights; 1: bfloat16 weights, kept as bfloat16 in memory.
+std::shared_ptr<const recur::Model> bench_model(int dtype) {
+  static std::shared_ptr<const recur::Model> models[2];
+  if (!models[dtype])
+    models[dtype] = recur::Model::from_weights(
+        bench_config(),
+        recur::RandomWeights(bench_config(), 1, dtype == 0 ? recur::DType::kF32 : recur::DType::kBF16));
+  return models[dtype];
 }
 
 std::vector<int> tokens(int n) {
@@ -59,7 +64,7 @@ BENCHMARK(BM_MemoryBandwidth)->ArgNames({"threads", "streams"})
 // and four streams per thread (target: 1.3 or less).
 void BM_ModelDecode(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
-  const auto model = bench_model();
+  const auto model = bench_model(static_cast<int>(state.range(1)));
   recur::Decoder dec(model, {64, threads});
   dec.prefill(tokens(256));
   int t = 0;
@@ -77,13 +82,15 @@ void BM_ModelDecode(benchmark::State& state) {
                                                                   benchmark::Counter::kInvert);
   state.counters["bytes_held"] = static_cast<double>(dec.bytes());
 }
-BENCHMARK(BM_ModelDecode)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ModelDecode)->ArgNames({"threads", "bf16"})
+    ->Args({1, 0})->Args({2, 0})->Args({1, 1})->Args({2, 1})
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // T prompt tokens from an empty state, in chunks of 64 (logits for the last token only).
 void BM_ModelPrefill(benchmark::State& state) {
   const int T = static_cast<int>(state.range(0));
   const int threads = static_cast<int>(state.range(1));
-  const auto model = bench_model();
+  const auto model = bench_model(static_cast<int>(state.range(2)));
   recur::Decoder dec(model, {64, threads});
   const auto prompt = tokens(T);
   for (auto _ : state) {
@@ -101,8 +108,9 @@ void BM_ModelPrefill(benchmark::State& state) {
   state.counters["of_peak"] = benchmark::Counter(
       n * per_token / (recur::bench::fma_peak() * threads), benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_ModelPrefill)->ArgNames({"T", "threads"})
-    ->Args({512, 1})->Args({512, 2})->Args({4096, 1})->Args({4096, 2})
+BENCHMARK(BM_ModelPrefill)->ArgNames({"T", "threads", "bf16"})
+    ->Args({512, 1, 0})->Args({512, 2, 0})->Args({4096, 1, 0})->Args({4096, 2, 0})
+    ->Args({4096, 1, 1})
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Y = X W^T for the model's widest projection (1536 x 512, the MLP's gate), rows = 1, 16, 64:

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "kernels/matmul.h"
+#include "recur/safetensors.h"
 #include "recur/types.h"
 
 using recur::RowMatrix;
@@ -80,4 +81,31 @@ TEST_CASE("matmul: a different summation order gives different bytes (the test c
   P.multiply(X.data(), 16, 512, ours.data(), 64, 1);
   RowMatrix eigen = X * W.transpose();
   CHECK(std::memcmp(ours.data(), eigen.data(), sizeof(float) * 16 * 64) != 0);
+}
+
+TEST_CASE("matmul: 16-bit storage gives the bytes of float storage of the same values",
+          "[matmul][exact]") {
+  for (const recur::DType dt : {recur::DType::kBF16, recur::DType::kF16}) {
+    for (const auto& [n_out, k_in] : std::vector<std::pair<int, int>>{{100, 37}, {64, 256}, {1536, 64}}) {
+      RowMatrix W = random_matrix(n_out, k_in, 7);
+      for (Eigen::Index i = 0; i < W.size(); ++i)  // values exact in the 16-bit format
+        W.data()[i] = dt == recur::DType::kBF16 ? recur::bf16_to_float(recur::float_to_bf16(W.data()[i]))
+                                                : recur::f16_to_float(recur::float_to_f16(W.data()[i]));
+      const PackedMatrix wide(W.data(), n_out, k_in, recur::DType::kF32);
+      const PackedMatrix narrow(W.data(), n_out, k_in, dt);
+      // Half the bytes, up to the few KiB of padding that staggers the panels.
+      CHECK(narrow.bytes() * 2 <= wide.bytes() + wide.bytes() / 50);
+      CHECK(narrow.bytes() * 2 >= wide.bytes() - wide.bytes() / 50);
+      const RowMatrix X = random_matrix(23, k_in, 8);
+      for (int rows : {1, 3, 6, 7, 23}) {
+        for (int threads : {1, 2}) {
+          RowMatrix a(rows, n_out), b(rows, n_out);
+          wide.multiply(X.data(), rows, k_in, a.data(), n_out, threads);
+          narrow.multiply(X.data(), rows, k_in, b.data(), n_out, threads);
+          INFO(recur::dtype_name(dt) << ", " << n_out << " x " << k_in << ", rows " << rows << ", threads " << threads);
+          REQUIRE(std::memcmp(a.data(), b.data(), sizeof(float) * static_cast<std::size_t>(a.size())) == 0);
+        }
+      }
+    }
+  }
 }

@@ -193,11 +193,16 @@ TEST_CASE("prefill in any chunking, split and thread count gives step()'s logits
   }
   cases.push_back({"elementwise_product, unnormalized", small_fla(ModelFeatureMap::kElementwiseProduct, false)});
   cases.push_back({"transformers_are_rnns, gelu", small_paper("gelu")});
+  {
+    Case c{"t2r, weights kept as bf16", small_fla(ModelFeatureMap::kT2R, true)};
+    c.dtype = DType::kBF16;
+    cases.push_back(c);
+  }
   // Past one fold of the attention state (256 tokens) so that prefill crosses it mid-chunk.
   const int T = kSanitized ? 70 : 300;
   for (const auto& c : cases) {
     SECTION(c.name) {
-      const auto model = Model::from_weights(c.config, RandomWeights(c.config, 5));
+      const auto model = Model::from_weights(c.config, RandomWeights(c.config, 5, c.dtype));
       const auto tokens = random_tokens(T, c.config.vocab_size, 9);
       const int V = c.config.vocab_size;
       const auto nV = static_cast<std::size_t>(V);
@@ -390,6 +395,36 @@ TEST_CASE("bad tokens and options are rejected with the call and the sizes", "[m
   CHECK_THROWS_AS(Decoder(model, {0, 1}), ArgumentError);
   CHECK_THROWS_AS(Decoder(model, {4, -1}), ArgumentError);
   CHECK_THROWS_AS(Decoder(nullptr), ArgumentError);
+}
+
+TEST_CASE("16-bit weights stay 16-bit in memory and give the logits of their float values",
+          "[model]") {
+  const ModelConfig c = small_fla(ModelFeatureMap::kElementwiseProduct, false);
+  for (const DType dt : {DType::kBF16, DType::kF16}) {
+    const auto narrow = Model::from_weights(c, RandomWeights(c, 4, dt));
+    // The same values presented as float32.
+    class AsFloat final : public WeightSource {
+     public:
+      explicit AsFloat(const RandomWeights& w) : w_(w) {}
+      bool has(const std::string& n) const override { return w_.has(n); }
+      std::vector<std::int64_t> shape(const std::string& n) const override { return w_.shape(n); }
+      std::vector<float> read(const std::string& n) const override { return w_.read(n); }
+      std::vector<std::string> names() const override { return w_.names(); }
+      std::string describe() const override { return "as float"; }
+     private:
+      const RandomWeights& w_;
+    };
+    const RandomWeights source(c, 4, dt);
+    const auto wide = Model::from_weights(c, AsFloat(source));
+    CHECK(narrow->fingerprint() == wide->fingerprint());
+    CHECK(double(narrow->weight_bytes_per_token()) < 0.6 * double(wide->weight_bytes_per_token()));
+    Decoder a(narrow, {7, 2}), b(wide, {64, 1});
+    const auto tokens = random_tokens(50, c.vocab_size, 5);
+    const Eigen::VectorXf la = a.prefill(tokens);
+    const Eigen::VectorXf lb = b.prefill(tokens);
+    CHECK(same_bytes(la.data(), lb.data(), static_cast<std::size_t>(la.size())));
+    CHECK(same_bytes(a.step(3).data(), b.step(3).data(), static_cast<std::size_t>(la.size())));
+  }
 }
 
 TEST_CASE("the decoder's memory does not grow with the sequence", "[model]") {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "kernels/simd.h"
 #include "util/parallel.h"
@@ -12,6 +14,21 @@ namespace {
 constexpr std::size_t kAlign = 64;
 constexpr int kRowTile = 6;      // rows per register tile: 6 x 16 outputs = 12 accumulators
 constexpr int kDecodePanels = 4;  // panels walked together when there is one row
+
+// How a panel's elements are stored and widened to float. Every policy yields the same floats
+// for the same weights, so the kernels below give the same bytes with any of them.
+struct F32Panel {
+  using T = float;
+  static F8 load(const float* p) { return load8(p); }
+};
+struct BF16Panel {
+  using T = std::uint16_t;
+  static F8 load(const std::uint16_t* p) { return load8_bf16(p); }
+};
+struct F16Panel {
+  using T = std::uint16_t;
+  static F8 load(const std::uint16_t* p) { return load8_f16(p); }
+};
 
 // Stores a row of 16 results, or its first `cols` when the panel is the padded last one.
 inline void store_row(float* y, F8 a, F8 b, int cols) {
@@ -29,8 +46,8 @@ inline void store_row(float* y, F8 a, F8 b, int cols) {
 // R rows (R <= 6) times one panel. Each accumulator is one chain over k ascending. The
 // accumulators are named variables, not an array: GCC keeps an array of vector structs in memory
 // and stores it back on every iteration.
-template <int R>
-void tile_rows(const float* X, std::int64_t ldx, const float* panel, int K, float* Y,
+template <int R, class Panel>
+void tile_rows(const float* X, std::int64_t ldx, const typename Panel::T* panel, int K, float* Y,
                std::int64_t ldy, int cols) {
   static_assert(R >= 1 && R <= 6, "tile of 1 to 6 rows");
   F8 a0 = zero8(), b0 = zero8(), a1 = zero8(), b1 = zero8(), a2 = zero8(), b2 = zero8();
@@ -42,8 +59,8 @@ void tile_rows(const float* X, std::int64_t ldx, const float* panel, int K, floa
   const float* x4 = X + (R > 4 ? 4 * ldx : 0);
   const float* x5 = X + (R > 5 ? 5 * ldx : 0);
   for (int k = 0; k < K; ++k) {
-    const F8 w0 = load8(panel + 16 * k);
-    const F8 w1 = load8(panel + 16 * k + 8);
+    const F8 w0 = Panel::load(panel + 16 * k);
+    const F8 w1 = Panel::load(panel + 16 * k + 8);
     F8 xb = broadcast8(x0 + k);
     a0 = fma8(xb, w0, a0);
     b0 = fma8(xb, w1, b0);
@@ -83,23 +100,25 @@ void tile_rows(const float* X, std::int64_t ldx, const float* panel, int K, floa
 
 // One row times four whole panels: eight independent chains hide the FMA latency that a single
 // row's two chains would expose. The same chain per element as tile_rows.
-void row_panels4(const float* x, const float* panel, std::size_t panel_stride, int K, float* y) {
+template <class Panel>
+void row_panels4(const float* x, const typename Panel::T* panel, std::size_t panel_stride, int K,
+                 float* y) {
   F8 a0 = zero8(), b0 = zero8(), a1 = zero8(), b1 = zero8();
   F8 a2 = zero8(), b2 = zero8(), a3 = zero8(), b3 = zero8();
-  const float* p0 = panel;
-  const float* p1 = p0 + panel_stride;
-  const float* p2 = p1 + panel_stride;
-  const float* p3 = p2 + panel_stride;
+  const auto* p0 = panel;
+  const auto* p1 = p0 + panel_stride;
+  const auto* p2 = p1 + panel_stride;
+  const auto* p3 = p2 + panel_stride;
   for (int k = 0; k < K; ++k) {
     const F8 xb = broadcast8(x + k);
-    a0 = fma8(xb, load8(p0 + 16 * k), a0);
-    b0 = fma8(xb, load8(p0 + 16 * k + 8), b0);
-    a1 = fma8(xb, load8(p1 + 16 * k), a1);
-    b1 = fma8(xb, load8(p1 + 16 * k + 8), b1);
-    a2 = fma8(xb, load8(p2 + 16 * k), a2);
-    b2 = fma8(xb, load8(p2 + 16 * k + 8), b2);
-    a3 = fma8(xb, load8(p3 + 16 * k), a3);
-    b3 = fma8(xb, load8(p3 + 16 * k + 8), b3);
+    a0 = fma8(xb, Panel::load(p0 + 16 * k), a0);
+    b0 = fma8(xb, Panel::load(p0 + 16 * k + 8), b0);
+    a1 = fma8(xb, Panel::load(p1 + 16 * k), a1);
+    b1 = fma8(xb, Panel::load(p1 + 16 * k + 8), b1);
+    a2 = fma8(xb, Panel::load(p2 + 16 * k), a2);
+    b2 = fma8(xb, Panel::load(p2 + 16 * k + 8), b2);
+    a3 = fma8(xb, Panel::load(p3 + 16 * k), a3);
+    b3 = fma8(xb, Panel::load(p3 + 16 * k + 8), b3);
   }
   store_row(y, a0, b0, kPanelCols);
   store_row(y + 16, a1, b1, kPanelCols);
@@ -109,53 +128,86 @@ void row_panels4(const float* x, const float* panel, std::size_t panel_stride, i
 
 }  // namespace
 
-PackedMatrix::PackedMatrix(const float* w, int n_out, int k_in)
-    : n_out_(n_out), k_in_(k_in), panels_((n_out + kPanelCols - 1) / kPanelCols) {
+PackedMatrix::PackedMatrix(const float* w, int n_out, int k_in, DType storage)
+    : n_out_(n_out), k_in_(k_in), panels_((n_out + kPanelCols - 1) / kPanelCols), storage_(storage) {
+  const auto elem = static_cast<std::size_t>(dtype_size(storage));
   // Panels whose starts lie a multiple of 4 KiB apart alias in the caches when decode reads four
-  // at once; a 64-byte gap between panels staggers them.
+  // at once; a gap of one row of the panel staggers them.
   panel_stride_ = static_cast<std::size_t>(k_in) * kPanelCols;
-  if ((panel_stride_ * sizeof(float)) % 4096 == 0) panel_stride_ += kPanelCols;
-  const std::size_t floats = static_cast<std::size_t>(panels_) * panel_stride_;
-  bytes_ = floats * sizeof(float);
-  storage_.reset(new float[floats + kAlign / sizeof(float)]);
-  const auto addr = reinterpret_cast<std::uintptr_t>(storage_.get());
-  data_ = storage_.get() + ((kAlign - addr % kAlign) % kAlign) / sizeof(float);
+  if ((panel_stride_ * elem) % 4096 == 0) panel_stride_ += kPanelCols;
+  bytes_ = static_cast<std::size_t>(panels_) * panel_stride_ * elem;
+  storage_bytes_.reset(new unsigned char[bytes_ + kAlign]);
+  const auto addr = reinterpret_cast<std::uintptr_t>(storage_bytes_.get());
+  data_ = storage_bytes_.get() + (kAlign - addr % kAlign) % kAlign;
   std::memset(data_, 0, bytes_);
   for (int n = 0; n < n_out; ++n) {
-    float* panel = data_ + static_cast<std::size_t>(n / kPanelCols) * panel_stride_;
-    const int c = n % kPanelCols;
+    const std::size_t base = static_cast<std::size_t>(n / kPanelCols) * panel_stride_ +
+                             static_cast<std::size_t>(n % kPanelCols);
     const float* row = w + static_cast<std::size_t>(n) * static_cast<std::size_t>(k_in);
-    for (int k = 0; k < k_in; ++k) panel[static_cast<std::size_t>(k) * kPanelCols + c] = row[k];
+    for (int k = 0; k < k_in; ++k) {
+      const std::size_t at = base + static_cast<std::size_t>(k) * kPanelCols;
+      if (storage == DType::kF32) {
+        std::memcpy(data_ + at * 4, &row[k], 4);
+      } else {
+        const std::uint16_t h = storage == DType::kBF16 ? float_to_bf16(row[k]) : float_to_f16(row[k]);
+        std::memcpy(data_ + at * 2, &h, 2);
+      }
+    }
   }
 }
 
+template <class Panel>
 void PackedMatrix::multiply_panels(const float* X, std::int64_t rows, std::int64_t ldx,
                                    float* Y, std::int64_t ldy, int p0, int p1) const {
-  const std::size_t panel_stride = panel_stride_;
+  using T = typename Panel::T;
+  const auto* data = reinterpret_cast<const T*>(data_);
+  const std::size_t stride = panel_stride_;
   const auto panel_cols = [&](int p) { return std::min(kPanelCols, n_out_ - p * kPanelCols); };
-  if (rows == 1) {
+  if (rows < kRowTile) {
+    // Few rows: widen each weight as it streams past.
     int p = p0;
-    for (; p + kDecodePanels <= p1 && (p + kDecodePanels) * kPanelCols <= n_out_; p += kDecodePanels)
-      row_panels4(X, data_ + panel_stride * static_cast<std::size_t>(p), panel_stride, k_in_,
-                  Y + p * kPanelCols);
-    for (; p < p1; ++p)
-      tile_rows<1>(X, ldx, data_ + panel_stride * static_cast<std::size_t>(p), k_in_,
-                   Y + p * kPanelCols, ldy, panel_cols(p));
+    if (rows == 1) {
+      for (; p + kDecodePanels <= p1 && (p + kDecodePanels) * kPanelCols <= n_out_; p += kDecodePanels)
+        row_panels4<Panel>(X, data + stride * static_cast<std::size_t>(p), stride, k_in_,
+                           Y + p * kPanelCols);
+    }
+    for (; p < p1; ++p) {
+      const T* panel = data + stride * static_cast<std::size_t>(p);
+      float* Yp = Y + p * kPanelCols;
+      const int cols = panel_cols(p);
+      switch (rows) {
+        case 5: tile_rows<5, Panel>(X, ldx, panel, k_in_, Yp, ldy, cols); break;
+        case 4: tile_rows<4, Panel>(X, ldx, panel, k_in_, Yp, ldy, cols); break;
+        case 3: tile_rows<3, Panel>(X, ldx, panel, k_in_, Yp, ldy, cols); break;
+        case 2: tile_rows<2, Panel>(X, ldx, panel, k_in_, Yp, ldy, cols); break;
+        default: tile_rows<1, Panel>(X, ldx, panel, k_in_, Yp, ldy, cols); break;
+      }
+    }
     return;
   }
+  // Many rows: a 16-bit panel is widened once into a float copy that every row tile then reads.
+  std::vector<float> widened;
+  if (!std::is_same_v<Panel, F32Panel>) widened.resize(static_cast<std::size_t>(k_in_) * kPanelCols);
   for (int p = p0; p < p1; ++p) {
-    const float* panel = data_ + panel_stride * static_cast<std::size_t>(p);
+    const T* stored = data + stride * static_cast<std::size_t>(p);
+    const float* panel;
+    if constexpr (std::is_same_v<Panel, F32Panel>) {
+      panel = stored;
+    } else {
+      for (std::size_t i = 0; i < widened.size(); i += kLanes) store8(widened.data() + i, Panel::load(stored + i));
+      panel = widened.data();
+    }
     const int cols = panel_cols(p);
     float* Yp = Y + p * kPanelCols;
     std::int64_t r = 0;
     for (; r + kRowTile <= rows; r += kRowTile)
-      tile_rows<kRowTile>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols);
+      tile_rows<kRowTile, F32Panel>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols);
     switch (rows - r) {
-      case 5: tile_rows<5>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols); break;
-      case 4: tile_rows<4>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols); break;
-      case 3: tile_rows<3>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols); break;
-      case 2: tile_rows<2>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols); break;
-      case 1: tile_rows<1>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols); break;
+      case 5: tile_rows<5, F32Panel>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols); break;
+      case 4: tile_rows<4, F32Panel>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols); break;
+      case 3: tile_rows<3, F32Panel>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols); break;
+      case 2: tile_rows<2, F32Panel>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols); break;
+      case 1: tile_rows<1, F32Panel>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols); break;
       default: break;
     }
   }
@@ -169,7 +221,11 @@ void PackedMatrix::multiply(const float* X, std::int64_t rows, std::int64_t ldx,
   const int useful = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(work >> 15, panels_)));
   const int t = std::max(1, std::min(threads, useful));
   detail::parallel_ranges(panels_, t, [&](int p0, int p1, int) {
-    multiply_panels(X, rows, ldx, Y, ldy, p0, p1);
+    switch (storage_) {
+      case DType::kF32: multiply_panels<F32Panel>(X, rows, ldx, Y, ldy, p0, p1); break;
+      case DType::kBF16: multiply_panels<BF16Panel>(X, rows, ldx, Y, ldy, p0, p1); break;
+      case DType::kF16: multiply_panels<F16Panel>(X, rows, ldx, Y, ldy, p0, p1); break;
+    }
   });
 }
 

@@ -7,11 +7,17 @@
 // projections therefore give the same bytes whether it is decoded alone or prefilled among
 // thousands (DESIGN.md 3.1). Eigen's product cannot promise that: it picks different kernels and
 // blockings for one row and for many.
+//
+// Weights may be kept as float32, bfloat16 or IEEE half. The 16-bit forms widen to float exactly
+// as they are loaded, so a product reads the same numbers, and gives the same bytes, as with the
+// weights widened in advance; decode, which only streams weights, reads half the bytes.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+
+#include "recur/safetensors.h"
 
 namespace recur::kernels {
 
@@ -22,31 +28,37 @@ class PackedMatrix {
  public:
   PackedMatrix() = default;
   /// Packs w (n_out rows of k_in floats, row stride k_in) into panels of 16 output columns,
-  /// k-major within a panel; the last panel is padded with zero columns. Padding changes where
-  /// numbers are stored, never the order in which they are summed.
-  PackedMatrix(const float* w, int n_out, int k_in);
+  /// k-major within a panel, stored as `storage`; the last panel is padded with zero columns.
+  /// Padding changes where numbers are stored, never the order in which they are summed. With
+  /// a 16-bit storage, w's values should be exactly representable in it (they are when they
+  /// were read from a file of that dtype); others are rounded to nearest even.
+  PackedMatrix(const float* w, int n_out, int k_in, DType storage = DType::kF32);
 
   int n_out() const { return n_out_; }
   int k_in() const { return k_in_; }
+  DType storage() const { return storage_; }
   /// Bytes of the packed panels: what one product reads of the weights.
   std::size_t bytes() const { return bytes_; }
 
   /// Y (rows, n_out; row stride ldy) = X (rows, k_in; row stride ldx) W^T. Splits the panels
-  /// over up to `threads` workers (>= 1); the split changes no result.
+  /// over up to `threads` workers (>= 1); the split changes no result. With one row it
+  /// allocates nothing.
   void multiply(const float* X, std::int64_t rows, std::int64_t ldx, float* Y, std::int64_t ldy,
                 int threads) const;
 
  private:
+  template <class Panel>
   void multiply_panels(const float* X, std::int64_t rows, std::int64_t ldx, float* Y,
                        std::int64_t ldy, int p0, int p1) const;
 
   int n_out_ = 0;
   int k_in_ = 0;
   int panels_ = 0;
-  std::size_t panel_stride_ = 0;  // floats from one panel to the next
+  DType storage_ = DType::kF32;
+  std::size_t panel_stride_ = 0;  // elements from one panel to the next
   std::size_t bytes_ = 0;
-  std::shared_ptr<float[]> storage_;  // shared: a packed matrix is immutable
-  float* data_ = nullptr;             // 64-byte aligned, (panels, k_in, 16)
+  std::shared_ptr<unsigned char[]> storage_bytes_;  // shared: a packed matrix is immutable
+  unsigned char* data_ = nullptr;                    // 64-byte aligned, (panels, k_in, 16)
 };
 
 }  // namespace recur::kernels

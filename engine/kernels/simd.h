@@ -22,6 +22,26 @@ namespace recur::kernels {
 
 inline constexpr int kLanes = 8;
 
+/// IEEE half to float, exactly (subnormals, infinities and NaN included).
+inline float half_to_float(std::uint16_t x) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(x & 0x8000u) << 16;
+  const std::uint32_t exp = (x >> 10) & 0x1fu;
+  const std::uint32_t man = x & 0x3ffu;
+  std::uint32_t u;
+  if (exp == 0) {
+    const float f = static_cast<float>(man) * 5.9604644775390625e-8f;  // man * 2^-24, exact
+    std::memcpy(&u, &f, 4);
+    u |= sign;
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else {
+    u = sign | ((exp + 112u) << 23) | (man << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 #if RECUR_SIMD_AVX2
 
 struct F8 {
@@ -37,6 +57,23 @@ inline F8 load8_halves(const float* lo, const float* hi) {
   return {_mm256_set_m128(_mm_loadu_ps(hi), _mm_loadu_ps(lo))};
 }
 inline void store8(float* p, F8 a) { _mm256_storeu_ps(p, a.v); }
+/// Eight bfloat16 values widened to float (exact: the upper half of a float's bits).
+inline F8 load8_bf16(const std::uint16_t* p) {
+  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return {_mm256_castsi256_ps(_mm256_slli_epi32(w, 16))};
+}
+/// Eight IEEE half values widened to float (exact).
+#if defined(__F16C__)
+inline F8 load8_f16(const std::uint16_t* p) {
+  return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))};
+}
+#else
+inline F8 load8_f16(const std::uint16_t* p) {
+  alignas(32) float tmp[kLanes];
+  for (int l = 0; l < kLanes; ++l) tmp[l] = half_to_float(p[l]);
+  return {_mm256_load_ps(tmp)};
+}
+#endif
 inline F8 add8(F8 a, F8 b) { return {_mm256_add_ps(a.v, b.v)}; }
 inline F8 sub8(F8 a, F8 b) { return {_mm256_sub_ps(a.v, b.v)}; }
 inline F8 mul8(F8 a, F8 b) { return {_mm256_mul_ps(a.v, b.v)}; }
@@ -86,6 +123,15 @@ inline F8 broadcast8(const float* p) { RECUR_F8_MAP(*p); }
 inline F8 load8(const float* p) { RECUR_F8_MAP(p[l]); }
 inline F8 load8_halves(const float* lo, const float* hi) { RECUR_F8_MAP(l < 4 ? lo[l] : hi[l - 4]); }
 inline void store8(float* p, F8 a) { std::memcpy(p, a.v, sizeof a.v); }
+inline F8 load8_bf16(const std::uint16_t* p) {
+  F8 r;
+  for (int l = 0; l < kLanes; ++l) {
+    const std::uint32_t bits = static_cast<std::uint32_t>(p[l]) << 16;
+    std::memcpy(&r.v[l], &bits, sizeof bits);
+  }
+  return r;
+}
+inline F8 load8_f16(const std::uint16_t* p) { RECUR_F8_MAP(half_to_float(p[l])); }
 inline F8 add8(F8 a, F8 b) { RECUR_F8_MAP(a.v[l] + b.v[l]); }
 inline F8 sub8(F8 a, F8 b) { RECUR_F8_MAP(a.v[l] - b.v[l]); }
 inline F8 mul8(F8 a, F8 b) { RECUR_F8_MAP(a.v[l] * b.v[l]); }

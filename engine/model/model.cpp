@@ -104,6 +104,7 @@ class Loader {
              name);
   }
 
+  DType dtype(const std::string& name) const { return src_.dtype(name); }
   std::uint64_t fingerprint() const { return hash_.digest(); }
   std::int64_t parameters() const { return parameters_; }
   template <class... Args>
@@ -123,7 +124,7 @@ model::Dense dense(Loader& L, const std::string& name, int n_out, int k_in, bool
                    const char* why) {
   model::Dense d;
   const auto w = L.take(name + ".weight", {n_out, k_in}, why);
-  d.w = kernels::PackedMatrix(w.data(), n_out, k_in);
+  d.w = kernels::PackedMatrix(w.data(), n_out, k_in, L.dtype(name + ".weight"));
   if (bias) d.bias = L.take(name + ".bias", {n_out}, why);
   return d;
 }
@@ -147,6 +148,7 @@ class TensorStoreSource final : public WeightSource {
     return store_.info(name).shape;
   }
   std::vector<float> read(const std::string& name) const override { return store_.read(name); }
+  DType dtype(const std::string& name) const override { return store_.info(name).dtype; }
   std::vector<std::string> names() const override {
     std::vector<std::string> out;
     for (const auto& [name, info] : store_.tensors()) {
@@ -210,7 +212,8 @@ std::vector<std::pair<std::string, std::vector<std::int64_t>>> model_tensor_shap
 // ---------------------------------------------------------------------------------------------
 // Random weights
 
-RandomWeights::RandomWeights(const ModelConfig& config_in, std::uint64_t seed) : seed_(seed) {
+RandomWeights::RandomWeights(const ModelConfig& config_in, std::uint64_t seed, DType dtype)
+    : seed_(seed), dtype_(dtype) {
   ModelConfig config = config_in;
   config.resolve("RandomWeights");
   for (auto& [name, shape] : model_tensor_shapes(config)) {
@@ -276,9 +279,18 @@ std::vector<float> RandomWeights::read(const std::string& name) const {
         v[i + j] = static_cast<float>(x);
       }
     }
+    if (dtype_ == DType::kBF16)
+      for (auto& x : v) x = bf16_to_float(float_to_bf16(x));
+    if (dtype_ == DType::kF16)
+      for (auto& x : v) x = f16_to_float(float_to_f16(x));
     return v;
   }
   throw FormatError(fmt::format("[RandomWeights] no tensor '{}'", name));
+}
+
+DType RandomWeights::dtype(const std::string& name) const {
+  (void)name;
+  return dtype_;
 }
 
 std::vector<std::string> RandomWeights::names() const {
@@ -288,7 +300,7 @@ std::vector<std::string> RandomWeights::names() const {
 }
 
 std::string RandomWeights::describe() const {
-  return fmt::format("random weights (seed {})", seed_);
+  return fmt::format("random {} weights (seed {})", dtype_name(dtype_), seed_);
 }
 
 void write_random_model(const std::string& dir, const ModelConfig& config, std::uint64_t seed,
@@ -449,7 +461,8 @@ std::shared_ptr<const Model> Model::from_weights(const ModelConfig& config_in,
     impl.final_norm = norm(L, "model.norm", d, eps, false, true, "hidden_size");
   }
   if (c.tie_word_embeddings) {
-    impl.lm_head.w = kernels::PackedMatrix(impl.embeddings.data(), V, d);
+    impl.lm_head.w = kernels::PackedMatrix(impl.embeddings.data(), V, d,
+                                           L.dtype("model.embeddings.weight"));
     L.accept_tied("lm_head.weight", impl.embeddings, {V, d});
   } else {
     impl.lm_head = dense(L, "lm_head", V, d, false, "vocab_size, hidden_size");

@@ -88,16 +88,24 @@ class WeightSource {
   /// The tensor's shape (throws if missing).
   virtual std::vector<std::int64_t> shape(const std::string& name) const = 0;
   virtual std::vector<float> read(const std::string& name) const = 0;
+  /// How the tensor is stored. The model keeps its matrices in this dtype (its values are exact
+  /// in it), so that decode reads 16-bit weights as 16 bits.
+  virtual DType dtype(const std::string& name) const {
+    (void)name;
+    return DType::kF32;
+  }
   /// Every tensor name, so that the model can reject those it does not use.
   virtual std::vector<std::string> names() const = 0;
   virtual std::string describe() const = 0;
 };
 
 /// Random weights for a configuration, generated from a seed (the same on every machine).
-/// Projections are normal with std 1/sqrt(fan_in); norm weights near 1.
+/// Projections are normal with std 1/sqrt(fan_in); norm weights near 1. With a 16-bit dtype the
+/// values are rounded to it, as if read from a file of that dtype.
 class RandomWeights final : public WeightSource {
  public:
-  RandomWeights(const ModelConfig& config, std::uint64_t seed);
+  RandomWeights(const ModelConfig& config, std::uint64_t seed, DType dtype = DType::kF32);
+  DType dtype(const std::string& name) const override;
   bool has(const std::string& name) const override;
   std::vector<std::int64_t> shape(const std::string& name) const override;
   std::vector<float> read(const std::string& name) const override;
@@ -112,6 +120,7 @@ class RandomWeights final : public WeightSource {
   };
   std::vector<std::pair<std::string, Spec>> specs_;
   std::uint64_t seed_;
+  DType dtype_;
 };
 
 /// Every tensor a configuration needs, with its shape, in a fixed order.
