@@ -17,17 +17,24 @@ constexpr int kDecodePanels = 4;  // panels walked together when there is one ro
 
 // How a panel's elements are stored and widened to float. Every policy yields the same floats
 // for the same weights, so the kernels below give the same bytes with any of them.
+// load16 reads the sixteen columns of one k of a panel: columns 0-7 into a, 8-15 into b.
 struct F32Panel {
   using T = float;
-  static F8 load(const float* p) { return load8(p); }
+  static void load16(const float* p, F8& a, F8& b) {
+    a = load8(p);
+    b = load8(p + 8);
+  }
 };
-struct BF16Panel {
+struct BF16Panel {  // stored in load16_bf16's order (bf16_unpack_slot)
   using T = std::uint16_t;
-  static F8 load(const std::uint16_t* p) { return load8_bf16(p); }
+  static void load16(const std::uint16_t* p, F8& a, F8& b) { load16_bf16(p, a, b); }
 };
 struct F16Panel {
   using T = std::uint16_t;
-  static F8 load(const std::uint16_t* p) { return load8_f16(p); }
+  static void load16(const std::uint16_t* p, F8& a, F8& b) {
+    a = load8_f16(p);
+    b = load8_f16(p + 8);
+  }
 };
 
 // Stores a row of 16 results, or its first `cols` when the panel is the padded last one.
@@ -59,8 +66,8 @@ void tile_rows(const float* X, std::int64_t ldx, const typename Panel::T* panel,
   const float* x4 = X + (R > 4 ? 4 * ldx : 0);
   const float* x5 = X + (R > 5 ? 5 * ldx : 0);
   for (int k = 0; k < K; ++k) {
-    const F8 w0 = Panel::load(panel + 16 * k);
-    const F8 w1 = Panel::load(panel + 16 * k + 8);
+    F8 w0, w1;
+    Panel::load16(panel + 16 * k, w0, w1);
     F8 xb = broadcast8(x0 + k);
     a0 = fma8(xb, w0, a0);
     b0 = fma8(xb, w1, b0);
@@ -111,14 +118,19 @@ void row_panels4(const float* x, const typename Panel::T* panel, std::size_t pan
   const auto* p3 = p2 + panel_stride;
   for (int k = 0; k < K; ++k) {
     const F8 xb = broadcast8(x + k);
-    a0 = fma8(xb, Panel::load(p0 + 16 * k), a0);
-    b0 = fma8(xb, Panel::load(p0 + 16 * k + 8), b0);
-    a1 = fma8(xb, Panel::load(p1 + 16 * k), a1);
-    b1 = fma8(xb, Panel::load(p1 + 16 * k + 8), b1);
-    a2 = fma8(xb, Panel::load(p2 + 16 * k), a2);
-    b2 = fma8(xb, Panel::load(p2 + 16 * k + 8), b2);
-    a3 = fma8(xb, Panel::load(p3 + 16 * k), a3);
-    b3 = fma8(xb, Panel::load(p3 + 16 * k + 8), b3);
+    F8 w0, w1;
+    Panel::load16(p0 + 16 * k, w0, w1);
+    a0 = fma8(xb, w0, a0);
+    b0 = fma8(xb, w1, b0);
+    Panel::load16(p1 + 16 * k, w0, w1);
+    a1 = fma8(xb, w0, a1);
+    b1 = fma8(xb, w1, b1);
+    Panel::load16(p2 + 16 * k, w0, w1);
+    a2 = fma8(xb, w0, a2);
+    b2 = fma8(xb, w1, b2);
+    Panel::load16(p3 + 16 * k, w0, w1);
+    a3 = fma8(xb, w0, a3);
+    b3 = fma8(xb, w1, b3);
   }
   store_row(y, a0, b0, kPanelCols);
   store_row(y + 16, a1, b1, kPanelCols);
@@ -141,8 +153,10 @@ PackedMatrix::PackedMatrix(const float* w, int n_out, int k_in, DType storage)
   data_ = storage_bytes_.get() + (kAlign - addr % kAlign) % kAlign;
   std::memset(data_, 0, bytes_);
   for (int n = 0; n < n_out; ++n) {
+    const int column = n % kPanelCols;
+    const int slot = storage == DType::kBF16 ? bf16_unpack_slot(column) : column;
     const std::size_t base = static_cast<std::size_t>(n / kPanelCols) * panel_stride_ +
-                             static_cast<std::size_t>(n % kPanelCols);
+                             static_cast<std::size_t>(slot);
     const float* row = w + static_cast<std::size_t>(n) * static_cast<std::size_t>(k_in);
     for (int k = 0; k < k_in; ++k) {
       const std::size_t at = base + static_cast<std::size_t>(k) * kPanelCols;
@@ -194,7 +208,12 @@ void PackedMatrix::multiply_panels(const float* X, std::int64_t rows, std::int64
     if constexpr (std::is_same_v<Panel, F32Panel>) {
       panel = stored;
     } else {
-      for (std::size_t i = 0; i < widened.size(); i += kLanes) store8(widened.data() + i, Panel::load(stored + i));
+      for (std::size_t i = 0; i < widened.size(); i += kPanelCols) {
+        F8 a, b;
+        Panel::load16(stored + i, a, b);
+        store8(widened.data() + i, a);
+        store8(widened.data() + i + 8, b);
+      }
       panel = widened.data();
     }
     const int cols = panel_cols(p);

@@ -22,6 +22,10 @@ namespace recur::kernels {
 
 inline constexpr int kLanes = 8;
 
+/// Where load16_bf16 expects column c (0-15) of a group of sixteen: within each 128-bit half,
+/// unpacking takes the low four and the high four values, so columns 4-7 and 8-11 trade places.
+inline int bf16_unpack_slot(int c) { return c < 4 || c >= 12 ? c : c < 8 ? c + 4 : c - 4; }
+
 /// IEEE half to float, exactly (subnormals, infinities and NaN included).
 inline float half_to_float(std::uint16_t x) {
   const std::uint32_t sign = static_cast<std::uint32_t>(x & 0x8000u) << 16;
@@ -61,6 +65,14 @@ inline void store8(float* p, F8 a) { _mm256_storeu_ps(p, a.v); }
 inline F8 load8_bf16(const std::uint16_t* p) {
   const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   return {_mm256_castsi256_ps(_mm256_slli_epi32(w, 16))};
+}
+/// Sixteen bfloat16 values widened to float (exact) in one load and two unpacks. The values are
+/// stored in the order bf16_unpack_slot() gives: lo receives columns 0-7, hi columns 8-15.
+inline void load16_bf16(const std::uint16_t* p, F8& lo, F8& hi) {
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m256i z = _mm256_setzero_si256();
+  lo.v = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, x));
+  hi.v = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, x));
 }
 /// Eight IEEE half values widened to float (exact).
 #if defined(__F16C__)
@@ -132,6 +144,18 @@ inline F8 load8_bf16(const std::uint16_t* p) {
   return r;
 }
 inline F8 load8_f16(const std::uint16_t* p) { RECUR_F8_MAP(half_to_float(p[l])); }
+inline float bf16_bits_to_float(std::uint16_t h) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+inline void load16_bf16(const std::uint16_t* p, F8& lo, F8& hi) {
+  for (int l = 0; l < kLanes; ++l) {
+    lo.v[l] = bf16_bits_to_float(p[l < 4 ? l : l + 4]);
+    hi.v[l] = bf16_bits_to_float(p[l < 4 ? l + 4 : l + 8]);
+  }
+}
 inline F8 add8(F8 a, F8 b) { RECUR_F8_MAP(a.v[l] + b.v[l]); }
 inline F8 sub8(F8 a, F8 b) { RECUR_F8_MAP(a.v[l] - b.v[l]); }
 inline F8 mul8(F8 a, F8 b) { RECUR_F8_MAP(a.v[l] * b.v[l]); }
