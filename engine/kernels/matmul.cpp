@@ -138,6 +138,20 @@ void row_panels4(const float* x, const typename Panel::T* panel, std::size_t pan
   store_row(y + 48, a3, b3, kPanelCols);
 }
 
+// 1 to 5 rows (fewer than a full tile) times one panel.
+template <class Panel>
+void few_rows(std::int64_t rows, const float* X, std::int64_t ldx, const typename Panel::T* panel,
+              int K, float* Y, std::int64_t ldy, int cols) {
+  switch (rows) {
+    case 5: tile_rows<5, Panel>(X, ldx, panel, K, Y, ldy, cols); break;
+    case 4: tile_rows<4, Panel>(X, ldx, panel, K, Y, ldy, cols); break;
+    case 3: tile_rows<3, Panel>(X, ldx, panel, K, Y, ldy, cols); break;
+    case 2: tile_rows<2, Panel>(X, ldx, panel, K, Y, ldy, cols); break;
+    case 1: tile_rows<1, Panel>(X, ldx, panel, K, Y, ldy, cols); break;
+    default: break;
+  }
+}
+
 }  // namespace
 
 PackedMatrix::PackedMatrix(const float* w, int n_out, int k_in, DType storage)
@@ -185,18 +199,9 @@ void PackedMatrix::multiply_panels(const float* X, std::int64_t rows, std::int64
         row_panels4<Panel>(X, data + stride * static_cast<std::size_t>(p), stride, k_in_,
                            Y + p * kPanelCols);
     }
-    for (; p < p1; ++p) {
-      const T* panel = data + stride * static_cast<std::size_t>(p);
-      float* Yp = Y + p * kPanelCols;
-      const int cols = panel_cols(p);
-      switch (rows) {
-        case 5: tile_rows<5, Panel>(X, ldx, panel, k_in_, Yp, ldy, cols); break;
-        case 4: tile_rows<4, Panel>(X, ldx, panel, k_in_, Yp, ldy, cols); break;
-        case 3: tile_rows<3, Panel>(X, ldx, panel, k_in_, Yp, ldy, cols); break;
-        case 2: tile_rows<2, Panel>(X, ldx, panel, k_in_, Yp, ldy, cols); break;
-        default: tile_rows<1, Panel>(X, ldx, panel, k_in_, Yp, ldy, cols); break;
-      }
-    }
+    for (; p < p1; ++p)
+      few_rows<Panel>(rows, X, ldx, data + stride * static_cast<std::size_t>(p), k_in_,
+                      Y + p * kPanelCols, ldy, panel_cols(p));
     return;
   }
   // Many rows: a 16-bit panel is widened once into a float copy that every row tile then reads.
@@ -221,14 +226,7 @@ void PackedMatrix::multiply_panels(const float* X, std::int64_t rows, std::int64
     std::int64_t r = 0;
     for (; r + kRowTile <= rows; r += kRowTile)
       tile_rows<kRowTile, F32Panel>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols);
-    switch (rows - r) {
-      case 5: tile_rows<5, F32Panel>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols); break;
-      case 4: tile_rows<4, F32Panel>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols); break;
-      case 3: tile_rows<3, F32Panel>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols); break;
-      case 2: tile_rows<2, F32Panel>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols); break;
-      case 1: tile_rows<1, F32Panel>(X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols); break;
-      default: break;
-    }
+    few_rows<F32Panel>(rows - r, X + r * ldx, ldx, panel, k_in_, Yp + r * ldy, ldy, cols);
   }
 }
 
