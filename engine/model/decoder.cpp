@@ -167,16 +167,16 @@ ConstVectorRef Decoder::logits() const {
 
 // Runs n tokens (n <= cap) through every layer. Each step is row-invariant: a token's bytes do
 // not depend on n, so prefill in any chunking equals step() token by token.
-void Decoder::forward(const int* tokens, int n, bool all_logits) {
+void Decoder::forward(const int* tokens, int n, int head) {
   try {
-    run_layers(tokens, n, all_logits);
+    run_layers(tokens, n, head);
   } catch (const Error& e) {
     impl_->broken = e.what();
     throw;
   }
 }
 
-void Decoder::run_layers(const int* tokens, int n, bool all_logits) {
+void Decoder::run_layers(const int* tokens, int n, int head) {
   const ModelConfig& c = model_->config();
   const Model::Impl& m = model_->impl();
   Impl& w = *impl_;
@@ -254,7 +254,10 @@ void Decoder::run_layers(const int* tokens, int n, bool all_logits) {
     }
   }
 
+  w.n_tokens += n;
+  if (head == kHeadNone) return;  // a chunk of a prefill whose logits nobody reads
   // The head: every row when the caller wants all logits, else only the last.
+  const bool all_logits = head == kHeadAll;
   const int first = all_logits ? 0 : n - 1;
   const int rows = n - first;
   const float* top = w.x.data() + std::size_t(first) * std::size_t(d);
@@ -271,7 +274,6 @@ void Decoder::run_layers(const int* tokens, int n, bool all_logits) {
   } else {
     m.lm_head.apply(top, 1, d, w.logits.data(), V, threads);
   }
-  w.n_tokens += n;
   w.has_logits = true;
 }
 
@@ -289,7 +291,9 @@ ConstVectorRef Decoder::prefill(const std::vector<int>& tokens, const Progress& 
   const auto total = static_cast<std::int64_t>(tokens.size());
   for (std::int64_t b = 0; b < total; b += impl_->cap) {
     const int n = static_cast<int>(std::min<std::int64_t>(impl_->cap, total - b));
-    forward(tokens.data() + b, n, static_cast<bool>(each));
+    // Only the last chunk's last row needs the LM head, unless every position's logits are wanted.
+    const bool last = b + n == total;
+    forward(tokens.data() + b, n, each ? kHeadAll : last ? kHeadLast : kHeadNone);
     if (each)
       for (int t = 0; t < n; ++t)
         each(b + t, impl_->all_logits.data() + std::size_t(t) * std::size_t(V));
@@ -304,7 +308,7 @@ ConstVectorRef Decoder::step(int token) {
   if (token < 0 || token >= V)
     detail::throw_argument("Decoder::step", "token is {}, expected 0 to vocab_size - 1 = {}",
                            token, V - 1);
-  forward(&token, 1, false);
+  forward(&token, 1, kHeadLast);
   return impl_->logits;
 }
 

@@ -236,8 +236,9 @@ class Decoder {
  private:
   Decoder(std::shared_ptr<const Model> model, const DecoderOptions& options,
           std::unique_ptr<Impl> impl);
-  void forward(const int* tokens, int n, bool all_logits);
-  void run_layers(const int* tokens, int n, bool all_logits);
+  static constexpr int kHeadNone = 0, kHeadLast = 1, kHeadAll = 2;  // which rows get logits
+  void forward(const int* tokens, int n, int head);
+  void run_layers(const int* tokens, int n, int head);
   void check_usable(const char* call) const;
   std::shared_ptr<const Model> model_;
   DecoderOptions options_;
