@@ -419,3 +419,30 @@ TEST_CASE("safetensors: random corruption gives FormatError, never a crash", "[i
   CHECK(rejected > 300);
   CHECK(accepted > 0);
 }
+
+TEST_CASE("config.json: random corruption gives FormatError, never a crash", "[io][config]") {
+  const std::string good = Model::builtin_config().to_json();
+  std::mt19937 rng(9);
+  int ok = 0, refused = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string text = good;
+    const int edits = 1 + trial % 3;
+    for (int e = 0; e < edits && !text.empty(); ++e) {
+      const auto at = std::uniform_int_distribution<std::size_t>(0, text.size() - 1)(rng);
+      switch (trial % 3) {
+        case 0: text[at] = static_cast<char>(std::uniform_int_distribution<int>(32, 126)(rng)); break;
+        case 1: text.erase(at, 1); break;
+        default: text.resize(at); break;
+      }
+    }
+    try {
+      ModelConfig::from_json(text, "fuzz.json");
+      ++ok;  // e.g. a digit changed into another valid value
+    } catch (const FormatError& e) {
+      CHECK(std::string(e.what()).find("fuzz.json") != std::string::npos);
+      ++refused;
+    }
+  }
+  CHECK(refused > 1000);
+  CHECK(ok > 0);
+}

@@ -477,3 +477,37 @@ TEST_CASE("an overflow inside the model stops the decoder until reset or load", 
   Decoder good(Model::from_weights(c, RandomWeights(c, 1)));
   CHECK_NOTHROW(good.step(1));
 }
+
+TEST_CASE("state files: random corruption is refused and changes nothing", "[model][state]") {
+  const ModelConfig c = small_fla(ModelFeatureMap::kElu, true);
+  const auto model = Model::from_weights(c, RandomWeights(c, 2));
+  TempDir dir;
+  Decoder saver(model);
+  saver.prefill(random_tokens(30, c.vocab_size, 1));
+  saver.save(dir.file("s"));
+  const std::string good = *recur::detail::read_file(dir.file("s"));
+  Decoder victim(model);
+  victim.prefill({5, 6});
+  const auto before = victim.logits();
+  const Eigen::VectorXf want = before;
+  std::mt19937 rng(5);
+  int refused = 0;
+  for (int trial = 0; trial < (kSanitized ? 60 : 300); ++trial) {
+    std::string bytes = good;
+    if (trial % 2 == 0) {
+      bytes.resize(std::uniform_int_distribution<std::size_t>(0, good.size() - 1)(rng));
+    } else {
+      const auto at = std::uniform_int_distribution<std::size_t>(0, good.size() - 1)(rng);
+      bytes[at] = static_cast<char>(bytes[at] ^ (1 << (trial % 8)));
+    }
+    {
+      std::ofstream out(dir.file("bad"), std::ios::binary);
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    }
+    CHECK_THROWS_AS(victim.load(dir.file("bad")), FormatError);
+    ++refused;
+    REQUIRE(victim.n_tokens() == 2);
+    REQUIRE(same_bytes(victim.logits().data(), want.data(), static_cast<std::size_t>(want.size())));
+  }
+  CHECK(refused > 0);
+}
