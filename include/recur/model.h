@@ -220,7 +220,8 @@ class Decoder {
   ConstVectorRef logits() const;
 
   std::int64_t n_tokens() const;
-  /// Bytes this decoder holds (states, logits and workspace). Constant.
+  /// Bytes this decoder holds (states, logits and workspace). Constant in the sequence length;
+  /// the first prefill with a LogitsSink adds a buffer of chunk x vocab_size floats.
   std::size_t bytes() const;
   /// Bytes of the attention states alone (what save() writes, roughly).
   std::size_t state_bytes() const;
