@@ -129,9 +129,9 @@ std::vector<unsigned char> LinearState::raw_bytes() const {
 
 void LinearState::load_raw_bytes(const unsigned char* data, std::size_t size) {
   constexpr const char* call = "LinearState::load_raw_bytes";
-  if (size != sums_.size + sizeof n_tokens_)
+  if (size != raw_size())
     throw FormatError(fmt::format("[{}] {} bytes given, a state of this shape has {}", call, size,
-                                  sums_.size + sizeof n_tokens_));
+                                  raw_size()));
   std::int64_t n = 0;
   std::memcpy(&n, data + sums_.size, sizeof n);
   if (n < 0) throw FormatError(fmt::format("[{}] the token count is {}", call, n));

@@ -181,11 +181,13 @@ std::int64_t TensorInfo::elements() const {
   return n;
 }
 
-std::string TensorInfo::shape_string() const {
+std::string shape_string(const std::vector<std::int64_t>& shape) {
   std::string s = "(";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + (shape.size() == 1 ? ",)" : ")");
 }
+
+std::string TensorInfo::shape_string() const { return recur::shape_string(shape); }
 
 TensorStore TensorStore::open_file(const std::string& path) {
   TensorStore store;

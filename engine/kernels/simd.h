@@ -61,11 +61,6 @@ inline F8 load8_halves(const float* lo, const float* hi) {
   return {_mm256_set_m128(_mm_loadu_ps(hi), _mm_loadu_ps(lo))};
 }
 inline void store8(float* p, F8 a) { _mm256_storeu_ps(p, a.v); }
-/// Eight bfloat16 values widened to float (exact: the upper half of a float's bits).
-inline F8 load8_bf16(const std::uint16_t* p) {
-  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return {_mm256_castsi256_ps(_mm256_slli_epi32(w, 16))};
-}
 /// Sixteen bfloat16 values widened to float (exact) in one load and two unpacks. The values are
 /// stored in the order bf16_unpack_slot() gives: lo receives columns 0-7, hi columns 8-15.
 inline void load16_bf16(const std::uint16_t* p, F8& lo, F8& hi) {
@@ -135,14 +130,6 @@ inline F8 broadcast8(const float* p) { RECUR_F8_MAP(*p); }
 inline F8 load8(const float* p) { RECUR_F8_MAP(p[l]); }
 inline F8 load8_halves(const float* lo, const float* hi) { RECUR_F8_MAP(l < 4 ? lo[l] : hi[l - 4]); }
 inline void store8(float* p, F8 a) { std::memcpy(p, a.v, sizeof a.v); }
-inline F8 load8_bf16(const std::uint16_t* p) {
-  F8 r;
-  for (int l = 0; l < kLanes; ++l) {
-    const std::uint32_t bits = static_cast<std::uint32_t>(p[l]) << 16;
-    std::memcpy(&r.v[l], &bits, sizeof bits);
-  }
-  return r;
-}
 inline F8 load8_f16(const std::uint16_t* p) { RECUR_F8_MAP(half_to_float(p[l])); }
 inline float bf16_bits_to_float(std::uint16_t h) {
   const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;

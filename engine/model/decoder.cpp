@@ -147,7 +147,7 @@ std::int64_t Decoder::n_tokens() const { return impl_->n_tokens; }
 
 std::size_t Decoder::state_bytes() const {
   std::size_t n = 0;
-  for (const auto& s : impl_->states) n += s.raw_bytes().size();
+  for (const auto& s : impl_->states) n += s.raw_size();
   return n;
 }
 
@@ -355,7 +355,7 @@ void Decoder::load(const std::string& path) {
   std::size_t expected = sizeof kMagic + 4 + 4 + 8 + 8 + 4 + 4 + 8;
   std::vector<std::size_t> layer_bytes;
   for (const auto& s : impl_->states) {
-    layer_bytes.push_back(s.raw_bytes().size());
+    layer_bytes.push_back(s.raw_size());
     expected += 8 + layer_bytes.back();
   }
   expected += sizeof(float) * static_cast<std::size_t>(model_->config().vocab_size);

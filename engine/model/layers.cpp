@@ -189,13 +189,12 @@ void swiglu(const float* g, const float* u, float* out, std::int64_t n) {
     const F8 gv = kernels::load8(g + i);
     kernels::store8(out + i, kernels::mul8(kernels::mul8(gv, sigmoid8(gv)), kernels::load8(u + i)));
   }
-  for (; i < n; ++i) {
-    float gt[kLanes] = {}, ut[kLanes] = {}, ot[kLanes];
-    gt[0] = g[i];
-    ut[0] = u[i];
-    const F8 gv = kernels::load8(gt);
-    kernels::store8(ot, kernels::mul8(kernels::mul8(gv, sigmoid8(gv)), kernels::load8(ut)));
-    out[i] = ot[0];
+  if (i < n) {
+    const int rest = static_cast<int>(n - i);
+    const F8 gv = load_partial(g + i, rest);
+    float ot[kLanes];
+    kernels::store8(ot, kernels::mul8(kernels::mul8(gv, sigmoid8(gv)), load_partial(u + i, rest)));
+    std::memcpy(out + i, ot, sizeof(float) * static_cast<std::size_t>(rest));
   }
 }
 

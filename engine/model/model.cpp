@@ -15,12 +15,6 @@ namespace {
 namespace fs = std::filesystem;
 using Shape = std::vector<std::int64_t>;
 
-std::string shape_string(const Shape& shape) {
-  std::string s = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + (shape.size() == 1 ? ",)" : ")");
-}
-
 std::string layer_prefix(int i) { return fmt::format("model.layers.{}.", i); }
 
 // Names of one feature map's parameters (under attn.feature_map_q / _k), with shapes.
@@ -499,8 +493,10 @@ std::size_t Model::weight_bytes_per_token() const {
   };
   for (const auto& l : impl_->layers) {
     for (const auto* d : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.fc1, &l.fc2,
-                          &l.phi_q.l1, &l.phi_q.l2, &l.phi_k.l1, &l.phi_k.l2})
+                          &l.phi_q.l1, &l.phi_q.l2})
       bytes += dense_bytes(*d);
+    if (!config_.tie_feature_map_qk)  // tied maps share one set of matrices
+      bytes += dense_bytes(l.phi_k.l1) + dense_bytes(l.phi_k.l2);
   }
   bytes += dense_bytes(impl_->lm_head);
   return bytes;

@@ -75,6 +75,8 @@ class LinearState {
 
   /// The raw bytes of the sums and the token count, for exact comparison, hashing and saving.
   std::vector<unsigned char> raw_bytes() const;
+  /// raw_bytes().size(), without the copy.
+  std::size_t raw_size() const { return sums_.size + sizeof n_tokens_; }
   /// Restores what raw_bytes() returned for a state of the same shape. Throws FormatError if the
   /// size differs, a sum is not finite or the count is negative; the state is unchanged then.
   void load_raw_bytes(const unsigned char* data, std::size_t size);

@@ -25,6 +25,9 @@ int dtype_size(DType dtype);
 /// Parses "F32"/"F16"/"BF16" (and the lower-case forms); throws ArgumentError otherwise.
 DType parse_dtype(const std::string& name);
 
+/// "(512, 2048)", "(64,)": a shape as messages print it.
+std::string shape_string(const std::vector<std::int64_t>& shape);
+
 /// What a header says about one tensor.
 struct TensorInfo {
   std::string name;
