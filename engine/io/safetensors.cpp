@@ -16,6 +16,7 @@
 #include "util/check.h"
 #include "util/file.h"
 #include "util/json.h"
+#include "io/safetensors_header.h"
 
 namespace recur {
 namespace {
@@ -30,9 +31,16 @@ template <class... Args>
       fmt::format("[safetensors] {}: {}", file, fmt::format(f, std::forward<Args>(args)...)));
 }
 
-std::string read_text_file(const std::string& path, const char* what) {
-  auto text = detail::read_file(path);
-  if (!text) fail(path, "cannot read the {}", what);
+// An index lists one line per tensor: even the largest checkpoints' indexes are a few MB.
+constexpr std::uint64_t kMaxIndexBytes = 100u << 20;
+
+std::string read_index_file(const std::string& path) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (!ec && size > kMaxIndexBytes)
+    fail(path, "the index has {} bytes, more than the limit of {}", size, kMaxIndexBytes);
+  auto text = detail::read_file(path, kMaxIndexBytes);
+  if (!text) fail(path, "cannot read the index");
   return *text;
 }
 
@@ -68,6 +76,16 @@ void read_header(const std::string& path, std::map<std::string, TensorInfo>& out
   std::string header(header_len, '\0');
   in.read(header.data(), static_cast<std::streamsize>(header_len));
   if (!in) fail(path, "short read of the header");
+  detail::check_header(path, size, header, out);
+}
+
+}  // namespace
+
+void detail::check_header(const std::string& path, std::uint64_t size, const std::string& header,
+                          std::map<std::string, TensorInfo>& out) {
+  const std::uint64_t header_len = header.size();
+  if (header_len < 2 || header_len + 8 > size)
+    fail(path, "the header has {} bytes in a file of {}", header_len, size);
   if (header[0] != '{') fail(path, "the header does not start with '{{'");
   const json::Value root = json::parse(header, "safetensors] " + path + ": [header");
   if (!root.is_object()) fail(path, "the header is {}, not an object", root.kind_name());
@@ -155,8 +173,6 @@ void read_header(const std::string& path, std::map<std::string, TensorInfo>& out
     fail(path, "the tensors cover {} bytes of data but the file holds {}", covered, data_size);
 }
 
-}  // namespace
-
 const char* dtype_name(DType dtype) {
   switch (dtype) {
     case DType::kF32: return "F32";
@@ -209,12 +225,14 @@ TensorStore TensorStore::open_dir(const std::string& dir) {
   TensorStore store;
   store.source_ = index.string();
   const std::string& ipath = store.source_;
-  const json::Value root = json::parse(read_text_file(ipath, "index"), "safetensors] " + ipath + ": [index");
+  const json::Value root = json::parse(read_index_file(ipath), "safetensors] " + ipath + ": [index");
   if (!root.is_object()) fail(ipath, "the index is {}, not an object", root.kind_name());
   const json::Value* map = root.find("weight_map");
   if (!map || !map->is_object()) fail(ipath, "the index has no weight_map object");
   std::set<std::string> shards;
+  std::set<std::string_view> listed;  // looked up once per tensor: no scan of the whole map
   for (const auto& [name, file] : map->object()) {
+    listed.insert(name);
     if (!file.is_string()) fail(ipath, "weight_map entry '{}' is {}, not a file name", name, file.kind_name());
     const std::string& f = file.string();
     if (f.empty() || f.find('/') != std::string::npos || f.find('\\') != std::string::npos ||
@@ -234,7 +252,7 @@ TensorStore TensorStore::open_dir(const std::string& dir) {
       fail(ipath, "tensor '{}' is listed in {} but found in {}", name, file.string(), it->second.file);
   }
   for (const auto& [name, info] : store.tensors_)
-    if (!map->find(name))
+    if (!listed.count(name))
       fail(ipath, "tensor '{}' in {} is missing from the weight_map", name, info.file);
   return store;
 }
@@ -305,39 +323,28 @@ void write_safetensors(const std::string& path, const std::vector<TensorData>& t
   header += "}";
   while (header.size() % 8 != 0) header += ' ';
 
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(fmt::format("[write_safetensors] cannot open {} for writing", tmp));
-    unsigned char len[8];
-    put_le64(len, header.size());
-    out.write(reinterpret_cast<const char*>(len), 8);
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    std::vector<unsigned char> buf;
-    for (const auto& t : tensors) {
-      std::size_t n = 1;
-      for (auto d : t.shape) n *= static_cast<std::size_t>(d);
-      buf.resize(n * static_cast<std::size_t>(dtype_size(dtype)));
-      for (std::size_t i = 0; i < n; ++i) {
-        if (dtype == DType::kF32) {
-          std::memcpy(buf.data() + 4 * i, t.values + i, 4);
-        } else {
-          const std::uint16_t h =
-              dtype == DType::kF16 ? float_to_f16(t.values[i]) : float_to_bf16(t.values[i]);
-          std::memcpy(buf.data() + 2 * i, &h, 2);
-        }
+  detail::AtomicFile out(path, "write_safetensors");
+  unsigned char len[8];
+  put_le64(len, header.size());
+  out.write(len, 8);
+  out.write(header);
+  std::vector<unsigned char> buf;
+  for (const auto& t : tensors) {
+    std::size_t n = 1;
+    for (auto d : t.shape) n *= static_cast<std::size_t>(d);
+    buf.resize(n * static_cast<std::size_t>(dtype_size(dtype)));
+    for (std::size_t i = 0; i < n; ++i) {
+      if (dtype == DType::kF32) {
+        std::memcpy(buf.data() + 4 * i, t.values + i, 4);
+      } else {
+        const std::uint16_t h =
+            dtype == DType::kF16 ? float_to_f16(t.values[i]) : float_to_bf16(t.values[i]);
+        std::memcpy(buf.data() + 2 * i, &h, 2);
       }
-      out.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
     }
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw Error(fmt::format("[write_safetensors] write to {} failed", tmp));
-    }
+    out.write(buf.data(), buf.size());
   }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw Error(fmt::format("[write_safetensors] cannot rename {} to {}: {}", tmp, path, ec.message()));
+  out.commit();
 }
 
 std::uint16_t float_to_bf16(float x) {

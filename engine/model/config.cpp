@@ -113,6 +113,17 @@ class Fields {
   std::set<std::string> used_;
 };
 
+// Widths of the model's matrices, and the attention layer's per-head limit.
+constexpr int kMaxDim = 1 << 20;
+constexpr int kMaxHeadDim = 1 << 16;
+
+// A size computed from config values in double: an int in [1, kMaxDim], or a FormatError.
+int checked_dim(const std::string& source, const char* what, double value) {
+  if (!(value >= 1.0 && value <= double(kMaxDim)))
+    fail(source, "{} is {}, expected 1 to {}", what, value, kMaxDim);
+  return static_cast<int>(value);
+}
+
 }  // namespace
 
 const char* ModelConfig::feature_map_name(ModelFeatureMap map) {
@@ -133,7 +144,7 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
   Fields f(root, source);
   ModelConfig c;
   const std::string type = f.string("model_type", "");
-  constexpr int kMax = 1 << 20;
+  constexpr int kMax = kMaxDim;
   if (type == "linear_attn") {
     c.architecture = Architecture::kLinearAttn;
     const std::string mode = f.string("attn_mode", "fused_chunk");
@@ -223,14 +234,25 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
 void ModelConfig::resolve(const std::string& source) {
   if (vocab_size < 1 || hidden_size < 1 || num_hidden_layers < 1 || num_heads < 1)
     fail(source, "vocab_size, hidden_size, num_hidden_layers and num_heads must be positive");
+  if (vocab_size > (1 << 24) || hidden_size > kMaxDim || num_hidden_layers > 4096 ||
+      num_heads > kMaxDim || intermediate_size > kMaxDim || num_kv_heads > kMaxDim ||
+      num_kv_heads < 0 || intermediate_size < 0)
+    fail(source, "a size is out of range (vocab_size {}, hidden_size {}, num_hidden_layers {}, "
+                 "num_heads {}, num_kv_heads {}, intermediate_size {})",
+         vocab_size, hidden_size, num_hidden_layers, num_heads, num_kv_heads, intermediate_size);
+  if (!(expand_k > 0 && expand_k <= 1e6 && expand_v > 0 && expand_v <= 1e6 && hidden_ratio > 0 &&
+        hidden_ratio <= 1e6))
+    fail(source, "expand_k {}, expand_v {} and hidden_ratio {} must lie in (0, 1e6]", expand_k,
+         expand_v, hidden_ratio);
   if (architecture == Architecture::kLinearAttn) {
     if (num_kv_heads == 0) num_kv_heads = num_heads;
     if (num_kv_heads < 1 || num_heads % num_kv_heads != 0)
       fail(source, "num_heads {} is not a multiple of num_kv_heads {}", num_heads, num_kv_heads);
     kv_groups = num_heads / num_kv_heads;
-    // As the library: int(hidden_size * expand), truncating.
-    key_dim = static_cast<int>(static_cast<double>(hidden_size) * expand_k);
-    value_dim = static_cast<int>(static_cast<double>(hidden_size) * expand_v);
+    // As the library: int(hidden_size * expand), truncating. The product is checked in double
+    // before it becomes an int, so that no value of the config reaches an overflow.
+    key_dim = checked_dim(source, "key dim hidden_size * expand_k", double(hidden_size) * expand_k);
+    value_dim = checked_dim(source, "value dim hidden_size * expand_v", double(hidden_size) * expand_v);
     if (key_dim < 1 || key_dim % num_heads != 0)
       fail(source, "key dim hidden_size * expand_k = {} * {} = {} is not a positive multiple of "
                    "num_heads {}", hidden_size, expand_k, key_dim, num_heads);
@@ -239,8 +261,10 @@ void ModelConfig::resolve(const std::string& source) {
                    "num_heads {}", hidden_size, expand_v, value_dim, num_heads);
     if (intermediate_size == 0) {
       // The library's rule: 2/3 of hidden_size * hidden_ratio, rounded up to a multiple of 256.
-      const int raw = static_cast<int>(static_cast<double>(hidden_size) * hidden_ratio * 2.0 / 3.0);
-      intermediate_size = 256 * ((raw + 255) / 256);
+      const int raw = checked_dim(source, "hidden_size * hidden_ratio * 2/3",
+                                  double(hidden_size) * hidden_ratio * 2.0 / 3.0);
+      intermediate_size = checked_dim(source, "intermediate_size rounded up to 256",
+                                      256.0 * std::ceil(double(raw) / 256.0));
     }
   } else {
     num_kv_heads = num_heads;
@@ -252,11 +276,16 @@ void ModelConfig::resolve(const std::string& source) {
   if (intermediate_size < 1) fail(source, "intermediate_size is {}, expected >= 1", intermediate_size);
   head_k_dim = key_dim / num_heads;
   head_v_dim = value_dim / num_heads;
-  switch (feature_map) {
-    case ModelFeatureMap::kHedgehog: d_feature = 2 * head_k_dim; break;
-    case ModelFeatureMap::kDpfp: d_feature = 8 * head_k_dim; break;  // 2 d, rolled nu = 4 times
-    default: d_feature = head_k_dim;
-  }
+  const int expansion = feature_map == ModelFeatureMap::kHedgehog ? 2
+                        : feature_map == ModelFeatureMap::kDpfp   ? 8  // 2 d, rolled nu = 4 times
+                                                                  : 1;
+  // The attention layer's limits, checked here so that a bad config is a FormatError that names
+  // config.json rather than an error from deep inside the model.
+  if (head_k_dim > kMaxHeadDim || head_v_dim > kMaxHeadDim ||
+      std::int64_t(head_k_dim) * expansion > kMaxHeadDim)
+    fail(source, "per-head sizes key {}, value {}, feature {} exceed the limit of {}", head_k_dim,
+         head_v_dim, std::int64_t(head_k_dim) * expansion, kMaxHeadDim);
+  d_feature = head_k_dim * expansion;
   if (architecture == Architecture::kLinearAttn) {
     // scale = K^-1/2 with K the key size after the feature map (chunk_linear_attn's default),
     // applied to q in the numerator and, when normalized, in the denominator.

@@ -4,11 +4,11 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "model/model_impl.h"
 #include "recur/error.h"
 #include "util/check.h"
+#include "util/file.h"
 #include "util/hash.h"
 #include "util/parallel.h"
 
@@ -17,7 +17,7 @@ namespace recur {
 namespace {
 
 constexpr char kMagic[8] = {'R', 'E', 'C', 'U', 'R', 'S', 'T', 'A'};
-constexpr std::uint32_t kStateVersion = 1;
+constexpr std::uint32_t kStateVersion = 2;
 
 template <class T>
 void put(std::string& out, const T& v) {
@@ -25,7 +25,7 @@ void put(std::string& out, const T& v) {
 }
 
 template <class T>
-T get(const std::string& in, std::size_t& pos) {
+T get(std::string_view in, std::size_t& pos) {
   T v;
   std::memcpy(&v, in.data() + pos, sizeof v);
   pos += sizeof v;
@@ -266,13 +266,17 @@ void Decoder::run_layers(const int* tokens, int n, int head) {
     top = w.h.data();
   }
   const int V = c.vocab_size;
+  // The head is the last place an overflow can appear (finite activations times large weights),
+  // and nothing after it would notice: logits are checked like every other stage's output.
   if (all_logits) {
     w.all_logits.resize(std::size_t(n) * std::size_t(V));
     m.lm_head.apply(top, rows, d, w.all_logits.data(), V, threads);
+    detail::check_finite("Decoder", "the LM head's output (logits)", w.all_logits.data(), n, V, V);
     std::memcpy(w.logits.data(), w.all_logits.data() + std::size_t(n - 1) * std::size_t(V),
                 sizeof(float) * std::size_t(V));
   } else {
     m.lm_head.apply(top, 1, d, w.logits.data(), V, threads);
+    detail::check_finite("Decoder", "the LM head's output (logits)", w.logits.data(), 1, V, V);
   }
   w.has_logits = true;
 }
@@ -312,7 +316,12 @@ ConstVectorRef Decoder::step(int token) {
   return impl_->logits;
 }
 
-void Decoder::save(const std::string& path) const {
+// A saved state (version 2), every number in the machine's byte order:
+//   magic "RECURSTA", version u32, layers u32, model fingerprint u64, tokens i64, vocab u32,
+//   has_logits u32; per layer: size u64 and LinearState::raw_bytes(); the last logits
+//   (vocab floats); the session: flags u32 (1: present, 2: sampler state), sampler state u64,
+//   token count u64 and the tokens (i32 each); a checksum u64 of everything before it.
+std::string Decoder::save_bytes(const SessionData* session) const {
   check_usable("Decoder::save");
   std::string out(kMagic, sizeof kMagic);
   put(out, kStateVersion);
@@ -328,58 +337,80 @@ void Decoder::save(const std::string& path) const {
   }
   out.append(reinterpret_cast<const char*>(impl_->logits.data()),
              sizeof(float) * static_cast<std::size_t>(impl_->logits.size()));
+  const std::uint32_t flags = session ? 1u | (session->has_sampler_state ? 2u : 0u) : 0u;
+  put(out, flags);
+  put(out, session && session->has_sampler_state ? session->sampler_state : std::uint64_t{0});
+  put(out, static_cast<std::uint64_t>(session ? session->tokens.size() : 0));
+  if (session)
+    for (const int t : session->tokens) put(out, static_cast<std::int32_t>(t));
   detail::Hasher hash;
   hash.update(out.data(), out.size());
   put(out, hash.digest());
-
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f.write(out.data(), static_cast<std::streamsize>(out.size()));
-    f.flush();
-    if (!f) {
-      std::remove(tmp.c_str());
-      throw Error(fmt::format("[Decoder::save] cannot write {}", tmp));
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw Error(fmt::format("[Decoder::save] cannot rename {} to {}: {}", tmp, path, ec.message()));
+  return out;
 }
 
-void Decoder::load(const std::string& path) {
+void Decoder::save(const std::string& path, const SessionData* session) const {
+  detail::write_file_atomically(path, save_bytes(session), "Decoder::save");
+}
+
+void Decoder::load(const std::string& path, SessionData* session) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) throw FormatError(fmt::format("[Decoder::load] {}: cannot read the file: {}", path, ec.message()));
+  // A state's size is known from the model, up to the session's tokens: refuse a file that
+  // could not be one before reading it whole.
+  const std::size_t fixed = sizeof kMagic + 4 + 4 + 8 + 8 + 4 + 4 + 4 + 8 + 8 + 8 +
+                            sizeof(float) * static_cast<std::size_t>(model_->config().vocab_size);
+  std::size_t layers = 0;
+  for (const auto& s : impl_->states) layers += 8 + s.raw_size();
+  const std::uint64_t max_tokens = std::uint64_t(1) << 32;
+  if (size > fixed + layers + 4 * max_tokens)
+    throw FormatError(fmt::format("[Decoder::load] {}: the file has {} bytes, more than a state "
+                                  "of this model can have", path, size));
+  const auto bytes = detail::read_file(path);
+  if (!bytes) throw FormatError(fmt::format("[Decoder::load] {}: cannot read the file", path));
+  load_bytes(*bytes, path, session);
+}
+
+void Decoder::load_bytes(std::string_view in, const std::string& source, SessionData* session) {
   const auto fail = [&](const std::string& problem) {
-    throw FormatError(fmt::format("[Decoder::load] {}: {}", path, problem));
+    throw FormatError(fmt::format("[Decoder::load] {}: {}", source, problem));
   };
-  // The exact size a state of this model takes, known before reading a byte of it.
-  std::size_t expected = sizeof kMagic + 4 + 4 + 8 + 8 + 4 + 4 + 8;
+  const std::size_t size = in.size();
+  // The size a state of this model takes without the session's tokens.
+  std::size_t fixed = sizeof kMagic + 4 + 4 + 8 + 8 + 4 + 4;
   std::vector<std::size_t> layer_bytes;
   for (const auto& s : impl_->states) {
     layer_bytes.push_back(s.raw_size());
-    expected += 8 + layer_bytes.back();
+    fixed += 8 + layer_bytes.back();
   }
-  expected += sizeof(float) * static_cast<std::size_t>(model_->config().vocab_size);
+  const std::size_t logits_at = fixed;
+  fixed += sizeof(float) * static_cast<std::size_t>(model_->config().vocab_size);
+  const std::size_t session_at = fixed;
+  fixed += 4 + 8 + 8 + 8;  // session header and the checksum
 
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec) fail("cannot read the file: " + ec.message());
-  if (size < sizeof kMagic + 8) fail(fmt::format("{} bytes is too short for a state file", size));
-  std::ifstream f(path, std::ios::binary);
-  std::string in(std::min<std::uintmax_t>(size, expected + 1), '\0');
-  f.read(in.data(), static_cast<std::streamsize>(in.size()));
-  if (!f && !f.eof()) fail("read error");
+  if (size < sizeof kMagic + 4) fail(fmt::format("{} bytes is too short for a state file", size));
   if (std::memcmp(in.data(), kMagic, sizeof kMagic) != 0) fail("not a recur state file (bad magic)");
   std::size_t pos = sizeof kMagic;
   const auto version = get<std::uint32_t>(in, pos);
   if (version != kStateVersion)
     fail(fmt::format("state format version {}, this build reads version {}", version, kStateVersion));
-  if (size != expected)
-    fail(fmt::format("the file has {} bytes, a state of this model has {}: truncated, or saved "
-                     "from another model", size, expected));
+  if (size < fixed)
+    fail(fmt::format("the file has {} bytes, a state of this model has at least {}: truncated, "
+                     "or saved from another model", size, fixed));
+  std::size_t at = session_at + 12;
+  const auto n_session = get<std::uint64_t>(in, at);
+  if (n_session > (size - fixed) / 4 || fixed + 4 * n_session != size)
+    fail(fmt::format("the file has {} bytes, a state of this model with {} session tokens has {}: "
+                     "truncated, or saved from another model", size, n_session,
+                     n_session > (size - fixed) / 4 ? std::string("fewer")
+                                                    : std::to_string(fixed + 4 * n_session)));
   detail::Hasher hash;
-  hash.update(in.data(), expected - 8);
-  std::size_t tail = expected - 8;
+  hash.update(in.data(), size - 8);
+  std::size_t tail = size - 8;
   if (get<std::uint64_t>(in, tail) != hash.digest()) fail("checksum mismatch: the file is corrupt");
+
+  // The checksum only shows that the bytes are as written; what they say is checked next.
   const auto n_layers = get<std::uint32_t>(in, pos);
   const auto fingerprint = get<std::uint64_t>(in, pos);
   if (fingerprint != model_->fingerprint())
@@ -390,8 +421,11 @@ void Decoder::load(const std::string& path) {
   const auto n_tokens = get<std::int64_t>(in, pos);
   const auto vocab = get<std::uint32_t>(in, pos);
   const auto has_logits = get<std::uint32_t>(in, pos);
-  if (vocab != static_cast<std::uint32_t>(model_->config().vocab_size) || has_logits > 1 || n_tokens < 0)
-    fail("header fields do not match this model");
+  if (n_tokens < 0) fail(fmt::format("the token count is {}", n_tokens));
+  if (vocab != static_cast<std::uint32_t>(model_->config().vocab_size))
+    fail(fmt::format("vocab_size {}, the model has {}", vocab, model_->config().vocab_size));
+  if (has_logits > 1 || (has_logits == 1) != (n_tokens > 0))
+    fail(fmt::format("has_logits is {} after {} tokens", has_logits, n_tokens));
   std::vector<LinearState> states;
   for (std::size_t i = 0; i < impl_->states.size(); ++i) {
     const auto bytes = get<std::uint64_t>(in, pos);
@@ -402,19 +436,38 @@ void Decoder::load(const std::string& path) {
     } catch (const FormatError& e) {
       fail(fmt::format("layer {}: {}", i, e.what()));
     }
-    if (s.n_tokens() != n_tokens) fail(fmt::format("layer {} has seen {} tokens, the header says {}", i, s.n_tokens(), n_tokens));
+    if (s.n_tokens() != n_tokens)
+      fail(fmt::format("layer {} has seen {} tokens, the header says {}", i, s.n_tokens(), n_tokens));
     pos += layer_bytes[i];
     states.push_back(std::move(s));
   }
   Eigen::VectorXf logits(model_->config().vocab_size);
-  std::memcpy(logits.data(), in.data() + pos, sizeof(float) * static_cast<std::size_t>(logits.size()));
+  std::memcpy(logits.data(), in.data() + logits_at, sizeof(float) * static_cast<std::size_t>(logits.size()));
   if (!logits.allFinite()) fail("the saved logits are not finite");
+  pos = session_at;
+  const auto flags = get<std::uint32_t>(in, pos);
+  const auto sampler_state = get<std::uint64_t>(in, pos);
+  pos += 8;
+  if (flags > 3 || (flags == 0 && (sampler_state != 0 || n_session != 0)) || (flags == 1 && sampler_state != 0))
+    fail(fmt::format("the session's flags ({}) do not match its contents", flags));
+  SessionData loaded;
+  loaded.has_sampler_state = (flags & 2u) != 0;
+  loaded.sampler_state = sampler_state;
+  loaded.tokens.resize(static_cast<std::size_t>(n_session));
+  const int V = model_->config().vocab_size;
+  for (std::size_t i = 0; i < loaded.tokens.size(); ++i) {
+    const auto t = get<std::int32_t>(in, pos);
+    if (t < 0 || t >= V)
+      fail(fmt::format("session token {} is {}, expected 0 to vocab_size - 1 = {}", i, t, V - 1));
+    loaded.tokens[i] = t;
+  }
   // Everything checked: commit.
   impl_->states = std::move(states);
   impl_->n_tokens = n_tokens;
   impl_->has_logits = has_logits == 1;
   impl_->logits = std::move(logits);
   impl_->broken.clear();
+  if (session) *session = std::move(loaded);
 }
 
 }  // namespace recur

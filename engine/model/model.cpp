@@ -6,6 +6,7 @@
 #include <set>
 
 #include "model/model_impl.h"
+#include "util/file.h"
 #include "recur/error.h"
 #include "util/hash.h"
 
@@ -297,7 +298,7 @@ std::string RandomWeights::describe() const {
   return fmt::format("random {} weights (seed {})", dtype_name(dtype_), seed_);
 }
 
-void write_random_model(const std::string& dir, const ModelConfig& config, std::uint64_t seed,
+int write_random_model(const std::string& dir, const ModelConfig& config, std::uint64_t seed,
                         DType dtype, int shards) {
   constexpr const char* call = "write_random_model";
   if (shards < 1)
@@ -327,14 +328,10 @@ void write_random_model(const std::string& dir, const ModelConfig& config, std::
                       {{"format", "pt"}, {"generator", fmt::format("recur make-model, seed {}", seed)}});
   }
   index += "\n  }\n}\n";
-  if (n_files > 1) {
-    std::ofstream out(fs::path(dir) / "model.safetensors.index.json");
-    out << index;
-    if (!out) throw Error(fmt::format("[{}] cannot write the index in {}", call, dir));
-  }
-  std::ofstream out(fs::path(dir) / "config.json");
-  out << c.to_json();
-  if (!out) throw Error(fmt::format("[{}] cannot write config.json in {}", call, dir));
+  if (n_files > 1)
+    detail::write_file_atomically((fs::path(dir) / "model.safetensors.index.json").string(), index, call);
+  detail::write_file_atomically((fs::path(dir) / "config.json").string(), c.to_json(), call);
+  return n_files;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -447,7 +444,11 @@ std::shared_ptr<const Model> Model::from_weights(const ModelConfig& config_in,
     ac.normalized = c.norm_feature_map;
     ac.scale = c.attn_scale;
     ac.eps = static_cast<float>(c.attn_eps);
-    layer.attention = std::make_unique<LinearAttention>(ac);
+    try {
+      layer.attention = std::make_unique<LinearAttention>(ac);
+    } catch (const ArgumentError& e) {  // a bad model is a FormatError, whatever layer finds it
+      throw FormatError(fmt::format("[Model] {}: layer {}: {}", weights.describe(), i, e.what()));
+    }
     impl.layers.push_back(std::move(layer));
   }
   if (fla) {

@@ -2,9 +2,9 @@
 
 #include <fmt/format.h>
 
-#include <cerrno>
+#include <charconv>
 #include <cmath>
-#include <cstdlib>
+#include <system_error>
 #include <set>
 
 #include "recur/error.h"
@@ -156,15 +156,20 @@ class Parser {
       if (!(peek() >= '0' && peek() <= '9')) fail("malformed number");
       while (peek() >= '0' && peek() <= '9') ++pos_;
     }
-    const std::string text(s_.substr(start, pos_ - start));
+    // std::from_chars reads the C format whatever the process's locale, and says where it
+    // stopped: the whole token must be the number.
+    const char* first = s_.data() + start;
+    const char* last = s_.data() + pos_;
     Value v;
     v.kind_ = Value::Kind::kNumber;
-    v.number_ = std::strtod(text.c_str(), nullptr);
-    if (!std::isfinite(v.number_)) fail("number out of range");
+    const auto real = std::from_chars(first, last, v.number_);
+    if (real.ec == std::errc::result_out_of_range || !std::isfinite(v.number_))
+      fail("number out of range");
+    if (real.ec != std::errc() || real.ptr != last) fail("malformed number");
     if (integral) {
-      errno = 0;
-      const long long n = std::strtoll(text.c_str(), nullptr, 10);
-      if (errno == 0) {
+      std::int64_t n = 0;
+      const auto whole = std::from_chars(first, last, n);
+      if (whole.ec == std::errc() && whole.ptr == last) {
         v.integral_ = true;
         v.integer_ = n;
       }

@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "recur/linear_attention.h"
@@ -128,8 +129,9 @@ std::vector<std::pair<std::string, std::vector<std::int64_t>>> model_tensor_shap
     const ModelConfig& config);
 
 /// Writes config.json and the weights (model.safetensors, or `shards` files with an index)
-/// with random values into `dir`, which is created if needed.
-void write_random_model(const std::string& dir, const ModelConfig& config, std::uint64_t seed,
+/// with random values into `dir`, which is created if needed. Returns the number of weight
+/// files written: `shards`, or fewer when the model has fewer tensors than that.
+int write_random_model(const std::string& dir, const ModelConfig& config, std::uint64_t seed,
                         DType dtype = DType::kF32, int shards = 1);
 
 class Model {
@@ -179,6 +181,16 @@ struct DecoderOptions {
   int threads = 0;
 };
 
+/// What a front end keeps beside the model's state so that a continuation after save() and
+/// load() is exactly the run that was never interrupted: the tokens so far (the context of a
+/// repetition penalty) and the sampler's random state. Saved with the state and covered by its
+/// checksum; the model itself never reads it.
+struct SessionData {
+  std::vector<int> tokens;
+  bool has_sampler_state = false;
+  std::uint64_t sampler_state = 0;
+};
+
 /// One sequence through a model: every layer's linear-attention state and the logits of the
 /// last token. The state's size is fixed at creation. Copying is explicit: clone().
 ///
@@ -226,11 +238,20 @@ class Decoder {
   /// Bytes of the attention states alone (what save() writes, roughly).
   std::size_t state_bytes() const;
 
-  /// Writes the state to `path`: versioned, checksummed, tagged with the model's fingerprint.
-  void save(const std::string& path) const;
-  /// Reads a state written by save() for this model. On any error (another model, a corrupt
-  /// or truncated file) throws FormatError and leaves this decoder unchanged.
-  void load(const std::string& path);
+  /// Writes the state to `path`: versioned, checksummed, tagged with the model's fingerprint,
+  /// with the session if one is given. The file is written beside `path` and renamed over it,
+  /// so a failed save leaves `path` as it was; only a regular file (or nothing) is replaced, and
+  /// a symbolic link is followed.
+  void save(const std::string& path, const SessionData* session = nullptr) const;
+  /// Reads a state written by save() for this model, and its session into `session` if given
+  /// (empty when the file holds none). On any error (another model, a corrupt or truncated
+  /// file) throws FormatError and leaves this decoder and `session` unchanged.
+  void load(const std::string& path, SessionData* session = nullptr);
+  /// save() and load() without a file: the same bytes, for stores that are not files.
+  std::string save_bytes(const SessionData* session = nullptr) const;
+  /// `source` names the bytes in error messages.
+  void load_bytes(std::string_view bytes, const std::string& source,
+                  SessionData* session = nullptr);
 
   struct Impl;
 

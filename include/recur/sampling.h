@@ -31,6 +31,10 @@ class Sampler {
   const SamplerOptions& options() const { return options_; }
   /// The next token given the logits and the tokens seen so far (for the penalty).
   int sample(ConstVectorRef logits, const std::vector<int>& history);
+  /// The random stream's position: save it with a state (SessionData) and restore it with
+  /// set_state() to continue the same draws.
+  std::uint64_t state() const { return state_; }
+  void set_state(std::uint64_t state) { state_ = state; }
 
  private:
   double uniform();  // in [0, 1)
