@@ -3,6 +3,8 @@
 // the problem (under ASan in CI: no read out of bounds on the way).
 #include <catch2/catch.hpp>
 
+#include <clocale>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -445,4 +447,73 @@ TEST_CASE("config.json: random corruption gives FormatError, never a crash", "[i
   }
   CHECK(refused > 1000);
   CHECK(ok > 0);
+}
+
+TEST_CASE("config.json: sizes whose products overflow are a FormatError, never undefined behaviour",
+          "[io][config]") {
+  // Each of these reached a float-to-int cast out of range or a signed overflow before any
+  // tensor was read (run under UBSan in CI), or a layer's ArgumentError instead of FormatError.
+  const char* hostile[] = {
+      R"({"model_type": "linear_attn", "hidden_size": 1048576, "expand_k": 300, "num_heads": 1, "feature_map": "dpfp"})",
+      R"({"model_type": "linear_attn", "hidden_size": 1048576, "expand_v": 1000000, "num_heads": 1})",
+      R"({"model_type": "linear_attn", "hidden_size": 1048576, "hidden_ratio": 1000000})",
+      R"({"model_type": "linear_attn", "hidden_size": 1048576, "num_heads": 1, "feature_map": "hedgehog"})",
+      R"({"model_type": "linear_attn", "hidden_size": 131072, "num_heads": 1})",
+      R"({"model_type": "linear_attn", "hidden_size": 8, "expand_k": 0.000001, "num_heads": 1})",
+      R"({"model_type": "transformers_are_rnns", "hidden_size": 1048576, "num_heads": 2, "intermediate_size": 1})",
+  };
+  for (const char* text : hostile) {
+    INFO(text);
+    expect_format_error([&] { ModelConfig::from_json(text, "cfg.json"); }, {"cfg.json"});
+  }
+  // The same limits hold for a config built in code and handed to the model.
+  ModelConfig c = Model::builtin_config();
+  c.hidden_size = 1 << 20;
+  c.num_heads = 1;
+  c.feature_map = ModelFeatureMap::kDpfp;
+  c.expand_k = 300;
+  CHECK_THROWS_AS(c.resolve("code"), FormatError);
+}
+
+TEST_CASE("json: numbers read the same in a locale whose decimal separator is a comma",
+          "[io][json]") {
+  // ctest makes this locale with localedef and points LOCPATH at it (tests/CMakeLists.txt).
+  const std::string saved = std::setlocale(LC_ALL, nullptr);
+  REQUIRE(std::setlocale(LC_ALL, "de_DE.UTF-8") != nullptr);
+  REQUIRE(std::strtod("0,5", nullptr) == 0.5);  // the locale is really in force
+  const auto v = json::parse(R"({"eps": 0.00001, "x": -2.5e-3, "n": 12})", "t");
+  const double eps = v.find("eps")->number(), x = v.find("x")->number();
+  const bool n_ok = v.find("n")->is_integer() && v.find("n")->integer() == 12;
+  bool throws_on_comma = false;
+  try {
+    json::parse("0,5", "t");
+  } catch (const FormatError&) {
+    throws_on_comma = true;
+  }
+  ModelConfig c;
+  bool config_ok = false;
+  try {
+    c = ModelConfig::from_json(R"({"model_type": "linear_attn", "norm_eps": 0.00001})", "cfg");
+    config_ok = true;
+  } catch (...) {
+  }
+  std::setlocale(LC_ALL, saved.c_str());
+  CHECK(eps == 1e-5);
+  CHECK(x == -2.5e-3);
+  CHECK(n_ok);
+  CHECK(throws_on_comma);
+  REQUIRE(config_ok);
+  CHECK(c.norm_eps == 1e-5);
+}
+
+TEST_CASE("sharded checkpoints: an index larger than the limit is refused before it is read",
+          "[io]") {
+  TempDir dir;
+  {
+    std::ofstream(dir.file("model.safetensors.index.json")) << "{}";
+  }
+  // A sparse file: its size says 101 MiB, and no byte of it need be read to refuse it.
+  std::filesystem::resize_file(dir.file("model.safetensors.index.json"), 101u << 20);
+  expect_format_error([&] { TensorStore::open_dir(dir.str()); },
+                      {"model.safetensors.index.json", "more than the limit"});
 }

@@ -1,0 +1,65 @@
+// step() allocates nothing: this program replaces the global operator new with one that counts,
+// warms each path up, and asserts that further steps make no heap allocation at all.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "recur/linear_attention.h"
+#include "recur/model.h"
+
+namespace {
+std::atomic<long> g_allocations{0};
+}  // namespace
+
+void* operator new(std::size_t size) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t size) { return operator new(size); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+using namespace recur;
+
+TEST_CASE("the counter sees allocations, so a zero below means something", "[alloc]") {
+  const long before = g_allocations.load();
+  auto* v = new std::vector<int>(100);
+  delete v;
+  CHECK(g_allocations.load() - before >= 2);
+}
+
+TEST_CASE("LinearAttention::step allocates nothing after the state exists", "[alloc]") {
+  for (const bool normalized : {true, false}) {
+    LinearAttentionConfig c;
+    c.n_heads = 4;
+    c.d_key = 32;
+    c.d_value = 48;
+    c.normalized = normalized;
+    const LinearAttention layer(c);
+    auto state = layer.make_state();
+    Eigen::VectorXf q = Eigen::VectorXf::Random(128), k = Eigen::VectorXf::Random(128);
+    Eigen::VectorXf v = Eigen::VectorXf::Random(192), o(192);
+    layer.step(state, q, k, v, o);
+    const long before = g_allocations.load();
+    for (int t = 0; t < 600; ++t) layer.step(state, q, k, v, o);  // across two folds
+    CHECK(g_allocations.load() - before == 0);
+  }
+}
+
+TEST_CASE("Decoder::step allocates nothing after warm-up, on 1 and 2 threads", "[alloc]") {
+  for (const int threads : {1, 2}) {
+    Decoder dec(Model::builtin(1), {16, threads});
+    dec.prefill({1, 2, 3, 4, 5});
+    dec.step(6);  // warm-up: the OpenMP pool starts here
+    const long before = g_allocations.load();
+    for (int t = 0; t < 300; ++t) dec.step(t % 256);
+    const long made = g_allocations.load() - before;  // read before INFO, which allocates
+    INFO("threads " << threads);
+    CHECK(made == 0);
+  }
+}

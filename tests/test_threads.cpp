@@ -1,0 +1,145 @@
+// Threads change the speed, never the bytes: prefill at any thread count (more than there are
+// heads too), called from inside an outer OpenMP region where OpenMP starts fewer threads than
+// asked, and several threads decoding at once with one shared Model. ctest runs this program a
+// second and a third time under OMP_THREAD_LIMIT=1 and OMP_DYNAMIC=true.
+#include <catch2/catch.hpp>
+#include <omp.h>
+
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "recur/linear_attention.h"
+#include "recur/model.h"
+
+using namespace recur;
+
+namespace {
+
+std::vector<int> random_tokens(int n, int vocab, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> pick(0, vocab - 1);
+  std::vector<int> t(static_cast<std::size_t>(n));
+  for (auto& x : t) x = pick(rng);
+  return t;
+}
+
+RowMatrix random_matrix(Eigen::Index rows, Eigen::Index cols, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  RowMatrix m(rows, cols);
+  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = normal(rng);
+  return m;
+}
+
+// Five heads, grouped kv heads, a learned map: uneven splits over any thread count.
+std::shared_ptr<const Model> small_model() {
+  ModelConfig c;
+  c.architecture = Architecture::kLinearAttn;
+  c.vocab_size = 300;
+  c.hidden_size = 80;
+  c.num_hidden_layers = 2;
+  c.num_heads = 5;
+  c.feature_map = ModelFeatureMap::kHedgehog;
+  c.norm_feature_map = true;
+  c.intermediate_size = 96;
+  return Model::from_weights(c, RandomWeights(c, 11));
+}
+
+// Every position's logits, then one step: a decoder's whole output as bytes.
+std::vector<float> run(const std::shared_ptr<const Model>& model, const std::vector<int>& tokens,
+                       int chunk, int threads) {
+  const auto V = static_cast<std::size_t>(model->config().vocab_size);
+  Decoder dec(model, {chunk, threads});
+  std::vector<float> out;
+  out.reserve((tokens.size() + 1) * V);
+  dec.prefill(tokens, {}, [&](std::int64_t, const float* l) { out.insert(out.end(), l, l + V); });
+  const auto last = dec.step(7);
+  out.insert(out.end(), last.data(), last.data() + V);
+  return out;
+}
+
+bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("a layer's prefill gives the same bytes at 1 to 5 threads and more threads than heads",
+          "[threads]") {
+  LinearAttentionConfig c;
+  c.n_heads = 3;
+  c.d_key = 16;
+  c.d_value = 24;
+  const LinearAttention layer(c);
+  const Eigen::Index T = 300;
+  const RowMatrix Q = random_matrix(T, 48, 1), K = random_matrix(T, 48, 2), V = random_matrix(T, 72, 3);
+  auto ref_state = layer.make_state();
+  const RowMatrix want = layer.prefill(ref_state, Q, K, V, {64, 1});
+  for (int threads : {2, 3, 4, 5, 8}) {
+    INFO("threads " << threads);
+    auto state = layer.make_state();
+    const RowMatrix got = layer.prefill(state, Q, K, V, {64, threads});
+    REQUIRE(std::memcmp(got.data(), want.data(), sizeof(float) * std::size_t(got.size())) == 0);
+    REQUIRE(state.raw_bytes() == ref_state.raw_bytes());
+  }
+}
+
+TEST_CASE("a model's logits are the same bytes at 1 to 5 threads and more threads than heads",
+          "[threads]") {
+  const auto model = small_model();
+  const auto tokens = random_tokens(90, 300, 3);
+  const auto want = run(model, tokens, 32, 1);
+  for (int threads : {2, 3, 4, 5, 9}) {
+    INFO("threads " << threads);
+    REQUIRE(same_bytes(run(model, tokens, 32, threads), want));
+  }
+}
+
+TEST_CASE("prefill nested inside an outer OpenMP region runs all of its work", "[threads]") {
+  // With nesting off, the inner regions get one thread each: every range must still run.
+  const auto model = small_model();
+  const auto tokens = random_tokens(70, 300, 4);
+  const auto want = run(model, tokens, 16, 1);
+  const int levels = omp_get_max_active_levels();
+  omp_set_max_active_levels(1);
+  for (int inner : {2, 3, 4}) {
+    std::vector<std::vector<float>> got(2);
+#pragma omp parallel num_threads(2)
+    {
+      const int t = omp_get_thread_num();
+      if (t < 2) got[std::size_t(t)] = run(model, tokens, 16, inner);
+    }
+    INFO("inner threads " << inner);
+    CHECK(same_bytes(got[0], want));
+    if (!got[1].empty()) CHECK(same_bytes(got[1], want));
+  }
+  omp_set_max_active_levels(levels);
+}
+
+TEST_CASE("several threads decoding with one shared Model each get the bytes they get alone",
+          "[threads]") {
+  const auto model = small_model();
+  constexpr int kThreads = 4;
+  std::vector<std::vector<int>> inputs;
+  std::vector<std::vector<float>> want;
+  for (int i = 0; i < kThreads; ++i) {
+    inputs.push_back(random_tokens(40 + 10 * i, 300, 20 + std::uint32_t(i)));
+    want.push_back(run(model, inputs.back(), 8, 1));
+  }
+  std::vector<std::vector<float>> got(kThreads);
+  std::vector<std::thread> pool;
+  for (int i = 0; i < kThreads; ++i)
+    pool.emplace_back([&, i] {
+      // Each decodes twice: alone on its thread, and with the decoder's own threads.
+      const auto a = run(model, inputs[std::size_t(i)], 8, 1);
+      const auto b = run(model, inputs[std::size_t(i)], 5, 2);
+      got[std::size_t(i)] = same_bytes(a, b) ? a : std::vector<float>{};
+    });
+  for (auto& t : pool) t.join();
+  for (int i = 0; i < kThreads; ++i) {
+    INFO("thread " << i);
+    CHECK(same_bytes(got[std::size_t(i)], want[std::size_t(i)]));
+  }
+}
