@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 
 #include "recur/error.h"
@@ -15,6 +16,7 @@
 #include "support/model_reference.h"
 #include "support/temp_dir.h"
 #include "util/file.h"
+#include "util/hash.h"
 
 using namespace recur;
 using recur::testing::TempDir;
@@ -342,6 +344,7 @@ TEST_CASE("bad state files are rejected and leave the decoder as it was", "[mode
   Decoder victim(model);
   victim.prefill({1, 2, 3});
   const Eigen::VectorXf logits_before = victim.logits();
+  const std::string victim_bytes = victim.save_bytes();
   const auto expect_rejected = [&](const std::string& path, const std::string& fragment) {
     INFO(path);
     try {
@@ -354,6 +357,7 @@ TEST_CASE("bad state files are rejected and leave the decoder as it was", "[mode
     }
     CHECK(victim.n_tokens() == 3);
     CHECK(same_bytes(victim.logits().data(), logits_before.data(), logits_before.size()));
+    CHECK(victim.save_bytes() == victim_bytes);  // every layer's state too
   };
 
   expect_rejected(write("truncated.state", bytes.substr(0, bytes.size() / 2)), "bytes");
@@ -443,13 +447,16 @@ namespace {
 // Random weights with one tensor scaled up until the arithmetic overflows.
 class OverflowingWeights final : public WeightSource {
  public:
-  OverflowingWeights(const ModelConfig& c, std::string layer) : base_(c, 1), layer_(std::move(layer)) {}
+  OverflowingWeights(const ModelConfig& c, std::string layer, std::string scaled = "")
+      : base_(c, 1), layer_(std::move(layer)), scaled_(std::move(scaled)) {}
   bool has(const std::string& n) const override { return base_.has(n); }
   std::vector<std::int64_t> shape(const std::string& n) const override { return base_.shape(n); }
   std::vector<float> read(const std::string& n) const override {
     auto v = base_.read(n);
     if (n == layer_ + "mlp.gate_proj.weight" || n == layer_ + "mlp.up_proj.weight")
       for (auto& x : v) x *= 1e30f;  // gate * up reaches 1e60: infinite in float32
+    if (n == scaled_)
+      for (auto& x : v) x = x > 0 ? 3e38f : -3e38f;  // finite weights whose sums are not
     return v;
   }
   std::vector<std::string> names() const override { return base_.names(); }
@@ -457,7 +464,7 @@ class OverflowingWeights final : public WeightSource {
 
  private:
   RandomWeights base_;
-  std::string layer_;
+  std::string layer_, scaled_;
 };
 }  // namespace
 
@@ -488,11 +495,11 @@ TEST_CASE("state files: random corruption is refused and changes nothing", "[mod
   const std::string good = *recur::detail::read_file(dir.file("s"));
   Decoder victim(model);
   victim.prefill({5, 6});
-  const auto before = victim.logits();
-  const Eigen::VectorXf want = before;
+  const std::string victim_bytes = victim.save_bytes();
   std::mt19937 rng(5);
   int refused = 0;
-  for (int trial = 0; trial < (kSanitized ? 60 : 300); ++trial) {
+  const int trials = kSanitized ? 60 : 300;
+  for (int trial = 0; trial < trials; ++trial) {
     std::string bytes = good;
     if (trial % 2 == 0) {
       bytes.resize(std::uniform_int_distribution<std::size_t>(0, good.size() - 1)(rng));
@@ -504,10 +511,147 @@ TEST_CASE("state files: random corruption is refused and changes nothing", "[mod
       std::ofstream out(dir.file("bad"), std::ios::binary);
       out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     }
-    CHECK_THROWS_AS(victim.load(dir.file("bad")), FormatError);
-    ++refused;
-    REQUIRE(victim.n_tokens() == 2);
-    REQUIRE(same_bytes(victim.logits().data(), want.data(), static_cast<std::size_t>(want.size())));
+    try {
+      victim.load(dir.file("bad"));
+    } catch (const FormatError&) {
+      ++refused;
+    }
+    REQUIRE(victim.save_bytes() == victim_bytes);  // every layer's sums, the count, the logits
   }
-  CHECK(refused > 0);
+  CHECK(refused == trials);
+}
+
+namespace {
+// A state file whose checksum is recomputed after an edit: only the checks behind the
+// checksum can refuse it.
+std::string resealed(std::string bytes) {
+  recur::detail::Hasher hash;
+  hash.update(bytes.data(), bytes.size() - 8);
+  const std::uint64_t d = hash.digest();
+  std::memcpy(bytes.data() + bytes.size() - 8, &d, 8);
+  return bytes;
+}
+template <class T>
+std::string with(std::string bytes, std::size_t at, T value) {
+  std::memcpy(bytes.data() + at, &value, sizeof value);
+  return resealed(std::move(bytes));
+}
+}  // namespace
+
+TEST_CASE("a state file that passes its checksum but says false things is refused", "[model][state]") {
+  const ModelConfig c = small_fla(ModelFeatureMap::kElu, true);
+  const auto model = Model::from_weights(c, RandomWeights(c, 2));
+  Decoder saver(model);
+  saver.prefill(random_tokens(50, c.vocab_size, 1));
+  SessionData session;
+  session.tokens = {1, 2, 3};
+  session.has_sampler_state = true;
+  session.sampler_state = 99;
+  const std::string good = saver.save_bytes(&session);
+
+  // The layout (engine/model/decoder.cpp): a 40-byte header, then per layer a size and its raw
+  // sums ending in its token count, the logits, the session, the checksum.
+  const std::size_t raw = (good.size() - 40 - 4 * std::size_t(c.vocab_size) - 20 - 4 * 3 - 8) / 2 - 8;
+  const std::size_t layer0 = 48, layer1 = layer0 + raw + 8;
+  const std::size_t logits = layer1 + raw, sess = logits + 4 * std::size_t(c.vocab_size);
+  REQUIRE(sess + 20 + 12 + 8 == good.size());
+  std::int64_t count = 0;
+  std::memcpy(&count, good.data() + layer1 + raw - 8, 8);
+  REQUIRE(count == 50);  // the layout above is right
+
+  Decoder victim(model);
+  victim.prefill({4, 5});
+  const std::string before = victim.save_bytes();
+  SessionData untouched;
+  untouched.tokens = {7};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const auto refused = [&](const std::string& bytes, const std::string& fragment) {
+    INFO(fragment);
+    SessionData out = untouched;
+    try {
+      victim.load_bytes(bytes, "edited.state", &out);
+      FAIL("accepted");
+    } catch (const FormatError& e) {
+      INFO(e.what());
+      CHECK(std::string(e.what()).find(fragment) != std::string::npos);
+      CHECK(std::string(e.what()).find("edited.state") != std::string::npos);
+    }
+    CHECK(victim.save_bytes() == before);
+    CHECK(out.tokens == untouched.tokens);
+  };
+  refused(with(good, layer0, nan), "layer 0: [LinearState::load_raw_bytes] head 0 holds a non-finite sum");
+  refused(with(good, layer1 + 64, std::numeric_limits<float>::infinity()), "layer 1");
+  refused(with(good, 24, std::int64_t{-5}), "token count is -5");
+  refused(with(good, 24, std::int64_t{49}), "layer 0 has seen 50 tokens, the header says 49");
+  refused(with(good, layer1 + raw - 8, std::int64_t{51}), "layer 1 has seen 51 tokens");
+  refused(with(good, layer0 + raw - 8, std::int64_t{-1}), "layer 0: [LinearState::load_raw_bytes] the token count is -1");
+  refused(with(good, 12, std::uint32_t{3}), "3 layers, the model has 2");
+  refused(with(good, 36, std::uint32_t{2}), "has_logits is 2");
+  refused(with(good, 36, std::uint32_t{0}), "has_logits is 0 after 50 tokens");
+  refused(with(good, 32, std::uint32_t{999}), "vocab_size 999");
+  refused(with(good, logits + 8, nan), "logits are not finite");
+  refused(with(good, sess, std::uint32_t{7}), "flags");
+  refused(with(good, sess + 20 + 4, std::int32_t{c.vocab_size}), "session token 1 is 300");
+  refused(with(good, sess + 20 + 8, std::int32_t{-1}), "session token 2 is -1");
+
+  // And the unedited bytes load, with their session.
+  SessionData out;
+  victim.load_bytes(good, "good.state", &out);
+  CHECK(victim.save_bytes(&session) == good);
+  CHECK(out.tokens == session.tokens);
+  CHECK(out.has_sampler_state);
+  CHECK(out.sampler_state == 99);
+}
+
+TEST_CASE("a state without a session loads with an empty one; save to a file equals save_bytes",
+          "[model][state]") {
+  const auto model = Model::builtin(1);
+  TempDir dir;
+  Decoder a(model);
+  a.prefill({1, 2, 3});
+  a.save(dir.file("s"));
+  CHECK(*recur::detail::read_file(dir.file("s")) == a.save_bytes());
+  SessionData out;
+  out.tokens = {9};
+  Decoder b(model);
+  b.load(dir.file("s"), &out);
+  CHECK(out.tokens.empty());
+  CHECK_FALSE(out.has_sampler_state);
+  CHECK(b.save_bytes() == a.save_bytes());
+  // No temporary file is left beside it.
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.str())) files += e.is_regular_file();
+  CHECK(files == 1);
+}
+
+TEST_CASE("saving refuses to replace what is not a regular file and leaves nothing behind",
+          "[model][state]") {
+  const auto model = Model::builtin(1);
+  TempDir dir;
+  Decoder a(model);
+  a.prefill({1, 2, 3});
+  std::filesystem::create_directory(dir.file("sub"));
+  CHECK_THROWS_WITH(a.save(dir.file("sub")), Catch::Contains("is a directory"));
+  CHECK_THROWS_WITH(a.save("/dev/null"), Catch::Contains("not a regular file"));
+  CHECK_THROWS_WITH(a.save(dir.file("missing/x.state")), Catch::Contains("does not exist"));
+  // A link is followed: the link stays a link, and its target gets the state.
+  a.save(dir.file("target.state"));
+  std::filesystem::create_symlink("target.state", dir.file("link.state"));
+  a.step(4);
+  a.save(dir.file("link.state"));
+  CHECK(std::filesystem::is_symlink(dir.file("link.state")));
+  CHECK(*recur::detail::read_file(dir.file("target.state")) == a.save_bytes());
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.str()))
+    files += e.is_regular_file() && !e.is_symlink();
+  CHECK(files == 1);  // target.state; no temporary files
+}
+
+TEST_CASE("finite weights whose logits overflow raise NumericError, never NaN scores", "[model]") {
+  const ModelConfig c = small_fla(ModelFeatureMap::kElu, true);
+  const auto model = Model::from_weights(c, OverflowingWeights(c, "none.", "lm_head.weight"));
+  Decoder dec(model, {8, 1});
+  CHECK_THROWS_WITH(dec.step(1), Catch::Contains("logits") && Catch::Contains("non-finite"));
+  dec.reset();
+  CHECK_THROWS_AS(dec.prefill({1, 2, 3}, {}, [](std::int64_t, const float*) {}), NumericError);
 }
