@@ -30,9 +30,10 @@ for m in "$dir/m" "$dir/p"; do
   [[ "$a" =~ ^\{\"tokens\":\ [0-9]+,\ \"predicted\":\ [0-9]+,\ \"mean_nll\":\ [0-9.e+-]+,\ \"ppl\":\ [0-9.e+-]+\}$ ]] || fail "JSON shape: $a"
 done
 
-# --tokens FILE gives the same result as the bytes of the text.
+# --token-ids FILE gives the same result as the bytes of the text, and so does -f - (stdin).
 od -An -tu1 -v "$0" | tr -s ' ' '\n' | sed '/^$/d' > "$dir/ids.txt"
-[[ "$("$recur" score -m "$dir/m" --tokens "$dir/ids.txt" --json)" == "$("$recur" score -m "$dir/m" -f "$0" --json)" ]] || fail "--tokens and -f disagree"
+[[ "$("$recur" score -m "$dir/m" --token-ids "$dir/ids.txt" --json)" == "$("$recur" score -m "$dir/m" -f "$0" --json)" ]] || fail "--token-ids and -f disagree"
+[[ "$("$recur" score -m "$dir/m" -f - --json < "$0")" == "$("$recur" score -m "$dir/m" -f "$0" --json)" ]] || fail "-f - and -f FILE disagree"
 
 # Token ids in and out (for models tokenized elsewhere): the same tokens as the byte path.
 printf 'Branch here' | od -An -tu1 -v | tr -s ' ' '\n' | sed '/^$/d' > "$dir/prompt_ids.txt"
@@ -70,12 +71,12 @@ cmp -s "$dir/eos_ids.txt" "$dir/gen_ids.txt" || fail "--ignore-eos changed the t
 
 # Clear errors.
 if "$recur" score -m "$dir/m" 2> "$dir/err"; then fail "score without input"; fi
-grep -q "exactly one of" "$dir/err" || fail "unclear: $(cat "$dir/err")"
+grep -q "give the text to score" "$dir/err" || fail "unclear: $(cat "$dir/err")"
 printf 'x' > "$dir/one.txt"
 if "$recur" score -m "$dir/m" -f "$dir/one.txt" 2> "$dir/err"; then fail "scored one token"; fi
 grep -q "at least 2" "$dir/err" || fail "unclear: $(cat "$dir/err")"
 printf '1\n2\nthree\n' > "$dir/bad_ids.txt"
-if "$recur" score -m "$dir/m" --tokens "$dir/bad_ids.txt" 2> "$dir/err"; then fail "accepted a bad id"; fi
+if "$recur" score -m "$dir/m" --token-ids "$dir/bad_ids.txt" 2> "$dir/err"; then fail "accepted a bad id"; fi
 grep -q "line 3" "$dir/err" || fail "unclear: $(cat "$dir/err")"
 if "$recur" generate -m "$dir/nowhere" 2> "$dir/err"; then fail "loaded a missing model"; fi
 grep -q "nowhere" "$dir/err" || fail "unclear: $(cat "$dir/err")"

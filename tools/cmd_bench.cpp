@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <sys/stat.h>
 #include <vector>
@@ -22,6 +21,7 @@
 #include "recur/error.h"
 #include "recur/linear_attention.h"
 #include "recur/softmax_attention.h"
+#include "util/file.h"
 
 namespace recur::cli {
 namespace {
@@ -67,8 +67,13 @@ std::vector<std::int64_t> log_points(std::int64_t n, std::int64_t window) {
 }  // namespace
 
 int run_bench(int argc, char** argv) {
-  Args args;
-  args.option("tokens", "1M", "tokens to stream (K, M suffixes: powers of 2)")
+  Args args("bench",
+            "Streams tokens through a stack of linear-attention layers and through a stack of\n"
+            "softmax layers with KV caches, and measures, at log-spaced contexts, the median\n"
+            "latency per token, the resident memory and the bytes held. Writes a CSV (impl,\n"
+            "context, ns_per_token, rss_bytes, state_bytes) and an SVG plot, and prints a summary.\n"
+            "The KV caches are filled between timed windows by appending keys and values.");
+  args.option("tokens", "1M", "tokens to stream (K, M, G: powers of 1024)", 'n')
       .option("layers", "12", "layers in the stack")
       .option("heads", "8", "heads per layer")
       .option("d-head", "64", "size of a head (keys, values; d_feature for the linear run)")
@@ -76,18 +81,7 @@ int run_bench(int argc, char** argv) {
       .option("window", "32", "steps timed at each context (the median is reported)")
       .option("out", "recur-bench", "output prefix: writes PREFIX.csv and PREFIX.svg")
       .flag("skip-kv", "run only the linear stack");
-  args.parse(argc, argv, 2);
-  if (args.help()) {
-    fmt::print(
-        "usage: recur bench [options]\n\n"
-        "Streams tokens through a stack of linear-attention layers and through a stack of\n"
-        "softmax layers with KV caches, and measures, at log-spaced contexts, the median\n"
-        "latency per token, the resident memory and the bytes held. Writes a CSV (impl,\n"
-        "context, ns_per_token, rss_bytes, state_bytes) and an SVG plot, and prints a summary.\n"
-        "The KV caches are filled between timed windows by appending keys and values.\n\n{}",
-        args.usage());
-    return 0;
-  }
+  if (!args.parse(argc, argv, 2)) return 0;
   const std::int64_t n = args.integer("tokens", 128, 1LL << 32);
   const int L = static_cast<int>(args.integer("layers", 1, 1024));
   const int H = static_cast<int>(args.integer("heads", 1, 1024));
@@ -96,6 +90,12 @@ int run_bench(int argc, char** argv) {
   const std::int64_t window = args.integer("window", 1, 4096);
   const std::string out = args.str("out");
   if (window >= n) throw ArgumentError(fmt::format("--window {} must be below --tokens {}", window, n));
+  // Refuse up front what this machine cannot hold, and outputs that cannot be written.
+  const double linear_bytes = 16.0 * L * H * double(d + 16) * double(d + 16);
+  check_memory(linear_bytes, fmt::format("{} layers of {} heads x d_head {}", L, H, d));
+  if (!args.flag_set("skip-kv")) check_memory(double(cap), fmt::format("--kv-cap {}", human_bytes(double(cap))));
+  check_output(out + ".csv", "--out");
+  check_output(out + ".svg", "--out");
   const auto points = log_points(n, window);
   const Eigen::Index width = Eigen::Index(H) * d;
   const Pool pool(width, 1);
@@ -184,12 +184,11 @@ int run_bench(int argc, char** argv) {
 
   // ---- CSV
   {
-    std::ofstream csv(out + ".csv");
-    if (!csv) throw FormatError(fmt::format("[recur bench] cannot write {}.csv", out));
-    csv << "impl,context,ns_per_token,rss_bytes,state_bytes\n";
+    std::string csv = "impl,context,ns_per_token,rss_bytes,state_bytes\n";
     for (const auto& r : rows)
-      csv << fmt::format("{},{},{:.1f},{},{}\n", r.impl, r.context, r.ns_per_token, r.rss_bytes,
+      csv += fmt::format("{},{},{:.1f},{},{}\n", r.impl, r.context, r.ns_per_token, r.rss_bytes,
                          r.state_bytes);
+    detail::write_file_atomically(out + ".csv", csv, "recur bench");
   }
 
   // ---- plot
@@ -242,10 +241,13 @@ int run_bench(int argc, char** argv) {
       fmt::print("linear is not faster per token at the longest context measured\n");
     const auto compare = [&](std::int64_t ctx, const char* what) {
       if (!kv.count(ctx) || !lin.count(ctx)) return;
-      fmt::print("at {} ({}): linear is {:.1f}x faster per token and holds {:.1f}x less memory "
+      // Ratios read as "n times faster / less" only when they are above one.
+      const double speed = kv[ctx]->ns_per_token / lin[ctx]->ns_per_token;
+      const double held = double(kv[ctx]->state_bytes) / double(lin[ctx]->state_bytes);
+      fmt::print("at {} ({}): linear is {:.1f}x {} per token and holds {:.1f}x {} memory "
                  "({} vs {})\n",
-                 ctx, what, kv[ctx]->ns_per_token / lin[ctx]->ns_per_token,
-                 double(kv[ctx]->state_bytes) / double(lin[ctx]->state_bytes),
+                 ctx, what, speed >= 1 ? speed : 1 / speed, speed >= 1 ? "faster" : "slower",
+                 held >= 1 ? held : 1 / held, held >= 1 ? "less" : "more",
                  human_bytes(double(lin[ctx]->state_bytes)),
                  human_bytes(double(kv[ctx]->state_bytes)));
     };
@@ -270,7 +272,8 @@ int run_bench(int argc, char** argv) {
                last.context, last.context, last.ns_per_token / first->ns_per_token,
                first->context);
   }
-  fmt::print("wrote {}.csv and {}.svg\n", out, out);
+  fmt::print("wrote {}.csv and {}.svg\n", printable(out), printable(out));
+  flush_stdout();
   return 0;
 }
 

@@ -10,8 +10,11 @@
 namespace recur::cli {
 
 int run_demo(int argc, char** argv) {
-  Args args;
-  args.option("tokens", "256K", "tokens to stream through step() (K, M suffixes: powers of 2)")
+  Args args("demo",
+            "Streams a random sequence through one linear-attention state: a prefill of --prompt\n"
+            "tokens, then --tokens calls of step(). Prints the rates and the state's size, which\n"
+            "does not change however long the stream.");
+  args.option("tokens", "256K", "tokens to stream through step() (K, M, G: powers of 1024)", 'n')
       .option("prompt", "8K", "tokens to prefill first")
       .option("heads", "8", "attention heads")
       .option("d-key", "64", "key size per head")
@@ -20,15 +23,7 @@ int run_demo(int argc, char** argv) {
       .option("chunk", "64", "prefill chunk size")
       .option("threads", "0", "prefill threads (0: all cores)")
       .option("seed", "1", "random seed");
-  args.parse(argc, argv, 2);
-  if (args.help()) {
-    fmt::print("usage: recur demo [options]\n\n"
-               "Streams a random sequence through one linear-attention state: a prefill of\n"
-               "--prompt tokens, then --tokens calls of step(). Prints the rates and the\n"
-               "state's size, which does not change however long the stream.\n\n{}",
-               args.usage());
-    return 0;
-  }
+  if (!args.parse(argc, argv, 2)) return 0;
   LinearAttentionConfig config;
   config.n_heads = static_cast<int>(args.integer("heads", 1, 4096));
   config.d_key = static_cast<int>(args.integer("d-key", 1, 4096));
@@ -37,8 +32,10 @@ int run_demo(int argc, char** argv) {
   const LinearAttention layer(config, phi);
   PrefillOptions options;
   options.chunk = static_cast<int>(args.integer("chunk", 1, 1 << 20));
-  options.threads = static_cast<int>(args.integer("threads", 0, 1024));
+  options.threads = threads_option(args);
   const auto n_prompt = args.integer("prompt", 0, 1LL << 30);
+  check_memory(4.0 * double(n_prompt) * double(3 * config.n_heads) * (config.d_key + config.d_value),
+               fmt::format("a prompt of {} tokens", n_prompt));
   const auto n_tokens = args.integer("tokens", 0, 1LL << 40);
 
   auto state = layer.make_state();
@@ -94,6 +91,7 @@ int run_demo(int argc, char** argv) {
              "while stepping\n",
              state.n_tokens(), state.bytes(), state.bytes() == bytes_at_start ? "yes" : "NO",
              human_bytes(double(resident_bytes() - rss_start)));
+  flush_stdout();
   return state.bytes() == bytes_at_start ? 0 : 1;
 }
 

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "recur/error.h"
+#include "util/file.h"
 
 namespace recur::cli {
 namespace {
@@ -82,8 +83,7 @@ void write_svg(const std::string& path, const std::string& title, const std::vec
     }
   }
   svg += "</svg>\n";
-  std::ofstream f(path);
-  if (!f || !(f << svg)) throw FormatError(fmt::format("[recur bench] cannot write {}", path));
+  detail::write_file_atomically(path, svg, "recur bench");
 }
 
 }  // namespace recur::cli

@@ -3,8 +3,10 @@
 
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <string>
 
+#include "cli.h"
 #include "commands.h"
 #include "recur/error.h"
 
@@ -21,7 +23,7 @@ constexpr const char* kUsage =
     "  bench       constant-memory generation against a softmax KV cache: CSV, plot, summary\n"
     "  help        this text\n"
     "\n"
-    "`recur <command> --help` describes a command's options.\n";
+    "`recur <command> --help` describes a command's options; `recur --version` the version.\n";
 
 }  // namespace
 
@@ -31,6 +33,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string command = argv[1];
+  // Messages quote file names and file contents: control bytes never reach the terminal raw.
+  const auto report = [&](const char* what) {
+    std::fflush(stdout);
+    fmt::print(stderr, "recur {}: {}\n", recur::cli::printable(command),
+               recur::cli::printable(what));
+  };
   try {
     if (command == "generate") return recur::cli::run_generate(argc, argv);
     if (command == "score") return recur::cli::run_score(argc, argv);
@@ -39,15 +47,25 @@ int main(int argc, char** argv) {
     if (command == "bench") return recur::cli::run_bench(argc, argv);
     if (command == "help" || command == "--help" || command == "-h") {
       std::fputs(kUsage, stdout);
+      recur::cli::flush_stdout();
       return 0;
     }
-    fmt::print(stderr, "recur: unknown command '{}'\n\n{}", command, kUsage);
+    if (command == "--version") {
+      std::printf("%s\n", recur::cli::kVersion);
+      recur::cli::flush_stdout();
+      return 0;
+    }
+    fmt::print(stderr, "recur: unknown command '{}'\n\n{}", recur::cli::printable(command), kUsage);
     return 2;
   } catch (const recur::ArgumentError& e) {
-    fmt::print(stderr, "recur {}: {}\n", command, e.what());
+    report(e.what());
     return 2;
+  } catch (const std::bad_alloc&) {
+    report("out of memory: the machine could not provide what this run needs (a smaller model, "
+           "fewer tokens or a smaller --chunk may fit)");
+    return 1;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "recur {}: {}\n", command, e.what());
+    report(e.what());
     return 1;
   }
 }
