@@ -321,7 +321,7 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
         to_tiles(K, kT, 1.0f, t);
         const float* vrow = V.data() + (b0 + t) * V.outerStride() + Eigen::Index(h0) * dv;
         for (int j = 0; j < nh; ++j)
-          std::memcpy(vb(j) + static_cast<std::size_t>(t) * dvp, vrow + j * dv,
+          std::memcpy(vb(j) + static_cast<std::size_t>(t * dvp), vrow + j * dv,
                       sizeof(float) * static_cast<std::size_t>(dv));
       }
       for (int j = 0; j < nh; ++j) {
@@ -333,7 +333,7 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
       for (int t = 0; t < n; ++t) {
         float* orow = O.data() + (b0 + t) * O.outerStride() + Eigen::Index(h0) * dv;
         for (int j = 0; j < nh; ++j)
-          std::memcpy(orow + j * dv, ob(j) + static_cast<std::size_t>(t) * dvp,
+          std::memcpy(orow + j * dv, ob(j) + static_cast<std::size_t>(t * dvp),
                       sizeof(float) * static_cast<std::size_t>(dv));
       }
     }

@@ -211,10 +211,12 @@ void Decoder::run_layers(const int* tokens, int n, int head) {
       // Query head j reads kv head j / G (the library's repeat of each kv head G times).
       for (int t = 0; t < n; ++t)
         for (int j = 0; j < H; ++j) {
-          std::memcpy(w.fk_full.data() + (std::size_t(t) * H + j) * D,
-                      w.fk.data() + (std::size_t(t) * Hkv + j / G) * D, sizeof(float) * std::size_t(D));
-          std::memcpy(w.v_full.data() + (std::size_t(t) * H + j) * dv,
-                      w.v.data() + std::size_t(t) * vd + std::size_t(j / G) * dv,
+          const auto at = [](int row, int width, int col, int size) {
+            return std::size_t(row) * std::size_t(width) + std::size_t(col) * std::size_t(size);
+          };
+          std::memcpy(w.fk_full.data() + at(t, H * D, j, D), w.fk.data() + at(t, Hkv * D, j / G, D),
+                      sizeof(float) * std::size_t(D));
+          std::memcpy(w.v_full.data() + at(t, H * dv, j, dv), w.v.data() + at(t, vd, j / G, dv),
                       sizeof(float) * std::size_t(dv));
         }
       kf = w.fk_full.data();

@@ -211,9 +211,10 @@ RandomWeights::RandomWeights(const ModelConfig& config_in, std::uint64_t seed, D
     : seed_(seed), dtype_(dtype) {
   ModelConfig config = config_in;
   config.resolve("RandomWeights");
-  for (auto& [name, shape] : model_tensor_shapes(config)) {
+  for (auto& entry : model_tensor_shapes(config)) {
+    const std::string& name = entry.first;  // a plain reference: lambdas cannot capture bindings
     Spec s;
-    s.shape = shape;
+    s.shape = entry.second;
     const auto ends_with = [&](const char* suffix) {
       const std::string suf(suffix);
       return name.size() >= suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
@@ -230,10 +231,10 @@ RandomWeights::RandomWeights(const ModelConfig& config_in, std::uint64_t seed, D
     } else if (name.find("feature_map") != std::string::npos &&
                config.feature_map == ModelFeatureMap::kHedgehog) {
       s.init = Spec::Init::kIdentityNear;  // the library initialises hedgehog maps to identity
-      s.std = 0.3 / std::sqrt(static_cast<double>(shape[1]));
+      s.std = 0.3 / std::sqrt(static_cast<double>(entry.second[1]));
     } else {
       s.init = Spec::Init::kNormal;
-      s.std = 1.0 / std::sqrt(static_cast<double>(shape[1]));
+      s.std = 1.0 / std::sqrt(static_cast<double>(entry.second[1]));
     }
     specs_.emplace_back(name, std::move(s));
   }

@@ -62,7 +62,7 @@ int Sampler::sample(ConstVectorRef logits, const std::vector<int>& history) {
     std::sort(order_.begin(), order_.end(), by_logit);
   }
   // Softmax over the candidates at the temperature, in float64.
-  const double t = options_.temperature;
+  const double t = static_cast<double>(options_.temperature);
   const double top = static_cast<double>(work_[static_cast<std::size_t>(order_[0])]) / t;
   std::vector<double> p(keep);
   double sum = 0.0;
@@ -95,7 +95,7 @@ int Sampler::sample(ConstVectorRef logits, const std::vector<int>& history) {
 std::vector<int> ByteTokenizer::encode(const std::string& text) const {
   std::vector<int> ids;
   ids.reserve(text.size());
-  for (const unsigned char c : text) ids.push_back(c);
+  for (const char c : text) ids.push_back(static_cast<unsigned char>(c));
   return ids;
 }
 
@@ -111,7 +111,7 @@ std::string ByteTokenizer::decode(const std::vector<int>& tokens) const {
 }
 
 double log_probability(const float* logits, int vocab, int target) {
-  double m = logits[0];
+  double m = static_cast<double>(logits[0]);
   for (int i = 1; i < vocab; ++i) m = std::max(m, static_cast<double>(logits[i]));
   double sum = 0.0;
   for (int i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - m);
