@@ -356,7 +356,7 @@ TEST_CASE("bad state files are rejected and leave the decoder as it was", "[mode
       CHECK(std::string(e.what()).find(path) != std::string::npos);
     }
     CHECK(victim.n_tokens() == 3);
-    CHECK(same_bytes(victim.logits().data(), logits_before.data(), logits_before.size()));
+    CHECK(same_bytes(victim.logits().data(), logits_before.data(), static_cast<std::size_t>(logits_before.size())));
     CHECK(victim.save_bytes() == victim_bytes);  // every layer's state too
   };
 

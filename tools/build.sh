@@ -1,18 +1,33 @@
 #!/usr/bin/env bash
-# Builds recur and runs one job. Installs any missing Debian packages first (as root).
+# Builds recur and runs one job. Installs any missing Debian packages first (as root, or
+# through sudo).
 #
 #   tools/build.sh generate [args]  release build, then `recur generate` (the main job: the
 #                                built-in model unless -m DIR is given)
 #   tools/build.sh demo [args]   release build, then `recur demo` (one attention layer alone)
 #   tools/build.sh test          release build, then every test
 #   tools/build.sh asan          AddressSanitizer + UBSan build, then every test
+#   tools/build.sh portable      build for any x86-64 (no -march=native), then every test
+#   tools/build.sh tsan          ThreadSanitizer build (clang, OpenMP through LLVM's Archer),
+#                                then the thread tests, also under OMP_THREAD_LIMIT=1
+#   tools/build.sh isa NAME...   compile the whole tree for each -march NAME (x86-64-v4,
+#                                x86-64, ...) without running it: warnings there break no
+#                                machine of ours, so they are caught here
 #   tools/build.sh bench [linear|kv|model] [args]
 #                                release build, then bench/bench_<name> (default linear)
 #   tools/build.sh recur [args]  release build, then `recur` with your arguments
+#   (tools/fuzz.sh runs the fuzzers.)
+#
+# Warnings are errors only where RECUR_WERROR=ON is set in the environment (CI sets it): a
+# user's build never fails on a warning from a compiler we have not seen.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(g++ cmake ninja-build libeigen3-dev libfmt-dev libspdlog-dev catch2 libbenchmark-dev)
+job="${1:-generate}"
+shift || true
+packages=(g++ cmake ninja-build libeigen3-dev libfmt-dev libspdlog-dev libcli11-dev catch2
+          libbenchmark-dev locales)
+[[ "$job" == tsan ]] && packages+=(clang libclang-rt-14-dev libomp-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -25,22 +40,43 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
 
-job="${1:-generate}"
-shift || true
 jobs=$(nproc)
+werror="${RECUR_WERROR:-OFF}"
 case "$job" in
   generate|demo|test|bench|recur) preset=release ;;
-  asan) preset=asan ;;
-  *) echo "build.sh: unknown job '$job' (generate, demo, test, asan, bench, recur)" >&2; exit 2 ;;
+  asan|portable|tsan) preset="$job" ;;
+  isa)
+    (($# > 0)) || { echo "build.sh isa: name at least one -march target" >&2; exit 2; }
+    for arch in "$@"; do
+      echo "build.sh: compiling the whole tree for -march=$arch" >&2
+      cmake -S . -B "build/isa-$arch" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRECUR_NATIVE=OFF \
+        -DCMAKE_CXX_FLAGS="-march=$arch" -DRECUR_DISCOVER_TESTS=OFF -DRECUR_WERROR="$werror" > /dev/null
+      cmake --build "build/isa-$arch" -j "$jobs"
+    done
+    exit 0 ;;
+  *) echo "build.sh: unknown job '$job' (generate, demo, test, asan, portable, tsan, isa, bench, recur)" >&2
+     exit 2 ;;
 esac
-# Warnings are errors only where RECUR_WERROR=ON is set (CI does): a user's build never fails on one.
-cmake --preset "$preset" -DRECUR_WERROR="${RECUR_WERROR:-OFF}" >/dev/null
+cmake --preset "$preset" -DRECUR_WERROR="$werror" > /dev/null
+if [[ "$job" == tsan ]]; then
+  cmake --build --preset tsan -j "$jobs" --target test_threads test_matmul
+  # Archer tells ThreadSanitizer what OpenMP's barriers and tasks order; the OpenMP runtime
+  # itself is not instrumented, so its own internals are left out of the reports.
+  export OMP_TOOL_LIBRARIES=/usr/lib/llvm-14/lib/libarcher.so
+  export TSAN_OPTIONS="ignore_noninstrumented_modules=1 halt_on_error=1 exitcode=66"
+  t=build/tsan/tests
+  "$t/test_threads"
+  OMP_THREAD_LIMIT=1 "$t/test_threads"
+  "$t/test_matmul" "matmul: every row gives the same bytes whatever the rows and threads around it"
+  echo "build.sh tsan: no data race reported"
+  exit 0
+fi
 cmake --build --preset "$preset" -j "$jobs"
 case "$job" in
   generate) exec "build/$preset/tools/recur" generate "$@" ;;
   demo) exec "build/$preset/tools/recur" demo "$@" ;;
   recur) exec "build/$preset/tools/recur" "$@" ;;
-  test|asan) ctest --preset "$preset" -j "$jobs" ;;
+  test|asan|portable) ctest --preset "$preset" -j "$jobs" ;;
   bench)
     name=linear
     if [[ $# -gt 0 && "$1" =~ ^(linear|kv|model)$ ]]; then name="$1"; shift; fi

@@ -22,13 +22,13 @@ class Weights {
     const auto v = store_.read(name);
     const Eigen::Index rows = info.shape[0], cols = info.shape.size() > 1 ? info.shape[1] : 1;
     Mat m(rows, cols);
-    for (Eigen::Index i = 0; i < rows * cols; ++i) m.data()[i] = v[static_cast<std::size_t>(i)];
+    for (Eigen::Index i = 0; i < rows * cols; ++i) m.data()[i] = static_cast<double>(v[static_cast<std::size_t>(i)]);
     return m;
   }
   Vec vector(const std::string& name) const {
     const auto v = store_.read(name);
     Vec out(static_cast<Eigen::Index>(v.size()));
-    for (std::size_t i = 0; i < v.size(); ++i) out[static_cast<Eigen::Index>(i)] = v[i];
+    for (std::size_t i = 0; i < v.size(); ++i) out[static_cast<Eigen::Index>(i)] = static_cast<double>(v[i]);
     return out;
   }
 

@@ -24,7 +24,7 @@ RowMatrixD quadratic_reference(const LinearAttention& layer, const RowMatrix& Q,
   const Eigen::Index T = Q.rows();
   RowMatrixD O(T, Eigen::Index(c.n_heads) * c.d_value);
   for (int h = 0; h < c.n_heads; ++h) {
-    const Eigen::MatrixXd q = map_rows(layer, Q, h, layer.scale());
+    const Eigen::MatrixXd q = map_rows(layer, Q, h, static_cast<double>(layer.scale()));
     const Eigen::MatrixXd k = map_rows(layer, K, h, 1.0);
     const Eigen::MatrixXd v = V.middleCols(Eigen::Index(h) * c.d_value, c.d_value).cast<double>();
     Eigen::MatrixXd A = q * k.transpose();  // (T, T)
