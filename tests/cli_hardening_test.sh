@@ -14,6 +14,8 @@ refused() {
 }
 checks=0
 ok() { checks=$((checks + 1)); }
+text="$dir/text.txt"  # a short text to score: the checks are about the tool, not the model
+printf 'The quick brown fox jumps over the lazy dog.\n\tTabs, "quotes" and \\ slashes.\n' > "$text"
 
 # make-model over a directory that holds a model: refused, and with --force every old model
 # file goes, so the new config is never paired with old shards.
@@ -24,7 +26,7 @@ touch "$dir/m/notes.txt"
 "$recur" make-model "$dir/m" --hidden 64 --force > /dev/null
 [[ ! -e "$dir/m/model.safetensors.index.json" && -f "$dir/m/notes.txt" ]] || fail "--force left the old index or removed other files"
 ls "$dir/m" | grep -q "model-0000" && fail "--force left old shards"
-"$recur" score -m "$dir/m" -f "$0" --json > /dev/null || fail "the replaced model does not load"
+"$recur" score -m "$dir/m" -f "$text" --json > /dev/null || fail "the replaced model does not load"
 ok
 
 # --shards reports the files written, not the number asked for.
@@ -81,7 +83,7 @@ ls "$dir" | grep -q "tmp" && fail "a temporary file was left behind"
 ok
 
 # Writes that fail are failures.
-if "$recur" score -f "$0" --json > /dev/full 2> "$dir/err"; then fail "exit 0 writing to /dev/full"; fi
+if "$recur" score -f "$text" --json > /dev/full 2> "$dir/err"; then fail "exit 0 writing to /dev/full"; fi
 grep -q "cannot write to standard output" "$dir/err" || fail "unclear: $(cat "$dir/err")"
 if "$recur" generate -n 5 > /dev/full 2> "$dir/err"; then fail "generate: exit 0 writing to /dev/full"; fi
 ok
@@ -106,7 +108,7 @@ vals = struct.unpack(f"<{(e - b) // 4}f", data[b:e])
 data[b:e] = struct.pack(f"<{len(vals)}f", *(v * 3e4 for v in vals))
 open(path, "wb").write(data)
 PY
-out=$("$recur" score -m "$dir/hot" -f "$0" --json)
+out=$("$recur" score -m "$dir/hot" -f "$text" --json)
 [[ "$out" =~ \"ppl\":\ null\}$ ]] || fail "ppl is not null: $out"
 ok
 
@@ -117,9 +119,9 @@ refused "no such file" "$recur" score -f "$dir/nothing"
 ok
 
 # --threads above the core count is lowered, with a word, and changes nothing.
-a=$("$recur" score -f "$0" --json --threads 64 2> "$dir/err")
+a=$("$recur" score -f "$text" --json --threads 64 2> "$dir/err")
 grep -q "warning: --threads 64" "$dir/err" || fail "no warning for --threads 64"
-[[ "$a" == "$("$recur" score -f "$0" --json --threads 1)" ]] || fail "--threads 64 changed the score"
+[[ "$a" == "$("$recur" score -f "$text" --json --threads 1)" ]] || fail "--threads 64 changed the score"
 ok
 
 # Options that conflict or do not apply are refused.
