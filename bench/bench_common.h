@@ -1,5 +1,5 @@
 // Shared by recur's benchmarks: this machine's fp32 FMA peak, measured at start-up in the same
-// run, so that every result can be read as a fraction of the floor (shared/MACHINE.md).
+// run, so that every result can be read as a fraction of the floor (docs/machines.md).
 #pragma once
 
 #include <benchmark/benchmark.h>

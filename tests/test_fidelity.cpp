@@ -1,5 +1,5 @@
 // Contract 3: a million-token stream with values of mean 1 stays within 1e-6 of float64.
-// A plain float32 running sum drifts past that (DESIGN.md 3.3); the test shows both, so that
+// A plain float32 running sum drifts past that (docs/design.md, "Why the state has two levels"); the test shows both, so that
 // the bound is seen to bite.
 #include <catch2/catch.hpp>
 

@@ -1,6 +1,6 @@
 // Ordered inner loops of the linear-attention recurrence, shared by step() and prefill().
 //
-// The canonical order (DESIGN.md 3.1), which every path below follows exactly:
+// The canonical order (docs/design.md, "One reduction order"), which every path below follows:
 //   * Per element of the partial state:  P[i][j] = fma(k_i, v_j, P[i][j]).
 //   * Per output column j, one FMA chain over the feature rows i = 0, 1, ..., Dp-1:
 //       acc_j = fma(q_i, L32[i][j] + P[i][j], acc_j), starting from acc_j = 0.

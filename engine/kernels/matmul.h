@@ -5,7 +5,7 @@
 //   y[r][n] = fma(x[r][k], w[n][k], y[r][n]),  starting from y = 0,
 // whatever the number of rows, the tile a row falls in, or the thread that computes it. A token's
 // projections therefore give the same bytes whether it is decoded alone or prefilled among
-// thousands (DESIGN.md 3.1). Eigen's product cannot promise that: it picks different kernels and
+// thousands (docs/design.md, "One reduction order"). Eigen's product cannot promise that: it picks different kernels and
 // blockings for one row and for many.
 //
 // Weights may be kept as float32, bfloat16 or IEEE half. The 16-bit forms widen to float exactly
