@@ -6,12 +6,15 @@
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 
 #include "bench_common.h"
 #include "kernels/matmul.h"
 #include "recur/model.h"
+#include "recur/safetensors.h"
 
 namespace {
 
@@ -148,6 +151,33 @@ void BM_MatmulRows(benchmark::State& state) {
 BENCHMARK(BM_MatmulRows)->ArgNames({"rows", "threads"})
     ->Args({1, 1})->Args({16, 1})->Args({64, 1})->Args({1, 2})->Args({16, 2})->Args({64, 2})
     ->UseRealTime();
+
+
+// Opening a sharded checkpoint whose index lists N tensors: each listed name is looked up once,
+// so the time per tensor stays flat as N grows (a scan of the whole map per tensor made it grow
+// with N). The shards are tiny; the index is the work.
+void BM_OpenShardedIndex(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const auto dir = std::filesystem::temp_directory_path() / ("recur-bench-index-" + std::to_string(n));
+  std::filesystem::create_directories(dir);
+  const float one = 1.0f;
+  std::string index = "{\"weight_map\": {";
+  for (int shard = 0; shard < 2; ++shard) {
+    std::vector<recur::TensorData> tensors;
+    std::vector<std::string> names;
+    for (int i = shard; i < n; i += 2) names.push_back("model.layers." + std::to_string(i) + ".w");
+    for (const auto& name : names) tensors.push_back({name, {1}, &one});
+    const std::string file = "model-0000" + std::to_string(shard + 1) + "-of-00002.safetensors";
+    recur::write_safetensors((dir / file).string(), tensors, recur::DType::kF32);
+    for (const auto& name : names) index += (index.back() == '{' ? "\"" : ", \"") + name + "\": \"" + file + "\"";
+  }
+  index += "}}";
+  std::ofstream(dir / "model.safetensors.index.json") << index;
+  for (auto _ : state) benchmark::DoNotOptimize(recur::TensorStore::open_dir(dir.string()));
+  state.counters["tensors_per_s"] = benchmark::Counter(n, benchmark::Counter::kIsIterationInvariantRate);
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(BM_OpenShardedIndex)->Arg(1000)->Arg(10000)->Arg(100000)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
