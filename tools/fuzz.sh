@@ -14,17 +14,7 @@ seconds="${1:-60}"
 runs="${2:--1}"
 
 packages=(clang libclang-rt-14-dev libomp-14-dev cmake ninja-build libeigen3-dev libfmt-dev libspdlog-dev)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "fuzz.sh: installing ${missing[*]}" >&2
-  sudo=""
-  [[ $(id -u) -ne 0 ]] && sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-fi
+bash tools/packages.sh "${packages[@]}"
 
 cmake --preset fuzz -DRECUR_WERROR="${RECUR_WERROR:-OFF}" > /dev/null
 cmake --build --preset fuzz -j "$(nproc)"
