@@ -57,6 +57,7 @@ ok
 # Work this machine cannot hold is refused before it starts; out of memory is named.
 refused "more than this machine" "$recur" bench --layers 1024 --heads 1024 --d-head 1024
 refused "more than this machine" "$recur" bench --kv-cap 512G
+refused "more than this machine" "$recur" demo --heads 4096 --d-key 4096 --d-value 4096
 # (AddressSanitizer reserves terabytes of address space, so a limit on it cannot run there.)
 if [[ -z "${RECUR_SANITIZED:-}" ]]; then
   if (ulimit -v 400000; "$recur" make-model "$dir/big" --hidden 4096 --vocab 65536 --layers 1 > /dev/null 2> "$dir/err"); then

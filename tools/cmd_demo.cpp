@@ -34,7 +34,11 @@ int run_demo(int argc, char** argv) {
   options.chunk = static_cast<int>(args.integer("chunk", 1, 1 << 20));
   options.threads = threads_option(args);
   const auto n_prompt = args.integer("prompt", 0, 1LL << 30);
-  check_memory(4.0 * double(n_prompt) * double(3 * config.n_heads) * (config.d_key + config.d_value),
+  // The two-level state holds 16 bytes per element of S (feature maps here keep d_key), and
+  // the prompt's Q, K, V and O are held whole.
+  check_memory(16.0 * config.n_heads * double(config.d_key + 8) * double(config.d_value + 16),
+               fmt::format("a state of {} heads x {} x {}", config.n_heads, config.d_key, config.d_value));
+  check_memory(4.0 * double(n_prompt) * double(config.n_heads) * 2.0 * (config.d_key + config.d_value),
                fmt::format("a prompt of {} tokens", n_prompt));
   const auto n_tokens = args.integer("tokens", 0, 1LL << 40);
 
