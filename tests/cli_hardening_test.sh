@@ -69,6 +69,7 @@ ok
 
 # Output paths: checked before the work, only regular files replaced, links followed, nothing
 # left behind by a failed save.
+[[ -c /dev/null ]] || fail "/dev/null is not a device on this machine (restore it: mknod -m 666 /dev/null c 1 3)"
 refused "not a regular file" "$recur" generate -n 2 --save-state /dev/null
 [[ -c /dev/null ]] || fail "/dev/null was replaced"
 mkfifo "$dir/fifo"
