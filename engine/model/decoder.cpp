@@ -75,6 +75,17 @@ struct Decoder::Impl {
     all_logits.clear();
   }
 
+  // Bytes of a saved state of this model with an empty session: the header, each layer's size
+  // and sums, the logits, the session's header and the checksum (see save_bytes()).
+  std::size_t saved_size(int vocab) const {
+    std::size_t n = kHeaderBytes + sizeof(float) * static_cast<std::size_t>(vocab) +
+                    kSessionHeaderBytes + 8;
+    for (const auto& s : states) n += 8 + s.raw_size();
+    return n;
+  }
+  static constexpr std::size_t kHeaderBytes = sizeof kMagic + 4 + 4 + 8 + 8 + 4 + 4;
+  static constexpr std::size_t kSessionHeaderBytes = 4 + 8 + 8;
+
   std::size_t workspace_bytes() const {
     std::size_t n = 0;
     for (const auto* b : {&x, &h, &q, &k, &v, &fq, &fk, &fk_full, &v_full, &o, &a, &g, &u,
@@ -361,12 +372,8 @@ void Decoder::load(const std::string& path, SessionData* session) {
   if (ec) throw FormatError(fmt::format("[Decoder::load] {}: cannot read the file: {}", path, ec.message()));
   // A state's size is known from the model, up to the session's tokens: refuse a file that
   // could not be one before reading it whole.
-  const std::size_t fixed = sizeof kMagic + 4 + 4 + 8 + 8 + 4 + 4 + 4 + 8 + 8 + 8 +
-                            sizeof(float) * static_cast<std::size_t>(model_->config().vocab_size);
-  std::size_t layers = 0;
-  for (const auto& s : impl_->states) layers += 8 + s.raw_size();
   const std::uint64_t max_tokens = std::uint64_t(1) << 32;
-  if (size > fixed + layers + 4 * max_tokens)
+  if (size > impl_->saved_size(model_->config().vocab_size) + 4 * max_tokens)
     throw FormatError(fmt::format("[Decoder::load] {}: the file has {} bytes, more than a state "
                                   "of this model can have", path, size));
   const auto bytes = detail::read_file(path);
@@ -379,17 +386,11 @@ void Decoder::load_bytes(std::string_view in, const std::string& source, Session
     throw FormatError(fmt::format("[Decoder::load] {}: {}", source, problem));
   };
   const std::size_t size = in.size();
-  // The size a state of this model takes without the session's tokens.
-  std::size_t fixed = sizeof kMagic + 4 + 4 + 8 + 8 + 4 + 4;
+  const std::size_t fixed = impl_->saved_size(model_->config().vocab_size);
+  const std::size_t session_at = fixed - Impl::kSessionHeaderBytes - 8;
+  const std::size_t logits_at = session_at - sizeof(float) * static_cast<std::size_t>(model_->config().vocab_size);
   std::vector<std::size_t> layer_bytes;
-  for (const auto& s : impl_->states) {
-    layer_bytes.push_back(s.raw_size());
-    fixed += 8 + layer_bytes.back();
-  }
-  const std::size_t logits_at = fixed;
-  fixed += sizeof(float) * static_cast<std::size_t>(model_->config().vocab_size);
-  const std::size_t session_at = fixed;
-  fixed += 4 + 8 + 8 + 8;  // session header and the checksum
+  for (const auto& s : impl_->states) layer_bytes.push_back(s.raw_size());
 
   if (size < sizeof kMagic + 4) fail(fmt::format("{} bytes is too short for a state file", size));
   if (std::memcmp(in.data(), kMagic, sizeof kMagic) != 0) fail("not a recur state file (bad magic)");
