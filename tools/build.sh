@@ -26,7 +26,7 @@ cd "$(dirname "$0")/.."
 job="${1:-generate}"
 shift || true
 packages=(g++ cmake ninja-build libeigen3-dev libfmt-dev libspdlog-dev libcli11-dev catch2
-          libbenchmark-dev locales)
+          libbenchmark-dev locales pkg-config libpcre2-dev libutf8proc-dev)
 [[ "$job" == tsan ]] && packages+=(clang libclang-rt-14-dev libomp-14-dev)
 bash tools/packages.sh "${packages[@]}"
 

@@ -18,6 +18,7 @@ constexpr const char* kUsage =
     "commands:\n"
     "  generate    stream text from a model (the built-in one without -m)\n"
     "  score       mean negative log-likelihood and perplexity of a text under a model\n"
+    "  tokenize    text to token ids and back with a model's tokenizer.json\n"
     "  make-model  write a model with random weights, for tests and demos\n"
     "  demo        stream a long random sequence through a linear-attention state\n"
     "  bench       constant-memory generation against a softmax KV cache: CSV, plot, summary\n"
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   try {
     if (command == "generate") return recur::cli::run_generate(argc, argv);
     if (command == "score") return recur::cli::run_score(argc, argv);
+    if (command == "tokenize") return recur::cli::run_tokenize(argc, argv);
     if (command == "make-model") return recur::cli::run_make_model(argc, argv);
     if (command == "demo") return recur::cli::run_demo(argc, argv);
     if (command == "bench") return recur::cli::run_bench(argc, argv);

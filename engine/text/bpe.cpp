@@ -1,0 +1,130 @@
+#include "text/bpe.h"
+
+#include <fmt/format.h>
+
+#include <queue>
+
+#include "recur/error.h"
+#include "text/unicode.h"
+
+namespace recur::text {
+
+Bpe::Bpe(std::unordered_map<std::string, int> vocab,
+         const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options,
+         const std::string& where)
+    : vocab_(std::move(vocab)), options_(std::move(options)) {
+  const std::string& prefix = options_.continuing_subword_prefix;
+  merges_.reserve(merges.size());
+  for (std::size_t r = 0; r < merges.size(); ++r) {
+    const auto& [a, b] = merges[r];
+    const auto ia = vocab_.find(a), ib = vocab_.find(b);
+    // The merged token drops the second part's continuation prefix, as the library does.
+    const bool strip = !prefix.empty() && b.compare(0, prefix.size(), prefix) == 0;
+    const std::string joined = a + (strip ? b.substr(prefix.size()) : b);
+    const auto ij = vocab_.find(joined);
+    if (ia == vocab_.end() || ib == vocab_.end() || ij == vocab_.end())
+      throw FormatError(fmt::format("{}: merge {} ('{}' + '{}') uses a token that is not in the "
+                                    "vocabulary", where, r, a, b));
+    // A pair listed twice keeps its first (lowest) rank.
+    merges_.emplace(key(ia->second, ib->second), Merge{static_cast<int>(r), ij->second});
+  }
+  for (int b = 0; b < 256; ++b) {
+    const auto it = vocab_.find(fmt::format("<0x{:02X}>", b));
+    byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
+  }
+}
+
+std::optional<int> Bpe::find(std::string_view token) const {
+  const auto it = vocab_.find(std::string(token));
+  if (it == vocab_.end()) return std::nullopt;
+  return it->second;
+}
+
+void Bpe::encode_word(std::string_view word, std::vector<int>& out) const {
+  if (word.empty()) return;
+  if (options_.ignore_merges) {
+    if (const auto id = find(word)) {
+      out.push_back(*id);
+      return;
+    }
+  }
+  // The word's characters as symbols, with the prefix and suffix the options ask for.
+  struct Symbol {
+    int id;
+    int prev, next;
+    bool alive;
+  };
+  std::vector<Symbol> symbols;
+  symbols.reserve(word.size());
+  bool last_was_unk = false;
+  std::string piece;
+  const auto push = [&](int id) {
+    const int n = static_cast<int>(symbols.size());
+    symbols.push_back({id, n - 1, n + 1, true});
+  };
+  for (std::size_t i = 0; i < word.size();) {
+    const std::size_t len = char_len(static_cast<unsigned char>(word[i]));
+    const bool first = i == 0, last = i + len >= word.size();
+    piece.clear();
+    if (!first) piece += options_.continuing_subword_prefix;
+    piece.append(word.substr(i, len));
+    if (last) piece += options_.end_of_word_suffix;
+    const auto it = vocab_.find(piece);
+    if (it != vocab_.end()) {
+      push(it->second);
+      last_was_unk = false;
+    } else {
+      bool done = false;
+      if (options_.byte_fallback) {
+        bool all = true;
+        for (std::size_t k = 0; k < len; ++k) all &= byte_ids_[static_cast<unsigned char>(word[i + k])] >= 0;
+        if (all) {
+          for (std::size_t k = 0; k < len; ++k) push(byte_ids_[static_cast<unsigned char>(word[i + k])]);
+          last_was_unk = false;
+          done = true;
+        }
+      }
+      if (!done && options_.unk) {
+        if (!(options_.fuse_unk && last_was_unk)) push(*options_.unk);
+        last_was_unk = true;
+      }
+      // Without byte fallback or an unk token the library drops the character; so does recur.
+    }
+    i += len;
+  }
+  if (symbols.empty()) return;
+  symbols.back().next = -1;
+
+  // Candidate merges, lowest rank first and leftmost among equals. Entries go stale when a
+  // neighbour changes; each is checked against the symbols when it comes out.
+  struct Candidate {
+    int rank, pos, id;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  const auto consider = [&](int pos) {
+    const int next = symbols[static_cast<std::size_t>(pos)].next;
+    if (next < 0) return;
+    if (const Merge* m = merge(symbols[static_cast<std::size_t>(pos)].id, symbols[static_cast<std::size_t>(next)].id))
+      heap.push({m->rank, pos, m->id});
+  };
+  for (int p = 0; p + 1 < static_cast<int>(symbols.size()); ++p) consider(p);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    Symbol& left = symbols[static_cast<std::size_t>(c.pos)];
+    if (!left.alive || left.next < 0) continue;
+    Symbol& right = symbols[static_cast<std::size_t>(left.next)];
+    const Merge* m = merge(left.id, right.id);
+    if (!m || m->id != c.id) continue;  // stale
+    left.id = c.id;
+    right.alive = false;
+    left.next = right.next;
+    if (left.next >= 0) symbols[static_cast<std::size_t>(left.next)].prev = c.pos;
+    if (left.prev >= 0) consider(left.prev);
+    consider(c.pos);
+  }
+  for (int p = 0; p >= 0; p = symbols[static_cast<std::size_t>(p)].next) out.push_back(symbols[static_cast<std::size_t>(p)].id);
+}
+
+}  // namespace recur::text

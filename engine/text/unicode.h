@@ -1,0 +1,41 @@
+// UTF-8 and Unicode helpers for the tokenizer: validation, the library's lossy decoding,
+// character classes, and normalization (utf8proc, Debian's libutf8proc).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace recur::text {
+
+/// Byte offset of the first byte that does not start a well-formed UTF-8 sequence, or npos.
+std::size_t invalid_utf8_at(std::string_view s);
+/// `s` with each maximal ill-formed subsequence replaced by U+FFFD (Rust's from_utf8_lossy, and
+/// Unicode's recommended practice).
+std::string utf8_lossy(std::string_view s);
+/// Length of the character that starts at s[i] in well-formed UTF-8.
+inline std::size_t char_len(unsigned char lead) {
+  return lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+}
+/// The code point at s[i] of well-formed UTF-8.
+char32_t code_point(std::string_view s, std::size_t i);
+/// Appends the UTF-8 of `c`.
+void append_utf8(std::string& out, char32_t c);
+
+/// Unicode White_Space (Rust's char::is_whitespace).
+bool is_whitespace(char32_t c);
+/// General category N* (Rust's char::is_numeric).
+bool is_numeric(char32_t c);
+/// Letters or numbers (Rust's char::is_alphanumeric).
+bool is_alphanumeric(char32_t c);
+
+enum class NormalForm { kNFC, kNFD, kNFKC, kNFKD };
+/// `s` (well-formed UTF-8) in the normal form.
+std::string normalize(std::string_view s, NormalForm form);
+
+/// GPT-2's byte-level alphabet: each byte's stand-in character as UTF-8, and back.
+const std::string& byte_char(unsigned char b);
+/// The byte a stand-in character (given as a code point) stands for, or -1.
+int char_byte(char32_t c);
+
+}  // namespace recur::text

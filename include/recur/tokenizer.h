@@ -1,0 +1,85 @@
+// Text to token ids and back, as a model's tokenizer.json (the Hugging Face `tokenizers` format)
+// says, with the same ids as that library gives.
+//
+// Read: BPE models, with or without byte fallback, merges in either notation, ignore_merges;
+// the normalizers Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD, Strip; the pre-tokenizers
+// Sequence, Split (regex or string, every behavior, invert), ByteLevel, Digits, Metaspace; the
+// post-processors TemplateProcessing, ByteLevel, Sequence, BertProcessing, RobertaProcessing;
+// the decoders Sequence, Replace, ByteFallback, Fuse, Strip, ByteLevel, Metaspace; added and
+// special tokens with their single_word, lstrip, rstrip and normalized flags. Anything else is a
+// FormatError at load that names it: recur never tokenizes differently without saying so.
+//
+// A Tokenizer is immutable once loaded; share it between threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace recur {
+
+class Tokenizer {
+ public:
+  /// Loads `path`: a tokenizer.json file, or a directory that holds one. Throws FormatError
+  /// naming the file and the component it cannot read.
+  static std::shared_ptr<const Tokenizer> load(const std::string& path);
+  /// The same from the file's text; `source` names it in messages.
+  static std::shared_ptr<const Tokenizer> from_json(std::string_view json, const std::string& source);
+  /// Whether `dir` holds a tokenizer.json.
+  static bool present(const std::string& dir);
+
+  ~Tokenizer();
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
+
+  /// The ids of `text` (UTF-8; anything else is an ArgumentError naming the byte). With
+  /// add_special_tokens the post-processor adds what it adds (a BOS, for most models); special
+  /// tokens written in the text are matched either way, as the library does.
+  std::vector<int> encode(std::string_view text, bool add_special_tokens = true) const;
+  /// The text of `ids`, special tokens included unless skipped. An id outside the vocabulary
+  /// is an ArgumentError. Bytes that do not form UTF-8 come out as U+FFFD, as in the library.
+  std::string decode(const std::vector<int>& ids, bool skip_special_tokens = false) const;
+
+  /// One more than the largest id (the model's vocabulary and the added tokens).
+  int vocab_size() const;
+  /// The id of a token string (a vocabulary entry or an added token).
+  std::optional<int> token_to_id(std::string_view token) const;
+  /// The token string of an id (throws ArgumentError outside the vocabulary).
+  const std::string& id_to_token(int id) const;
+  /// Whether the id is an added token marked special.
+  bool is_special(int id) const;
+  /// Where it was loaded from.
+  const std::string& source() const;
+  /// One line for logs: the model, the vocabulary, what the post-processor adds.
+  std::string describe() const;
+
+  struct Impl;
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  Tokenizer();
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Decodes ids as they are generated. put() returns the text that has become final: everything
+/// but a trailing incomplete UTF-8 sequence (and, for byte-fallback models, a run of byte tokens
+/// that has not ended, since the library decodes such a run as a whole). finish() returns the
+/// rest. The concatenation of everything returned equals tokenizer.decode(all ids). The work per
+/// token does not grow with the length of the text.
+class DecodeStream {
+ public:
+  explicit DecodeStream(std::shared_ptr<const Tokenizer> tokenizer, bool skip_special_tokens = false);
+  std::string put(int id);
+  std::string finish();
+
+ private:
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  bool skip_special_;
+  std::vector<int> window_;  // the last token already written, and those after it
+  std::string prefix_text_;  // what window_'s first token decodes to (already written)
+};
+
+}  // namespace recur
