@@ -727,6 +727,7 @@ struct Tokenizer::Impl {
         ids.push_back(added[static_cast<std::size_t>(p.added)].id);
         continue;
       }
+      if (p.text.empty()) continue;  // nothing to pre-tokenize: no prefix space is added to it
       pieces.clear();
       pieces.push_back({p.text, p.at_start});
       for (const auto& pt : pre_tokenizers) pt.apply(pieces);
