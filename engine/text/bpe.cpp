@@ -14,19 +14,30 @@ Bpe::Bpe(std::unordered_map<std::string, int> vocab,
          const std::string& where)
     : vocab_(std::move(vocab)), options_(std::move(options)) {
   const std::string& prefix = options_.continuing_subword_prefix;
-  merges_.reserve(merges.size());
+  std::size_t capacity = 16;
+  while (capacity < 2 * merges.size()) capacity *= 2;
+  slots_.assign(capacity, Slot{kEmpty, Merge{0, 0}});
+  mask_ = capacity - 1;
+  std::string joined;
   for (std::size_t r = 0; r < merges.size(); ++r) {
     const auto& [a, b] = merges[r];
     const auto ia = vocab_.find(a), ib = vocab_.find(b);
     // The merged token drops the second part's continuation prefix, as the library does.
     const bool strip = !prefix.empty() && b.compare(0, prefix.size(), prefix) == 0;
-    const std::string joined = a + (strip ? b.substr(prefix.size()) : b);
+    joined.assign(a);
+    joined.append(b, strip ? prefix.size() : 0, std::string::npos);
     const auto ij = vocab_.find(joined);
     if (ia == vocab_.end() || ib == vocab_.end() || ij == vocab_.end())
       throw FormatError(fmt::format("{}: merge {} ('{}' + '{}') uses a token that is not in the "
                                     "vocabulary", where, r, a, b));
     // A pair listed twice keeps its first (lowest) rank.
-    merges_.emplace(key(ia->second, ib->second), Merge{static_cast<int>(r), ij->second});
+    const std::uint64_t k = key(ia->second, ib->second);
+    std::size_t i = hash(k) & mask_;
+    while (slots_[i].key != kEmpty && slots_[i].key != k) i = (i + 1) & mask_;
+    if (slots_[i].key == kEmpty) {
+      slots_[i] = Slot{k, Merge{static_cast<int>(r), ij->second}};
+      ++n_merges_;
+    }
   }
   for (int b = 0; b < 256; ++b) {
     const auto it = vocab_.find(fmt::format("<0x{:02X}>", b));

@@ -36,7 +36,7 @@ class Bpe {
   std::optional<int> find(std::string_view token) const;
   const std::unordered_map<std::string, int>& vocab() const { return vocab_; }
   const BpeOptions& options() const { return options_; }
-  std::size_t n_merges() const { return merges_.size(); }
+  std::size_t n_merges() const { return n_merges_; }
 
  private:
   struct Merge {
@@ -46,12 +46,31 @@ class Bpe {
   static std::uint64_t key(int a, int b) {
     return (std::uint64_t(std::uint32_t(a)) << 32) | std::uint32_t(b);
   }
+  // The merges in an open-addressing table (linear probing, at most half full): one probe or
+  // two per lookup in a flat array, where a node-based map would chase a pointer per entry.
+  struct Slot {
+    std::uint64_t key;  // kEmpty when free
+    Merge merge;
+  };
+  static constexpr std::uint64_t kEmpty = ~std::uint64_t(0);
+  static std::size_t hash(std::uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return static_cast<std::size_t>(k);
+  }
   const Merge* merge(int a, int b) const {
-    const auto it = merges_.find(key(a, b));
-    return it == merges_.end() ? nullptr : &it->second;
+    const std::uint64_t k = key(a, b);
+    for (std::size_t i = hash(k) & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.key == k) return &s.merge;
+      if (s.key == kEmpty) return nullptr;
+    }
   }
   std::unordered_map<std::string, int> vocab_;
-  std::unordered_map<std::uint64_t, Merge> merges_;
+  std::vector<Slot> slots_;
+  std::size_t mask_ = 0;
+  std::size_t n_merges_ = 0;
   BpeOptions options_;
   int byte_ids_[256];  // <0xXX> tokens, -1 where missing (byte fallback)
 };

@@ -794,22 +794,23 @@ struct Tokenizer::Impl {
 
 namespace {
 
-void read_model(const Reader& r, const json::Value& root, Tokenizer::Impl& t) {
-  const json::Value& m = r.member(root, "tokenizer", "model");
+void read_model(const Reader& r, json::Value& root, Tokenizer::Impl& t) {
+  json::Value& m = const_cast<json::Value&>(r.member(root, "tokenizer", "model"));
   const std::string type = r.type(m, "model");
   if (type != "BPE") r.unsupported("model", "model", type);
   if (const json::Value* d = r.optional(m, "dropout"); d && !(d->is_number() && d->number() == 0.0))
     r.fail("model.dropout", "BPE dropout samples a different tokenization each time; recur "
                             "encodes deterministically, as the library does without dropout");
-  const json::Value& vocab = r.member(m, "model", "vocab");
+  json::Value& vocab = const_cast<json::Value&>(r.member(m, "model", "vocab"));
   if (!vocab.is_object()) r.fail("model.vocab", "expected an object of token: id");
   std::unordered_map<std::string, int> ids;
-  ids.reserve(vocab.object().size());
-  for (const auto& [token, id] : vocab.object()) {
+  auto members = vocab.take_object();  // the strings move into the map, not copied
+  ids.reserve(members.size());
+  for (auto& [token, id] : members) {
     if (!id.is_integer() || id.integer() < 0 || id.integer() >= (1 << 24))
       r.fail("model.vocab", fmt::format("the id of {} is not an integer in 0 to {}",
                                         json::quote(token), (1 << 24) - 1));
-    ids.emplace(token, static_cast<int>(id.integer()));
+    ids.emplace(std::move(token), static_cast<int>(id.integer()));
   }
   const json::Value& merges_v = r.member(m, "model", "merges");
   if (!merges_v.is_array()) r.fail("model.merges", "expected a list");
@@ -983,7 +984,7 @@ std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string& path) {
 std::shared_ptr<const Tokenizer> Tokenizer::from_json(std::string_view json_text,
                                                       const std::string& source) {
   const Reader r(source);
-  const json::Value root = json::parse(json_text, "Tokenizer] " + source + ": [tokenizer.json");
+  json::Value root = json::parse(json_text, "Tokenizer] " + source + ": [tokenizer.json");
   if (!root.is_object()) r.fail("tokenizer", "the file is not a JSON object");
   std::shared_ptr<Tokenizer> tok(new Tokenizer());
   Impl& t = *tok->impl_;

@@ -5,7 +5,8 @@
 #include <charconv>
 #include <cmath>
 #include <system_error>
-#include <set>
+#include <string_view>
+#include <unordered_set>
 
 #include "recur/error.h"
 
@@ -43,6 +44,24 @@ class Parser {
  private:
   static constexpr int kMaxDepth = 64;
 
+  // Keys are checked once the object is read: a hash set of views for large objects (a
+  // tokenizer's vocabulary has 100,000s), pairwise for small ones.
+  void check_unique(const std::vector<std::pair<std::string, Value>>& members) const {
+    const auto duplicate = [&](const std::string& key) {
+      fail(fmt::format("duplicate key {} in the object that ends", quote(key)));
+    };
+    if (members.size() <= 16) {
+      for (std::size_t i = 0; i < members.size(); ++i)
+        for (std::size_t j = 0; j < i; ++j)
+          if (members[i].first == members[j].first) duplicate(members[i].first);
+      return;
+    }
+    std::unordered_set<std::string_view> seen;
+    seen.reserve(members.size());
+    for (const auto& m : members)
+      if (!seen.insert(m.first).second) duplicate(m.first);
+  }
+
   [[noreturn]] void fail(const std::string& problem) const {
     throw FormatError(fmt::format("[{}] invalid JSON: {} at byte {}", what_, problem, pos_));
   }
@@ -71,7 +90,6 @@ class Parser {
       v.kind_ = Value::Kind::kObject;
       ++pos_;
       skip_space();
-      std::set<std::string, std::less<>> seen;
       if (peek() == '}') {
         ++pos_;
         return v;
@@ -80,7 +98,6 @@ class Parser {
         skip_space();
         if (peek() != '"') fail("expected a string key");
         std::string key = string();
-        if (!seen.insert(key).second) fail(fmt::format("duplicate key {}", quote(key)));
         skip_space();
         expect(':');
         v.object_.emplace_back(std::move(key), value(depth + 1));
@@ -90,6 +107,7 @@ class Parser {
           continue;
         }
         expect('}');
+        check_unique(v.object_);
         return v;
       }
     }

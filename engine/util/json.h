@@ -33,6 +33,9 @@ class Value {
   const std::vector<Value>& array() const { return array_; }
   /// Members in the order they appear in the text.
   const std::vector<std::pair<std::string, Value>>& object() const { return object_; }
+  /// Moves the members out (objects only), leaving the object empty: for large objects whose
+  /// strings the caller keeps.
+  std::vector<std::pair<std::string, Value>> take_object() { return std::move(object_); }
   /// The member named `key`, or null when there is none (objects only).
   const Value* find(std::string_view key) const;
 
