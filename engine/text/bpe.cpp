@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <queue>
 
 #include "recur/error.h"
@@ -9,10 +10,29 @@
 
 namespace recur::text {
 
-Bpe::Bpe(std::unordered_map<std::string, int> vocab,
+Bpe::Bpe(std::vector<std::pair<std::string, int>> vocab,
          const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options,
          const std::string& where)
-    : vocab_(std::move(vocab)), options_(std::move(options)) {
+    : options_(std::move(options)) {
+  int max_id = -1;
+  for (const auto& [token, id] : vocab) max_id = std::max(max_id, id);
+  tokens_.resize(static_cast<std::size_t>(max_id + 1));
+  has_token_.assign(tokens_.size(), 0);
+  std::size_t table = 16;
+  while (table < 2 * vocab.size()) table *= 2;
+  vocab_table_.assign(table, -1);
+  vocab_mask_ = table - 1;
+  for (auto& [token, id] : vocab) {
+    const auto u = static_cast<std::size_t>(id);
+    if (has_token_[u])
+      throw FormatError(fmt::format("{}: id {} is given to both {} and {}", where, id,
+                                    tokens_[u], token));
+    has_token_[u] = 1;
+    tokens_[u] = std::move(token);
+    std::size_t i = std::hash<std::string_view>()(tokens_[u]) & vocab_mask_;
+    while (vocab_table_[i] >= 0) i = (i + 1) & vocab_mask_;
+    vocab_table_[i] = id;
+  }
   const std::string& prefix = options_.continuing_subword_prefix;
   std::size_t capacity = 16;
   while (capacity < 2 * merges.size()) capacity *= 2;
@@ -21,34 +41,25 @@ Bpe::Bpe(std::unordered_map<std::string, int> vocab,
   std::string joined;
   for (std::size_t r = 0; r < merges.size(); ++r) {
     const auto& [a, b] = merges[r];
-    const auto ia = vocab_.find(a), ib = vocab_.find(b);
+    const int ia = lookup(a), ib = lookup(b);
     // The merged token drops the second part's continuation prefix, as the library does.
     const bool strip = !prefix.empty() && b.compare(0, prefix.size(), prefix) == 0;
     joined.assign(a);
     joined.append(b, strip ? prefix.size() : 0, std::string::npos);
-    const auto ij = vocab_.find(joined);
-    if (ia == vocab_.end() || ib == vocab_.end() || ij == vocab_.end())
+    const int ij = lookup(joined);
+    if (ia < 0 || ib < 0 || ij < 0)
       throw FormatError(fmt::format("{}: merge {} ('{}' + '{}') uses a token that is not in the "
                                     "vocabulary", where, r, a, b));
     // A pair listed twice keeps its first (lowest) rank.
-    const std::uint64_t k = key(ia->second, ib->second);
+    const std::uint64_t k = key(ia, ib);
     std::size_t i = hash(k) & mask_;
     while (slots_[i].key != kEmpty && slots_[i].key != k) i = (i + 1) & mask_;
     if (slots_[i].key == kEmpty) {
-      slots_[i] = Slot{k, Merge{static_cast<int>(r), ij->second}};
+      slots_[i] = Slot{k, Merge{static_cast<int>(r), ij}};
       ++n_merges_;
     }
   }
-  for (int b = 0; b < 256; ++b) {
-    const auto it = vocab_.find(fmt::format("<0x{:02X}>", b));
-    byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
-  }
-}
-
-std::optional<int> Bpe::find(std::string_view token) const {
-  const auto it = vocab_.find(std::string(token));
-  if (it == vocab_.end()) return std::nullopt;
-  return it->second;
+  for (int b = 0; b < 256; ++b) byte_ids_[b] = lookup(fmt::format("<0x{:02X}>", b));
 }
 
 void Bpe::encode_word(std::string_view word, std::vector<int>& out) const {
@@ -80,9 +91,8 @@ void Bpe::encode_word(std::string_view word, std::vector<int>& out) const {
     if (!first) piece += options_.continuing_subword_prefix;
     piece.append(word.substr(i, len));
     if (last) piece += options_.end_of_word_suffix;
-    const auto it = vocab_.find(piece);
-    if (it != vocab_.end()) {
-      push(it->second);
+    if (const int id = lookup(piece); id >= 0) {
+      push(id);
       last_was_unk = false;
     } else {
       bool done = false;

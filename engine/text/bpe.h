@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
+#include <functional>
 #include <vector>
 
 namespace recur::text {
@@ -24,18 +24,25 @@ struct BpeOptions {
 
 class Bpe {
  public:
-  /// `vocab` maps token strings to ids; `merges` are pairs of token strings in rank order.
-  /// Throws FormatError (prefixed by `where`) for a merge whose parts or result are not in the
-  /// vocabulary.
-  Bpe(std::unordered_map<std::string, int> vocab,
+  /// `vocab` holds (token string, id) pairs; `merges` are pairs of token strings in rank
+  /// order. Throws FormatError (prefixed by `where`) for an id given twice, or a merge whose
+  /// parts or result are not in the vocabulary.
+  Bpe(std::vector<std::pair<std::string, int>> vocab,
       const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options,
       const std::string& where);
 
   /// Appends the ids of one word.
   void encode_word(std::string_view word, std::vector<int>& out) const;
-  std::optional<int> find(std::string_view token) const;
-  const std::unordered_map<std::string, int>& vocab() const { return vocab_; }
+  std::optional<int> find(std::string_view token) const {
+    const int id = lookup(token);
+    return id < 0 ? std::nullopt : std::optional<int>(id);
+  }
+  /// Token strings by id ("" where an id has none).
+  const std::vector<std::string>& tokens() const { return tokens_; }
+  const std::vector<char>& has_token() const { return has_token_; }
   const BpeOptions& options() const { return options_; }
+  /// The unknown-character id (set after construction, once the vocabulary can be searched).
+  void set_unk(int id) { options_.unk = id; }
   std::size_t n_merges() const { return n_merges_; }
 
  private:
@@ -67,7 +74,18 @@ class Bpe {
       if (s.key == kEmpty) return nullptr;
     }
   }
-  std::unordered_map<std::string, int> vocab_;
+  // The vocabulary: strings by id, and an open-addressing table of ids by the string's hash.
+  int lookup(std::string_view token) const {
+    for (std::size_t i = std::hash<std::string_view>()(token) & vocab_mask_;; i = (i + 1) & vocab_mask_) {
+      const int id = vocab_table_[i];
+      if (id < 0) return -1;
+      if (tokens_[static_cast<std::size_t>(id)] == token) return id;
+    }
+  }
+  std::vector<std::string> tokens_;
+  std::vector<char> has_token_;
+  std::vector<int> vocab_table_;
+  std::size_t vocab_mask_ = 0;
   std::vector<Slot> slots_;
   std::size_t mask_ = 0;
   std::size_t n_merges_ = 0;

@@ -803,14 +803,14 @@ void read_model(const Reader& r, json::Value& root, Tokenizer::Impl& t) {
                             "encodes deterministically, as the library does without dropout");
   json::Value& vocab = const_cast<json::Value&>(r.member(m, "model", "vocab"));
   if (!vocab.is_object()) r.fail("model.vocab", "expected an object of token: id");
-  std::unordered_map<std::string, int> ids;
-  auto members = vocab.take_object();  // the strings move into the map, not copied
+  std::vector<std::pair<std::string, int>> ids;
+  auto members = vocab.take_object();  // the strings move into the model, not copied
   ids.reserve(members.size());
   for (auto& [token, id] : members) {
     if (!id.is_integer() || id.integer() < 0 || id.integer() >= (1 << 24))
       r.fail("model.vocab", fmt::format("the id of {} is not an integer in 0 to {}",
                                         json::quote(token), (1 << 24) - 1));
-    ids.emplace(std::move(token), static_cast<int>(id.integer()));
+    ids.emplace_back(std::move(token), static_cast<int>(id.integer()));
   }
   const json::Value& merges_v = r.member(m, "model", "merges");
   if (!merges_v.is_array()) r.fail("model.merges", "expected a list");
@@ -833,25 +833,20 @@ void read_model(const Reader& r, json::Value& root, Tokenizer::Impl& t) {
   }
   text::BpeOptions o;
   const std::string unk = r.string_or(m, "model", "unk_token", "");
-  if (!unk.empty()) {
-    const auto it = ids.find(unk);
-    if (it == ids.end()) r.fail("model.unk_token", fmt::format("{} is not in the vocabulary", json::quote(unk)));
-    o.unk = it->second;
-  }
   o.fuse_unk = r.boolean_or(m, "model", "fuse_unk", false);
   o.byte_fallback = r.boolean_or(m, "model", "byte_fallback", false);
   o.ignore_merges = r.boolean_or(m, "model", "ignore_merges", false);
   o.continuing_subword_prefix = r.string_or(m, "model", "continuing_subword_prefix", "");
   o.end_of_word_suffix = r.string_or(m, "model", "end_of_word_suffix", "");
-  for (const auto& [token, id] : ids) {
-    if (static_cast<std::size_t>(id) >= t.id_to_token.size()) {
-      t.id_to_token.resize(static_cast<std::size_t>(id) + 1);
-      t.has_token.resize(static_cast<std::size_t>(id) + 1, 0);
-    }
-    t.id_to_token[static_cast<std::size_t>(id)] = token;
-    t.has_token[static_cast<std::size_t>(id)] = 1;
+  t.bpe.emplace(std::move(ids), merges, o, fmt::format("[Tokenizer] {}: model", r.source()));
+  if (!unk.empty()) {
+    const auto id = t.bpe->find(unk);
+    if (!id) r.fail("model.unk_token", fmt::format("{} is not in the vocabulary", json::quote(unk)));
+    o.unk = *id;
+    t.bpe->set_unk(*id);
   }
-  t.bpe.emplace(std::move(ids), merges, std::move(o), fmt::format("[Tokenizer] {}: model.merges", r.source()));
+  t.id_to_token = t.bpe->tokens();
+  t.has_token = t.bpe->has_token();
 }
 
 void read_added(const Reader& r, const json::Value& root, Tokenizer::Impl& t) {
