@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <unordered_map>
 #include <unordered_set>
-#include <variant>
+#include <tuple>
 
 #include "recur/error.h"
 #include "text/bpe.h"
@@ -654,7 +654,9 @@ struct Tokenizer::Impl {
     const std::string& s = part.text;
     std::size_t done = 0, from = 0;
     for (;;) {
-      auto [start, stop, index] = matcher.find(s, from);
+      std::size_t start = 0, stop = 0;
+      int index = -1;
+      std::tie(start, stop, index) = matcher.find(s, from);
       if (index < 0) break;
       from = stop;
       const AddedToken& t = added[static_cast<std::size_t>(index)];
