@@ -1,6 +1,6 @@
 // Tokenizer speed: loading a tokenizer.json, and encoding on one thread, for each BPE family
-// (SentencePiece-style with byte fallback: Llama-2/Mistral; byte-level with a regex: Llama-3,
-// Qwen3, and the built-in model's). Texts: ordinary English, and one word with no spaces, at 10 KB,
+// (SentencePiece-style with byte fallback: Llama-2/Mistral and Gemma-3; byte-level with a regex:
+// Llama-3, Qwen3, GPT-4o, and the built-in model's). Texts: ordinary English, and one word with no spaces, at 10 KB,
 // 100 KB and 1 MB: MB/s must stay flat as the size grows (a quadratic merge loop would fall by 10x
 // per step). bench/tokenizer_reference.mjs measures Hugging Face's library on the same files and
 // texts, and with this program's JSON output prints the two side by side:
@@ -36,6 +36,8 @@ std::vector<Family> families() {
   return {{"llama2", npm_dir() + "/tokenizer-llama2/models/tokenizer.json"},
           {"llama3", npm_dir() + "/tokenizer-llama3_1/models/tokenizer.json"},
           {"qwen3", npm_dir() + "/tokenizer-qwen3/models/tokenizer.json"},
+          {"gemma3", npm_dir() + "/tokenizer-gemma3/models/tokenizer.json"},
+          {"gpt4o", npm_dir() + "/tokenizer-gpt4o/models/tokenizer.json"},
           {"kjv", RECUR_SOURCE_DIR "/models/kjv/tokenizer.json"}};
 }
 

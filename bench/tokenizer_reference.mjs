@@ -17,6 +17,8 @@ const families = {
   llama2: path.join(npm, 'tokenizer-llama2/models/tokenizer.json'),
   llama3: path.join(npm, 'tokenizer-llama3_1/models/tokenizer.json'),
   qwen3: path.join(npm, 'tokenizer-qwen3/models/tokenizer.json'),
+  gemma3: path.join(npm, 'tokenizer-gemma3/models/tokenizer.json'),
+  gpt4o: path.join(npm, 'tokenizer-gpt4o/models/tokenizer.json'),
   kjv: path.join(root, 'models/kjv/tokenizer.json'),
 };
 

@@ -74,6 +74,8 @@ const files = {
   llama2: packaged('tokenizer-llama2'),
   llama3: packaged('tokenizer-llama3_1'),
   qwen3: packaged('tokenizer-qwen3'),
+  gemma3: packaged('tokenizer-gemma3'),
+  gpt4o: packaged('tokenizer-gpt4o'),
 };
 extra.forEach((f, i) => { files[`extra${i}_${path.basename(path.dirname(path.resolve(f)))}`] = f; });
 
