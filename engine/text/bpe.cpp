@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <queue>
 
 #include "recur/error.h"
 #include "text/unicode.h"
@@ -122,17 +121,26 @@ void Bpe::encode_word(std::string_view word, std::vector<int>& out) const {
     int rank, pos, id;
     bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  // A binary min-heap in a vector, built in O(n) from the first candidates.
+  std::vector<Candidate> heap;
+  heap.reserve(symbols.size());
+  const auto later = std::greater<Candidate>();
   const auto consider = [&](int pos) {
     const int next = symbols[static_cast<std::size_t>(pos)].next;
     if (next < 0) return;
-    if (const Merge* m = merge(symbols[static_cast<std::size_t>(pos)].id, symbols[static_cast<std::size_t>(next)].id))
-      heap.push({m->rank, pos, m->id});
+    if (const Merge* m = merge(symbols[static_cast<std::size_t>(pos)].id, symbols[static_cast<std::size_t>(next)].id)) {
+      heap.push_back({m->rank, pos, m->id});
+      std::push_heap(heap.begin(), heap.end(), later);
+    }
   };
-  for (int p = 0; p + 1 < static_cast<int>(symbols.size()); ++p) consider(p);
+  for (int p = 0; p + 1 < static_cast<int>(symbols.size()); ++p)
+    if (const Merge* m = merge(symbols[static_cast<std::size_t>(p)].id, symbols[static_cast<std::size_t>(p) + 1].id))
+      heap.push_back({m->rank, p, m->id});
+  std::make_heap(heap.begin(), heap.end(), later);
   while (!heap.empty()) {
-    const Candidate c = heap.top();
-    heap.pop();
+    std::pop_heap(heap.begin(), heap.end(), later);
+    const Candidate c = heap.back();
+    heap.pop_back();
     Symbol& left = symbols[static_cast<std::size_t>(c.pos)];
     if (!left.alive || left.next < 0) continue;
     Symbol& right = symbols[static_cast<std::size_t>(left.next)];
