@@ -62,6 +62,25 @@ gen=(generate -m "$model" -p "And God said" -n 40 --seed 5 --temperature 1.2 --i
 cmp -s "$dir/gen_text" "$dir/expected" || fail "streamed text differs from the decode of its ids: $(diff "$dir/gen_text" "$dir/expected" | head -5)"
 ok
 
+# The same with Llama-2's decoder (which strips the first token's leading space, and decodes
+# byte tokens in runs) on a random-weight model of its vocabulary, whose random ids include
+# byte tokens that break characters apart: the streamed text is the prompt followed by what the
+# full decode adds after the prompt's own text.
+"$recur" make-model "$dir/llama" --vocab 32000 --hidden 32 --layers 1 --heads 2 > /dev/null
+cp "$llama2" "$dir/llama/tokenizer.json"
+gen=(generate -m "$dir/llama" -p "Hello world" -n 60 --seed 3 --temperature 1 --top-k 0 --ignore-eos)
+"$recur" "${gen[@]}" --ids 2> /dev/null > "$dir/gen_ids"
+"$recur" "${gen[@]}" --raw 2> /dev/null > "$dir/gen_text"
+"$recur" tokenize -m "$llama2" -p "Hello world" > "$dir/prompt_ids"
+cat "$dir/prompt_ids" "$dir/gen_ids" > "$dir/all_ids"
+"$recur" tokenize -m "$llama2" --decode -f "$dir/prompt_ids" > "$dir/prompt_text"
+"$recur" tokenize -m "$llama2" --decode -f "$dir/all_ids" > "$dir/all_text"
+n=$(wc -c < "$dir/prompt_text")
+cmp -s <(head -c "$n" "$dir/all_text") "$dir/prompt_text" || fail "llama2: the full decode does not start with the prompt's"
+{ printf 'Hello world'; tail -c +"$((n + 1))" "$dir/all_text"; echo; } > "$dir/expected"
+cmp -s "$dir/gen_text" "$dir/expected" || fail "llama2: streamed text differs: $(cmp "$dir/gen_text" "$dir/expected")"
+ok
+
 # score on text equals score on the ids of that text, and reports bits per byte.
 "$recur" tokenize -m "$model" -f "$dir/text.txt" > "$dir/ids"
 a=$("$recur" score -m "$model" -f "$dir/text.txt" --json | sed 's/, "bytes".*//')

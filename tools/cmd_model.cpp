@@ -488,7 +488,7 @@ int run_make_model(int argc, char** argv) {
       .flag("tie-feature-maps", "one learned feature map for q and k (linear_attn)")
       .flag("no-affine", "no weight in the per-head output norm (linear_attn)")
       .flag("tie-embeddings", "the LM head reuses the embedding matrix")
-      .flag("builtin", "write the built-in model (its configuration and seed)")
+      .flag("builtin", "write the random-weight test model (--random-model: its configuration and seed)")
       .flag("force", "replace a model already in DIR (its config.json, safetensors and index go "
                      "first; other files stay)")
       .positionals(1, "DIR")

@@ -141,10 +141,11 @@ class Model {
   /// A model from a configuration and a source of weights.
   static std::shared_ptr<const Model> from_weights(const ModelConfig& config,
                                                    const WeightSource& weights);
-  /// The built-in model: a small linear_attn configuration with weights generated from `seed`.
-  /// It runs with no download; its text is noise.
+  /// The random-weight test model: a small linear_attn configuration (byte vocabulary) with
+  /// weights generated from `seed`, the same on every machine. Its text is noise; the trained
+  /// model that `recur generate` runs by default is a directory (models/kjv) read by load().
   static std::shared_ptr<const Model> builtin(std::uint64_t seed = 1);
-  /// The configuration of the built-in model.
+  /// The configuration of the random-weight test model.
   static ModelConfig builtin_config();
 
   ~Model();
