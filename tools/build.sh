@@ -18,6 +18,8 @@
 #                                tokenizer also runs Hugging Face's library on the same texts
 #                                and prints the two side by side
 #   tools/build.sh recur [args]  release build, then `recur` with your arguments
+#   tools/build.sh train [args]  train the built-in model again (tools/train/train.py; writes
+#                                models/kjv unless --out DIR is given; about 35 minutes)
 #   (tools/fuzz.sh runs the fuzzers.)
 #
 # Warnings are errors only where RECUR_WERROR=ON is set in the environment (CI sets it): a
@@ -30,6 +32,12 @@ shift || true
 packages=(g++ cmake ninja-build libeigen3-dev libfmt-dev libspdlog-dev libcli11-dev catch2
           libbenchmark-dev locales pkg-config libpcre2-dev libutf8proc-dev)
 [[ "$job" == tsan ]] && packages+=(clang libclang-rt-14-dev libomp-14-dev)
+if [[ "$job" == train ]]; then
+  bash tools/packages.sh python3-torch libopenblas0-pthread bible-kjv
+  out=(--out models/kjv)
+  [[ " $* " == *" --out "* ]] && out=()
+  exec /usr/bin/python3 tools/train/train.py "${out[@]}" "$@"
+fi
 # The tests compare the tokenizer with Hugging Face's own library, from the npm registry.
 needs_oracle=false
 [[ "$job" =~ ^(test|asan|portable|bench)$ ]] && needs_oracle=true
@@ -55,7 +63,7 @@ case "$job" in
       cmake --build "build/isa-$arch" -j "$jobs"
     done
     exit 0 ;;
-  *) echo "build.sh: unknown job '$job' (generate, demo, test, asan, portable, tsan, isa, bench, recur)" >&2
+  *) echo "build.sh: unknown job '$job' (generate, demo, test, asan, portable, tsan, isa, bench, recur, train)" >&2
      exit 2 ;;
 esac
 cmake --preset "$preset" -DRECUR_WERROR="$werror" > /dev/null

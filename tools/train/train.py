@@ -13,8 +13,11 @@ from python3-torch. The script
   5. evaluates the held-out books with its own float64 forward of the float16 weights, written
      independently of recur (the recurrent form, chunk by chunk), and writes eval.json.
 
-Seeded and single-process: the same command writes the same files on the same machine.
-    /usr/bin/python3 tools/train/train.py --out models/kjv            # about 40 minutes
+Seeded: the same command writes the same files with the same PyTorch and BLAS on the same
+kind of CPU (another BLAS or vector width may round differently). Needs Debian's python3-torch,
+libopenblas0-pthread (without it, Debian's PyTorch multiplies with the reference BLAS, about 25
+times slower) and bible-kjv; `tools/build.sh train` installs them and runs this script.
+    tools/build.sh train                                               # models/kjv, ~35 min
     /usr/bin/python3 tools/train/train.py --out /tmp/kjv --steps 20   # a smoke test
 """
 import argparse
@@ -314,7 +317,7 @@ def main():
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--context", type=int, default=512, help="tokens per training window")
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=1200)
+    ap.add_argument("--steps", type=int, default=1100)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
