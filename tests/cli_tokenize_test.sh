@@ -46,7 +46,7 @@ refused 2 "not UTF-8 at byte 3" "$recur" tokenize -m "$model" -f "$dir/bad.txt"
 refused 2 "give the tokenizer" "$recur" tokenize -p x
 refused 2 "give the text" "$recur" tokenize -m "$model"
 printf '5\n99999999\n' > "$dir/bad_ids"
-refused 2 "line 2: '99999999' is not an id of this tokenizer" "$recur" tokenize -m "$model" --decode -f "$dir/bad_ids"
+refused 2 "line 2: '99999999' is not a token id (0 to" "$recur" tokenize -m "$model" --decode -f "$dir/bad_ids"
 printf '{"model": {"type": "WordPiece", "vocab": {}}}' > "$dir/wp.json"
 refused 1 "the model 'WordPiece' is not supported" "$recur" tokenize -m "$dir/wp.json" -p x
 refused 1 "cannot read the file" "$recur" tokenize -m "$dir/nothing" -p x

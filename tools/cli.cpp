@@ -184,6 +184,31 @@ std::string read_input(const std::string& path, const std::string& option, std::
   return text;
 }
 
+std::vector<int> read_token_ids(const std::string& path, const std::string& option,
+                                std::int64_t limit) {
+  std::istringstream in(read_input(path, option));
+  std::vector<int> tokens;
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    std::size_t used = 0;
+    long long id = -1;
+    try {
+      id = std::stoll(line, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || line.find_first_not_of(" \t\r", used) != std::string::npos || id < 0 ||
+        id >= limit)
+      throw ArgumentError(fmt::format("{} {} line {}: '{}' is not a token id (0 to {})", option,
+                                      printable(path), line_no, printable(line), limit - 1));
+    tokens.push_back(static_cast<int>(id));
+  }
+  return tokens;
+}
+
 void check_output(const std::string& path, const std::string& option) {
   try {
     detail::writable_target(path, option.c_str());

@@ -74,6 +74,11 @@ int threads_option(const Args& args);
 std::string read_input(const std::string& path, const std::string& option,
                        std::uint64_t limit = std::uint64_t(256) << 20);
 
+/// Token ids, one per line (blank lines skipped), from `path` (read_input's rules). An id below
+/// 0 or at or above `limit` is an ArgumentError naming the option, the line and the range.
+std::vector<int> read_token_ids(const std::string& path, const std::string& option,
+                                std::int64_t limit = std::int64_t(1) << 31);
+
 /// Checks before long work that `path` can be written (see detail::writable_target): an output
 /// that cannot be written is reported at once, not after a whole run.
 void check_output(const std::string& path, const std::string& option);

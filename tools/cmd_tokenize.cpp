@@ -2,7 +2,6 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <sstream>
 
 #include "cli.h"
 #include "commands.h"
@@ -41,27 +40,7 @@ int run_tokenize(int argc, char** argv) {
   const auto tokenizer = Tokenizer::load(args.str("model"));
   const bool special = !args.flag_set("no-special");
   if (decode) {
-    std::istringstream in(read_input(args.str("file"), "--file"));
-    std::vector<int> ids;
-    std::string line;
-    int line_no = 0;
-    while (std::getline(in, line)) {
-      ++line_no;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      std::size_t used = 0;
-      long long id = -1;
-      try {
-        id = std::stoll(line, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used == 0 || line.find_first_not_of(" \t\r", used) != std::string::npos || id < 0 ||
-          id >= tokenizer->vocab_size())
-        throw ArgumentError(fmt::format("--file {} line {}: '{}' is not an id of this tokenizer "
-                                        "(0 to {})", printable(args.str("file")), line_no,
-                                        printable(line), tokenizer->vocab_size() - 1));
-      ids.push_back(static_cast<int>(id));
-    }
+    const std::vector<int> ids = read_token_ids(args.str("file"), "--file", tokenizer->vocab_size());
     const std::string text = tokenizer->decode(ids, !special);
     std::fwrite(text.data(), 1, text.size(), stdout);
     flush_stdout();

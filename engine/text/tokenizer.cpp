@@ -82,6 +82,14 @@ class Reader {
                            kind, type));
   }
   const std::string& source() const { return source_; }
+  /// Calls read(element, its path) for each element of the list v[key] (a Sequence's parts).
+  template <class Read>
+  void each(const json::Value& v, const std::string& path, const char* key, Read read) const {
+    const json::Value& list = member(v, path, key);
+    if (!list.is_array()) fail(path + "." + key, "expected a list");
+    for (std::size_t i = 0; i < list.array().size(); ++i)
+      read(list.array()[i], fmt::format("{}.{}[{}]", path, key, i));
+  }
 
  private:
   std::string source_;
@@ -171,10 +179,8 @@ void read_normalizer(const Reader& r, const json::Value& v, const std::string& p
   const std::string type = r.type(v, path);
   Normalizer n{};
   if (type == "Sequence") {
-    const json::Value& list = r.member(v, path, "normalizers");
-    if (!list.is_array()) r.fail(path + ".normalizers", "expected a list");
-    for (std::size_t i = 0; i < list.array().size(); ++i)
-      read_normalizer(r, list.array()[i], fmt::format("{}.normalizers[{}]", path, i), out);
+    r.each(v, path, "normalizers",
+           [&](const json::Value& e, const std::string& at) { read_normalizer(r, e, at, out); });
     return;
   } else if (type == "Prepend") {
     n.kind = Normalizer::Kind::kPrepend;
@@ -370,10 +376,8 @@ void read_pre_tokenizer(const Reader& r, const json::Value& v, const std::string
   const std::string type = r.type(v, path);
   PreTokenizer p{};
   if (type == "Sequence") {
-    const json::Value& list = r.member(v, path, "pretokenizers");
-    if (!list.is_array()) r.fail(path + ".pretokenizers", "expected a list");
-    for (std::size_t i = 0; i < list.array().size(); ++i)
-      read_pre_tokenizer(r, list.array()[i], fmt::format("{}.pretokenizers[{}]", path, i), out);
+    r.each(v, path, "pretokenizers",
+           [&](const json::Value& e, const std::string& at) { read_pre_tokenizer(r, e, at, out); });
     return;
   } else if (type == "Split") {
     p.kind = PreTokenizer::Kind::kSplit;
@@ -513,10 +517,8 @@ void read_decoder(const Reader& r, const json::Value& v, const std::string& path
   const std::string type = r.type(v, path);
   Decoder d{};
   if (type == "Sequence") {
-    const json::Value& list = r.member(v, path, "decoders");
-    if (!list.is_array()) r.fail(path + ".decoders", "expected a list");
-    for (std::size_t i = 0; i < list.array().size(); ++i)
-      read_decoder(r, list.array()[i], fmt::format("{}.decoders[{}]", path, i), out);
+    r.each(v, path, "decoders",
+           [&](const json::Value& e, const std::string& at) { read_decoder(r, e, at, out); });
     return;
   } else if (type == "Replace") {
     d.kind = Decoder::Kind::kReplace;
@@ -909,10 +911,8 @@ int special_id(const Reader& r, const Tokenizer::Impl& t, const json::Value& pai
 void read_post(const Reader& r, const json::Value& v, const std::string& path, Tokenizer::Impl& t) {
   const std::string type = r.type(v, path);
   if (type == "Sequence") {
-    const json::Value& list = r.member(v, path, "processors");
-    if (!list.is_array()) r.fail(path + ".processors", "expected a list");
-    for (std::size_t i = 0; i < list.array().size(); ++i)
-      read_post(r, list.array()[i], fmt::format("{}.processors[{}]", path, i), t);
+    r.each(v, path, "processors",
+           [&](const json::Value& e, const std::string& at) { read_post(r, e, at, t); });
   } else if (type == "ByteLevel") {
     // Only offsets change; the ids are left as they are.
   } else if (type == "TemplateProcessing") {
