@@ -27,12 +27,14 @@ for m in "$dir/m" "$dir/p"; do
   a=$("$recur" score -m "$m" -f "$0" --json --chunk 1 --threads 1)
   b=$("$recur" score -m "$m" -f "$0" --json --chunk 100 --threads 2)
   [[ "$a" == "$b" ]] || fail "scores differ: $a vs $b"
-  [[ "$a" =~ ^\{\"tokens\":\ [0-9]+,\ \"predicted\":\ [0-9]+,\ \"mean_nll\":\ [0-9.e+-]+,\ \"ppl\":\ [0-9.e+-]+\}$ ]] || fail "JSON shape: $a"
+  [[ "$a" =~ ^\{\"tokens\":\ [0-9]+,\ \"predicted\":\ [0-9]+,\ \"mean_nll\":\ [0-9.e+-]+,\ \"ppl\":\ [0-9.e+-]+,\ \"bytes\":\ [0-9]+,\ \"bits_per_byte\":\ [0-9.e+-]+\}$ ]] || fail "JSON shape: $a"
 done
 
 # --token-ids FILE gives the same result as the bytes of the text, and so does -f - (stdin).
 od -An -tu1 -v "$0" | tr -s ' ' '\n' | sed '/^$/d' > "$dir/ids.txt"
-[[ "$("$recur" score -m "$dir/m" --token-ids "$dir/ids.txt" --json)" == "$("$recur" score -m "$dir/m" -f "$0" --json)" ]] || fail "--token-ids and -f disagree"
+# (Ids carry no byte count: the fields from "bytes" on are compared only between texts.)
+nobytes() { sed 's/, "bytes".*//'; }
+[[ "$("$recur" score -m "$dir/m" --token-ids "$dir/ids.txt" --json | nobytes)" == "$("$recur" score -m "$dir/m" -f "$0" --json | nobytes)" ]] || fail "--token-ids and -f disagree"
 [[ "$("$recur" score -m "$dir/m" -f - --json < "$0")" == "$("$recur" score -m "$dir/m" -f "$0" --json)" ]] || fail "-f - and -f FILE disagree"
 
 # Token ids in and out (for models tokenized elsewhere): the same tokens as the byte path.
@@ -41,10 +43,15 @@ printf 'Branch here' | od -An -tu1 -v | tr -s ' ' '\n' | sed '/^$/d' > "$dir/pro
 (( $(wc -l < "$dir/gen_ids.txt") == 12 )) || fail "--ids did not print 12 ids"
 text_ids=$("$recur" generate -m "$dir/m" -p "Branch here" -n 12 --greedy --raw 2> /dev/null | head -c -1 | tail -c +12 | od -An -tu1 -v | tr -s ' ' '\n' | sed '/^$/d')
 [[ "$text_ids" == "$(cat "$dir/gen_ids.txt")" ]] || fail "--prompt-ids/--ids differ from the byte path"
-# A model that ships a tokenizer gets a warning, not silence.
-touch "$dir/m/tokenizer.json"
+# A model that ships a tokenizer recur does not read (tokenizer.model) gets a warning, not
+# silence; a broken tokenizer.json is an error naming it, not a silent fallback to bytes.
+touch "$dir/m/tokenizer.model"
 "$recur" generate -m "$dir/m" -n 1 > /dev/null 2> "$dir/err"
-grep -q "warning: the model ships tokenizer.json" "$dir/err" || fail "no tokenizer warning"
+grep -q "warning: the model ships tokenizer.model but no tokenizer.json" "$dir/err" || fail "no tokenizer warning"
+rm "$dir/m/tokenizer.model"
+echo '{"model": {"type": "BPE"' > "$dir/m/tokenizer.json"
+if "$recur" generate -m "$dir/m" -n 1 > /dev/null 2> "$dir/err"; then fail "a broken tokenizer.json was accepted"; fi
+grep -q "tokenizer.json" "$dir/err" || fail "the error does not name tokenizer.json: $(cat "$dir/err")"
 rm "$dir/m/tokenizer.json"
 
 # A state saved after 10 tokens continues into the same bytes as one run of 20.
@@ -56,9 +63,15 @@ rm "$dir/m/tokenizer.json"
 if "$recur" generate -m "$dir/p" -p "" -n 1 --load-state "$dir/s" 2> "$dir/err" > /dev/null; then fail "loaded a state into another model"; fi
 grep -q "another model\|bytes" "$dir/err" || fail "unclear state error: $(cat "$dir/err")"
 
-# The built-in model runs with no arguments but a length, and says its weights are random.
+# The built-in model runs with no arguments but a length, through its tokenizer; the
+# random-weight model says its weights are random; RECUR_MODEL pointing nowhere is explained.
 "$recur" generate -n 8 > /dev/null 2> "$dir/err" || fail "built-in generate failed"
-grep -q "random" "$dir/err" || fail "built-in model does not say its weights are random"
+grep -q "built-in (King James Bible)" "$dir/err" || fail "built-in model not named: $(cat "$dir/err")"
+grep -q "tokenizer: BPE, 4096 ids" "$dir/err" || fail "built-in model without its tokenizer: $(cat "$dir/err")"
+"$recur" generate --random-model -n 8 > /dev/null 2> "$dir/err" || fail "--random-model failed"
+grep -q "random weights" "$dir/err" || fail "the random model does not say its weights are random"
+if RECUR_MODEL="$dir/none" "$recur" generate -n 1 2> "$dir/err" > /dev/null; then fail "ran without its model"; fi
+grep -q "the built-in model is not at" "$dir/err" || fail "unclear: $(cat "$dir/err")"
 
 # Generation stops at the model's end-of-sequence id unless told not to.
 first=$(head -1 "$dir/gen_ids.txt")
