@@ -324,6 +324,7 @@ def main():
     args = ap.parse_args()
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
+    torch.use_deterministic_algorithms(True)  # the same files from the same command
     os.makedirs(args.out, exist_ok=True)
     t_start = time.time()
 
