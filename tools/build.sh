@@ -19,7 +19,7 @@
 #                                and prints the two side by side
 #   tools/build.sh recur [args]  release build, then `recur` with your arguments
 #   tools/build.sh train [args]  train the built-in model again (tools/train/train.py; writes
-#                                models/kjv unless --out DIR is given; about 35 minutes)
+#                                models/kjv unless --out DIR is given; about 40 minutes)
 #   (tools/fuzz.sh runs the fuzzers.)
 #
 # Warnings are errors only where RECUR_WERROR=ON is set in the environment (CI sets it): a

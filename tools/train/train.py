@@ -17,7 +17,7 @@ Seeded: the same command writes the same files with the same PyTorch and BLAS on
 kind of CPU (another BLAS or vector width may round differently). Needs Debian's python3-torch,
 libopenblas0-pthread (without it, Debian's PyTorch multiplies with the reference BLAS, about 25
 times slower) and bible-kjv; `tools/build.sh train` installs them and runs this script.
-    tools/build.sh train                                               # models/kjv, ~35 min
+    tools/build.sh train                                               # models/kjv, ~40 min
     /usr/bin/python3 tools/train/train.py --out /tmp/kjv --steps 20   # a smoke test
 """
 import argparse
