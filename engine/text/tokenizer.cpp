@@ -1,5 +1,6 @@
 // The tokenizer.json pipeline: added tokens, normalizer, pre-tokenizer, BPE, post-processor on
-// the way in; the decoder on the way out. Each stage follows what the Hugging Face library does
+// the way in; the decoder on the way out. The normalizer, pre-tokenizer and decoder steps are in
+// components.cpp; added tokens, the model, the post-processor and the order of it all are here. Each stage follows what the Hugging Face library does
 // with the same file (docs/tokenizer.md lists the rules and where they are subtle).
 #include "recur/tokenizer.h"
 
@@ -13,7 +14,7 @@
 
 #include "recur/error.h"
 #include "text/bpe.h"
-#include "text/regex.h"
+#include "text/components.h"
 #include "text/unicode.h"
 #include "util/file.h"
 #include "util/json.h"
@@ -21,532 +22,10 @@
 namespace recur {
 namespace {
 
-using text::Regex;
+using text::Piece;
+using text::Reader;
 
 constexpr std::uint64_t kMaxFileBytes = 1ull << 30;  // Gemma-3's is 33 MB; 1 GiB is absurd
-const char* const kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
-// ---------------------------------------------------------------------------------------------
-// Reading the JSON: every error names the file and the path to the field.
-
-class Reader {
- public:
-  explicit Reader(std::string source) : source_(std::move(source)) {}
-  [[noreturn]] void fail(const std::string& path, const std::string& what) const {
-    throw FormatError(fmt::format("[Tokenizer] {}: {}: {}", source_, path, what));
-  }
-  const json::Value& member(const json::Value& v, const std::string& path, const char* key) const {
-    const json::Value* m = v.is_object() ? v.find(key) : nullptr;
-    if (!m) fail(path, fmt::format("'{}' is missing", key));
-    return *m;
-  }
-  const json::Value* optional(const json::Value& v, const char* key) const {
-    const json::Value* m = v.find(key);
-    return m && !m->is_null() ? m : nullptr;
-  }
-  std::string string(const json::Value& v, const std::string& path, const char* key) const {
-    const json::Value& m = member(v, path, key);
-    if (!m.is_string()) fail(path + "." + key, fmt::format("is {}, expected a string", m.kind_name()));
-    return m.string();
-  }
-  std::string string_or(const json::Value& v, const std::string& path, const char* key,
-                        const std::string& fallback) const {
-    const json::Value* m = optional(v, key);
-    if (!m) return fallback;
-    if (!m->is_string()) fail(path + "." + key, fmt::format("is {}, expected a string", m->kind_name()));
-    return m->string();
-  }
-  bool boolean_or(const json::Value& v, const std::string& path, const char* key, bool fallback) const {
-    const json::Value* m = optional(v, key);
-    if (!m) return fallback;
-    if (!m->is_bool()) fail(path + "." + key, fmt::format("is {}, expected true or false", m->kind_name()));
-    return m->boolean();
-  }
-  std::int64_t integer_or(const json::Value& v, const std::string& path, const char* key,
-                          std::int64_t fallback, std::int64_t min, std::int64_t max) const {
-    const json::Value* m = optional(v, key);
-    if (!m) return fallback;
-    if (!m->is_integer() || m->integer() < min || m->integer() > max)
-      fail(path + "." + key, fmt::format("expected an integer in {} to {}", min, max));
-    return m->integer();
-  }
-  std::string type(const json::Value& v, const std::string& path) const {
-    if (!v.is_object()) fail(path, fmt::format("is {}, expected an object", v.kind_name()));
-    return string(v, path, "type");
-  }
-  [[noreturn]] void unsupported(const std::string& path, const std::string& kind,
-                                const std::string& type) const {
-    fail(path, fmt::format("the {} '{}' is not supported by recur, which will not tokenize "
-                           "differently from the library without saying so",
-                           kind, type));
-  }
-  const std::string& source() const { return source_; }
-  /// Calls read(element, its path) for each element of the list v[key] (a Sequence's parts).
-  template <class Read>
-  void each(const json::Value& v, const std::string& path, const char* key, Read read) const {
-    const json::Value& list = member(v, path, key);
-    if (!list.is_array()) fail(path + "." + key, "expected a list");
-    for (std::size_t i = 0; i < list.array().size(); ++i)
-      read(list.array()[i], fmt::format("{}.{}[{}]", path, key, i));
-  }
-
- private:
-  std::string source_;
-};
-
-// A pattern of Split and Replace: a literal string or a regex.
-struct Pattern {
-  std::string literal;
-  std::optional<Regex> regex;
-
-  static Pattern read(const Reader& r, const json::Value& v, const std::string& path) {
-    const json::Value& p = r.member(v, path, "pattern");
-    Pattern out;
-    if (const json::Value* s = p.is_object() ? p.find("String") : nullptr; s && s->is_string()) {
-      out.literal = s->string();
-      if (out.literal.empty()) r.fail(path + ".pattern", "the string is empty");
-    } else if (const json::Value* re = p.is_object() ? p.find("Regex") : nullptr; re && re->is_string()) {
-      out.regex.emplace(re->string(), fmt::format("[Tokenizer] {}: {}.pattern", r.source(), path));
-    } else {
-      r.fail(path + ".pattern", "expected {\"String\": ...} or {\"Regex\": ...}");
-    }
-    return out;
-  }
-  // (start, end) of each match, left to right.
-  std::vector<std::pair<std::size_t, std::size_t>> matches(std::string_view s) const {
-    std::vector<std::pair<std::size_t, std::size_t>> out;
-    if (regex) {
-      regex->for_each_match(s, [&](std::size_t a, std::size_t b) { out.emplace_back(a, b); });
-    } else {
-      for (std::size_t at = s.find(literal); at != std::string_view::npos;
-           at = s.find(literal, at + literal.size()))
-        out.emplace_back(at, at + literal.size());
-    }
-    return out;
-  }
-  std::string replace_all(std::string_view s, std::string_view with) const {
-    std::string out;
-    std::size_t last = 0;
-    for (const auto& [a, b] : matches(s)) {
-      if (a == b) continue;
-      out.append(s.substr(last, a - last));
-      out.append(with);
-      last = b;
-    }
-    out.append(s.substr(last));
-    return out;
-  }
-};
-
-// ---------------------------------------------------------------------------------------------
-// Normalizers
-
-struct Normalizer {
-  enum class Kind { kPrepend, kReplace, kUnicode, kStrip } kind;
-  std::string text;  // Prepend: what; Replace: the content
-  std::optional<Pattern> pattern;
-  text::NormalForm form = text::NormalForm::kNFC;
-  bool left = false, right = false;
-
-  void apply(std::string& s) const {
-    switch (kind) {
-      case Kind::kPrepend:
-        if (!s.empty()) s.insert(0, text);
-        break;
-      case Kind::kReplace: s = pattern->replace_all(s, text); break;
-      case Kind::kUnicode: s = text::normalize(s, form); break;
-      case Kind::kStrip: {
-        std::size_t a = 0, b = s.size();
-        if (left)
-          while (a < b && text::is_whitespace(text::code_point(s, a))) a += text::char_len(static_cast<unsigned char>(s[a]));
-        if (right)
-          while (b > a) {
-            std::size_t k = b - 1;
-            while (k > a && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
-            if (!text::is_whitespace(text::code_point(s, k))) break;
-            b = k;
-          }
-        s = s.substr(a, b - a);
-        break;
-      }
-    }
-  }
-};
-
-void read_normalizer(const Reader& r, const json::Value& v, const std::string& path,
-                     std::vector<Normalizer>& out) {
-  const std::string type = r.type(v, path);
-  Normalizer n{};
-  if (type == "Sequence") {
-    r.each(v, path, "normalizers",
-           [&](const json::Value& e, const std::string& at) { read_normalizer(r, e, at, out); });
-    return;
-  } else if (type == "Prepend") {
-    n.kind = Normalizer::Kind::kPrepend;
-    n.text = r.string(v, path, "prepend");
-  } else if (type == "Replace") {
-    n.kind = Normalizer::Kind::kReplace;
-    n.pattern = Pattern::read(r, v, path);
-    n.text = r.string(v, path, "content");
-  } else if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
-    n.kind = Normalizer::Kind::kUnicode;
-    n.form = type == "NFC" ? text::NormalForm::kNFC : type == "NFD" ? text::NormalForm::kNFD
-             : type == "NFKC" ? text::NormalForm::kNFKC : text::NormalForm::kNFKD;
-  } else if (type == "Strip") {
-    n.kind = Normalizer::Kind::kStrip;
-    n.left = r.boolean_or(v, path, "strip_left", true);
-    n.right = r.boolean_or(v, path, "strip_right", true);
-  } else {
-    r.unsupported(path, "normalizer", type);
-  }
-  out.push_back(std::move(n));
-}
-
-// ---------------------------------------------------------------------------------------------
-// Pre-tokenizers: each turns a list of pieces into a finer one.
-
-struct Piece {
-  std::string text;
-  bool at_start;  // begins at offset 0 of the original text (Metaspace's "first")
-};
-
-enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
-
-// Splits `s` at the matches as the library's SplitDelimiterBehavior does.
-void split_piece(const Piece& piece, const std::vector<std::pair<std::size_t, std::size_t>>& found,
-                 Behavior behavior, bool invert, std::vector<Piece>& out) {
-  const std::string& s = piece.text;
-  // Every byte of s in order, as (start, end, is_match) spans.
-  struct Span {
-    std::size_t a, b;
-    bool match;
-  };
-  std::vector<Span> spans;
-  std::size_t prev = 0;
-  for (const auto& [a, b] : found) {
-    if (prev < a) spans.push_back({prev, a, invert});
-    spans.push_back({a, b, !invert});
-    prev = b;
-  }
-  if (prev < s.size()) spans.push_back({prev, s.size(), invert});
-  if (s.empty()) spans.push_back({0, 0, false});
-
-  std::vector<Span> merged;
-  switch (behavior) {
-    case Behavior::kIsolated:
-      for (auto sp : spans) merged.push_back({sp.a, sp.b, false});
-      break;
-    case Behavior::kRemoved: merged = spans; break;
-    case Behavior::kContiguous: {
-      bool prev_match = false;
-      for (const auto& sp : spans) {
-        if (sp.match == prev_match && !merged.empty()) merged.back().b = sp.b;
-        else merged.push_back({sp.a, sp.b, false});
-        prev_match = sp.match;
-      }
-      break;
-    }
-    case Behavior::kMergedWithPrevious: {
-      bool prev_match = false;
-      for (const auto& sp : spans) {
-        if (sp.match && !prev_match && !merged.empty()) merged.back().b = sp.b;
-        else merged.push_back({sp.a, sp.b, false});
-        prev_match = sp.match;
-      }
-      break;
-    }
-    case Behavior::kMergedWithNext: {
-      bool prev_match = false;
-      for (auto it = spans.rbegin(); it != spans.rend(); ++it) {
-        if (it->match && !prev_match && !merged.empty()) merged.back().a = it->a;
-        else merged.push_back({it->a, it->b, false});
-        prev_match = it->match;
-      }
-      std::reverse(merged.begin(), merged.end());
-      break;
-    }
-  }
-  for (const auto& sp : merged) {
-    if (sp.a == sp.b || (behavior == Behavior::kRemoved && sp.match)) continue;
-    out.push_back({s.substr(sp.a, sp.b - sp.a), piece.at_start && sp.a == 0});
-  }
-}
-
-struct PreTokenizer {
-  enum class Kind { kSplit, kByteLevel, kDigits, kMetaspace } kind;
-  std::optional<Pattern> pattern;  // Split; ByteLevel with use_regex
-  Behavior behavior = Behavior::kIsolated;
-  bool invert = false;
-  bool add_prefix_space = false;  // ByteLevel
-  bool individual = false;        // Digits
-  std::string replacement;        // Metaspace
-  enum class Prepend { kAlways, kFirst, kNever } prepend = Prepend::kAlways;
-  bool split = true;              // Metaspace
-
-  void apply(std::vector<Piece>& pieces) const {
-    std::vector<Piece> out;
-    out.reserve(pieces.size());
-    for (Piece& p : pieces) {
-      switch (kind) {
-        case Kind::kSplit: split_piece(p, pattern->matches(p.text), behavior, invert, out); break;
-        case Kind::kByteLevel: {
-          if (add_prefix_space && (p.text.empty() || p.text[0] != ' ')) p.text.insert(0, " ");
-          std::vector<Piece> parts;
-          if (pattern) split_piece(p, pattern->matches(p.text), Behavior::kIsolated, false, parts);
-          else parts.push_back(std::move(p));
-          for (Piece& q : parts) {
-            std::string mapped;
-            mapped.reserve(q.text.size() * 2);
-            for (const char c : q.text) mapped += text::byte_char(static_cast<unsigned char>(c));
-            out.push_back({std::move(mapped), q.at_start});
-          }
-          break;
-        }
-        case Kind::kDigits: {
-          std::vector<std::pair<std::size_t, std::size_t>> found;
-          for (std::size_t i = 0; i < p.text.size();) {
-            const std::size_t len = text::char_len(static_cast<unsigned char>(p.text[i]));
-            if (text::is_numeric(text::code_point(p.text, i))) found.emplace_back(i, i + len);
-            i += len;
-          }
-          split_piece(p, found, individual ? Behavior::kIsolated : Behavior::kContiguous, false, out);
-          break;
-        }
-        case Kind::kMetaspace: {
-          std::string s;
-          for (const char c : p.text) {
-            if (c == ' ') s += replacement;
-            else s += c;
-          }
-          const bool starts = s.compare(0, replacement.size(), replacement) == 0;
-          if (!starts && (prepend == Prepend::kAlways || (prepend == Prepend::kFirst && p.at_start)))
-            s.insert(0, replacement);
-          Piece q{std::move(s), p.at_start};
-          if (split) {
-            std::vector<std::pair<std::size_t, std::size_t>> found;
-            for (std::size_t at = q.text.find(replacement); at != std::string::npos;
-                 at = q.text.find(replacement, at + replacement.size()))
-              found.emplace_back(at, at + replacement.size());
-            split_piece(q, found, Behavior::kMergedWithNext, false, out);
-          } else {
-            out.push_back(std::move(q));
-          }
-          break;
-        }
-      }
-    }
-    pieces = std::move(out);
-  }
-};
-
-Behavior read_behavior(const Reader& r, const json::Value& v, const std::string& path) {
-  const std::string b = r.string(v, path, "behavior");
-  if (b == "Removed") return Behavior::kRemoved;
-  if (b == "Isolated") return Behavior::kIsolated;
-  if (b == "MergedWithPrevious") return Behavior::kMergedWithPrevious;
-  if (b == "MergedWithNext") return Behavior::kMergedWithNext;
-  if (b == "Contiguous") return Behavior::kContiguous;
-  r.fail(path + ".behavior", fmt::format("'{}' is not a split behavior", b));
-}
-
-PreTokenizer::Prepend read_prepend(const Reader& r, const json::Value& v, const std::string& path) {
-  if (r.optional(v, "prepend_scheme")) {
-    const std::string s = r.string(v, path, "prepend_scheme");
-    if (s == "always") return PreTokenizer::Prepend::kAlways;
-    if (s == "first") return PreTokenizer::Prepend::kFirst;
-    if (s == "never") return PreTokenizer::Prepend::kNever;
-    r.fail(path + ".prepend_scheme", fmt::format("'{}' is not always, first or never", s));
-  }
-  // Files from before prepend_scheme say add_prefix_space.
-  return r.boolean_or(v, path, "add_prefix_space", true) ? PreTokenizer::Prepend::kAlways
-                                                         : PreTokenizer::Prepend::kNever;
-}
-
-std::string read_replacement(const Reader& r, const json::Value& v, const std::string& path) {
-  const std::string s = r.string_or(v, path, "replacement", "\xE2\x96\x81");
-  if (s.empty() || text::invalid_utf8_at(s) != std::string::npos ||
-      text::char_len(static_cast<unsigned char>(s[0])) != s.size())
-    r.fail(path + ".replacement", "expected one character");
-  return s;
-}
-
-void read_pre_tokenizer(const Reader& r, const json::Value& v, const std::string& path,
-                        std::vector<PreTokenizer>& out) {
-  const std::string type = r.type(v, path);
-  PreTokenizer p{};
-  if (type == "Sequence") {
-    r.each(v, path, "pretokenizers",
-           [&](const json::Value& e, const std::string& at) { read_pre_tokenizer(r, e, at, out); });
-    return;
-  } else if (type == "Split") {
-    p.kind = PreTokenizer::Kind::kSplit;
-    p.pattern = Pattern::read(r, v, path);
-    p.behavior = read_behavior(r, v, path);
-    p.invert = r.boolean_or(v, path, "invert", false);
-  } else if (type == "ByteLevel") {
-    p.kind = PreTokenizer::Kind::kByteLevel;
-    p.add_prefix_space = r.boolean_or(v, path, "add_prefix_space", true);
-    if (r.boolean_or(v, path, "use_regex", true)) {
-      p.pattern.emplace();
-      p.pattern->regex.emplace(kGpt2Pattern, "ByteLevel");
-    }
-  } else if (type == "Digits") {
-    p.kind = PreTokenizer::Kind::kDigits;
-    p.individual = r.boolean_or(v, path, "individual_digits", false);
-  } else if (type == "Metaspace") {
-    p.kind = PreTokenizer::Kind::kMetaspace;
-    p.replacement = read_replacement(r, v, path);
-    p.prepend = read_prepend(r, v, path);
-    p.split = r.boolean_or(v, path, "split", true);
-  } else {
-    r.unsupported(path, "pre-tokenizer", type);
-  }
-  out.push_back(std::move(p));
-}
-
-// ---------------------------------------------------------------------------------------------
-// Decoders: each maps the list of token strings to another.
-
-struct Decoder {
-  enum class Kind { kReplace, kByteFallback, kFuse, kStrip, kByteLevel, kMetaspace } kind;
-  std::optional<Pattern> pattern;
-  std::string content;  // Replace: the replacement; Strip: the character; Metaspace: replacement
-  std::int64_t start = 0, stop = 0;
-  bool prepend = true;  // Metaspace: the first token's leading space was added by encoding
-
-  void apply(std::vector<std::string>& tokens) const {
-    switch (kind) {
-      case Kind::kReplace:
-        for (auto& t : tokens) t = pattern->replace_all(t, content);
-        break;
-      case Kind::kByteFallback: {
-        std::vector<std::string> out;
-        std::string run;
-        std::size_t run_tokens = 0;
-        const auto flush = [&] {
-          if (run_tokens == 0) return;
-          if (text::invalid_utf8_at(run) == std::string::npos) {
-            out.push_back(run);
-          } else {
-            for (std::size_t i = 0; i < run_tokens; ++i) out.emplace_back("\xEF\xBF\xBD");
-          }
-          run.clear();
-          run_tokens = 0;
-        };
-        for (auto& t : tokens) {
-          if (const int b = byte_token(t); b >= 0) {
-            run += static_cast<char>(b);
-            ++run_tokens;
-          } else {
-            flush();
-            out.push_back(std::move(t));
-          }
-        }
-        flush();
-        tokens = std::move(out);
-        break;
-      }
-      case Kind::kFuse: {
-        std::string all;
-        for (const auto& t : tokens) all += t;
-        tokens.assign(1, std::move(all));
-        break;
-      }
-      case Kind::kStrip:
-        for (auto& t : tokens) {
-          std::size_t a = 0, b = t.size();
-          for (std::int64_t i = 0; i < start && t.compare(a, content.size(), content) == 0; ++i)
-            a += content.size();
-          for (std::int64_t i = 0; i < stop && b >= a + content.size() &&
-                                   t.compare(b - content.size(), content.size(), content) == 0;
-               ++i)
-            b -= content.size();
-          t = t.substr(a, b - a);
-        }
-        break;
-      case Kind::kByteLevel: {
-        std::string bytes;
-        for (const auto& t : tokens) {
-          std::string mapped;
-          bool all = true;
-          for (std::size_t i = 0; i < t.size() && all;) {
-            const int b = text::char_byte(text::code_point(t, i));
-            if (b < 0) all = false;
-            else mapped += static_cast<char>(b);
-            i += text::char_len(static_cast<unsigned char>(t[i]));
-          }
-          bytes += all ? mapped : t;  // a token outside the alphabet (an added one) as it is
-        }
-        tokens.assign(1, text::utf8_lossy(bytes));
-        break;
-      }
-      case Kind::kMetaspace:
-        for (std::size_t i = 0; i < tokens.size(); ++i) {
-          std::string out;
-          const std::string& t = tokens[i];
-          for (std::size_t k = 0; k < t.size();) {
-            const std::size_t len = text::char_len(static_cast<unsigned char>(t[k]));
-            if (t.compare(k, len, content) == 0) {
-              if (!(i == 0 && k == 0 && prepend)) out += ' ';
-            } else {
-              out.append(t, k, len);
-            }
-            k += len;
-          }
-          tokens[i] = std::move(out);
-        }
-        break;
-    }
-  }
-
-  // The byte of a "<0xHH>" token, or -1.
-  static int byte_token(const std::string& t) {
-    if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
-    const auto hex = [](char c) {
-      return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-             : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-    };
-    const int hi = hex(t[3]), lo = hex(t[4]);
-    return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
-  }
-};
-
-void read_decoder(const Reader& r, const json::Value& v, const std::string& path,
-                  std::vector<Decoder>& out) {
-  const std::string type = r.type(v, path);
-  Decoder d{};
-  if (type == "Sequence") {
-    r.each(v, path, "decoders",
-           [&](const json::Value& e, const std::string& at) { read_decoder(r, e, at, out); });
-    return;
-  } else if (type == "Replace") {
-    d.kind = Decoder::Kind::kReplace;
-    d.pattern = Pattern::read(r, v, path);
-    d.content = r.string(v, path, "content");
-  } else if (type == "ByteFallback") {
-    d.kind = Decoder::Kind::kByteFallback;
-  } else if (type == "Fuse") {
-    d.kind = Decoder::Kind::kFuse;
-  } else if (type == "Strip") {
-    d.kind = Decoder::Kind::kStrip;
-    d.content = r.string(v, path, "content");
-    if (d.content.empty() || text::invalid_utf8_at(d.content) != std::string::npos ||
-        text::char_len(static_cast<unsigned char>(d.content[0])) != d.content.size())
-      r.fail(path + ".content", "expected one character");
-    d.start = r.integer_or(v, path, "start", 0, 0, 1 << 20);
-    d.stop = r.integer_or(v, path, "stop", 0, 0, 1 << 20);
-  } else if (type == "ByteLevel") {
-    d.kind = Decoder::Kind::kByteLevel;
-  } else if (type == "Metaspace") {
-    d.kind = Decoder::Kind::kMetaspace;
-    d.content = read_replacement(r, v, path);
-    d.prepend = read_prepend(r, v, path) != PreTokenizer::Prepend::kNever;
-  } else {
-    r.unsupported(path, "decoder", type);
-  }
-  out.push_back(std::move(d));
-}
 
 // ---------------------------------------------------------------------------------------------
 // Added tokens, found in the text by a trie: at each position the longest token wins, and the
@@ -632,9 +111,9 @@ struct Template {
 struct Tokenizer::Impl {
   std::string source;
   std::optional<text::Bpe> bpe;
-  std::vector<Normalizer> normalizers;
-  std::vector<PreTokenizer> pre_tokenizers;
-  std::vector<Decoder> decoders;
+  text::Normalizers normalizers;
+  text::PreTokenizers pre_tokenizers;
+  text::Decoders decoders;
   bool has_decoder = false;
   std::vector<Template> post;  // applied in order with add_special_tokens
   std::vector<AddedToken> added;
@@ -643,12 +122,11 @@ struct Tokenizer::Impl {
   std::vector<char> has_token;
   std::vector<char> special;
   std::unordered_map<std::string, int> added_ids;
-  bool byte_fallback_decoder = false;
   std::optional<std::int64_t> truncate;  // max_length, with direction
   bool truncate_left = false;
 
   void normalize(std::string& s) const {
-    for (const auto& n : normalizers) n.apply(s);
+    normalizers.apply(s);
   }
 
   // Splits `part` at the added tokens `matcher` finds, as the library's find_matches.
@@ -734,7 +212,7 @@ struct Tokenizer::Impl {
       if (p.text.empty()) continue;  // nothing to pre-tokenize: no prefix space is added to it
       pieces.clear();
       pieces.push_back({p.text, p.at_start});
-      for (const auto& pt : pre_tokenizers) pt.apply(pieces);
+      pre_tokenizers.apply(pieces);
       for (const Piece& piece : pieces) {
         if (piece.text.size() > 64) {  // long words are rare: not worth keeping
           bpe->encode_word(piece.text, ids);
@@ -783,7 +261,7 @@ struct Tokenizer::Impl {
       for (std::size_t i = 0; i < tokens.size(); ++i) out += (i ? " " : "") + tokens[i];
       return out;
     }
-    for (const auto& d : decoders) d.apply(tokens);
+    decoders.apply(tokens);
     std::string out;
     for (const auto& t : tokens) out += t;
     return out;
@@ -846,7 +324,6 @@ void read_model(const Reader& r, json::Value& root, Tokenizer::Impl& t) {
   if (!unk.empty()) {
     const auto id = t.bpe->find(unk);
     if (!id) r.fail("model.unk_token", fmt::format("{} is not in the vocabulary", json::quote(unk)));
-    o.unk = *id;
     t.bpe->set_unk(*id);
   }
   t.id_to_token = t.bpe->tokens();
@@ -986,18 +463,17 @@ std::shared_ptr<const Tokenizer> Tokenizer::from_json(std::string_view json_text
   std::shared_ptr<Tokenizer> tok(new Tokenizer());
   Impl& t = *tok->impl_;
   t.source = source;
-  if (const json::Value* n = r.optional(root, "normalizer")) read_normalizer(r, *n, "normalizer", t.normalizers);
+  if (const json::Value* n = r.optional(root, "normalizer")) t.normalizers.read(r, *n, "normalizer");
   if (const json::Value* p = r.optional(root, "pre_tokenizer"))
-    read_pre_tokenizer(r, *p, "pre_tokenizer", t.pre_tokenizers);
+    t.pre_tokenizers.read(r, *p, "pre_tokenizer");
   read_model(r, root, t);
   read_added(r, root, t);
   t.special.resize(t.id_to_token.size(), 0);
   if (const json::Value* p = r.optional(root, "post_processor")) read_post(r, *p, "post_processor", t);
   if (const json::Value* d = r.optional(root, "decoder")) {
     t.has_decoder = true;
-    read_decoder(r, *d, "decoder", t.decoders);
+    t.decoders.read(r, *d, "decoder");
   }
-  for (const auto& d : t.decoders) t.byte_fallback_decoder |= d.kind == Decoder::Kind::kByteFallback;
   if (const json::Value* tr = r.optional(root, "truncation")) {
     t.truncate = r.integer_or(*tr, "truncation", "max_length", 512, 0, INT64_MAX);
     const std::string dir = r.string_or(*tr, "truncation", "direction", "Right");
@@ -1042,8 +518,7 @@ const std::string& Tokenizer::source() const { return impl_->source; }
 
 std::string Tokenizer::describe() const {
   const Impl& t = *impl_;
-  bool byte_level = false;
-  for (const auto& p : t.pre_tokenizers) byte_level |= p.kind == PreTokenizer::Kind::kByteLevel;
+  const bool byte_level = t.pre_tokenizers.byte_level();
   std::string adds;
   for (const auto& tpl : t.post)
     for (const auto& item : tpl.items)
@@ -1065,7 +540,7 @@ std::string DecodeStream::put(int id) {
   t.check_id(id, "DecodeStream::put");
   window_.push_back(id);
   // A byte-fallback run is decoded as a whole: wait until it has ended.
-  if (t.byte_fallback_decoder && Decoder::byte_token(t.id_to_token[static_cast<std::size_t>(id)]) >= 0)
+  if (t.decoders.byte_fallback() && text::Decoders::byte_token(t.id_to_token[static_cast<std::size_t>(id)]) >= 0)
     return {};
   const std::string text = tokenizer_->decode(window_, skip_special_);
   // An incomplete UTF-8 sequence at the end decodes as U+FFFD: wait for the rest of it.
