@@ -7,6 +7,7 @@
 
 #include "bench_common.h"
 #include "kernels/linear_kernels.h"
+#include "recur/isa.h"
 #include "recur/linear_attention.h"
 
 namespace {
@@ -108,6 +109,39 @@ BENCHMARK(BM_Prefill)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// The textbook chunkwise prefill with Eigen's products, compiled for this machine: the inexact
+// path that engines take. Its sums depend on the chunk; recur's prefill is exact at any chunk.
+void BM_EigenChunkwise(benchmark::State& state) {
+  const int d = static_cast<int>(state.range(0));
+  const Eigen::Index T = state.range(1);
+  const int chunk = static_cast<int>(state.range(2));
+  auto x = make_data(d, T);
+  for (auto _ : state) {
+    recur::bench::eigen_chunkwise(x.Q.data(), x.K.data(), x.V.data(), x.O.data(), T, kHeads, d, chunk);
+    benchmark::DoNotOptimize(x.O.data());
+  }
+  const auto n = static_cast<double>(state.iterations()) * static_cast<double>(T);
+  recur::bench::report_tokens(state, n, 0);
+  recur::bench::report_floor(state, flop_per_token(d), n);
+}
+BENCHMARK(BM_EigenChunkwise)
+    ->ArgNames({"d", "T", "chunk"})
+    ->Args({64, 8192, 16})
+    ->Args({64, 8192, 64})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// The memory traffic of one step, without its arithmetic: P read and written and L32 read, for
+// the same 8 heads, hot in L2. Step's own floor on a machine where the FMAs are not the limit.
+void BM_StepTraffic(benchmark::State& state) {
+  const int d = static_cast<int>(state.range(0));
+  for (auto _ : state) {
+    state.SetIterationTime(recur::bench::state_traffic_seconds(kHeads, d, d, 200));
+  }
+  recur::bench::report_tokens(state, static_cast<double>(state.iterations()), 0);
+}
+BENCHMARK(BM_StepTraffic)->Arg(64)->Arg(128)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
 // The inner walk alone: one head's register-tiled pass over a block of tokens already in
 // cache, unnormalized (no denominator pass). Shows how close the kernel itself gets to peak.
 void BM_Walk(benchmark::State& state) {
@@ -135,6 +169,7 @@ BENCHMARK(BM_Walk)->Args({64, 64})->Args({64, 256})->Args({128, 64});
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("isa", recur::isa());
   benchmark::AddCustomContext("fma_peak_gflops", std::to_string(recur::bench::fma_peak() / 1e9));
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

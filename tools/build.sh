@@ -30,7 +30,7 @@ cd "$(dirname "$0")/.."
 job="${1:-generate}"
 shift || true
 packages=(g++ cmake ninja-build libeigen3-dev libfmt-dev libspdlog-dev libcli11-dev catch2
-          libbenchmark-dev locales pkg-config libpcre2-dev libutf8proc-dev)
+          libbenchmark-dev locales pkg-config libpcre2-dev libutf8proc-dev libhwy-dev)
 [[ "$job" == tsan ]] && packages+=(clang libclang-rt-14-dev libomp-14-dev)
 if [[ "$job" == train ]]; then
   bash tools/packages.sh python3-torch libopenblas0-pthread bible-kjv

@@ -1,5 +1,6 @@
 // recur generate, recur score, recur make-model: the model-level commands.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "recur/error.h"
+#include "recur/isa.h"
 #include "recur/model.h"
 #include "recur/sampling.h"
 #include "recur/tokenizer.h"
@@ -73,6 +75,14 @@ TextModel open_model(const Args& args) {
     }
   }
   return m;
+}
+
+// The kernels' instruction set, for the progress lines; the whole choice with --verbose.
+std::string kernels_line(bool verbose) {
+  if (!verbose) return recur::isa();
+  return fmt::format("kernels: {} (this CPU runs {}; this build has {}; RECUR_ISA forces one)",
+                     recur::isa(), fmt::join(recur::available_isas(), ", "),
+                     fmt::join(recur::compiled_isas(), ", "));
 }
 
 void describe_model(const TextModel& tm) {
@@ -184,6 +194,7 @@ int run_generate(int argc, char** argv) {
       .flag("no-special", "encode the prompt without what the tokenizer's post-processor adds (a BOS)")
       .flag("ignore-eos", "keep generating past the model's end-of-sequence id (eos_token_id)")
       .flag("random-model", "the random-weight test model (byte-level, seed 1) instead of the built-in one")
+      .flag("verbose", "also say which instruction set the kernels run on, and which others there are", 'v')
       .excludes("greedy", "temperature")
       .excludes("prompt", "prompt-file")
       .excludes("prompt", "prompt-ids")
@@ -215,6 +226,7 @@ int run_generate(int argc, char** argv) {
   const TextModel tm = open_model(args);
   const auto& model = tm.model;
   describe_model(tm);
+  if (args.flag_set("verbose")) fmt::print(stderr, "{}\n", kernels_line(true));
   const auto& tokenizer = tm.tokenizer;
   const bool ids_in = args.given("prompt-ids"), ids_out = args.flag_set("ids");
   if (!tokenizer && model->config().vocab_size < ByteTokenizer::kVocab && !ids_in)
@@ -303,9 +315,10 @@ int run_generate(int argc, char** argv) {
   }
   flush_stdout();
 
-  fmt::print(stderr, "prefill: {} tokens in {:.3f} s = {:.0f} tokens/s (chunk {}, threads {})\n",
+  fmt::print(stderr, "prefill: {} tokens in {:.3f} s = {:.0f} tokens/s (chunk {}, threads {}, kernels {})\n",
              n_prompt, prefill_s, double(n_prompt) / std::max(prefill_s, 1e-9), options.chunk,
-             options.threads == 0 ? std::string("all") : std::to_string(options.threads));
+             options.threads == 0 ? std::string("all") : std::to_string(options.threads),
+             kernels_line(false));
   fmt::print(stderr, "decode:  {} tokens in {:.3f} s = {:.1f} tokens/s{}\n", generated, decode_s,
              double(generated) / std::max(decode_s, 1e-9),
              ended ? " (stopped at the end-of-sequence id)" : "");
@@ -339,6 +352,7 @@ int run_score(int argc, char** argv) {
       .option("threads", "0", "worker threads, 0: all cores (changes speed, never the result)")
       .flag("no-special", "encode without what the tokenizer's post-processor adds (a BOS)")
       .flag("random-model", "the random-weight test model (byte-level, seed 1)")
+      .flag("verbose", "also say which instruction set the kernels run on, and which others there are", 'v')
       .flag("json", "print {\"tokens\", \"predicted\", \"mean_nll\", \"ppl\", \"bytes\", "
                     "\"bits_per_byte\"} as JSON (ppl is null when exp(mean_nll) overflows; bytes "
                     "and bits_per_byte are null for ids)")
@@ -364,6 +378,7 @@ int run_score(int argc, char** argv) {
   if (tokens.size() < 2)
     throw ArgumentError(fmt::format("{} tokens: scoring needs at least 2", tokens.size()));
   if (!args.flag_set("json")) describe_model(tm);
+  if (args.flag_set("verbose")) fmt::print(stderr, "{}\n", kernels_line(true));
   const int V = model->config().vocab_size;
   Decoder decoder(model, decoder_options(args));
   Progress progress("score", static_cast<std::int64_t>(tokens.size()));
@@ -396,7 +411,8 @@ int run_score(int argc, char** argv) {
     fmt::print("tokens: {} ({} predicted)\nmean NLL: {:.6f} nats/token\nperplexity: {:.4f}\n",
                tokens.size(), predicted, mean, ppl);
     if (n_bytes > 0) fmt::print("bits per byte: {:.4f} ({} bytes)\n", bpb, n_bytes);
-    fmt::print(stderr, "{:.0f} tokens/s\n", double(tokens.size()) / std::max(seconds, 1e-9));
+    fmt::print(stderr, "{:.0f} tokens/s (kernels {})\n", double(tokens.size()) / std::max(seconds, 1e-9),
+               kernels_line(false));
   }
   flush_stdout();
   return 0;

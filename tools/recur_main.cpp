@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "recur/error.h"
+#include "recur/isa.h"
 
 namespace {
 
@@ -24,7 +25,11 @@ constexpr const char* kUsage =
     "  bench       constant-memory generation against a softmax KV cache: CSV, plot, summary\n"
     "  help        this text\n"
     "\n"
-    "`recur <command> --help` describes a command's options; `recur --version` the version.\n";
+    "`recur <command> --help` describes a command's options; `recur --version` the version.\n"
+    "\n"
+    "The kernels run on the best instruction set this CPU has (avx512, avx2 or scalar on x86-64;\n"
+    "neon or scalar on ARM64); every one gives the same bytes. RECUR_ISA=NAME forces one, and\n"
+    "`generate` and `score` name theirs (--verbose lists the others).\n";
 
 }  // namespace
 
@@ -41,6 +46,8 @@ int main(int argc, char** argv) {
                recur::cli::printable(what));
   };
   try {
+    // A RECUR_ISA that names an instruction set this build or CPU lacks fails here, before any work.
+    if (command != "help" && command != "--help" && command != "-h") recur::isa();
     if (command == "generate") return recur::cli::run_generate(argc, argv);
     if (command == "score") return recur::cli::run_score(argc, argv);
     if (command == "tokenize") return recur::cli::run_tokenize(argc, argv);

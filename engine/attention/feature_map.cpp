@@ -4,17 +4,15 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/simd.h"
+#include "kernels/dispatch.h"
 #include "util/check.h"
 
 namespace recur {
 namespace {
 
-using kernels::F8;
-using kernels::kLanes;
-
-// An elementwise map, vectorised in groups of eight; a row's tail goes through the same vector
-// code on a zero-padded copy, so every element takes one path whatever its position.
+// An elementwise map through one of the dispatched kernels (kernels/dispatch.h): a row's tail goes
+// through the same vector code on a zero-padded copy, so every element takes one path whatever
+// its position.
 template <class Op, class RefOp>
 class ElementwiseMap final : public FeatureMap {
  public:
@@ -25,18 +23,8 @@ class ElementwiseMap final : public FeatureMap {
   void apply(const float* x, std::int64_t rows, std::int64_t x_stride, int d_key, float* out,
              std::int64_t out_stride) const override {
     const Op op;
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const float* xr = x + r * x_stride;
-      float* orow = out + r * out_stride;
-      int i = 0;
-      for (; i + kLanes <= d_key; i += kLanes) kernels::store8(orow + i, op(kernels::load8(xr + i)));
-      if (i < d_key) {
-        float tmp[kLanes] = {};
-        std::memcpy(tmp, xr + i, sizeof(float) * static_cast<std::size_t>(d_key - i));
-        kernels::store8(tmp, op(kernels::load8(tmp)));
-        std::memcpy(orow + i, tmp, sizeof(float) * static_cast<std::size_t>(d_key - i));
-      }
-    }
+    const kernels::Kernels& k = kernels::active();
+    for (std::int64_t r = 0; r < rows; ++r) op(k, x + r * x_stride, out + r * out_stride, d_key);
   }
 
   void apply_reference(const double* x, std::int64_t rows, std::int64_t x_stride, int d_key,
@@ -51,22 +39,25 @@ class ElementwiseMap final : public FeatureMap {
 };
 
 struct EluPlusOne {
-  F8 operator()(F8 x) const {
-    return kernels::select_positive8(x, kernels::add8(x, kernels::broadcast8(1.0f)),
-                                     kernels::exp8(x));
+  void operator()(const kernels::Kernels& k, const float* x, float* y, int n) const {
+    k.elu_plus_one(x, y, n);
   }
 };
 struct EluPlusOneRef {
   double operator()(double x) const { return x > 0 ? x + 1.0 : std::exp(x); }
 };
 struct Relu {
-  F8 operator()(F8 x) const { return kernels::max8(x, kernels::zero8()); }
+  void operator()(const kernels::Kernels& k, const float* x, float* y, int n) const {
+    k.relu(x, y, n);
+  }
 };
 struct ReluRef {
   double operator()(double x) const { return x > 0 ? x : 0.0; }
 };
 struct Identity {
-  F8 operator()(F8 x) const { return x; }
+  void operator()(const kernels::Kernels&, const float* x, float* y, int n) const {
+    std::memmove(y, x, sizeof(float) * static_cast<std::size_t>(n));
+  }
 };
 struct IdentityRef {
   double operator()(double x) const { return x; }

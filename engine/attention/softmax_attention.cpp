@@ -5,19 +5,19 @@
 #include <cstring>
 #include <limits>
 
-#include "kernels/simd.h"
+#include "kernels/dispatch.h"
 #include "util/check.h"
 #include "util/parallel.h"
 
 namespace recur {
 namespace {
 
-using kernels::F8;
-using kernels::kLanes;
 constexpr int kPage = KVCache::kPageTokens;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-int padded(int d) { return (d + kLanes - 1) / kLanes * kLanes; }
+// Rows of values are padded to whole vectors of the widest target (16 lanes).
+constexpr int kPad = 16;
+int padded(int d) { return (d + kPad - 1) / kPad * kPad; }
 
 }  // namespace
 
@@ -142,9 +142,10 @@ void SoftmaxAttention::step(KVCache& cache, ConstVectorRef q, ConstVectorRef k, 
   float* qs = cache.workspace_.data();      // (d)
   float* acc = qs + dp;                     // (dp)
   float* scores = acc + dp;                 // (kPage)
+  const kernels::Kernels& kern = kernels::active();
   for (int h = 0; h < H; ++h) {
     for (int i = 0; i < d; ++i) qs[i] = q[h * d + i] * scale_;
-    for (int c = 0; c < dp; c += kLanes) kernels::store8(acc + c, kernels::zero8());
+    std::fill(acc, acc + dp, 0.0f);
     float m = kNegInf, l = 0.0f;
     for (std::int64_t p0 = 0; p0 < n; p0 += kPage) {
       const auto page = static_cast<std::size_t>(p0 / kPage);
@@ -153,50 +154,21 @@ void SoftmaxAttention::step(KVCache& cache, ConstVectorRef q, ConstVectorRef k, 
       // At long contexts the cache is far larger than the caches: while this page is
       // computed, each of its rows asks for the same row of the next page.
       const float* next = p0 + kPage < n ? cache.key_page(page + 1, h) : kt;
-      // Scores of the page's tokens, eight at a time: one broadcast of q_i per row of K^T.
-      F8 s[kPage / kLanes];
-      for (auto& x : s) x = kernels::zero8();
-      for (int i = 0; i < d; ++i) {
-        const F8 qi = kernels::broadcast8(qs + i);
-        const float* row = kt + i * kPage;
-        for (int b = 0; b < kPage; b += 16) __builtin_prefetch(next + i * kPage + b);
-#pragma GCC unroll 8
-        for (int g = 0; g < kPage / kLanes; ++g)
-          s[g] = kernels::fma8(qi, kernels::load8(row + g * kLanes), s[g]);
-      }
-      for (int g = 0; g < kPage / kLanes; ++g) kernels::store8(scores + g * kLanes, s[g]);
+      // Scores of the page's tokens, one FMA chain over q's elements each.
+      kern.kv_scores(qs, kt, next, d, kPage, scores);
       float page_max = kNegInf;
       for (int t = 0; t < count; ++t) page_max = std::max(page_max, scores[t]);
       const float m_new = std::max(m, page_max);
       const float correction = std::exp(m - m_new);  // 0 on the first page
-      const F8 mv = kernels::broadcast8(m_new);
-      for (int g = 0; g < kPage / kLanes; ++g) {
-        const F8 x = kernels::sub8(kernels::load8(scores + g * kLanes), mv);
-        kernels::store8(scores + g * kLanes, kernels::exp8(x));
-      }
+      kern.exp_minus(scores, scores, kPage, m_new);
       // Slots past the last token hold scores of stale or zeroed keys: they must not count.
       for (int t = count; t < kPage; ++t) scores[t] = 0.0f;
       float page_sum = 0.0f;
       for (int t = 0; t < count; ++t) page_sum += scores[t];
       l = l * correction + page_sum;
-      const float* vp = cache.value_page(page, h);
-      const F8 cv = kernels::broadcast8(correction);
-      const float* next_v = next + d * kPage;
-      for (int b = 0; b < kPage * dp; b += 16) __builtin_prefetch(next_v + b);
-      // acc = acc * correction + sum_t p_t v_t, 64 columns at a time in registers, one pass
-      // over the page's value rows.
-      for (int c0 = 0; c0 < dp; c0 += 8 * kLanes) {
-        const int nv = std::min(8, (dp - c0) / kLanes);
-        F8 a[8];
-        for (int j = 0; j < nv; ++j) a[j] = kernels::mul8(kernels::load8(acc + c0 + j * kLanes), cv);
-        const float* vrow = vp + c0;
-        for (int t = 0; t < count; ++t, vrow += dp) {
-          const F8 pt = kernels::broadcast8(scores + t);
-          for (int j = 0; j < nv; ++j)
-            a[j] = kernels::fma8(pt, kernels::load8(vrow + j * kLanes), a[j]);
-        }
-        for (int j = 0; j < nv; ++j) kernels::store8(acc + c0 + j * kLanes, a[j]);
-      }
+      // acc = acc * correction + sum_t p_t v_t, with the next page's values on their way.
+      kern.kv_accumulate(acc, cache.value_page(page, h), scores, count, dp, correction,
+                         next + d * kPage);
       m = m_new;
     }
     const float inv = 1.0f / l;

@@ -11,7 +11,6 @@
 #include <limits>
 #include <set>
 
-#include "kernels/simd.h"
 #include "recur/error.h"
 #include "util/check.h"
 #include "util/file.h"
@@ -382,6 +381,23 @@ std::uint16_t float_to_f16(float x) {
   return static_cast<std::uint16_t>(sign | (m >> 13));
 }
 
-float f16_to_float(std::uint16_t x) { return kernels::half_to_float(x); }
+float f16_to_float(std::uint16_t x) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(x & 0x8000u) << 16;
+  const std::uint32_t exp = (x >> 10) & 0x1fu;
+  const std::uint32_t man = x & 0x3ffu;
+  std::uint32_t u;
+  if (exp == 0) {
+    const float f = static_cast<float>(man) * 5.9604644775390625e-8f;  // man * 2^-24, exact
+    std::memcpy(&u, &f, 4);
+    u |= sign;
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else {
+    u = sign | ((exp + 112u) << 23) | (man << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 
 }  // namespace recur

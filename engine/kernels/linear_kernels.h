@@ -4,12 +4,15 @@
 //   * Per element of the partial state:  P[i][j] = fma(k_i, v_j, P[i][j]).
 //   * Per output column j, one FMA chain over the feature rows i = 0, 1, ..., Dp-1:
 //       acc_j = fma(q_i, L32[i][j] + P[i][j], acc_j), starting from acc_j = 0.
-//   * Denominator: eight lane chains over rows i = 8r + l (r ascending), summed in the fixed
-//     tree of hsum8, after Zp += k; then o_j = acc_j * (1 / (den + eps)).
+//   * Denominator: Z is one more column of the state, beside S, whose v is 1: after
+//     Zp_i += k_i, one FMA chain over the rows, den = fma(q_i, Z32_i + Zp_i, den) from 0;
+//     then o_j = acc_j * (1 / (den + eps)).
 //   * After the token at absolute position p, if (p + 1) % kFoldPeriod == 0, every element
 //     folds: L64 += P, L32 = float(L64), P = 0 (and likewise for Z).
 // Because no reduction depends on how many tokens are processed together, a prefill of any
-// shape leaves the same bytes as step() token by token.
+// shape leaves the same bytes as step() token by token; because none depends on how many lanes
+// a vector has, every instruction set leaves the same bytes too (kernels.cpp compiles these
+// functions once per instruction set; dispatch.h picks one).
 #pragma once
 
 #include <cstdint>
@@ -46,8 +49,9 @@ void step_head(const HeadView& h, const float* q, const float* k, const float* v
 
 /// n tokens through one head in tile-walk order. qT, kT: (Dp / kTileRows, n, kTileRows), the
 /// feature rows of each tile contiguous per token; v: (n, dvp); out: (n, dvp). `pos0` is the
-/// absolute position of the first token. Bitwise equal to n calls of step_head.
-void walk_head(const HeadView& h, const float* qT, const float* kT, const float* v, float* out,
-               int n, bool normalized, float eps, std::int64_t pos0);
+/// absolute position of the first token. kT is scratch: the walk overwrites it. Bitwise equal
+/// to n calls of step_head.
+void walk_head(const HeadView& h, const float* qT, float* kT, const float* v, float* out, int n,
+               bool normalized, float eps, std::int64_t pos0);
 
 }  // namespace recur::kernels

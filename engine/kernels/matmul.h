@@ -21,7 +21,7 @@
 
 namespace recur::kernels {
 
-/// Output columns per panel: two 8-lane vectors.
+/// Output columns per panel: one vector of 16 lanes, two of 8 or four of 4.
 inline constexpr int kPanelCols = 16;
 
 class PackedMatrix {
@@ -47,10 +47,6 @@ class PackedMatrix {
                 int threads) const;
 
  private:
-  template <class Panel>
-  void multiply_panels(const float* X, std::int64_t rows, std::int64_t ldx, float* Y,
-                       std::int64_t ldy, int p0, int p1) const;
-
   int n_out_ = 0;
   int k_in_ = 0;
   int panels_ = 0;

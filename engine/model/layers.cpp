@@ -4,68 +4,15 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/simd.h"
+#include "kernels/dispatch.h"
 
 namespace recur::model {
 namespace {
 
-using kernels::F8;
-using kernels::kLanes;
-
-// Applies op to n floats, eight at a time; the tail goes through the same vector code on a
-// zero-padded copy. Every op here is per lane, so a value's result does not depend on where it
-// sits.
-template <class Op>
-void map8(const float* x, float* y, std::int64_t n, const Op& op) {
-  std::int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) kernels::store8(y + i, op(kernels::load8(x + i)));
-  if (i < n) {
-    float tmp[kLanes] = {};
-    const auto rest = static_cast<std::size_t>(n - i);
-    std::memcpy(tmp, x + i, sizeof(float) * rest);
-    kernels::store8(tmp, op(kernels::load8(tmp)));
-    std::memcpy(y + i, tmp, sizeof(float) * rest);
-  }
-}
-
-// Loads up to eight floats, zero-filling past n.
-F8 load_partial(const float* x, int n) {
-  float tmp[kLanes] = {};
-  std::memcpy(tmp, x, sizeof(float) * static_cast<std::size_t>(n));
-  return kernels::load8(tmp);
-}
-
-// Sum of x[0..n) in the fixed order: eight lane chains, then hsum8's tree.
-float sum_fixed(const float* x, int n) {
-  F8 acc = kernels::zero8();
-  int i = 0;
-  for (; i + kLanes <= n; i += kLanes) acc = kernels::add8(acc, kernels::load8(x + i));
-  if (i < n) acc = kernels::add8(acc, load_partial(x + i, n - i));
-  return kernels::hsum8(acc);
-}
-
-// Sum of (x[i] - c)^2 in the same order.
+// The canonical sums (engine/kernels/ops-inl.h, SumChains): the same order on every target.
+float sum_fixed(const float* x, int n) { return kernels::active().sum(x, n); }
 float sum_squares_fixed(const float* x, int n, float c) {
-  const F8 cv = kernels::broadcast8(c);
-  F8 acc = kernels::zero8();
-  int i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    const F8 d = kernels::sub8(kernels::load8(x + i), cv);
-    acc = kernels::fma8(d, d, acc);
-  }
-  if (i < n) {
-    float tmp[kLanes];
-    for (int l = 0; l < kLanes; ++l) tmp[l] = c;  // pads to zero after subtracting c
-    std::memcpy(tmp, x + i, sizeof(float) * static_cast<std::size_t>(n - i));
-    const F8 d = kernels::sub8(kernels::load8(tmp), cv);
-    acc = kernels::fma8(d, d, acc);
-  }
-  return kernels::hsum8(acc);
-}
-
-F8 sigmoid8(F8 x) {
-  const F8 one = kernels::broadcast8(1.0f);
-  return kernels::div8(one, kernels::add8(one, kernels::exp8(kernels::sub8(kernels::zero8(), x))));
+  return kernels::active().sum_squares(x, n, c);
 }
 
 }  // namespace
@@ -148,7 +95,7 @@ void QKFeatureMap::apply(const float* x, std::int64_t rows, float* out, float* s
           o[dk + i] = -2.0f * zr[i];
           m = std::max(m, std::abs(o[i]));
         }
-        map8(o, o, D, [m](F8 v) { return kernels::exp8(kernels::sub8(v, kernels::broadcast8(m))); });
+        kernels::active().exp_minus(o, o, D, m);
         const float inv = 1.0f / sum_fixed(o, D);
         for (int i = 0; i < D; ++i) o[i] *= inv;
       }
@@ -184,18 +131,7 @@ void QKFeatureMap::apply(const float* x, std::int64_t rows, float* out, float* s
 }
 
 void swiglu(const float* g, const float* u, float* out, std::int64_t n) {
-  std::int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    const F8 gv = kernels::load8(g + i);
-    kernels::store8(out + i, kernels::mul8(kernels::mul8(gv, sigmoid8(gv)), kernels::load8(u + i)));
-  }
-  if (i < n) {
-    const int rest = static_cast<int>(n - i);
-    const F8 gv = load_partial(g + i, rest);
-    float ot[kLanes];
-    kernels::store8(ot, kernels::mul8(kernels::mul8(gv, sigmoid8(gv)), load_partial(u + i, rest)));
-    std::memcpy(out + i, ot, sizeof(float) * static_cast<std::size_t>(rest));
-  }
+  kernels::active().swiglu(g, u, out, n);
 }
 
 void relu_inplace(float* x, std::int64_t n) {

@@ -1,0 +1,79 @@
+// The kernels of one instruction set, as a table of functions, and the choice of the table.
+//
+// engine/kernels/kernels.cpp compiles every kernel once per Highway target (AVX-512, AVX2 and
+// the emulated baseline on x86-64; NEON and the emulated baseline on ARM64) and fills one table
+// per target. The first call to active() picks the table: the one RECUR_ISA names when it is
+// set, else the best this CPU runs. Every table computes the same bytes (docs/design.md, "One
+// reduction order"); they differ only in speed.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string_view>
+#include <string>
+#include <vector>
+
+#include "kernels/linear_kernels.h"
+#include "recur/safetensors.h"
+
+namespace recur::kernels {
+
+/// One multiply of a PackedMatrix over its panels [p0, p1). See matmul.h for the layout.
+struct MatmulCall {
+  const unsigned char* data;  // (panels, k_in, 16) in `storage`, panel_stride elements apart
+  std::size_t panel_stride;
+  int n_out, k_in;
+  DType storage;
+  const float* X;
+  std::int64_t rows, ldx;
+  float* Y;
+  std::int64_t ldy;
+};
+
+struct Kernels {
+  const char* name;  // "avx512", "avx2", "neon", "scalar"
+  int lanes;         // floats per vector
+  std::int64_t hwy_target;
+
+  // Linear attention (linear_kernels.h).
+  void (*step_head)(const HeadView& h, const float* q, const float* k, const float* v,
+                    float* out, bool normalized, float eps, std::int64_t pos);
+  void (*walk_head)(const HeadView& h, const float* qT, float* kT, const float* v, float* out,
+                    int n, bool normalized, float eps, std::int64_t pos0);
+  // The matrix kernel (matmul.h).
+  void (*matmul)(const MatmulCall& call, int p0, int p1);
+  // Elementwise maps over n floats; x and y may be the same array.
+  void (*elu_plus_one)(const float* x, float* y, std::int64_t n);
+  void (*relu)(const float* x, float* y, std::int64_t n);
+  void (*exp_minus)(const float* x, float* y, std::int64_t n, float m);  // y = exp(x - m)
+  void (*swiglu)(const float* g, const float* u, float* out, std::int64_t n);  // silu(g) * u
+  // The canonical sums (ops-inl.h, SumChains): of x, and of (x - c)^2.
+  float (*sum)(const float* x, int n);
+  float (*sum_squares)(const float* x, int n, float c);
+  // The softmax KV cache's page kernels (softmax_attention.cpp).
+  void (*kv_scores)(const float* q, const float* keys, const float* next, int d, int page,
+                    float* scores);
+  void (*kv_accumulate)(float* acc, const float* values, const float* scores, int count,
+                        int dp, float correction, const float* next);
+  // Benchmarks: `iters` rounds of 16 independent FMA chains of full vectors; returns a value
+  // that depends on all of them, so that nothing is optimized away.
+  float (*fma_chains)(std::int64_t iters, float seed);
+};
+
+/// The table in use (chosen on the first call).
+const Kernels& active();
+/// Every table compiled into this build, best first, and whether this CPU runs it.
+struct Compiled {
+  const Kernels* kernels;
+  bool supported;
+};
+std::vector<Compiled> compiled();
+/// The names of the tables this CPU runs, best first.
+std::vector<std::string> available_names();
+/// The table called `name`; throws ArgumentError, as `call`, if this build lacks it or this CPU
+/// cannot run it.
+const Kernels* find_isa(std::string_view name, const char* call);
+/// The table in use, null before the first active(). Written by set_isa().
+extern std::atomic<const Kernels*> g_active;
+
+}  // namespace recur::kernels

@@ -1,0 +1,269 @@
+// Every kernel, compiled once per instruction set through Highway's foreach_target, and the
+// run-time choice among them (dispatch.h).
+//
+// Highway compiles this file once per target in HWY_TARGETS (set in CMakeLists.txt: AVX-512,
+// AVX2 and the emulated baseline on x86-64; NEON and the emulated baseline on ARM64), each in
+// its own namespace with that target's instruction set enabled for those functions only. The
+// rest of the library is compiled for the baseline, so the binary runs on any CPU of its
+// architecture.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/kernels.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+#include "kernels/dispatch.h"
+#include "kernels/linear-inl.h"
+#include "kernels/matmul-inl.h"
+#include "kernels/ops-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace recur::kernels {
+namespace HWY_NAMESPACE {
+
+void EluPlusOne(const float* x, float* y, std::int64_t n) {
+  Map(x, y, n, [](VF v) { return IfPositive(v, hn::Add(v, Set(1.0f)), Exp(v)); });
+}
+
+void Relu(const float* x, float* y, std::int64_t n) {
+  Map(x, y, n, [](VF v) { return IfPositive(v, v, Zero()); });
+}
+
+void ExpMinus(const float* x, float* y, std::int64_t n, float m) {
+  const VF mv = Set(m);
+  Map(x, y, n, [mv](VF v) { return Exp(hn::Sub(v, mv)); });
+}
+
+void Swiglu(const float* g, const float* u, float* out, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + kN <= n; i += kN) {
+    const VF gv = Load(g + i);
+    Store(hn::Mul(hn::Mul(gv, Sigmoid(gv)), Load(u + i)), out + i);
+  }
+  if (i < n) {
+    const auto rest = static_cast<std::size_t>(n - i);
+    alignas(64) float gt[kN] = {}, ut[kN] = {};
+    std::memcpy(gt, g + i, sizeof(float) * rest);
+    std::memcpy(ut, u + i, sizeof(float) * rest);
+    const VF gv = Load(gt);
+    Store(hn::Mul(hn::Mul(gv, Sigmoid(gv)), Load(ut)), gt);
+    std::memcpy(out + i, gt, sizeof(float) * rest);
+  }
+}
+
+float Sum(const float* x, int n) {
+  return SumChains(
+      n, [x](int i) { return Load(x + i); },
+      [x](int i, int m) {
+        alignas(64) float tmp[kN] = {};
+        std::memcpy(tmp, x + i, sizeof(float) * static_cast<std::size_t>(m));
+        return Load(tmp);
+      });
+}
+
+float SumSquares(const float* x, int n, float c) {
+  const VF cv = Set(c);
+  return SumChains(
+      n,
+      [x, cv](int i) {
+        const VF d = hn::Sub(Load(x + i), cv);
+        return hn::Mul(d, d);
+      },
+      [x, cv](int i, int m) {
+        alignas(64) float tmp[kN];
+        for (int l = 0; l < kN; ++l) tmp[l] = l < m ? x[i + l] : 0.0f;
+        const VF d = hn::Sub(Load(tmp), cv);
+        // Lanes past the end are 0 - c; they must add +0, not c^2.
+        return hn::IfThenElse(hn::Lt(hn::Iota(DF(), 0.0f), Set(static_cast<float>(m))),
+                              hn::Mul(d, d), Zero());
+      });
+}
+
+// Scores of one page of the KV cache: scores[t] = sum_i q[i] keys[i][t], one chain over i per
+// token, the tokens across the lanes.
+void KvScores(const float* q, const float* keys, const float* next, int d, int page,
+              float* scores) {
+  constexpr int kMaxVectors = 64 / kN;
+  VF s[kMaxVectors];
+  const int nv = page / kN;
+  for (int g = 0; g < nv; ++g) s[g] = Zero();
+  for (int i = 0; i < d; ++i) {
+    const VF qi = Set(q[i]);
+    const float* row = keys + i * page;
+    // While this page is computed, each of its rows asks for the same row of the next page.
+    for (int b = 0; b < page; b += 16) hwy::Prefetch(next + i * page + b);
+    HWY_UNROLL(16)
+    for (int g = 0; g < kMaxVectors; ++g)
+      if (g < nv) s[g] = Fma(qi, Load(row + g * kN), s[g]);
+  }
+  for (int g = 0; g < nv; ++g) Store(s[g], scores + g * kN);
+}
+
+// acc = acc * correction + sum_t scores[t] values[t], a block of columns in registers per pass
+// over the page's value rows.
+void KvAccumulate(float* acc, const float* values, const float* scores, int count, int dp,
+                  float correction, const float* next) {
+  const VF cv = Set(correction);
+  constexpr int kPageTokens = 64;  // KVCache::kPageTokens
+  for (int b = 0; b < kPageTokens * dp; b += 16) hwy::Prefetch(next + b);
+  constexpr int kBlock = 8;
+  for (int c0 = 0; c0 < dp; c0 += kBlock * kN) {
+    const int nv = std::min(kBlock, (dp - c0) / kN);
+    VF a[kBlock];
+    for (int j = 0; j < nv; ++j) a[j] = hn::Mul(Load(acc + c0 + j * kN), cv);
+    const float* vrow = values + c0;
+    for (int t = 0; t < count; ++t, vrow += dp) {
+      const VF pt = Set(scores[t]);
+      for (int j = 0; j < nv; ++j) a[j] = Fma(pt, Load(vrow + j * kN), a[j]);
+    }
+    for (int j = 0; j < nv; ++j) Store(a[j], acc + c0 + j * kN);
+  }
+}
+
+float FmaChains(std::int64_t iters, float seed) {
+  VF a[16];
+  for (int c = 0; c < 16; ++c) a[c] = Set(seed + static_cast<float>(c));
+  const VF m = Set(0.999999f), b = Set(1e-7f);
+  for (std::int64_t it = 0; it < iters; ++it) {
+    HWY_UNROLL(16)
+    for (int c = 0; c < 16; ++c) a[c] = Fma(a[c], m, b);
+  }
+  VF s = Zero();
+  for (int c = 0; c < 16; ++c) s = hn::Add(s, a[c]);
+  return hn::GetLane(s);
+}
+
+const char* IsaName() {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  return "avx512";
+#elif HWY_TARGET == HWY_AVX2
+  return "avx2";
+#elif HWY_TARGET == HWY_SSE4
+  return "sse4";
+#elif HWY_TARGET == HWY_NEON
+  return "neon";
+#else
+  return "scalar";
+#endif
+}
+
+const Kernels* Table() {
+  static const Kernels table{IsaName(), kN,           HWY_TARGET, &StepHead, &WalkHead,
+                             &Matmul,   &EluPlusOne,  &Relu,      &ExpMinus, &Swiglu,
+                             &Sum,      &SumSquares,  &KvScores,  &KvAccumulate,
+                             &FmaChains};
+  return &table;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace recur::kernels
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+
+#include <fmt/ranges.h>
+
+#include "recur/isa.h"
+#include "util/check.h"
+
+namespace recur::kernels {
+namespace {
+
+HWY_EXPORT(Table);
+
+// Highway's dispatch table holds one entry per target it compiled, at the index that its
+// ChosenTarget mask gives; the emulated target is the last entry.
+const Kernels* table_for(std::int64_t target) {
+  const std::int64_t mask = target == HWY_EMU128 || target == HWY_SCALAR
+                                ? HWY_CHOSEN_TARGET_MASK_SCALAR
+                                : HWY_CHOSEN_TARGET_SHIFT(target);
+  if (mask == 0 || (mask & HWY_CHOSEN_TARGET_MASK_TARGETS) == 0) return nullptr;
+  const auto index = hwy::Num0BitsBelowLS1Bit_Nonzero64(static_cast<std::uint64_t>(mask));
+  const auto fn = HWY_DISPATCH_TABLE(Table)[index];
+  return fn ? fn() : nullptr;
+}
+
+std::vector<Compiled> list_compiled() {
+  std::vector<Compiled> out;
+  const std::int64_t supported = hwy::SupportedTargets();
+  for (std::int64_t targets = HWY_TARGETS; targets != 0; targets &= targets - 1) {
+    const std::int64_t target = targets & -targets;  // best first: lower bits are better
+    if (const Kernels* k = table_for(target)) out.push_back({k, (supported & target) != 0});
+  }
+  return out;
+}
+
+std::mutex g_choose;
+
+}  // namespace
+
+std::atomic<const Kernels*> g_active{nullptr};
+
+std::vector<Compiled> compiled() { return list_compiled(); }
+
+std::vector<std::string> available_names() {
+  std::vector<std::string> out;
+  for (const Compiled& c : list_compiled())
+    if (c.supported) out.emplace_back(c.kernels->name);
+  return out;
+}
+
+
+const Kernels* find_isa(std::string_view name, const char* call) {
+  std::string known;
+  for (const Compiled& c : list_compiled()) {
+    if (name == c.kernels->name) {
+      if (!c.supported)
+        detail::throw_argument(call,
+                               "instruction set \"{}\" is in this build, but this CPU cannot run "
+                               "it (this CPU runs: {})",
+                               name, fmt::join(available_names(), ", "));
+      return c.kernels;
+    }
+    known += (known.empty() ? "" : ", ") + std::string(c.kernels->name);
+  }
+  detail::throw_argument(call, "unknown instruction set \"{}\" (this build has: {})", name, known);
+}
+
+const Kernels& active() {
+  if (const Kernels* k = g_active.load(std::memory_order_acquire)) return *k;
+  std::lock_guard<std::mutex> lock(g_choose);
+  if (const Kernels* k = g_active.load(std::memory_order_relaxed)) return *k;
+  const Kernels* chosen = nullptr;
+  if (const char* env = std::getenv("RECUR_ISA"); env != nullptr && *env != '\0') {
+    chosen = find_isa(env, "RECUR_ISA");
+  } else {
+    for (const Compiled& c : list_compiled())
+      if (c.supported) {
+        chosen = c.kernels;
+        break;
+      }
+  }
+  g_active.store(chosen, std::memory_order_release);
+  return *chosen;
+}
+
+}  // namespace recur::kernels
+
+namespace recur {
+
+std::string isa() { return kernels::active().name; }
+
+std::vector<std::string> available_isas() { return kernels::available_names(); }
+
+std::vector<std::string> compiled_isas() {
+  std::vector<std::string> out;
+  for (const kernels::Compiled& c : kernels::compiled()) out.emplace_back(c.kernels->name);
+  return out;
+}
+
+void set_isa(std::string_view name) {
+  const kernels::Kernels* k = kernels::find_isa(name, "set_isa");
+  kernels::g_active.store(k, std::memory_order_release);
+}
+
+}  // namespace recur
+#endif  // HWY_ONCE

@@ -1,0 +1,281 @@
+// The linear-attention recurrence for one head, per target: step (one token) and walk (a chunk
+// of tokens). Both follow the canonical order of linear_kernels.h; the register tiles below
+// change only which numbers sit in registers, never the order in which they are summed, and
+// can be tuned per target freely.
+#if defined(RECUR_KERNELS_LINEAR_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef RECUR_KERNELS_LINEAR_INL_H_
+#undef RECUR_KERNELS_LINEAR_INL_H_
+#else
+#define RECUR_KERNELS_LINEAR_INL_H_
+#endif
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+
+#include "kernels/linear_kernels.h"
+#include "kernels/ops-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace recur::kernels {
+namespace HWY_NAMESPACE {
+
+// Register tiles of the walk: kWalkRows feature rows (4 or 8: the rows of one or two tiles of
+// the input layout) by kWalkCols vectors of columns. Any shape gives the same bytes.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+inline constexpr int kWalkRows = 8;   // 32 registers: a tile of 8 x 2 vectors
+inline constexpr int kWalkCols = 2;
+#elif HWY_TARGET == HWY_AVX2
+inline constexpr int kWalkRows = 4;   // 16 registers: 4 x 2 vectors
+inline constexpr int kWalkCols = 2;
+#else
+inline constexpr int kWalkRows = 4;   // 4-lane targets: 4 x 4 vectors (16 columns)
+inline constexpr int kWalkCols = 4;
+#endif
+// Column vectors of P walked together by step (one pass over the rows per group).
+inline constexpr int kStepCols = 8;
+
+// L64 += P, L32 = float(L64), P = 0 over a block of rows x cols of a row-major (., stride) array.
+HWY_INLINE void FoldBlock(float* P, float* L32, double* L64, int rows, int cols, int stride) {
+  for (int i = 0; i < rows; ++i) {
+    for (int j = 0; j < cols; ++j) {
+      const int e = i * stride + j;
+      L64[e] += static_cast<double>(P[e]);
+      L32[e] = static_cast<float>(L64[e]);
+      P[e] = 0.0f;
+    }
+  }
+}
+
+// Step over NV column vectors from `col`: every feature row once, the accumulators in
+// registers. With kDen, the denominator's chain (the column of Z beside S) runs in the same
+// pass and is returned.
+template <int NV, bool kDen>
+HWY_INLINE float StepColumns(const HeadView& h, const float* q, const float* k, const float* v,
+                             float* out, int col) {
+  VF acc[NV];
+  for (int c = 0; c < NV; ++c) acc[c] = Zero();
+  float den = 0.0f;
+  float* P = h.P + col;
+  const float* L32 = h.L32 + col;
+  for (int i = 0; i < h.Dp; ++i, P += h.dvp, L32 += h.dvp) {
+    const VF kb = Set(k[i]);
+    const VF qb = Set(q[i]);
+    HWY_UNROLL(8)
+    for (int c = 0; c < NV; ++c) {
+      const VF p = Fma(kb, Load(v + col + c * kN), Load(P + c * kN));
+      Store(p, P + c * kN);
+      acc[c] = Fma(qb, hn::Add(Load(L32 + c * kN), p), acc[c]);
+    }
+    if constexpr (kDen) {
+      const float zp = h.Zp[i] + k[i];
+      h.Zp[i] = zp;
+      den = std::fma(q[i], h.Z32[i] + zp, den);
+    }
+  }
+  for (int c = 0; c < NV; ++c) Store(acc[c], out + col + c * kN);
+  return den;
+}
+
+template <bool kDen>
+HWY_INLINE float StepGroup(int nv, const HeadView& h, const float* q, const float* k,
+                           const float* v, float* out, int col) {
+  switch (nv) {
+    case 8: return StepColumns<8, kDen>(h, q, k, v, out, col);
+    case 7: return StepColumns<7, kDen>(h, q, k, v, out, col);
+    case 6: return StepColumns<6, kDen>(h, q, k, v, out, col);
+    case 5: return StepColumns<5, kDen>(h, q, k, v, out, col);
+    case 4: return StepColumns<4, kDen>(h, q, k, v, out, col);
+    case 3: return StepColumns<3, kDen>(h, q, k, v, out, col);
+    case 2: return StepColumns<2, kDen>(h, q, k, v, out, col);
+    default: return StepColumns<1, kDen>(h, q, k, v, out, col);
+  }
+}
+
+HWY_INLINE void ScaleRow(float* out, float s, int dvp) {
+  const VF sv = Set(s);
+  for (int c = 0; c < dvp; c += kN) Store(hn::Mul(Load(out + c), sv), out + c);
+}
+
+void StepHead(const HeadView& h, const float* q, const float* k, const float* v, float* out,
+              bool normalized, float eps, std::int64_t pos) {
+  static_assert(kStepCols <= 8, "StepGroup instantiates up to 8 vectors");
+  assert(h.Dp % kRowPad == 0 && h.dvp % kTileCols == 0);
+  const int vectors = h.dvp / kN;
+  float den = 0.0f;
+  for (int c = 0; c < vectors; c += kStepCols) {
+    const int nv = std::min(kStepCols, vectors - c);
+    if (c == 0 && normalized)
+      den = StepGroup<true>(nv, h, q, k, v, out, 0);
+    else
+      StepGroup<false>(nv, h, q, k, v, out, c * kN);
+  }
+  if (normalized) ScaleRow(out, 1.0f / (den + eps), h.dvp);
+  if (folds_after(pos)) {
+    FoldBlock(h.P, h.L32, h.L64, h.Dp, h.dvp, h.dvp);
+    if (normalized) FoldBlock(h.Zp, h.Z32, h.Z64, 1, h.Dp, h.Dp);
+  }
+}
+
+// One register tile (R rows x CV column vectors) of P walks tokens [t0, t1), between two
+// folds. The output columns carry the FMA chain from the tile above through memory. L32 is
+// constant over the segment: a local copy keeps its addresses fixed.
+template <int R, int CV, bool kFirstTile>
+HWY_INLINE void WalkSegment(VF (&p)[R][CV], const float* L32, int stride, const float* qT,
+                            const float* kT, int tile_stride, const float* v, float* out, int t0,
+                            int t1) {
+  static_assert(R % kTileRows == 0, "a register tile holds whole tiles of the input layout");
+  alignas(64) float l32[R][CV * kN];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < CV * kN; ++c) l32[r][c] = L32[r * stride + c];
+  const float* kt = kT + t0 * kTileRows;
+  const float* qt = qT + t0 * kTileRows;
+  const float* vt = v + static_cast<std::int64_t>(t0) * stride;
+  float* ot = out + static_cast<std::int64_t>(t0) * stride;
+  for (int t = t0; t < t1; ++t, kt += kTileRows, qt += kTileRows, vt += stride, ot += stride) {
+    VF vv[CV], a[CV];
+    HWY_UNROLL(4)
+    for (int c = 0; c < CV; ++c) {
+      vv[c] = Load(vt + c * kN);
+      a[c] = kFirstTile ? Zero() : Load(ot + c * kN);
+    }
+    HWY_UNROLL(8)
+    for (int r = 0; r < R; ++r) {
+      const int at = (r / kTileRows) * tile_stride + r % kTileRows;
+      const VF kb = Set(kt[at]);
+      const VF qb = Set(qt[at]);
+      HWY_UNROLL(4)
+      for (int c = 0; c < CV; ++c) {
+        p[r][c] = Fma(kb, vv[c], p[r][c]);
+        a[c] = Fma(qb, hn::Add(Load(l32[r] + c * kN), p[r][c]), a[c]);
+      }
+    }
+    HWY_UNROLL(4)
+    for (int c = 0; c < CV; ++c) Store(a[c], ot + c * kN);
+  }
+}
+
+template <int R, int CV>
+HWY_INLINE void WalkTile(const HeadView& h, int row0, int col0, const float* qT, const float* kT,
+                         int tile_stride, const float* v, float* out, int n, bool first_tile,
+                         std::int64_t pos0) {
+  const int stride = h.dvp;
+  float* P = h.P + row0 * stride + col0;
+  float* L32 = h.L32 + row0 * stride + col0;
+  VF p[R][CV];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < CV; ++c) p[r][c] = Load(P + r * stride + c * kN);
+  const auto store_tile = [&] {
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < CV; ++c) Store(p[r][c], P + r * stride + c * kN);
+  };
+  const float* vc = v + col0;
+  float* oc = out + col0;
+  for (int t0 = 0; t0 < n;) {
+    // The segment ends after the next token whose absolute position is followed by a fold.
+    const auto to_fold = kFoldPeriod - (pos0 + t0) % kFoldPeriod;
+    const int t1 = static_cast<int>(std::min<std::int64_t>(n, t0 + to_fold));
+    if (first_tile)
+      WalkSegment<R, CV, true>(p, L32, stride, qT, kT, tile_stride, vc, oc, t0, t1);
+    else
+      WalkSegment<R, CV, false>(p, L32, stride, qT, kT, tile_stride, vc, oc, t0, t1);
+    if (folds_after(pos0 + t1 - 1)) {
+      store_tile();
+      FoldBlock(P, L32, h.L64 + row0 * stride + col0, R, CV * kN, stride);
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < CV; ++c) p[r][c] = Zero();
+    }
+    t0 = t1;
+  }
+  store_tile();
+}
+
+template <int R, int CV>
+HWY_INLINE void WalkColumns(const HeadView& h, int col0, const float* qT, const float* kT,
+                            int tile_stride, const float* v, float* out, int n,
+                            std::int64_t pos0) {
+  for (int row0 = 0; row0 < h.Dp; row0 += R)
+    WalkTile<R, CV>(h, row0, col0, qT + (row0 / kTileRows) * tile_stride,
+                    kT + (row0 / kTileRows) * tile_stride, tile_stride, v, out, n, row0 == 0,
+                    pos0);
+}
+
+// The denominators of n tokens, in the canonical order: first Zp's trajectory, token by token
+// (four rows at a time, as four-lane vectors, in place of k), then per token one FMA chain over
+// the rows, eight tokens interleaved to hide the chains' latency.
+HWY_INLINE void WalkDenominators(const HeadView& h, const float* qT, float* kT, int tile_stride,
+                                 float* out, int n, float eps, std::int64_t pos0) {
+  // The four rows of a layout tile as one vector, or as several where vectors are narrower.
+  const hn::CappedTag<float, kTileRows> d4;
+  constexpr int kL = static_cast<int>(hn::MaxLanes(d4));
+  static_assert(kTileRows % kL == 0, "a tile of the input layout is whole vectors");
+  using V4 = hn::Vec<decltype(d4)>;
+  for (int tile = 0; tile < h.Dp / kTileRows; ++tile) {
+    float* zp = h.Zp + tile * kTileRows;
+    float* z32 = h.Z32 + tile * kTileRows;
+    V4 z[kTileRows / kL], zc[kTileRows / kL];
+    const auto load_z = [&] {
+      for (int g = 0; g < kTileRows / kL; ++g) {
+        z[g] = hn::LoadU(d4, zp + g * kL);
+        zc[g] = hn::LoadU(d4, z32 + g * kL);
+      }
+    };
+    const auto store_z = [&] {
+      for (int g = 0; g < kTileRows / kL; ++g) hn::StoreU(z[g], d4, zp + g * kL);
+    };
+    load_z();
+    float* kt = kT + tile * tile_stride;
+    for (int t = 0; t < n; ++t, kt += kTileRows) {
+      for (int g = 0; g < kTileRows / kL; ++g) {
+        z[g] = hn::Add(z[g], hn::LoadU(d4, kt + g * kL));
+        hn::StoreU(hn::Add(zc[g], z[g]), d4, kt + g * kL);  // now Z32 + Zp after token t
+      }
+      if (folds_after(pos0 + t)) {
+        store_z();
+        FoldBlock(zp, z32, h.Z64 + tile * kTileRows, 1, kTileRows, kTileRows);
+        load_z();
+      }
+    }
+    store_z();
+  }
+  constexpr int kTogether = 8;
+  for (int t0 = 0; t0 < n; t0 += kTogether) {
+    const int m = std::min(kTogether, n - t0);
+    float den[kTogether] = {};
+    for (int tile = 0; tile < h.Dp / kTileRows; ++tile) {
+      const float* qt = qT + tile * tile_stride + t0 * kTileRows;
+      const float* wt = kT + tile * tile_stride + t0 * kTileRows;
+      for (int r = 0; r < kTileRows; ++r)
+        for (int j = 0; j < m; ++j)
+          den[j] = std::fma(qt[j * kTileRows + r], wt[j * kTileRows + r], den[j]);
+    }
+    for (int j = 0; j < m; ++j)
+      ScaleRow(out + static_cast<std::int64_t>(t0 + j) * h.dvp, 1.0f / (den[j] + eps), h.dvp);
+  }
+}
+
+void WalkHead(const HeadView& h, const float* qT, float* kT, const float* v, float* out, int n,
+              bool normalized, float eps, std::int64_t pos0) {
+  assert(h.Dp % kRowPad == 0 && h.dvp % kTileCols == 0);
+  if (n <= 0) return;
+  const int tile_stride = n * kTileRows;
+  constexpr int kCols = kWalkCols * kN;
+  // Rows: whole register tiles of kWalkRows where Dp allows, else tiles of the layout's 4.
+  const bool wide_rows = h.Dp % kWalkRows == 0;
+  int col0 = 0;
+  for (; col0 + kCols <= h.dvp; col0 += kCols) {
+    if (wide_rows)
+      WalkColumns<kWalkRows, kWalkCols>(h, col0, qT, kT, tile_stride, v, out, n, pos0);
+    else
+      WalkColumns<kTileRows, kWalkCols>(h, col0, qT, kT, tile_stride, v, out, n, pos0);
+  }
+  // Leftover columns (dvp is a multiple of 16, a register tile may be wider), a vector at a time.
+  for (; col0 < h.dvp; col0 += kN) WalkColumns<kTileRows, 1>(h, col0, qT, kT, tile_stride, v, out, n, pos0);
+  if (normalized) WalkDenominators(h, qT, kT, tile_stride, out, n, eps, pos0);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace recur::kernels
+HWY_AFTER_NAMESPACE();
+
+#endif  // RECUR_KERNELS_LINEAR_INL_H_

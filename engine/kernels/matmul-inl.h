@@ -1,0 +1,165 @@
+// The matrix kernel of matmul.h, per target. Every output element is one FMA chain over k
+// ascending; the tiles below only choose which chains run side by side.
+#if defined(RECUR_KERNELS_MATMUL_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef RECUR_KERNELS_MATMUL_INL_H_
+#undef RECUR_KERNELS_MATMUL_INL_H_
+#else
+#define RECUR_KERNELS_MATMUL_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/matmul.h"
+#include "kernels/ops-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace recur::kernels {
+namespace HWY_NAMESPACE {
+
+// Vectors in one k of a panel (16 columns).
+inline constexpr int kPanelVectors = kPanelCols / kN;
+static_assert(kPanelCols % kN == 0, "a panel is whole vectors");
+// Row tiles for many rows: kMatRows rows by one panel, kMatRows * kPanelVectors accumulators.
+// Decode (one row): kDecodePanels panels at once, so that enough chains hide the FMA latency.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+inline constexpr int kMatRows = 12;
+inline constexpr int kDecodePanels = 8;
+#elif HWY_TARGET == HWY_AVX2
+inline constexpr int kMatRows = 6;
+inline constexpr int kDecodePanels = 4;
+#else
+inline constexpr int kMatRows = 6;
+inline constexpr int kDecodePanels = 2;
+#endif
+
+// How a panel's elements are stored and widened to float. Every policy yields the same floats
+// for the same weights. Load reads kN columns of one k of a panel.
+struct F32Panel {
+  using T = float;
+  static VF Load(const float* p) { return HWY_NAMESPACE::Load(p); }
+};
+struct BF16Panel {
+  using T = std::uint16_t;
+  static VF Load(const std::uint16_t* p) { return LoadBF16(p); }
+};
+struct F16Panel {
+  using T = std::uint16_t;
+  static VF Load(const std::uint16_t* p) { return LoadF16(p); }
+};
+
+// Stores one row of a panel's results, or its first `cols` when the panel is the padded last one.
+HWY_INLINE void StoreRow(const VF* a, float* y, int cols) {
+  if (cols == kPanelCols) {
+    for (int v = 0; v < kPanelVectors; ++v) Store(a[v], y + v * kN);
+    return;
+  }
+  alignas(64) float tmp[kPanelCols];
+  for (int v = 0; v < kPanelVectors; ++v) Store(a[v], tmp + v * kN);
+  std::memcpy(y, tmp, sizeof(float) * static_cast<std::size_t>(cols));
+}
+
+// R rows times one panel, each accumulator one chain over k ascending.
+template <int R, class Panel>
+HWY_INLINE void TileRows(const float* X, std::int64_t ldx, const typename Panel::T* panel, int K,
+                         float* Y, std::int64_t ldy, int cols) {
+  VF acc[R][kPanelVectors];
+  HWY_UNROLL(12)
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < kPanelVectors; ++v) acc[r][v] = Zero();
+  for (int k = 0; k < K; ++k) {
+    VF w[kPanelVectors];
+    for (int v = 0; v < kPanelVectors; ++v) w[v] = Panel::Load(panel + kPanelCols * k + v * kN);
+    HWY_UNROLL(12)
+    for (int r = 0; r < R; ++r) {
+      const VF xb = Set(X[r * ldx + k]);
+      for (int v = 0; v < kPanelVectors; ++v) acc[r][v] = Fma(xb, w[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < R; ++r) StoreRow(acc[r], Y + r * ldy, cols);
+}
+
+// One row times NP whole panels.
+template <int NP, class Panel>
+HWY_INLINE void RowPanels(const float* x, const typename Panel::T* panel, std::size_t stride,
+                          int K, float* y) {
+  VF acc[NP][kPanelVectors];
+  for (int p = 0; p < NP; ++p)
+    for (int v = 0; v < kPanelVectors; ++v) acc[p][v] = Zero();
+  for (int k = 0; k < K; ++k) {
+    const VF xb = Set(x[k]);
+    HWY_UNROLL(8)
+    for (int p = 0; p < NP; ++p)
+      for (int v = 0; v < kPanelVectors; ++v)
+        acc[p][v] = Fma(xb, Panel::Load(panel + p * stride + kPanelCols * k + v * kN), acc[p][v]);
+  }
+  for (int p = 0; p < NP; ++p) StoreRow(acc[p], y + p * kPanelCols, kPanelCols);
+}
+
+template <class Panel, int R = kMatRows - 1>
+HWY_INLINE void FewRows(std::int64_t rows, const float* X, std::int64_t ldx,
+                        const typename Panel::T* panel, int K, float* Y, std::int64_t ldy,
+                        int cols) {
+  if constexpr (R >= 1) {
+    if (rows == R) return TileRows<R, Panel>(X, ldx, panel, K, Y, ldy, cols);
+    FewRows<Panel, R - 1>(rows, X, ldx, panel, K, Y, ldy, cols);
+  }
+}
+
+template <class Panel>
+void MultiplyPanels(const MatmulCall& m, int p0, int p1) {
+  using T = typename Panel::T;
+  const auto* data = reinterpret_cast<const T*>(m.data);
+  const std::size_t stride = m.panel_stride;
+  const int K = m.k_in;
+  const auto panel_cols = [&](int p) { return std::min(kPanelCols, m.n_out - p * kPanelCols); };
+  if (m.rows < kMatRows) {
+    // Few rows: widen each weight as it streams past.
+    int p = p0;
+    if (m.rows == 1) {
+      for (; p + kDecodePanels <= p1 && (p + kDecodePanels) * kPanelCols <= m.n_out; p += kDecodePanels)
+        RowPanels<kDecodePanels, Panel>(m.X, data + stride * static_cast<std::size_t>(p), stride,
+                                        K, m.Y + p * kPanelCols);
+    }
+    for (; p < p1; ++p)
+      FewRows<Panel>(m.rows, m.X, m.ldx, data + stride * static_cast<std::size_t>(p), K,
+                     m.Y + p * kPanelCols, m.ldy, panel_cols(p));
+    return;
+  }
+  // Many rows: a 16-bit panel is widened once into a float copy that every row tile then reads.
+  std::vector<float> widened;
+  if (!std::is_same_v<Panel, F32Panel>) widened.resize(static_cast<std::size_t>(K) * kPanelCols);
+  for (int p = p0; p < p1; ++p) {
+    const T* stored = data + stride * static_cast<std::size_t>(p);
+    const float* panel;
+    if constexpr (std::is_same_v<Panel, F32Panel>) {
+      panel = stored;
+    } else {
+      for (std::size_t i = 0; i < widened.size(); i += kN) Store(Panel::Load(stored + i), widened.data() + i);
+      panel = widened.data();
+    }
+    const int cols = panel_cols(p);
+    float* Yp = m.Y + p * kPanelCols;
+    std::int64_t r = 0;
+    for (; r + kMatRows <= m.rows; r += kMatRows)
+      TileRows<kMatRows, F32Panel>(m.X + r * m.ldx, m.ldx, panel, K, Yp + r * m.ldy, m.ldy, cols);
+    FewRows<F32Panel>(m.rows - r, m.X + r * m.ldx, m.ldx, panel, K, Yp + r * m.ldy, m.ldy, cols);
+  }
+}
+
+void Matmul(const MatmulCall& m, int p0, int p1) {
+  switch (m.storage) {
+    case DType::kF32: MultiplyPanels<F32Panel>(m, p0, p1); break;
+    case DType::kBF16: MultiplyPanels<BF16Panel>(m, p0, p1); break;
+    case DType::kF16: MultiplyPanels<F16Panel>(m, p0, p1); break;
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace recur::kernels
+HWY_AFTER_NAMESPACE();
+
+#endif  // RECUR_KERNELS_MATMUL_INL_H_
