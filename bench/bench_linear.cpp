@@ -154,7 +154,7 @@ void BM_Walk(benchmark::State& state) {
   std::vector<float> v(std::size_t(n * d), 0.5f), o(std::size_t(n * d));
   std::int64_t pos = 0;
   for (auto _ : state) {
-    recur::kernels::walk_head(h, qT.data(), kT.data(), v.data(), o.data(), n, false, 0.0f, pos);
+    recur::kernels::walk_head(h, qT.data(), kT.data(), v.data(), d, o.data(), d, n, false, 0.0f, pos);
     pos += n;
     benchmark::DoNotOptimize(o.data());
   }

@@ -3,6 +3,8 @@
 // their best, not held to the portable instruction set that recur's own code is built for.
 #include <omp.h>
 
+// One thread, as the prefill it is compared with; Eigen would otherwise fork for every product.
+#define EIGEN_DONT_PARALLELIZE
 #include <Eigen/Dense>
 #include <algorithm>
 #include <chrono>
@@ -89,36 +91,38 @@ double state_traffic_seconds(int heads, int rows, int cols, long passes) {
 void eigen_chunkwise(const float* Q, const float* K, const float* V, float* O, long T, int heads,
                      int d, int chunk) {
   using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using Arr = Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using In = Eigen::Map<const Mat, 0, Eigen::OuterStride<>>;
+  using Out = Eigen::Map<Mat, 0, Eigen::OuterStride<>>;
   const long ld = long(heads) * d;
-  const auto phi = [](float x) { return x > 0 ? x + 1.0f : std::exp(x); };
-  Mat q(chunk, d), k(chunk, d), v(chunk, d), S(d, d), A(chunk, chunk), o(chunk, d);
-  Eigen::VectorXf z(d), den(chunk);
-  for (int h = 0; h < heads; ++h) {
-    S.setZero();
-    z.setZero();
-    for (long t0 = 0; t0 < T; t0 += chunk) {
-      const int c = int(std::min<long>(chunk, T - t0));
-      for (int t = 0; t < c; ++t)
-        for (int i = 0; i < d; ++i) {
-          const long at = (t0 + t) * ld + long(h) * d + i;
-          q(t, i) = phi(Q[at]);
-          k(t, i) = phi(K[at]);
-          v(t, i) = V[at];
-        }
-      auto qc = q.topRows(c);
-      auto kc = k.topRows(c);
-      auto vc = v.topRows(c);
-      A.topLeftCorner(c, c).noalias() = qc * kc.transpose();
-      A.topLeftCorner(c, c).triangularView<Eigen::StrictlyUpper>().setZero();
-      o.topRows(c).noalias() = qc * S;
-      o.topRows(c).noalias() += A.topLeftCorner(c, c) * vc;
-      den.head(c).noalias() = qc * z;
-      den.head(c) += A.topLeftCorner(c, c).rowwise().sum();
-      S.noalias() += kc.transpose() * vc;
-      z += kc.colwise().sum().transpose();
-      for (int t = 0; t < c; ++t)
-        for (int i = 0; i < d; ++i)
-          O[(t0 + t) * ld + long(h) * d + i] = o(t, i) / (den(t) + 1e-6f);
+  Arr fq(chunk, ld), fk(chunk, ld);  // features of one chunk, every head
+  std::vector<Mat> S(std::size_t(heads), Mat::Zero(d, d));
+  std::vector<Eigen::VectorXf> z(std::size_t(heads), Eigen::VectorXf::Zero(d));
+  Mat A(chunk, chunk);
+  Eigen::VectorXf den(chunk);
+  for (long t0 = 0; t0 < T; t0 += chunk) {
+    const int c = int(std::min<long>(chunk, T - t0));
+    const auto q = Eigen::Map<const Arr>(Q + t0 * ld, c, ld);
+    const auto k = Eigen::Map<const Arr>(K + t0 * ld, c, ld);
+    // elu(x) + 1 = max(x, 0) + exp(min(x, 0)), in the form Eigen vectorizes.
+    fq.topRows(c) = q.max(0.0f) + q.min(0.0f).exp();
+    fk.topRows(c) = k.max(0.0f) + k.min(0.0f).exp();
+    for (int h = 0; h < heads; ++h) {
+      const auto hs = std::size_t(h);
+      const In qh(fq.data() + long(h) * d, c, d, Eigen::OuterStride<>(ld));
+      const In kh(fk.data() + long(h) * d, c, d, Eigen::OuterStride<>(ld));
+      const In vh(V + t0 * ld + long(h) * d, c, d, Eigen::OuterStride<>(ld));
+      Out oh(O + t0 * ld + long(h) * d, c, d, Eigen::OuterStride<>(ld));
+      auto a = A.topLeftCorner(c, c);
+      a.noalias() = qh * kh.transpose();
+      a.triangularView<Eigen::StrictlyUpper>().setZero();
+      oh.noalias() = qh * S[hs];
+      oh.noalias() += a * vh;
+      den.head(c).noalias() = qh * z[hs];
+      den.head(c) += a.rowwise().sum();
+      S[hs].noalias() += kh.transpose() * vh;
+      z[hs] += kh.colwise().sum().transpose();
+      oh.array().colwise() /= den.head(c).array() + 1e-6f;
     }
   }
 }

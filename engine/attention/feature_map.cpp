@@ -24,6 +24,10 @@ class ElementwiseMap final : public FeatureMap {
              std::int64_t out_stride) const override {
     const Op op;
     const kernels::Kernels& k = kernels::active();
+    if (x_stride == d_key && out_stride == d_key) {  // one run of rows * d_key elements
+      op(k, x, out, rows * d_key);
+      return;
+    }
     for (std::int64_t r = 0; r < rows; ++r) op(k, x + r * x_stride, out + r * out_stride, d_key);
   }
 
@@ -39,7 +43,7 @@ class ElementwiseMap final : public FeatureMap {
 };
 
 struct EluPlusOne {
-  void operator()(const kernels::Kernels& k, const float* x, float* y, int n) const {
+  void operator()(const kernels::Kernels& k, const float* x, float* y, std::int64_t n) const {
     k.elu_plus_one(x, y, n);
   }
 };
@@ -47,7 +51,7 @@ struct EluPlusOneRef {
   double operator()(double x) const { return x > 0 ? x + 1.0 : std::exp(x); }
 };
 struct Relu {
-  void operator()(const kernels::Kernels& k, const float* x, float* y, int n) const {
+  void operator()(const kernels::Kernels& k, const float* x, float* y, std::int64_t n) const {
     k.relu(x, y, n);
   }
 };
@@ -55,7 +59,7 @@ struct ReluRef {
   double operator()(double x) const { return x > 0 ? x : 0.0; }
 };
 struct Identity {
-  void operator()(const kernels::Kernels&, const float* x, float* y, int n) const {
+  void operator()(const kernels::Kernels&, const float* x, float* y, std::int64_t n) const {
     std::memmove(y, x, sizeof(float) * static_cast<std::size_t>(n));
   }
 };

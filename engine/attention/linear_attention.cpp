@@ -290,6 +290,9 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
                                  static_cast<std::size_t>(max_heads * Dp);
   std::vector<float> scratch(per_worker * static_cast<std::size_t>(threads), 0.0f);
   const std::int64_t pos0 = state.n_tokens_;
+  constexpr int kRows = kernels::kTileRows;
+  // When d_value needs no padding, the walk reads V and writes O where they are.
+  const bool direct_v = dv == dvp;
 
   // Each worker owns a contiguous range of heads and reads its part of every row in one piece:
   // the inputs are usually far larger than the caches, and short strided reads stall.
@@ -304,21 +307,22 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
 
     for (Eigen::Index b0 = 0; b0 < T; b0 += chunk) {
       const int n = static_cast<int>(std::min<Eigen::Index>(chunk, T - b0));
+      const std::size_t tile_stride = static_cast<std::size_t>(n) * kRows;
       // q', k': phi over this worker's heads of one token, then into each head's tiles.
       const auto to_tiles = [&](const ConstMatrixRef& X, const auto& dst, float s, int t) {
         map_heads(*phi_, X.data() + (b0 + t) * X.outerStride() + Eigen::Index(h0) * dk, nh, dk,
                   d_feature_, s, rows, Dp);
         for (int j = 0; j < nh; ++j) {
           const float* row = rows + j * Dp;
-          float* tiles = dst(j) + static_cast<std::size_t>(t) * kernels::kTileRows;
-          for (int tile = 0; tile < Dp / kernels::kTileRows; ++tile)
-            std::memcpy(tiles + static_cast<std::size_t>(tile * n * kernels::kTileRows),
-                        row + tile * kernels::kTileRows, sizeof(float) * kernels::kTileRows);
+          float* tiles = dst(j) + static_cast<std::size_t>(t) * kRows;
+          for (int tile = 0; tile < Dp / kRows; ++tile)
+            for (int r = 0; r < kRows; ++r) tiles[tile * tile_stride + static_cast<std::size_t>(r)] = row[tile * kRows + r];
         }
       };
       for (int t = 0; t < n; ++t) {
         to_tiles(Q, qT, scale_, t);
         to_tiles(K, kT, 1.0f, t);
+        if (direct_v) continue;
         const float* vrow = V.data() + (b0 + t) * V.outerStride() + Eigen::Index(h0) * dv;
         for (int j = 0; j < nh; ++j)
           std::memcpy(vb(j) + static_cast<std::size_t>(t * dvp), vrow + j * dv,
@@ -327,9 +331,16 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
       for (int j = 0; j < nh; ++j) {
         const auto view = head_view(state.sums_.data, state.head_bytes_, h0 + j, Dp, dvp,
                                     config_.normalized);
-        kernels::walk_head(view, qT(j), kT(j), vb(j), ob(j), n, config_.normalized,
-                           config_.eps, pos0 + b0);
+        const Eigen::Index col = Eigen::Index(h0 + j) * dv;
+        if (direct_v)  // v and o in place: rows of exactly dvp values
+          kernels::walk_head(view, qT(j), kT(j), V.data() + b0 * V.outerStride() + col,
+                             V.outerStride(), O.data() + b0 * O.outerStride() + col,
+                             O.outerStride(), n, config_.normalized, config_.eps, pos0 + b0);
+        else
+          kernels::walk_head(view, qT(j), kT(j), vb(j), dvp, ob(j), dvp, n, config_.normalized,
+                             config_.eps, pos0 + b0);
       }
+      if (direct_v) continue;
       for (int t = 0; t < n; ++t) {
         float* orow = O.data() + (b0 + t) * O.outerStride() + Eigen::Index(h0) * dv;
         for (int j = 0; j < nh; ++j)

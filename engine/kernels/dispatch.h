@@ -38,8 +38,9 @@ struct Kernels {
   // Linear attention (linear_kernels.h).
   void (*step_head)(const HeadView& h, const float* q, const float* k, const float* v,
                     float* out, bool normalized, float eps, std::int64_t pos);
-  void (*walk_head)(const HeadView& h, const float* qT, float* kT, const float* v, float* out,
-                    int n, bool normalized, float eps, std::int64_t pos0);
+  void (*walk_head)(const HeadView& h, const float* qT, float* kT, const float* v,
+                    std::int64_t vstride, float* out, std::int64_t ostride, int n,
+                    bool normalized, float eps, std::int64_t pos0);
   // The matrix kernel (matmul.h).
   void (*matmul)(const MatmulCall& call, int p0, int p1);
   // Elementwise maps over n floats; x and y may be the same array.

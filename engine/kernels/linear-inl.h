@@ -122,7 +122,8 @@ void StepHead(const HeadView& h, const float* q, const float* k, const float* v,
 // constant over the segment: a local copy keeps its addresses fixed.
 template <int R, int CV, bool kFirstTile>
 HWY_INLINE void WalkSegment(VF (&p)[R][CV], const float* L32, int stride, const float* qT,
-                            const float* kT, int tile_stride, const float* v, float* out, int t0,
+                            const float* kT, int tile_stride, const float* v,
+                            std::int64_t vstride, float* out, std::int64_t ostride, int t0,
                             int t1) {
   static_assert(R % kTileRows == 0, "a register tile holds whole tiles of the input layout");
   alignas(64) float l32[R][CV * kN];
@@ -130,9 +131,9 @@ HWY_INLINE void WalkSegment(VF (&p)[R][CV], const float* L32, int stride, const 
     for (int c = 0; c < CV * kN; ++c) l32[r][c] = L32[r * stride + c];
   const float* kt = kT + t0 * kTileRows;
   const float* qt = qT + t0 * kTileRows;
-  const float* vt = v + static_cast<std::int64_t>(t0) * stride;
-  float* ot = out + static_cast<std::int64_t>(t0) * stride;
-  for (int t = t0; t < t1; ++t, kt += kTileRows, qt += kTileRows, vt += stride, ot += stride) {
+  const float* vt = v + t0 * vstride;
+  float* ot = out + t0 * ostride;
+  for (int t = t0; t < t1; ++t, kt += kTileRows, qt += kTileRows, vt += vstride, ot += ostride) {
     VF vv[CV], a[CV];
     HWY_UNROLL(4)
     for (int c = 0; c < CV; ++c) {
@@ -157,8 +158,8 @@ HWY_INLINE void WalkSegment(VF (&p)[R][CV], const float* L32, int stride, const 
 
 template <int R, int CV>
 HWY_INLINE void WalkTile(const HeadView& h, int row0, int col0, const float* qT, const float* kT,
-                         int tile_stride, const float* v, float* out, int n, bool first_tile,
-                         std::int64_t pos0) {
+                         int tile_stride, const float* v, std::int64_t vstride, float* out,
+                         std::int64_t ostride, int n, bool first_tile, std::int64_t pos0) {
   const int stride = h.dvp;
   float* P = h.P + row0 * stride + col0;
   float* L32 = h.L32 + row0 * stride + col0;
@@ -176,9 +177,9 @@ HWY_INLINE void WalkTile(const HeadView& h, int row0, int col0, const float* qT,
     const auto to_fold = kFoldPeriod - (pos0 + t0) % kFoldPeriod;
     const int t1 = static_cast<int>(std::min<std::int64_t>(n, t0 + to_fold));
     if (first_tile)
-      WalkSegment<R, CV, true>(p, L32, stride, qT, kT, tile_stride, vc, oc, t0, t1);
+      WalkSegment<R, CV, true>(p, L32, stride, qT, kT, tile_stride, vc, vstride, oc, ostride, t0, t1);
     else
-      WalkSegment<R, CV, false>(p, L32, stride, qT, kT, tile_stride, vc, oc, t0, t1);
+      WalkSegment<R, CV, false>(p, L32, stride, qT, kT, tile_stride, vc, vstride, oc, ostride, t0, t1);
     if (folds_after(pos0 + t1 - 1)) {
       store_tile();
       FoldBlock(P, L32, h.L64 + row0 * stride + col0, R, CV * kN, stride);
@@ -192,19 +193,20 @@ HWY_INLINE void WalkTile(const HeadView& h, int row0, int col0, const float* qT,
 
 template <int R, int CV>
 HWY_INLINE void WalkColumns(const HeadView& h, int col0, const float* qT, const float* kT,
-                            int tile_stride, const float* v, float* out, int n,
-                            std::int64_t pos0) {
+                            int tile_stride, const float* v, std::int64_t vstride, float* out,
+                            std::int64_t ostride, int n, std::int64_t pos0) {
   for (int row0 = 0; row0 < h.Dp; row0 += R)
     WalkTile<R, CV>(h, row0, col0, qT + (row0 / kTileRows) * tile_stride,
-                    kT + (row0 / kTileRows) * tile_stride, tile_stride, v, out, n, row0 == 0,
-                    pos0);
+                    kT + (row0 / kTileRows) * tile_stride, tile_stride, v, vstride, out, ostride,
+                    n, row0 == 0, pos0);
 }
 
 // The denominators of n tokens, in the canonical order: first Zp's trajectory, token by token
 // (four rows at a time, as four-lane vectors, in place of k), then per token one FMA chain over
 // the rows, eight tokens interleaved to hide the chains' latency.
 HWY_INLINE void WalkDenominators(const HeadView& h, const float* qT, float* kT, int tile_stride,
-                                 float* out, int n, float eps, std::int64_t pos0) {
+                                 float* out, std::int64_t ostride, int n, float eps,
+                                 std::int64_t pos0) {
   // The four rows of a layout tile as one vector, or as several where vectors are narrower.
   const hn::CappedTag<float, kTileRows> d4;
   constexpr int kL = static_cast<int>(hn::MaxLanes(d4));
@@ -250,12 +252,13 @@ HWY_INLINE void WalkDenominators(const HeadView& h, const float* qT, float* kT, 
           den[j] = std::fma(qt[j * kTileRows + r], wt[j * kTileRows + r], den[j]);
     }
     for (int j = 0; j < m; ++j)
-      ScaleRow(out + static_cast<std::int64_t>(t0 + j) * h.dvp, 1.0f / (den[j] + eps), h.dvp);
+      ScaleRow(out + (t0 + j) * ostride, 1.0f / (den[j] + eps), h.dvp);
   }
 }
 
-void WalkHead(const HeadView& h, const float* qT, float* kT, const float* v, float* out, int n,
-              bool normalized, float eps, std::int64_t pos0) {
+void WalkHead(const HeadView& h, const float* qT, float* kT, const float* v,
+              std::int64_t vstride, float* out, std::int64_t ostride, int n, bool normalized,
+              float eps, std::int64_t pos0) {
   assert(h.Dp % kRowPad == 0 && h.dvp % kTileCols == 0);
   if (n <= 0) return;
   const int tile_stride = n * kTileRows;
@@ -265,13 +268,14 @@ void WalkHead(const HeadView& h, const float* qT, float* kT, const float* v, flo
   int col0 = 0;
   for (; col0 + kCols <= h.dvp; col0 += kCols) {
     if (wide_rows)
-      WalkColumns<kWalkRows, kWalkCols>(h, col0, qT, kT, tile_stride, v, out, n, pos0);
+      WalkColumns<kWalkRows, kWalkCols>(h, col0, qT, kT, tile_stride, v, vstride, out, ostride, n, pos0);
     else
-      WalkColumns<kTileRows, kWalkCols>(h, col0, qT, kT, tile_stride, v, out, n, pos0);
+      WalkColumns<kTileRows, kWalkCols>(h, col0, qT, kT, tile_stride, v, vstride, out, ostride, n, pos0);
   }
   // Leftover columns (dvp is a multiple of 16, a register tile may be wider), a vector at a time.
-  for (; col0 < h.dvp; col0 += kN) WalkColumns<kTileRows, 1>(h, col0, qT, kT, tile_stride, v, out, n, pos0);
-  if (normalized) WalkDenominators(h, qT, kT, tile_stride, out, n, eps, pos0);
+  for (; col0 < h.dvp; col0 += kN)
+    WalkColumns<kTileRows, 1>(h, col0, qT, kT, tile_stride, v, vstride, out, ostride, n, pos0);
+  if (normalized) WalkDenominators(h, qT, kT, tile_stride, out, ostride, n, eps, pos0);
 }
 
 }  // namespace HWY_NAMESPACE

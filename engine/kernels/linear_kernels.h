@@ -48,10 +48,11 @@ void step_head(const HeadView& h, const float* q, const float* k, const float* v
                bool normalized, float eps, std::int64_t pos);
 
 /// n tokens through one head in tile-walk order. qT, kT: (Dp / kTileRows, n, kTileRows), the
-/// feature rows of each tile contiguous per token; v: (n, dvp); out: (n, dvp). `pos0` is the
-/// absolute position of the first token. kT is scratch: the walk overwrites it. Bitwise equal
-/// to n calls of step_head.
-void walk_head(const HeadView& h, const float* qT, float* kT, const float* v, float* out, int n,
-               bool normalized, float eps, std::int64_t pos0);
+/// feature rows of each tile contiguous per token; v: n rows of dvp values, vstride apart; out:
+/// n rows of dvp, ostride apart. `pos0` is the absolute position of the first token. kT is
+/// scratch: the walk overwrites it. Bitwise equal to n calls of step_head.
+void walk_head(const HeadView& h, const float* qT, float* kT, const float* v,
+               std::int64_t vstride, float* out, std::int64_t ostride, int n, bool normalized,
+               float eps, std::int64_t pos0);
 
 }  // namespace recur::kernels
