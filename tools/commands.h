@@ -5,6 +5,7 @@ namespace recur::cli {
 
 int run_demo(int argc, char** argv);
 int run_bench(int argc, char** argv);
+int run_isa(int argc, char** argv);
 int run_generate(int argc, char** argv);
 int run_score(int argc, char** argv);
 int run_make_model(int argc, char** argv);

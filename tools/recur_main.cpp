@@ -23,13 +23,14 @@ constexpr const char* kUsage =
     "  make-model  write a model with random weights, for tests and demos\n"
     "  demo        stream a long random sequence through a linear-attention state\n"
     "  bench       constant-memory generation against a softmax KV cache: CSV, plot, summary\n"
+    "  isa         the instruction set the kernels run on (--available: the others)\n"
     "  help        this text\n"
     "\n"
     "`recur <command> --help` describes a command's options; `recur --version` the version.\n"
     "\n"
     "The kernels run on the best instruction set this CPU has (avx512, avx2 or scalar on x86-64;\n"
-    "neon or scalar on ARM64); every one gives the same bytes. RECUR_ISA=NAME forces one, and\n"
-    "`generate` and `score` name theirs (--verbose lists the others).\n";
+    "neon or scalar on ARM64); every one gives the same bytes. RECUR_ISA=NAME forces one;\n"
+    "`recur isa` names the one in use.\n";
 
 }  // namespace
 
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
     if (command == "make-model") return recur::cli::run_make_model(argc, argv);
     if (command == "demo") return recur::cli::run_demo(argc, argv);
     if (command == "bench") return recur::cli::run_bench(argc, argv);
+    if (command == "isa") return recur::cli::run_isa(argc, argv);
     if (command == "help" || command == "--help" || command == "-h") {
       std::fputs(kUsage, stdout);
       recur::cli::flush_stdout();

@@ -57,6 +57,8 @@ HWY_INLINE void Store(VF v, float* p) { hn::StoreU(v, DF(), p); }
 HWY_INLINE VF Fma(VF a, VF b, VF c) {
   if constexpr (kNativeFma) {
     return hn::MulAdd(a, b, c);
+  } else if constexpr (kN == 1) {
+    return Set(std::fma(hn::GetLane(a), hn::GetLane(b), hn::GetLane(c)));
   } else {
     alignas(64) float x[kN], y[kN], z[kN];
     hn::Store(a, DF(), x);

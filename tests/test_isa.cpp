@@ -1,0 +1,284 @@
+// The same bytes on every instruction set: each computation runs under every instruction set
+// this machine supports (recur::available_isas(), which always includes the emulated "scalar"),
+// and its outputs, states and logits are compared byte for byte with the scalar target's.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "recur/error.h"
+#include "recur/feature_map.h"
+#include "recur/isa.h"
+#include "recur/linear_attention.h"
+#include "recur/model.h"
+#include "recur/softmax_attention.h"
+
+namespace {
+
+using recur::RowMatrix;
+
+// Runs f under each available instruction set; returns the bytes f produced, per set.
+template <class F>
+std::vector<std::pair<std::string, std::string>> under_each(const F& f) {
+  const std::string before = recur::isa();
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string& isa : recur::available_isas()) {
+    recur::set_isa(isa);
+    out.emplace_back(isa, f());
+  }
+  recur::set_isa(before);
+  return out;
+}
+
+// Every set's bytes equal the scalar target's.
+void require_same_bytes(const std::vector<std::pair<std::string, std::string>>& runs) {
+  const std::string* scalar = nullptr;
+  for (const auto& [isa, bytes] : runs)
+    if (isa == "scalar") scalar = &bytes;
+  REQUIRE(scalar != nullptr);
+  REQUIRE(!scalar->empty());
+  for (const auto& [isa, bytes] : runs) {
+    INFO("instruction set " << isa << " against scalar");
+    REQUIRE(bytes.size() == scalar->size());
+    // The first byte that differs, or -1: a readable failure rather than two binary dumps.
+    const auto diff = std::mismatch(bytes.begin(), bytes.end(), scalar->begin());
+    const long first_difference = diff.first == bytes.end() ? -1L : long(diff.first - bytes.begin());
+    CHECK(first_difference == -1L);
+  }
+}
+
+template <class T>
+void append(std::string& out, const T* data, std::size_t n) {
+  out.append(reinterpret_cast<const char*>(data), n * sizeof(T));
+}
+
+RowMatrix random_matrix(Eigen::Index rows, Eigen::Index cols, std::uint32_t seed, float sd = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, sd);
+  RowMatrix m(rows, cols);
+  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = normal(rng);
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("the build has the scalar target, and this CPU runs it", "[isa]") {
+  const auto compiled = recur::compiled_isas();
+  const auto available = recur::available_isas();
+  REQUIRE(std::find(available.begin(), available.end(), "scalar") != available.end());
+  for (const auto& a : available)
+    CHECK(std::find(compiled.begin(), compiled.end(), a) != compiled.end());
+  // The one in use is the best available unless RECUR_ISA chose another.
+  const char* env = std::getenv("RECUR_ISA");
+  CHECK(recur::isa() == (env != nullptr && *env ? std::string(env) : available.front()));
+}
+
+TEST_CASE("an unknown instruction set is refused, naming the ones there are", "[isa][errors]") {
+  const std::string before = recur::isa();
+  try {
+    recur::set_isa("avx1024");
+    FAIL("set_isa accepted an unknown name");
+  } catch (const recur::ArgumentError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("[set_isa]") != std::string::npos);
+    CHECK(what.find("avx1024") != std::string::npos);
+    CHECK(what.find("scalar") != std::string::npos);
+  }
+  CHECK(recur::isa() == before);
+}
+
+TEST_CASE("every instruction set gives the same bytes: linear attention, step and prefill",
+          "[isa][exactness][linear]") {
+  struct Shape {
+    const char* name;
+    recur::LinearAttentionConfig c;
+  };
+  std::vector<Shape> shapes;
+  {
+    recur::LinearAttentionConfig c;
+    c.n_heads = 3, c.d_key = 24, c.d_value = 40;  // padded rows and columns
+    shapes.push_back({"elu, normalized, padded", c});
+    c.n_heads = 2, c.d_key = 64, c.d_value = 64, c.feature_map = recur::FeatureMapKind::kRelu;
+    shapes.push_back({"relu, normalized, 64", c});
+    c.n_heads = 2, c.d_key = 16, c.d_value = 80, c.normalized = false;
+    c.feature_map = recur::FeatureMapKind::kIdentity;
+    shapes.push_back({"identity, unnormalized, 80 columns", c});
+  }
+  const Eigen::Index T = 600;  // past two folds (every 256 tokens)
+  for (const auto& shape : shapes) {
+    SECTION(shape.name) {
+      const recur::LinearAttention layer(shape.c);
+      const auto Q = random_matrix(T, shape.c.n_heads * shape.c.d_key, 1);
+      const auto K = random_matrix(T, shape.c.n_heads * shape.c.d_key, 2);
+      const auto V = random_matrix(T, shape.c.n_heads * shape.c.d_value, 3);
+      const auto run = [&] {
+        std::string bytes;
+        // Step, token by token.
+        auto s = layer.make_state();
+        Eigen::VectorXf o(shape.c.n_heads * shape.c.d_value);
+        for (Eigen::Index t = 0; t < T; ++t) {
+          layer.step(s, Q.row(t).transpose(), K.row(t).transpose(), V.row(t).transpose(), o);
+          append(bytes, o.data(), std::size_t(o.size()));
+        }
+        const auto state = s.raw_bytes();
+        append(bytes, state.data(), state.size());
+        // Prefill, in chunks of 37 on two threads: the same bytes as step on this target too.
+        auto p = layer.make_state();
+        recur::PrefillOptions options;
+        options.chunk = 37;
+        options.threads = 2;
+        const RowMatrix O = layer.prefill(p, Q, K, V, options);
+        append(bytes, O.data(), std::size_t(O.size()));
+        CHECK(p.raw_bytes() == state);
+        return bytes;
+      };
+      require_same_bytes(under_each(run));
+    }
+  }
+}
+
+TEST_CASE("every instruction set gives the same bytes: the matrix kernel", "[isa][exactness][matmul]") {
+  const int n_out = 70, k_in = 45;  // a padded last panel
+  const RowMatrix W = random_matrix(n_out, k_in, 7, 0.2f);
+  const RowMatrix X = random_matrix(64, k_in, 8);
+  for (const auto dtype : {recur::DType::kF32, recur::DType::kBF16, recur::DType::kF16}) {
+    const recur::kernels::PackedMatrix P(W.data(), n_out, k_in, dtype);
+    require_same_bytes(under_each([&] {
+      std::string bytes;
+      for (const int rows : {1, 3, 7, 13, 64}) {
+        std::vector<float> Y(std::size_t(rows) * n_out);
+        P.multiply(X.data(), rows, k_in, Y.data(), n_out, 2);
+        append(bytes, Y.data(), Y.size());
+      }
+      return bytes;
+    }));
+  }
+}
+
+TEST_CASE("every instruction set gives the same bytes: feature maps at the edges", "[isa][exactness]") {
+  std::vector<float> x = {-0.0f, 0.0f, 1e-45f, -1e-45f, 1e-30f, -87.5f, -87.0f, -86.9f, -100.0f,
+                          88.0f, 87.9f, 0.5f, -0.5f, 1.0f, -1.0f, 3.4e38f, -3.4e38f, 1e-7f};
+  for (int i = 0; i < 200; ++i) x.push_back(-20.0f + 0.2f * float(i) + 1e-3f);
+  for (const char* name : {"elu", "relu", "identity"}) {
+    const auto phi = recur::make_feature_map(name);
+    require_same_bytes(under_each([&] {
+      std::vector<float> y(x.size());
+      phi->apply(x.data(), 1, std::int64_t(x.size()), int(x.size()), y.data(), std::int64_t(x.size()));
+      std::string bytes;
+      append(bytes, y.data(), y.size());
+      return bytes;
+    }));
+  }
+}
+
+TEST_CASE("every instruction set gives the same bytes: the softmax KV cache", "[isa][exactness]") {
+  recur::SoftmaxAttentionConfig c;
+  c.n_heads = 2;
+  c.d_head = 40;
+  const recur::SoftmaxAttention attn(c);
+  const Eigen::Index T = 150;
+  const auto Q = random_matrix(T, 80, 4), K = random_matrix(T, 80, 5), V = random_matrix(T, 80, 6);
+  require_same_bytes(under_each([&] {
+    auto cache = attn.make_cache();
+    Eigen::VectorXf o(80);
+    std::string bytes;
+    for (Eigen::Index t = 0; t < T; ++t) {
+      attn.step(cache, Q.row(t).transpose(), K.row(t).transpose(), V.row(t).transpose(), o);
+      append(bytes, o.data(), std::size_t(o.size()));
+    }
+    return bytes;
+  }));
+}
+
+TEST_CASE("every instruction set gives the same bytes: models, and states that move between them",
+          "[isa][exactness][model]") {
+  using recur::Architecture;
+  using recur::ModelFeatureMap;
+  struct Case {
+    const char* name;
+    recur::ModelConfig c;
+    recur::DType dtype;
+  };
+  std::vector<Case> cases;
+  {
+    recur::ModelConfig c;
+    c.architecture = Architecture::kLinearAttn;
+    c.vocab_size = 300;
+    c.hidden_size = 64;
+    c.num_hidden_layers = 2;
+    c.num_heads = 4;
+    c.feature_map = ModelFeatureMap::kElu;
+    c.norm_feature_map = true;
+    c.intermediate_size = 96;
+    cases.push_back({"linear_attn, elu, float32", c, recur::DType::kF32});
+    cases.push_back({"linear_attn, elu, bfloat16", c, recur::DType::kBF16});
+    c.feature_map = ModelFeatureMap::kHedgehog;
+    cases.push_back({"linear_attn, hedgehog, float16", c, recur::DType::kF16});
+    recur::ModelConfig p;
+    p.architecture = Architecture::kTransformersAreRnns;  // layer norms and gelu
+    p.vocab_size = 256;
+    p.hidden_size = 64;
+    p.num_hidden_layers = 2;
+    p.num_heads = 4;
+    p.intermediate_size = 128;
+    p.hidden_act = "gelu";
+    p.feature_map = ModelFeatureMap::kElu;
+    p.norm_feature_map = true;
+    p.elementwise_affine = false;
+    cases.push_back({"transformers_are_rnns, float32", p, recur::DType::kF32});
+  }
+  std::vector<int> prompt;
+  for (int i = 0; i < 300; ++i) prompt.push_back((i * 37 + 11) % 250);
+  for (const auto& tc : cases) {
+    SECTION(tc.name) {
+      const auto model = recur::Model::from_weights(tc.c, recur::RandomWeights(tc.c, 9, tc.dtype));
+      recur::DecoderOptions options;
+      options.chunk = 48;
+      options.threads = 2;
+      const auto run = [&] {
+        recur::Decoder d(model, options);
+        std::string bytes;
+        const auto last = d.prefill(prompt);
+        append(bytes, last.data(), std::size_t(last.size()));
+        for (int t = 0; t < 12; ++t) {
+          const auto l = d.step((t * 13) % 250);
+          append(bytes, l.data(), std::size_t(l.size()));
+        }
+        bytes += d.save_bytes();
+        return bytes;
+      };
+      require_same_bytes(under_each(run));
+
+      // A state saved under each instruction set continues under scalar with the same bytes,
+      // and a state saved under scalar continues under each.
+      const std::string before = recur::isa();
+      for (const std::string& isa : recur::available_isas()) {
+        INFO("saved under " << isa);
+        recur::set_isa(isa);
+        recur::Decoder a(model, options);
+        a.prefill(prompt);
+        const std::string saved = a.save_bytes();
+        const auto want = a.step(5);
+        const std::vector<float> expected(want.data(), want.data() + want.size());
+        recur::set_isa("scalar");
+        recur::Decoder b(model, options);
+        b.load_bytes(saved, "test");
+        const auto got = b.step(5);
+        CHECK(std::memcmp(got.data(), expected.data(), expected.size() * sizeof(float)) == 0);
+        recur::set_isa(isa);
+        recur::Decoder c2(model, options);
+        c2.load_bytes(b.save_bytes(), "test");
+        const auto next = c2.step(6);
+        recur::set_isa("scalar");
+        const auto next_scalar = b.step(6);
+        CHECK(std::memcmp(next.data(), next_scalar.data(), expected.size() * sizeof(float)) == 0);
+      }
+      recur::set_isa(before);
+    }
+  }
+}
