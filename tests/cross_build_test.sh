@@ -1,25 +1,27 @@
 #!/usr/bin/env bash
-# Two builds of recur for different instruction sets (the release build for this machine and
-# the portable x86-64 build, whose vector type is a scalar emulation) must give the same bytes:
-# the same score digits and the same greedy tokens, on models of several layouts.
-#   tests/cross_build_test.sh RECUR_A RECUR_B
+# Two runs of recur on different instruction sets (two builds, two forced kernels, or two
+# architectures) must give the same bytes: the same score digits and the same greedy tokens, on
+# models of several layouts.
+#   tests/cross_build_test.sh "RECUR_A" "RECUR_B"
+# Each is a command, split at spaces: "env RECUR_ISA=scalar build/release/tools/recur" works.
 set -euo pipefail
-a="$1" b="$2"
+read -r -a a <<< "$1"
+read -r -a b <<< "$2"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 printf 'Two builds, one order of operations: the same bytes on every CPU.\n' > "$dir/text"
 checks=0
-"$a" make-model "$dir/m1" --feature-map hedgehog --normalized --kv-heads 2 --dtype bf16 > /dev/null
-"$a" make-model "$dir/m2" --feature-map dpfp --dtype f16 > /dev/null
-"$a" make-model "$dir/m3" --arch transformers_are_rnns --hidden-act gelu > /dev/null
+"${a[@]}" make-model "$dir/m1" --feature-map hedgehog --normalized --kv-heads 2 --dtype bf16 > /dev/null
+"${a[@]}" make-model "$dir/m2" --feature-map dpfp --dtype f16 > /dev/null
+"${a[@]}" make-model "$dir/m3" --arch transformers_are_rnns --hidden-act gelu > /dev/null
 for m in "$dir/m1" "$dir/m2" "$dir/m3" builtin; do
   model=(-m "$m"); [[ "$m" == builtin ]] && model=()
-  sa=$("$a" score "${model[@]}" -f "$dir/text" --json --chunk 7)
-  sb=$("$b" score "${model[@]}" -f "$dir/text" --json --chunk 64 --threads 1)
+  sa=$("${a[@]}" score "${model[@]}" -f "$dir/text" --json --chunk 7)
+  sb=$("${b[@]}" score "${model[@]}" -f "$dir/text" --json --chunk 64 --threads 1)
   [[ "$sa" == "$sb" ]] || fail "score differs for $m: $sa vs $sb"
-  ga=$("$a" generate "${model[@]}" -p "Same" -n 24 --greedy --ids 2> /dev/null)
-  gb=$("$b" generate "${model[@]}" -p "Same" -n 24 --greedy --ids --chunk 1 2> /dev/null)
+  ga=$("${a[@]}" generate "${model[@]}" -p "Same" -n 24 --greedy --ids 2> /dev/null)
+  gb=$("${b[@]}" generate "${model[@]}" -p "Same" -n 24 --greedy --ids --chunk 1 2> /dev/null)
   [[ "$ga" == "$gb" ]] || fail "greedy tokens differ for $m"
   checks=$((checks + 2))
 done

@@ -7,7 +7,12 @@
 #   tools/build.sh demo [args]   release build, then `recur demo` (one attention layer alone)
 #   tools/build.sh test          release build, then every test
 #   tools/build.sh asan          AddressSanitizer + UBSan build, then every test
-#   tools/build.sh portable      build for any x86-64 (no -march=native), then every test
+#   tools/build.sh native        build with -march=native (opt-in: the default build runs on any
+#                                CPU of its architecture and picks its kernels at run time),
+#                                then every test
+#   tools/build.sh arm64         cross-build for 64-bit ARM (Debian's aarch64 cross compiler and
+#                                arm64 libraries), then run the exactness, model and I/O tests
+#                                and the cross-architecture comparison under qemu
 #   tools/build.sh tsan          ThreadSanitizer build (clang, OpenMP through LLVM's Archer),
 #                                then the thread tests, also under OMP_THREAD_LIMIT=1
 #   tools/build.sh isa NAME...   compile the whole tree for each -march NAME (x86-64-v4,
@@ -32,6 +37,7 @@ shift || true
 packages=(g++ cmake ninja-build libeigen3-dev libfmt-dev libspdlog-dev libcli11-dev catch2
           libbenchmark-dev locales pkg-config libpcre2-dev libutf8proc-dev libhwy-dev)
 [[ "$job" == tsan ]] && packages+=(clang libclang-rt-14-dev libomp-14-dev)
+[[ "$job" == arm64 ]] && packages+=(qemu-user g++-aarch64-linux-gnu)
 if [[ "$job" == train ]]; then
   bash tools/packages.sh python3-torch libopenblas0-pthread bible-kjv
   out=(--out models/kjv)
@@ -40,7 +46,7 @@ if [[ "$job" == train ]]; then
 fi
 # The tests compare the tokenizer with Hugging Face's own library, from the npm registry.
 needs_oracle=false
-[[ "$job" =~ ^(test|asan|portable|bench)$ ]] && needs_oracle=true
+[[ "$job" =~ ^(test|asan|native|bench)$ ]] && needs_oracle=true
 $needs_oracle && ! command -v npm > /dev/null && packages+=(nodejs npm)
 bash tools/packages.sh "${packages[@]}"
 if $needs_oracle && [[ ! -f tests/tokenizer/node_modules/.package-lock.json ||
@@ -53,7 +59,24 @@ jobs=$(nproc)
 werror="${RECUR_WERROR:-OFF}"
 case "$job" in
   generate|demo|test|bench|recur) preset=release ;;
-  asan|portable|tsan) preset="$job" ;;
+  asan|native|tsan) preset="$job" ;;
+  arm64)
+    # The arm64 builds of the libraries come from Debian's multiarch archive.
+    if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+      sudo=""; [[ $(id -u) -ne 0 ]] && sudo="sudo"
+      $sudo dpkg --add-architecture arm64
+      $sudo apt-get update -qq
+    fi
+    bash tools/packages.sh g++-aarch64-linux-gnu qemu-user libfmt-dev:arm64 libspdlog-dev:arm64 \
+      libpcre2-dev:arm64 libutf8proc-dev:arm64 libhwy-dev:arm64
+    cmake -S . -B build/arm64 -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DRECUR_BUILD_BENCHMARKS=OFF \
+      -DRECUR_DISCOVER_TESTS=OFF -DRECUR_WERROR="$werror" > /dev/null
+    cmake --build build/arm64 -j "$jobs"
+    # For the comparison: this machine's own build.
+    cmake --preset release -DRECUR_WERROR="$werror" > /dev/null
+    cmake --build --preset release -j "$jobs" --target recur_cli
+    exec bash tests/arm64_test.sh build/arm64 build/release/tools/recur ;;
   isa)
     (($# > 0)) || { echo "build.sh isa: name at least one -march target" >&2; exit 2; }
     for arch in "$@"; do
@@ -63,7 +86,7 @@ case "$job" in
       cmake --build "build/isa-$arch" -j "$jobs"
     done
     exit 0 ;;
-  *) echo "build.sh: unknown job '$job' (generate, demo, test, asan, portable, tsan, isa, bench, recur, train)" >&2
+  *) echo "build.sh: unknown job '$job' (generate, demo, test, asan, native, arm64, tsan, isa, bench, recur, train)" >&2
      exit 2 ;;
 esac
 cmake --preset "$preset" -DRECUR_WERROR="$werror" > /dev/null
@@ -85,7 +108,7 @@ case "$job" in
   generate) exec "build/$preset/tools/recur" generate "$@" ;;
   demo) exec "build/$preset/tools/recur" demo "$@" ;;
   recur) exec "build/$preset/tools/recur" "$@" ;;
-  test|asan|portable) ctest --preset "$preset" -j "$jobs" ;;
+  test|asan|native) ctest --preset "$preset" -j "$jobs" ;;
   bench)
     name=linear
     if [[ $# -gt 0 && "$1" =~ ^(linear|kv|model|tokenizer)$ ]]; then name="$1"; shift; fi

@@ -48,6 +48,7 @@ struct Kernels {
   void (*relu)(const float* x, float* y, std::int64_t n);
   void (*exp_minus)(const float* x, float* y, std::int64_t n, float m);  // y = exp(x - m)
   void (*swiglu)(const float* g, const float* u, float* out, std::int64_t n);  // silu(g) * u
+  void (*gelu)(const float* x, float* y, std::int64_t n);  // x / 2 * (1 + erf(x / sqrt 2))
   // The canonical sums (ops-inl.h, SumChains): of x, and of (x - c)^2.
   float (*sum)(const float* x, int n);
   float (*sum_squares)(const float* x, int n, float c);

@@ -51,6 +51,13 @@ void Swiglu(const float* g, const float* u, float* out, std::int64_t n) {
   }
 }
 
+void Gelu(const float* x, float* y, std::int64_t n) {
+  Map(x, y, n, [](VF v) {
+    const VF half_x = hn::Mul(Set(0.5f), v);
+    return hn::Mul(half_x, hn::Add(Set(1.0f), Erf(hn::Mul(v, Set(0.70710678118654752f)))));
+  });
+}
+
 float Sum(const float* x, int n) {
   return SumChains(
       n, [x](int i) { return Load(x + i); },
@@ -149,7 +156,7 @@ const char* IsaName() {
 
 const Kernels* Table() {
   static const Kernels table{IsaName(), kN,           HWY_TARGET, &StepHead, &WalkHead,
-                             &Matmul,   &EluPlusOne,  &Relu,      &ExpMinus, &Swiglu,
+                             &Matmul,   &EluPlusOne,  &Relu,      &ExpMinus, &Swiglu,   &Gelu,
                              &Sum,      &SumSquares,  &KvScores,  &KvAccumulate,
                              &FmaChains};
   return &table;

@@ -98,6 +98,22 @@ HWY_INLINE VF Exp(VF x) {
   return hn::Mul(y, hn::BitCast(DF(), hn::ShiftLeft<23>(e)));
 }
 
+/// erf(x) to about 2e-7 absolute: Abramowitz and Stegun's 7.1.26, erf(|x|) = 1 - p(t) exp(-x^2)
+/// with t = 1 / (1 + 0.3275911 |x|), and the sign of x. Our own rather than the C library's, whose
+/// erff rounds differently on different architectures.
+HWY_INLINE VF Erf(VF x) {
+  const VF ax = hn::Abs(x);
+  const VF t = hn::Div(Set(1.0f), Fma(Set(0.3275911f), ax, Set(1.0f)));
+  VF p = Set(1.061405429f);
+  p = Fma(p, t, Set(-1.453152027f));
+  p = Fma(p, t, Set(1.421413741f));
+  p = Fma(p, t, Set(-0.284496736f));
+  p = Fma(p, t, Set(0.254829592f));
+  p = hn::Mul(p, t);
+  const VF e = Exp(hn::Neg(hn::Mul(ax, ax)));
+  return hn::CopySign(Fma(hn::Neg(p), e, Set(1.0f)), x);
+}
+
 /// 1 / (1 + exp(-x)).
 HWY_INLINE VF Sigmoid(VF x) {
   const VF one = Set(1.0f);

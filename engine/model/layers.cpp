@@ -138,10 +138,7 @@ void relu_inplace(float* x, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
-void gelu_inplace(float* x, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i)
-    x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
-}
+void gelu_inplace(float* x, std::int64_t n) { kernels::active().gelu(x, x, n); }
 
 void add_inplace(float* y, const float* x, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) y[i] += x[i];
