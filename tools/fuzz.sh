@@ -14,7 +14,7 @@ seconds="${1:-60}"
 runs="${2:--1}"
 
 packages=(clang libclang-rt-14-dev libomp-14-dev cmake ninja-build libeigen3-dev libfmt-dev libspdlog-dev
-          pkg-config libpcre2-dev libutf8proc-dev)
+          pkg-config libpcre2-dev libutf8proc-dev libhwy-dev)
 bash tools/packages.sh "${packages[@]}"
 
 cmake --preset fuzz -DRECUR_WERROR="${RECUR_WERROR:-OFF}" > /dev/null

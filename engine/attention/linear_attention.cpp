@@ -315,8 +315,10 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
         for (int j = 0; j < nh; ++j) {
           const float* row = rows + j * Dp;
           float* tiles = dst(j) + static_cast<std::size_t>(t) * kRows;
-          for (int tile = 0; tile < Dp / kRows; ++tile)
-            for (int r = 0; r < kRows; ++r) tiles[tile * tile_stride + static_cast<std::size_t>(r)] = row[tile * kRows + r];
+          for (int tile = 0; tile < Dp / kRows; ++tile) {
+            float* dst_tile = tiles + static_cast<std::size_t>(tile) * tile_stride;
+            for (int r = 0; r < kRows; ++r) dst_tile[r] = row[tile * kRows + r];
+          }
         }
       };
       for (int t = 0; t < n; ++t) {

@@ -32,8 +32,13 @@ inline constexpr int kWalkCols = 2;
 inline constexpr int kWalkRows = 4;   // 4-lane targets: 4 x 4 vectors (16 columns)
 inline constexpr int kWalkCols = 4;
 #endif
-// Column vectors of P walked together by step (one pass over the rows per group).
+// Column vectors of P walked together by step (one pass over the rows per group); v's vectors
+// and the accumulators stay in registers, so 32 registers hold twice as many as 16.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_NEON
 inline constexpr int kStepCols = 8;
+#else
+inline constexpr int kStepCols = 4;
+#endif
 
 // L64 += P, L32 = float(L64), P = 0 over a block of rows x cols of a row-major (., stride) array.
 HWY_INLINE void FoldBlock(float* P, float* L32, double* L64, int rows, int cols, int stride) {
@@ -53,8 +58,11 @@ HWY_INLINE void FoldBlock(float* P, float* L32, double* L64, int rows, int cols,
 template <int NV, bool kDen>
 HWY_INLINE float StepColumns(const HeadView& h, const float* q, const float* k, const float* v,
                              float* out, int col) {
-  VF acc[NV];
-  for (int c = 0; c < NV; ++c) acc[c] = Zero();
+  VF acc[NV], vv[NV];
+  for (int c = 0; c < NV; ++c) {
+    acc[c] = Zero();
+    vv[c] = Load(v + col + c * kN);
+  }
   float den = 0.0f;
   float* P = h.P + col;
   const float* L32 = h.L32 + col;
@@ -63,7 +71,7 @@ HWY_INLINE float StepColumns(const HeadView& h, const float* q, const float* k, 
     const VF qb = Set(q[i]);
     HWY_UNROLL(8)
     for (int c = 0; c < NV; ++c) {
-      const VF p = Fma(kb, Load(v + col + c * kN), Load(P + c * kN));
+      const VF p = Fma(kb, vv[c], Load(P + c * kN));
       Store(p, P + c * kN);
       acc[c] = Fma(qb, hn::Add(Load(L32 + c * kN), p), acc[c]);
     }
