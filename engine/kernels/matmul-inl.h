@@ -94,7 +94,7 @@ HWY_INLINE void RowPanels(const float* x, const typename Panel::T* panel, std::s
     HWY_UNROLL(8)
     for (int p = 0; p < NP; ++p)
       for (int v = 0; v < kPanelVectors; ++v)
-        acc[p][v] = Fma(xb, Panel::Load(panel + p * stride + kPanelCols * k + v * kN), acc[p][v]);
+        acc[p][v] = Fma(xb, Panel::Load(panel + static_cast<std::size_t>(p) * stride + kPanelCols * k + v * kN), acc[p][v]);
   }
   for (int p = 0; p < NP; ++p) StoreRow(acc[p], y + p * kPanelCols, kPanelCols);
 }
