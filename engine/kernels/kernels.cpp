@@ -62,8 +62,8 @@ float Sum(const float* x, int n) {
   return SumChains(
       n, [x](int i) { return Load(x + i); },
       [x](int i, int m) {
-        alignas(64) float tmp[kN] = {};
-        std::memcpy(tmp, x + i, sizeof(float) * static_cast<std::size_t>(m));
+        alignas(64) float tmp[kN];
+        for (int l = 0; l < kN; ++l) tmp[l] = l < m ? x[i + l] : 0.0f;
         return Load(tmp);
       });
 }
