@@ -76,13 +76,12 @@ float SumSquares(const float* x, int n, float c) {
         const VF d = hn::Sub(Load(x + i), cv);
         return hn::Mul(d, d);
       },
-      [x, cv](int i, int m) {
+      [x, c, cv](int i, int m) {
+        // Lanes past the end hold c, so that they add (c - c)^2 = +0.
         alignas(64) float tmp[kN];
-        for (int l = 0; l < kN; ++l) tmp[l] = l < m ? x[i + l] : 0.0f;
+        for (int l = 0; l < kN; ++l) tmp[l] = l < m ? x[i + l] : c;
         const VF d = hn::Sub(Load(tmp), cv);
-        // Lanes past the end are 0 - c; they must add +0, not c^2.
-        return hn::IfThenElse(hn::Lt(hn::Iota(DF(), 0.0f), Set(static_cast<float>(m))),
-                              hn::Mul(d, d), Zero());
+        return hn::Mul(d, d);
       });
 }
 

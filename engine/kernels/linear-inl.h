@@ -21,7 +21,7 @@ namespace recur::kernels {
 namespace HWY_NAMESPACE {
 
 // Register tiles of the walk: kWalkRows feature rows (4 or 8: the rows of one or two tiles of
-// the input layout) by kWalkCols vectors of columns. Any shape gives the same bytes.
+// the input layout, dividing kRowPad) by kWalkCols vectors of columns. Any shape gives the same bytes.
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 inline constexpr int kWalkRows = 8;   // 32 registers: a tile of 8 x 2 vectors
 inline constexpr int kWalkCols = 2;
@@ -271,15 +271,11 @@ void WalkHead(const HeadView& h, const float* qT, float* kT, const float* v,
   if (n <= 0) return;
   const int tile_stride = n * kTileRows;
   constexpr int kCols = kWalkCols * kN;
-  // Rows: whole register tiles of kWalkRows where Dp allows, else tiles of the layout's 4.
-  const bool wide_rows = h.Dp % kWalkRows == 0;
+  // Dp is a multiple of kRowPad, so register tiles of kWalkRows rows cover it.
+  static_assert(kRowPad % kWalkRows == 0, "register tiles divide the padded rows");
   int col0 = 0;
-  for (; col0 + kCols <= h.dvp; col0 += kCols) {
-    if (wide_rows)
-      WalkColumns<kWalkRows, kWalkCols>(h, col0, qT, kT, tile_stride, v, vstride, out, ostride, n, pos0);
-    else
-      WalkColumns<kTileRows, kWalkCols>(h, col0, qT, kT, tile_stride, v, vstride, out, ostride, n, pos0);
-  }
+  for (; col0 + kCols <= h.dvp; col0 += kCols)
+    WalkColumns<kWalkRows, kWalkCols>(h, col0, qT, kT, tile_stride, v, vstride, out, ostride, n, pos0);
   // Leftover columns (dvp is a multiple of 16, a register tile may be wider), a vector at a time.
   for (; col0 < h.dvp; col0 += kN)
     WalkColumns<kTileRows, 1>(h, col0, qT, kT, tile_stride, v, vstride, out, ostride, n, pos0);
