@@ -89,3 +89,26 @@ TEST_CASE("Decoder::step allocates nothing after warm-up, on 1 and 2 threads", "
     CHECK(made == 0);
   }
 }
+
+TEST_CASE("BatchDecoder::step allocates nothing once it has seen the batch's size", "[alloc]") {
+  for (const int threads : {1, 2}) {
+    const auto model = Model::builtin(1);
+    std::vector<Decoder> decoders;
+    for (int i = 0; i < 6; ++i) decoders.emplace_back(model, DecoderOptions{4, threads});
+    std::vector<Decoder*> batch;
+    for (auto& d : decoders) batch.push_back(&d);
+    std::vector<int> tokens(batch.size(), 7);
+    BatchDecoder bd(model, threads);
+    bd.step(batch, tokens);  // warm-up: the workspace grows to six rows
+    std::vector<Decoder*> fewer(batch.begin(), batch.begin() + 3);
+    std::vector<int> fewer_tokens(3, 9);
+    const long before = g_allocations.load();
+    for (int t = 0; t < 100; ++t) {
+      tokens.assign(tokens.size(), t % 256);  // same size: no allocation
+      bd.step(t % 2 ? batch : fewer, t % 2 ? tokens : fewer_tokens);
+    }
+    const long made = g_allocations.load() - before;
+    INFO("threads " << threads);
+    CHECK(made == 0);
+  }
+}

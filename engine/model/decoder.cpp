@@ -5,7 +5,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "model/model_impl.h"
+#include "model/decoder_impl.h"
 #include "recur/error.h"
 #include "util/check.h"
 #include "util/file.h"
@@ -34,66 +34,52 @@ T get(std::string_view in, std::size_t& pos) {
 
 }  // namespace
 
-struct Decoder::Impl {
-  std::vector<LinearState> states;
-  std::int64_t n_tokens = 0;
-  bool has_logits = false;
-  // Set when a forward pass failed after some layers had advanced (an overflow inside the
-  // model): the states no longer describe one sequence, so nothing runs until reset() or load().
-  std::string broken;
-  Eigen::VectorXf logits;  // after the last token
+namespace model {
 
-  // Workspace for up to `cap` rows; never part of the decoder's value.
-  int cap = 0;
-  std::vector<float> x, h, q, k, v, fq, fk, fk_full, v_full, o, a, g, u, map_scratch, all_logits;
-
-  void allocate(const ModelConfig& c, const Model::Impl& m, int rows) {
-    cap = rows;
-    const auto n = static_cast<std::size_t>(rows);
-    const auto sz = [](int w) { return static_cast<std::size_t>(w); };
-    const int H = c.num_heads, Hkv = c.num_kv_heads, D = c.d_feature, dv = c.head_v_dim;
-    x.assign(n * sz(c.hidden_size), 0.0f);
-    h.assign(n * sz(c.hidden_size), 0.0f);
-    a.assign(n * sz(c.hidden_size), 0.0f);
-    q.assign(n * sz(c.key_dim), 0.0f);
-    k.assign(n * sz(c.key_dim / c.kv_groups), 0.0f);
-    v.assign(n * sz(c.value_dim / c.kv_groups), 0.0f);
-    fq.assign(n * sz(H * D), 0.0f);
-    fk.assign(n * sz(Hkv * D), 0.0f);
-    o.assign(n * sz(c.value_dim), 0.0f);
-    if (c.kv_groups > 1) {
-      fk_full.assign(n * sz(H * D), 0.0f);
-      v_full.assign(n * sz(H * dv), 0.0f);
-    }
-    g.assign(n * sz(c.intermediate_size), 0.0f);
-    if (c.architecture == Architecture::kLinearAttn) u.assign(n * sz(c.intermediate_size), 0.0f);
-    std::size_t scratch = 0;
-    for (const auto& l : m.layers)
-      scratch = std::max({scratch, l.phi_q.scratch_floats(std::int64_t(rows) * H),
-                          l.phi_k.scratch_floats(std::int64_t(rows) * Hkv)});
-    map_scratch.assign(scratch, 0.0f);
-    all_logits.clear();
+void Workspace::allocate(const ModelConfig& c, const Model::Impl& m, int rows) {
+  cap = rows;
+  const auto n = static_cast<std::size_t>(rows);
+  const auto sz = [](int w) { return static_cast<std::size_t>(w); };
+  const int H = c.num_heads, Hkv = c.num_kv_heads, D = c.d_feature, dv = c.head_v_dim;
+  x.assign(n * sz(c.hidden_size), 0.0f);
+  h.assign(n * sz(c.hidden_size), 0.0f);
+  a.assign(n * sz(c.hidden_size), 0.0f);
+  q.assign(n * sz(c.key_dim), 0.0f);
+  k.assign(n * sz(c.key_dim / c.kv_groups), 0.0f);
+  v.assign(n * sz(c.value_dim / c.kv_groups), 0.0f);
+  fq.assign(n * sz(H * D), 0.0f);
+  fk.assign(n * sz(Hkv * D), 0.0f);
+  o.assign(n * sz(c.value_dim), 0.0f);
+  if (c.kv_groups > 1) {
+    fk_full.assign(n * sz(H * D), 0.0f);
+    v_full.assign(n * sz(H * dv), 0.0f);
   }
+  g.assign(n * sz(c.intermediate_size), 0.0f);
+  if (c.architecture == Architecture::kLinearAttn) u.assign(n * sz(c.intermediate_size), 0.0f);
+  std::size_t scratch = 0;
+  for (const auto& l : m.layers)
+    scratch = std::max({scratch, l.phi_q.scratch_floats(std::int64_t(rows) * H),
+                        l.phi_k.scratch_floats(std::int64_t(rows) * Hkv)});
+  map_scratch.assign(scratch, 0.0f);
+  logits.clear();
+}
 
-  // Bytes of a saved state of this model with an empty session: the header, each layer's size
-  // and sums, the logits, the session's header and the checksum (see save_bytes()).
-  std::size_t saved_size(int vocab) const {
-    std::size_t n = kHeaderBytes + sizeof(float) * static_cast<std::size_t>(vocab) +
-                    kSessionHeaderBytes + 8;
-    for (const auto& s : states) n += 8 + s.raw_size();
-    return n;
-  }
-  static constexpr std::size_t kHeaderBytes = sizeof kMagic + 4 + 4 + 8 + 8 + 4 + 4;
-  static constexpr std::size_t kSessionHeaderBytes = 4 + 8 + 8;
+std::size_t Workspace::bytes() const {
+  std::size_t n = 0;
+  for (const auto* b : {&x, &h, &q, &k, &v, &fq, &fk, &fk_full, &v_full, &o, &a, &g, &u,
+                        &map_scratch, &logits})
+    n += b->capacity() * sizeof(float);
+  return n;
+}
 
-  std::size_t workspace_bytes() const {
-    std::size_t n = 0;
-    for (const auto* b : {&x, &h, &q, &k, &v, &fq, &fk, &fk_full, &v_full, &o, &a, &g, &u,
-                          &map_scratch, &all_logits})
-      n += b->capacity() * sizeof(float);
-    return n;
-  }
-};
+}  // namespace model
+
+std::size_t Decoder::Impl::saved_size(int vocab) const {
+  std::size_t n = kHeaderBytes + sizeof(float) * static_cast<std::size_t>(vocab) +
+                  kSessionHeaderBytes + 8;
+  for (const auto& s : states) n += 8 + s.raw_size();
+  return n;
+}
 
 Decoder::Decoder(std::shared_ptr<const Model> model, const DecoderOptions& options)
     : model_(std::move(model)), options_(options), impl_(std::make_unique<Impl>()) {
@@ -107,7 +93,7 @@ Decoder::Decoder(std::shared_ptr<const Model> model, const DecoderOptions& optio
   const auto& m = model_->impl();
   for (const auto& layer : m.layers) impl_->states.push_back(layer.attention->make_state());
   impl_->logits = Eigen::VectorXf::Zero(model_->config().vocab_size);
-  impl_->allocate(model_->config(), m, options.chunk);
+  impl_->work.allocate(model_->config(), m, options.chunk);
 }
 
 Decoder::Decoder(std::shared_ptr<const Model> model, const DecoderOptions& options,
@@ -125,7 +111,7 @@ Decoder Decoder::clone() const {
   impl->has_logits = impl_->has_logits;
   impl->logits = impl_->logits;
   impl->broken = impl_->broken;
-  impl->allocate(model_->config(), model_->impl(), options_.chunk);
+  impl->work.allocate(model_->config(), model_->impl(), options_.chunk);
   return Decoder(model_, options_, std::move(impl));
 }
 
@@ -150,11 +136,14 @@ void Decoder::set_options(const DecoderOptions& options) {
   if (options.threads < 0)
     detail::throw_argument("Decoder::set_options",
                            "options.threads is {}, expected 0 (all cores) or more", options.threads);
-  if (options.chunk != impl_->cap) impl_->allocate(model_->config(), model_->impl(), options.chunk);
+  if (options.chunk != impl_->work.cap)
+    impl_->work.allocate(model_->config(), model_->impl(), options.chunk);
   options_ = options;
 }
 
 std::int64_t Decoder::n_tokens() const { return impl_->n_tokens; }
+
+const std::string& Decoder::failure() const { return impl_->broken; }
 
 std::size_t Decoder::state_bytes() const {
   std::size_t n = 0;
@@ -163,7 +152,7 @@ std::size_t Decoder::state_bytes() const {
 }
 
 std::size_t Decoder::bytes() const {
-  std::size_t n = sizeof(*this) + sizeof(Impl) + impl_->workspace_bytes() +
+  std::size_t n = sizeof(*this) + sizeof(Impl) + impl_->work.bytes() +
                   static_cast<std::size_t>(impl_->logits.size()) * sizeof(float);
   for (const auto& s : impl_->states) n += s.bytes();
   return n;
@@ -187,11 +176,12 @@ void Decoder::forward(const int* tokens, int n, int head) {
   }
 }
 
-void Decoder::run_layers(const int* tokens, int n, int head) {
-  const ModelConfig& c = model_->config();
-  const Model::Impl& m = model_->impl();
-  Impl& w = *impl_;
-  const int threads = detail::resolve_threads(options_.threads);
+namespace model {
+
+void run_stack(const Model& model, Workspace& w, const int* tokens, int n, int threads,
+               Attend attend) {
+  const ModelConfig& c = model.config();
+  const Model::Impl& m = model.impl();
   const int d = c.hidden_size, H = c.num_heads, Hkv = c.num_kv_heads, D = c.d_feature;
   const int dv = c.head_v_dim, G = c.kv_groups, I = c.intermediate_size;
   const int kd = c.key_dim / G, vd = c.value_dim / G;
@@ -233,19 +223,7 @@ void Decoder::run_layers(const int* tokens, int n, int head) {
       kf = w.fk_full.data();
       vf = w.v_full.data();
     }
-    const LinearAttention& attn = *L.attention;
-    LinearState& state = w.states[li];
-    if (n == 1) {
-      attn.step(state, Eigen::Map<const Eigen::VectorXf>(w.fq.data(), H * D),
-                Eigen::Map<const Eigen::VectorXf>(kf, H * D),
-                Eigen::Map<const Eigen::VectorXf>(vf, H * dv),
-                Eigen::Map<Eigen::VectorXf>(w.o.data(), H * dv));
-    } else {
-      using CMap = Eigen::Map<const RowMatrix>;
-      Eigen::Map<RowMatrix> O(w.o.data(), n, H * dv);
-      attn.prefill(state, CMap(w.fq.data(), n, H * D), CMap(kf, n, H * D), CMap(vf, n, H * dv), O,
-                   PrefillOptions{n, threads});
-    }
+    attend(li, w.fq.data(), kf, vf, w.o.data(), n, threads);
     if (L.has_head_norm) L.head_norm.apply(w.o.data(), n, c.value_dim, w.o.data(), c.value_dim, H);
     L.o.apply(w.o.data(), n, c.value_dim, w.a.data(), d, threads);
     model::add_inplace(w.x.data(), w.a.data(), std::int64_t(n) * d);
@@ -266,30 +244,61 @@ void Decoder::run_layers(const int* tokens, int n, int head) {
       L.mlp_norm.apply(w.x.data(), n, d, w.x.data(), d);
     }
   }
+}
 
-  w.n_tokens += n;
-  if (head == kHeadNone) return;  // a chunk of a prefill whose logits nobody reads
-  // The head: every row when the caller wants all logits, else only the last.
-  const bool all_logits = head == kHeadAll;
-  const int first = all_logits ? 0 : n - 1;
+void run_head(const Model& model, Workspace& w, int first, int n, float* out, int threads,
+              const char* call) {
+  const Model::Impl& m = model.impl();
+  const int d = model.config().hidden_size, V = model.config().vocab_size;
   const int rows = n - first;
   const float* top = w.x.data() + std::size_t(first) * std::size_t(d);
   if (m.has_final_norm) {
     m.final_norm.apply(top, rows, d, w.h.data(), d);
     top = w.h.data();
   }
-  const int V = c.vocab_size;
+  m.lm_head.apply(top, rows, d, out, V, threads);
   // The head is the last place an overflow can appear (finite activations times large weights),
   // and nothing after it would notice: logits are checked like every other stage's output.
-  if (all_logits) {
-    w.all_logits.resize(std::size_t(n) * std::size_t(V));
-    m.lm_head.apply(top, rows, d, w.all_logits.data(), V, threads);
-    detail::check_finite("Decoder", "the LM head's output (logits)", w.all_logits.data(), n, V, V);
-    std::memcpy(w.logits.data(), w.all_logits.data() + std::size_t(n - 1) * std::size_t(V),
+  if (call) detail::check_finite(call, "the LM head's output (logits)", out, rows, V, V);
+}
+
+}  // namespace model
+
+void Decoder::run_layers(const int* tokens, int n, int head) {
+  const ModelConfig& c = model_->config();
+  const Model::Impl& m = model_->impl();
+  Impl& w = *impl_;
+  const int threads = detail::resolve_threads(options_.threads);
+  const int H = c.num_heads, D = c.d_feature, dv = c.head_v_dim;
+  model::run_stack(*model_, w.work, tokens, n, threads,
+                   [&](std::size_t li, const float* fq, const float* kf, const float* vf, float* o,
+                       int rows, int nthreads) {
+    const LinearAttention& attn = *m.layers[li].attention;
+    LinearState& state = w.states[li];
+    if (rows == 1) {
+      attn.step(state, Eigen::Map<const Eigen::VectorXf>(fq, H * D),
+                Eigen::Map<const Eigen::VectorXf>(kf, H * D),
+                Eigen::Map<const Eigen::VectorXf>(vf, H * dv),
+                Eigen::Map<Eigen::VectorXf>(o, H * dv));
+    } else {
+      using CMap = Eigen::Map<const RowMatrix>;
+      Eigen::Map<RowMatrix> O(o, rows, H * dv);
+      attn.prefill(state, CMap(fq, rows, H * D), CMap(kf, rows, H * D), CMap(vf, rows, H * dv), O,
+                   PrefillOptions{rows, nthreads});
+    }
+  });
+
+  w.n_tokens += n;
+  if (head == kHeadNone) return;  // a chunk of a prefill whose logits nobody reads
+  // The head: every row when the caller wants all logits, else only the last.
+  const int V = c.vocab_size;
+  if (head == kHeadAll) {
+    w.work.logits.resize(std::size_t(n) * std::size_t(V));
+    model::run_head(*model_, w.work, 0, n, w.work.logits.data(), threads, "Decoder");
+    std::memcpy(w.logits.data(), w.work.logits.data() + std::size_t(n - 1) * std::size_t(V),
                 sizeof(float) * std::size_t(V));
   } else {
-    m.lm_head.apply(top, 1, d, w.logits.data(), V, threads);
-    detail::check_finite("Decoder", "the LM head's output (logits)", w.logits.data(), 1, V, V);
+    model::run_head(*model_, w.work, n - 1, n, w.logits.data(), threads, "Decoder");
   }
   w.has_logits = true;
 }
@@ -306,14 +315,14 @@ ConstVectorRef Decoder::prefill(const std::vector<int>& tokens, const Progress& 
   if (tokens.empty() && !impl_->has_logits)
     detail::throw_argument(call, "no tokens given and none run before: there are no logits");
   const auto total = static_cast<std::int64_t>(tokens.size());
-  for (std::int64_t b = 0; b < total; b += impl_->cap) {
-    const int n = static_cast<int>(std::min<std::int64_t>(impl_->cap, total - b));
+  for (std::int64_t b = 0; b < total; b += impl_->work.cap) {
+    const int n = static_cast<int>(std::min<std::int64_t>(impl_->work.cap, total - b));
     // Only the last chunk's last row needs the LM head, unless every position's logits are wanted.
     const bool last = b + n == total;
     forward(tokens.data() + b, n, each ? kHeadAll : last ? kHeadLast : kHeadNone);
     if (each)
       for (int t = 0; t < n; ++t)
-        each(b + t, impl_->all_logits.data() + std::size_t(t) * std::size_t(V));
+        each(b + t, impl_->work.logits.data() + std::size_t(t) * std::size_t(V));
     if (progress) progress(b + n, total);
   }
   return impl_->logits;

@@ -233,6 +233,9 @@ class Decoder {
   ConstVectorRef logits() const;
 
   std::int64_t n_tokens() const;
+  /// Why the decoder refuses work ("" when it is usable): an overflow inside the model during
+  /// an earlier call. reset() and load() clear it.
+  const std::string& failure() const;
   /// Bytes this decoder holds (states, logits and workspace). Constant in the sequence length;
   /// the first prefill with a LogitsSink adds a buffer of chunk x vocab_size floats.
   std::size_t bytes() const;
@@ -257,6 +260,7 @@ class Decoder {
   struct Impl;
 
  private:
+  friend class BatchDecoder;
   Decoder(std::shared_ptr<const Model> model, const DecoderOptions& options,
           std::unique_ptr<Impl> impl);
   static constexpr int kHeadNone = 0, kHeadLast = 1, kHeadAll = 2;  // which rows get logits
@@ -265,6 +269,46 @@ class Decoder {
   void check_usable(const char* call) const;
   std::shared_ptr<const Model> model_;
   DecoderOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Decodes many sequences together: one call runs one token of each through every weight
+/// matrix at once, so the weights are read once per step for the whole batch, and each
+/// sequence's attention updates its own state. The sequences are Decoders: a sequence joins the
+/// batch by being passed to step() and leaves by not being passed; between steps each one can
+/// also prefill, save or load on its own.
+///
+/// Each decoder's logits after step() are byte-identical to those of decoder.step(token) alone,
+/// whatever the other sequences, their positions, the batch's size or order, and the threads.
+class BatchDecoder {
+ public:
+  /// `threads`: worker threads for the matrix products and the attention (0: every core).
+  explicit BatchDecoder(std::shared_ptr<const Model> model, int threads = 0);
+  ~BatchDecoder();
+  BatchDecoder(BatchDecoder&&) noexcept;
+  BatchDecoder& operator=(BatchDecoder&&) noexcept;
+
+  const Model& model() const { return *model_; }
+  int threads() const { return threads_; }
+  /// Changes the worker threads (results do not change).
+  void set_threads(int threads);
+
+  /// Runs tokens[i] through decoders[i] for every i; afterwards decoders[i]->logits() are its
+  /// new logits. The decoders must be distinct, of this model and usable; bad arguments throw
+  /// ArgumentError before anything changes. If the model's arithmetic overflows for one
+  /// sequence, that decoder alone fails (failure() says why, as after Decoder::step); the others
+  /// advance normally, and the call returns how many failed. Allocates nothing once it has seen
+  /// a batch of this size.
+  int step(const std::vector<Decoder*>& decoders, const std::vector<int>& tokens);
+
+  /// Bytes of workspace held (it grows to the largest batch seen).
+  std::size_t bytes() const;
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<const Model> model_;
+  int threads_ = 0;
   std::unique_ptr<Impl> impl_;
 };
 
