@@ -14,6 +14,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "text_model.h"
 #include "recur/error.h"
 #include "recur/isa.h"
 #include "recur/model.h"
@@ -22,24 +23,14 @@
 #include "util/json.h"
 
 namespace recur::cli {
-namespace {
 
-constexpr std::uint64_t kBuiltinSeed = 1;
+
 
 // Where the built-in model lives: RECUR_MODEL, else the directory this build was made from.
 std::string builtin_dir() {
   const char* env = std::getenv("RECUR_MODEL");
   return env && *env ? env : RECUR_BUILTIN_MODEL_DIR;
 }
-
-// A model and how text becomes its ids: its tokenizer.json, or bytes (ids 0-255) for a model
-// without one.
-struct TextModel {
-  std::shared_ptr<const Model> model;
-  std::shared_ptr<const Tokenizer> tokenizer;  // null: bytes
-  std::string label;                           // for messages
-  bool random = false;
-};
 
 TextModel open_model(const Args& args) {
   TextModel m;
@@ -104,6 +95,8 @@ void describe_model(const TextModel& tm) {
   if (tm.random)
     fmt::print(stderr, "model: random weights (seed {}), so its text is noise\n", kBuiltinSeed);
 }
+
+namespace {
 
 DecoderOptions decoder_options(const Args& args) {
   DecoderOptions o;

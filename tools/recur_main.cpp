@@ -19,6 +19,8 @@ constexpr const char* kUsage =
     "commands:\n"
     "  generate    stream text from a model (the built-in one without -m)\n"
     "  score       mean negative log-likelihood and perplexity of a text under a model\n"
+    "  serve       an OpenAI-compatible HTTP server with batched decoding (the built-in model\n"
+    "              without -m)\n"
     "  tokenize    text to token ids and back with a model's tokenizer.json\n"
     "  make-model  write a model with random weights, for tests and demos\n"
     "  demo        stream a long random sequence through a linear-attention state\n"
@@ -56,6 +58,14 @@ int main(int argc, char** argv) {
     if (command == "demo") return recur::cli::run_demo(argc, argv);
     if (command == "bench") return recur::cli::run_bench(argc, argv);
     if (command == "isa") return recur::cli::run_isa(argc, argv);
+#ifdef RECUR_SERVE
+    if (command == "serve") return recur::cli::run_serve(argc, argv);
+#else
+    if (command == "serve") {
+      fmt::print(stderr, "recur serve: this build has no HTTP server (built with RECUR_SERVE=OFF)\n");
+      return 2;
+    }
+#endif
     if (command == "help" || command == "--help" || command == "-h") {
       std::fputs(kUsage, stdout);
       recur::cli::flush_stdout();

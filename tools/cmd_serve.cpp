@@ -1,0 +1,376 @@
+// recur serve: an OpenAI-compatible HTTP server (cpp-httplib) over the batching engine.
+#include <fmt/format.h>
+#include <pthread.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "cli.h"
+#include "commands.h"
+#include "recur/error.h"
+#include "serve/api.h"
+#include "serve/engine.h"
+#include "serve/store.h"
+#include "text_model.h"
+#include "util/json.h"
+
+// Last: it brings <resolv.h>, whose _res macro breaks Eigen's headers when they come after it.
+#include <httplib.h>
+
+namespace recur::cli {
+namespace {
+
+using serve::ApiError;
+using serve::Job;
+
+std::string new_id() {
+  static std::mutex mutex;
+  static std::mt19937_64 rng(std::random_device{}());
+  std::lock_guard<std::mutex> lock(mutex);
+  return fmt::format("cmpl-{:016x}{:08x}", rng(), static_cast<std::uint32_t>(rng()));
+}
+
+std::int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void send_error(httplib::Response& res, int status, const std::string& message,
+                const std::string& type, const std::string& param = "") {
+  res.status = status;
+  res.set_content(serve::error_json(message, type, param), "application/json");
+}
+
+// Everything the handlers share.
+struct Server {
+  serve::ServedModel served;
+  serve::ConversationStore* store = nullptr;
+  serve::Engine* engine = nullptr;
+  std::int64_t started = 0;
+  std::atomic<std::int64_t> http_requests{0}, rejected_full{0}, rejected_bad{0}, disconnects{0};
+};
+
+std::string metrics(const Server& s) {
+  const auto e = s.engine->stats();
+  const auto st = s.store->stats();
+  std::string out;
+  const auto metric = [&](const char* name, const char* type, const char* help, double value) {
+    out += fmt::format("# HELP {0} {1}\n# TYPE {0} {2}\n{0} {3}\n", name, help, type, value);
+  };
+  metric("recur_http_requests_total", "counter", "HTTP requests received", double(s.http_requests));
+  metric("recur_requests_admitted_total", "counter", "completions that started running", double(e.requests_admitted));
+  metric("recur_requests_finished_total", "counter", "completions that finished", double(e.requests_finished));
+  metric("recur_requests_cancelled_total", "counter", "completions whose client went away", double(e.requests_cancelled));
+  metric("recur_requests_failed_total", "counter", "completions that ended in an error", double(e.requests_failed));
+  metric("recur_requests_rejected_full_total", "counter", "requests refused with 429 (queue full)", double(s.rejected_full));
+  metric("recur_requests_rejected_invalid_total", "counter", "requests refused as malformed (4xx)", double(s.rejected_bad));
+  metric("recur_prompt_tokens_total", "counter", "prompt tokens prefilled", double(e.prompt_tokens));
+  metric("recur_generated_tokens_total", "counter", "tokens generated", double(e.generated_tokens));
+  metric("recur_batch_steps_total", "counter", "batched decode steps", double(e.batch_steps));
+  metric("recur_batch_rows_total", "counter", "sequences stepped, summed over the batched steps", double(e.batch_rows));
+  metric("recur_batch_size", "gauge", "sequences in the last batched step", double(e.last_batch));
+  metric("recur_requests_running", "gauge", "completions holding a slot", double(e.running));
+  metric("recur_queue_length", "gauge", "completions waiting for a slot", double(e.waiting));
+  metric("recur_conversations_memory", "gauge", "conversation states held in memory", double(st.memory_count));
+  metric("recur_conversations_disk", "gauge", "conversation states in the state directory", double(st.disk_count));
+  metric("recur_conversations_dropped_total", "counter", "states pushed out of memory with no directory to go to", double(st.dropped));
+  metric("recur_conversation_bytes", "gauge", "bytes of conversation states held in memory", double(st.memory_bytes));
+  metric("recur_slot_bytes", "gauge", "bytes held by the running slots' decoders and the batch", double(s.engine->active_bytes()));
+  metric("recur_resident_bytes", "gauge", "resident set size of the process", double(resident_bytes()));
+  return out;
+}
+
+// Streams a job as server-sent events: a chunk whenever text or tokens arrive, a comment every
+// few seconds while nothing does (so that a client that left is noticed), then the finish.
+void stream(Server& s, const std::shared_ptr<Job>& job, bool include_usage, httplib::Response& res) {
+  struct Progress {
+    std::size_t text = 0, tokens = 0, ids = 0;
+    bool ended = false;
+  };
+  auto sent = std::make_shared<Progress>();
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [&s, job, include_usage, sent](std::size_t, httplib::DataSink& sink) {
+        std::string out;
+        {
+          std::unique_lock<std::mutex> lock(job->mutex);
+          job->changed.wait_for(lock, std::chrono::seconds(5), [&] {
+            return job->finished || job->text.size() > sent->text || job->tokens.size() > sent->tokens ||
+                   job->token_ids.size() > sent->ids;
+          });
+          const bool news = job->text.size() > sent->text || job->tokens.size() > sent->tokens ||
+                            job->token_ids.size() > sent->ids;
+          if (job->error_status) {
+            out = "data: " + serve::error_json(job->error_message, job->error_type) + "\n\n";
+            sent->ended = true;
+          } else if (news || job->finished) {
+            out = "data: " + serve::chunk_json(*job, s.served, *s.engine, sent->text, sent->tokens,
+                                                sent->ids, job->finished ? job->finish_reason : "") + "\n\n";
+            sent->text = job->text.size();
+            sent->tokens = job->tokens.size();
+            sent->ids = job->token_ids.size();
+            if (job->finished) {
+              if (include_usage) out += "data: " + serve::usage_chunk_json(*job, s.served) + "\n\n";
+              sent->ended = true;
+            }
+          } else {
+            out = ": waiting\n\n";
+          }
+        }
+        if (sent->ended) out += "data: [DONE]\n\n";
+        if (!sink.write(out.data(), out.size())) {
+          job->cancelled = true;
+          ++s.disconnects;
+          return false;
+        }
+        if (sent->ended) sink.done();
+        return true;
+      },
+      [job](bool success) {
+        if (!success) job->cancelled = true;
+      });
+}
+
+void completions(Server& s, const httplib::Request& req, httplib::Response& res) {
+  serve::Completion c;
+  try {
+    c = serve::parse_completion(req.body, s.served);
+    if (!c.request.previous_id.empty() && !s.store->contains(c.request.previous_id))
+      throw ApiError(404, "not_found_error", "previous_response_id",
+                     fmt::format("previous_response_id '{}': no such conversation is kept here",
+                                 c.request.previous_id));
+  } catch (const ApiError& e) {
+    ++s.rejected_bad;
+    send_error(res, e.status, e.what(), e.type, e.param);
+    return;
+  }
+  auto job = std::make_shared<Job>();
+  job->request = std::move(c.request);
+  job->id = new_id();
+  job->created = unix_seconds();
+  if (!s.engine->submit(job)) {
+    if (s.engine->draining()) {
+      send_error(res, 503, "the server is shutting down", "server_error");
+    } else {
+      ++s.rejected_full;
+      res.set_header("Retry-After", "1");
+      send_error(res, 429, fmt::format("the queue is full ({} requests wait); retry later",
+                                       s.engine->options().max_queue), "rate_limit_error");
+    }
+    return;
+  }
+  if (c.stream) {
+    stream(s, job, c.include_usage, res);
+    return;
+  }
+  std::unique_lock<std::mutex> lock(job->mutex);
+  job->changed.wait(lock, [&] { return job->finished; });
+  if (job->error_status) {
+    send_error(res, job->error_status, job->error_message, job->error_type);
+    return;
+  }
+  res.set_content(serve::completion_json(*job, s.served, *s.engine), "application/json");
+}
+
+std::string model_json(const Server& s) {
+  return fmt::format(R"({{"id":{},"object":"model","created":{},"owned_by":"recur"}})",
+                     json::quote(s.served.name), s.started);
+}
+
+// SIGTERM and SIGINT are blocked in every thread and taken by one that waits for them: the
+// handler may then do anything (log, stop the server), which a signal handler may not.
+sigset_t shutdown_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
+}  // namespace
+
+int run_serve(int argc, char** argv) {
+  Args args("serve",
+            "Serves a model over HTTP with the OpenAI completions API: POST /v1/completions (text\n"
+            "or token ids, max_tokens, temperature, top_p, seed, stop, logprobs, stream), GET\n"
+            "/v1/models, GET /health and GET /metrics (Prometheus). Requests are decoded together\n"
+            "in one batch that they join and leave between steps; a request's tokens and logprobs\n"
+            "are the same bytes whether it runs alone or among 64 others. Each response's final\n"
+            "state is kept under its id: a request naming it in \"previous_response_id\" continues\n"
+            "the conversation and pays only for its new tokens. Without -m it serves the built-in\n"
+            "model.");
+  args.option("model", "", "model directory (config.json, safetensors, tokenizer.json); default: "
+                           "the built-in model", 'm')
+      .option("host", "127.0.0.1", "address to listen on (0.0.0.0: every interface)")
+      .option("port", "8080", "port to listen on (0: any free port, printed at start)")
+      .option("name", "", "the model's name in the API (default: the directory's name, or "
+                          "recur-kjv / recur-random)")
+      .option("threads", "0", "worker threads for the model, 0: all cores (changes speed, never results)")
+      .option("chunk", "64", "prefill tokens per turn between decode steps (changes speed, never results)")
+      .option("max-batch", "64", "requests decoded at once; more wait in the queue")
+      .option("queue", "256", "requests that may wait for a slot; past it 429 with Retry-After")
+      .option("max-body", "8M", "largest request body in bytes (413 past it)")
+      .option("max-tokens-limit", "1M", "largest max_tokens a request may ask for")
+      .option("read-timeout", "30", "seconds a client may take to send the next part of its request")
+      .option("write-timeout", "30", "seconds a client may take to accept the next part of a response")
+      .option("memory", "1G", "bytes of conversation states kept in memory; past it the least "
+                              "recently used go to --state-dir (or are dropped without one)")
+      .option("state-dir", "", "directory for conversation states: what memory cannot hold, and "
+                               "everything at shutdown; a restarted server continues from it")
+      .option("grace", "30", "seconds running requests get to finish after SIGTERM before they are "
+                             "cancelled")
+      .flag("random-model", "the random-weight test model (byte-level, seed 1) instead of the built-in one")
+      .flag("verbose", "log every request", 'v')
+      .excludes("random-model", "model")
+      .footer(
+          "Extensions to the OpenAI request: \"previous_response_id\" (continue the conversation a\n"
+          "response ended; its prompt is appended after that response's tokens), \"top_k\", and\n"
+          "\"ignore_eos\". A conversation's state includes every token the model produced, an\n"
+          "end-of-sequence one and one that completed a stop sequence included, though the text\n"
+          "returned ends before them.\n\n"
+          "SIGTERM or SIGINT: stop accepting, let running requests finish (up to --grace seconds),\n"
+          "write the conversations to --state-dir, exit 0.");
+  if (!args.parse(argc, argv, 2)) return 0;
+  const auto port = static_cast<int>(args.integer("port", 0, 65535));
+  serve::EngineOptions eo;
+  eo.threads = threads_option(args);
+  eo.chunk = static_cast<int>(args.integer("chunk", 1, 1 << 16));
+  eo.max_batch = static_cast<int>(args.integer("max-batch", 1, 4096));
+  eo.max_queue = static_cast<int>(args.integer("queue", 0, 1 << 16));
+  const auto max_body = static_cast<std::size_t>(args.integer("max-body", 1024, std::int64_t(1) << 32));
+  const auto read_timeout = args.integer("read-timeout", 1, 3600);
+  const auto write_timeout = args.integer("write-timeout", 1, 3600);
+  const auto memory = static_cast<std::size_t>(args.integer("memory", 0, std::int64_t(1) << 50));
+  const double grace = args.real("grace", 0, 86400);
+
+  // Blocked before any thread starts, so that every thread inherits the mask.
+  const sigset_t signals = shutdown_signals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  const TextModel tm = open_model(args);
+  describe_model(tm);
+  Server s;
+  s.served.model = tm.model;
+  s.served.tokenizer = tm.tokenizer;
+  s.served.max_tokens_limit = args.integer("max-tokens-limit", 1, std::int64_t(1) << 40);
+  s.served.max_logprobs = eo.max_logprobs;
+  s.served.name = args.given("name") ? args.str("name")
+                  : tm.random        ? "recur-random"
+                  : !args.given("model")
+                      ? "recur-kjv"
+                      : std::filesystem::path(args.str("model")).lexically_normal().filename().string();
+  if (s.served.name.empty()) s.served.name = "recur";
+  s.started = unix_seconds();
+  if (!tm.tokenizer && tm.model->config().vocab_size < ByteTokenizer::kVocab)
+    fmt::print(stderr, "warning: the model has {} ids and no tokenizer.json: send prompts as token ids\n",
+               tm.model->config().vocab_size);
+
+  serve::ConversationStore store(memory, args.str("state-dir"));
+  s.store = &store;
+  {
+    const auto st = store.stats();
+    if (!store.dir().empty())
+      fmt::print(stderr, "conversations: up to {} in memory, then {} ({} there now)\n",
+                 human_bytes(double(memory)), printable(store.dir()), st.disk_count);
+    else
+      fmt::print(stderr, "conversations: up to {} in memory, none kept past it or past a restart "
+                         "(--state-dir keeps them)\n", human_bytes(double(memory)));
+  }
+  serve::Engine engine(tm.model, tm.tokenizer, store, eo);
+  s.engine = &engine;
+
+  httplib::Server http;
+  // One HTTP thread per connection: every running and waiting request, and a few more for
+  // /health and /metrics while the queue is full.
+  const auto http_threads = static_cast<std::size_t>(eo.max_batch + eo.max_queue + 8);
+  http.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
+  http.set_payload_max_length(max_body);
+  http.set_read_timeout(static_cast<time_t>(read_timeout), 0);
+  http.set_write_timeout(static_cast<time_t>(write_timeout), 0);
+  http.set_keep_alive_timeout(5);
+  http.set_tcp_nodelay(true);
+  const bool verbose = args.flag_set("verbose");
+  http.set_logger([&s, verbose](const httplib::Request& req, const httplib::Response& res) {
+    ++s.http_requests;
+    if (verbose || res.status >= 500) spdlog::info("{} {} {}", req.method, req.path, res.status);
+  });
+  http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const int status = res.status;
+    const std::string message = status == 413   ? "the request body is larger than --max-body"
+                                : status == 404 ? "no such endpoint (POST /v1/completions, GET /v1/models, /health, /metrics)"
+                                : status == 405 ? "method not allowed on this endpoint"
+                                                : fmt::format("HTTP error {}", status);
+    send_error(res, status, message, status == 404 ? "not_found_error" : "invalid_request_error");
+  });
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    spdlog::error("request failed: {}", what);
+    send_error(res, 500, what, "server_error");
+  });
+  http.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res) {
+    completions(s, req, res);
+  });
+  http.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
+    res.set_content(fmt::format(R"({{"object":"list","data":[{}]}})", model_json(s)), "application/json");
+  });
+  http.Get(R"(/v1/models/(.+))", [&s](const httplib::Request& req, httplib::Response& res) {
+    if (req.matches[1] != s.served.name)
+      return send_error(res, 404, fmt::format("the model '{}' does not exist here", std::string(req.matches[1])),
+                        "not_found_error", "model");
+    res.set_content(model_json(s), "application/json");
+  });
+  http.Get("/health", [&s](const httplib::Request&, httplib::Response& res) {
+    if (s.engine->draining()) return send_error(res, 503, "shutting down", "server_error");
+    res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics(s), "text/plain; version=0.0.4");
+  });
+
+  const std::string host = args.str("host");
+  const int bound = port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
+  if (bound < 0)
+    throw Error(fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)",
+                            printable(host), port));
+  fmt::print(stderr, "listening on http://{}:{} as model '{}' (kernels {}, up to {} at once, {} waiting)\n",
+             host, bound, s.served.name, kernels_line(false), eo.max_batch, eo.max_queue);
+
+  std::atomic<bool> stopping{false};
+  std::thread watcher([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (stopping.exchange(true)) return;  // woken because listen() ended on its own
+    spdlog::info("{}: no new requests; {} running get up to {} s to finish", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                 engine.stats().running, grace);
+    engine.drain(grace);
+    http.stop();
+  });
+  const bool listened = http.listen_after_bind();
+  if (!stopping.exchange(true)) {
+    // listen() ended on its own (not through a signal): stop the engine, wake the watcher.
+    engine.drain(0);
+    pthread_kill(watcher.native_handle(), SIGTERM);
+  }
+  watcher.join();
+  engine.join();
+  const auto saved = store.persist();
+  const auto st = store.stats();
+  spdlog::info("stopped: {} conversations written to {} ({} there in all)", saved,
+               store.dir().empty() ? std::string("nowhere (no --state-dir)") : printable(store.dir()), st.disk_count);
+  return listened ? 0 : 1;
+}
+
+}  // namespace recur::cli

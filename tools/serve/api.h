@@ -1,0 +1,54 @@
+// The OpenAI completions API on top of the engine: a request body to a checked Request, and a
+// job's progress to response JSON (a whole response, or server-sent-event chunks).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "serve/engine.h"
+
+namespace recur::serve {
+
+/// A request the API refuses: the HTTP status and OpenAI's error object fields.
+struct ApiError : std::runtime_error {
+  ApiError(int http_status, std::string error_type, std::string error_param, const std::string& message)
+      : std::runtime_error(message), status(http_status), type(std::move(error_type)), param(std::move(error_param)) {}
+  int status;
+  std::string type;   // invalid_request_error, not_found_error, ...
+  std::string param;  // the offending field, "" for none
+};
+
+/// {"error": {"message", "type", "param", "code"}}
+std::string error_json(const std::string& message, const std::string& type,
+                       const std::string& param = "", const std::string& code = "");
+
+struct ServedModel {
+  std::string name;  ///< what "model" must say (or leave out)
+  std::shared_ptr<const Model> model;
+  std::shared_ptr<const Tokenizer> tokenizer;  ///< null: bytes
+  std::int64_t max_tokens_limit = 1 << 20;
+  int max_logprobs = 20;
+};
+
+struct Completion {
+  Request request;
+  bool stream = false;
+  bool include_usage = false;  ///< stream_options.include_usage
+};
+
+/// Parses and checks a POST /v1/completions body; throws ApiError naming the field.
+Completion parse_completion(std::string_view body, const ServedModel& served);
+
+/// The whole response of a finished job.
+std::string completion_json(const Job& job, const ServedModel& served, const Engine& engine);
+
+/// One streamed chunk: the text, tokens and ids after `text_from`, `token_from` and `id_from`,
+/// and the finish reason when given.
+std::string chunk_json(const Job& job, const ServedModel& served, const Engine& engine,
+                       std::size_t text_from, std::size_t token_from, std::size_t id_from,
+                       const std::string& finish_reason);
+/// The last chunk with usage only (stream_options.include_usage).
+std::string usage_chunk_json(const Job& job, const ServedModel& served);
+
+}  // namespace recur::serve

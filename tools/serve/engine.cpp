@@ -1,0 +1,478 @@
+#include "serve/engine.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <optional>
+
+#include "recur/error.h"
+#include "util/parallel.h"
+
+namespace recur::serve {
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Bytes in, UTF-8 out: complete sequences pass, a sequence cut short waits for its next bytes,
+// and bytes that cannot form UTF-8 become U+FFFD. For models that read text as bytes.
+class Utf8Stream {
+ public:
+  std::string put(const std::string& bytes) {
+    pending_ += bytes;
+    std::string out;
+    std::size_t i = 0;
+    while (i < pending_.size()) {
+      const auto b = static_cast<unsigned char>(pending_[i]);
+      const std::size_t need = b < 0x80 ? 1 : (b >= 0xC2 && b <= 0xDF) ? 2 : (b >= 0xE0 && b <= 0xEF) ? 3
+                               : (b >= 0xF0 && b <= 0xF4) ? 4 : 0;
+      if (need == 0) {
+        out += "\xEF\xBF\xBD";
+        ++i;
+        continue;
+      }
+      std::size_t have = 1;
+      while (have < need && i + have < pending_.size() &&
+             (static_cast<unsigned char>(pending_[i + have]) & 0xC0) == 0x80)
+        ++have;
+      if (have == need) {
+        out.append(pending_, i, need);
+        i += need;
+      } else if (i + have == pending_.size()) {
+        break;  // cut short: wait for more
+      } else {
+        out += "\xEF\xBF\xBD";
+        i += have;
+      }
+    }
+    pending_.erase(0, i);
+    return out;
+  }
+  std::string finish() {
+    std::string out;
+    if (!pending_.empty()) out = "\xEF\xBF\xBD";
+    pending_.clear();
+    return out;
+  }
+
+ private:
+  std::string pending_;
+};
+
+}  // namespace
+
+struct Engine::Slot {
+  enum class Phase { kIdle, kPrefill, kDecode, kFinishing };
+  Phase phase = Phase::kIdle;
+  std::shared_ptr<Job> job;
+  Decoder decoder;
+  std::vector<int> todo;  // prompt tokens still to prefill
+  std::size_t done = 0;
+  std::optional<Sampler> sampler;
+  int pending = 0;        // the token to feed at the next batched step
+  std::int64_t generated = 0;
+  std::optional<DecodeStream> stream;  // with a tokenizer
+  Utf8Stream bytes;                    // without one
+  std::string held;                    // text that may begin a stop sequence
+  std::string failure;                 // set by the parallel sampling, handled after it
+
+  Slot(std::shared_ptr<const Model> model, const DecoderOptions& o) : decoder(std::move(model), o) {}
+};
+
+Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer,
+               ConversationStore& store, const EngineOptions& options)
+    : model_(std::move(model)),
+      tokenizer_(std::move(tokenizer)),
+      store_(store),
+      options_(options),
+      batch_(model_, options.threads) {
+  for (int i = 0; i < options_.max_batch; ++i)
+    slots_.push_back(std::make_unique<Slot>(model_, DecoderOptions{options_.chunk, options_.threads}));
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool Engine::submit(const std::shared_ptr<Job>& job) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (draining_ || int(queue_.size()) >= options_.max_queue) return false;
+    queue_.push_back(job);
+    stats_.waiting = int(queue_.size());
+  }
+  wake_.notify_all();
+  return true;
+}
+
+void Engine::drain(double deadline_seconds) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    deadline_ = now() + deadline_seconds;
+    draining_ = true;
+  }
+  wake_.notify_all();
+}
+
+void Engine::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+std::size_t Engine::active_bytes() const {
+  std::size_t n = batch_.bytes();
+  for (const auto& s : slots_) n += s->decoder.bytes();
+  return n;
+}
+
+std::string Engine::token_text(int id) const {
+  if (tokenizer_) return tokenizer_->decode({id});
+  if (id >= ByteTokenizer::kVocab) return fmt::format("<|{}|>", id);
+  const auto b = static_cast<unsigned char>(id);
+  if (b < 0x80) return std::string(1, char(b));
+  return fmt::format("bytes:\\x{:02x}", b);
+}
+
+namespace {
+void publish(Job& job, const std::function<void(Job&)>& change) {
+  {
+    std::lock_guard<std::mutex> lock(job.mutex);
+    change(job);
+  }
+  job.changed.notify_all();
+}
+}  // namespace
+
+void Engine::fail(Slot& slot, int status, const std::string& type, const std::string& message) {
+  publish(*slot.job, [&](Job& j) {
+    j.error_status = status;
+    j.error_type = type;
+    j.error_message = message;
+    j.finished = true;
+  });
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.requests_failed;
+  }
+  release(slot);
+}
+
+void Engine::release(Slot& slot) {
+  slot.job.reset();
+  slot.phase = Slot::Phase::kIdle;
+  slot.todo.clear();
+  slot.stream.reset();
+  slot.sampler.reset();
+  slot.held.clear();
+  slot.bytes.finish();
+}
+
+void Engine::admit(Slot& slot, std::shared_ptr<Job> job) {
+  slot.job = std::move(job);
+  const Request& r = slot.job->request;
+  slot.decoder.reset();
+  if (!r.previous_id.empty()) {
+    std::optional<std::string> bytes;
+    try {
+      bytes = store_.get(r.previous_id);
+    } catch (const std::exception& e) {
+      fail(slot, 500, "server_error", e.what());
+      return;
+    }
+    if (!bytes) {
+      fail(slot, 404, "not_found_error",
+           fmt::format("previous_response_id '{}': no such conversation is kept here", r.previous_id));
+      return;
+    }
+    try {
+      slot.decoder.load_bytes(*bytes, "conversation " + r.previous_id);
+    } catch (const std::exception& e) {
+      fail(slot, 409, "invalid_request_error", fmt::format("previous_response_id '{}' cannot be continued: {}", r.previous_id, e.what()));
+      return;
+    }
+  }
+  if (r.prompt.empty() && slot.decoder.n_tokens() == 0) {
+    fail(slot, 400, "invalid_request_error", "the prompt is empty and no conversation is continued");
+    return;
+  }
+  slot.todo = r.prompt;
+  slot.done = 0;
+  slot.generated = 0;
+  slot.sampler.emplace(r.sampler);
+  if (tokenizer_) {
+    slot.stream.emplace(tokenizer_);
+    // The context before the new text, so that a decoder that treats the first token specially
+    // (a stripped leading space) does not.
+    const std::size_t context = std::min<std::size_t>(r.prompt.size(), 8);
+    for (std::size_t i = r.prompt.size() - context; i < r.prompt.size(); ++i) slot.stream->put(r.prompt[i]);
+  }
+  publish(*slot.job, [&](Job& j) { j.prompt_tokens = std::int64_t(r.prompt.size()); });
+  slot.phase = Slot::Phase::kPrefill;
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++stats_.requests_admitted;
+  stats_.prompt_tokens += std::int64_t(r.prompt.size());
+}
+
+// The text a new token releases, and whether it ends the request. Runs on worker threads, one
+// slot each: it touches only this slot and its job.
+bool Engine::after_token(Slot& slot, int token) {
+  Job& job = *slot.job;
+  const Request& r = job.request;
+  ++slot.generated;
+  const auto& eos = model_->config().eos_token_ids;
+  if (!r.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
+    std::string rest = slot.held + (slot.stream ? slot.stream->finish() : slot.bytes.finish());
+    publish(job, [&](Job& j) {
+      j.text += rest;
+      j.finish_reason = "stop";
+      j.completion_tokens += 1;
+      j.token_ids.push_back(token);
+    });
+    slot.held.clear();
+    return true;
+  }
+  Token t;
+  t.id = token;
+  if (r.logprobs >= 0) {
+    const auto logits = slot.decoder.logits();
+    const int V = int(logits.size());
+    double m = logits[0];
+    for (int i = 1; i < V; ++i) m = std::max(m, double(logits[i]));
+    double sum = 0;
+    for (int i = 0; i < V; ++i) sum += std::exp(double(logits[i]) - m);
+    const double lse = m + std::log(sum);
+    t.logprob = double(logits[token]) - lse;
+    if (r.logprobs > 0) {
+      std::vector<int> order(static_cast<std::size_t>(V));
+      for (int i = 0; i < V; ++i) order[std::size_t(i)] = i;
+      const auto n = std::min<std::size_t>(std::size_t(r.logprobs), order.size());
+      std::partial_sort(order.begin(), order.begin() + std::ptrdiff_t(n), order.end(), [&](int a, int b) {
+        return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+      });
+      for (std::size_t i = 0; i < n; ++i) t.top.emplace_back(order[i], double(logits[order[i]]) - lse);
+    }
+    t.text = token_text(token);
+  }
+  std::string piece = slot.stream ? slot.stream->put(token)
+                      : token < ByteTokenizer::kVocab ? slot.bytes.put(std::string(1, char(token)))
+                                                      : fmt::format("<|{}|>", token);
+  slot.held += piece;
+  // A stop sequence ends the text before it; text that may be the start of one waits.
+  std::size_t cut = std::string::npos;
+  for (const auto& s : r.stop) {
+    const auto at = slot.held.find(s);
+    if (at != std::string::npos) cut = std::min(cut, at);
+  }
+  bool finished = false;
+  std::string release_text;
+  std::string reason;
+  if (cut != std::string::npos) {
+    release_text = slot.held.substr(0, cut);
+    slot.held.clear();
+    finished = true;
+    reason = "stop";
+  } else {
+    std::size_t keep = 0;
+    for (const auto& s : r.stop)
+      for (std::size_t k = std::min(s.size() - 1, slot.held.size()); k > keep; --k)
+        if (slot.held.compare(slot.held.size() - k, k, s, 0, k) == 0) {
+          keep = k;
+          break;
+        }
+    release_text = slot.held.substr(0, slot.held.size() - keep);
+    slot.held.erase(0, slot.held.size() - keep);
+    if (slot.generated >= r.max_tokens) {
+      finished = true;
+      reason = "length";
+      release_text += slot.held + (slot.stream ? slot.stream->finish() : slot.bytes.finish());
+      slot.held.clear();
+    }
+  }
+  publish(job, [&](Job& j) {
+    j.text_offsets.push_back(j.text.size());
+    j.text += release_text;
+    j.tokens.push_back(std::move(t));
+    j.completion_tokens += 1;
+    j.token_ids.push_back(token);
+    if (finished) j.finish_reason = reason;
+  });
+  return finished;
+}
+
+void Engine::finish(Slot& slot) {
+  std::string bytes;
+  try {
+    bytes = slot.decoder.save_bytes();
+    store_.put(slot.job->id, std::move(bytes));
+  } catch (const std::exception& e) {
+    fail(slot, 500, "server_error", fmt::format("the conversation could not be kept: {}", e.what()));
+    return;
+  }
+  const std::int64_t generated = slot.generated;
+  publish(*slot.job, [&](Job& j) { j.finished = true; });
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.requests_finished;
+    stats_.generated_tokens += generated;
+  }
+  release(slot);
+}
+
+void Engine::prefill_one() {
+  const std::size_t n = slots_.size();
+  for (std::size_t k = 0; k < n; ++k) {
+    Slot& slot = *slots_[(next_prefill_ + k) % n];
+    if (slot.phase != Slot::Phase::kPrefill) continue;
+    next_prefill_ = (next_prefill_ + k + 1) % n;
+    const std::size_t count = std::min(slot.todo.size() - slot.done, std::size_t(options_.chunk));
+    try {
+      if (count > 0) {
+        const std::vector<int> part(slot.todo.begin() + std::ptrdiff_t(slot.done),
+                                    slot.todo.begin() + std::ptrdiff_t(slot.done + count));
+        slot.decoder.prefill(part);
+        slot.done += count;
+      }
+      if (slot.done < slot.todo.size()) return;
+      if (slot.job->request.max_tokens == 0) {
+        publish(*slot.job, [](Job& j) { j.finish_reason = "length"; });
+        finish(slot);
+        return;
+      }
+      const int token = slot.sampler->sample(slot.decoder.logits(), {});
+      slot.pending = token;
+      slot.phase = after_token(slot, token) ? Slot::Phase::kFinishing : Slot::Phase::kDecode;
+    } catch (const std::exception& e) {
+      fail(slot, 500, "server_error", fmt::format("the model failed on this request: {}", e.what()));
+    }
+    return;
+  }
+}
+
+void Engine::decode_all() {
+  std::vector<Slot*> active;
+  std::vector<Decoder*> decoders;
+  std::vector<int> tokens;
+  for (auto& s : slots_)
+    if (s->phase == Slot::Phase::kDecode || s->phase == Slot::Phase::kFinishing) {
+      active.push_back(s.get());
+      decoders.push_back(&s->decoder);
+      tokens.push_back(s->pending);
+    }
+  if (active.empty()) return;
+  batch_.step(decoders, tokens);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.batch_steps;
+    stats_.batch_rows += std::int64_t(active.size());
+    stats_.last_batch = int(active.size());
+  }
+  std::vector<Slot*> sampling;
+  for (Slot* s : active) {
+    if (!s->decoder.failure().empty())
+      fail(*s, 500, "server_error", fmt::format("the model failed on this request: {}", s->decoder.failure()));
+    else if (s->phase == Slot::Phase::kFinishing)
+      finish(*s);
+    else
+      sampling.push_back(s);
+  }
+  // Each slot samples from its own logits and stream: the split over threads changes nothing.
+  const int n = int(sampling.size());
+  const int threads = std::min(detail::resolve_threads(options_.threads), n);
+  detail::parallel_ranges(n, std::max(threads, 1), [&](int begin, int end, int) {
+    for (int i = begin; i < end; ++i) {
+      Slot& s = *sampling[std::size_t(i)];
+      try {
+        const int token = s.sampler->sample(s.decoder.logits(), {});
+        s.pending = token;
+        if (after_token(s, token)) s.phase = Slot::Phase::kFinishing;
+      } catch (const std::exception& e) {
+        s.failure = e.what();
+      }
+    }
+  });
+  for (Slot* s : sampling)
+    if (!s->failure.empty()) {
+      const std::string why = std::move(s->failure);
+      s->failure.clear();
+      fail(*s, 500, "server_error", why);
+    }
+}
+
+void Engine::loop() {
+  for (;;) {
+    std::vector<std::shared_ptr<Job>> admitted, refused;
+    bool any_active = false;
+    for (const auto& s : slots_) any_active |= s->phase != Slot::Phase::kIdle;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (!any_active)
+        wake_.wait(lock, [&] { return stop_ || draining_ || !queue_.empty(); });
+      if (stop_) break;
+      if (draining_) {
+        refused.assign(queue_.begin(), queue_.end());
+        queue_.clear();
+      }
+      std::size_t free_slots = 0;
+      for (const auto& s : slots_) free_slots += s->phase == Slot::Phase::kIdle;
+      while (free_slots > 0 && !queue_.empty()) {
+        admitted.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+        --free_slots;
+      }
+      stats_.waiting = int(queue_.size());
+    }
+    for (auto& job : refused)
+      publish(*job, [](Job& j) {
+        j.error_status = 503;
+        j.error_type = "server_error";
+        j.error_message = "the server is shutting down";
+        j.finished = true;
+      });
+    // Requests whose client has gone free their slot at once.
+    for (auto& s : slots_)
+      if (s->phase != Slot::Phase::kIdle && s->job->cancelled.load()) {
+        publish(*s->job, [](Job& j) { j.finished = true; });
+        release(*s);
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++stats_.requests_cancelled;
+      }
+    for (auto& job : admitted) {
+      if (job->cancelled.load()) continue;
+      for (auto& s : slots_)
+        if (s->phase == Slot::Phase::kIdle) {
+          admit(*s, std::move(job));
+          break;
+        }
+    }
+    if (draining_ && now() > deadline_)
+      for (auto& s : slots_)
+        if (s->phase != Slot::Phase::kIdle)
+          fail(*s, 503, "server_error", "the server shut down before the request finished");
+    prefill_one();
+    decode_all();
+    int running = 0;
+    for (const auto& s : slots_) running += s->phase != Slot::Phase::kIdle;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stats_.running = running;
+      if (draining_ && running == 0) break;
+    }
+  }
+}
+
+}  // namespace recur::serve

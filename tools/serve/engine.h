@@ -1,0 +1,135 @@
+// The server's engine: one thread that runs every admitted request through the model with
+// continuous batching. Each turn of its loop admits waiting requests into free slots, prefills
+// at most one chunk of one prompt (so that a long prompt never stalls the streams already
+// running), then steps every decoding sequence together through a BatchDecoder and samples each
+// one's next token. A request's tokens and logprobs are the same bytes whatever else runs with
+// it: prefill is exact in any chunking, the batched step gives each row the bytes of a step
+// alone, and each request samples from its own seeded stream.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "recur/model.h"
+#include "recur/sampling.h"
+#include "recur/tokenizer.h"
+#include "serve/store.h"
+
+namespace recur::serve {
+
+/// A completion request, checked and tokenized.
+struct Request {
+  std::vector<int> prompt;
+  std::string previous_id;  ///< continue this conversation ("": a new one)
+  std::int64_t max_tokens = 16;
+  SamplerOptions sampler;
+  std::vector<std::string> stop;
+  int logprobs = -1;  ///< alternatives to list per token; -1: no logprobs
+  bool ignore_eos = false;
+  bool return_token_ids = false;  ///< the response lists the prompt's and the completion's ids
+};
+
+/// One generated token as the response reports it.
+struct Token {
+  int id = 0;
+  std::string text;     ///< this token's own text (for logprobs)
+  double logprob = 0;   ///< log softmax of the model's logits, in float64
+  std::vector<std::pair<int, double>> top;  ///< the most likely ids and their logprobs
+};
+
+/// What a request produced so far; the engine appends and the HTTP side reads under `mutex`.
+struct Job {
+  Request request;
+  std::string id;  ///< the response id, under which its final state is kept
+  std::int64_t created = 0;
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::string text;           ///< text released so far (held back while it may begin a stop)
+  std::vector<Token> tokens;  ///< every generated token (with logprobs when asked)
+  std::vector<std::size_t> text_offsets;  ///< where each token's text starts in `text`
+  bool finished = false;
+  std::string finish_reason;  ///< "stop" or "length"
+  int error_status = 0;       ///< non-zero: failed with this HTTP status
+  std::string error_type, error_message;
+  std::int64_t prompt_tokens = 0;
+  std::int64_t completion_tokens = 0;  ///< tokens sampled, an end-of-sequence one included
+  std::vector<int> token_ids;          ///< every token sampled, an end-of-sequence one included
+
+  std::atomic<bool> cancelled{false};  ///< set by the client side: free the slot, keep nothing
+};
+
+struct EngineOptions {
+  int max_batch = 64;        ///< sequences decoding at once
+  int max_queue = 256;       ///< requests waiting for a slot before 429
+  int chunk = 64;            ///< prefill tokens per turn of the loop
+  int threads = 0;
+  int max_logprobs = 20;
+};
+
+/// Counters for /metrics.
+struct EngineStats {
+  std::int64_t requests_admitted = 0, requests_finished = 0, requests_cancelled = 0,
+               requests_failed = 0, prompt_tokens = 0, generated_tokens = 0, batch_steps = 0,
+               batch_rows = 0;
+  int running = 0, waiting = 0, last_batch = 0;
+};
+
+class Engine {
+ public:
+  Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer,
+         ConversationStore& store, const EngineOptions& options);
+  ~Engine();
+
+  /// Queues a job. Returns false when the queue is full or the engine is draining.
+  bool submit(const std::shared_ptr<Job>& job);
+  /// Stops admitting; requests running get until `deadline_seconds` from now to finish and are
+  /// cancelled after it; waiting ones are refused (503). Returns at once; join() waits for the
+  /// loop to stop.
+  void drain(double deadline_seconds);
+  void join();
+  bool draining() const { return draining_.load(); }
+
+  EngineStats stats() const;
+  std::size_t active_bytes() const;  ///< the slots' decoders and the batch's workspace
+  const Model& model() const { return *model_; }
+  const EngineOptions& options() const { return options_; }
+  /// The text of one token for logprobs (a lone byte of a UTF-8 sequence as "bytes:\xNN").
+  std::string token_text(int id) const;
+
+ private:
+  struct Slot;
+  void loop();
+  void admit(Slot& slot, std::shared_ptr<Job> job);
+  void prefill_one();
+  void decode_all();
+  bool after_token(Slot& slot, int token);  // returns whether the request is finished
+  void finish(Slot& slot);
+  void fail(Slot& slot, int status, const std::string& type, const std::string& message);
+  void release(Slot& slot);
+
+  std::shared_ptr<const Model> model_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  ConversationStore& store_;
+  EngineOptions options_;
+  BatchDecoder batch_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::size_t next_prefill_ = 0;
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  std::atomic<bool> draining_{false}, stop_{false};
+  double deadline_ = 0;
+  EngineStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace recur::serve
