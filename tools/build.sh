@@ -35,7 +35,8 @@ cd "$(dirname "$0")/.."
 job="${1:-generate}"
 shift || true
 packages=(g++ cmake ninja-build libeigen3-dev libfmt-dev libspdlog-dev libcli11-dev catch2
-          libbenchmark-dev locales pkg-config libpcre2-dev libutf8proc-dev libhwy-dev)
+          libbenchmark-dev locales pkg-config libpcre2-dev libutf8proc-dev libhwy-dev
+          libcpp-httplib-dev)
 [[ "$job" == tsan ]] && packages+=(clang libclang-rt-14-dev libomp-14-dev)
 [[ "$job" == arm64 ]] && packages+=(qemu-user g++-aarch64-linux-gnu)
 if [[ "$job" == train ]]; then
@@ -44,7 +45,8 @@ if [[ "$job" == train ]]; then
   [[ " $* " == *" --out "* ]] && out=()
   exec /usr/bin/python3 tools/train/train.py "${out[@]}" "$@"
 fi
-# The tests compare the tokenizer with Hugging Face's own library, from the npm registry.
+# The tests compare the tokenizer with Hugging Face's own library, and talk to recur serve with
+# OpenAI's own client, both from the npm registry.
 needs_oracle=false
 [[ "$job" =~ ^(test|asan|native|bench)$ ]] && needs_oracle=true
 $needs_oracle && ! command -v npm > /dev/null && packages+=(nodejs npm)
@@ -53,6 +55,11 @@ if $needs_oracle && [[ ! -f tests/tokenizer/node_modules/.package-lock.json ||
                        tests/tokenizer/package-lock.json -nt tests/tokenizer/node_modules/.package-lock.json ]]; then
   echo "build.sh: installing the tokenizer reference (npm ci in tests/tokenizer)" >&2
   (cd tests/tokenizer && npm ci --no-audit --no-fund --loglevel=error >&2)
+fi
+if $needs_oracle && [[ ! -f tests/serve/node_modules/.package-lock.json ||
+                       tests/serve/package-lock.json -nt tests/serve/node_modules/.package-lock.json ]]; then
+  echo "build.sh: installing the OpenAI client (npm ci in tests/serve)" >&2
+  (cd tests/serve && npm ci --no-audit --no-fund --loglevel=error >&2)
 fi
 
 jobs=$(nproc)
@@ -70,7 +77,7 @@ case "$job" in
     bash tools/packages.sh g++-aarch64-linux-gnu qemu-user libfmt-dev:arm64 libspdlog-dev:arm64 \
       libpcre2-dev:arm64 libutf8proc-dev:arm64 libhwy-dev:arm64
     cmake -S . -B build/arm64 -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DRECUR_BUILD_BENCHMARKS=OFF \
+      -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DRECUR_BUILD_BENCHMARKS=OFF -DRECUR_SERVE=OFF \
       -DRECUR_DISCOVER_TESTS=OFF -DRECUR_WERROR="$werror" > /dev/null
     cmake --build build/arm64 -j "$jobs"
     # For the comparison: this machine's own build.

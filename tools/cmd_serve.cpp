@@ -52,6 +52,7 @@ struct Server {
   serve::Engine* engine = nullptr;
   std::int64_t started = 0;
   std::atomic<std::int64_t> http_requests{0}, rejected_full{0}, rejected_bad{0}, disconnects{0};
+  std::atomic<int> responding{0};  // completions whose response is not fully written yet
 };
 
 std::string metrics(const Server& s) {
@@ -131,8 +132,9 @@ void stream(Server& s, const std::shared_ptr<Job>& job, bool include_usage, http
         if (sent->ended) sink.done();
         return true;
       },
-      [job](bool success) {
+      [&s, job](bool success) {
         if (!success) job->cancelled = true;
+        --s.responding;
       });
 }
 
@@ -165,6 +167,7 @@ void completions(Server& s, const httplib::Request& req, httplib::Response& res)
     return;
   }
   if (c.stream) {
+    ++s.responding;  // until the stream's releaser runs
     stream(s, job, c.include_usage, res);
     return;
   }
@@ -306,6 +309,8 @@ int run_serve(int argc, char** argv) {
     const std::string message = status == 413   ? "the request body is larger than --max-body"
                                 : status == 404 ? "no such endpoint (POST /v1/completions, GET /v1/models, /health, /metrics)"
                                 : status == 405 ? "method not allowed on this endpoint"
+                                : status == 400 ? "the request could not be read: malformed HTTP, or not "
+                                                  "sent in full within --read-timeout"
                                                 : fmt::format("HTTP error {}", status);
     send_error(res, status, message, status == 404 ? "not_found_error" : "invalid_request_error");
   });
@@ -356,6 +361,11 @@ int run_serve(int argc, char** argv) {
     spdlog::info("{}: no new requests; {} running get up to {} s to finish", sig == SIGINT ? "SIGINT" : "SIGTERM",
                  engine.stats().running, grace);
     engine.drain(grace);
+    // The HTTP server cuts open streams when it stops: first let the engine finish, then let the
+    // handlers write their last chunks.
+    engine.join();
+    for (int i = 0; i < 500 && s.responding.load() > 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     http.stop();
   });
   const bool listened = http.listen_after_bind();
