@@ -89,6 +89,34 @@ BENCHMARK(BM_ModelDecode)->ArgNames({"threads", "bf16"})
     ->Args({1, 0})->Args({2, 0})->Args({1, 1})->Args({2, 1})
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// Batched decode: B sequences (each 256 tokens in) step together through a BatchDecoder, one
+// token each per call. "x_one" compares the batch's tokens/s with one sequence's through the
+// same call; prefill's tokens/s on the same threads (BM_ModelPrefill) is the ceiling.
+void BM_BatchDecode(benchmark::State& state) {
+  const int B = static_cast<int>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  const auto model = bench_model(0);
+  std::vector<recur::Decoder> decoders;
+  std::vector<recur::Decoder*> batch;
+  for (int i = 0; i < B; ++i) decoders.emplace_back(model, recur::DecoderOptions{64, threads});
+  for (auto& d : decoders) {
+    d.prefill(tokens(256));
+    batch.push_back(&d);
+  }
+  recur::BatchDecoder bd(model, threads);
+  std::vector<int> next(static_cast<std::size_t>(B));
+  int t = 0;
+  for (auto _ : state) {
+    for (auto& x : next) x = (t++ * 31) % 32000;
+    bd.step(batch, next);
+  }
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * B, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_BatchDecode)->ArgNames({"batch", "threads"})
+    ->Args({1, 1})->Args({16, 1})->Args({64, 1})->Args({1, 2})->Args({16, 2})->Args({64, 2})
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+
 // T prompt tokens from an empty state, in chunks of 64 (logits for the last token only).
 void BM_ModelPrefill(benchmark::State& state) {
   const int T = static_cast<int>(state.range(0));

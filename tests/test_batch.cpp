@@ -1,7 +1,7 @@
 // Batched decoding: every sequence's logits in a batch are the bytes of the same sequence
 // decoded alone, whoever else is in the batch, at whatever position, in whatever order, on any
-// number of threads; bad batches are refused before anything changes; one sequence's overflow
-// fails that sequence alone.
+// number of threads, whether it decodes one token or prefills a chunk in the call; bad batches
+// are refused before anything changes; one sequence's overflow fails that sequence alone.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
@@ -43,8 +43,9 @@ struct Sequence {
   std::size_t next = 0;
 };
 
-// Sequences of different prompt lengths join and leave at random steps, in random order;
-// after every batched step each one's logits must equal its twin's after Decoder::step.
+// Sequences of different prompt lengths join and leave at random steps, in random order, some
+// taking a chunk of several tokens (prefill) and some one; after every call each one's logits
+// must equal its twin's after Decoder::prefill or Decoder::step of the same tokens.
 void check_schedule(const std::shared_ptr<const Model>& model, int threads, std::uint32_t seed) {
   std::mt19937 rng(seed);
   const int V = model->config().vocab_size;
@@ -64,7 +65,8 @@ void check_schedule(const std::shared_ptr<const Model>& model, int threads, std:
     seqs.push_back(std::move(s));
   }
   BatchDecoder batch(model, threads);
-  std::bernoulli_distribution joins(0.6);
+  std::bernoulli_distribution joins(0.6), chunk(0.3);
+  std::uniform_int_distribution<int> chunk_size(2, 7);
   int steps = 0, largest = 0;
   for (;;) {
     std::vector<Sequence*> active;
@@ -76,16 +78,20 @@ void check_schedule(const std::shared_ptr<const Model>& model, int threads, std:
       continue;
     }
     std::shuffle(active.begin(), active.end(), rng);
-    std::vector<Decoder*> decoders;
-    std::vector<int> tokens;
+    std::vector<BatchDecoder::Item> items;
     for (auto* s : active) {
-      decoders.push_back(&s->batched);
-      tokens.push_back(s->tokens[s->next]);
+      const int left = int(s->tokens.size() - s->next);
+      const int count = std::min(left, chunk(rng) ? chunk_size(rng) : 1);
+      items.push_back({&s->batched, s->tokens.data() + s->next, count});
     }
-    REQUIRE(batch.step(decoders, tokens) == 0);
-    for (auto* s : active) {
-      s->alone.step(s->tokens[s->next]);
-      ++s->next;
+    REQUIRE(batch.run(items) == 0);
+    for (std::size_t k = 0; k < active.size(); ++k) {
+      Sequence* s = active[k];
+      const int count = items[k].count;
+      if (count == 1) s->alone.step(s->tokens[s->next]);
+      else s->alone.prefill(std::vector<int>(s->tokens.begin() + std::ptrdiff_t(s->next),
+                                             s->tokens.begin() + std::ptrdiff_t(s->next) + count));
+      s->next += std::size_t(count);
       INFO("step " << steps << ", batch of " << active.size() << ", sequence at "
                    << s->alone.n_tokens() << " tokens, threads " << threads);
       REQUIRE(s->batched.n_tokens() == s->alone.n_tokens());
@@ -157,18 +163,23 @@ TEST_CASE("a bad batch is refused with the call and the index, and changes nothi
                            const std::string& says) {
     INFO(says);
     CHECK_THROWS_AS(batch.step(ds, ts), ArgumentError);
-    CHECK_THROWS_WITH(batch.step(ds, ts),
-                      Catch::Contains("BatchDecoder::step") && Catch::Contains(says));
+    CHECK_THROWS_WITH(batch.step(ds, ts), Catch::Contains("BatchDecoder::") && Catch::Contains(says));
     CHECK(a.save_bytes() == a_before);
     CHECK(b.save_bytes() == b_before);
   };
   refused({&a, &b}, {1}, "2 decoders and 1 tokens");
-  refused({&a, nullptr}, {1, 2}, "decoders[1] is null");
-  refused({&a, &b, &a}, {1, 2, 3}, "decoders[0] and decoders[2] are the same");
-  refused({&a, &stranger}, {1, 2}, "decoders[1] runs another model");
-  refused({&a, &b}, {1, 300}, "tokens[1] is 300, expected 0 to vocab_size - 1 = 299");
-  refused({&a, &b}, {-1, 2}, "tokens[0] is -1");
+  refused({&a, nullptr}, {1, 2}, "items[1].decoder is null");
+  refused({&a, &b, &a}, {1, 2, 3}, "items[0] and items[2] have the same decoder");
+  refused({&a, &stranger}, {1, 2}, "items[1].decoder runs another model");
+  refused({&a, &b}, {1, 300}, "items[1].tokens[0] is 300, expected 0 to vocab_size - 1 = 299");
+  refused({&a, &b}, {-1, 2}, "items[0].tokens[0] is -1");
   CHECK(batch.step({}, {}) == 0);
+  // run(): a chunk with a bad token anywhere, or no tokens, changes nothing either.
+  const int good[3] = {1, 2, 3}, bad[3] = {1, 2, 999};
+  CHECK_THROWS_WITH(batch.run({{&a, good, 3}, {&b, bad, 3}}), Catch::Contains("items[1].tokens[2] is 999"));
+  CHECK_THROWS_WITH(batch.run({{&a, good, 0}}), Catch::Contains("items[0] has 0 tokens"));
+  CHECK(a.save_bytes() == a_before);
+  CHECK(b.save_bytes() == b_before);
   CHECK_THROWS_WITH(BatchDecoder(model, -1), Catch::Contains("threads is -1"));
 }
 
@@ -210,7 +221,7 @@ TEST_CASE("an overflow fails its own sequence and no other", "[batch]") {
   CHECK(ds[0].failure().empty());
   CHECK(ds[2].failure().empty());
   CHECK_THAT(ds[1].failure(), Catch::Contains("non-finite"));
-  CHECK_THROWS_WITH(batch.step({&ds[1]}, {1}), Catch::Contains("decoders[0] failed in an earlier call"));
+  CHECK_THROWS_WITH(batch.step({&ds[1]}, {1}), Catch::Contains("items[0].decoder failed in an earlier call"));
   // The healthy ones are where they would be alone.
   Decoder one(model, {8, 1}), two(model, {8, 1});
   one.step(1);

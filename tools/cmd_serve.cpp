@@ -185,6 +185,14 @@ std::string model_json(const Server& s) {
                      json::quote(s.served.name), s.started);
 }
 
+// cpp-httplib 0.11 listens with a backlog of 5 connections: a burst of clients beyond that has
+// its connections dropped and retried a second later. Linux lets listen() be called again on a
+// listening socket to widen its queue.
+class HttpServer : public httplib::Server {
+ public:
+  void widen_backlog(int connections) { ::listen(svr_sock_, connections); }
+};
+
 // SIGTERM and SIGINT are blocked in every thread and taken by one that waits for them: the
 // handler may then do anything (log, stop the server), which a signal handler may not.
 sigset_t shutdown_signals() {
@@ -288,7 +296,7 @@ int run_serve(int argc, char** argv) {
   serve::Engine engine(tm.model, tm.tokenizer, store, eo);
   s.engine = &engine;
 
-  httplib::Server http;
+  HttpServer http;
   // One HTTP thread per connection: every running and waiting request, and a few more for
   // /health and /metrics while the queue is full.
   const auto http_threads = static_cast<std::size_t>(eo.max_batch + eo.max_queue + 8);
@@ -350,6 +358,7 @@ int run_serve(int argc, char** argv) {
   if (bound < 0)
     throw Error(fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)",
                             printable(host), port));
+  http.widen_backlog(1024);
   fmt::print(stderr, "listening on http://{}:{} as model '{}' (kernels {}, up to {} at once, {} waiting)\n",
              host, bound, s.served.name, kernels_line(false), eo.max_batch, eo.max_queue);
 

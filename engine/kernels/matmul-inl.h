@@ -62,15 +62,19 @@ HWY_INLINE void StoreRow(const VF* a, float* y, int cols) {
   std::memcpy(y, tmp, sizeof(float) * static_cast<std::size_t>(cols));
 }
 
-// R rows times one panel, each accumulator one chain over k ascending.
+// R rows times one panel, each accumulator one chain over k ascending. `ahead` (may be null)
+// is the next panel to stream from memory: its k-th row is prefetched beside the k-th step, so
+// that reading the weights overlaps the arithmetic on them.
 template <int R, class Panel>
 HWY_INLINE void TileRows(const float* X, std::int64_t ldx, const typename Panel::T* panel, int K,
-                         float* Y, std::int64_t ldy, int cols) {
+                         float* Y, std::int64_t ldy, int cols,
+                         const typename Panel::T* ahead = nullptr) {
   VF acc[R][kPanelVectors];
   HWY_UNROLL(12)
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < kPanelVectors; ++v) acc[r][v] = Zero();
   for (int k = 0; k < K; ++k) {
+    if (ahead) hwy::Prefetch(ahead + kPanelCols * k);
     VF w[kPanelVectors];
     for (int v = 0; v < kPanelVectors; ++v) w[v] = Panel::Load(panel + kPanelCols * k + v * kN);
     HWY_UNROLL(12)
@@ -99,13 +103,14 @@ HWY_INLINE void RowPanels(const float* x, const typename Panel::T* panel, std::s
   for (int p = 0; p < NP; ++p) StoreRow(acc[p], y + p * kPanelCols, kPanelCols);
 }
 
-template <class Panel, int R = kMatRows - 1>
+// A tile of `rows` (1 to R) rows.
+template <class Panel, int R = kMatRows>
 HWY_INLINE void FewRows(std::int64_t rows, const float* X, std::int64_t ldx,
                         const typename Panel::T* panel, int K, float* Y, std::int64_t ldy,
-                        int cols) {
+                        int cols, const typename Panel::T* ahead = nullptr) {
   if constexpr (R >= 1) {
-    if (rows == R) return TileRows<R, Panel>(X, ldx, panel, K, Y, ldy, cols);
-    FewRows<Panel, R - 1>(rows, X, ldx, panel, K, Y, ldy, cols);
+    if (rows == R) return TileRows<R, Panel>(X, ldx, panel, K, Y, ldy, cols, ahead);
+    FewRows<Panel, R - 1>(rows, X, ldx, panel, K, Y, ldy, cols, ahead);
   }
 }
 
@@ -126,7 +131,8 @@ void MultiplyPanels(const MatmulCall& m, int p0, int p1) {
     }
     for (; p < p1; ++p)
       FewRows<Panel>(m.rows, m.X, m.ldx, data + stride * static_cast<std::size_t>(p), K,
-                     m.Y + p * kPanelCols, m.ldy, panel_cols(p));
+                     m.Y + p * kPanelCols, m.ldy, panel_cols(p),
+                     p + 1 < p1 ? data + stride * static_cast<std::size_t>(p + 1) : nullptr);
     return;
   }
   // Many rows: a 16-bit panel is widened once into a float copy that every row tile then reads.
@@ -143,10 +149,24 @@ void MultiplyPanels(const MatmulCall& m, int p0, int p1) {
     }
     const int cols = panel_cols(p);
     float* Yp = m.Y + p * kPanelCols;
+    // Row tiles of nearly equal size (16 rows: 8 + 8, not 12 + 4), so that every tile runs
+    // enough chains side by side to hide the FMA latency. The first tile streams the next panel
+    // in (for 16-bit panels, the stored one).
+    const T* ahead = p + 1 < p1 ? data + stride * static_cast<std::size_t>(p + 1) : nullptr;
+    const std::int64_t tiles = (m.rows + kMatRows - 1) / kMatRows;
     std::int64_t r = 0;
-    for (; r + kMatRows <= m.rows; r += kMatRows)
-      TileRows<kMatRows, F32Panel>(m.X + r * m.ldx, m.ldx, panel, K, Yp + r * m.ldy, m.ldy, cols);
-    FewRows<F32Panel>(m.rows - r, m.X + r * m.ldx, m.ldx, panel, K, Yp + r * m.ldy, m.ldy, cols);
+    for (std::int64_t t = 0; t < tiles; ++t) {
+      const std::int64_t n = m.rows / tiles + (t < m.rows % tiles ? 1 : 0);
+      if constexpr (std::is_same_v<Panel, F32Panel>) {
+        FewRows<F32Panel>(n, m.X + r * m.ldx, m.ldx, panel, K, Yp + r * m.ldy, m.ldy, cols,
+                          t == 0 ? ahead : nullptr);
+      } else {
+        if (t == 0 && ahead)
+          for (std::size_t i = 0; i < widened.size(); i += 64 / sizeof(T)) hwy::Prefetch(ahead + i);
+        FewRows<F32Panel>(n, m.X + r * m.ldx, m.ldx, panel, K, Yp + r * m.ldy, m.ldy, cols);
+      }
+      r += n;
+    }
   }
 }
 

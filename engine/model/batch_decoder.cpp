@@ -1,4 +1,6 @@
-// Batched decoding: one token of each of many sequences through the shared layer stack.
+// Batched decoding: the tokens of many sequences through the shared layer stack in one pass.
+// Rows are laid out item after item; every stage but attention is a function of one row, and
+// attention runs per item on that sequence's own state (step for one row, prefill for more).
 #include <cstring>
 #include <exception>
 #include <unordered_set>
@@ -11,8 +13,11 @@
 namespace recur {
 
 struct BatchDecoder::Impl {
-  model::Workspace work;      // one row per sequence
-  std::vector<std::string> failed;  // per row: why its sequence failed in this call
+  model::Workspace work;            // one row per token
+  std::vector<int> tokens;          // the rows' tokens, item after item
+  std::vector<int> first_row;       // per item, and one past the last row at the end
+  std::vector<std::string> failed;  // per item: why its sequence failed in this call
+  std::vector<Item> items;          // step()'s items
 };
 
 BatchDecoder::BatchDecoder(std::shared_ptr<const Model> model, int threads)
@@ -32,102 +37,151 @@ void BatchDecoder::set_threads(int threads) {
 }
 
 std::size_t BatchDecoder::bytes() const {
-  return sizeof(*this) + sizeof(Impl) + impl_->work.bytes();
+  return sizeof(*this) + sizeof(Impl) + impl_->work.bytes() +
+         sizeof(int) * (impl_->tokens.capacity() + impl_->first_row.capacity()) +
+         sizeof(Item) * impl_->items.capacity();
 }
 
 int BatchDecoder::step(const std::vector<Decoder*>& decoders, const std::vector<int>& tokens) {
-  constexpr const char* call = "BatchDecoder::step";
-  const std::size_t B = decoders.size();
-  if (tokens.size() != B)
-    detail::throw_argument(call, "{} decoders and {} tokens, expected one token per decoder", B,
-                           tokens.size());
+  if (tokens.size() != decoders.size())
+    detail::throw_argument("BatchDecoder::step", "{} decoders and {} tokens, expected one token per decoder",
+                           decoders.size(), tokens.size());
+  auto& items = impl_->items;
+  items.resize(decoders.size());
+  for (std::size_t i = 0; i < decoders.size(); ++i) items[i] = {decoders[i], &tokens[i], 1};
+  return run(items);
+}
+
+int BatchDecoder::run(const std::vector<Item>& items) {
+  constexpr const char* call = "BatchDecoder::run";
+  const std::size_t B = items.size();
   if (B == 0) return 0;
-  if (B > (std::size_t(1) << 20))
-    detail::throw_argument(call, "{} decoders, at most {} in one batch", B, std::size_t(1) << 20);
   const int V = model_->config().vocab_size;
-  // Distinctness without allocating in the common case: a small batch compares pairs.
+  constexpr std::int64_t kMaxRows = std::int64_t(1) << 20;
+  std::int64_t rows = 0;
   for (std::size_t i = 0; i < B; ++i) {
-    Decoder* d = decoders[i];
-    if (!d) detail::throw_argument(call, "decoders[{}] is null", i);
+    const Item& it = items[i];
+    Decoder* d = it.decoder;
+    if (!d) detail::throw_argument(call, "items[{}].decoder is null", i);
     if (&d->model() != model_.get())
-      detail::throw_argument(call, "decoders[{}] runs another model than this batch decoder", i);
+      detail::throw_argument(call, "items[{}].decoder runs another model than this batch decoder", i);
     if (!d->impl_->broken.empty())
-      detail::throw_argument(call, "decoders[{}] failed in an earlier call ({}); reset() or load() it "
+      detail::throw_argument(call, "items[{}].decoder failed in an earlier call ({}); reset() or load() it "
                                    "first", i, d->impl_->broken);
-    if (tokens[i] < 0 || tokens[i] >= V)
-      detail::throw_argument(call, "tokens[{}] is {}, expected 0 to vocab_size - 1 = {}", i,
-                             tokens[i], V - 1);
+    if (it.count < 1 || !it.tokens)
+      detail::throw_argument(call, "items[{}] has {} tokens, expected at least 1", i, it.count);
+    rows += it.count;
+    if (rows > kMaxRows) detail::throw_argument(call, "more than {} tokens in one call", kMaxRows);
+    for (int t = 0; t < it.count; ++t)
+      if (it.tokens[t] < 0 || it.tokens[t] >= V)
+        detail::throw_argument(call, "items[{}].tokens[{}] is {}, expected 0 to vocab_size - 1 = {}", i, t,
+                               it.tokens[t], V - 1);
   }
+  // Distinctness without allocating in the common case: a small batch compares pairs.
   if (B <= 64) {
     for (std::size_t i = 0; i < B; ++i)
       for (std::size_t j = i + 1; j < B; ++j)
-        if (decoders[i] == decoders[j])
-          detail::throw_argument(call, "decoders[{}] and decoders[{}] are the same decoder", i, j);
+        if (items[i].decoder == items[j].decoder)
+          detail::throw_argument(call, "items[{}] and items[{}] have the same decoder", i, j);
   } else {
     std::unordered_set<const Decoder*> seen;
     for (std::size_t i = 0; i < B; ++i)
-      if (!seen.insert(decoders[i]).second)
-        detail::throw_argument(call, "decoders[{}] appears twice in the batch", i);
+      if (!seen.insert(items[i].decoder).second)
+        detail::throw_argument(call, "items[{}].decoder appears twice in the batch", i);
   }
 
   Impl& w = *impl_;
-  const int n = static_cast<int>(B);
+  const int n = static_cast<int>(rows);
   if (w.work.cap < n) w.work.allocate(model_->config(), model_->impl(), n);
+  w.tokens.resize(std::size_t(n));
+  w.first_row.resize(B + 1);
   if (w.failed.size() < B) w.failed.resize(B);
-  for (std::size_t i = 0; i < B; ++i) w.failed[i].clear();
+  int row = 0;
+  for (std::size_t i = 0; i < B; ++i) {
+    w.first_row[i] = row;
+    std::memcpy(w.tokens.data() + row, items[i].tokens, sizeof(int) * std::size_t(items[i].count));
+    row += items[i].count;
+    w.failed[i].clear();
+  }
+  w.first_row[B] = row;
 
   const ModelConfig& c = model_->config();
   const Model::Impl& m = model_->impl();
   const int threads = detail::resolve_threads(threads_);
   const int H = c.num_heads, D = c.d_feature, dv = c.head_v_dim;
   const auto fq_row = std::size_t(H) * std::size_t(D), v_row = std::size_t(H) * std::size_t(dv);
-  model::run_stack(*model_, w.work, tokens.data(), n, threads,
+  model::run_stack(*model_, w.work, w.tokens.data(), n, threads,
                    [&](std::size_t li, const float* fq, const float* kf, const float* vf, float* o,
-                       int rows, int nthreads) {
+                       int, int nthreads) {
     const LinearAttention& attn = *m.layers[li].attention;
-    // Each sequence's step touches only its own state: the split over threads changes nothing.
-    detail::parallel_ranges(rows, std::min(nthreads, rows), [&](int begin, int end, int) {
-      for (int r = begin; r < end; ++r) {
-        if (!w.failed[std::size_t(r)].empty()) continue;  // this row's values mean nothing now
-        try {
-          attn.step(decoders[std::size_t(r)]->impl_->states[li],
-                    Eigen::Map<const Eigen::VectorXf>(fq + std::size_t(r) * fq_row, H * D),
-                    Eigen::Map<const Eigen::VectorXf>(kf + std::size_t(r) * fq_row, H * D),
-                    Eigen::Map<const Eigen::VectorXf>(vf + std::size_t(r) * v_row, H * dv),
-                    Eigen::Map<Eigen::VectorXf>(o + std::size_t(r) * v_row, H * dv));
-        } catch (const std::exception& e) {
-          w.failed[std::size_t(r)] = e.what();
-          std::fill(o + std::size_t(r) * v_row, o + std::size_t(r + 1) * v_row, 0.0f);
+    const auto attend = [&](std::size_t i, int prefill_threads) {
+      if (!w.failed[i].empty()) return;  // this sequence's rows mean nothing now
+      const int r0 = w.first_row[i], count = items[i].count;
+      LinearState& state = items[i].decoder->impl_->states[li];
+      float* out = o + std::size_t(r0) * v_row;
+      try {
+        if (count == 1) {
+          attn.step(state, Eigen::Map<const Eigen::VectorXf>(fq + std::size_t(r0) * fq_row, H * D),
+                    Eigen::Map<const Eigen::VectorXf>(kf + std::size_t(r0) * fq_row, H * D),
+                    Eigen::Map<const Eigen::VectorXf>(vf + std::size_t(r0) * v_row, H * dv),
+                    Eigen::Map<Eigen::VectorXf>(out, H * dv));
+        } else {
+          using CMap = Eigen::Map<const RowMatrix>;
+          Eigen::Map<RowMatrix> O(out, count, H * dv);
+          attn.prefill(state, CMap(fq + std::size_t(r0) * fq_row, count, H * D),
+                       CMap(kf + std::size_t(r0) * fq_row, count, H * D),
+                       CMap(vf + std::size_t(r0) * v_row, count, H * dv), O, PrefillOptions{count, prefill_threads});
         }
+      } catch (const std::exception& e) {
+        w.failed[i] = e.what();
+        std::fill(out, out + std::size_t(count) * v_row, 0.0f);
       }
+    };
+    // Prefill items one after another, each on every thread; then the one-token items split
+    // over the threads. Each touches only its own sequence's state.
+    int singles = 0;
+    for (std::size_t i = 0; i < B; ++i) {
+      if (items[i].count > 1) attend(i, nthreads);
+      else ++singles;
+    }
+    if (singles == 0) return;
+    detail::parallel_ranges(int(B), std::max(1, std::min(nthreads, singles)), [&](int begin, int end, int) {
+      for (int i = begin; i < end; ++i)
+        if (items[std::size_t(i)].count == 1) attend(std::size_t(i), 1);
     });
   });
 
-  // The head over every row at once, then each row checked on its own: one sequence's overflow
-  // is that sequence's failure alone.
+  // Each item's last row, gathered to the front (row i, never past its source), then the head
+  // over those rows at once, each row checked on its own: one sequence's overflow is that
+  // sequence's failure alone.
+  const auto d = std::size_t(c.hidden_size);
+  for (std::size_t i = 0; i < B; ++i) {
+    const auto last = std::size_t(w.first_row[i + 1] - 1);
+    if (last != i) std::memmove(w.work.x.data() + i * d, w.work.x.data() + last * d, sizeof(float) * d);
+  }
   const auto V_rows = std::size_t(V);
   w.work.logits.resize(B * V_rows);
-  model::run_head(*model_, w.work, 0, n, w.work.logits.data(), threads, nullptr);
+  model::run_head(*model_, w.work, 0, int(B), w.work.logits.data(), threads, nullptr);
   int n_failed = 0;
-  for (std::size_t r = 0; r < B; ++r) {
-    Decoder::Impl& d = *decoders[r]->impl_;
-    auto& why = w.failed[r];
-    const float* row = w.work.logits.data() + r * V_rows;
+  for (std::size_t i = 0; i < B; ++i) {
+    Decoder::Impl& dec = *items[i].decoder->impl_;
+    auto& why = w.failed[i];
+    const float* logits = w.work.logits.data() + i * V_rows;
     if (why.empty()) {
       try {
-        detail::check_finite("Decoder", "the LM head's output (logits)", row, 1, V, V);
+        detail::check_finite("Decoder", "the LM head's output (logits)", logits, 1, V, V);
       } catch (const std::exception& e) {
         why = e.what();
       }
     }
     if (!why.empty()) {
-      d.broken = why;
+      dec.broken = why;
       ++n_failed;
       continue;
     }
-    std::memcpy(d.logits.data(), row, sizeof(float) * V_rows);
-    d.n_tokens += 1;
-    d.has_logits = true;
+    std::memcpy(dec.logits.data(), logits, sizeof(float) * V_rows);
+    dec.n_tokens += items[i].count;
+    dec.has_logits = true;
   }
   return n_failed;
 }

@@ -272,14 +272,16 @@ class Decoder {
   std::unique_ptr<Impl> impl_;
 };
 
-/// Decodes many sequences together: one call runs one token of each through every weight
-/// matrix at once, so the weights are read once per step for the whole batch, and each
-/// sequence's attention updates its own state. The sequences are Decoders: a sequence joins the
-/// batch by being passed to step() and leaves by not being passed; between steps each one can
-/// also prefill, save or load on its own.
+/// Decodes many sequences together: one call runs their tokens through every weight matrix at
+/// once, so the weights are read once per call for the whole batch, and each sequence's
+/// attention updates its own state. The sequences are Decoders: a sequence joins the batch by
+/// being passed to a call and leaves by not being passed; between calls each one can also
+/// prefill, save or load on its own. A call may mix sequences that decode one token with
+/// sequences that prefill a chunk of their prompt (continuous batching).
 ///
-/// Each decoder's logits after step() are byte-identical to those of decoder.step(token) alone,
-/// whatever the other sequences, their positions, the batch's size or order, and the threads.
+/// Each decoder's logits after a call are byte-identical to those it would have after
+/// prefill() or step() of the same tokens alone, whatever the other sequences, their positions,
+/// the batch's size or order, and the threads.
 class BatchDecoder {
  public:
   /// `threads`: worker threads for the matrix products and the attention (0: every core).
@@ -293,12 +295,21 @@ class BatchDecoder {
   /// Changes the worker threads (results do not change).
   void set_threads(int threads);
 
-  /// Runs tokens[i] through decoders[i] for every i; afterwards decoders[i]->logits() are its
-  /// new logits. The decoders must be distinct, of this model and usable; bad arguments throw
-  /// ArgumentError before anything changes. If the model's arithmetic overflows for one
-  /// sequence, that decoder alone fails (failure() says why, as after Decoder::step); the others
-  /// advance normally, and the call returns how many failed. Allocates nothing once it has seen
-  /// a batch of this size.
+  /// One sequence's part of a call: `count` (>= 1) tokens for `decoder`.
+  struct Item {
+    Decoder* decoder = nullptr;
+    const int* tokens = nullptr;
+    int count = 0;
+  };
+
+  /// Runs every item's tokens through its decoder; afterwards each decoder's logits() are those
+  /// after its last token. The decoders must be distinct, of this model and usable; bad
+  /// arguments throw ArgumentError before anything changes. If the model's arithmetic overflows
+  /// for one sequence, that decoder alone fails (failure() says why, as after Decoder::step);
+  /// the others advance normally, and the call returns how many failed.
+  int run(const std::vector<Item>& items);
+  /// run() with one token for each decoder. Allocates nothing once it has seen a batch of this
+  /// size.
   int step(const std::vector<Decoder*>& decoders, const std::vector<int>& tokens);
 
   /// Bytes of workspace held (it grows to the largest batch seen).

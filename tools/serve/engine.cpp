@@ -333,62 +333,73 @@ void Engine::finish(Slot& slot) {
   release(slot);
 }
 
-void Engine::prefill_one() {
-  const std::size_t n = slots_.size();
-  for (std::size_t k = 0; k < n; ++k) {
-    Slot& slot = *slots_[(next_prefill_ + k) % n];
-    if (slot.phase != Slot::Phase::kPrefill) continue;
-    next_prefill_ = (next_prefill_ + k + 1) % n;
-    const std::size_t count = std::min(slot.todo.size() - slot.done, std::size_t(options_.chunk));
-    try {
-      if (count > 0) {
-        const std::vector<int> part(slot.todo.begin() + std::ptrdiff_t(slot.done),
-                                    slot.todo.begin() + std::ptrdiff_t(slot.done + count));
-        slot.decoder.prefill(part);
-        slot.done += count;
-      }
-      if (slot.done < slot.todo.size()) return;
-      if (slot.job->request.max_tokens == 0) {
-        publish(*slot.job, [](Job& j) { j.finish_reason = "length"; });
-        finish(slot);
-        return;
-      }
-      const int token = slot.sampler->sample(slot.decoder.logits(), {});
-      slot.pending = token;
-      slot.phase = after_token(slot, token) ? Slot::Phase::kFinishing : Slot::Phase::kDecode;
-    } catch (const std::exception& e) {
-      fail(slot, 500, "server_error", fmt::format("the model failed on this request: {}", e.what()));
-    }
-    return;
-  }
-}
-
-void Engine::decode_all() {
+// One pass of the model for every slot that has work: each decoding slot's next token, and up
+// to `chunk` prompt tokens shared among the prefilling slots in turn, all in one BatchDecoder
+// call, so the weights are read once per turn. Then each slot whose tokens are all in samples
+// its next token.
+void Engine::turn() {
   std::vector<Slot*> active;
-  std::vector<Decoder*> decoders;
-  std::vector<int> tokens;
+  std::vector<BatchDecoder::Item> items;
   for (auto& s : slots_)
     if (s->phase == Slot::Phase::kDecode || s->phase == Slot::Phase::kFinishing) {
       active.push_back(s.get());
-      decoders.push_back(&s->decoder);
-      tokens.push_back(s->pending);
+      items.push_back({&s->decoder, &s->pending, 1});
     }
+  const std::size_t n_slots = slots_.size();
+  int budget = options_.chunk;
+  std::size_t last_served = next_prefill_;
+  for (std::size_t k = 0; k < n_slots && budget > 0; ++k) {
+    const std::size_t at = (next_prefill_ + k) % n_slots;
+    Slot& s = *slots_[at];
+    if (s.phase != Slot::Phase::kPrefill) continue;
+    const int count = int(std::min<std::size_t>(s.todo.size() - s.done, std::size_t(budget)));
+    if (count == 0) {  // a continuation with no new tokens: its logits are already there
+      active.push_back(&s);
+      continue;
+    }
+    active.push_back(&s);
+    items.push_back({&s.decoder, s.todo.data() + s.done, count});
+    s.done += std::size_t(count);
+    budget -= count;
+    last_served = at;
+  }
+  next_prefill_ = (last_served + 1) % n_slots;
   if (active.empty()) return;
-  batch_.step(decoders, tokens);
+  if (!items.empty()) {
+    try {
+      batch_.run(items);
+    } catch (const std::exception& e) {
+      // Arguments the engine built itself: a bug, not the requests' fault; fail them all.
+      for (Slot* s : active) fail(*s, 500, "server_error", fmt::format("internal error: {}", e.what()));
+      return;
+    }
+  }
+  int rows = 0;
+  for (const auto& it : items) rows += it.count;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.batch_steps;
-    stats_.batch_rows += std::int64_t(active.size());
-    stats_.last_batch = int(active.size());
+    stats_.batch_rows += rows;
+    stats_.last_batch = rows;
   }
   std::vector<Slot*> sampling;
   for (Slot* s : active) {
-    if (!s->decoder.failure().empty())
+    if (!s->decoder.failure().empty()) {
       fail(*s, 500, "server_error", fmt::format("the model failed on this request: {}", s->decoder.failure()));
-    else if (s->phase == Slot::Phase::kFinishing)
+    } else if (s->phase == Slot::Phase::kFinishing) {
       finish(*s);
-    else
+    } else if (s->phase == Slot::Phase::kPrefill) {
+      if (s->done < s->todo.size()) continue;  // more of the prompt next turn
+      if (s->job->request.max_tokens == 0) {
+        publish(*s->job, [](Job& j) { j.finish_reason = "length"; });
+        finish(*s);
+        continue;
+      }
+      s->phase = Slot::Phase::kDecode;
       sampling.push_back(s);
+    } else {
+      sampling.push_back(s);
+    }
   }
   // Each slot samples from its own logits and stream: the split over threads changes nothing.
   const int n = int(sampling.size());
@@ -463,8 +474,7 @@ void Engine::loop() {
       for (auto& s : slots_)
         if (s->phase != Slot::Phase::kIdle)
           fail(*s, 503, "server_error", "the server shut down before the request finished");
-    prefill_one();
-    decode_all();
+    turn();
     int running = 0;
     for (const auto& s : slots_) running += s->phase != Slot::Phase::kIdle;
     {

@@ -1,8 +1,9 @@
 // The server's engine: one thread that runs every admitted request through the model with
-// continuous batching. Each turn of its loop admits waiting requests into free slots, prefills
-// at most one chunk of one prompt (so that a long prompt never stalls the streams already
-// running), then steps every decoding sequence together through a BatchDecoder and samples each
-// one's next token. A request's tokens and logprobs are the same bytes whatever else runs with
+// continuous batching. Each turn of its loop admits waiting requests into free slots, then runs
+// one BatchDecoder call that holds every decoding sequence's next token and up to one chunk of
+// prompt tokens shared among the prefilling ones (so that a long prompt never stalls the streams
+// already running, and new requests start within a turn or two), and samples each sequence's
+// next token. A request's tokens and logprobs are the same bytes whatever else runs with
 // it: prefill is exact in any chunking, the batched step gives each row the bytes of a step
 // alone, and each request samples from its own seeded stream.
 #pragma once
@@ -108,8 +109,7 @@ class Engine {
   struct Slot;
   void loop();
   void admit(Slot& slot, std::shared_ptr<Job> job);
-  void prefill_one();
-  void decode_all();
+  void turn();
   bool after_token(Slot& slot, int token);  // returns whether the request is finished
   void finish(Slot& slot);
   void fail(Slot& slot, int status, const std::string& type, const std::string& message);
