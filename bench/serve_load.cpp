@@ -9,13 +9,16 @@
 //    tokens and 16 generated, against the softmax KV cache of the same layers, heads and widths
 //    at the same history (its bytes per conversation, and its attention's time for the same
 //    follow-up: the part of a softmax model's cost that grows with the history);
+//  * invariance: 64 requests at once (greedy and seeded sampling, with logprobs) against the
+//    same 64 served one at a time: the tokens and logprobs must be the same bytes;
 //  * chaos: rounds of streams where 10% of the clients disconnect mid-stream and 10% send
 //    malformed requests; every well-formed request must be answered, the server must live, and
 //    its resident memory must stay flat from round to round.
 // Exits 1 if any check fails.
 //
 //   serve_load RECUR [--model bench|builtin|DIR] [--threads N] [--tokens N]
-//              [--concurrency 1,4,16,64] [--history 1K,8K,32K] [--chaos-rounds N]
+//              [--concurrency 1,4,16,64] [--history 1K,8K,32K] [--invariance N]
+//              [--chaos-rounds N] [--chaos-requests N]
 #include <fmt/format.h>
 #include <signal.h>
 #include <spawn.h>
@@ -61,7 +64,7 @@ void expect(bool ok, const std::string& what) {
 
 struct Options {
   std::string recur, model = "bench";
-  int threads = 2, tokens = 64, chaos_rounds = 3, chaos_requests = 60;
+  int threads = 2, tokens = 128, chaos_rounds = 3, chaos_requests = 60, invariance = 64;
   std::vector<int> concurrency = {1, 4, 16, 64};
   std::vector<int> history = {1024, 8192, 32768};
 };
@@ -289,10 +292,11 @@ int main(int argc, char** argv) {
     else if (a == "--history") o.history = parse_list(value());
     else if (a == "--chaos-rounds") o.chaos_rounds = std::stoi(value());
     else if (a == "--chaos-requests") o.chaos_requests = std::stoi(value());
+    else if (a == "--invariance") o.invariance = std::stoi(value());
     else if (a == "-h" || a == "--help") {
       std::puts("serve_load RECUR [--model bench|builtin|DIR] [--threads N] [--tokens N]\n"
-                "           [--concurrency 1,4,16,64] [--history 1K,8K,32K] [--chaos-rounds N]\n"
-                "           [--chaos-requests N]\n"
+                "           [--concurrency 1,4,16,64] [--history 1K,8K,32K] [--invariance N]\n"
+                "           [--chaos-rounds N] [--chaos-requests N]\n"
                 "Starts `RECUR serve` on loopback and measures streams, follow-ups and chaos (see the\n"
                 "top of bench/serve_load.cpp). bench: the model of bench_model (12 layers, hidden 512,\n"
                 "8 heads, vocab 32000, random weights); builtin: models/kjv.");
@@ -372,6 +376,37 @@ int main(int argc, char** argv) {
     fmt::print("| {} | {:.0f} | {:.2f} | {:.2f} | {:.0f} ms | {:.0f} ms | {:.1f} ms | {:.1f} ms | {:.0f} MiB |\n", c,
                tps, single > 0 ? tps / single : 0.0, tps / prefill_tps, percentile(ttft, 0.5),
                percentile(ttft, 0.99), percentile(tpot, 0.5), percentile(tpot, 0.99), server.rss_mib());
+  }
+
+  // Batch invariance at 64: every request's choices (text, ids, logprobs) alone and together.
+  if (o.invariance > 0) {
+    const int n = o.invariance;
+    std::vector<std::string> bodies, alone(static_cast<std::size_t>(n)), together(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i)
+      bodies.push_back(fmt::format(
+          R"({{"prompt":{},"max_tokens":{},"temperature":{},"seed":{},"logprobs":5,"return_token_ids":true,"ignore_eos":true}})",
+          ids_json(some_ids(4 + i % 29, shape.vocab, 700u + unsigned(i))), 8 + i % 17, i % 2 ? "0.9" : "0", i));
+    const auto choices = [](const std::string& body) {
+      const auto a = body.find("\"choices\":"), b = body.find(",\"usage\":");
+      return a == std::string::npos || b == std::string::npos ? std::string("(no choices) ") + body : body.substr(a, b - a);
+    };
+    for (int i = 0; i < n; ++i) alone[std::size_t(i)] = choices(post(server, bodies[std::size_t(i)]).body);
+    const double rows0 = metric(server, "recur_batch_rows_total"), steps0 = metric(server, "recur_batch_steps_total");
+    std::vector<std::thread> clients;
+    for (int i = 0; i < n; ++i)
+      clients.emplace_back([&, i] { together[std::size_t(i)] = choices(post(server, bodies[std::size_t(i)]).body); });
+    for (auto& t : clients) t.join();
+    const double rows = metric(server, "recur_batch_rows_total") - rows0;
+    const double steps = metric(server, "recur_batch_steps_total") - steps0;
+    int same = 0;
+    for (int i = 0; i < n; ++i) {
+      same += alone[std::size_t(i)] == together[std::size_t(i)];
+      expect(alone[std::size_t(i)] == together[std::size_t(i)],
+             fmt::format("request {} gets the same bytes alone and among {}:\n  {}\n  {}", i, n,
+                         alone[std::size_t(i)].substr(0, 300), together[std::size_t(i)].substr(0, 300)));
+    }
+    fmt::print("\ninvariance: {} of {} requests (greedy and seeded, logprobs 5) the same bytes alone and "
+               "together; together they ran {:.1f} rows per model call on average\n", same, n, rows / steps);
   }
 
   // Follow-ups after long histories, and the KV cache at the same histories.

@@ -209,7 +209,15 @@ await check("a client that sends half a request is answered 400 after --read-tim
   const [ms, answer] = await new Promise((resolve) => {
     const s = net.connect(Number(port), hostname, () => s.write("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"));
     const t0 = Date.now();
-    s.on("data", (d) => { resolve([Date.now() - t0, d.toString()]); s.destroy(); });
+    let got = "";
+    s.on("data", (d) => {
+      got += d;
+      const head = got.indexOf("\r\n\r\n"), length = /Content-Length: (\d+)/i.exec(got);
+      if (head >= 0 && length && got.length >= head + 4 + Number(length[1])) {
+        resolve([Date.now() - t0, got]);
+        s.destroy();
+      }
+    });
     s.on("error", () => {});
     setTimeout(() => { resolve([-1, ""]); s.destroy(); }, 8000);
   });
