@@ -14,14 +14,16 @@
 #                                arm64 libraries), then run the exactness, model and I/O tests
 #                                and the cross-architecture comparison under qemu
 #   tools/build.sh tsan          ThreadSanitizer build (clang, OpenMP through LLVM's Archer),
-#                                then the thread tests, also under OMP_THREAD_LIMIT=1
+#                                then the thread tests, also under OMP_THREAD_LIMIT=1, and
+#                                recur serve under the OpenAI client's test
 #   tools/build.sh isa NAME...   compile the whole tree for each -march NAME (x86-64-v4,
 #                                x86-64, ...) without running it: warnings there break no
 #                                machine of ours, so they are caught here
-#   tools/build.sh bench [linear|kv|model|tokenizer] [args]
+#   tools/build.sh bench [linear|kv|model|tokenizer|serve] [args]
 #                                release build, then bench/bench_<name> (default linear);
 #                                tokenizer also runs Hugging Face's library on the same texts
-#                                and prints the two side by side
+#                                and prints the two side by side; serve is the load test of
+#                                recur serve (bench/serve_load)
 #   tools/build.sh recur [args]  release build, then `recur` with your arguments
 #   tools/build.sh train [args]  train the built-in model again (tools/train/train.py; writes
 #                                models/kjv unless --out DIR is given; about 40 minutes)
@@ -48,7 +50,7 @@ fi
 # The tests compare the tokenizer with Hugging Face's own library, and talk to recur serve with
 # OpenAI's own client, both from the npm registry.
 needs_oracle=false
-[[ "$job" =~ ^(test|asan|native|bench)$ ]] && needs_oracle=true
+[[ "$job" =~ ^(test|asan|native|bench|tsan)$ ]] && needs_oracle=true
 $needs_oracle && ! command -v npm > /dev/null && packages+=(nodejs npm)
 bash tools/packages.sh "${packages[@]}"
 if $needs_oracle && [[ ! -f tests/tokenizer/node_modules/.package-lock.json ||
@@ -107,6 +109,12 @@ if [[ "$job" == tsan ]]; then
   "$t/test_threads"
   OMP_THREAD_LIMIT=1 "$t/test_threads"
   "$t/test_matmul" "matmul: every row gives the same bytes whatever the rows and threads around it"
+  # recur serve: the engine thread, the HTTP threads and OpenMP, under the OpenAI client's test
+  # (a race ends the server with status 66, which the test's checks catch).
+  cmake -S . -B build/tsan-serve -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+    -DRECUR_TSAN=ON -DRECUR_BUILD_TESTS=OFF -DRECUR_BUILD_BENCHMARKS=OFF -DRECUR_WERROR="$werror" > /dev/null
+  cmake --build build/tsan-serve -j "$jobs" --target recur_cli
+  node tests/serve/client_test.mjs build/tsan-serve/tools/recur
   echo "build.sh tsan: no data race reported"
   exit 0
 fi
@@ -118,7 +126,9 @@ case "$job" in
   test|asan|native) ctest --preset "$preset" -j "$jobs" ;;
   bench)
     name=linear
-    if [[ $# -gt 0 && "$1" =~ ^(linear|kv|model|tokenizer)$ ]]; then name="$1"; shift; fi
+    if [[ $# -gt 0 && "$1" =~ ^(linear|kv|model|tokenizer|serve)$ ]]; then name="$1"; shift; fi
+    # The load test of recur serve: starts the server, plays the clients (bench/serve_load.cpp).
+    [[ "$name" == serve ]] && exec "build/$preset/bench/serve_load" "build/$preset/tools/recur" "$@"
     if [[ "$name" == tokenizer ]]; then
       out=$(mktemp)
       trap 'rm -f "$out"' EXIT

@@ -251,7 +251,7 @@ bool Engine::after_token(Slot& slot, int token) {
   if (r.logprobs >= 0) {
     const auto logits = slot.decoder.logits();
     const int V = int(logits.size());
-    double m = logits[0];
+    double m = double(logits[0]);
     for (int i = 1; i < V; ++i) m = std::max(m, double(logits[i]));
     double sum = 0;
     for (int i = 0; i < V; ++i) sum += std::exp(double(logits[i]) - m);
