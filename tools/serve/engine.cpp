@@ -474,7 +474,14 @@ void Engine::loop() {
       for (auto& s : slots_)
         if (s->phase != Slot::Phase::kIdle)
           fail(*s, 503, "server_error", "the server shut down before the request finished");
-    turn();
+    try {
+      turn();
+    } catch (const std::exception& e) {
+      // Out of memory or a bug: the requests running now fail, the server goes on.
+      spdlog::error("engine: {}", e.what());
+      for (auto& s : slots_)
+        if (s->phase != Slot::Phase::kIdle) fail(*s, 500, "server_error", fmt::format("internal error: {}", e.what()));
+    }
     int running = 0;
     for (const auto& s : slots_) running += s->phase != Slot::Phase::kIdle;
     {
