@@ -144,6 +144,31 @@ await check("a continued conversation equals one request over all its tokens", a
   assert.equal(turn3.choices[0].token_ids.length, 15);
 });
 
+await check("a stop sequence ends the text before it, streamed or not; max_tokens 0 keeps the prompt's state", async () => {
+  const base = { model: MODEL, prompt: "And it came to pass", max_tokens: 20, temperature: 0 };
+  const free = (await client.completions.create(base)).choices[0].text;
+  const at = free.indexOf(" said");
+  assert.ok(at > 0, free);
+  const stopped = await client.completions.create({ ...base, stop: [" said", "zzz"] });
+  assert.equal(stopped.choices[0].text, free.slice(0, at));
+  assert.equal(stopped.choices[0].finish_reason, "stop");
+  const stream = await client.completions.create({ ...base, stop: " said", stream: true });
+  let text = "", finish = null;
+  for await (const chunk of stream) {
+    text += chunk.choices[0]?.text ?? "";
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+  }
+  assert.equal(text, free.slice(0, at));
+  assert.equal(finish, "stop");
+  // max_tokens 0: nothing generated, the prompt's state kept; continuing it with no prompt
+  // equals the free run.
+  const empty = await client.completions.create({ ...base, max_tokens: 0 });
+  assert.equal(empty.choices[0].text, "");
+  const resumed = await client.completions.create({ model: MODEL, max_tokens: 20, temperature: 0,
+                                                    previous_response_id: empty.id });
+  assert.equal(resumed.choices[0].text, free);
+});
+
 await check("errors: OpenAI's error objects with the right status and a message that says why", async () => {
   await assert.rejects(client.completions.create({ model: MODEL, prompt: "x", max_tokens: -5 }),
     (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && /max_tokens/.test(e.message) &&
@@ -275,6 +300,29 @@ await check("SIGTERM finishes the running stream, saves the conversations, and a
                                                    previous_response_id: t1.id });
     assert.equal(outcome(t2), outcome(reference2));
     assert.equal(await stop(s), 0);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+await check("past --memory, conversations go to --state-dir and continue from there; without it they are gone", async () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "recur-serve-"));
+  try {
+    const s = await serve(["--memory", "1", "--state-dir", dir]);  // memory holds only the newest
+    const a = await s.client.completions.create({ ...continuation, prompt: "And God said" });
+    await s.client.completions.create({ ...continuation, prompt: "In the beginning" });
+    assert.ok(readdirSync(dir).includes(`${a.id}.state`), "the older conversation was spilled");
+    const next = await s.client.completions.create({ ...continuation, prompt: ", Let there",
+                                                     previous_response_id: a.id });
+    assert.equal(outcome(next), outcome(reference2));
+    assert.equal(await stop(s), 0);
+    const forgetful = await serve(["--memory", "1"]);
+    const b = await forgetful.client.completions.create({ ...continuation, prompt: "And God said" });
+    await forgetful.client.completions.create({ ...continuation, prompt: "In the beginning" });
+    await assert.rejects(forgetful.client.completions.create({ ...continuation, prompt: "x", previous_response_id: b.id }),
+      (e) => e.status === 404 && /no such conversation/.test(e.message));
+    assert.equal(await metric(forgetful, "recur_conversations_dropped_total"), 1);
+    assert.equal(await stop(forgetful), 0);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
