@@ -38,7 +38,7 @@ job="${1:-generate}"
 shift || true
 packages=(g++ cmake ninja-build libeigen3-dev libfmt-dev libspdlog-dev libcli11-dev catch2
           libbenchmark-dev locales pkg-config libpcre2-dev libutf8proc-dev libhwy-dev
-          libcpp-httplib-dev)
+          libcpp-httplib-dev libhiredis-dev)
 [[ "$job" == tsan ]] && packages+=(clang libclang-rt-14-dev libomp-14-dev)
 [[ "$job" == arm64 ]] && packages+=(qemu-user g++-aarch64-linux-gnu)
 if [[ "$job" == train ]]; then
@@ -52,6 +52,8 @@ fi
 needs_oracle=false
 [[ "$job" =~ ^(test|asan|native|bench|tsan)$ ]] && needs_oracle=true
 $needs_oracle && ! command -v npm > /dev/null && packages+=(nodejs npm)
+# The replicas' test starts Redis and nginx (deploy/).
+$needs_oracle && packages+=(redis-server nginx)
 bash tools/packages.sh "${packages[@]}"
 if $needs_oracle && [[ ! -f tests/tokenizer/node_modules/.package-lock.json ||
                        tests/tokenizer/package-lock.json -nt tests/tokenizer/node_modules/.package-lock.json ]]; then

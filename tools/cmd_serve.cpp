@@ -80,6 +80,11 @@ std::string metrics(const Server& s) {
   metric("recur_conversations_disk", "gauge", "conversation states in the state directory", double(st.disk_count));
   metric("recur_conversations_dropped_total", "counter", "states pushed out of memory with no directory to go to", double(st.dropped));
   metric("recur_conversation_bytes", "gauge", "bytes of conversation states held in memory", double(st.memory_bytes));
+  metric("recur_store_reads_total", "counter", "states read from the directory or Redis", double(st.reads));
+  metric("recur_store_writes_total", "counter", "states written to Redis", double(st.writes));
+  metric("recur_store_errors_total", "counter", "calls to Redis that failed", double(st.errors));
+  metric("recur_store_pending", "gauge", "states waiting in memory for Redis to come back", double(st.pending));
+  metric("recur_store_up", "gauge", "1 while the conversation store answers", st.up ? 1.0 : 0.0);
   metric("recur_slot_bytes", "gauge", "bytes held by the running slots' decoders and the batch", double(s.engine->active_bytes()));
   metric("recur_resident_bytes", "gauge", "resident set size of the process", double(resident_bytes()));
   return out;
@@ -146,6 +151,11 @@ void completions(Server& s, const httplib::Request& req, httplib::Response& res)
       throw ApiError(404, "not_found_error", "previous_response_id",
                      fmt::format("previous_response_id '{}': no such conversation is kept here",
                                  c.request.previous_id));
+  } catch (const serve::StoreUnavailable& e) {
+    send_error(res, 503, fmt::format("previous_response_id '{}' cannot be continued now: {} (new "
+                                     "conversations still run)", c.request.previous_id, e.what()),
+               "server_error", "previous_response_id");
+    return;
   } catch (const ApiError& e) {
     ++s.rejected_bad;
     send_error(res, e.status, e.what(), e.type, e.param);
@@ -178,6 +188,22 @@ void completions(Server& s, const httplib::Request& req, httplib::Response& res)
     return;
   }
   res.set_content(serve::completion_json(*job, s.served, *s.engine), "application/json");
+}
+
+// "90", "90s", "15m", "2h", "7d" as seconds.
+long parse_duration(const std::string& text, const std::string& option) {
+  std::size_t used = 0;
+  long value = -1;
+  try {
+    value = std::stol(text, &used);
+  } catch (const std::exception&) {
+  }
+  const std::string unit = text.substr(used);
+  const long scale = unit.empty() || unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : unit == "d" ? 86400 : 0;
+  if (value < 0 || scale == 0 || value > 100L * 365 * 86400 / scale)
+    throw ArgumentError(fmt::format("{} '{}': expected a number of seconds, or with s, m, h or d (up to 100 years)",
+                                    option, printable(text)));
+  return value * scale;
 }
 
 std::string model_json(const Server& s) {
@@ -233,15 +259,22 @@ int run_serve(int argc, char** argv) {
                               "recently used go to --state-dir (or are dropped without one)")
       .option("state-dir", "", "directory for conversation states: what memory cannot hold, and "
                                "everything at shutdown; a restarted server continues from it")
+      .option("store", "", "keep conversations in Redis, shared with other replicas: "
+                           "redis://[:password@]host[:port][/db]; memory is then a cache in front of it")
+      .option("ttl", "7d", "with --store: how long Redis keeps a conversation after its last response "
+                           "(a number of seconds, or with s, m, h or d; 0: for ever)")
+      .option("instance", "", "this replica's name, sent in every response's X-Recur-Instance header "
+                              "(default: host:port)")
       .option("grace", "30", "seconds running requests get to finish after SIGTERM before they are "
                              "cancelled")
       .flag("random-model", "the random-weight test model (byte-level, seed 1) instead of the built-in one")
       .flag("verbose", "log every request", 'v')
       .excludes("random-model", "model")
+      .excludes("store", "state-dir")
       .footer(
           "Extensions to the OpenAI request: \"previous_response_id\" (continue the conversation a\n"
-          "response ended; its prompt is appended after that response's tokens), \"top_k\", and\n"
-          "\"ignore_eos\". A conversation's state includes every token the model produced, an\n"
+          "response ended; its prompt is appended after that response's tokens), \"top_k\",\n"
+          "\"ignore_eos\" and \"return_token_ids\". A conversation's state includes every token the model produced, an\n"
           "end-of-sequence one and one that completed a stop sequence included, though the text\n"
           "returned ends before them.\n\n"
           "SIGTERM or SIGINT: stop accepting, let running requests finish (up to --grace seconds),\n"
@@ -264,9 +297,36 @@ int run_serve(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
+  // The store first: a Redis that cannot be reached stops the server before the model loads.
+  serve::StoreOptions so;
+  so.memory_budget = memory;
+  so.dir = args.str("state-dir");
+  so.redis_url = args.str("store");
+  so.ttl_seconds = parse_duration(args.str("ttl"), "--ttl");
+  std::unique_ptr<serve::ConversationStore> store_owner;
+  try {
+    store_owner = std::make_unique<serve::ConversationStore>(so);
+  } catch (const serve::StoreUnavailable& e) {
+    throw Error(fmt::format("{}: start redis-server there, or give --store another address", e.what()));
+  }
+  serve::ConversationStore& store = *store_owner;
+  {
+    const auto st = store.stats();
+    if (store.redis())
+      fmt::print(stderr, "conversations: in {} (expiry {}), up to {} cached in memory\n", store.describe(),
+                 so.ttl_seconds ? fmt::format("{} s", so.ttl_seconds) : std::string("none"),
+                 human_bytes(double(memory)));
+    else if (!store.dir().empty())
+      fmt::print(stderr, "conversations: up to {} in memory, then {} ({} there now)\n",
+                 human_bytes(double(memory)), printable(store.dir()), st.disk_count);
+    else
+      fmt::print(stderr, "conversations: up to {} in memory, none kept past it or past a restart "
+                         "(--state-dir or --store keeps them)\n", human_bytes(double(memory)));
+  }
   const TextModel tm = open_model(args);
   describe_model(tm);
   Server s;
+  s.store = &store;
   s.served.model = tm.model;
   s.served.tokenizer = tm.tokenizer;
   s.served.max_tokens_limit = args.integer("max-tokens-limit", 1, std::int64_t(1) << 40);
@@ -282,17 +342,6 @@ int run_serve(int argc, char** argv) {
     fmt::print(stderr, "warning: the model has {} ids and no tokenizer.json: send prompts as token ids\n",
                tm.model->config().vocab_size);
 
-  serve::ConversationStore store(memory, args.str("state-dir"));
-  s.store = &store;
-  {
-    const auto st = store.stats();
-    if (!store.dir().empty())
-      fmt::print(stderr, "conversations: up to {} in memory, then {} ({} there now)\n",
-                 human_bytes(double(memory)), printable(store.dir()), st.disk_count);
-    else
-      fmt::print(stderr, "conversations: up to {} in memory, none kept past it or past a restart "
-                         "(--state-dir keeps them)\n", human_bytes(double(memory)));
-  }
   serve::Engine engine(tm.model, tm.tokenizer, store, eo);
   s.engine = &engine;
 
@@ -359,6 +408,8 @@ int run_serve(int argc, char** argv) {
     throw Error(fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)",
                             printable(host), port));
   http.widen_backlog(1024);
+  const std::string instance = args.given("instance") ? args.str("instance") : fmt::format("{}:{}", host, bound);
+  http.set_default_headers({{"X-Recur-Instance", instance}});
   fmt::print(stderr, "listening on http://{}:{} as model '{}' (kernels {}, up to {} at once, {} waiting)\n",
              host, bound, s.served.name, kernels_line(false), eo.max_batch, eo.max_queue);
 
@@ -387,8 +438,13 @@ int run_serve(int argc, char** argv) {
   engine.join();
   const auto saved = store.persist();
   const auto st = store.stats();
-  spdlog::info("stopped: {} conversations written to {} ({} there in all)", saved,
-               store.dir().empty() ? std::string("nowhere (no --state-dir)") : printable(store.dir()), st.disk_count);
+  if (store.redis())
+    spdlog::info("stopped: {} waiting conversations written to {}, {} could not be", saved,
+                 store.describe(), st.pending);
+  else
+    spdlog::info("stopped: {} conversations written to {} ({} there in all)", saved,
+                 store.dir().empty() ? std::string("nowhere (no --state-dir)") : printable(store.dir()),
+                 st.disk_count);
   return listened ? 0 : 1;
 }
 

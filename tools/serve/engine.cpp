@@ -190,6 +190,11 @@ void Engine::admit(Slot& slot, std::shared_ptr<Job> job) {
     std::optional<std::string> bytes;
     try {
       bytes = store_.get(r.previous_id);
+    } catch (const StoreUnavailable& e) {
+      fail(slot, 503, "server_error",
+           fmt::format("previous_response_id '{}' cannot be continued now: {} (new conversations still run)",
+                       r.previous_id, e.what()));
+      return;
     } catch (const std::exception& e) {
       fail(slot, 500, "server_error", e.what());
       return;
