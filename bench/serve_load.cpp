@@ -14,6 +14,8 @@
 //  * chaos: rounds of streams where 10% of the clients disconnect mid-stream and 10% send
 //    malformed requests; every well-formed request must be answered, the server must live, and
 //    its resident memory must stay flat from round to round.
+// With --replicas N it starts deploy/start.sh instead of one server: N replicas (--threads
+// each) behind nginx sharing Redis, and loads nginx; memory is the replicas' summed.
 // Exits 1 if any check fails.
 //
 //   serve_load RECUR [--model bench|builtin|DIR] [--threads N] [--tokens N]
@@ -64,6 +66,7 @@ void expect(bool ok, const std::string& what) {
 
 struct Options {
   std::string recur, model = "bench";
+  int replicas = 0;
   int threads = 2, tokens = 128, chaos_rounds = 3, chaos_requests = 60, invariance = 64;
   std::vector<int> concurrency = {1, 4, 16, 64};
   std::vector<int> history = {1024, 8192, 32768};
@@ -71,6 +74,7 @@ struct Options {
 
 std::vector<int> parse_list(const std::string& s) {
   std::vector<int> out;
+  if (s.empty() || s == "none") return out;
   std::stringstream in(s);
   std::string item;
   while (std::getline(in, item, ',')) {
@@ -125,9 +129,40 @@ struct Server {
       std::fclose(f);
     }).detach();
   }
-  bool alive() const { return pid > 0 && waitpid(pid, nullptr, WNOHANG) == 0; }
+  // deploy/start.sh's replicas behind nginx, instead of one child.
+  std::string deploy_dir;
+  std::vector<pid_t> replicas;
+
+  void start_replicas(const std::string& recur, int n, int threads, const std::vector<std::string>& serve_args) {
+    deploy_dir = (std::filesystem::temp_directory_path() / fmt::format("recur-serve-load-{}", getpid())).string();
+    port = 20000 + int(getpid() % 10000) * 4;
+    std::string cmd = fmt::format("bash {}/deploy/start.sh {} --replicas {} --port {} --redis-port {} --threads {} --recur {} --",
+                                  RECUR_SOURCE_DIR, deploy_dir, n, port, port + 3 + n, threads, recur);
+    for (const auto& a : serve_args) cmd += " " + a;
+    cmd += " --max-batch 64 --memory 4G > /dev/null";
+    if (std::system(cmd.c_str()) != 0) throw std::runtime_error("deploy/start.sh failed: " + cmd);
+    for (int i = 1; i <= n; ++i) {
+      std::ifstream in(fmt::format("{}/replica-{}.pid", deploy_dir, i));
+      pid_t p = -1;
+      in >> p;
+      replicas.push_back(p);
+    }
+  }
+  bool alive() const {
+    if (!replicas.empty())
+      return std::all_of(replicas.begin(), replicas.end(), [](pid_t p) { return kill(p, 0) == 0; });
+    return pid > 0 && waitpid(pid, nullptr, WNOHANG) == 0;
+  }
   double rss_mib() const {
-    std::ifstream in(fmt::format("/proc/{}/status", pid));
+    if (!replicas.empty()) {
+      double sum = 0;
+      for (const pid_t p : replicas) sum += rss_of(p);
+      return sum;
+    }
+    return rss_of(pid);
+  }
+  static double rss_of(pid_t p) {
+    std::ifstream in(fmt::format("/proc/{}/status", p));
     std::string key;
     while (in >> key) {
       if (key == "VmRSS:") {
@@ -140,6 +175,11 @@ struct Server {
     return 0;
   }
   int stop() {
+    if (!deploy_dir.empty()) {
+      const int code = std::system(fmt::format("bash {}/deploy/stop.sh {}", RECUR_SOURCE_DIR, deploy_dir).c_str());
+      std::filesystem::remove_all(deploy_dir);
+      return code == 0 ? 0 : 1;
+    }
     kill(pid, SIGTERM);
     int status = 0;
     waitpid(pid, &status, 0);
@@ -293,10 +333,11 @@ int main(int argc, char** argv) {
     else if (a == "--chaos-rounds") o.chaos_rounds = std::stoi(value());
     else if (a == "--chaos-requests") o.chaos_requests = std::stoi(value());
     else if (a == "--invariance") o.invariance = std::stoi(value());
+    else if (a == "--replicas") o.replicas = std::stoi(value());
     else if (a == "-h" || a == "--help") {
       std::puts("serve_load RECUR [--model bench|builtin|DIR] [--threads N] [--tokens N]\n"
                 "           [--concurrency 1,4,16,64] [--history 1K,8K,32K] [--invariance N]\n"
-                "           [--chaos-rounds N] [--chaos-requests N]\n"
+                "           [--chaos-rounds N] [--chaos-requests N] [--replicas N]\n"
                 "Starts `RECUR serve` on loopback and measures streams, follow-ups and chaos (see the\n"
                 "top of bench/serve_load.cpp). bench: the model of bench_model (12 layers, hidden 512,\n"
                 "8 heads, vocab 32000, random weights); builtin: models/kjv.");
@@ -326,12 +367,19 @@ int main(int argc, char** argv) {
   const int max_c = *std::max_element(o.concurrency.begin(), o.concurrency.end());
 
   Server server;
-  std::vector<std::string> args = {o.recur, "serve", "--port", "0", "--threads", std::to_string(o.threads),
-                                   "--max-batch", std::to_string(std::max(max_c, 16)), "--memory", "4G"};
-  args.insert(args.end(), model_args.begin(), model_args.end());
-  server.start(args);
-  fmt::print("recur serve on {} ({} layers, {} heads of {}, vocab {}), {} threads, port {}\n",
-             o.model, shape.layers, shape.heads, shape.d_head, shape.vocab, o.threads, server.port);
+  if (o.replicas > 0) {
+    server.start_replicas(o.recur, o.replicas, o.threads, model_args);
+    fmt::print("{} replicas of recur serve behind nginx, sharing Redis, on {} ({} layers, {} heads of {}, "
+               "vocab {}), {} threads each, port {}\n", o.replicas, o.model, shape.layers, shape.heads,
+               shape.d_head, shape.vocab, o.threads, server.port);
+  } else {
+    std::vector<std::string> args = {o.recur, "serve", "--port", "0", "--threads", std::to_string(o.threads),
+                                     "--max-batch", std::to_string(std::max(max_c, 16)), "--memory", "4G"};
+    args.insert(args.end(), model_args.begin(), model_args.end());
+    server.start(args);
+    fmt::print("recur serve on {} ({} layers, {} heads of {}, vocab {}), {} threads, port {}\n",
+               o.model, shape.layers, shape.heads, shape.d_head, shape.vocab, o.threads, server.port);
+  }
   const double rss0 = server.rss_mib();
 
   // Prefill through the server: one long prompt, one token out.
