@@ -93,6 +93,7 @@ Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokeniz
       batch_(model_, options.threads) {
   for (int i = 0; i < options_.max_batch; ++i)
     slots_.push_back(std::make_unique<Slot>(model_, DecoderOptions{options_.chunk, options_.threads}));
+  keeper_ = std::thread([this] { keep_loop(); });
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -102,7 +103,7 @@ Engine::~Engine() {
     stop_ = true;
   }
   wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  join();
 }
 
 bool Engine::submit(const std::shared_ptr<Job>& job) {
@@ -127,6 +128,13 @@ void Engine::drain(double deadline_seconds) {
 
 void Engine::join() {
   if (thread_.joinable()) thread_.join();
+  // Then the states still queued are kept, and the keeper stops.
+  {
+    std::lock_guard<std::mutex> lock(keep_mutex_);
+    keep_stop_ = true;
+  }
+  keep_wake_.notify_all();
+  if (keeper_.joinable()) keeper_.join();
 }
 
 EngineStats Engine::stats() const {
@@ -319,23 +327,59 @@ bool Engine::after_token(Slot& slot, int token) {
   return finished;
 }
 
+// The slot is free at once; the state goes to the store on the keeper thread (a write to Redis
+// or a file takes milliseconds that the batch should not wait for), and the response ends only
+// once the state is kept.
 void Engine::finish(Slot& slot) {
-  std::string bytes;
+  Keep k;
+  k.job = slot.job;
+  k.generated = slot.generated;
   try {
-    bytes = slot.decoder.save_bytes();
-    store_.put(slot.job->id, std::move(bytes));
+    k.bytes = slot.decoder.save_bytes();
   } catch (const std::exception& e) {
     fail(slot, 500, "server_error", fmt::format("the conversation could not be kept: {}", e.what()));
     return;
   }
-  const std::int64_t generated = slot.generated;
-  publish(*slot.job, [&](Job& j) { j.finished = true; });
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++stats_.requests_finished;
-    stats_.generated_tokens += generated;
-  }
   release(slot);
+  {
+    std::lock_guard<std::mutex> lock(keep_mutex_);
+    keep_queue_.push_back(std::move(k));
+  }
+  keep_wake_.notify_all();
+}
+
+void Engine::keep_loop() {
+  std::unique_lock<std::mutex> lock(keep_mutex_);
+  for (;;) {
+    keep_wake_.wait(lock, [&] { return keep_stop_ || !keep_queue_.empty(); });
+    if (keep_queue_.empty()) break;  // stopping, and nothing left to keep
+    Keep k = std::move(keep_queue_.front());
+    keep_queue_.pop_front();
+    lock.unlock();
+    bool kept = true;
+    try {
+      store_.put(k.job->id, std::move(k.bytes));
+    } catch (const std::exception& e) {
+      kept = false;
+      publish(*k.job, [&](Job& j) {
+        j.error_status = 500;
+        j.error_type = "server_error";
+        j.error_message = fmt::format("the conversation could not be kept: {}", e.what());
+        j.finished = true;
+      });
+    }
+    if (kept) publish(*k.job, [](Job& j) { j.finished = true; });
+    {
+      std::lock_guard<std::mutex> stats_lock(mutex_);
+      if (kept) {
+        ++stats_.requests_finished;
+        stats_.generated_tokens += k.generated;
+      } else {
+        ++stats_.requests_failed;
+      }
+    }
+    lock.lock();
+  }
 }
 
 // One pass of the model for every slot that has work: each decoding slot's next token, and up

@@ -114,6 +114,7 @@ class Engine {
   void finish(Slot& slot);
   void fail(Slot& slot, int status, const std::string& type, const std::string& message);
   void release(Slot& slot);
+  void keep_loop();
 
   std::shared_ptr<const Model> model_;
   std::shared_ptr<const Tokenizer> tokenizer_;
@@ -129,6 +130,18 @@ class Engine {
   std::atomic<bool> draining_{false}, stop_{false};
   double deadline_ = 0;
   EngineStats stats_;
+
+  // Finished requests' states on their way to the store.
+  struct Keep {
+    std::shared_ptr<Job> job;
+    std::string bytes;
+    std::int64_t generated = 0;
+  };
+  std::mutex keep_mutex_;
+  std::condition_variable keep_wake_;
+  std::deque<Keep> keep_queue_;
+  bool keep_stop_ = false;
+  std::thread keeper_;
   std::thread thread_;
 };
 
