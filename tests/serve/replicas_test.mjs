@@ -6,7 +6,7 @@
 // a 503 that says so, new conversations still run, and everything recovers when Redis is back;
 // a corrupt or truncated state in Redis is refused. Usage: node replicas_test.mjs path/to/recur
 import assert from "node:assert/strict";
-import { execFileSync, spawnSync } from "node:child_process";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import net from "node:net";
 import os from "node:os";
@@ -108,7 +108,7 @@ try {
     for (let i = 0; i < turns.length; i++) assert.equal(other[i].outcome, reference[i].outcome, `turn ${i + 1} on replica 2`);
   });
 
-  await check("a corrupt or truncated state in Redis is refused, never loaded", async () => {
+  await check("a corrupt or truncated state in Redis, or another model's, is refused, never loaded", async () => {
     const good = redis("--raw", "STRLEN", `recur:conversation:${reference[0].id}`);
     assert.ok(Number(good) > 1000, `state of ${good} bytes`);
     redis("SET", "recur:conversation:cmpl-corrupt", "not a state at all");
@@ -118,6 +118,25 @@ try {
     execFileSync("bash", ["-c", `redis-cli -p ${redisPort} --raw GETRANGE recur:conversation:${reference[0].id} 0 999 | head -c 1000 | redis-cli -p ${redisPort} -x SET recur:conversation:cmpl-truncated`]);
     await assert.rejects(two.completions.create({ ...params, prompt: "x", previous_response_id: "cmpl-truncated" }),
       (e) => e.status === 409 && /truncated|too short|bytes/.test(e.message));
+    // A replica of another model on the same Redis refuses this model's conversations.
+    const stranger = spawn(recur, ["serve", "--port", "0", "--random-model", "--threads", "1",
+                                   "--store", `redis://127.0.0.1:${redisPort}/0`], { stdio: ["ignore", "ignore", "pipe"] });
+    try {
+      const url = await new Promise((resolve, reject) => {
+        let log = "";
+        stranger.stderr.on("data", (d) => {
+          log += d;
+          const m = log.match(/listening on (http:\/\/[^ ]+)/);
+          if (m) resolve(m[1]);
+        });
+        stranger.on("exit", () => reject(new Error(log)));
+      });
+      const other = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0 });
+      await assert.rejects(other.completions.create({ prompt: "x", max_tokens: 2, previous_response_id: reference[0].id }),
+        (e) => e.status === 409 && /saved from another model/.test(e.message));
+    } finally {
+      stranger.kill("SIGTERM");
+    }
   });
 
   await check("Redis down: a 503 that says so for a conversation the replica does not hold, new ones run, then recovery", async () => {
