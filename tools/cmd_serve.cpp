@@ -147,7 +147,9 @@ void completions(Server& s, const httplib::Request& req, httplib::Response& res)
   serve::Completion c;
   try {
     c = serve::parse_completion(req.body, s.served);
-    if (!c.request.previous_id.empty() && !s.store->contains(c.request.previous_id))
+    // get(), not contains(): a state read from Redis or a file now is in the memory cache when
+    // the engine admits the request, so the batch does not wait for the read.
+    if (!c.request.previous_id.empty() && !s.store->get(c.request.previous_id))
       throw ApiError(404, "not_found_error", "previous_response_id",
                      fmt::format("previous_response_id '{}': no such conversation is kept here",
                                  c.request.previous_id));
