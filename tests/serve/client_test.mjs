@@ -8,21 +8,10 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import OpenAI from "openai";
+import { check, finish, sleep } from "./harness.mjs";
 
 const recur = path.resolve(process.argv[2] ?? "build/release/tools/recur");
 const MODEL = "recur-kjv";
-let failures = 0;
-
-async function check(name, fn) {
-  const t0 = Date.now();
-  try {
-    await fn();
-    console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-  } catch (e) {
-    failures++;
-    console.log(`FAIL ${name}\n${e.stack ?? e}`);
-  }
-}
 
 // Starts `recur serve` on a free port; resolves once it listens.
 function serve(args = []) {
@@ -65,7 +54,6 @@ async function metric(server, name) {
   return Number(m[1]);
 }
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function until(what, fn, ms = 10000) {
   const end = Date.now() + ms;
@@ -328,8 +316,4 @@ await check("past --memory, conversations go to --state-dir and continue from th
   }
 });
 
-if (failures) {
-  console.log(`${failures} check(s) failed`);
-  process.exit(1);
-}
-console.log("recur serve: every check passed");
+finish("recur serve");

@@ -13,23 +13,11 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import OpenAI from "openai";
+import { check, fail, finish, sleep } from "./harness.mjs";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 const recur = path.resolve(process.argv[2] ?? "build/release/tools/recur");
 const MODEL = "recur-kjv";
-let failures = 0;
-
-async function check(name, fn) {
-  const t0 = Date.now();
-  try {
-    await fn();
-    console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-  } catch (e) {
-    failures++;
-    console.log(`FAIL ${name}\n${e.stack ?? e}`);
-  }
-}
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // A free base port with the next few free too.
 async function freePorts(n) {
@@ -182,14 +170,7 @@ try {
   });
 } finally {
   const stop = spawnSync("bash", [path.join(root, "deploy/stop.sh"), dir], { encoding: "utf8" });
-  if (stop.status !== 0) {
-    failures++;
-    console.log(`FAIL deploy/stop.sh: ${stop.stdout}${stop.stderr}`);
-  }
+  if (stop.status !== 0) fail(`deploy/stop.sh: ${stop.stdout}${stop.stderr}`);
   rmSync(dir, { recursive: true, force: true });
 }
-if (failures) {
-  console.log(`${failures} check(s) failed`);
-  process.exit(1);
-}
-console.log("recur serve replicas: every check passed");
+finish("recur serve replicas");

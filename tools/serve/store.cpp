@@ -163,27 +163,6 @@ std::optional<std::string> ConversationStore::get(const std::string& id) {
   return bytes;
 }
 
-bool ConversationStore::contains(const std::string& id) {
-  if (!valid_id(id)) return false;
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (memory_.count(id)) return true;
-  if (!redis_) return disk_.count(id) > 0;
-  if (now() < retry_after_)
-    throw StoreUnavailable(fmt::format("Redis at {} is unreachable (retrying every second)",
-                                       redis_->address().url));
-  try {
-    const bool found = redis_->exists(key(id));
-    up_ = true;
-    return found;
-  } catch (const StoreUnavailable&) {
-    ++errors_;
-    up_ = false;
-    retry_after_ = now() + 1.0;
-    wake_.notify_all();
-    throw;
-  }
-}
-
 bool ConversationStore::flush_locked() {
   try {
     redis_->ping();

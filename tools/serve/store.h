@@ -51,8 +51,6 @@ class ConversationStore {
   /// The bytes under `id`, nullopt when the id is unknown. Throws StoreUnavailable when only
   /// Redis could know and it cannot be reached.
   std::optional<std::string> get(const std::string& id);
-  /// Whether `id` is known; throws StoreUnavailable as get() does.
-  bool contains(const std::string& id);
 
   /// At shutdown: the directory backend writes every state held only in memory; the Redis
   /// backend tries once more to write what waits. Returns how many were written.
