@@ -257,6 +257,8 @@ int run_serve(int argc, char** argv) {
       .option("max-tokens-limit", "1M", "largest max_tokens a request may ask for")
       .option("read-timeout", "30", "seconds a client may take to send the next part of its request")
       .option("write-timeout", "30", "seconds a client may take to accept the next part of a response")
+      .option("keep-alive", "5", "seconds an idle connection is kept open for the client's next request "
+                                 "(shutdown waits for idle connections up to this long)")
       .option("memory", "1G", "bytes of conversation states kept in memory; past it the least "
                               "recently used go to --state-dir (or are dropped without one)")
       .option("state-dir", "", "directory for conversation states: what memory cannot hold, and "
@@ -291,6 +293,7 @@ int run_serve(int argc, char** argv) {
   const auto max_body = static_cast<std::size_t>(args.integer("max-body", 1024, std::int64_t(1) << 32));
   const auto read_timeout = args.integer("read-timeout", 1, 3600);
   const auto write_timeout = args.integer("write-timeout", 1, 3600);
+  const auto keep_alive = args.integer("keep-alive", 1, 3600);
   const auto memory = static_cast<std::size_t>(args.integer("memory", 0, std::int64_t(1) << 50));
   const double grace = args.real("grace", 0, 86400);
 
@@ -355,7 +358,7 @@ int run_serve(int argc, char** argv) {
   http.set_payload_max_length(max_body);
   http.set_read_timeout(static_cast<time_t>(read_timeout), 0);
   http.set_write_timeout(static_cast<time_t>(write_timeout), 0);
-  http.set_keep_alive_timeout(5);
+  http.set_keep_alive_timeout(static_cast<time_t>(keep_alive));
   http.set_tcp_nodelay(true);
   const bool verbose = args.flag_set("verbose");
   http.set_logger([&s, verbose](const httplib::Request& req, const httplib::Response& res) {

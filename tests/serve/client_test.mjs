@@ -16,7 +16,8 @@ const MODEL = "recur-kjv";
 // Starts `recur serve` on a free port; resolves once it listens.
 function serve(args = []) {
   return new Promise((resolve, reject) => {
-    const child = spawn(recur, ["serve", "--port", "0", "--threads", "2", ...args],
+    // A short keep-alive: each stop waits for the client's idle connections that long.
+    const child = spawn(recur, ["serve", "--port", "0", "--threads", "2", "--keep-alive", "1", ...args],
                         { stdio: ["ignore", "ignore", "pipe"] });
     let log = "";
     const timer = setTimeout(() => reject(new Error(`recur serve did not start:\n${log}`)), 30000);

@@ -52,7 +52,8 @@ const base = await freePorts(3);
 const redisPort = await freePorts(1);
 const start = spawnSync("bash", [path.join(root, "deploy/start.sh"), dir, "--replicas", "2", "--port", String(base),
                                  "--redis-port", String(redisPort), "--recur", recur,
-                                 "--replica-env", `RECUR_ISA=${pair[0]}`, "--replica-env", `RECUR_ISA=${pair[1]}`],
+                                 "--replica-env", `RECUR_ISA=${pair[0]}`, "--replica-env", `RECUR_ISA=${pair[1]}`,
+                                 "--", "--keep-alive", "1"],
                         { encoding: "utf8" });
 if (start.status !== 0) {
   console.log(`deploy/start.sh failed:\n${start.stdout}${start.stderr}`);
