@@ -94,7 +94,8 @@ case "$job" in
     for arch in "$@"; do
       echo "build.sh: compiling the whole tree for -march=$arch" >&2
       cmake -S . -B "build/isa-$arch" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRECUR_NATIVE=OFF \
-        -DCMAKE_CXX_FLAGS="-march=$arch" -DRECUR_DISCOVER_TESTS=OFF -DRECUR_WERROR="$werror" > /dev/null
+        -DCMAKE_CXX_FLAGS="-march=$arch" -DRECUR_DISCOVER_TESTS=OFF -DRECUR_BUILD_BENCHMARKS=OFF \
+        -DRECUR_WERROR="$werror" > /dev/null
       cmake --build "build/isa-$arch" -j "$jobs"
     done
     exit 0 ;;
