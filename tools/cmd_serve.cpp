@@ -335,7 +335,6 @@ int run_serve(int argc, char** argv) {
   s.served.model = tm.model;
   s.served.tokenizer = tm.tokenizer;
   s.served.max_tokens_limit = args.integer("max-tokens-limit", 1, std::int64_t(1) << 40);
-  s.served.max_logprobs = eo.max_logprobs;
   s.served.name = args.given("name") ? args.str("name")
                   : tm.random        ? "recur-random"
                   : !args.given("model")

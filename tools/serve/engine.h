@@ -72,7 +72,6 @@ struct EngineOptions {
   int max_queue = 256;       ///< requests waiting for a slot before 429
   int chunk = 64;            ///< prefill tokens per turn of the loop
   int threads = 0;
-  int max_logprobs = 20;
 };
 
 /// Counters for /metrics.
