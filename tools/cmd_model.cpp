@@ -26,10 +26,16 @@ namespace recur::cli {
 
 
 
-// Where the built-in model lives: RECUR_MODEL, else the directory this build was made from.
+// Where the built-in model lives: RECUR_MODEL, else RECUR_BUILTIN_MODEL_RELPATH from the
+// directory of the running binary (<prefix>/bin/recur finds <prefix>/share/recur/models/kjv; the
+// build tree holds a link at the same place), so that an installed or moved tree finds its own.
 std::string builtin_dir() {
   const char* env = std::getenv("RECUR_MODEL");
-  return env && *env ? env : RECUR_BUILTIN_MODEL_DIR;
+  if (env && *env) return env;
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return RECUR_BUILTIN_MODEL_RELPATH;  // no /proc: relative to the working directory
+  return (exe.parent_path() / RECUR_BUILTIN_MODEL_RELPATH).lexically_normal().string();
 }
 
 TextModel open_model(const Args& args) {
@@ -44,8 +50,9 @@ TextModel open_model(const Args& args) {
   const std::string dir = builtin ? builtin_dir() : args.str("model");
   if (builtin && !std::filesystem::is_directory(dir))
     throw ArgumentError(fmt::format(
-        "the built-in model is not at {} (it ships in the source tree's models/kjv; RECUR_MODEL "
-        "may point elsewhere): pass -m DIR, or --random-model for random weights",
+        "the built-in model is not at {} (the binary looks for it at " RECUR_BUILTIN_MODEL_RELPATH
+        " from its own directory, where `cmake --install` puts it; RECUR_MODEL may point "
+        "elsewhere): pass -m DIR, or --random-model for random weights",
         printable(dir)));
   m.model = Model::load(dir);
   m.label = builtin ? "built-in (King James Bible)" : m.model->source();

@@ -23,7 +23,8 @@ struct TextModel {
   bool random = false;
 };
 
-/// Where the built-in model lives: RECUR_MODEL, else the directory this build was made from.
+/// Where the built-in model lives: RECUR_MODEL, else beside the running binary
+/// (RECUR_BUILTIN_MODEL_RELPATH from its directory).
 std::string builtin_dir();
 /// The model of the options "model" (-m) and "random-model"; the built-in one without either.
 TextModel open_model(const Args& args);

@@ -1,0 +1,16 @@
+// Steps one linear-attention layer through three tokens and prints the last output's sum.
+#include <cstdio>
+
+#include "recur/linear_attention.h"
+
+int main() {
+  recur::LinearAttentionConfig config;
+  config.n_heads = 2;
+  config.d_key = 8;
+  config.d_value = 8;
+  const recur::LinearAttention layer(config);
+  auto state = layer.make_state();
+  Eigen::VectorXf q = Eigen::VectorXf::LinSpaced(16, -1.0f, 1.0f), out;
+  for (int t = 0; t < 3; ++t) out = layer.step(state, q, q, q);
+  std::printf("%.6f\n", static_cast<double>(out.sum()));
+}
