@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The command line as a hostile or careless user meets it: each check here is one finding of the
-# hardening review (README, "The command-line tool"), and fails on the code before its fix.
+# hardening review (docs/cli.md), and fails on the code before its fix.
 set -euo pipefail
 recur="$1"
 dir=$(mktemp -d)

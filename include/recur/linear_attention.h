@@ -44,7 +44,7 @@ class LinearAttention;
 /// The state of one layer for one sequence: per head S (d_feature x d_value), Z (d_feature) and
 /// the count of tokens seen. Its size is fixed at creation, whatever the sequence length.
 ///
-/// S and Z are held in two levels (see README, "What the state holds"): a float32 partial sum
+/// S and Z are held in two levels (docs/contracts.md, "What the state holds, and why"): a float32 partial sum
 /// of the tokens since the last multiple of 256, and a float64 long sum with a float32 copy.
 /// Copying is explicit: clone().
 class LinearState {

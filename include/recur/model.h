@@ -1,7 +1,7 @@
 // A decoder-only language model built on linear-attention layers, and the decoder that runs one
 // sequence through it.
 //
-// Two layouts are read (see README, "Models"):
+// Two layouts are read (docs/models.md):
 //  * "linear_attn": the flash-linear-attention library's model, configured by its config.json
 //    field for field: pre-norm RMSNorm blocks, q/k/v/o projections without bias, the feature map
 //    after the head split (elu, relu, identity, hedgehog, t2r, dpfp, elementwise_product),
