@@ -4,21 +4,23 @@
 #
 #   deploy/start.sh DIR [--replicas 2] [--port 8080] [--redis-port 6379] [--threads 1]
 #                       [--recur build/release/tools/recur] [--replica-env VAR=VALUE]...
-#                       [-- options for every replica]
+#                       [--api-key-file FILE] [-- options for every replica]
 #   deploy/stop.sh DIR
 #
 # DIR holds everything: redis/ (its append-only file, so states survive a Redis restart),
 # nginx.conf, the logs and the pid files. Replica i listens on PORT + i, nginx on PORT. The i-th
-# --replica-env sets a variable for replica i alone (RECUR_ISA=avx2, say). Needs redis-server
-# and nginx (Debian's redis-server and nginx packages).
+# --replica-env sets a variable for replica i alone (RECUR_ISA=avx2, say). Every replica gets the
+# same API keys: --api-key-file FILE (one key per line), and RECUR_API_KEY from the environment;
+# a conversation made with a key then continues with that key alone, on any replica. Needs
+# redis-server and nginx (Debian's redis-server and nginx packages).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 (($# >= 1)) || usage
 [[ "$1" == -h || "$1" == --help ]] && usage
 dir="$1"; shift
 replicas=2 port=8080 redis_port=6379 threads=1 recur="$here/../build/release/tools/recur" host=127.0.0.1
-envs=() extra=()
+envs=() extra=() keys=()
 while (($#)); do
   case "$1" in
     --replicas) replicas="$2"; shift 2 ;;
@@ -27,6 +29,7 @@ while (($#)); do
     --threads) threads="$2"; shift 2 ;;
     --recur) recur="$2"; shift 2 ;;
     --replica-env) envs+=("$2"); shift 2 ;;
+    --api-key-file) keys=(--api-key-file "$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"); shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "deploy/start.sh: unknown option $1" >&2; usage ;;
   esac
@@ -50,7 +53,7 @@ for i in $(seq 1 "$replicas"); do
   env_i=()
   ((${#envs[@]} >= i)) && env_i=("${envs[$((i - 1))]}")
   env "${env_i[@]}" "$recur" serve --host "$host" --port "$p" --threads "$threads" \
-    --store "redis://$host:$redis_port/0" --instance "replica-$i" "${extra[@]}" \
+    --store "redis://$host:$redis_port/0" --instance "replica-$i" "${keys[@]}" "${extra[@]}" \
     > "$dir/replica-$i.log" 2>&1 &
   echo $! > "$dir/replica-$i.pid"
   upstreams+="    server $host:$p max_fails=1 fail_timeout=2s;"$'\n'

@@ -39,6 +39,13 @@ Args& Args::option(const std::string& name, const std::string& fallback, const s
   return *this;
 }
 
+Args& Args::repeatable(const std::string& name, const std::string& help) {
+  options_[name] = app_->add_option("--" + name, lists_[name], help)
+                       ->allow_extra_args(false)
+                       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  return *this;
+}
+
 Args& Args::flag(const std::string& name, const std::string& help, char letter) {
   const std::string names = letter ? fmt::format("-{},--{}", letter, name) : "--" + name;
   options_[name] = app_->add_flag(names, help);

@@ -33,6 +33,8 @@ class Args {
   Args& option(const std::string& name, const std::string& fallback, const std::string& help,
                char letter = 0);
   Args& flag(const std::string& name, const std::string& help, char letter = 0);
+  /// An option that may be given more than once (--name A --name B), read with all().
+  Args& repeatable(const std::string& name, const std::string& help);
   /// An option that no longer exists: using it is an error that says what replaced it.
   Args& retired(const std::string& name, const std::string& message);
   /// Accepts up to `max` positional arguments, shown as `label`.
@@ -47,6 +49,8 @@ class Args {
   bool parse(int argc, char** argv, int first);
 
   std::string str(const std::string& name) const;
+  /// Every value of a repeatable option, in order.
+  const std::vector<std::string>& all(const std::string& name) const { return lists_.at(name); }
   /// A whole number in [min, max]; K, M, G and T suffixes multiply by powers of 1024, and a
   /// product that overflows is an error, not a wrap.
   std::int64_t integer(const std::string& name, std::int64_t min, std::int64_t max) const;
@@ -60,6 +64,7 @@ class Args {
   std::unique_ptr<CLI::App> app_;
   std::map<std::string, std::string> values_;
   std::map<std::string, std::string> fallback_;
+  std::map<std::string, std::vector<std::string>> lists_;
   std::map<std::string, CLI::Option*> options_;
   std::vector<std::string> positional_;
   std::vector<std::string> retired_;

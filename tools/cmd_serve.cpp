@@ -5,14 +5,15 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
-#include <random>
 #include <thread>
 
 #include "cli.h"
 #include "commands.h"
 #include "recur/error.h"
 #include "serve/api.h"
+#include "serve/auth.h"
 #include "serve/engine.h"
 #include "serve/store.h"
 #include "text_model.h"
@@ -27,22 +28,15 @@ namespace {
 using serve::ApiError;
 using serve::Job;
 
-std::string new_id() {
-  static std::mutex mutex;
-  static std::mt19937_64 rng(std::random_device{}());
-  std::lock_guard<std::mutex> lock(mutex);
-  return fmt::format("cmpl-{:016x}{:08x}", rng(), static_cast<std::uint32_t>(rng()));
-}
-
 std::int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 void send_error(httplib::Response& res, int status, const std::string& message,
-                const std::string& type, const std::string& param = "") {
+                const std::string& type, const std::string& param = "", const std::string& code = "") {
   res.status = status;
-  res.set_content(serve::error_json(message, type, param), "application/json");
+  res.set_content(serve::error_json(message, type, param, code), "application/json");
 }
 
 // Everything the handlers share.
@@ -50,8 +44,10 @@ struct Server {
   serve::ServedModel served;
   serve::ConversationStore* store = nullptr;
   serve::Engine* engine = nullptr;
+  serve::ApiKeys keys;
   std::int64_t started = 0;
-  std::atomic<std::int64_t> http_requests{0}, rejected_full{0}, rejected_bad{0}, disconnects{0};
+  std::atomic<std::int64_t> http_requests{0}, rejected_full{0}, rejected_bad{0}, disconnects{0},
+      unauthorized{0};
   std::atomic<int> responding{0};  // completions whose response is not fully written yet
 };
 
@@ -69,6 +65,7 @@ std::string metrics(const Server& s) {
   metric("recur_requests_failed_total", "counter", "completions that ended in an error", double(e.requests_failed));
   metric("recur_requests_rejected_full_total", "counter", "requests refused with 429 (queue full)", double(s.rejected_full));
   metric("recur_requests_rejected_invalid_total", "counter", "requests refused as malformed (4xx)", double(s.rejected_bad));
+  metric("recur_requests_unauthorized_total", "counter", "requests refused with 401 (no key, or a wrong one)", double(s.unauthorized));
   metric("recur_prompt_tokens_total", "counter", "prompt tokens prefilled", double(e.prompt_tokens));
   metric("recur_generated_tokens_total", "counter", "tokens generated", double(e.generated_tokens));
   metric("recur_batch_steps_total", "counter", "batched decode steps", double(e.batch_steps));
@@ -81,8 +78,8 @@ std::string metrics(const Server& s) {
   metric("recur_conversations_dropped_total", "counter", "states pushed out of memory with no directory to go to", double(st.dropped));
   metric("recur_conversation_bytes", "gauge", "bytes of conversation states held in memory", double(st.memory_bytes));
   metric("recur_store_reads_total", "counter", "states read from the directory or Redis", double(st.reads));
-  metric("recur_store_writes_total", "counter", "states written to Redis", double(st.writes));
-  metric("recur_store_errors_total", "counter", "calls to Redis that failed", double(st.errors));
+  metric("recur_store_writes_total", "counter", "states written to the directory or Redis", double(st.writes));
+  metric("recur_store_errors_total", "counter", "calls to the directory or Redis that failed", double(st.errors));
   metric("recur_store_pending", "gauge", "states waiting in memory for Redis to come back", double(st.pending));
   metric("recur_store_up", "gauge", "1 while the conversation store answers", st.up ? 1.0 : 0.0);
   metric("recur_slot_bytes", "gauge", "bytes held by the running slots' decoders and the batch", double(s.engine->active_bytes()));
@@ -145,14 +142,21 @@ void stream(Server& s, const std::shared_ptr<Job>& job, bool include_usage, http
 
 void completions(Server& s, const httplib::Request& req, httplib::Response& res) {
   serve::Completion c;
+  // Authorized by the pre-routing handler; the tag again, for the conversation's owner.
+  const std::string owner = s.keys.authorize(req.get_header_value("Authorization")).value_or("");
+  std::string previous_state;
   try {
     c = serve::parse_completion(req.body, s.served);
-    // get(), not contains(): a state read from Redis or a file now is in the memory cache when
-    // the engine admits the request, so the batch does not wait for the read.
-    if (!c.request.previous_id.empty() && !s.store->get(c.request.previous_id))
-      throw ApiError(404, "not_found_error", "previous_response_id",
-                     fmt::format("previous_response_id '{}': no such conversation is kept here",
-                                 c.request.previous_id));
+    // Read now, on this HTTP thread: the engine's thread never waits for the store. Another
+    // key's conversation is "no such conversation", as an unknown id is.
+    if (!c.request.previous_id.empty()) {
+      auto state = s.store->get(c.request.previous_id, owner);
+      if (!state)
+        throw ApiError(404, "not_found_error", "previous_response_id",
+                       fmt::format("previous_response_id '{}': no such conversation is kept here",
+                                   c.request.previous_id));
+      previous_state = std::move(*state);
+    }
   } catch (const serve::StoreUnavailable& e) {
     send_error(res, 503, fmt::format("previous_response_id '{}' cannot be continued now: {} (new "
                                      "conversations still run)", c.request.previous_id, e.what()),
@@ -165,7 +169,9 @@ void completions(Server& s, const httplib::Request& req, httplib::Response& res)
   }
   auto job = std::make_shared<Job>();
   job->request = std::move(c.request);
-  job->id = new_id();
+  job->id = serve::new_response_id();
+  job->owner = owner;
+  job->previous_state = std::move(previous_state);
   job->created = unix_seconds();
   if (!s.engine->submit(job)) {
     if (s.engine->draining()) {
@@ -271,6 +277,9 @@ int run_serve(int argc, char** argv) {
                               "(default: host:port)")
       .option("grace", "30", "seconds running requests get to finish after SIGTERM before they are "
                              "cancelled")
+      .repeatable("api-key", "require this key (Authorization: Bearer KEY) on /v1/ and /metrics; may be "
+                             "given more than once; conversations belong to the key that made them")
+      .option("api-key-file", "", "read API keys from this file, one per line ('#' starts a comment)")
       .flag("random-model", "the random-weight test model (byte-level, seed 1) instead of the built-in one")
       .flag("verbose", "log every request", 'v')
       .excludes("random-model", "model")
@@ -281,6 +290,9 @@ int run_serve(int argc, char** argv) {
           "\"ignore_eos\" and \"return_token_ids\". A conversation's state includes every token the model produced, an\n"
           "end-of-sequence one and one that completed a stop sequence included, though the text\n"
           "returned ends before them.\n\n"
+          "API keys: --api-key, --api-key-file and the RECUR_API_KEY environment variable add up.\n"
+          "With any key set, /v1/ and /metrics answer 401 without one of them; /health stays open.\n"
+          "A conversation continues only with the key that made it.\n\n"
           "SIGTERM or SIGINT: stop accepting, let running requests finish (up to --grace seconds),\n"
           "write the conversations to --state-dir, exit 0.");
   if (!args.parse(argc, argv, 2)) return 0;
@@ -296,6 +308,12 @@ int run_serve(int argc, char** argv) {
   const auto keep_alive = args.integer("keep-alive", 1, 3600);
   const auto memory = static_cast<std::size_t>(args.integer("memory", 0, std::int64_t(1) << 50));
   const double grace = args.real("grace", 0, 86400);
+
+  serve::ApiKeys keys;
+  for (const auto& k : args.all("api-key")) keys.add(k, "--api-key");
+  if (args.given("api-key-file"))
+    keys.add_lines(read_input(args.str("api-key-file"), "--api-key-file", 1 << 20), "--api-key-file " + args.str("api-key-file"));
+  if (const char* k = std::getenv("RECUR_API_KEY"); k && *k) keys.add(k, "RECUR_API_KEY");
 
   // Blocked before any thread starts, so that every thread inherits the mask.
   const sigset_t signals = shutdown_signals();
@@ -332,6 +350,7 @@ int run_serve(int argc, char** argv) {
   describe_model(tm);
   Server s;
   s.store = &store;
+  s.keys = std::move(keys);
   s.served.model = tm.model;
   s.served.tokenizer = tm.tokenizer;
   s.served.max_tokens_limit = args.integer("max-tokens-limit", 1, std::int64_t(1) << 40);
@@ -386,6 +405,21 @@ int run_serve(int argc, char** argv) {
     spdlog::error("request failed: {}", what);
     send_error(res, 500, what, "server_error");
   });
+  // Keys guard everything but /health (load balancers probe it without one).
+  http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
+    if (!s.keys.enabled() || (req.path.rfind("/v1/", 0) != 0 && req.path != "/metrics"))
+      return httplib::Server::HandlerResponse::Unhandled;
+    if (s.keys.authorize(req.get_header_value("Authorization"))) return httplib::Server::HandlerResponse::Unhandled;
+    ++s.unauthorized;
+    res.set_header("WWW-Authenticate", "Bearer");
+    const bool sent = req.has_header("Authorization");
+    send_error(res, 401,
+               sent ? "Incorrect API key provided. The server expects Authorization: Bearer KEY with "
+                      "one of its keys."
+                    : "You didn't provide an API key. Send it as Authorization: Bearer KEY.",
+               "invalid_request_error", "", "invalid_api_key");
+    return httplib::Server::HandlerResponse::Handled;
+  });
   http.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res) {
     completions(s, req, res);
   });
@@ -414,8 +448,10 @@ int run_serve(int argc, char** argv) {
   http.widen_backlog(1024);
   const std::string instance = args.given("instance") ? args.str("instance") : fmt::format("{}:{}", host, bound);
   http.set_default_headers({{"X-Recur-Instance", instance}});
-  fmt::print(stderr, "listening on http://{}:{} as model '{}' (kernels {}, up to {} at once, {} waiting)\n",
-             host, bound, s.served.name, kernels_line(false), eo.max_batch, eo.max_queue);
+  fmt::print(stderr, "listening on http://{}:{} as model '{}' (kernels {}, up to {} at once, {} waiting; {})\n",
+             host, bound, s.served.name, kernels_line(false), eo.max_batch, eo.max_queue,
+             s.keys.enabled() ? fmt::format("{} API key{}", s.keys.size(), s.keys.size() == 1 ? "" : "s")
+                              : std::string("no API key: anyone who can reach the port may use it"));
 
   std::atomic<bool> stopping{false};
   std::thread watcher([&] {

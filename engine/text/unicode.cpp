@@ -77,6 +77,50 @@ std::string utf8_lossy(std::string_view s) {
   return out;
 }
 
+void Utf8Stream::bad(std::string& out, std::string_view bytes) const {
+  if (invalid_ == Invalid::kReplace) {
+    out += "\xEF\xBF\xBD";
+    return;
+  }
+  static const char* const hex = "0123456789abcdef";
+  for (const char ch : bytes) {
+    const auto b = static_cast<unsigned char>(ch);
+    out += "\\x";
+    out += hex[b >> 4];
+    out += hex[b & 15];
+  }
+}
+
+std::string Utf8Stream::put(std::string_view bytes) {
+  pending_.append(bytes);
+  const std::string_view s = pending_;
+  std::string out;
+  out.reserve(s.size());
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const SeqCheck c = check_sequence(s, i);
+    if (c.complete) {
+      out.append(s.substr(i, c.valid_bytes));
+      i += c.valid_bytes;
+    } else if (c.valid_bytes > 0 && i + c.valid_bytes == s.size()) {
+      break;  // a well-formed start cut short: the next piece may complete it
+    } else {
+      const std::size_t n = c.valid_bytes == 0 ? 1 : c.valid_bytes;
+      bad(out, s.substr(i, n));
+      i += n;
+    }
+  }
+  pending_.erase(0, i);
+  return out;
+}
+
+std::string Utf8Stream::finish() {
+  std::string out;
+  if (!pending_.empty()) bad(out, pending_);
+  pending_.clear();
+  return out;
+}
+
 char32_t code_point(std::string_view s, std::size_t i) {
   const auto b = [&](std::size_t k) { return static_cast<char32_t>(static_cast<unsigned char>(s[k])); };
   const char32_t c = b(i);

@@ -12,12 +12,16 @@ import { check, finish, sleep } from "./harness.mjs";
 
 const recur = path.resolve(process.argv[2] ?? "build/release/tools/recur");
 const MODEL = "recur-kjv";
+// Every server here requires a key, sent as OpenAI's clients send theirs (Authorization: Bearer);
+// tests/serve/hostile_test.mjs checks what happens without one.
+const KEY = "sk-recur-client-test-5e1b9a7c3d";
+const auth = { authorization: `Bearer ${KEY}` };
 
 // Starts `recur serve` on a free port; resolves once it listens.
 function serve(args = []) {
   return new Promise((resolve, reject) => {
     // A short keep-alive: each stop waits for the client's idle connections that long.
-    const child = spawn(recur, ["serve", "--port", "0", "--threads", "2", "--keep-alive", "1", ...args],
+    const child = spawn(recur, ["serve", "--port", "0", "--threads", "2", "--keep-alive", "1", "--api-key", KEY, ...args],
                         { stdio: ["ignore", "ignore", "pipe"] });
     let log = "";
     const timer = setTimeout(() => reject(new Error(`recur serve did not start:\n${log}`)), 30000);
@@ -27,7 +31,7 @@ function serve(args = []) {
       if (m && !child.url) {
         clearTimeout(timer);
         child.url = m[1];
-        child.client = new OpenAI({ baseURL: `${m[1]}/v1`, apiKey: "none", maxRetries: 0 });
+        child.client = new OpenAI({ baseURL: `${m[1]}/v1`, apiKey: KEY, maxRetries: 0 });
         resolve(child);
       }
     });
@@ -44,12 +48,12 @@ async function stop(server) {
 
 async function post(server, body, init = {}) {
   return fetch(`${server.url}/v1/completions`, {
-    method: "POST", headers: { "content-type": "application/json" },
+    method: "POST", headers: { "content-type": "application/json", ...auth },
     body: typeof body === "string" ? body : JSON.stringify(body), ...init });
 }
 
 async function metric(server, name) {
-  const text = await (await fetch(`${server.url}/metrics`)).text();
+  const text = await (await fetch(`${server.url}/metrics`, { headers: auth })).text();
   const m = text.match(new RegExp(`^${name} (\\S+)$`, "m"));
   assert.ok(m, `metric ${name} missing`);
   return Number(m[1]);
@@ -180,7 +184,7 @@ await check("errors: OpenAI's error objects with the right status and a message 
   const big = await post(server, JSON.stringify({ prompt: "x".repeat(70000) }));
   assert.equal(big.status, 413);
   assert.match((await big.json()).error.message, /max-body/);
-  const nowhere = await fetch(`${server.url}/v1/chat/completions`, { method: "POST", body: "{}" });
+  const nowhere = await fetch(`${server.url}/v1/chat/completions`, { method: "POST", body: "{}", headers: auth });
   assert.equal(nowhere.status, 404);
   const models = await client.models.list();
   assert.deepEqual(models.data.map((m) => m.id), [MODEL]);

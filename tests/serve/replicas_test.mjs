@@ -7,7 +7,8 @@
 // a corrupt or truncated state in Redis is refused. Usage: node replicas_test.mjs path/to/recur
 import assert from "node:assert/strict";
 import { execFileSync, spawn, spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createHmac } from "node:crypto";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -48,11 +49,15 @@ await check("Redis down at start: a clear error, exit 1; a bad address: exit 2",
 });
 
 const dir = mkdtempSync(path.join(os.tmpdir(), "recur-replicas-"));
+// The replicas require a key, given to each by deploy/start.sh.
+const KEY = "sk-recur-replicas-3f9d0c2b7a";
+writeFileSync(path.join(dir, "keys"), `${KEY}\n`);
 const base = await freePorts(3);
 const redisPort = await freePorts(1);
 const start = spawnSync("bash", [path.join(root, "deploy/start.sh"), dir, "--replicas", "2", "--port", String(base),
                                  "--redis-port", String(redisPort), "--recur", recur,
                                  "--replica-env", `RECUR_ISA=${pair[0]}`, "--replica-env", `RECUR_ISA=${pair[1]}`,
+                                 "--api-key-file", path.join(dir, "keys"),
                                  "--", "--keep-alive", "1"],
                         { encoding: "utf8" });
 if (start.status !== 0) {
@@ -60,7 +65,7 @@ if (start.status !== 0) {
   process.exit(1);
 }
 console.log(start.stdout.trim(), `(replica-1 ${pair[0]}, replica-2 ${pair[1]})`);
-const client = (port) => new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: "none", maxRetries: 0 });
+const client = (port) => new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: KEY, maxRetries: 0 });
 const lb = client(base), one = client(base + 1), two = client(base + 2);
 const redis = (...args) => execFileSync("redis-cli", ["-p", String(redisPort), ...args]).toString().trim();
 const pid = (name) => Number(readFileSync(path.join(dir, `${name}.pid`), "utf8"));
@@ -100,7 +105,10 @@ try {
   await check("a corrupt or truncated state in Redis, or another model's, is refused, never loaded", async () => {
     const good = redis("--raw", "STRLEN", `recur:conversation:${reference[0].id}`);
     assert.ok(Number(good) > 1000, `state of ${good} bytes`);
-    redis("SET", "recur:conversation:cmpl-corrupt", "not a state at all");
+    // Under the key's owner tag (store.h's header), so that the replica gets as far as the state.
+    const tag = createHmac("sha256", "recur serve conversation owner v1").update(KEY).digest();
+    execFileSync("redis-cli", ["-p", String(redisPort), "-x", "SET", "recur:conversation:cmpl-corrupt"],
+                 { input: Buffer.concat([Buffer.from("recurcv1"), Buffer.from([tag.length]), tag, Buffer.from("not a state at all")]) });
     await assert.rejects(one.completions.create({ ...params, prompt: "x", previous_response_id: "cmpl-corrupt" }),
       (e) => e.status === 409 && /not a recur state/.test(e.message));
     // The real state cut short, under another id: read by the other replica, which has not cached it.
@@ -109,7 +117,8 @@ try {
       (e) => e.status === 409 && /truncated|too short|bytes/.test(e.message));
     // A replica of another model on the same Redis refuses this model's conversations.
     const stranger = spawn(recur, ["serve", "--port", "0", "--random-model", "--threads", "1",
-                                   "--store", `redis://127.0.0.1:${redisPort}/0`], { stdio: ["ignore", "ignore", "pipe"] });
+                                   "--store", `redis://127.0.0.1:${redisPort}/0`, "--api-key", KEY],
+                           { stdio: ["ignore", "ignore", "pipe"] });
     try {
       const url = await new Promise((resolve, reject) => {
         let log = "";
@@ -120,7 +129,7 @@ try {
         });
         stranger.on("exit", () => reject(new Error(log)));
       });
-      const other = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0 });
+      const other = new OpenAI({ baseURL: `${url}/v1`, apiKey: KEY, maxRetries: 0 });
       await assert.rejects(other.completions.create({ prompt: "x", max_tokens: 2, previous_response_id: reference[0].id }),
         (e) => e.status === 409 && /saved from another model/.test(e.message));
     } finally {

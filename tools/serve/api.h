@@ -29,6 +29,7 @@ struct ServedModel {
   std::shared_ptr<const Tokenizer> tokenizer;  ///< null: bytes
   std::int64_t max_tokens_limit = 1 << 20;
   int max_logprobs = 20;
+  std::size_t max_stop_bytes = 4096;  ///< the total length of a request's stop sequences
 };
 
 struct Completion {

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "recur/error.h"
+#include "text/unicode.h"
 #include "util/parallel.h"
 
 namespace recur::serve {
@@ -18,51 +19,6 @@ namespace {
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-
-// Bytes in, UTF-8 out: complete sequences pass, a sequence cut short waits for its next bytes,
-// and bytes that cannot form UTF-8 become U+FFFD. For models that read text as bytes.
-class Utf8Stream {
- public:
-  std::string put(const std::string& bytes) {
-    pending_ += bytes;
-    std::string out;
-    std::size_t i = 0;
-    while (i < pending_.size()) {
-      const auto b = static_cast<unsigned char>(pending_[i]);
-      const std::size_t need = b < 0x80 ? 1 : (b >= 0xC2 && b <= 0xDF) ? 2 : (b >= 0xE0 && b <= 0xEF) ? 3
-                               : (b >= 0xF0 && b <= 0xF4) ? 4 : 0;
-      if (need == 0) {
-        out += "\xEF\xBF\xBD";
-        ++i;
-        continue;
-      }
-      std::size_t have = 1;
-      while (have < need && i + have < pending_.size() &&
-             (static_cast<unsigned char>(pending_[i + have]) & 0xC0) == 0x80)
-        ++have;
-      if (have == need) {
-        out.append(pending_, i, need);
-        i += need;
-      } else if (i + have == pending_.size()) {
-        break;  // cut short: wait for more
-      } else {
-        out += "\xEF\xBF\xBD";
-        i += have;
-      }
-    }
-    pending_.erase(0, i);
-    return out;
-  }
-  std::string finish() {
-    std::string out;
-    if (!pending_.empty()) out = "\xEF\xBF\xBD";
-    pending_.clear();
-    return out;
-  }
-
- private:
-  std::string pending_;
-};
 
 }  // namespace
 
@@ -77,7 +33,7 @@ struct Engine::Slot {
   int pending = 0;        // the token to feed at the next batched step
   std::int64_t generated = 0;
   std::optional<DecodeStream> stream;  // with a tokenizer
-  Utf8Stream bytes;                    // without one
+  text::Utf8Stream bytes;              // without one: bytes to UTF-8, U+FFFD for what is not
   std::string held;                    // text that may begin a stop sequence
   std::string failure;                 // set by the parallel sampling, handled after it
 
@@ -149,7 +105,7 @@ std::size_t Engine::active_bytes() const {
 }
 
 std::string Engine::token_text(int id) const {
-  if (tokenizer_) return tokenizer_->decode({id});
+  if (tokenizer_) return text::utf8_lossy(tokenizer_->decode({id}));
   if (id >= ByteTokenizer::kVocab) return fmt::format("<|{}|>", id);
   const auto b = static_cast<unsigned char>(id);
   if (b < 0x80) return std::string(1, char(b));
@@ -195,29 +151,14 @@ void Engine::admit(Slot& slot, std::shared_ptr<Job> job) {
   const Request& r = slot.job->request;
   slot.decoder.reset();
   if (!r.previous_id.empty()) {
-    std::optional<std::string> bytes;
     try {
-      bytes = store_.get(r.previous_id);
-    } catch (const StoreUnavailable& e) {
-      fail(slot, 503, "server_error",
-           fmt::format("previous_response_id '{}' cannot be continued now: {} (new conversations still run)",
-                       r.previous_id, e.what()));
-      return;
-    } catch (const std::exception& e) {
-      fail(slot, 500, "server_error", e.what());
-      return;
-    }
-    if (!bytes) {
-      fail(slot, 404, "not_found_error",
-           fmt::format("previous_response_id '{}': no such conversation is kept here", r.previous_id));
-      return;
-    }
-    try {
-      slot.decoder.load_bytes(*bytes, "conversation " + r.previous_id);
+      slot.decoder.load_bytes(slot.job->previous_state, "conversation " + r.previous_id);
     } catch (const std::exception& e) {
       fail(slot, 409, "invalid_request_error", fmt::format("previous_response_id '{}' cannot be continued: {}", r.previous_id, e.what()));
       return;
     }
+    // The decoder holds it now; the job need not.
+    std::string().swap(slot.job->previous_state);
   }
   if (r.prompt.empty() && slot.decoder.n_tokens() == 0) {
     fail(slot, 400, "invalid_request_error", "the prompt is empty and no conversation is continued");
@@ -281,9 +222,11 @@ bool Engine::after_token(Slot& slot, int token) {
     }
     t.text = token_text(token);
   }
+  // Ids past the bytes (a model with a larger vocabulary and no tokenizer) are written as
+  // <|id|> through the same stream, so that they end a sequence they interrupt.
   std::string piece = slot.stream ? slot.stream->put(token)
                       : token < ByteTokenizer::kVocab ? slot.bytes.put(std::string(1, char(token)))
-                                                      : fmt::format("<|{}|>", token);
+                                                      : slot.bytes.put(fmt::format("<|{}|>", token));
   slot.held += piece;
   // A stop sequence ends the text before it; text that may be the start of one waits.
   std::size_t cut = std::string::npos;
@@ -358,7 +301,7 @@ void Engine::keep_loop() {
     lock.unlock();
     bool kept = true;
     try {
-      store_.put(k.job->id, std::move(k.bytes));
+      store_.put(k.job->id, std::move(k.bytes), k.job->owner);
     } catch (const std::exception& e) {
       kept = false;
       publish(*k.job, [&](Job& j) {

@@ -49,6 +49,10 @@ struct Token {
 struct Job {
   Request request;
   std::string id;  ///< the response id, under which its final state is kept
+  std::string owner;  ///< the owner tag its state is kept with ("" none; see auth.h)
+  /// The state of the conversation `request.previous_id` names, read from the store before the
+  /// job is submitted: the engine's thread never waits for the store.
+  std::string previous_state;
   std::int64_t created = 0;
 
   std::mutex mutex;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <hiredis.h>
 
+#include <cerrno>
 #include <cmath>
 #include <memory>
 
@@ -88,7 +89,8 @@ Redis::Reply Redis::command(const std::vector<std::string_view>& args) {
   }
   Reply reply;
   // A connection made before Redis restarted fails on its first command: one more try on a new
-  // connection (every command here is idempotent). A failure on a fresh connection is final.
+  // connection (every command here is idempotent). A failure on a fresh connection is final, and
+  // so is a timeout (a Redis that is stalled, not restarted: another try would double the wait).
   for (int attempt = 0;; ++attempt) {
     const bool fresh = context_ == nullptr;
     if (fresh) connect();
@@ -96,8 +98,9 @@ Redis::Reply Redis::command(const std::vector<std::string_view>& args) {
         redisCommandArgv(context_, int(argv.size()), argv.data(), lengths.data())));
     if (reply) break;
     const std::string why = context_->errstr;
+    const bool timed_out = context_->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
     drop();  // the connection is in an unknown state: the next call makes a new one
-    if (!fresh && attempt == 0) continue;
+    if (!fresh && attempt == 0 && !timed_out) continue;
     throw StoreUnavailable(fmt::format("Redis at {} stopped answering: {}", address_.url, why));
   }
   if (reply->type == REDIS_REPLY_ERROR)

@@ -1,0 +1,232 @@
+// The request side of the API: a POST /v1/completions body to a checked Request, and OpenAI's
+// error object. Apart from the responses (api.cpp) so that the request fuzzer
+// (tests/fuzz/fuzz_request.cpp) builds it alone, without the engine.
+#include "serve/api.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <random>
+
+#include "recur/error.h"
+#include "text/unicode.h"
+#include "util/json.h"
+
+namespace recur::serve {
+
+namespace {
+
+using json::quote;
+
+ApiError bad(const std::string& param, const std::string& message) {
+  return ApiError(400, "invalid_request_error", param, message);
+}
+
+const json::Value* field(const json::Value& body, const char* name) {
+  const json::Value* v = body.find(name);
+  return v && !v->is_null() ? v : nullptr;
+}
+
+double real(const json::Value& v, const char* name, double lo, double hi) {
+  if (!v.is_number()) throw bad(name, fmt::format("'{}' must be a number, not {}", name, v.kind_name()));
+  const double x = v.number();
+  if (!(x >= lo && x <= hi))
+    throw bad(name, fmt::format("'{}' is {}, expected {} to {}", name, x, lo, hi));
+  return x;
+}
+
+std::int64_t integer(const json::Value& v, const char* name, std::int64_t lo, std::int64_t hi) {
+  if (!v.is_integer())
+    throw bad(name, fmt::format("'{}' must be an integer, not {}", name,
+                                v.is_number() ? "a fraction" : v.kind_name()));
+  const std::int64_t x = v.integer();
+  if (x < lo || x > hi) throw bad(name, fmt::format("'{}' is {}, expected {} to {}", name, x, lo, hi));
+  return x;
+}
+
+bool boolean(const json::Value& v, const char* name) {
+  if (!v.is_bool()) throw bad(name, fmt::format("'{}' must be true or false, not {}", name, v.kind_name()));
+  return v.boolean();
+}
+
+// Where `s` stops being UTF-8, as the tokenizer reports it: the offset and the bytes there.
+std::string not_utf8(std::string_view s, std::size_t bad) {
+  std::string bytes;
+  for (std::size_t k = bad; k < std::min(s.size(), bad + 4); ++k)
+    bytes += fmt::format(" {:02x}", static_cast<unsigned char>(s[k]));
+  return fmt::format("not UTF-8 at byte {} of {} (bytes{})", bad, s.size(), bytes);
+}
+
+std::vector<int> encode(const std::string& text, const ServedModel& served, bool add_special) {
+  // The tokenizer's own rule, for the byte-level model too (whose tokenizer takes any bytes).
+  if (const std::size_t at = text::invalid_utf8_at(text); at != std::string::npos)
+    throw bad("prompt", "the prompt is " + not_utf8(text, at));
+  try {
+    if (served.tokenizer) return served.tokenizer->encode(text, add_special);
+    return ByteTokenizer().encode(text);
+  } catch (const ArgumentError& e) {
+    throw bad("prompt", fmt::format("the prompt cannot be encoded: {}", e.what()));
+  }
+}
+
+}  // namespace
+
+std::string error_json(const std::string& message, const std::string& type, const std::string& param,
+                       const std::string& code) {
+  // A message may quote what the client sent: it leaves as UTF-8 whatever that was.
+  return fmt::format(R"({{"error":{{"message":{},"type":{},"param":{},"code":{}}}}})",
+                     quote(text::utf8_lossy(message)), quote(type),
+                     param.empty() ? "null" : quote(text::utf8_lossy(param)),
+                     code.empty() ? "null" : quote(code));
+}
+
+Completion parse_completion(std::string_view text, const ServedModel& served) {
+  json::Value body;
+  try {
+    body = json::parse(text, "request body");
+  } catch (const FormatError& e) {
+    throw bad("", fmt::format("the body is not valid JSON: {}", e.what()));
+  }
+  if (!body.is_object()) throw bad("", fmt::format("the body must be a JSON object, not {}", body.kind_name()));
+  // JSON is UTF-8 (RFC 8259). A text prompt is checked first, so that its error names the
+  // offset in the prompt; then the rest of the body (names, stop sequences, "user").
+  if (const auto* p = body.find("prompt")) {
+    const json::Value* words = p->is_string() ? p
+                              : p->is_array() && p->array().size() == 1 && p->array()[0].is_string()
+                                  ? &p->array()[0]
+                                  : nullptr;
+    if (words) {
+      if (const std::size_t at = text::invalid_utf8_at(words->string()); at != std::string::npos)
+        throw bad("prompt", "the prompt is " + not_utf8(words->string(), at));
+    }
+  }
+  if (const std::size_t at = text::invalid_utf8_at(text); at != std::string::npos)
+    throw bad("", "the body is " + not_utf8(text, at));
+  static const char* const known[] = {
+      "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "logprobs",
+      "stream", "stream_options", "n", "best_of", "echo", "presence_penalty", "frequency_penalty",
+      "logit_bias", "suffix", "user", "previous_response_id", "ignore_eos", "return_token_ids"};
+  for (const auto& [key, value] : body.object()) {
+    bool ok = false;
+    for (const char* k : known) ok |= key == k;
+    if (!ok) throw bad(key, fmt::format("unrecognized request argument '{}'", key));
+  }
+
+  Completion c;
+  Request& r = c.request;
+  if (const auto* v = field(body, "model")) {
+    if (!v->is_string()) throw bad("model", "'model' must be a string");
+    if (v->string() != served.name)
+      throw ApiError(404, "not_found_error", "model",
+                     fmt::format("the model '{}' does not exist here; this server runs '{}'",
+                                 v->string(), served.name));
+  }
+  // Options that would change what the model computes in ways this server does not offer are
+  // refused, not ignored.
+  for (const char* p : {"n", "best_of"})
+    if (const auto* v = field(body, p); v && !(v->is_integer() && v->integer() == 1))
+      throw bad(p, fmt::format("'{}' must be 1: this server returns one completion per request", p));
+  if (const auto* v = field(body, "echo"); v && boolean(*v, "echo"))
+    throw bad("echo", "'echo' is not supported: the response holds the completion only");
+  for (const char* p : {"presence_penalty", "frequency_penalty"})
+    if (const auto* v = field(body, p); v && real(*v, p, -2, 2) != 0.0)
+      throw bad(p, fmt::format("'{}' is not supported (only 0)", p));
+  if (const auto* v = field(body, "logit_bias"); v && !(v->is_object() && v->object().empty()))
+    throw bad("logit_bias", "'logit_bias' is not supported");
+  if (const auto* v = field(body, "suffix"); v)
+    throw bad("suffix", "'suffix' is not supported");
+  if (const auto* v = field(body, "user"); v && !v->is_string()) throw bad("user", "'user' must be a string");
+
+  if (const auto* v = field(body, "previous_response_id")) {
+    if (!v->is_string() || !valid_conversation_id(v->string()))
+      throw bad("previous_response_id", "'previous_response_id' must be an id this server returned");
+    r.previous_id = v->string();
+  }
+  const bool continuing = !r.previous_id.empty();
+
+  const json::Value* prompt = field(body, "prompt");
+  if (!prompt) {
+    if (!continuing) throw bad("prompt", "'prompt' is required (text, or an array of token ids)");
+  } else if (prompt->is_string()) {
+    // A continuation is encoded without what the tokenizer adds at a text's start (a BOS).
+    r.prompt = encode(prompt->string(), served, !continuing);
+  } else if (prompt->is_array()) {
+    const auto& a = prompt->array();
+    if (a.size() == 1 && a[0].is_string()) {
+      r.prompt = encode(a[0].string(), served, !continuing);
+    } else {
+      const int V = served.model->config().vocab_size;
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        if (!a[i].is_integer())
+          throw bad("prompt", a[i].is_string() || a[i].is_array()
+                                  ? "one prompt per request: 'prompt' may be a string or an array of token ids"
+                                  : fmt::format("prompt[{}] must be a token id, not {}", i, a[i].kind_name()));
+        const auto id = a[i].integer();
+        if (id < 0 || id >= V)
+          throw bad("prompt", fmt::format("prompt[{}] is {}, expected a token id from 0 to {}", i, id, V - 1));
+        r.prompt.push_back(int(id));
+      }
+    }
+  } else {
+    throw bad("prompt", fmt::format("'prompt' must be a string or an array of token ids, not {}", prompt->kind_name()));
+  }
+  if (r.prompt.empty() && !continuing) throw bad("prompt", "the prompt is empty");
+
+  if (const auto* v = field(body, "max_tokens")) r.max_tokens = integer(*v, "max_tokens", 0, served.max_tokens_limit);
+  SamplerOptions& s = r.sampler;
+  s.temperature = 1.0f;  // OpenAI's defaults
+  s.top_p = 1.0f;
+  s.top_k = 0;
+  if (const auto* v = field(body, "temperature")) s.temperature = float(real(*v, "temperature", 0, 1e6));
+  if (const auto* v = field(body, "top_p")) {
+    const double p = real(*v, "top_p", 0, 1);
+    if (p <= 0) throw bad("top_p", "'top_p' must be above 0");
+    s.top_p = float(p);
+  }
+  if (const auto* v = field(body, "top_k")) s.top_k = int(integer(*v, "top_k", 0, 1 << 24));
+  if (const auto* v = field(body, "seed")) {
+    s.seed = std::uint64_t(integer(*v, "seed", INT64_MIN, INT64_MAX));
+  } else {
+    static thread_local std::mt19937_64 rng(std::random_device{}());
+    s.seed = rng();  // unseeded requests differ, as OpenAI's do
+  }
+  if (const auto* v = field(body, "stop")) {
+    if (v->is_string()) {
+      r.stop.push_back(v->string());
+    } else if (v->is_array()) {
+      if (v->array().size() > 16) throw bad("stop", "'stop' holds at most 16 sequences");
+      for (const auto& x : v->array()) {
+        if (!x.is_string()) throw bad("stop", "'stop' must be a string or an array of strings");
+        r.stop.push_back(x.string());
+      }
+    } else {
+      throw bad("stop", "'stop' must be a string or an array of strings");
+    }
+    std::size_t total = 0;
+    for (const auto& x : r.stop) {
+      if (x.empty()) throw bad("stop", "a stop sequence is empty");
+      total += x.size();
+    }
+    // Each generated token compares the held-back text with every stop sequence: their total
+    // length bounds that work.
+    if (total > served.max_stop_bytes)
+      throw bad("stop", fmt::format("the stop sequences hold {} bytes, at most {} are allowed",
+                                    total, served.max_stop_bytes));
+  }
+  if (const auto* v = field(body, "logprobs"))
+    r.logprobs = int(integer(*v, "logprobs", 0, served.max_logprobs));
+  if (const auto* v = field(body, "ignore_eos")) r.ignore_eos = boolean(*v, "ignore_eos");
+  if (const auto* v = field(body, "return_token_ids")) r.return_token_ids = boolean(*v, "return_token_ids");
+  if (const auto* v = field(body, "stream")) c.stream = boolean(*v, "stream");
+  if (const auto* v = field(body, "stream_options")) {
+    if (!v->is_object()) throw bad("stream_options", "'stream_options' must be an object");
+    if (!c.stream) throw bad("stream_options", "'stream_options' is only allowed with 'stream': true");
+    for (const auto& [key, value] : v->object()) {
+      if (key != "include_usage") throw bad("stream_options", fmt::format("unrecognized stream option '{}'", key));
+      c.include_usage = boolean(value, "stream_options.include_usage");
+    }
+  }
+  return c;
+}
+
+}  // namespace recur::serve
