@@ -14,6 +14,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "text/unicode.h"
 #include "text_model.h"
 #include "recur/error.h"
 #include "recur/isa.h"
@@ -117,50 +118,34 @@ DecoderOptions decoder_options(const Args& args) {
 // (control characters, broken UTF-8) are shown as \xNN; complete UTF-8 sequences pass through.
 class TextSink {
  public:
-  explicit TextSink(bool raw) : raw_(raw) {}
+  explicit TextSink(bool raw) : raw_(raw), utf8_(text::Utf8Stream::Invalid::kEscape) {}
 
   void put(const std::string& bytes) {
-    for (const char ch : bytes) put_byte(static_cast<unsigned char>(ch));
+    if (raw_)
+      std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+    else
+      write(utf8_.put(bytes));
     flush_stdout();
   }
   void finish() {
-    flush_pending_escaped();
+    if (!raw_) write(utf8_.finish());
     flush_stdout();
   }
 
  private:
-  void put_byte(unsigned char b) {
-    if (raw_) {
-      std::fputc(b, stdout);
-      return;
+  // Well-formed UTF-8 from the stream (engine/text's, the server's too: ill-formed bytes already
+  // shown as \xNN), with control characters but newline and tab shown the same way.
+  static void write(const std::string& text) {
+    for (const char ch : text) {
+      const auto b = static_cast<unsigned char>(ch);
+      if (b == '\n' || b == '\t' || (b >= 0x20 && b != 0x7F))
+        std::fputc(b, stdout);
+      else
+        std::fprintf(stdout, "\\x%02x", b);
     }
-    if (!pending_.empty()) {
-      if ((b & 0xC0) == 0x80) {
-        pending_ += static_cast<char>(b);
-        if (pending_.size() == need_) {
-          std::fwrite(pending_.data(), 1, pending_.size(), stdout);
-          pending_.clear();
-        }
-        return;
-      }
-      flush_pending_escaped();
-    }
-    if (b == '\n' || b == '\t' || (b >= 0x20 && b < 0x7F)) {
-      std::fputc(b, stdout);
-    } else if (b >= 0xC2 && b <= 0xF4) {
-      pending_ = std::string(1, static_cast<char>(b));
-      need_ = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : 2;
-    } else {
-      std::fprintf(stdout, "\\x%02x", b);
-    }
-  }
-  void flush_pending_escaped() {
-    for (const char c : pending_) std::fprintf(stdout, "\\x%02x", static_cast<unsigned char>(c));
-    pending_.clear();
   }
   bool raw_;
-  std::string pending_;
-  std::size_t need_ = 0;
+  text::Utf8Stream utf8_;
 };
 
 }  // namespace
