@@ -39,7 +39,7 @@ job="${1:-generate}"
 shift || true
 packages=(g++ cmake ninja-build libeigen3-dev libfmt-dev libspdlog-dev libcli11-dev catch2
           libbenchmark-dev locales pkg-config libpcre2-dev libutf8proc-dev libhwy-dev
-          libcpp-httplib-dev libhiredis-dev)
+          libcpp-httplib-dev libhiredis-dev libssl-dev)
 [[ "$job" == tsan ]] && packages+=(clang libclang-rt-14-dev libomp-14-dev)
 [[ "$job" == arm64 ]] && packages+=(qemu-user g++-aarch64-linux-gnu)
 if [[ "$job" == train ]]; then
