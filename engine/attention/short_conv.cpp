@@ -1,0 +1,222 @@
+#include "recur/short_conv.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "util/check.h"
+
+namespace recur {
+namespace {
+
+// The one chain of every output element, shared by step() and prefill():
+//   y[c] = (((taps[0][c] * in[0][c] + taps[1][c] * in[1][c]) + ...) + taps[K-1][c] * in[K-1][c])
+//          + bias[c]
+// in[k] is the input K-1-k tokens back. The tree is compiled with -ffp-contract=off, so every
+// multiply and add rounds on its own whatever the compiler vectorizes: the bytes depend only on
+// the numbers, never on the loop's shape or the instruction set.
+void conv_token(const float* taps, const float* bias, const float* const* in, int K, int C,
+                float* y) {
+  for (int c = 0; c < C; ++c) y[c] = taps[c] * in[0][c];
+  for (int k = 1; k < K; ++k) {
+    const float* t = taps + static_cast<std::size_t>(k) * static_cast<std::size_t>(C);
+    const float* x = in[k];
+    for (int c = 0; c < C; ++c) y[c] = y[c] + t[c] * x[c];
+  }
+  if (bias != nullptr)
+    for (int c = 0; c < C; ++c) y[c] = y[c] + bias[c];
+}
+
+// Whether [a, a + na) and [b, b + nb) share a byte.
+bool overlaps(const float* a, std::size_t na, const float* b, std::size_t nb) {
+  const auto pa = reinterpret_cast<std::uintptr_t>(a), pb = reinterpret_cast<std::uintptr_t>(b);
+  return na != 0 && nb != 0 && pa < pb + nb * sizeof(float) && pb < pa + na * sizeof(float);
+}
+
+// Largest kernel accepted: the chain keeps K input pointers on the stack.
+constexpr int kMaxKernel = 64;
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// ShortConvState
+
+ShortConvState::ShortConvState(int channels, int kernel_size)
+    : channels_(channels),
+      kernel_size_(kernel_size),
+      history_(static_cast<std::size_t>(kernel_size - 1) * static_cast<std::size_t>(channels), 0.0f),
+      input_(static_cast<std::size_t>(channels), 0.0f) {}
+
+ShortConvState ShortConvState::clone() const {
+  ShortConvState copy(channels_, kernel_size_);
+  copy.history_ = history_;
+  copy.n_tokens_ = n_tokens_;
+  return copy;
+}
+
+void ShortConvState::reset() {
+  std::fill(history_.begin(), history_.end(), 0.0f);
+  n_tokens_ = 0;
+}
+
+std::size_t ShortConvState::bytes() const {
+  return sizeof(*this) + (history_.size() + input_.size()) * sizeof(float);
+}
+
+RowMatrix ShortConvState::history() const {
+  RowMatrix h(kernel_size_ - 1, channels_);
+  if (!history_.empty()) std::memcpy(h.data(), history_.data(), history_.size() * sizeof(float));
+  return h;
+}
+
+std::vector<unsigned char> ShortConvState::raw_bytes() const {
+  std::vector<unsigned char> out(raw_size());
+  const std::size_t n = history_.size() * sizeof(float);
+  if (n != 0) std::memcpy(out.data(), history_.data(), n);
+  std::memcpy(out.data() + n, &n_tokens_, sizeof n_tokens_);
+  return out;
+}
+
+void ShortConvState::load_raw_bytes(const unsigned char* data, std::size_t size) {
+  constexpr const char* call = "ShortConvState::load_raw_bytes";
+  if (size != raw_size())
+    throw FormatError(fmt::format("[{}] {} bytes given, a state of {} channels and kernel size {} "
+                                  "has {}",
+                                  call, size, channels_, kernel_size_, raw_size()));
+  const std::size_t n = history_.size() * sizeof(float);
+  std::int64_t count = 0;
+  std::memcpy(&count, data + n, sizeof count);
+  if (count < 0) throw FormatError(fmt::format("[{}] the token count is {}", call, count));
+  std::vector<float> incoming(history_.size());
+  if (n != 0) std::memcpy(incoming.data(), data, n);
+  for (std::size_t i = 0; i < incoming.size(); ++i)
+    if (!std::isfinite(incoming[i]))
+      throw FormatError(fmt::format("[{}] past input {} of channel {} is not finite ({})", call,
+                                    i / static_cast<std::size_t>(channels_),
+                                    i % static_cast<std::size_t>(channels_), incoming[i]));
+  history_ = std::move(incoming);
+  n_tokens_ = count;
+}
+
+// ---------------------------------------------------------------------------------------------
+// ShortConvolution
+
+ShortConvolution::ShortConvolution(const ConstMatrixRef& weights, const Eigen::VectorXf& bias) {
+  constexpr const char* call = "ShortConvolution";
+  constexpr Eigen::Index kMaxChannels = 1 << 20;
+  if (weights.rows() < 1 || weights.rows() > kMaxChannels)
+    detail::throw_shape(call, "weights have shape ({}, {}): channels (rows) must be 1 to {}",
+                        weights.rows(), weights.cols(), kMaxChannels);
+  if (weights.cols() < 1 || weights.cols() > kMaxKernel)
+    detail::throw_shape(call, "weights have shape ({}, {}): kernel_size (columns) must be 1 to {}",
+                        weights.rows(), weights.cols(), kMaxKernel);
+  if (bias.size() != 0 && bias.size() != weights.rows())
+    detail::throw_shape(call, "bias has {} elements, expected 0 (none) or channels = {}",
+                        bias.size(), weights.rows());
+  detail::check_finite(call, "weights", weights.data(), weights.rows(), weights.cols(),
+                       weights.outerStride());
+  detail::check_finite(call, "bias", bias.data(), 1, bias.size(), bias.size());
+  channels_ = static_cast<int>(weights.rows());
+  kernel_size_ = static_cast<int>(weights.cols());
+  const auto C = static_cast<std::size_t>(channels_);
+  taps_.resize(static_cast<std::size_t>(kernel_size_) * C);
+  for (int k = 0; k < kernel_size_; ++k)
+    for (int c = 0; c < channels_; ++c) taps_[static_cast<std::size_t>(k) * C + static_cast<std::size_t>(c)] = weights(c, k);
+  bias_.assign(bias.data(), bias.data() + bias.size());
+}
+
+ShortConvState ShortConvolution::make_state() const {
+  return ShortConvState(channels_, kernel_size_);
+}
+
+void ShortConvolution::check_state(const ShortConvState& s, const char* call) const {
+  if (s.channels_ != channels_ || s.kernel_size_ != kernel_size_)
+    detail::throw_argument(call,
+                           "state was made for another convolution: state has {} channels and "
+                           "kernel size {}; the convolution has {} and {}",
+                           s.channels_, s.kernel_size_, channels_, kernel_size_);
+}
+
+void ShortConvolution::step(ShortConvState& state, ConstVectorRef x, VectorRef y) const {
+  constexpr const char* call = "ShortConvolution::step";
+  check_state(state, call);
+  if (x.size() != channels_)
+    detail::throw_shape(call, "x has {} elements, expected channels = {}", x.size(), channels_);
+  if (y.size() != channels_)
+    detail::throw_shape(call, "y has {} elements, expected channels = {}", y.size(), channels_);
+  detail::check_finite(call, "x", x.data(), 1, x.size(), x.size());
+
+  const int C = channels_, K = kernel_size_;
+  const auto Cs = static_cast<std::size_t>(C);
+  // x is read after y is written when the two are one array: work from a copy.
+  std::memcpy(state.input_.data(), x.data(), Cs * sizeof(float));
+  const float* in[kMaxKernel];
+  for (int k = 0; k + 1 < K; ++k) in[k] = state.history_.data() + static_cast<std::size_t>(k) * Cs;
+  in[K - 1] = state.input_.data();
+  conv_token(taps_.data(), bias_.empty() ? nullptr : bias_.data(), in, K, C, y.data());
+  if (K > 1) {
+    std::memmove(state.history_.data(), state.history_.data() + Cs,
+                 static_cast<std::size_t>(K - 2) * Cs * sizeof(float));
+    std::memcpy(state.history_.data() + static_cast<std::size_t>(K - 2) * Cs, state.input_.data(),
+                Cs * sizeof(float));
+  }
+  ++state.n_tokens_;
+}
+
+Eigen::VectorXf ShortConvolution::step(ShortConvState& state, ConstVectorRef x) const {
+  Eigen::VectorXf y(channels_);
+  step(state, x, y);
+  return y;
+}
+
+void ShortConvolution::prefill(ShortConvState& state, const ConstMatrixRef& X, MatrixRef Y) const {
+  constexpr const char* call = "ShortConvolution::prefill";
+  check_state(state, call);
+  const Eigen::Index T = X.rows();
+  if (X.cols() != channels_)
+    detail::throw_shape(call, "X has shape ({}, {}), expected (T, channels) = ({}, {})", X.rows(),
+                        X.cols(), T, channels_);
+  if (Y.rows() != T || Y.cols() != channels_)
+    detail::throw_shape(call, "Y has shape ({}, {}), expected (T, channels) = ({}, {})", Y.rows(),
+                        Y.cols(), T, channels_);
+  if (T == 0) return;
+  const auto span = [](Eigen::Index rows, Eigen::Index cols, Eigen::Index stride) {
+    return static_cast<std::size_t>((rows - 1) * stride + cols);
+  };
+  if (overlaps(X.data(), span(T, X.cols(), X.outerStride()), Y.data(),
+               span(T, Y.cols(), Y.outerStride())))
+    detail::throw_argument(call, "Y overlaps X: later tokens read inputs that earlier outputs "
+                                 "would overwrite");
+  detail::check_finite(call, "X", X.data(), T, X.cols(), X.outerStride());
+
+  const int C = channels_, K = kernel_size_;
+  const auto Cs = static_cast<std::size_t>(C);
+  const float* bias = bias_.empty() ? nullptr : bias_.data();
+  // Input r tokens after the call's first (r < 0: from the state's history).
+  const auto input = [&](Eigen::Index r) -> const float* {
+    if (r >= 0) return X.data() + r * X.outerStride();
+    return state.history_.data() + static_cast<std::size_t>(r + K - 1) * Cs;
+  };
+  const float* in[kMaxKernel];
+  for (Eigen::Index t = 0; t < T; ++t) {
+    for (int k = 0; k < K; ++k) in[k] = input(t - (K - 1) + k);
+    conv_token(taps_.data(), bias, in, K, C, Y.data() + t * Y.outerStride());
+  }
+  // The new history: the last K-1 inputs of (history, X). Row j takes the input T - (K-1) + j;
+  // where that is still in the old history it lies at a higher row, so ascending j reads before
+  // it writes.
+  for (int j = 0; j + 1 < K; ++j) {
+    float* dst = state.history_.data() + static_cast<std::size_t>(j) * Cs;
+    const float* src = input(T - (K - 1) + j);
+    if (src != dst) std::memcpy(dst, src, Cs * sizeof(float));
+  }
+  state.n_tokens_ += T;
+}
+
+RowMatrix ShortConvolution::prefill(ShortConvState& state, const ConstMatrixRef& X) const {
+  RowMatrix Y(X.rows(), channels_);
+  prefill(state, X, Y);
+  return Y;
+}
+
+}  // namespace recur
