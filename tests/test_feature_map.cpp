@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -12,6 +13,8 @@
 namespace {
 
 constexpr double kEluTolerance = 3e-7;  // relative; exp8 is accurate to about 2 ulp
+// Relative, per feature: the quadratic features round twice (x_m x_n, then the scale).
+constexpr double kTaylorTolerance = 2.5e-7;
 
 std::vector<float> sweep() {
   std::vector<float> x;
@@ -74,9 +77,85 @@ TEST_CASE("a row maps to the same bytes alone, among many, and at any length", "
   }
 }
 
+TEST_CASE("the Taylor map lays out 1, x / d^(1/4) and the full outer product, row-major",
+          "[feature_map][taylor]") {
+  const auto phi = recur::make_feature_map(recur::FeatureMapKind::kTaylor);
+  CHECK(phi->name() == "taylor");
+  CHECK(phi->d_feature(16) == 273);
+  CHECK(phi->d_feature(1) == 3);
+  CHECK(phi->d_feature(1 << 16) == std::numeric_limits<int>::max());  // saturates, no overflow
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.5f);
+  for (int d : {1, 3, 16, 24}) {
+    const int D = phi->d_feature(d), rows = 5, stride = d + 2, out_stride = D + 3;
+    std::vector<float> x(std::size_t(rows * stride));
+    for (auto& v : x) v = normal(rng);
+    std::vector<float> out(std::size_t(rows * out_stride), -7.0f);
+    phi->apply(x.data(), rows, stride, d, out.data(), out_stride);
+    std::vector<double> xd(x.begin(), x.end()), ref(out.size(), -7.0);
+    phi->apply_reference(xd.data(), rows, stride, d, ref.data(), out_stride);
+    // The constants, as documented: computed in double, rounded once.
+    const auto c1 = static_cast<float>(1.0 / std::sqrt(std::sqrt(double(d))));
+    const auto c2 = static_cast<float>(1.0 / (std::sqrt(2.0) * std::sqrt(double(d))));
+    double worst = 0;
+    for (int r = 0; r < rows; ++r) {
+      const float* xr = x.data() + r * stride;
+      const float* o = out.data() + r * out_stride;
+      CHECK(o[0] == 1.0f);
+      for (int m = 0; m < d; ++m) CHECK(o[1 + m] == xr[m] * c1);
+      for (int m = 0; m < d; ++m)
+        for (int n = 0; n < d; ++n) {
+          const float expect = (xr[m] * xr[n]) * c2;
+          CHECK(std::memcmp(&o[1 + d + d * m + n], &expect, sizeof(float)) == 0);
+        }
+      for (int j = 0; j < D; ++j) {
+        const double rj = ref[std::size_t(r * out_stride + j)];
+        if (rj != 0.0) worst = std::max(worst, std::abs(double(o[j]) - rj) / std::abs(rj));
+      }
+      // The padding between rows is never written.
+      for (int j = D; j < out_stride; ++j) CHECK(o[j] == -7.0f);
+      // Alone or among many rows: the same bytes.
+      std::vector<float> alone(static_cast<std::size_t>(D));
+      phi->apply(xr, 1, stride, d, alone.data(), D);
+      CHECK(std::memcmp(alone.data(), o, sizeof(float) * std::size_t(D)) == 0);
+    }
+    INFO("d " << d << ": worst relative error against float64 " << worst);
+    CHECK(worst < kTaylorTolerance);
+  }
+}
+
+TEST_CASE("the Taylor map's features give the kernel 1 + s + s^2 / 2, s = q . k / sqrt(d)",
+          "[feature_map][taylor]") {
+  const auto phi = recur::make_feature_map("taylor");
+  std::mt19937 rng(12);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  double worst = 0;
+  for (int d : {1, 2, 16, 33}) {
+    const int D = phi->d_feature(d);
+    for (int trial = 0; trial < 50; ++trial) {
+      const auto du = static_cast<std::size_t>(d), Du = static_cast<std::size_t>(D);
+      std::vector<double> q(du), k(du), fq(Du), fk(Du);
+      for (auto& v : q) v = normal(rng);
+      for (auto& v : k) v = normal(rng);
+      phi->apply_reference(q.data(), 1, d, d, fq.data(), D);
+      phi->apply_reference(k.data(), 1, d, d, fk.data(), D);
+      double dot = 0, qk = 0;
+      for (int j = 0; j < D; ++j) dot += fq[std::size_t(j)] * fk[std::size_t(j)];
+      for (int i = 0; i < d; ++i) qk += q[std::size_t(i)] * k[std::size_t(i)];
+      const double s = qk / std::sqrt(double(d));
+      const double kernel = 1.0 + s + s * s / 2.0;
+      CHECK(kernel >= 0.5);
+      worst = std::max(worst, std::abs(dot - kernel) / kernel);
+    }
+  }
+  INFO("worst relative difference " << worst);
+  CHECK(worst < 1e-13);
+}
+
 TEST_CASE("unknown feature maps are rejected by name", "[feature_map][errors]") {
   CHECK_THROWS_AS(recur::make_feature_map("gelu"), recur::ArgumentError);
   CHECK_THROWS_WITH(recur::make_feature_map("gelu"),
                     Catch::Contains("[make_feature_map]") && Catch::Contains("\"gelu\""));
   CHECK(recur::make_feature_map("elu")->d_feature(24) == 24);
+  CHECK_THROWS_WITH(recur::make_feature_map("gelu"), Catch::Contains("taylor"));
 }

@@ -36,6 +36,7 @@ const char* map_name(recur::FeatureMapKind k) {
     case recur::FeatureMapKind::kEluPlusOne: return "elu";
     case recur::FeatureMapKind::kRelu: return "relu";
     case recur::FeatureMapKind::kIdentity: return "identity";
+    case recur::FeatureMapKind::kTaylor: return "taylor";
   }
   return "?";
 }

@@ -15,6 +15,11 @@ enum class FeatureMapKind {
   kEluPlusOne,  ///< elu(x) + 1: x + 1 for x > 0, exp(x) otherwise. The default.
   kRelu,        ///< max(x, 0)
   kIdentity,    ///< x (not positive: use with the unnormalized form)
+  /// Based's second-order Taylor map of exp: [1, x / d^(1/4), vec(x x^T) / (sqrt(2) sqrt(d))],
+  /// 1 + d + d^2 features (the full outer product, row-major: feature 1 + d + d m + n is
+  /// x_m x_n / (sqrt 2 sqrt d)), so that phi(q) . phi(k) = 1 + s + s^2 / 2 with
+  /// s = q . k / sqrt(d). Use with the normalized form: the kernel is at least 1/2.
+  kTaylor,
 };
 
 /// A feature map. Implementations are immutable and safe to share between threads.
@@ -22,7 +27,7 @@ class FeatureMap {
  public:
   virtual ~FeatureMap() = default;
 
-  /// A short name, as accepted by make_feature_map ("elu", "relu", "identity").
+  /// A short name, as accepted by make_feature_map ("elu", "relu", "identity", "taylor").
   virtual std::string name() const = 0;
 
   /// The output dimension for rows of d_key numbers.
@@ -41,7 +46,8 @@ class FeatureMap {
 /// One of the built-in maps.
 std::shared_ptr<const FeatureMap> make_feature_map(FeatureMapKind kind);
 
-/// A built-in map by name: "elu" (elu + 1), "relu" or "identity". Throws ArgumentError otherwise.
+/// A built-in map by name: "elu" (elu + 1), "relu", "identity" or "taylor". Throws ArgumentError
+/// otherwise.
 std::shared_ptr<const FeatureMap> make_feature_map(std::string_view name);
 
 }  // namespace recur
