@@ -60,6 +60,14 @@ struct Kernels {
   // Benchmarks: `iters` rounds of 16 independent FMA chains of full vectors; returns a value
   // that depends on all of them, so that nothing is optimized away.
   float (*fma_chains)(std::int64_t iters, float seed);
+  // Sliding-window attention (window_attention.cpp). out[t] = sum_i q[i] keys[i * stride + t]
+  // for t < n (n a multiple of 16), one FMA chain over i from 0 per column, the columns across
+  // the lanes.
+  void (*column_dots)(const float* q, const float* keys, int d, std::int64_t stride, int n,
+                      float* out);
+  // acc[j] = fma(w[t], rows[t * dp + j], acc[j]) for t = 0 .. count-1 in turn, every column j of
+  // dp (a multiple of 16): one chain per column that continues from what acc holds.
+  void (*weighted_rows)(float* acc, const float* rows, const float* w, int count, int dp);
 };
 
 /// The table in use (chosen on the first call).

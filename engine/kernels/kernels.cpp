@@ -139,6 +139,37 @@ float FmaChains(std::int64_t iters, float seed) {
   return hn::GetLane(s);
 }
 
+void ColumnDots(const float* q, const float* keys, int d, std::int64_t stride, int n,
+                float* out) {
+  constexpr int kBlock = 8;  // vectors of columns kept in registers over one pass of the rows
+  for (int t0 = 0; t0 < n; t0 += kBlock * kN) {
+    const int nv = std::min(kBlock, (n - t0) / kN);
+    VF s[kBlock];
+    for (int g = 0; g < kBlock; ++g) s[g] = Zero();
+    const float* row = keys + t0;
+    for (int i = 0; i < d; ++i, row += stride) {
+      const VF qi = Set(q[i]);
+      for (int g = 0; g < nv; ++g) s[g] = Fma(qi, Load(row + g * kN), s[g]);
+    }
+    for (int g = 0; g < nv; ++g) Store(s[g], out + t0 + g * kN);
+  }
+}
+
+void WeightedRows(float* acc, const float* rows, const float* w, int count, int dp) {
+  constexpr int kBlock = 8;
+  for (int c0 = 0; c0 < dp; c0 += kBlock * kN) {
+    const int nv = std::min(kBlock, (dp - c0) / kN);
+    VF a[kBlock];
+    for (int j = 0; j < kBlock; ++j) a[j] = j < nv ? Load(acc + c0 + j * kN) : Zero();
+    const float* r = rows + c0;
+    for (int t = 0; t < count; ++t, r += dp) {
+      const VF wt = Set(w[t]);
+      for (int j = 0; j < nv; ++j) a[j] = Fma(wt, Load(r + j * kN), a[j]);
+    }
+    for (int j = 0; j < nv; ++j) Store(a[j], acc + c0 + j * kN);
+  }
+}
+
 const char* IsaName() {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   return "avx512";
@@ -157,7 +188,7 @@ const Kernels* Table() {
   static const Kernels table{IsaName(), kN,           HWY_TARGET, &StepHead, &WalkHead,
                              &Matmul,   &EluPlusOne,  &Relu,      &ExpMinus, &Swiglu,   &Gelu,
                              &Sum,      &SumSquares,  &KvScores,  &KvAccumulate,
-                             &FmaChains};
+                             &FmaChains, &ColumnDots, &WeightedRows};
   return &table;
 }
 
