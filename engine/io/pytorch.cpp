@@ -583,7 +583,8 @@ void Unpickler::memo_put(std::uint64_t index) {
 
 void Unpickler::memo_get(std::uint64_t index) {
   const auto found = memo_.find(index);
-  if (found == memo_.end()) fail_at(op_at_, "{} of memo slot {}, which is empty", opcode_name(op_), index);
+  if (found == memo_.end())
+    fail_at(op_at_, "{} of memo slot {}, which is empty", opcode_name(op_), index);
   push(found->second);
 }
 
@@ -912,7 +913,8 @@ void load(TorchCheckpoint::Archive& a, const std::string& file,
       fail(file, "entry '{}' appears twice in the archive", printable(name));
     // <prefix>/data.pkl, the prefix a single folder (torch names it after the file).
     const std::size_t slash = name.find('/');
-    if (slash != std::string::npos && slash > 0 && name.compare(slash, std::string::npos, "/data.pkl") == 0) {
+    if (slash != std::string::npos && slash > 0 &&
+        name.compare(slash, std::string::npos, "/data.pkl") == 0) {
       if (!pickle_name.empty())
         fail(file, "two pickles, '{}' and '{}': not one torch.save checkpoint",
              printable(pickle_name), printable(name));
@@ -940,7 +942,8 @@ void load(TorchCheckpoint::Archive& a, const std::string& file,
          pe.size, kMaxPickleBytes);
   const std::string pickle = read_entry(a.zip, file, pickle_name, pe.index, pe.size);
 
-  const detail::TorchEntrySize entry_size = [&](const std::string& name) -> std::optional<std::uint64_t> {
+  const detail::TorchEntrySize entry_size =
+      [&](const std::string& name) -> std::optional<std::uint64_t> {
     const auto found = entries.find(name);
     if (found == entries.end()) return std::nullopt;
     return check_entry(a, file, found->second.first, found->second.second).size;

@@ -251,13 +251,19 @@ def main():
         json.dump(values, f, indent=1, sort_keys=True)
         f.write("\n")
     hostile()
-    # The fuzzer's seeds: the good checkpoints and one hostile archive.
+    # The fuzzer's seeds: the good checkpoints and one hostile archive,
     os.makedirs(CORPUS, exist_ok=True)
     for name in ["good.bin", "parameters.bin", "deflate.bin", "noncontiguous.bin",
                  "os_system_v4.bin"]:
         with open(os.path.join(HERE, name), "rb") as src, \
                 open(os.path.join(CORPUS, name), "wb") as dst:
             dst.write(src.read())
+    # and the bare pickles of the good ones, for the unpickler alone.
+    for name in ["good.bin", "parameters.bin"]:
+        with zipfile.ZipFile(os.path.join(HERE, name)) as z:
+            pkl = [n for n in z.namelist() if n.endswith("/data.pkl")][0]
+            with open(os.path.join(CORPUS, name.replace(".bin", ".pkl")), "wb") as dst:
+                dst.write(z.read(pkl))
     assert not os.path.exists(MARKER), MARKER + " exists: something ran a payload"
 
 
