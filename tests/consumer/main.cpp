@@ -10,7 +10,9 @@ int main() {
   config.d_value = 8;
   const recur::LinearAttention layer(config);
   auto state = layer.make_state();
-  Eigen::VectorXf q = Eigen::VectorXf::LinSpaced(16, -1.0f, 1.0f), out;
-  for (int t = 0; t < 3; ++t) out = layer.step(state, q, q, q);
+  const Eigen::VectorXf q = Eigen::VectorXf::LinSpaced(16, -1.0f, 1.0f);
+  const Eigen::VectorXf v = Eigen::VectorXf::LinSpaced(16, 0.5f, 2.0f);
+  Eigen::VectorXf out;
+  for (int t = 0; t < 3; ++t) out = layer.step(state, q, q, v);
   std::printf("%.6f\n", static_cast<double>(out.sum()));
 }
