@@ -38,7 +38,7 @@ cd "$(dirname "$0")/.."
 job="${1:-generate}"
 shift || true
 packages=(g++ cmake ninja-build libeigen3-dev libfmt-dev libspdlog-dev libcli11-dev catch2
-          libbenchmark-dev locales pkg-config libpcre2-dev libutf8proc-dev libhwy-dev
+          libbenchmark-dev locales pkg-config libpcre2-dev libutf8proc-dev libhwy-dev libzip-dev
           libcpp-httplib-dev libhiredis-dev libssl-dev)
 [[ "$job" == tsan ]] && packages+=(clang libclang-rt-14-dev libomp-14-dev)
 [[ "$job" == arm64 ]] && packages+=(qemu-user g++-aarch64-linux-gnu)
@@ -80,7 +80,7 @@ case "$job" in
       $sudo apt-get update -qq
     fi
     bash tools/packages.sh g++-aarch64-linux-gnu qemu-user libfmt-dev:arm64 libspdlog-dev:arm64 \
-      libpcre2-dev:arm64 libutf8proc-dev:arm64 libhwy-dev:arm64
+      libpcre2-dev:arm64 libutf8proc-dev:arm64 libhwy-dev:arm64 libzip-dev:arm64
     cmake -S . -B build/arm64 -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DRECUR_BUILD_BENCHMARKS=OFF -DRECUR_SERVE=OFF \
       -DRECUR_DISCOVER_TESTS=OFF -DRECUR_WERROR="$werror" > /dev/null

@@ -14,7 +14,7 @@ seconds="${1:-60}"
 runs="${2:--1}"
 
 packages=(clang libclang-rt-14-dev libomp-14-dev cmake ninja-build libeigen3-dev libfmt-dev libspdlog-dev
-          pkg-config libpcre2-dev libutf8proc-dev libhwy-dev)
+          pkg-config libpcre2-dev libutf8proc-dev libhwy-dev libzip-dev)
 bash tools/packages.sh "${packages[@]}"
 
 cmake --preset fuzz -DRECUR_WERROR="${RECUR_WERROR:-OFF}" > /dev/null
@@ -24,7 +24,7 @@ mkdir -p build/fuzz/findings
 # A valid state for fuzz_state's model, made fresh so that it follows the current format.
 RECUR_FUZZ_SEED_OUT=tests/fuzz/corpus/state/five_tokens.state "$bin/fuzz_state" -runs=0 > /dev/null 2>&1
 
-for name in json config safetensors index state tokenizer; do
+for name in json config safetensors index state tokenizer pytorch; do
   work="build/fuzz/corpus/$name"
   mkdir -p "$work"
   cp -n tests/fuzz/corpus/"$name"/* "$work"/ 2> /dev/null || true
