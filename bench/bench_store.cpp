@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "recur/model.h"
-#include "serve/redis.h"
-#include "serve/store.h"
+#include "recur/serve/store.h"
+#include "serve/redis.h"  // the library's own Redis client (engine/serve, private)
 
 extern char** environ;
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "serve/engine.h"
+#include "recur/serve/engine.h"
 
 namespace recur::serve {
 

@@ -1,6 +1,6 @@
 // The conversations a server keeps: each finished response's final state (Decoder::save_bytes:
 // versioned, checksummed, tagged with the model's fingerprint) and its owner (the tag of the
-// API key that made it, see auth.h), under its response id.
+// API key that made it, see recur/serve/auth.h), under its response id.
 //
 // A ConversationStore is a memory cache, bounded in bytes, in front of one StoreBackend:
 //  * none: what the budget pushes out is gone, and so is everything at exit;
@@ -28,9 +28,16 @@
 #include <unordered_map>
 #include <vector>
 
-#include "serve/redis.h"
+#include "recur/error.h"
 
 namespace recur::serve {
+
+/// The store's backend cannot be reached (or answered with an error). The message says which
+/// and why.
+class StoreUnavailable : public Error {
+ public:
+  using Error::Error;
+};
 
 /// Whether `id` has the form of an id a server gives (letters, digits, '-' and '_', at most 64):
 /// anything else is never looked up, on disk or in Redis.

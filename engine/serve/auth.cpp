@@ -1,4 +1,4 @@
-#include "serve/auth.h"
+#include "recur/serve/auth.h"
 
 #include <fmt/format.h>
 #include <openssl/crypto.h>

@@ -1,6 +1,8 @@
 // A small synchronous Redis client on hiredis (Debian's libhiredis-dev): the commands the
 // conversation store needs, binary-safe, with timeouts, and a connection that is dropped on any
 // error and made again on the next call. Not thread-safe: the store serializes its calls.
+// Private to the serving library (hiredis stays out of the public headers); its errors are
+// recur/serve/store.h's StoreUnavailable.
 #pragma once
 
 #include <memory>
@@ -9,18 +11,12 @@
 #include <string_view>
 #include <vector>
 
-#include "recur/error.h"
+#include "recur/serve/store.h"
 
 struct redisContext;
 struct redisReply;
 
 namespace recur::serve {
-
-/// The store cannot be reached (or answered with an error). The message says which and why.
-class StoreUnavailable : public Error {
- public:
-  using Error::Error;
-};
 
 /// redis://[:password@]host[:port][/db]
 struct RedisAddress {

@@ -1,5 +1,5 @@
-// The server's engine: one thread that runs every admitted request through the model with
-// continuous batching. Each turn of its loop admits waiting requests into free slots, then runs
+// The serving library's engine (recur serve's HTTP front end, in tools/, is above it): one
+// thread that runs every admitted request through the model with continuous batching. Each turn of its loop admits waiting requests into free slots, then runs
 // one BatchDecoder call that holds every decoding sequence's next token and up to one chunk of
 // prompt tokens shared among the prefilling ones (so that a long prompt never stalls the streams
 // already running, and new requests start within a turn or two), and samples each sequence's
@@ -21,7 +21,8 @@
 #include "recur/model.h"
 #include "recur/sampling.h"
 #include "recur/tokenizer.h"
-#include "serve/store.h"
+#include "recur/serve/stop.h"
+#include "recur/serve/store.h"
 
 namespace recur::serve {
 
@@ -45,11 +46,11 @@ struct Token {
   std::vector<std::pair<int, double>> top;  ///< the most likely ids and their logprobs
 };
 
-/// What a request produced so far; the engine appends and the HTTP side reads under `mutex`.
+/// What a request produced so far; the engine appends and the front end reads under `mutex`.
 struct Job {
   Request request;
   std::string id;  ///< the response id, under which its final state is kept
-  std::string owner;  ///< the owner tag its state is kept with ("" none; see auth.h)
+  std::string owner;  ///< the owner tag its state is kept with ("" none; see recur/serve/auth.h)
   /// The state of the conversation `request.previous_id` names, read from the store before the
   /// job is submitted: the engine's thread never waits for the store.
   std::string previous_state;
@@ -62,7 +63,7 @@ struct Job {
   std::vector<std::size_t> text_offsets;  ///< where each token's text starts in `text`
   bool finished = false;
   std::string finish_reason;  ///< "stop" or "length"
-  int error_status = 0;       ///< non-zero: failed with this HTTP status
+  int error_status = 0;       ///< non-zero: failed, with the HTTP status a front end answers
   std::string error_type, error_message;
   std::int64_t prompt_tokens = 0;
   std::int64_t completion_tokens = 0;  ///< tokens sampled, an end-of-sequence one included

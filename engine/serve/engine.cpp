@@ -1,4 +1,4 @@
-#include "serve/engine.h"
+#include "recur/serve/engine.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -34,7 +34,7 @@ struct Engine::Slot {
   std::int64_t generated = 0;
   std::optional<DecodeStream> stream;  // with a tokenizer
   text::Utf8Stream bytes;              // without one: bytes to UTF-8, U+FFFD for what is not
-  std::string held;                    // text that may begin a stop sequence
+  StopSequences stop;                  // holds back text that may begin a stop sequence
   std::string failure;                 // set by the parallel sampling, handled after it
 
   Slot(std::shared_ptr<const Model> model, const DecoderOptions& o) : decoder(std::move(model), o) {}
@@ -142,7 +142,7 @@ void Engine::release(Slot& slot) {
   slot.todo.clear();
   slot.stream.reset();
   slot.sampler.reset();
-  slot.held.clear();
+  slot.stop.reset({});
   slot.bytes.finish();
 }
 
@@ -168,6 +168,7 @@ void Engine::admit(Slot& slot, std::shared_ptr<Job> job) {
   slot.done = 0;
   slot.generated = 0;
   slot.sampler.emplace(r.sampler);
+  slot.stop.reset(r.stop);
   if (tokenizer_) {
     slot.stream.emplace(tokenizer_);
     // The context before the new text, so that a decoder that treats the first token specially
@@ -190,14 +191,15 @@ bool Engine::after_token(Slot& slot, int token) {
   ++slot.generated;
   const auto& eos = model_->config().eos_token_ids;
   if (!r.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
-    std::string rest = slot.held + (slot.stream ? slot.stream->finish() : slot.bytes.finish());
+    // What the text stream still holds (a cut-short character) may complete a stop sequence.
+    std::string rest = slot.stop.put(slot.stream ? slot.stream->finish() : slot.bytes.finish());
+    rest += slot.stop.finish();
     publish(job, [&](Job& j) {
       j.text += rest;
       j.finish_reason = "stop";
       j.completion_tokens += 1;
       j.token_ids.push_back(token);
     });
-    slot.held.clear();
     return true;
   }
   Token t;
@@ -227,37 +229,15 @@ bool Engine::after_token(Slot& slot, int token) {
   std::string piece = slot.stream ? slot.stream->put(token)
                       : token < ByteTokenizer::kVocab ? slot.bytes.put(std::string(1, char(token)))
                                                       : slot.bytes.put(fmt::format("<|{}|>", token));
-  slot.held += piece;
   // A stop sequence ends the text before it; text that may be the start of one waits.
-  std::size_t cut = std::string::npos;
-  for (const auto& s : r.stop) {
-    const auto at = slot.held.find(s);
-    if (at != std::string::npos) cut = std::min(cut, at);
-  }
-  bool finished = false;
-  std::string release_text;
-  std::string reason;
-  if (cut != std::string::npos) {
-    release_text = slot.held.substr(0, cut);
-    slot.held.clear();
+  std::string release_text = slot.stop.put(piece);
+  bool finished = slot.stop.stopped();
+  std::string reason = finished ? "stop" : "";
+  if (!finished && slot.generated >= r.max_tokens) {
     finished = true;
-    reason = "stop";
-  } else {
-    std::size_t keep = 0;
-    for (const auto& s : r.stop)
-      for (std::size_t k = std::min(s.size() - 1, slot.held.size()); k > keep; --k)
-        if (slot.held.compare(slot.held.size() - k, k, s, 0, k) == 0) {
-          keep = k;
-          break;
-        }
-    release_text = slot.held.substr(0, slot.held.size() - keep);
-    slot.held.erase(0, slot.held.size() - keep);
-    if (slot.generated >= r.max_tokens) {
-      finished = true;
-      reason = "length";
-      release_text += slot.held + (slot.stream ? slot.stream->finish() : slot.bytes.finish());
-      slot.held.clear();
-    }
+    release_text += slot.stop.put(slot.stream ? slot.stream->finish() : slot.bytes.finish());
+    reason = slot.stop.stopped() ? "stop" : "length";
+    release_text += slot.stop.finish();
   }
   publish(job, [&](Job& j) {
     j.text_offsets.push_back(j.text.size());
@@ -455,7 +435,12 @@ void Engine::loop() {
         ++stats_.requests_cancelled;
       }
     for (auto& job : admitted) {
-      if (job->cancelled.load()) continue;
+      if (job->cancelled.load()) {  // gone before it started: nothing to run, nothing to keep
+        publish(*job, [](Job& j) { j.finished = true; });
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++stats_.requests_cancelled;
+        continue;
+      }
       for (auto& s : slots_)
         if (s->phase == Slot::Phase::kIdle) {
           admit(*s, std::move(job));
