@@ -1,16 +1,29 @@
-// The serving library without a socket: the conversation store's eviction and owner check, the
-// stored format, ids and API keys, and the UTF-8 stream every response's text goes through.
+// The serving library (engine/serve, include/recur/serve) without a socket: the scheduler's
+// admission and cancellation, the stop sequences' hold-back, the conversation store's eviction
+// and owner check, the stored format, ids and API keys, and the UTF-8 stream every response's
+// text goes through.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <functional>
+#include <memory>
 #include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
-#include "serve/auth.h"
-#include "serve/store.h"
+#include "recur/model.h"
+#include "recur/serve/auth.h"
+#include "recur/serve/engine.h"
+#include "recur/serve/stop.h"
+#include "recur/serve/store.h"
 #include "support/temp_dir.h"
 #include "text/unicode.h"
 
 using recur::serve::ConversationStore;
+using recur::serve::Engine;
+using recur::serve::Job;
+using recur::serve::StopSequences;
 
 namespace {
 const std::string kOwnerA = recur::serve::owner_tag("key-a"), kOwnerB = recur::serve::owner_tag("key-b");
@@ -124,4 +137,247 @@ TEST_CASE("without a backend, what the budget pushes out is dropped and counted"
   CHECK_FALSE(store.get("cmpl-1"));
   CHECK(store.get("cmpl-2"));
   CHECK(store.stats().dropped == 1);
+}
+
+// ---- stop sequences ----
+
+namespace {
+// The pieces through the hold-back, each released piece checked; returns all that was released.
+std::string through(StopSequences& stop, const std::vector<std::string>& pieces) {
+  std::string out;
+  for (const auto& p : pieces) {
+    const std::string released = stop.put(p);
+    CHECK(recur::text::invalid_utf8_at(released) == std::string::npos);
+    out += released;
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("a stop sequence's start is held back while it may still be one", "[serve][stop]") {
+  StopSequences stop({"STOP"});
+  CHECK(stop.put("abc S") == "abc ");
+  CHECK(stop.held() == 1);
+  CHECK(stop.put("T") == "");
+  CHECK(stop.put("O") == "");
+  CHECK(stop.held() == 3);
+  // "STOx" cannot begin STOP any more: all of it goes, and the S of "xS" waits again.
+  CHECK(stop.put("xS") == "STOx");
+  CHECK(stop.held() == 1);
+  CHECK_FALSE(stop.stopped());
+  CHECK(stop.finish() == "S");  // the end of the text releases the start of a stop
+  CHECK(stop.held() == 0);
+}
+
+TEST_CASE("the text ends before a stop sequence, split across pieces or inside one", "[serve][stop]") {
+  StopSequences stop({"\n\n", "END"});
+  CHECK(through(stop, {"one\n", "\ntwo"}) == "one");
+  CHECK(stop.stopped());
+  CHECK(stop.put("more") == "");
+  CHECK(stop.finish() == "");
+
+  stop.reset({"END", "ND!"});
+  CHECK(stop.put("aEN") == "a");
+  CHECK(stop.put("D! then") == "");  // the earlier of two overlapping stops cuts
+  CHECK(stop.stopped());
+
+  stop.reset({"xyz"});
+  CHECK(stop.put("1 xyz 2") == "1 ");
+  stop.reset({});
+  CHECK(stop.put("anything xyz") == "anything xyz");
+  CHECK(stop.held() == 0);
+}
+
+TEST_CASE("a stop sequence's longest possible start is held, over every sequence", "[serve][stop]") {
+  StopSequences stop({"abcd", "cx", "bcz"});
+  CHECK(stop.put("..abc") == "..");  // "abc" may begin abcd; "bc" bcz, "c" cx
+  CHECK(stop.put("z") == "a");       // bcz
+  CHECK(stop.stopped());
+}
+
+TEST_CASE("stop sequences and multi-byte characters split across pieces", "[serve][stop][utf8]") {
+  // "é" (C3 A9) and "€" (E2 82 AC) arrive a byte at a time through the UTF-8 stream, as a
+  // byte-level model's tokens do; the hold-back sees whole characters only.
+  const std::string text = "caf\xC3\xA9 au lait \xE2\x82\xAC" "5, fin";
+  for (const std::string& s : {std::string("\xE2\x82\xAC"), std::string("\xC3\xA9 a"), std::string(" fin")}) {
+    recur::text::Utf8Stream bytes;
+    StopSequences stop({s, "\xC3\xA8"});  // è shares é's first byte
+    std::string out;
+    for (const char c : text) {
+      const std::string released = stop.put(bytes.put(std::string(1, c)));
+      CHECK(recur::text::invalid_utf8_at(released) == std::string::npos);
+      out += released;
+      if (stop.stopped()) break;
+    }
+    CHECK(stop.stopped());
+    CHECK(out == text.substr(0, text.find(s)));
+  }
+  // A stop sequence that begins with a character whose other bytes differ is not one.
+  StopSequences stop({"\xC3\xA8!"});
+  CHECK(through(stop, {"\xC3\xA9", "!"}) == "\xC3\xA9!");
+  CHECK(through(stop, {"x\xC3\xA8"}) == "x");
+  CHECK(stop.finish() == "\xC3\xA8");
+}
+
+// ---- the scheduler ----
+
+namespace {
+
+constexpr double kWaitSeconds = 60;
+
+// Waits until `ready` holds (the engine runs on its own thread); false after kWaitSeconds.
+bool wait_until(const std::function<bool()>& ready) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(kWaitSeconds);
+  while (!ready()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+bool finished(Job& job) {
+  std::lock_guard<std::mutex> lock(job.mutex);
+  return job.finished;
+}
+
+std::int64_t generated(Job& job) {
+  std::lock_guard<std::mutex> lock(job.mutex);
+  return job.completion_tokens;
+}
+
+// A request for the byte-level test model; `max_tokens` large enough keeps it running until it
+// is cancelled.
+std::shared_ptr<Job> request(const std::string& id, std::int64_t max_tokens) {
+  auto job = std::make_shared<Job>();
+  job->id = id;
+  job->request.prompt = {'T', 'h', 'e', ' '};
+  job->request.max_tokens = max_tokens;
+  job->request.ignore_eos = true;
+  job->request.sampler.seed = 7;
+  return job;
+}
+
+recur::serve::EngineOptions small_engine(int max_batch, int max_queue) {
+  recur::serve::EngineOptions o;
+  o.max_batch = max_batch;
+  o.max_queue = max_queue;
+  o.chunk = 8;
+  o.threads = 1;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("a full batch queues, a freed slot admits the next, a full queue refuses", "[serve][engine]") {
+  ConversationStore store(nullptr, 1 << 24);
+  Engine engine(recur::Model::builtin(3), nullptr, store, small_engine(1, 1));
+  auto running = request("cmpl-running", std::int64_t(1) << 40);
+  REQUIRE(engine.submit(running));
+  REQUIRE(wait_until([&] { return generated(*running) > 0; }));
+
+  auto waiting = request("cmpl-waiting", 3);
+  REQUIRE(engine.submit(waiting));
+  CHECK(engine.stats().waiting == 1);
+  // The one slot stays taken: the waiting request gets no token while the first runs on.
+  const std::int64_t steps = engine.stats().batch_steps;
+  REQUIRE(wait_until([&] { return engine.stats().batch_steps >= steps + 5; }));
+  CHECK(generated(*waiting) == 0);
+  CHECK(engine.stats().waiting == 1);
+  CHECK(engine.stats().running == 1);
+  CHECK_FALSE(engine.submit(request("cmpl-refused", 3)));  // max_queue 1
+
+  running->cancelled = true;
+  REQUIRE(wait_until([&] { return finished(*waiting); }));
+  CHECK(finished(*running));
+  {
+    std::lock_guard<std::mutex> lock(waiting->mutex);
+    CHECK(waiting->error_status == 0);
+    CHECK(waiting->finish_reason == "length");
+    CHECK(waiting->completion_tokens == 3);
+    CHECK(waiting->prompt_tokens == 4);
+  }
+  CHECK(store.get("cmpl-waiting"));
+  // The counters follow the job's end (they are the engine's, not the job's).
+  CHECK(wait_until([&] { return engine.stats().requests_finished == 1; }));
+  const auto st = engine.stats();
+  CHECK(st.requests_admitted == 2);
+  CHECK(st.requests_finished == 1);
+  CHECK(st.requests_cancelled == 1);
+  CHECK(st.waiting == 0);
+}
+
+TEST_CASE("a cancelled request frees its slot at the next turn and nothing of it is kept", "[serve][engine]") {
+  ConversationStore store(nullptr, 1 << 24);
+  Engine engine(recur::Model::builtin(3), nullptr, store, small_engine(2, 4));
+  auto a = request("cmpl-a", std::int64_t(1) << 40), b = request("cmpl-b", std::int64_t(1) << 40);
+  REQUIRE(engine.submit(a));
+  REQUIRE(engine.submit(b));
+  REQUIRE(wait_until([&] { return generated(*a) > 0 && generated(*b) > 0; }));
+
+  std::int64_t at_cancel = 0;
+  {
+    std::lock_guard<std::mutex> lock(a->mutex);
+    at_cancel = a->completion_tokens;
+    a->cancelled = true;
+  }
+  REQUIRE(wait_until([&] { return finished(*a); }));
+  CHECK(generated(*a) <= at_cancel + 1);  // at most the turn that was running
+  {
+    std::lock_guard<std::mutex> lock(a->mutex);
+    CHECK(a->error_status == 0);
+    CHECK(a->finish_reason.empty());
+  }
+  CHECK(wait_until([&] { return engine.stats().running == 1; }));
+
+  // The freed slot takes the next request while b goes on.
+  auto c = request("cmpl-c", 2);
+  REQUIRE(engine.submit(c));
+  REQUIRE(wait_until([&] { return finished(*c); }));
+  CHECK_FALSE(finished(*b));
+  CHECK(store.get("cmpl-c"));
+
+  // A request cancelled while it waits never runs.
+  auto d = request("cmpl-d", 2);
+  d->cancelled = true;
+  REQUIRE(engine.submit(d));
+  REQUIRE(wait_until([&] { return finished(*d); }));
+  CHECK(generated(*d) == 0);
+
+  b->cancelled = true;
+  REQUIRE(wait_until([&] { return finished(*b); }));
+  CHECK_FALSE(store.get("cmpl-a"));
+  CHECK_FALSE(store.get("cmpl-b"));
+  CHECK_FALSE(store.get("cmpl-d"));
+  CHECK(wait_until([&] { return engine.stats().requests_cancelled == 3; }));
+  CHECK(engine.stats().requests_finished == 1);
+  CHECK(store.stats().memory_count == 1);
+}
+
+TEST_CASE("a kept conversation continues with the state the engine saved", "[serve][engine]") {
+  ConversationStore store(nullptr, 1 << 24);
+  Engine engine(recur::Model::builtin(3), nullptr, store, small_engine(2, 4));
+  auto whole = request("cmpl-whole", 6), first = request("cmpl-first", 3);
+  REQUIRE(engine.submit(whole));
+  REQUIRE(engine.submit(first));
+  REQUIRE(wait_until([&] { return finished(*whole) && finished(*first); }));
+  // The continuation samples its own stream: only the state carries over, so the check is that
+  // the state loads and the turn runs, not that the text matches.
+  auto next = request("cmpl-next", 3);
+  next->request.prompt = {'!'};
+  next->request.previous_id = "cmpl-first";
+  const auto state = store.get("cmpl-first");
+  REQUIRE(state);
+  next->previous_state = *state;
+  REQUIRE(engine.submit(next));
+  REQUIRE(wait_until([&] { return finished(*next); }));
+  std::lock_guard<std::mutex> lock(next->mutex);
+  CHECK(next->error_status == 0);
+  CHECK(next->completion_tokens == 3);
+
+  auto broken = request("cmpl-broken", 3);
+  broken->request.previous_id = "cmpl-first";
+  broken->previous_state = "not a state";
+  REQUIRE(engine.submit(broken));
+  REQUIRE(wait_until([&] { return finished(*broken); }));
+  CHECK(broken->error_status == 409);
 }
