@@ -24,7 +24,7 @@ mkdir -p build/fuzz/findings
 # A valid state for fuzz_state's model, made fresh so that it follows the current format.
 RECUR_FUZZ_SEED_OUT=tests/fuzz/corpus/state/five_tokens.state "$bin/fuzz_state" -runs=0 > /dev/null 2>&1
 
-for name in json config safetensors index state tokenizer pytorch; do
+for name in json config safetensors index state tokenizer pytorch request; do
   work="build/fuzz/corpus/$name"
   mkdir -p "$work"
   cp -n tests/fuzz/corpus/"$name"/* "$work"/ 2> /dev/null || true
