@@ -60,6 +60,25 @@ ModelConfig small_paper(const char* act) {
   return c;
 }
 
+// A small Based configuration with every mixer: BaseConv at 0 and 3, Taylor linear attention at
+// 1 and 4, a window of 8 tokens at 2 and 5 (window_size 16).
+ModelConfig small_based() {
+  ModelConfig c;
+  c.architecture = Architecture::kBased;
+  c.vocab_size = 301;  // padded to 304 rows
+  c.hidden_size = 32;
+  c.num_hidden_layers = 6;
+  c.window_heads = 4;
+  c.la_heads = 4;
+  c.la_feature_dim = 8;
+  c.window_size = 16;
+  c.linear_layers = {1, 4};
+  c.window_layers = {2, 5};
+  c.intermediate_size = 64;
+  c.norm_eps = 1e-5;
+  return c;
+}
+
 struct Case {
   std::string name;
   ModelConfig config;
@@ -195,6 +214,12 @@ TEST_CASE("prefill in any chunking, split and thread count gives step()'s logits
   }
   cases.push_back({"elementwise_product, unnormalized", small_fla(ModelFeatureMap::kElementwiseProduct, false)});
   cases.push_back({"transformers_are_rnns, gelu", small_paper("gelu")});
+  cases.push_back({"based: BaseConv, Taylor linear attention, a window of 8", small_based()});
+  {
+    Case c{"based, weights kept as bf16", small_based()};
+    c.dtype = DType::kBF16;
+    cases.push_back(c);
+  }
   {
     Case c{"t2r, weights kept as bf16", small_fla(ModelFeatureMap::kT2R, true)};
     c.dtype = DType::kBF16;
@@ -221,7 +246,7 @@ TEST_CASE("prefill in any chunking, split and thread count gives step()'s logits
 
       int compared = 0;
       for (int chunk : {1, 7, 64, T}) {
-        for (int threads : {1, 2}) {
+        for (int threads : {1, 2, 3}) {
           Decoder dec(model, {chunk, threads});
           const RowMatrix got = all_logits(dec, tokens);
           for (int t = 0; t < T; ++t) {
@@ -284,7 +309,7 @@ TEST_CASE("greedy generation writes the same text whatever the chunk size", "[mo
 }
 
 TEST_CASE("a saved state continues bit-identically, and clones branch independently", "[model][state]") {
-  const ModelConfig c = small_fla(ModelFeatureMap::kHedgehog, true);
+  const ModelConfig c = GENERATE(small_fla(ModelFeatureMap::kHedgehog, true), small_based());
   const auto model = Model::from_weights(c, RandomWeights(c, 2));
   const auto tokens = random_tokens(kSanitized ? 60 : 290, c.vocab_size, 4);
   const auto nV = static_cast<std::size_t>(c.vocab_size);
@@ -429,6 +454,28 @@ TEST_CASE("16-bit weights stay 16-bit in memory and give the logits of their flo
     CHECK(same_bytes(la.data(), lb.data(), static_cast<std::size_t>(la.size())));
     CHECK(same_bytes(a.step(3).data(), b.step(3).data(), static_cast<std::size_t>(la.size())));
   }
+}
+
+TEST_CASE("a Based decoder's state has one size from 100 to 100,000 tokens", "[model][based]") {
+  const ModelConfig c = small_based();
+  const auto model = Model::from_weights(c, RandomWeights(c, 8));
+  Decoder dec(model, {1024, 2});
+  dec.prefill(random_tokens(100, c.vocab_size, 1));
+  const auto bytes = dec.bytes();
+  const auto state = dec.state_bytes();
+  std::size_t by_kind = 0;
+  for (const MixerKind k : {MixerKind::kShortConv, MixerKind::kLinearAttention, MixerKind::kWindowAttention}) {
+    CHECK(dec.state_bytes(k) > 0);
+    by_kind += dec.state_bytes(k);
+  }
+  CHECK(by_kind == state);
+  const int more = kSanitized ? 10000 : 99900;
+  dec.prefill(random_tokens(more, c.vocab_size, 2));
+  for (int i = 0; i < 10; ++i) dec.step(i);
+  CHECK(dec.n_tokens() == 100 + more + 10);
+  CHECK(dec.bytes() == bytes);
+  CHECK(dec.state_bytes() == state);
+  CHECK(dec.logits().allFinite());
 }
 
 TEST_CASE("the decoder's memory does not grow with the sequence", "[model]") {

@@ -57,6 +57,8 @@ class Args {
   double real(const std::string& name, double min, double max) const;
   /// Whether the option was given on the command line (not only defaulted).
   bool given(const std::string& name) const;
+  /// Whether the command declares `name` at all (shared helpers read options some lack).
+  bool declared(const std::string& name) const { return options_.count(name) != 0; }
   bool flag_set(const std::string& name) const { return given(name); }
   const std::vector<std::string>& positional() const { return positional_; }
 

@@ -57,12 +57,18 @@ TextModel open_model(const Args& args) {
         printable(dir)));
   m.model = Model::load(dir);
   m.label = builtin ? "built-in (King James Bible)" : m.model->source();
-  if (Tokenizer::present(dir)) {
-    m.tokenizer = Tokenizer::load(dir);
+  const bool own_tokenizer = args.declared("tokenizer") && args.given("tokenizer");
+  if (own_tokenizer || Tokenizer::present(dir)) {
+    m.tokenizer = Tokenizer::load(own_tokenizer ? args.str("tokenizer") : dir);
     if (m.tokenizer->vocab_size() > m.model->config().vocab_size)
       fmt::print(stderr, "warning: the tokenizer has {} ids and the model {}: ids past the "
                          "model's vocabulary will be refused\n",
                  m.tokenizer->vocab_size(), m.model->config().vocab_size);
+  } else if (m.model->config().architecture == Architecture::kBased) {
+    // Based's checkpoints ship no tokenizer: they were trained on GPT-2's ids.
+    throw ArgumentError(fmt::format(
+        "{} holds no tokenizer.json, and this Based model was trained on GPT-2's tokenizer: pass "
+        "--tokenizer FILE|DIR (GPT-2's tokenizer.json), or give token ids", printable(dir)));
   } else {
     for (const char* name : {"tokenizer.model", "vocab.json"}) {
       if (std::filesystem::exists(std::filesystem::path(dir) / name)) {
@@ -87,15 +93,34 @@ std::string kernels_line(bool verbose) {
 void describe_model(const TextModel& tm) {
   const Model& m = *tm.model;
   const ModelConfig& c = m.config();
+  if (c.architecture == Architecture::kBased) {
+    const auto count = [&](MixerKind k) {
+      return std::count(c.mixers.begin(), c.mixers.end(), k);
+    };
+    const Decoder probe(tm.model, DecoderOptions{1, 1});
+    const auto mib = [&](MixerKind k) { return double(probe.state_bytes(k)) / double(1 << 20); };
+    fmt::print(stderr, "model: {}: based, {} layers ({} BaseConv, {} Taylor linear attention, {} "
+                       "sliding window of {} tokens), hidden {}, vocab {}, {:.2f}M parameters\n",
+               tm.label, c.num_hidden_layers, count(MixerKind::kShortConv),
+               count(MixerKind::kLinearAttention), count(MixerKind::kWindowAttention),
+               c.window_size / 2 + 1, c.hidden_size, c.vocab_size, double(m.parameters()) / 1e6);
+    fmt::print(stderr, "state: {:.2f} MiB in the convolutions, {:.2f} MiB in linear attention, "
+                       "{:.2f} MiB in the windows: {:.2f} MiB at any length\n",
+               mib(MixerKind::kShortConv), mib(MixerKind::kLinearAttention),
+               mib(MixerKind::kWindowAttention), double(probe.state_bytes()) / double(1 << 20));
+  } else {
   fmt::print(stderr, "model: {}: {}, {} layers, hidden {}, {} heads{}, feature map {}, {} form, "
                      "vocab {}, {:.2f}M parameters\n",
              tm.label,
-             c.architecture == Architecture::kLinearAttn ? "linear_attn" : "transformers_are_rnns",
+             c.architecture == Architecture::kLinearAttn ? "linear_attn"
+             : c.architecture == Architecture::kBased    ? "based"
+                                                          : "transformers_are_rnns",
              c.num_hidden_layers, c.hidden_size, c.num_heads,
              c.num_kv_heads != c.num_heads ? fmt::format(" ({} kv)", c.num_kv_heads) : "",
              ModelConfig::feature_map_name(c.feature_map),
              c.norm_feature_map ? "normalized" : "unnormalized", c.vocab_size,
              double(m.parameters()) / 1e6);
+  }
   if (tm.tokenizer)
     fmt::print(stderr, "tokenizer: {}\n", tm.tokenizer->describe());
   else
@@ -156,8 +181,10 @@ int run_generate(int argc, char** argv) {
             "Progress and figures go to stderr: prefill and decode tokens/s and the state's size,\n"
             "which stays the same however long the text. Without -m it runs the built-in model,\n"
             "trained on the King James Bible (models/kjv).");
-  args.option("model", "", "model directory (config.json, safetensors, tokenizer.json); default: "
-                           "the built-in model", 'm')
+  args.option("model", "", "model directory (config.json, safetensors or pytorch_model.bin, "
+                           "tokenizer.json); default: the built-in model", 'm')
+      .option("tokenizer", "", "tokenizer.json, or a directory that holds one, for a model "
+                               "directory without its own (Based's checkpoints use GPT-2's)")
       .option("prompt", "", "prompt text (default: \"And it came to pass\" for the built-in model, "
                             "\"The quick brown fox\" otherwise; nothing after --load-state)", 'p')
       .option("prompt-file", "", "read the prompt from this file ('-': standard input)", 'f')
@@ -330,6 +357,8 @@ int run_score(int argc, char** argv) {
             "the perplexity exp(mean_nll) and, for text, bits per byte. --json prints the numbers\n"
             "with 17 significant digits: the same digits at any --chunk and --threads.");
   args.option("model", "", "model directory; default: the built-in model", 'm')
+      .option("tokenizer", "", "tokenizer.json, or a directory that holds one, for a model "
+                               "directory without its own (Based's checkpoints use GPT-2's)")
       .option("file", "", "text to score, through the model's tokenizer.json (bytes without one; "
                           "'-': standard input)", 'f')
       .option("token-ids", "", "token ids to score, one per line ('-': standard input)")
@@ -444,7 +473,7 @@ int run_make_model(int argc, char** argv) {
             "Writes a model with random weights (config.json + model.safetensors, or shards with\n"
             "model.safetensors.index.json) in the layout `recur generate -m DIR` reads. For tests\n"
             "and demos: the weights are random, so is the text.");
-  args.option("arch", "linear_attn", "linear_attn or transformers_are_rnns")
+  args.option("arch", "linear_attn", "linear_attn, transformers_are_rnns or based")
       .option("config", "", "take the configuration from this config.json")
       .option("vocab", "256", "vocabulary size")
       .option("hidden", "64", "hidden size (d_model)")
@@ -459,6 +488,11 @@ int run_make_model(int argc, char** argv) {
       .option("dtype", "f32", "stored dtype: f32, bf16 or f16")
       .option("shards", "1", "files to split the weights over (more than 1 writes an index)")
       .option("seed", "1", "seed of the random weights")
+      .option("la-layers", "", "based: the Taylor linear-attention layers, e.g. 1,6 (alt_mixer_layers)")
+      .option("window-layers", "", "based: the sliding-window layers, e.g. 2,7 (alt_mixer_2_layers)")
+      .option("la-heads", "", "based: linear-attention heads (default: --heads)")
+      .option("feature-dim", "16", "based: q and k width per linear-attention head")
+      .option("window-size", "16", "based: window_size (a token sees window_size / 2 before it)")
       .flag("normalized", "the normalized form (norm_feature_map, linear_attn)")
       .flag("norm-q", "norm_q: divide phi(q) by its sum (linear_attn)")
       .flag("norm-k", "norm_k: divide phi(k) by its sum (linear_attn)")
@@ -475,6 +509,8 @@ int run_make_model(int argc, char** argv) {
   if (args.positional().empty()) throw ArgumentError("give the directory to write: recur make-model DIR");
   const std::string dir = args.positional()[0];
   const char* shape_options[] = {"arch", "vocab", "hidden", "layers", "heads", "kv-heads",
+                                 "la-layers", "window-layers", "la-heads", "feature-dim",
+                                 "window-size",
                                  "expand-k", "expand-v", "intermediate", "feature-map",
                                  "hidden-act", "normalized", "norm-q", "norm-k",
                                  "tie-feature-maps", "no-affine", "tie-embeddings", "seed"};
@@ -487,8 +523,12 @@ int run_make_model(int argc, char** argv) {
   if (args.flag_set("builtin") && args.given("config"))
     throw ArgumentError("give at most one of --builtin and --config");
   const std::string arch = args.str("arch");
-  if (arch != "linear_attn" && arch != "transformers_are_rnns")
-    throw ArgumentError(fmt::format("--arch is '{}', expected linear_attn or transformers_are_rnns", printable(arch)));
+  if (arch != "linear_attn" && arch != "transformers_are_rnns" && arch != "based")
+    throw ArgumentError(fmt::format("--arch is '{}', expected linear_attn, transformers_are_rnns "
+                                    "or based", printable(arch)));
+  for (const char* o : {"la-layers", "window-layers", "la-heads", "feature-dim", "window-size"})
+    if (arch != "based" && args.given(o))
+      throw ArgumentError(fmt::format("--{} applies to --arch based only", o));
   if (!args.flag_set("builtin") && !args.given("config")) {
     const char* fla_only[] = {"kv-heads", "expand-k", "expand-v", "normalized", "norm-q",
                               "norm-k", "tie-feature-maps", "no-affine"};
@@ -506,6 +546,45 @@ int run_make_model(int argc, char** argv) {
     seed = kBuiltinSeed;
   } else if (args.given("config")) {
     c = ModelConfig::from_json(read_input(args.str("config"), "--config", 16u << 20), args.str("config"));
+  } else if (arch == "based") {
+    if (args.given("feature-map") || args.given("hidden-act") || args.given("tie-embeddings"))
+      throw ArgumentError("--feature-map, --hidden-act and --tie-embeddings do not apply to --arch "
+                          "based (Taylor map, SwiGLU, tied head)");
+    // A list of layer indices, "1,6,11": digits and commas only; config.json's reader checks
+    // the range and repeats.
+    const auto ids = [&](const char* name) {
+      const std::string v = args.str(name);
+      if (v.find_first_not_of("0123456789,") != std::string::npos || v.find(",,") != std::string::npos ||
+          (!v.empty() && (v.front() == ',' || v.back() == ',')))
+        throw ArgumentError(fmt::format("--{} is '{}', expected layer indices such as 1,6,11", name,
+                                        printable(v)));
+      for (std::size_t i = 0, j; i < v.size(); i = j + 1) {
+        j = v.find(',', i);
+        if (j == std::string::npos) j = v.size();
+        if (j - i > 4)
+          throw ArgumentError(fmt::format("--{}: layer index {} is too large", name, printable(v.substr(i, j - i))));
+      }
+      return "[" + v + "]";
+    };
+    const auto heads = args.integer("heads", 1, 1 << 16);
+    const std::string json = fmt::format(
+        "{{\"model_type\": \"gpt2\", \"vocab_size\": {}, \"n_embd\": {}, \"n_layer\": {}, "
+        "\"n_head\": {}, {}\"rms_norm\": true, \"activation_function\": \"swiglu\", "
+        "\"pad_vocab_size_multiple\": 8, \"alt_mixer_layers\": {}, \"alt_mixer_2_layers\": {}, "
+        "\"mixer\": {{\"_target_\": \"based.models.mixers.convolution.BaseConv\", "
+        "\"use_bias\": true, \"expand_proj\": 4, \"kernel_sizes\": 3}}, "
+        "\"alt_mixer\": {{\"_target_\": \"based.models.mixers.linear_attention.LinearAttention\", "
+        "\"feature_dim\": {}, \"num_heads\": {}}}, "
+        "\"alt_mixer_2\": {{\"_target_\": \"based.models.mixers.slide_attention.SlidingAttention\", "
+        "\"window_size\": {}, \"num_heads\": {}}}}}",
+        args.integer("vocab", 1, 1 << 24), args.integer("hidden", 1, 1 << 20),
+        args.integer("layers", 1, 4096), heads,
+        args.integer("intermediate", 0, 1 << 20) > 0
+            ? fmt::format("\"n_inner\": {}, ", args.integer("intermediate", 0, 1 << 20)) : "",
+        ids("la-layers"), ids("window-layers"), args.integer("feature-dim", 1, 256),
+        args.given("la-heads") ? args.integer("la-heads", 1, 1 << 16) : heads,
+        args.integer("window-size", 1, 1 << 24), heads);
+    c = ModelConfig::from_json(json, "make-model options");
   } else {
     std::string json = "{";
     const auto add = [&](const std::string& k, const std::string& v) {

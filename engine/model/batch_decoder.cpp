@@ -108,33 +108,25 @@ int BatchDecoder::run(const std::vector<Item>& items) {
   const ModelConfig& c = model_->config();
   const Model::Impl& m = model_->impl();
   const int threads = detail::resolve_threads(threads_);
-  const int H = c.num_heads, D = c.d_feature, dv = c.head_v_dim;
-  const auto fq_row = std::size_t(H) * std::size_t(D), v_row = std::size_t(H) * std::size_t(dv);
   model::run_stack(*model_, w.work, w.tokens.data(), n, threads,
-                   [&](std::size_t li, const float* fq, const float* kf, const float* vf, float* o,
+                   [&](std::size_t li, const float* a, const float* b, const float* cc, float* o,
                        int, int nthreads) {
-    const LinearAttention& attn = *m.layers[li].attention;
+    const auto& layer = m.layers[li];
+    const model::MixerIo io = model::mixer_io(c, layer);
+    const auto at = [](const float* p, int first, int width) {
+      return p ? p + std::size_t(first) * std::size_t(width) : nullptr;
+    };
     const auto attend = [&](std::size_t i, int prefill_threads) {
       if (!w.failed[i].empty()) return;  // this sequence's rows mean nothing now
       const int r0 = w.first_row[i], count = items[i].count;
-      LinearState& state = items[i].decoder->impl_->states[li];
-      float* out = o + std::size_t(r0) * v_row;
+      model::LayerState& state = items[i].decoder->impl_->states[li];
+      float* out = o + std::size_t(r0) * std::size_t(io.out);
       try {
-        if (count == 1) {
-          attn.step(state, Eigen::Map<const Eigen::VectorXf>(fq + std::size_t(r0) * fq_row, H * D),
-                    Eigen::Map<const Eigen::VectorXf>(kf + std::size_t(r0) * fq_row, H * D),
-                    Eigen::Map<const Eigen::VectorXf>(vf + std::size_t(r0) * v_row, H * dv),
-                    Eigen::Map<Eigen::VectorXf>(out, H * dv));
-        } else {
-          using CMap = Eigen::Map<const RowMatrix>;
-          Eigen::Map<RowMatrix> O(out, count, H * dv);
-          attn.prefill(state, CMap(fq + std::size_t(r0) * fq_row, count, H * D),
-                       CMap(kf + std::size_t(r0) * fq_row, count, H * D),
-                       CMap(vf + std::size_t(r0) * v_row, count, H * dv), O, PrefillOptions{count, prefill_threads});
-        }
+        model::run_mixer(c, layer, state, at(a, r0, io.a), at(b, r0, io.b), at(cc, r0, io.c), out,
+                         count, prefill_threads);
       } catch (const std::exception& e) {
         w.failed[i] = e.what();
-        std::fill(out, out + std::size_t(count) * v_row, 0.0f);
+        std::fill(out, out + std::size_t(count) * std::size_t(io.out), 0.0f);
       }
     };
     // Prefill items one after another, each on every thread; then the one-token items split

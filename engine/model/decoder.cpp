@@ -40,6 +40,26 @@ void Workspace::allocate(const ModelConfig& c, const Model::Impl& m, int rows) {
   cap = rows;
   const auto n = static_cast<std::size_t>(rows);
   const auto sz = [](int w) { return static_cast<std::size_t>(w); };
+  if (c.architecture == Architecture::kBased) {
+    // q, k: linear attention's (n, heads * feature_dim) or the window's (n, hidden); fq, fk:
+    // BaseConv's u1 and u2 (n, d_inner); o: attention output or conv(u1); g, u: the MLP's gate
+    // and value (n, intermediate).
+    const int d = c.hidden_size, di = c.conv_expand * c.hidden_size / 2;
+    const int qk = std::max(c.key_dim, d);
+    for (auto* b : {&x, &h, &a, &v}) b->assign(n * sz(d), 0.0f);
+    q.assign(n * sz(qk), 0.0f);
+    k.assign(n * sz(qk), 0.0f);
+    fq.assign(n * sz(di), 0.0f);
+    fk.assign(n * sz(di), 0.0f);
+    o.assign(n * sz(std::max(d, di)), 0.0f);
+    g.assign(n * sz(c.intermediate_size), 0.0f);
+    u.assign(n * sz(c.intermediate_size), 0.0f);
+    fk_full.clear();
+    v_full.clear();
+    map_scratch.clear();
+    logits.clear();
+    return;
+  }
   const int H = c.num_heads, Hkv = c.num_kv_heads, D = c.d_feature, dv = c.head_v_dim;
   x.assign(n * sz(c.hidden_size), 0.0f);
   h.assign(n * sz(c.hidden_size), 0.0f);
@@ -72,6 +92,105 @@ std::size_t Workspace::bytes() const {
   return n;
 }
 
+LayerState LayerState::make(const Model::Impl::Layer& layer) {
+  LayerState s;
+  switch (layer.mixer) {
+    case MixerKind::kLinearAttention: s.linear.emplace(layer.attention->make_state()); break;
+    case MixerKind::kShortConv: s.conv.emplace(layer.conv->make_state()); break;
+    case MixerKind::kWindowAttention: s.window.emplace(layer.window->make_state()); break;
+  }
+  return s;
+}
+
+LayerState LayerState::clone() const {
+  LayerState s;
+  if (linear) s.linear.emplace(linear->clone());
+  if (conv) s.conv.emplace(conv->clone());
+  if (window) s.window.emplace(window->clone());
+  return s;
+}
+
+void LayerState::reset() {
+  if (linear) linear->reset();
+  if (conv) conv->reset();
+  if (window) window->reset();
+}
+
+std::int64_t LayerState::n_tokens() const {
+  return linear ? linear->n_tokens() : conv ? conv->n_tokens() : window->n_tokens();
+}
+
+std::size_t LayerState::bytes() const {
+  return linear ? linear->bytes() : conv ? conv->bytes() : window->bytes();
+}
+
+std::size_t LayerState::raw_size() const {
+  return linear ? linear->raw_size() : conv ? conv->raw_size() : window->raw_size();
+}
+
+std::vector<unsigned char> LayerState::raw_bytes() const {
+  return linear ? linear->raw_bytes() : conv ? conv->raw_bytes() : window->raw_bytes();
+}
+
+void LayerState::load_raw_bytes(const unsigned char* data, std::size_t size) {
+  if (linear) linear->load_raw_bytes(data, size);
+  else if (conv) conv->load_raw_bytes(data, size);
+  else window->load_raw_bytes(data, size);
+}
+
+MixerIo mixer_io(const ModelConfig& c, const Model::Impl::Layer& layer) {
+  if (c.architecture != Architecture::kBased) {
+    const int fq = c.num_heads * c.d_feature, v = c.num_heads * c.head_v_dim;
+    return {fq, fq, v, v};
+  }
+  const int d = c.hidden_size;
+  switch (layer.mixer) {
+    case MixerKind::kShortConv: {
+      const int di = c.conv_expand * d / 2;
+      return {di, 0, 0, di};
+    }
+    case MixerKind::kLinearAttention: return {c.key_dim, c.key_dim, d, d};
+    case MixerKind::kWindowAttention: break;
+  }
+  return {d, d, d, d};
+}
+
+void run_mixer(const ModelConfig& config, const Model::Impl::Layer& layer, LayerState& state,
+               const float* a, const float* b, const float* c, float* out, int rows, int threads) {
+  const MixerIo io = mixer_io(config, layer);
+  using CVec = Eigen::Map<const Eigen::VectorXf>;
+  using Vec = Eigen::Map<Eigen::VectorXf>;
+  using CMap = Eigen::Map<const RowMatrix>;
+  using Map = Eigen::Map<RowMatrix>;
+  switch (layer.mixer) {
+    case MixerKind::kLinearAttention:
+      if (rows == 1) {
+        layer.attention->step(*state.linear, CVec(a, io.a), CVec(b, io.b), CVec(c, io.c), Vec(out, io.out));
+      } else {
+        Map O(out, rows, io.out);
+        layer.attention->prefill(*state.linear, CMap(a, rows, io.a), CMap(b, rows, io.b),
+                                 CMap(c, rows, io.c), O, PrefillOptions{rows, threads});
+      }
+      return;
+    case MixerKind::kShortConv:
+      if (rows == 1) {
+        layer.conv->step(*state.conv, CVec(a, io.a), Vec(out, io.out));
+      } else {
+        layer.conv->prefill(*state.conv, CMap(a, rows, io.a), Map(out, rows, io.out));
+      }
+      return;
+    case MixerKind::kWindowAttention:
+      if (rows == 1) {
+        layer.window->step(*state.window, CVec(a, io.a), CVec(b, io.b), CVec(c, io.c), Vec(out, io.out));
+      } else {
+        Map O(out, rows, io.out);
+        layer.window->prefill(*state.window, CMap(a, rows, io.a), CMap(b, rows, io.b),
+                              CMap(c, rows, io.c), O, PrefillOptions{rows, threads});
+      }
+      return;
+  }
+}
+
 }  // namespace model
 
 std::size_t Decoder::Impl::saved_size(int vocab) const {
@@ -91,7 +210,7 @@ Decoder::Decoder(std::shared_ptr<const Model> model, const DecoderOptions& optio
     detail::throw_argument(call, "options.threads is {}, expected 0 (all cores) or more",
                            options.threads);
   const auto& m = model_->impl();
-  for (const auto& layer : m.layers) impl_->states.push_back(layer.attention->make_state());
+  for (const auto& layer : m.layers) impl_->states.push_back(model::LayerState::make(layer));
   impl_->logits = Eigen::VectorXf::Zero(model_->config().vocab_size);
   impl_->work.allocate(model_->config(), m, options.chunk);
 }
@@ -145,6 +264,14 @@ std::int64_t Decoder::n_tokens() const { return impl_->n_tokens; }
 
 const std::string& Decoder::failure() const { return impl_->broken; }
 
+std::size_t Decoder::state_bytes(MixerKind kind) const {
+  std::size_t n = 0;
+  const auto& layers = model_->impl().layers;
+  for (std::size_t i = 0; i < layers.size(); ++i)
+    if (layers[i].mixer == kind) n += impl_->states[i].raw_size();
+  return n;
+}
+
 std::size_t Decoder::state_bytes() const {
   std::size_t n = 0;
   for (const auto& s : impl_->states) n += s.raw_size();
@@ -178,6 +305,50 @@ void Decoder::forward(const int* tokens, int n, int head) {
 
 namespace model {
 
+// Based's blocks: x += mixer(RMSNorm(x)); x += fc2(value * silu(gate)) of RMSNorm(x). The
+// mixer's projections and gate are row functions here; its sequence part is the callback.
+static void run_based_stack(const Model& model, Workspace& w, int n, int threads, Attend attend) {
+  const ModelConfig& c = model.config();
+  const Model::Impl& m = model.impl();
+  const int d = c.hidden_size, di = c.conv_expand * c.hidden_size / 2, I = c.intermediate_size;
+  const auto rows = std::int64_t(n);
+  for (std::size_t li = 0; li < m.layers.size(); ++li) {
+    const auto& L = m.layers[li];
+    L.attn_norm.apply(w.x.data(), n, d, w.h.data(), d);
+    switch (L.mixer) {
+      case MixerKind::kShortConv:
+        L.in_u1.apply(w.h.data(), n, d, w.fq.data(), di, threads);
+        L.in_u2.apply(w.h.data(), n, d, w.fk.data(), di, threads);
+        attend(li, w.fq.data(), nullptr, nullptr, w.o.data(), n, threads);
+        // silu(conv(u1)) * u2, the swish-gated unit with the convolution as its gate.
+        model::swiglu(w.o.data(), w.fk.data(), w.o.data(), rows * di);
+        L.out_proj.apply(w.o.data(), n, di, w.a.data(), d, threads);
+        break;
+      case MixerKind::kLinearAttention:
+        L.q.apply(w.h.data(), n, d, w.q.data(), c.key_dim, threads);
+        L.k.apply(w.h.data(), n, d, w.k.data(), c.key_dim, threads);
+        L.v.apply(w.h.data(), n, d, w.v.data(), d, threads);
+        attend(li, w.q.data(), w.k.data(), w.v.data(), w.o.data(), n, threads);
+        L.out_proj.apply(w.o.data(), n, d, w.a.data(), d, threads);
+        break;
+      case MixerKind::kWindowAttention:
+        L.q.apply(w.h.data(), n, d, w.q.data(), d, threads);
+        L.k.apply(w.h.data(), n, d, w.k.data(), d, threads);
+        L.v.apply(w.h.data(), n, d, w.v.data(), d, threads);
+        attend(li, w.q.data(), w.k.data(), w.v.data(), w.o.data(), n, threads);
+        L.out_proj.apply(w.o.data(), n, d, w.a.data(), d, threads);
+        break;
+    }
+    model::add_inplace(w.x.data(), w.a.data(), rows * d);
+    L.mlp_norm.apply(w.x.data(), n, d, w.h.data(), d);
+    L.gate.apply(w.h.data(), n, d, w.g.data(), I, threads);
+    L.up.apply(w.h.data(), n, d, w.u.data(), I, threads);
+    model::swiglu(w.g.data(), w.u.data(), w.g.data(), rows * I);
+    L.down.apply(w.g.data(), n, I, w.a.data(), d, threads);
+    model::add_inplace(w.x.data(), w.a.data(), rows * d);
+  }
+}
+
 void run_stack(const Model& model, Workspace& w, const int* tokens, int n, int threads,
                Attend attend) {
   const ModelConfig& c = model.config();
@@ -192,6 +363,10 @@ void run_stack(const Model& model, Workspace& w, const int* tokens, int n, int t
                 m.embeddings.data() + std::size_t(tokens[t]) * std::size_t(d),
                 sizeof(float) * std::size_t(d));
 
+  if (c.architecture == Architecture::kBased) {
+    run_based_stack(model, w, n, threads, attend);
+    return;
+  }
   for (std::size_t li = 0; li < m.layers.size(); ++li) {
     const auto& L = m.layers[li];
     // Attention input: the normed residual (pre-norm) or the residual itself (post-norm).
@@ -269,23 +444,10 @@ void Decoder::run_layers(const int* tokens, int n, int head) {
   const Model::Impl& m = model_->impl();
   Impl& w = *impl_;
   const int threads = detail::resolve_threads(options_.threads);
-  const int H = c.num_heads, D = c.d_feature, dv = c.head_v_dim;
   model::run_stack(*model_, w.work, tokens, n, threads,
-                   [&](std::size_t li, const float* fq, const float* kf, const float* vf, float* o,
+                   [&](std::size_t li, const float* a, const float* b, const float* cc, float* o,
                        int rows, int nthreads) {
-    const LinearAttention& attn = *m.layers[li].attention;
-    LinearState& state = w.states[li];
-    if (rows == 1) {
-      attn.step(state, Eigen::Map<const Eigen::VectorXf>(fq, H * D),
-                Eigen::Map<const Eigen::VectorXf>(kf, H * D),
-                Eigen::Map<const Eigen::VectorXf>(vf, H * dv),
-                Eigen::Map<Eigen::VectorXf>(o, H * dv));
-    } else {
-      using CMap = Eigen::Map<const RowMatrix>;
-      Eigen::Map<RowMatrix> O(o, rows, H * dv);
-      attn.prefill(state, CMap(fq, rows, H * D), CMap(kf, rows, H * D), CMap(vf, rows, H * dv), O,
-                   PrefillOptions{rows, nthreads});
-    }
+    model::run_mixer(c, m.layers[li], w.states[li], a, b, cc, o, rows, nthreads);
   });
 
   w.n_tokens += n;
@@ -438,11 +600,11 @@ void Decoder::load_bytes(std::string_view in, const std::string& source, Session
     fail(fmt::format("vocab_size {}, the model has {}", vocab, model_->config().vocab_size));
   if (has_logits > 1 || (has_logits == 1) != (n_tokens > 0))
     fail(fmt::format("has_logits is {} after {} tokens", has_logits, n_tokens));
-  std::vector<LinearState> states;
+  std::vector<model::LayerState> states;
   for (std::size_t i = 0; i < impl_->states.size(); ++i) {
     const auto bytes = get<std::uint64_t>(in, pos);
     if (bytes != layer_bytes[i]) fail(fmt::format("layer {} holds {} bytes, expected {}", i, bytes, layer_bytes[i]));
-    LinearState s = model_->impl().layers[i].attention->make_state();
+    model::LayerState s = model::LayerState::make(model_->impl().layers[i]);
     try {
       s.load_raw_bytes(reinterpret_cast<const unsigned char*>(in.data() + pos), layer_bytes[i]);
     } catch (const FormatError& e) {

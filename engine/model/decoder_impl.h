@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -41,11 +42,42 @@ class FunctionRef<R(A...)> {
   R (*call_)(void*, A...);
 };
 
-/// The attention of layer `layer` over the workspace's n rows: fq and fk (n, H * d_feature) after
-/// the feature maps, v (n, H * head_v_dim) with kv heads already repeated; writes o (n, H *
-/// head_v_dim). May throw (the stack then stops and rethrows).
+/// The sequence-dependent part of layer `layer` over the workspace's n rows (mixer_io() gives the
+/// rows' widths): for linear attention fq and fk (n, H * d_feature) after the feature maps (or
+/// before, for a layer whose LinearAttention applies its own map), v (n, H * head_v_dim) with kv
+/// heads already repeated, writing o; for a short convolution u1, writing conv(u1); for window
+/// attention q, k and v before rotary, writing o. May throw (the stack then stops and rethrows).
 using Attend = FunctionRef<void(std::size_t layer, const float* fq, const float* fk,
                                 const float* v, float* o, int n, int threads)>;
+
+/// One layer's state for one sequence: the one its mixer keeps (S and Z, the convolution's past
+/// inputs, or the window's ring). Fixed in size.
+struct LayerState {
+  std::optional<LinearState> linear;
+  std::optional<ShortConvState> conv;
+  std::optional<WindowState> window;
+
+  static LayerState make(const Model::Impl::Layer& layer);
+  LayerState clone() const;
+  void reset();
+  std::int64_t n_tokens() const;
+  std::size_t bytes() const;
+  std::size_t raw_size() const;
+  std::vector<unsigned char> raw_bytes() const;
+  /// Throws FormatError (the state unchanged) when the bytes are not a state of this shape.
+  void load_raw_bytes(const unsigned char* data, std::size_t size);
+};
+
+/// Widths of the rows a layer's sequence-dependent part reads (a, b, c) and writes (out):
+/// linear attention q, k, v -> o; the short convolution u1 -> conv(u1); the window q, k, v -> o.
+struct MixerIo {
+  int a = 0, b = 0, c = 0, out = 0;
+};
+MixerIo mixer_io(const ModelConfig& config, const Model::Impl::Layer& layer);
+
+/// That part for `rows` rows of one sequence (step for one, prefill for more: the same bytes).
+void run_mixer(const ModelConfig& config, const Model::Impl::Layer& layer, LayerState& state,
+               const float* a, const float* b, const float* c, float* out, int rows, int threads);
 
 /// Runs n rows (n <= w.cap), the embeddings of `tokens`, through every layer; leaves the last
 /// layer's output in w.x.
@@ -62,7 +94,7 @@ void run_head(const Model& model, Workspace& w, int first, int n, float* out, in
 namespace recur {
 
 struct Decoder::Impl {
-  std::vector<LinearState> states;
+  std::vector<model::LayerState> states;
   std::int64_t n_tokens = 0;
   bool has_logits = false;
   // Set when a forward pass failed after some layers had advanced (an overflow inside the

@@ -2,9 +2,11 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "model/model_impl.h"
+#include "recur/pytorch.h"
 #include "util/file.h"
 #include "recur/error.h"
 #include "util/hash.h"
@@ -68,6 +70,13 @@ class Loader {
   }
 
   std::vector<float> take(const std::string& name, const Shape& shape, const char* why) {
+    return take_as(name, name, shape, why);
+  }
+
+  /// take() of `name`, hashed into the fingerprint as `canonical` (a tied tensor stored under
+  /// either of two names is the same model).
+  std::vector<float> take_as(const std::string& name, const std::string& canonical,
+                             const Shape& shape, const char* why) {
     if (!src_.has(name))
       fail("tensor '{}' {} is missing ({})", name, shape_string(shape), why);
     const Shape got = src_.shape(name);
@@ -76,7 +85,7 @@ class Loader {
            shape_string(shape), why);
     std::vector<float> values = src_.read(name);
     used_.insert(name);
-    hash_.update(name.data(), name.size());
+    hash_.update(canonical.data(), canonical.size());
     for (auto d : shape) hash_.update_value(d);
     hash_.update(values.data(), values.size() * sizeof(float));
     parameters_ += static_cast<std::int64_t>(values.size());
@@ -89,6 +98,11 @@ class Loader {
     if (src_.shape(name) != shape || src_.read(name) != ref)
       fail("tensor '{}' differs from the tensor it is tied to by config.json", name);
     used_.insert(name);
+  }
+
+  /// A tensor a checkpoint may hold that the forward pass never reads: accepted, not loaded.
+  void ignore(const std::string& name) {
+    if (src_.has(name)) used_.insert(name);
   }
 
   void reject_unused() const {
@@ -157,6 +171,197 @@ class TensorStoreSource final : public WeightSource {
   TensorStore store_;
 };
 
+// A pytorch_model.bin's tensors. Checkpoints saved from a training wrapper's state dict (as
+// Based's are, from PyTorch Lightning) prefix every name with "model." and carry the trainer's
+// metric buffers: the prefix is taken off and names holding "metrics" are left out, as the
+// published loader does.
+class TorchSource final : public WeightSource {
+ public:
+  explicit TorchSource(TorchCheckpoint ckpt) : ckpt_(std::move(ckpt)) {
+    for (const auto& name : ckpt_.names()) {
+      if (name.find("metrics") != std::string::npos) continue;
+      const std::string clean = name.rfind("model.", 0) == 0 ? name.substr(6) : name;
+      if (!names_.emplace(clean, name).second)
+        throw FormatError(fmt::format("[Model] {}: tensor '{}' appears with and without the "
+                                      "'model.' prefix", ckpt_.source(), clean));
+    }
+  }
+  bool has(const std::string& name) const override { return names_.count(name) != 0; }
+  std::vector<std::int64_t> shape(const std::string& name) const override {
+    return ckpt_.info(original(name)).shape;
+  }
+  std::vector<float> read(const std::string& name) const override {
+    const auto& info = ckpt_.info(original(name));
+    if (info.dtype != TorchDType::kF32 && info.dtype != TorchDType::kF16 &&
+        info.dtype != TorchDType::kBF16)
+      throw FormatError(fmt::format("[Model] {}: tensor '{}' is {}, expected F32, F16 or BF16",
+                                    ckpt_.source(), name, torch_dtype_name(info.dtype)));
+    try {
+      return ckpt_.read_f32(original(name));
+    } catch (const NumericError& e) {
+      throw FormatError(fmt::format("[Model] {}: {}", ckpt_.source(), e.what()));
+    }
+  }
+  DType dtype(const std::string& name) const override {
+    switch (ckpt_.info(original(name)).dtype) {
+      case TorchDType::kBF16: return DType::kBF16;
+      case TorchDType::kF16: return DType::kF16;
+      default: return DType::kF32;
+    }
+  }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    for (const auto& [clean, name] : names_) out.push_back(clean);
+    return out;
+  }
+  std::string describe() const override { return ckpt_.source(); }
+
+ private:
+  const std::string& original(const std::string& name) const {
+    const auto it = names_.find(name);
+    if (it == names_.end())
+      throw FormatError(fmt::format("[Model] {}: no tensor '{}'", ckpt_.source(), name));
+    return it->second;
+  }
+  TorchCheckpoint ckpt_;
+  std::map<std::string, std::string> names_;  // name the model reads -> name in the file
+};
+
+// Based's tensors, as its checkpoints name them (after the "model." prefix the training code's
+// state dict adds is taken off). Loading, make-model and the random weights all read this table.
+std::vector<std::pair<std::string, Shape>> based_tensor_shapes(const ModelConfig& c) {
+  std::vector<std::pair<std::string, Shape>> out;
+  const std::int64_t d = c.hidden_size, Hm = c.intermediate_size;
+  const std::int64_t di = std::int64_t(c.conv_expand) * d / 2;
+  out.push_back({"transformer.embeddings.word_embeddings.weight", {c.embedding_rows, d}});
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = fmt::format("transformer.layers.{}.", i);
+    out.push_back({p + "norm1.weight", {d}});
+    switch (c.mixers[std::size_t(i)]) {
+      case MixerKind::kShortConv:
+        out.push_back({p + "mixer.in_proj.weight", {2 * di, d}});
+        if (c.conv_bias) out.push_back({p + "mixer.in_proj.bias", {2 * di}});
+        out.push_back({p + "mixer.conv.conv.weight", {di, 1, c.conv_kernel}});
+        out.push_back({p + "mixer.out_proj.weight", {d, di}});
+        if (c.conv_bias) out.push_back({p + "mixer.out_proj.bias", {d}});
+        break;
+      case MixerKind::kLinearAttention:
+        out.push_back({p + "mixer.proj_q.weight", {c.key_dim, d}});
+        out.push_back({p + "mixer.proj_k.weight", {c.key_dim, d}});
+        out.push_back({p + "mixer.proj_v.weight", {d, d}});
+        out.push_back({p + "mixer.out_proj.weight", {d, d}});
+        break;
+      case MixerKind::kWindowAttention:
+        out.push_back({p + "mixer.Wqkv.weight", {3 * d, d}});
+        out.push_back({p + "mixer.out_proj.weight", {d, d}});
+        break;
+    }
+    out.push_back({p + "norm2.weight", {d}});
+    out.push_back({p + "mlp.fc1.weight", {2 * Hm, d}});
+    out.push_back({p + "mlp.fc2.weight", {d, Hm}});
+  }
+  out.push_back({"transformer.ln_f.weight", {d}});
+  return out;
+}
+
+
+// Rows [first, first + n) of a (rows, k_in) weight as their own matrix. Every output is one
+// ordered chain over k_in whatever matrix holds its row, so a split changes no byte.
+model::Dense rows_of(const std::vector<float>& w, const std::vector<float>& bias, int first, int n,
+                     int k_in, DType dtype) {
+  model::Dense out;
+  out.w = kernels::PackedMatrix(w.data() + std::size_t(first) * std::size_t(k_in), n, k_in, dtype);
+  if (!bias.empty())
+    out.bias.assign(bias.begin() + first, bias.begin() + first + n);
+  return out;
+}
+
+// Based: each layer's mixer from the table's names (docs/based.md). The fused projections of
+// the checkpoint (BaseConv's in_proj, the window's Wqkv, the MLP's fc1) are split into their
+// parts, which the forward pass uses one by one.
+void load_based(Loader& L, const WeightSource& weights, const ModelConfig& c, Model::Impl& impl,
+                std::vector<float>& embeddings) {
+  const int d = c.hidden_size, Hm = c.intermediate_size;
+  const int di = c.conv_expand * d / 2;
+  const auto eps = static_cast<float>(c.norm_eps);
+  const Shape emb_shape{c.embedding_rows, d};
+  // The head is tied to the embedding; a checkpoint holds it under either name, or both.
+  const std::string emb = "transformer.embeddings.word_embeddings.weight", head = "lm_head.weight";
+  if (weights.has(emb)) {
+    embeddings = L.take(emb, emb_shape, "vocab_size padded, n_embd");
+    L.accept_tied(head, embeddings, emb_shape);
+  } else {
+    embeddings = L.take_as(head, emb, emb_shape, "vocab_size padded, n_embd (the tied head)");
+  }
+  L.ignore("transformer.decay.decay");  // based-1b's fixed_decay buffer: no layer reads it
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = fmt::format("transformer.layers.{}.", i);
+    Model::Impl::Layer layer;
+    layer.mixer = c.mixers[std::size_t(i)];
+    layer.attn_norm = norm(L, p + "norm1", d, eps, false, true, "n_embd");
+    switch (layer.mixer) {
+      case MixerKind::kShortConv: {
+        const auto w = L.take(p + "mixer.in_proj.weight", {2 * di, d}, "expand_proj * n_embd, n_embd");
+        const DType dt = L.dtype(p + "mixer.in_proj.weight");
+        std::vector<float> b;
+        if (c.conv_bias) b = L.take(p + "mixer.in_proj.bias", {2 * di}, "expand_proj * n_embd");
+        layer.in_u1 = rows_of(w, b, 0, di, d, dt);
+        layer.in_u2 = rows_of(w, b, di, di, d, dt);
+        const auto taps = L.take(p + "mixer.conv.conv.weight", {di, 1, c.conv_kernel},
+                                 "expand_proj * n_embd / 2, 1, kernel_size");
+        layer.conv = std::make_unique<ShortConvolution>(
+            Eigen::Map<const RowMatrix>(taps.data(), di, c.conv_kernel));
+        layer.out_proj = dense(L, p + "mixer.out_proj", d, di, c.conv_bias, "n_embd, expand_proj * n_embd / 2");
+        break;
+      }
+      case MixerKind::kLinearAttention: {
+        layer.q = dense(L, p + "mixer.proj_q", c.key_dim, d, false, "num_heads * feature_dim, n_embd");
+        layer.k = dense(L, p + "mixer.proj_k", c.key_dim, d, false, "num_heads * feature_dim, n_embd");
+        layer.v = dense(L, p + "mixer.proj_v", d, d, false, "n_embd");
+        layer.out_proj = dense(L, p + "mixer.out_proj", d, d, false, "n_embd");
+        LinearAttentionConfig ac;
+        ac.n_heads = c.la_heads;
+        ac.d_key = c.la_feature_dim;
+        ac.d_value = c.head_v_dim;
+        ac.feature_map = FeatureMapKind::kTaylor;
+        ac.normalized = true;
+        ac.scale = 1.0f;
+        ac.eps = static_cast<float>(c.attn_eps);
+        layer.attention = std::make_unique<LinearAttention>(ac);
+        break;
+      }
+      case MixerKind::kWindowAttention: {
+        const auto w = L.take(p + "mixer.Wqkv.weight", {3 * d, d}, "3 n_embd, n_embd");
+        const DType dt = L.dtype(p + "mixer.Wqkv.weight");
+        layer.q = rows_of(w, {}, 0, d, d, dt);
+        layer.k = rows_of(w, {}, d, d, d, dt);
+        layer.v = rows_of(w, {}, 2 * d, d, d, dt);
+        layer.out_proj = dense(L, p + "mixer.out_proj", d, d, false, "n_embd");
+        WindowAttentionConfig wc;
+        wc.n_heads = c.window_heads;
+        wc.d_head = d / c.window_heads;
+        wc.window = c.window_size / 2;  // flash-attn's window (window_size // 2, 0)
+        wc.rope_theta = static_cast<float>(c.rope_theta);
+        layer.window = std::make_unique<WindowAttention>(wc);
+        break;
+      }
+    }
+    layer.mlp_norm = norm(L, p + "norm2", d, eps, false, true, "n_embd");
+    // GatedMlp: fc1's first half is the value, its second half the gate: fc2(y * silu(gate)).
+    const auto fc1 = L.take(p + "mlp.fc1.weight", {2 * Hm, d}, "2 n_inner, n_embd");
+    const DType dt = L.dtype(p + "mlp.fc1.weight");
+    layer.up = rows_of(fc1, {}, 0, Hm, d, dt);
+    layer.gate = rows_of(fc1, {}, Hm, Hm, d, dt);
+    layer.down = dense(L, p + "mlp.fc2", d, Hm, false, "n_embd, n_inner");
+    impl.layers.push_back(std::move(layer));
+  }
+  impl.has_final_norm = true;
+  impl.final_norm = norm(L, "transformer.ln_f", d, eps, false, true, "n_embd");
+  // Only the vocabulary's rows: the padding rows are never a token.
+  impl.lm_head.w = kernels::PackedMatrix(embeddings.data(), c.vocab_size, d,
+                                         L.dtype(weights.has(emb) ? emb : head));
+}
+
 }  // namespace
 
 using model::Dense;
@@ -164,6 +369,7 @@ using model::QKFeatureMap;
 
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> model_tensor_shapes(
     const ModelConfig& c) {
+  if (c.architecture == Architecture::kBased) return based_tensor_shapes(c);
   std::vector<std::pair<std::string, Shape>> out;
   const std::int64_t d = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   out.push_back({"model.embeddings.weight", {V, d}});
@@ -203,6 +409,8 @@ std::vector<std::pair<std::string, std::vector<std::int64_t>>> model_tensor_shap
   return out;
 }
 
+
+
 // ---------------------------------------------------------------------------------------------
 // Random weights
 
@@ -218,12 +426,17 @@ RandomWeights::RandomWeights(const ModelConfig& config_in, std::uint64_t seed, D
       const std::string suf(suffix);
       return name.size() >= suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
     };
-    if (name == "model.embeddings.weight") {
+    if (name == "model.embeddings.weight" ||
+        name == "transformer.embeddings.word_embeddings.weight") {
       s.init = Spec::Init::kNormal;
       s.std = 1.0;
-    } else if (ends_with("norm.weight")) {
+    } else if (ends_with("norm.weight") || ends_with("norm1.weight") ||
+               ends_with("norm2.weight") || ends_with("ln_f.weight")) {
       s.init = Spec::Init::kNearOne;
       s.std = 0.1;
+    } else if (ends_with(".conv.conv.weight")) {  // (channels, 1, kernel): taps near 1/sqrt(K)
+      s.init = Spec::Init::kNormal;
+      s.std = 1.0 / std::sqrt(static_cast<double>(entry.second[2]));
     } else if (ends_with(".bias")) {
       s.init = Spec::Init::kSmall;
       s.std = 0.1;
@@ -340,14 +553,24 @@ int write_random_model(const std::string& dir, const ModelConfig& config, std::u
 Model::Model() : impl_(std::make_unique<Impl>()) {}
 Model::~Model() = default;
 
+std::unique_ptr<WeightSource> open_weights(const std::string& dir) {
+  // safetensors first (a directory converted with `recur convert` holds both); a checkpoint
+  // published as pytorch_model.bin alone is read with the restricted unpickler.
+  std::error_code ec;
+  const fs::path base(dir);
+  if (!fs::exists(base / "model.safetensors", ec) &&
+      !fs::exists(base / "model.safetensors.index.json", ec) &&
+      fs::exists(base / "pytorch_model.bin", ec))
+    return std::make_unique<TorchSource>(TorchCheckpoint::open_file((base / "pytorch_model.bin").string()));
+  return std::make_unique<TensorStoreSource>(TensorStore::open_dir(dir));
+}
+
 std::shared_ptr<const Model> Model::load(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     throw FormatError(fmt::format("[Model::load] {} is not a directory", dir));
   const ModelConfig config = ModelConfig::from_file((fs::path(dir) / "config.json").string());
-  const TensorStoreSource source(TensorStore::open_dir(dir));
-  auto model = from_weights(config, source);
-  return model;
+  return from_weights(config, *open_weights(dir));
 }
 
 std::shared_ptr<const Model> Model::from_weights(const ModelConfig& config_in,
@@ -363,6 +586,17 @@ std::shared_ptr<const Model> Model::from_weights(const ModelConfig& config_in,
   const auto eps = static_cast<float>(c.norm_eps);
   const bool fla = c.architecture == Architecture::kLinearAttn;
 
+  if (c.architecture == Architecture::kBased) {
+    try {
+      load_based(L, weights, c, impl, impl.embeddings);
+    } catch (const ArgumentError& e) {  // a bad model is a FormatError, whatever layer finds it
+      throw FormatError(fmt::format("[Model] {}: {}", weights.describe(), e.what()));
+    }
+    L.reject_unused();
+    m->fingerprint_ = L.fingerprint();
+    m->parameters_ = L.parameters();
+    return m;
+  }
   impl.embeddings = L.take("model.embeddings.weight", {V, d}, "vocab_size, hidden_size");
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = layer_prefix(i);
@@ -494,7 +728,7 @@ std::size_t Model::weight_bytes_per_token() const {
   };
   for (const auto& l : impl_->layers) {
     for (const auto* d : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.fc1, &l.fc2,
-                          &l.phi_q.l1, &l.phi_q.l2})
+                          &l.phi_q.l1, &l.phi_q.l2, &l.in_u1, &l.in_u2, &l.out_proj})
       bytes += dense_bytes(*d);
     if (!config_.tie_feature_map_qk)  // tied maps share one set of matrices
       bytes += dense_bytes(l.phi_k.l1) + dense_bytes(l.phi_k.l2);

@@ -7,11 +7,14 @@
 #include "model/layers.h"
 #include "recur/linear_attention.h"
 #include "recur/model.h"
+#include "recur/short_conv.h"
+#include "recur/window_attention.h"
 
 namespace recur {
 
 struct Model::Impl {
   struct Layer {
+    MixerKind mixer = MixerKind::kLinearAttention;
     model::Norm attn_norm;  // pre-norm: before attention; post-norm: after the attention residual
     model::Norm mlp_norm;
     model::Dense q, k, v, o;
@@ -20,9 +23,15 @@ struct Model::Impl {
     model::Norm head_norm;  // per head, over head_v_dim
     model::Dense gate, up, down;  // SwiGLU (linear_attn)
     model::Dense fc1, fc2;        // ReLU / GELU MLP (transformers_are_rnns)
-    std::unique_ptr<LinearAttention> attention;
+    std::unique_ptr<LinearAttention> attention;  // kLinearAttention
+    // Based's BaseConv (kShortConv): in_proj's two halves, the convolution of the first, the
+    // gate silu(conv(u1)) * u2, out_proj. The other Based mixers use q, k, v and o above
+    // (kWindowAttention: Wqkv's three thirds; kLinearAttention: proj_q, proj_k, proj_v).
+    model::Dense in_u1, in_u2, out_proj;
+    std::unique_ptr<ShortConvolution> conv;
+    std::unique_ptr<WindowAttention> window;
   };
-  std::vector<float> embeddings;  // (vocab, hidden)
+  std::vector<float> embeddings;  // (embedding_rows, hidden): vocab_size rows, then padding
   std::vector<Layer> layers;
   bool has_final_norm = false;
   model::Norm final_norm;

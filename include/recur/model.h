@@ -1,7 +1,7 @@
 // A decoder-only language model built on linear-attention layers, and the decoder that runs one
 // sequence through it.
 //
-// Two layouts are read (docs/models.md):
+// Three layouts are read (docs/models.md):
 //  * "linear_attn": the flash-linear-attention library's model, configured by its config.json
 //    field for field: pre-norm RMSNorm blocks, q/k/v/o projections without bias, the feature map
 //    after the head split (elu, relu, identity, hedgehog, t2r, dpfp, elementwise_product),
@@ -9,6 +9,11 @@
 //    unnormalized one, a per-head RMSNorm on the attention output, a SwiGLU MLP.
 //  * "transformers_are_rnns": the model of Katharopoulos et al. (2020): post-norm LayerNorm
 //    blocks, projections with bias, elu + 1 (or relu), the normalized form, a ReLU or GELU MLP.
+//  * "based": HazyResearch's Based (Arora et al., 2024), as its checkpoints are published
+//    (config.json with model_type "gpt2" and alt_mixer fields, pytorch_model.bin): pre-norm
+//    RMSNorm blocks whose mixer is, layer by layer, a gated short convolution (BaseConv),
+//    Taylor-map linear attention or sliding-window softmax attention with rotary embeddings;
+//    a SwiGLU MLP; tied, padded embeddings (docs/based.md).
 //
 // A Model is immutable once loaded: share it between threads and decoders. A Decoder holds one
 // sequence's state (every layer's S and Z), fixed in size however long the sequence.
@@ -30,6 +35,14 @@ namespace recur {
 enum class Architecture {
   kLinearAttn,           ///< model_type "linear_attn" (flash-linear-attention)
   kTransformersAreRnns,  ///< model_type "transformers_are_rnns" (the paper's post-norm model)
+  kBased,                ///< HazyResearch's Based (model_type "gpt2" with alt_mixer fields)
+};
+
+/// What mixes tokens in one layer. Every kind keeps a state of fixed size per sequence.
+enum class MixerKind {
+  kLinearAttention,  ///< S and Z through a feature map (every layer of the first two layouts)
+  kShortConv,        ///< Based's BaseConv: a gated depthwise causal convolution
+  kWindowAttention,  ///< softmax attention over the last tokens, with rotary embeddings
 };
 
 /// Feature maps a model's config may name.
@@ -59,6 +72,22 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   /// End-of-sequence ids (eos_token_id, a number or a list); generation stops at one.
   std::vector<int> eos_token_ids;
+
+  // Based only (architecture kBased). hidden_size, num_hidden_layers, intermediate_size,
+  // vocab_size, norm_eps come from n_embd, n_layer, n_inner, vocab_size, layer_norm_epsilon.
+  std::vector<MixerKind> mixers;  ///< per layer; resolve() fills it for the other layouts
+  std::vector<int> linear_layers;  ///< alt_mixer_layers: Taylor linear attention
+  std::vector<int> window_layers;  ///< alt_mixer_2_layers: sliding-window attention
+  int la_heads = 16;               ///< alt_mixer.num_heads
+  int la_feature_dim = 16;         ///< alt_mixer.feature_dim (q, k per head, before the map)
+  int window_size = 256;           ///< alt_mixer_2.window_size: a token sees window_size / 2 before it
+  int window_heads = 16;           ///< n_head
+  double rope_theta = 10000;       ///< rotary_emb_base
+  int conv_kernel = 3;             ///< mixer.kernel_size
+  int conv_expand = 4;             ///< mixer.expand_proj: in_proj is hidden -> expand * hidden
+  bool conv_bias = true;           ///< mixer.use_bias: in_proj and out_proj have biases
+  int pad_vocab_multiple = 8;      ///< the embedding has vocab_size rounded up to this many rows
+  int embedding_rows = 0;          ///< derived: vocab_size rounded up (the logits are vocab_size)
 
   // Derived (filled by resolve()).
   int key_dim = 0, value_dim = 0;        ///< q and o widths: hidden_size * expand_k / expand_v
@@ -123,6 +152,10 @@ class RandomWeights final : public WeightSource {
   std::uint64_t seed_;
   DType dtype_;
 };
+
+/// The weights of a model directory: model.safetensors (or its shards with an index), else a
+/// pytorch_model.bin read without running its pickle. Throws FormatError naming the file.
+std::unique_ptr<WeightSource> open_weights(const std::string& dir);
 
 /// Every tensor a configuration needs, with its shape, in a fixed order.
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> model_tensor_shapes(
@@ -241,6 +274,8 @@ class Decoder {
   std::size_t bytes() const;
   /// Bytes of the attention states alone (what save() writes, roughly).
   std::size_t state_bytes() const;
+  /// The same for the layers of one mixer kind alone.
+  std::size_t state_bytes(MixerKind kind) const;
 
   /// Writes the state to `path`: versioned, checksummed, tagged with the model's fingerprint,
   /// with the session if one is given. The file is written beside `path` and renamed over it,
