@@ -1,4 +1,4 @@
-// recur generate, recur score, recur make-model: the model-level commands.
+// recur generate, recur score, recur make-model, recur convert: the model-level commands.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <unistd.h>
@@ -21,6 +21,7 @@
 #include "recur/model.h"
 #include "recur/sampling.h"
 #include "recur/tokenizer.h"
+#include "util/file.h"
 #include "util/json.h"
 
 namespace recur::cli {
@@ -65,10 +66,11 @@ TextModel open_model(const Args& args) {
                          "model's vocabulary will be refused\n",
                  m.tokenizer->vocab_size(), m.model->config().vocab_size);
   } else if (m.model->config().architecture == Architecture::kBased) {
-    // Based's checkpoints ship no tokenizer: they were trained on GPT-2's ids.
-    throw ArgumentError(fmt::format(
+    // Based's checkpoints ship no tokenizer: they were trained on GPT-2's ids, not bytes.
+    m.no_text = fmt::format(
         "{} holds no tokenizer.json, and this Based model was trained on GPT-2's tokenizer: pass "
-        "--tokenizer FILE|DIR (GPT-2's tokenizer.json), or give token ids", printable(dir)));
+        "--tokenizer FILE|DIR (GPT-2's tokenizer.json), or give and take token ids "
+        "(--prompt-ids and --ids, --token-ids)", printable(dir));
   } else {
     for (const char* name : {"tokenizer.model", "vocab.json"}) {
       if (std::filesystem::exists(std::filesystem::path(dir) / name)) {
@@ -80,6 +82,10 @@ TextModel open_model(const Args& args) {
     }
   }
   return m;
+}
+
+void TextModel::require_text() const {
+  if (!no_text.empty()) throw ArgumentError(no_text);
 }
 
 // The kernels' instruction set, for the progress lines; the whole choice with --verbose.
@@ -124,7 +130,8 @@ void describe_model(const TextModel& tm) {
   if (tm.tokenizer)
     fmt::print(stderr, "tokenizer: {}\n", tm.tokenizer->describe());
   else
-    fmt::print(stderr, "tokenizer: none; text is bytes (ids 0-255)\n");
+    fmt::print(stderr, "tokenizer: none; {}\n", tm.no_text.empty() ? "text is bytes (ids 0-255)"
+                                                                    : "token ids only");
   if (tm.random)
     fmt::print(stderr, "model: random weights (seed {}), so its text is noise\n", kBuiltinSeed);
 }
@@ -251,6 +258,7 @@ int run_generate(int argc, char** argv) {
                              : args.given("prompt")    ? args.str("prompt")
                              : ids_in || loading       ? std::string()
                                                        : fallback_prompt;
+  if ((!ids_in && !prompt.empty()) || !ids_out) tm.require_text();
   // A continuation gets no second BOS.
   const bool add_special = !loading && !args.flag_set("no-special");
   const std::vector<int> prompt_ids =
@@ -382,6 +390,7 @@ int run_score(int argc, char** argv) {
   std::vector<int> tokens;
   std::int64_t n_bytes = -1;
   if (args.given("file")) {
+    tm.require_text();
     const std::string text = read_input(args.str("file"), "--file");
     n_bytes = static_cast<std::int64_t>(text.size());
     tokens = tm.tokenizer ? tm.tokenizer->encode(text, !args.flag_set("no-special"))
@@ -629,10 +638,71 @@ int run_make_model(int argc, char** argv) {
   fmt::print("wrote {}: {} layers, hidden {}, {} heads, feature map {}, {} parameters as {}, "
              "{} weight file{}{}, seed {}\n",
              printable(dir), c.num_hidden_layers, c.hidden_size, c.num_heads,
-             ModelConfig::feature_map_name(c.feature_map), params, dtype_name(dtype), files,
+             c.architecture == Architecture::kBased ? "taylor (Based)"
+                                                    : ModelConfig::feature_map_name(c.feature_map),
+             params, dtype_name(dtype), files,
              files > 1 ? "s" : "",
              files < shards ? fmt::format(" (--shards {}: the model has only {} tensors)", shards, files) : "",
              seed);
+  flush_stdout();
+  return 0;
+}
+
+int run_convert(int argc, char** argv) {
+  Args args("convert",
+            "Writes a model directory's weights as one model.safetensors, with its config.json\n"
+            "(and tokenizer.json, if there is one) beside it. For a checkpoint published as\n"
+            "pytorch_model.bin: the archive is read by recur's restricted unpickler, which runs\n"
+            "nothing, the model is loaded (every tensor checked against config.json), and the\n"
+            "tensors it reads are written under the names it reads them by.");
+  args.option("dtype", "", "stored dtype: f32, bf16 or f16 (default: the checkpoint's own, if it "
+                           "has one for every tensor, else f32)")
+      .flag("force", "replace a model already in OUT")
+      .positionals(2, "DIR OUT");
+  if (!args.parse(argc, argv, 2)) return 0;
+  if (args.positional().size() != 2)
+    throw ArgumentError("give the model directory and the directory to write: recur convert DIR OUT");
+  namespace fs = std::filesystem;
+  const std::string in = args.positional()[0], out = args.positional()[1];
+  std::error_code ec;
+  if (fs::exists(out, ec) && fs::equivalent(in, out, ec))
+    throw ArgumentError("OUT is DIR itself: convert writes a new directory");
+  const std::string config_text = read_input((fs::path(in) / "config.json").string(), "config.json", 16u << 20);
+  const ModelConfig config = ModelConfig::from_json(config_text, (fs::path(in) / "config.json").string());
+  const auto weights = open_weights(in);
+  // Loading checks every tensor against the configuration before anything is written.
+  const auto model = Model::from_weights(config, *weights);
+  std::vector<std::string> names = weights->names();
+  std::vector<std::vector<float>> values;
+  std::vector<TensorData> tensors;
+  double total = 0;
+  for (const auto& n : names) {
+    double e = 1;
+    for (auto d : weights->shape(n)) e *= double(d);
+    total += e;
+  }
+  check_memory(4.0 * total, "the checkpoint's tensors as float32");
+  DType dtype = weights->dtype(names.front());
+  for (const auto& n : names)
+    if (weights->dtype(n) != dtype) dtype = DType::kF32;
+  if (args.given("dtype")) dtype = parse_dtype(args.str("dtype"));
+  values.reserve(names.size());
+  for (const auto& n : names) {
+    values.push_back(weights->read(n));
+    tensors.push_back({n, weights->shape(n), values.back().data()});
+  }
+  prepare_model_dir(out, args.flag_set("force"));
+  fs::create_directories(out, ec);
+  if (ec) throw Error(fmt::format("cannot create {}: {}", printable(out), ec.message()));
+  write_safetensors((fs::path(out) / "model.safetensors").string(), tensors, dtype,
+                    {{"format", "pt"}, {"converted_from", weights->describe()}});
+  detail::write_file_atomically((fs::path(out) / "config.json").string(), config_text, "recur convert");
+  if (Tokenizer::present(in))
+    fs::copy_file(fs::path(in) / "tokenizer.json", fs::path(out) / "tokenizer.json",
+                  fs::copy_options::overwrite_existing);
+  fmt::print("wrote {}: {} tensors, {:.2f}M parameters as {}, from {}\n", printable(out),
+             tensors.size(), double(model->parameters()) / 1e6, dtype_name(dtype),
+             printable(weights->describe()));
   flush_stdout();
   return 0;
 }

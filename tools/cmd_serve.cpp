@@ -249,8 +249,10 @@ int run_serve(int argc, char** argv) {
             "state is kept under its id: a request naming it in \"previous_response_id\" continues\n"
             "the conversation and pays only for its new tokens. Without -m it serves the built-in\n"
             "model.");
-  args.option("model", "", "model directory (config.json, safetensors, tokenizer.json); default: "
-                           "the built-in model", 'm')
+  args.option("model", "", "model directory (config.json, safetensors or pytorch_model.bin, "
+                           "tokenizer.json); default: the built-in model", 'm')
+      .option("tokenizer", "", "tokenizer.json, or a directory that holds one, for a model "
+                               "directory without its own (Based's checkpoints use GPT-2's)")
       .option("host", "127.0.0.1", "address to listen on (0.0.0.0: every interface)")
       .option("port", "8080", "port to listen on (0: any free port, printed at start)")
       .option("name", "", "the model's name in the API (default: the directory's name, or "
@@ -347,6 +349,7 @@ int run_serve(int argc, char** argv) {
                          "(--state-dir or --store keeps them)\n", human_bytes(double(memory)));
   }
   const TextModel tm = open_model(args);
+  tm.require_text();
   describe_model(tm);
   Server s;
   s.store = &store;

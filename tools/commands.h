@@ -9,6 +9,7 @@ int run_isa(int argc, char** argv);
 int run_generate(int argc, char** argv);
 int run_score(int argc, char** argv);
 int run_make_model(int argc, char** argv);
+int run_convert(int argc, char** argv);
 int run_tokenize(int argc, char** argv);
 int run_serve(int argc, char** argv);
 

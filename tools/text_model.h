@@ -21,6 +21,11 @@ struct TextModel {
   std::shared_ptr<const Tokenizer> tokenizer;  // null: bytes
   std::string label;                           // for messages
   bool random = false;
+  /// Why text cannot go in or out ("" when it can): a model trained on a tokenizer it does not
+  /// ship (Based: GPT-2's) takes token ids until --tokenizer gives one.
+  std::string no_text;
+  /// Throws ArgumentError(no_text) when text cannot be used.
+  void require_text() const;
 };
 
 /// Where the built-in model lives: RECUR_MODEL, else beside the running binary

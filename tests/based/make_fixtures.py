@@ -20,15 +20,15 @@ sys.path.insert(0, HERE)
 import reference  # noqa: E402
 
 TINY = ["--d-model", "64", "--layers", "6", "--heads", "4", "--feature-dim", "8",
-        "--window-size", "16", "--vocab", "4096", "--n-inner", "128",
+        "--window-size", "16", "--vocab", "4093", "--n-inner", "256",
         "--la-layers", "1,4", "--swa-layers", "2,5", "--seed", "1"]
 SCHED = ["--d-model", "32", "--layers", "27", "--heads", "4", "--feature-dim", "16",
-         "--window-size", "256", "--vocab", "4096", "--n-inner", "64",
+         "--window-size", "256", "--vocab", "4096", "--n-inner", "256",
          "--la-layers", "1,6,11,16,21", "--swa-layers", "2,7,12,17,22", "--seed", "2"]
 FIXTURES = [
     ("tiny", TINY + ["--dtype", "f32", "--safetensors"]),
     ("tiny-bf16", TINY + ["--dtype", "bf16"]),
-    ("schedule-360m", SCHED + ["--dtype", "f32"]),
+    ("schedule-360m", SCHED + ["--dtype", "bf16"]),
 ]
 PREFIXES = [2, 10, 64, 200]
 
@@ -93,6 +93,10 @@ def main():
         print(name, format(mean_nll, ".17g"), entry["files"], file=sys.stderr)
     with open(os.path.join(HERE, "expected.json"), "w") as f:
         f.write(dumps(out) + "\n")
+    # The same mean NLLs one per line ("name value"), for the shell test that reads them.
+    with open(os.path.join(HERE, "expected_nll.txt"), "w") as f:
+        for name, entry in out["fixtures"].items():
+            f.write(f"{name} {format(entry['mean_nll'], '.17g')}\n")
 
 
 if __name__ == "__main__":
