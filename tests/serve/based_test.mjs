@@ -1,0 +1,82 @@
+// recur serve with a Based model (tests/based/tiny: BaseConv, Taylor linear attention and a
+// sliding window, read from pytorch_model.bin, the built-in tokenizer given with --tokenizer):
+// 16 requests at once get the bytes each gets alone, and a conversation continued from its kept
+// state equals one request over the whole text. Usage: node based_test.mjs path/to/recur SOURCE_DIR
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { cpSync, mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import OpenAI from "openai";
+import { check, finish } from "./harness.mjs";
+
+const recur = path.resolve(process.argv[2] ?? "build/release/tools/recur");
+const src = path.resolve(process.argv[3] ?? ".");
+const KEY = "sk-recur-based-test";
+const tmp = mkdtempSync(path.join(os.tmpdir(), "recur-based-serve-"));
+const dir = path.join(tmp, "based-tiny");
+// The .bin alone, as the hub publishes it (no safetensors beside it, no tokenizer).
+for (const f of ["config.json", "pytorch_model.bin"])
+  cpSync(path.join(src, "tests/based/tiny", f), path.join(dir, f));
+
+const server = await new Promise((resolve, reject) => {
+  const child = spawn(recur, ["serve", "-m", dir, "--tokenizer", path.join(src, "models/kjv"), "--port", "0",
+                              "--threads", "2", "--keep-alive", "1", "--api-key", KEY],
+                      { stdio: ["ignore", "ignore", "pipe"] });
+  let log = "";
+  const timer = setTimeout(() => reject(new Error(`recur serve did not start:\n${log}`)), 30000);
+  child.stderr.on("data", (d) => {
+    log += d;
+    const m = log.match(/listening on (http:\/\/[^ ]+)/);
+    if (m && !child.url) {
+      clearTimeout(timer);
+      child.url = m[1];
+      resolve(child);
+    }
+  });
+  child.exitCode_ = new Promise((r) => child.on("exit", (code, sig) => r(code ?? sig)));
+  child.on("error", reject);
+});
+const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: KEY, maxRetries: 0 });
+const MODEL = "based-tiny";
+async function metric(name) {
+  const text = await (await fetch(`${server.url}/metrics`, { headers: { authorization: `Bearer ${KEY}` } })).text();
+  const m = text.match(new RegExp(`^${name} (\\S+)$`, "m"));
+  assert.ok(m, `metric ${name} missing`);
+  return Number(m[1]);
+}
+const outcome = (r) => JSON.stringify({ text: r.choices[0].text, ids: r.choices[0].token_ids,
+                                        logprobs: r.choices[0].logprobs });
+
+await check("16 requests at once get the bytes each gets alone (greedy and seeded, with logprobs)", async () => {
+  const prompts = ["And it came to pass", "In the beginning", "The LORD is my shepherd", "Blessed are"];
+  const requests = [];
+  for (let i = 0; i < 16; i++)
+    requests.push({ model: MODEL, prompt: prompts[i % 4].repeat(1 + (i % 3) * 3), max_tokens: 8 + (i * 5) % 17,
+                    temperature: i % 2 ? 0.9 : 0, seed: 7 + i, logprobs: 2, return_token_ids: true,
+                    ignore_eos: true });
+  const alone = [];
+  for (const r of requests) alone.push(await client.completions.create(r));
+  const rows0 = await metric("recur_batch_rows_total"), steps0 = await metric("recur_batch_steps_total");
+  const together = await Promise.all(requests.map((r) => client.completions.create(r)));
+  const rows = (await metric("recur_batch_rows_total")) - rows0, steps = (await metric("recur_batch_steps_total")) - steps0;
+  assert.ok(rows / steps > 4, `the requests were batched (${rows} rows in ${steps} steps)`);
+  for (let i = 0; i < 16; i++) assert.equal(outcome(together[i]), outcome(alone[i]), `request ${i}`);
+});
+
+await check("a continued conversation equals one request over the whole text", async () => {
+  const first = await client.completions.create({ model: MODEL, prompt: "And God said", max_tokens: 6,
+                                                  temperature: 0, return_token_ids: true, ignore_eos: true });
+  const next = await client.completions.create({ model: MODEL, prompt: [5, 17, 99], max_tokens: 6, temperature: 0,
+                                                 previous_response_id: first.id, return_token_ids: true,
+                                                 ignore_eos: true });
+  const ids = [...first.choices[0].prompt_token_ids, ...first.choices[0].token_ids, 5, 17, 99];
+  const whole = await client.completions.create({ model: MODEL, prompt: ids, max_tokens: 6, temperature: 0,
+                                                  return_token_ids: true, ignore_eos: true });
+  assert.deepEqual(next.choices[0].token_ids, whole.choices[0].token_ids);
+});
+
+server.kill("SIGTERM");
+assert.equal(await server.exitCode_, 0);
+rmSync(tmp, { recursive: true, force: true });
+finish("recur serve with a Based model");
