@@ -412,7 +412,7 @@ void run_stack(const Model& model, Workspace& w, const int* tokens, int n, int t
     } else {
       L.attn_norm.apply(w.x.data(), n, d, w.x.data(), d);
       L.fc1.apply(w.x.data(), n, d, w.g.data(), I, threads);
-      if (c.hidden_act == "gelu") model::gelu_inplace(w.g.data(), std::int64_t(n) * I);
+      if (L.gelu) model::gelu_inplace(w.g.data(), std::int64_t(n) * I);
       else model::relu_inplace(w.g.data(), std::int64_t(n) * I);
       L.fc2.apply(w.g.data(), n, I, w.a.data(), d, threads);
       model::add_inplace(w.x.data(), w.a.data(), std::int64_t(n) * d);

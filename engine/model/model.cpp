@@ -624,6 +624,7 @@ std::shared_ptr<const Model> Model::from_weights(const ModelConfig& config_in,
       layer.fc1 = dense(L, p + "mlp.fc1", I, d, true, "intermediate_size, hidden_size");
       layer.fc2 = dense(L, p + "mlp.fc2", d, I, true, "hidden_size, intermediate_size");
       layer.mlp_norm = norm(L, p + "mlp_norm", d, eps, true, true, "hidden_size");
+      layer.gelu = c.hidden_act == "gelu";
     }
     // Feature maps for q and k (tied: one set of parameters under either name).
     const int dk = c.head_k_dim;

@@ -23,6 +23,7 @@ struct Model::Impl {
     model::Norm head_norm;  // per head, over head_v_dim
     model::Dense gate, up, down;  // SwiGLU (linear_attn)
     model::Dense fc1, fc2;        // ReLU / GELU MLP (transformers_are_rnns)
+    bool gelu = false;            // fc1's activation: GELU, else ReLU (read once, at load)
     std::unique_ptr<LinearAttention> attention;  // kLinearAttention
     // Based's BaseConv (kShortConv): in_proj's two halves, the convolution of the first, the
     // gate silu(conv(u1)) * u2, out_proj. The other Based mixers use q, k, v and o above
