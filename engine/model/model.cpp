@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <stdexcept>
 
 #include "model/model_impl.h"
 #include "recur/pytorch.h"
@@ -58,15 +59,28 @@ std::uint64_t name_seed(const std::string& name, std::uint64_t seed) {
 }
 
 // Reads tensors from a WeightSource, checking each shape against the configuration, hashing
-// every value into the fingerprint, and remembering which names were used.
+// every value into the fingerprint, and remembering which names were used. The architecture's
+// table (model_tensor_shapes) is the one list of tensors: the loader takes exactly its names
+// with its shapes, so that loading, make-model and the random weights cannot drift apart.
 class Loader {
  public:
-  Loader(const WeightSource& src, const ModelConfig& config) : src_(src) {
+  Loader(const WeightSource& src, const ModelConfig& config)
+      : src_(src), tied_maps_(config.tie_feature_map_qk) {
     // The fingerprint covers what shapes the numbers; where generation stops does not.
     ModelConfig numeric = config;
     numeric.eos_token_ids.clear();
     const std::string cfg = numeric.to_json();
     hash_.update(cfg.data(), cfg.size());
+    for (auto& [name, shape] : model_tensor_shapes(config)) table_.emplace(name, shape);
+  }
+
+  /// Every tensor of the table was taken: a loader that skipped one is a bug in recur.
+  void check_table() const {
+    for (const auto& [name, shape] : table_)
+      if (!taken_.count(name))
+        throw std::logic_error(fmt::format("[Model] internal: the architecture's table lists "
+                                           "'{}' {}, which the loader never read", name,
+                                           shape_string(shape)));
   }
 
   std::vector<float> take(const std::string& name, const Shape& shape, const char* why) {
@@ -77,6 +91,16 @@ class Loader {
   /// either of two names is the same model).
   std::vector<float> take_as(const std::string& name, const std::string& canonical,
                              const Shape& shape, const char* why) {
+    // One learned map serves q and k when they are tied; the table lists it under q's name.
+    std::string listed = canonical;
+    const std::string k_map = "attn.feature_map_k.", q_map = "attn.feature_map_q.";
+    if (const auto at = listed.find(k_map); tied_maps_ && at != std::string::npos)
+      listed.replace(at, k_map.size(), q_map);
+    const auto entry = table_.find(listed);
+    if (entry == table_.end() || entry->second != shape)
+      throw std::logic_error(fmt::format("[Model] internal: tensor '{}' {} is not in the "
+                                         "architecture's table as read", name, shape_string(shape)));
+    taken_.insert(entry->first);
     if (!src_.has(name))
       fail("tensor '{}' {} is missing ({})", name, shape_string(shape), why);
     const Shape got = src_.shape(name);
@@ -123,6 +147,9 @@ class Loader {
 
  private:
   const WeightSource& src_;
+  bool tied_maps_ = false;
+  std::map<std::string, Shape> table_;  // the architecture's tensors
+  std::set<std::string> taken_;         // of those, the ones read
   detail::Hasher hash_;
   std::set<std::string> used_;
   std::int64_t parameters_ = 0;
@@ -592,6 +619,7 @@ std::shared_ptr<const Model> Model::from_weights(const ModelConfig& config_in,
     } catch (const ArgumentError& e) {  // a bad model is a FormatError, whatever layer finds it
       throw FormatError(fmt::format("[Model] {}: {}", weights.describe(), e.what()));
     }
+    L.check_table();
     L.reject_unused();
     m->fingerprint_ = L.fingerprint();
     m->parameters_ = L.parameters();
@@ -697,6 +725,7 @@ std::shared_ptr<const Model> Model::from_weights(const ModelConfig& config_in,
   } else {
     impl.lm_head = dense(L, "lm_head", V, d, false, "vocab_size, hidden_size");
   }
+  L.check_table();
   L.reject_unused();
   m->fingerprint_ = L.fingerprint();
   m->parameters_ = L.parameters();
