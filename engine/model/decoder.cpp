@@ -78,8 +78,8 @@ void Workspace::allocate(const ModelConfig& c, const Model::Impl& m, int rows) {
   if (c.architecture == Architecture::kLinearAttn) u.assign(n * sz(c.intermediate_size), 0.0f);
   std::size_t scratch = 0;
   for (const auto& l : m.layers)
-    scratch = std::max({scratch, l.phi_q.scratch_floats(std::int64_t(rows) * H),
-                        l.phi_k.scratch_floats(std::int64_t(rows) * Hkv)});
+    scratch = std::max({scratch, l.phi_q->scratch_floats(std::int64_t(rows) * H, c.head_k_dim),
+                        l.phi_k->scratch_floats(std::int64_t(rows) * Hkv, c.head_k_dim)});
   map_scratch.assign(scratch, 0.0f);
   logits.clear();
 }
@@ -379,8 +379,11 @@ void run_stack(const Model& model, Workspace& w, const int* tokens, int n, int t
     L.k.apply(in, n, d, w.k.data(), kd, threads);
     L.v.apply(in, n, d, w.v.data(), vd, threads);
     // Feature maps after the head split: rows of head_k_dim become rows of d_feature.
-    L.phi_q.apply(w.q.data(), std::int64_t(n) * H, w.fq.data(), w.map_scratch.data());
-    L.phi_k.apply(w.k.data(), std::int64_t(n) * Hkv, w.fk.data(), w.map_scratch.data());
+    const int dk = c.head_k_dim;
+    L.phi_q->apply_with_scratch(w.q.data(), std::int64_t(n) * H, dk, dk, w.fq.data(), D,
+                                w.map_scratch.data());
+    L.phi_k->apply_with_scratch(w.k.data(), std::int64_t(n) * Hkv, dk, dk, w.fk.data(), D,
+                                w.map_scratch.data());
     const float* kf = w.fk.data();
     const float* vf = w.v.data();
     if (G > 1) {

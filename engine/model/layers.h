@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "kernels/matmul.h"
-#include "recur/feature_map.h"
 #include "recur/model.h"
 
 namespace recur::model {
@@ -34,21 +33,6 @@ struct Norm {
   /// `groups` groups per row (per-head norms). In place when x == y.
   void apply(const float* x, std::int64_t rows, std::int64_t ldx, float* y, std::int64_t ldy,
              int groups = 1) const;
-};
-
-/// A model's feature map for q or for k, with its learned parameters.
-struct QKFeatureMap {
-  ModelFeatureMap kind = ModelFeatureMap::kElu;
-  int d_key = 0;
-  int d_feature = 0;
-  bool normalize_sum = false;  // norm_q / norm_k: x / (sum(x) + 1e-4) after the map
-  Dense l1, l2;                // hedgehog, t2r: l1; elementwise_product: l1 and l2
-  std::shared_ptr<const FeatureMap> simple;  // elu, relu, identity
-
-  /// Floats of scratch apply() needs for `rows` rows.
-  std::size_t scratch_floats(std::int64_t rows) const;
-  /// rows of d_key floats (contiguous) to rows of d_feature floats (contiguous).
-  void apply(const float* x, std::int64_t rows, float* out, float* scratch) const;
 };
 
 /// out[i] = g[i] * sigmoid(g[i]) * u[i] (swish-gated linear unit).

@@ -164,6 +164,16 @@ model::Dense dense(Loader& L, const std::string& name, int n_out, int k_in, bool
   return d;
 }
 
+// One Linear(d_key, d_key) of a learned feature map, taken as dense() takes it: weight, then bias.
+FeatureMapLinear map_linear(Loader& L, const std::string& name, int d_key, bool bias,
+                            const char* why) {
+  FeatureMapLinear l;
+  l.weight = L.take(name + ".weight", {d_key, d_key}, why);
+  l.storage = L.dtype(name + ".weight");
+  if (bias) l.bias = L.take(name + ".bias", {d_key}, why);
+  return l;
+}
+
 model::Norm norm(Loader& L, const std::string& name, int dim, float eps, bool layer_norm, bool affine,
           const char* why) {
   model::Norm n;
@@ -392,7 +402,6 @@ void load_based(Loader& L, const WeightSource& weights, const ModelConfig& c, Mo
 }  // namespace
 
 using model::Dense;
-using model::QKFeatureMap;
 
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> model_tensor_shapes(
     const ModelConfig& c) {
@@ -656,26 +665,28 @@ std::shared_ptr<const Model> Model::from_weights(const ModelConfig& config_in,
     }
     // Feature maps for q and k (tied: one set of parameters under either name).
     const int dk = c.head_k_dim;
-    const auto make_map = [&](const std::string& prefix, bool normalize_sum) {
-      QKFeatureMap f;
-      f.kind = c.feature_map;
-      f.d_key = dk;
-      f.d_feature = c.d_feature;
-      f.normalize_sum = normalize_sum;
+    const auto make_map = [&](const std::string& prefix) -> std::shared_ptr<const FeatureMap> {
       const char* why = "head_k_dim";
       switch (c.feature_map) {
-        case ModelFeatureMap::kElu: f.simple = make_feature_map(FeatureMapKind::kEluPlusOne); break;
-        case ModelFeatureMap::kRelu: f.simple = make_feature_map(FeatureMapKind::kRelu); break;
-        case ModelFeatureMap::kIdentity: f.simple = make_feature_map(FeatureMapKind::kIdentity); break;
-        case ModelFeatureMap::kHedgehog: f.l1 = dense(L, prefix + "layer", dk, dk, true, why); break;
-        case ModelFeatureMap::kT2R: f.l1 = dense(L, prefix + "layer", dk, dk, false, why); break;
-        case ModelFeatureMap::kElementwiseProduct:
-          f.l1 = dense(L, prefix + "layer1", dk, dk, true, why);
-          f.l2 = dense(L, prefix + "layer2", dk, dk, true, why);
-          break;
-        case ModelFeatureMap::kDpfp: break;
+        case ModelFeatureMap::kElu: return make_feature_map(FeatureMapKind::kEluPlusOne);
+        case ModelFeatureMap::kRelu: return make_feature_map(FeatureMapKind::kRelu);
+        case ModelFeatureMap::kIdentity: return make_feature_map(FeatureMapKind::kIdentity);
+        case ModelFeatureMap::kHedgehog:
+          return make_hedgehog_map(dk, map_linear(L, prefix + "layer", dk, true, why));
+        case ModelFeatureMap::kT2R:
+          return make_t2r_map(dk, map_linear(L, prefix + "layer", dk, false, why));
+        case ModelFeatureMap::kElementwiseProduct: {
+          FeatureMapLinear l1 = map_linear(L, prefix + "layer1", dk, true, why);
+          FeatureMapLinear l2 = map_linear(L, prefix + "layer2", dk, true, why);
+          return make_elementwise_product_map(dk, std::move(l1), std::move(l2));
+        }
+        case ModelFeatureMap::kDpfp: return make_dpfp_map(dk);
       }
-      return f;
+      throw std::logic_error("[Model] internal: unknown feature map");
+    };
+    // norm_q / norm_k: the map, then x / (sum(x) + 1e-4).
+    const auto normalized = [](std::shared_ptr<const FeatureMap> f, bool normalize_sum) {
+      return normalize_sum ? make_sum_normalized(std::move(f)) : f;
     };
     const std::string fq = p + "attn.feature_map_q.", fk = p + "attn.feature_map_k.";
     const bool learned = c.feature_map == ModelFeatureMap::kHedgehog ||
@@ -686,9 +697,9 @@ std::shared_ptr<const Model> Model::from_weights(const ModelConfig& config_in,
       std::vector<std::pair<std::string, Shape>> names;
       feature_map_tensors(c, fq, names);
       const bool under_q = weights.has(names.front().first);
-      layer.phi_q = make_map(under_q ? fq : fk, c.norm_q);
-      layer.phi_k = layer.phi_q;
-      layer.phi_k.normalize_sum = c.norm_k;
+      const std::shared_ptr<const FeatureMap> tied = make_map(under_q ? fq : fk);
+      layer.phi_q = normalized(tied, c.norm_q);
+      layer.phi_k = normalized(tied, c.norm_k);
       if (under_q) {
         for (const auto& [name, shape] : names) {
           const std::string other = fk + name.substr(fq.size());
@@ -696,8 +707,8 @@ std::shared_ptr<const Model> Model::from_weights(const ModelConfig& config_in,
         }
       }
     } else {
-      layer.phi_q = make_map(fq, c.norm_q);
-      layer.phi_k = make_map(fk, c.norm_k);
+      layer.phi_q = normalized(make_map(fq), c.norm_q);
+      layer.phi_k = normalized(make_map(fk), c.norm_k);
     }
     LinearAttentionConfig ac;
     ac.n_heads = c.num_heads;
@@ -758,10 +769,11 @@ std::size_t Model::weight_bytes_per_token() const {
   };
   for (const auto& l : impl_->layers) {
     for (const auto* d : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.fc1, &l.fc2,
-                          &l.phi_q.l1, &l.phi_q.l2, &l.in_u1, &l.in_u2, &l.out_proj})
+                          &l.in_u1, &l.in_u2, &l.out_proj})
       bytes += dense_bytes(*d);
-    if (!config_.tie_feature_map_qk)  // tied maps share one set of matrices
-      bytes += dense_bytes(l.phi_k.l1) + dense_bytes(l.phi_k.l2);
+    if (l.phi_q) bytes += l.phi_q->parameter_bytes();
+    if (l.phi_k && !config_.tie_feature_map_qk)  // tied maps share one set of matrices
+      bytes += l.phi_k->parameter_bytes();
   }
   bytes += dense_bytes(impl_->lm_head);
   return bytes;

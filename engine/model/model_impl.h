@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "model/layers.h"
+#include "recur/feature_map.h"
 #include "recur/linear_attention.h"
 #include "recur/model.h"
 #include "recur/short_conv.h"
@@ -18,7 +19,9 @@ struct Model::Impl {
     model::Norm attn_norm;  // pre-norm: before attention; post-norm: after the attention residual
     model::Norm mlp_norm;
     model::Dense q, k, v, o;
-    model::QKFeatureMap phi_q, phi_k;
+    // q's and k's maps, per head: head_k_dim floats to d_feature (tied maps share parameters;
+    // norm_q / norm_k wrap them). Null for Based, whose linear attention maps q and k itself.
+    std::shared_ptr<const FeatureMap> phi_q, phi_k;
     bool has_head_norm = false;
     model::Norm head_norm;  // per head, over head_v_dim
     model::Dense gate, up, down;  // SwiGLU (linear_attn)
