@@ -159,3 +159,71 @@ TEST_CASE("unknown feature maps are rejected by name", "[feature_map][errors]") 
   CHECK(recur::make_feature_map("elu")->d_feature(24) == 24);
   CHECK_THROWS_WITH(recur::make_feature_map("gelu"), Catch::Contains("taylor"));
 }
+
+namespace {
+
+// The models' maps are float products and sums of a few dozen terms: a loose relative bound,
+// against the float64 map over the same float weights, scaled by the row's largest feature.
+constexpr double kModelMapTolerance = 1e-5;
+
+recur::FeatureMapLinear random_linear(int d, bool bias, std::mt19937& rng) {
+  std::normal_distribution<float> g(0.0f, 0.3f);
+  recur::FeatureMapLinear l;
+  l.weight.resize(static_cast<std::size_t>(d) * static_cast<std::size_t>(d));
+  for (auto& v : l.weight) v = g(rng);
+  if (bias) {
+    l.bias.resize(static_cast<std::size_t>(d));
+    for (auto& v : l.bias) v = g(rng);
+  }
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE("the models' maps agree with float64, with and without scratch, at any row count",
+          "[feature_map]") {
+  constexpr int d = 12;
+  std::mt19937 rng(7);
+  std::vector<std::shared_ptr<const recur::FeatureMap>> maps = {
+      recur::make_hedgehog_map(d, random_linear(d, true, rng)),
+      recur::make_t2r_map(d, random_linear(d, false, rng)),
+      recur::make_elementwise_product_map(d, random_linear(d, true, rng),
+                                          random_linear(d, true, rng)),
+      recur::make_dpfp_map(d)};
+  const std::size_t n_base = maps.size();
+  for (std::size_t i = 0; i < n_base; ++i) maps.push_back(recur::make_sum_normalized(maps[i]));
+  constexpr int rows = 9;
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(rows * d);
+  for (auto& v : x) v = g(rng);
+  const std::vector<double> xd(x.begin(), x.end());
+  for (const auto& phi : maps) {
+    INFO(phi->name());
+    const int D = phi->d_feature(d);
+    const auto n_out = static_cast<std::size_t>(rows * D);
+    std::vector<float> a(n_out), b(n_out, -1.0f), one(static_cast<std::size_t>(D));
+    phi->apply(x.data(), rows, d, d, a.data(), D);
+    std::vector<float> scratch(phi->scratch_floats(rows, d));
+    phi->apply_with_scratch(x.data(), rows, d, d, b.data(), D, scratch.data());
+    CHECK(std::memcmp(a.data(), b.data(), n_out * sizeof(float)) == 0);
+    for (int r = 0; r < rows; ++r) {  // a row alone gives the bytes it gave among the others
+      phi->apply(x.data() + r * d, 1, d, d, one.data(), D);
+      CHECK(std::memcmp(one.data(), a.data() + r * D, one.size() * sizeof(float)) == 0);
+    }
+    std::vector<double> ref(n_out);
+    phi->apply_reference(xd.data(), rows, d, d, ref.data(), D);
+    double worst = 0;
+    for (int r = 0; r < rows; ++r) {
+      double scale = 1e-30;
+      for (int j = 0; j < D; ++j) scale = std::max(scale, std::abs(ref[std::size_t(r * D + j)]));
+      for (int j = 0; j < D; ++j) {
+        const auto k = std::size_t(r * D + j);
+        worst = std::max(worst, std::abs(double(a[k]) - ref[k]) / scale);
+      }
+    }
+    INFO("largest relative difference " << worst);
+    CHECK(worst < kModelMapTolerance);
+  }
+  CHECK_THROWS_AS(maps[0]->apply(x.data(), 1, d, d - 1, std::vector<float>(64).data(), 64),
+                  recur::ArgumentError);
+}
