@@ -134,8 +134,10 @@ case "$job" in
   recur) exec "build/$preset/tools/recur" "$@" ;;
   test) ctest --preset "$preset" -j "$jobs" ;;
   # Under the sanitizers the server runs its client test (and the replicas'); the hostile clients'
-  # and the Based model's server tests prove nothing more there than in the release job.
-  asan) ctest --preset "$preset" -j "$jobs" -E "^recur serve (against hostile clients|with a Based model)" ;;
+  # and the Based model's server tests, and the Based fixtures' CLI test (its layers and model run
+  # under the sanitizers in test_based_layers and test_model), prove nothing more there than in
+  # the release job.
+  asan) ctest --preset "$preset" -j "$jobs" -E "^(recur serve (against hostile clients|with a Based model)|Based from its published layout)" ;;
   # The native build's point is its kernels' bytes; the server's tests run in the other jobs.
   native) ctest --preset "$preset" -j "$jobs" -E "^(recur serve|another CMake project)" ;;
   bench)
