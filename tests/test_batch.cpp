@@ -11,6 +11,7 @@
 
 #include "recur/error.h"
 #include "recur/model.h"
+#include "support/based_config.h"
 
 using namespace recur;
 
@@ -122,19 +123,7 @@ TEST_CASE("each sequence of a batch gets the bytes it gets alone", "[batch][exac
   }
   // Based: BaseConv, Taylor linear attention and a window of 8 tokens, in every item's own state.
   {
-    ModelConfig b;
-    b.architecture = Architecture::kBased;
-    b.vocab_size = 301;
-    b.hidden_size = 32;
-    b.num_hidden_layers = 6;
-    b.window_heads = 4;
-    b.la_heads = 4;
-    b.la_feature_dim = 8;
-    b.window_size = 16;
-    b.linear_layers = {1, 4};
-    b.window_layers = {2, 5};
-    b.intermediate_size = 64;
-    b.norm_eps = 1e-5;
+    const ModelConfig b = recur::testing::small_based();
     const auto model = Model::from_weights(b, RandomWeights(b, 3));
     for (const int threads : {1, 2}) {
       INFO("based, threads " << threads);

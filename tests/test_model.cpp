@@ -13,12 +13,14 @@
 #include "recur/error.h"
 #include "recur/model.h"
 #include "recur/sampling.h"
+#include "support/based_config.h"
 #include "support/model_reference.h"
 #include "support/temp_dir.h"
 #include "util/file.h"
 #include "util/hash.h"
 
 using namespace recur;
+using recur::testing::small_based;
 using recur::testing::TempDir;
 
 namespace {
@@ -57,25 +59,6 @@ ModelConfig small_paper(const char* act) {
   c.norm_eps = 1e-5;
   c.attn_eps = 1e-6;
   c.elementwise_affine = false;
-  return c;
-}
-
-// A small Based configuration with every mixer: BaseConv at 0 and 3, Taylor linear attention at
-// 1 and 4, a window of 8 tokens at 2 and 5 (window_size 16).
-ModelConfig small_based() {
-  ModelConfig c;
-  c.architecture = Architecture::kBased;
-  c.vocab_size = 301;  // padded to 304 rows
-  c.hidden_size = 32;
-  c.num_hidden_layers = 6;
-  c.window_heads = 4;
-  c.la_heads = 4;
-  c.la_feature_dim = 8;
-  c.window_size = 16;
-  c.linear_layers = {1, 4};
-  c.window_layers = {2, 5};
-  c.intermediate_size = 64;
-  c.norm_eps = 1e-5;
   return c;
 }
 
