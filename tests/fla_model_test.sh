@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# flash-linear-attention's GLA, RetNet, HGRN2 and hybrid models (tests/fla) through the recur
+# binary:
+# - recur score on each committed random-weight checkpoint (fla's config.json and tensor names,
+#   f32 and bf16) within 1e-5 relative of the float64 reference (tests/fla/reference.py) that
+#   wrote expected_nll.txt;
+# - the same 17 digits at chunk sizes 1, 7, 64 and 300, on 1-3 threads, and under every
+#   instruction set;
+# - when PyTorch is there (/usr/bin/python3 with torch, Debian's python3-torch), the reference
+#   recomputes every committed expectation.
+#
+#   tests/fla_model_test.sh RECUR SOURCE_DIR
+set -euo pipefail
+recur="$1" src="$2"
+fla="$src/tests/fla"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAILED: $*" >&2; exit 1; }
+ids="$fla/prompt_ids.txt"
+score() { "$recur" score --json "$@" 2> "$tmp/err" || { cat "$tmp/err" >&2; fail "recur score $*"; }; }
+nll() { sed 's/.*"mean_nll": \([^,]*\),.*/\1/' <<< "$1"; }
+
+[[ $(wc -l < "$ids") == 300 ]] || fail "$ids should hold 300 ids"
+while read -r name want; do
+  dir="$fla/$name"
+  got_json=$(score -m "$dir" --token-ids "$ids")
+  got=$(nll "$got_json")
+  awk -v a="$got" -v b="$want" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(d < 1e-5) }' ||
+    fail "$name: recur's mean NLL $got, the float64 reference's $want (more than 1e-5 apart)"
+  rel=$(awk -v a="$got" -v b="$want" 'BEGIN { d = (a - b) / b; printf "%.2g", d < 0 ? -d : d }')
+  echo "fla_model_test: $name: mean NLL $got, reference $want, relative difference $rel"
+  for chunk in 1 7 64 300; do
+    for threads in 1 2 3; do
+      [[ "$(score -m "$dir" --token-ids "$ids" --chunk "$chunk" --threads "$threads")" == "$got_json" ]] ||
+        fail "$name: chunk $chunk, threads $threads gave other digits"
+    done
+  done
+  for isa in $("$recur" isa --available); do
+    [[ "$(RECUR_ISA=$isa score -m "$dir" --token-ids "$ids" --chunk 64)" == "$got_json" ]] ||
+      fail "$name: RECUR_ISA=$isa gave other digits"
+  done
+  echo "fla_model_test: $name: the same digits at chunks 1, 7, 64, 300, threads 1-3 and under $("$recur" isa --available | tr '\n' ' ')"
+done < "$fla/expected_nll.txt"
+
+# The committed expectations are the reference's own numbers (where PyTorch is installed).
+if /usr/bin/python3 -c 'import torch' 2> /dev/null; then
+  /usr/bin/python3 "$fla/reference.py" --check-expected "$fla/expected_nll.txt" ||
+    fail "reference.py no longer gives the committed expected_nll.txt"
+  echo "fla_model_test: reference.py recomputes every committed mean NLL"
+else
+  echo "fla_model_test: no PyTorch (/usr/bin/python3 -c 'import torch'): the committed expectations are not recomputed"
+fi
