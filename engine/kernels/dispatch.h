@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/linear_kernels.h"
+#include "kernels/quant_call.h"
 #include "recur/safetensors.h"
 
 namespace recur::kernels {
@@ -68,6 +69,8 @@ struct Kernels {
   // acc[j] = fma(w[t], rows[t * dp + j], acc[j]) for t = 0 .. count-1 in turn, every column j of
   // dp (a multiple of 16): one chain per column that continues from what acc holds.
   void (*weighted_rows)(float* acc, const float* rows, const float* w, int count, int dp);
+  // The quantized matrix kernel (quant_call.h, quant-inl.h).
+  void (*matmul_q)(const QuantCall& call, int p0, int p1);
 };
 
 /// The table in use (chosen on the first call).

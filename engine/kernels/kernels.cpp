@@ -16,6 +16,7 @@
 #include "kernels/linear-inl.h"
 #include "kernels/matmul-inl.h"
 #include "kernels/ops-inl.h"
+#include "kernels/quant-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace recur::kernels {
@@ -188,7 +189,8 @@ const Kernels* Table() {
   static const Kernels table{IsaName(), kN,           HWY_TARGET, &StepHead, &WalkHead,
                              &Matmul,   &EluPlusOne,  &Relu,      &ExpMinus, &Swiglu,   &Gelu,
                              &Sum,      &SumSquares,  &KvScores,  &KvAccumulate,
-                             &FmaChains, &ColumnDots, &WeightedRows};
+                             &FmaChains, &ColumnDots, &WeightedRows,
+                             &MatmulQ};
   return &table;
 }
 

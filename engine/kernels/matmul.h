@@ -11,12 +11,15 @@
 // Weights may be kept as float32, bfloat16 or IEEE half. The 16-bit forms widen to float exactly
 // as they are loaded, so a product reads the same numbers, and gives the same bytes, as with the
 // weights widened in advance; decode, which only streams weights, reads half the bytes.
+// Quantized weights (q8, q4: quant.h) follow their own rule, integer dot products per block of
+// 32 and one float chain over the blocks, equally independent of rows, threads and target.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
+#include "kernels/quant.h"
 #include "recur/safetensors.h"
 
 namespace recur::kernels {
@@ -33,11 +36,20 @@ class PackedMatrix {
   /// a 16-bit storage, w's values should be exactly representable in it (they are when they
   /// were read from a file of that dtype); others are rounded to nearest even.
   PackedMatrix(const float* w, int n_out, int k_in, DType storage = DType::kF32);
+  /// Packs quantized weights (checked with check_quantized, as "PackedMatrix") into panels of
+  /// 16 output rows for the integer kernels (kernels/quant_call.h); the product then follows
+  /// the quantized rule of quant.h instead of the FMA chain over k.
+  explicit PackedMatrix(const QuantizedRows& q);
 
   int n_out() const { return n_out_; }
   int k_in() const { return k_in_; }
+  /// The float storage; meaningless when quantized().
   DType storage() const { return storage_; }
-  /// Bytes of the packed panels: what one product reads of the weights.
+  /// Whether the weights are quantized, and how (quant_type() only when quantized()).
+  bool quantized() const { return quantized_; }
+  QuantType quant_type() const { return quant_type_; }
+  /// Bytes of the packed panels (codes and scales when quantized): what one product reads of
+  /// the weights.
   std::size_t bytes() const { return bytes_; }
 
   /// Y (rows, n_out; row stride ldy) = X (rows, k_in; row stride ldx) W^T. Splits the panels
@@ -51,10 +63,16 @@ class PackedMatrix {
   int k_in_ = 0;
   int panels_ = 0;
   DType storage_ = DType::kF32;
-  std::size_t panel_stride_ = 0;  // elements from one panel to the next
+  bool quantized_ = false;
+  QuantType quant_type_ = QuantType::kQ8;
+  std::size_t panel_stride_ = 0;  // elements (bytes when quantized) from one panel to the next
   std::size_t bytes_ = 0;
   std::shared_ptr<unsigned char[]> storage_bytes_;  // shared: a packed matrix is immutable
-  unsigned char* data_ = nullptr;                    // 64-byte aligned, (panels, k_in, 16)
+  unsigned char* data_ = nullptr;  // 64-byte aligned, (panels, k_in, 16) or quantized records
+
+  void allocate();
+  void multiply_quantized(const float* X, std::int64_t rows, std::int64_t ldx, float* Y,
+                          std::int64_t ldy, int threads) const;
 };
 
 }  // namespace recur::kernels

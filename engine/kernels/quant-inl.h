@@ -1,0 +1,323 @@
+// The quantized matrix kernel of quant_call.h, per target.
+//
+// For each row r, output n and block b of 32 inputs, one integer
+//   isum = sum_j q_w[n][32b + j] * q_x[r][32b + j]
+// (exact in int32 whatever the order: |isum| <= 32 * 127 * 127 < 2^31, and every partial sum the
+// instructions below form is bounded as noted), then the one float chain over b ascending:
+//   y = 0;  y = fma(float(isum), d_w[n][b] * d_x[r][b], y)
+// with d_w the half scale widened (exact) and the product of the two scales rounded once. Every
+// target computes these same integers and floats: only how the integers are formed differs.
+//   AVX-512: 512-bit vpmaddubsw + vpmaddwd (16 outputs per vector).
+//   AVX2:    256-bit vpmaddubsw + vpmaddwd (8 outputs per vector).
+//   NEON:    vmull_s8 + vpadalq_s16 (the dot-product extension is not assumed).
+//   others:  plain int32 loops.
+// q8 multiplies |w| (unsigned) by x with w's sign: each pair of products is at most
+// 2 * 127 * 127 = 32258 < 2^15, so the 16-bit sums never saturate. q4 multiplies the stored
+// nibble u = q + 8 (0..15) by x and subtracts 8 * sum(x) once per block: eight pairs of products
+// sum to at most 8 * 2 * 15 * 127 = 30480 < 2^15 in 16 bits before they widen.
+#if defined(RECUR_KERNELS_QUANT_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef RECUR_KERNELS_QUANT_INL_H_
+#undef RECUR_KERNELS_QUANT_INL_H_
+#else
+#define RECUR_KERNELS_QUANT_INL_H_
+#endif
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/matmul-inl.h"
+#include "kernels/ops-inl.h"
+#include "kernels/quant_call.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace recur::kernels {
+namespace HWY_NAMESPACE {
+
+using VI = hn::Vec<DI>;
+// Float (and int32) vectors per panel of 16 outputs.
+inline constexpr int kQV = kQuantPanel / kN;
+static_assert(kQuantPanel == kPanelCols, "StoreRow stores one quantized panel row");
+
+// Rows that share each block of weights while it is in registers (a tile of rows times one
+// panel); decode runs tiles of one.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+inline constexpr int kQRows = 4;
+#elif HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_NEON
+inline constexpr int kQRows = 2;
+#else
+inline constexpr int kQRows = 1;
+#endif
+
+// The four activation codes 4g .. 4g + 3 of a block as one 32-bit word.
+HWY_INLINE std::int32_t Quad(const std::int8_t* x) {
+  std::int32_t v;
+  std::memcpy(&v, x, 4);
+  return v;
+}
+
+#if HWY_TARGET == HWY_AVX2
+
+template <int R>
+HWY_INLINE void DotQ8(const unsigned char* codes, const std::int8_t* const* x,
+                      const std::int32_t*, VI (*isum)[kQV]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+  for (int g = 0; g < 8; ++g) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + g * 64));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + g * 64 + 32));
+    const __m256i a0 = _mm256_abs_epi8(w0), a1 = _mm256_abs_epi8(w1);
+    for (int r = 0; r < R; ++r) {
+      const __m256i xv = _mm256_set1_epi32(Quad(x[r] + 4 * g));
+      acc[r][0] = _mm256_add_epi32(
+          acc[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(xv, w0)), ones));
+      acc[r][1] = _mm256_add_epi32(
+          acc[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(xv, w1)), ones));
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    isum[r][0] = VI{acc[r][0]};
+    isum[r][1] = VI{acc[r][1]};
+  }
+}
+
+template <int R>
+HWY_INLINE void DotQ4(const unsigned char* codes, const std::int8_t* const* x,
+                      const std::int32_t* xsum, VI (*isum)[kQV]) {
+  const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0f);
+  __m256i s[R][2];
+  for (int r = 0; r < R; ++r) s[r][0] = s[r][1] = _mm256_setzero_si256();
+  for (int g = 0; g < 4; ++g) {
+    for (int h = 0; h < 2; ++h) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + g * 64 + h * 32));
+      const __m256i lo = _mm256_and_si256(v, low);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+      for (int r = 0; r < R; ++r) {
+        const __m256i xl = _mm256_set1_epi32(Quad(x[r] + 4 * g));
+        const __m256i xh = _mm256_set1_epi32(Quad(x[r] + 4 * g + 16));
+        s[r][h] = _mm256_add_epi16(s[r][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl),
+                                                             _mm256_maddubs_epi16(hi, xh)));
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const __m256i off = _mm256_set1_epi32(8 * xsum[r]);
+    isum[r][0] = VI{_mm256_sub_epi32(_mm256_madd_epi16(s[r][0], ones), off)};
+    isum[r][1] = VI{_mm256_sub_epi32(_mm256_madd_epi16(s[r][1], ones), off)};
+  }
+}
+
+#elif HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+
+// Compiled, but not run on the machines this was written on (no AVX-512): the AVX2 kernels with
+// 16 outputs per vector, and a mask in place of vpsignb (which AVX-512 lacks).
+template <int R>
+HWY_INLINE void DotQ8(const unsigned char* codes, const std::int8_t* const* x,
+                      const std::int32_t*, VI (*isum)[kQV]) {
+  const __m512i ones = _mm512_set1_epi16(1), zero = _mm512_setzero_si512();
+  __m512i acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = zero;
+  for (int g = 0; g < 8; ++g) {
+    const __m512i w = _mm512_loadu_si512(codes + g * 64);
+    const __m512i a = _mm512_abs_epi8(w);
+    const __mmask64 negative = _mm512_movepi8_mask(w);
+    for (int r = 0; r < R; ++r) {
+      const __m512i xv = _mm512_set1_epi32(Quad(x[r] + 4 * g));
+      const __m512i sx = _mm512_mask_sub_epi8(xv, negative, zero, xv);  // x with w's sign
+      acc[r] = _mm512_add_epi32(acc[r], _mm512_madd_epi16(_mm512_maddubs_epi16(a, sx), ones));
+    }
+  }
+  for (int r = 0; r < R; ++r) isum[r][0] = VI{acc[r]};
+}
+
+template <int R>
+HWY_INLINE void DotQ4(const unsigned char* codes, const std::int8_t* const* x,
+                      const std::int32_t* xsum, VI (*isum)[kQV]) {
+  const __m512i ones = _mm512_set1_epi16(1), low = _mm512_set1_epi8(0x0f);
+  __m512i s[R];
+  for (int r = 0; r < R; ++r) s[r] = _mm512_setzero_si512();
+  for (int g = 0; g < 4; ++g) {
+    const __m512i v = _mm512_loadu_si512(codes + g * 64);
+    const __m512i lo = _mm512_and_si512(v, low);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+    for (int r = 0; r < R; ++r) {
+      const __m512i xl = _mm512_set1_epi32(Quad(x[r] + 4 * g));
+      const __m512i xh = _mm512_set1_epi32(Quad(x[r] + 4 * g + 16));
+      s[r] = _mm512_add_epi16(s[r], _mm512_add_epi16(_mm512_maddubs_epi16(lo, xl),
+                                                     _mm512_maddubs_epi16(hi, xh)));
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    isum[r][0] = VI{_mm512_sub_epi32(_mm512_madd_epi16(s[r], ones), _mm512_set1_epi32(8 * xsum[r]))};
+}
+
+#elif HWY_TARGET == HWY_NEON
+
+// int8 x int8 -> int16 (exact: 127 * 127 < 2^15), then pairs widened into int32 lanes that hold
+// half of one output's group of four; a pairwise add at the end gives one output per lane.
+template <int R>
+HWY_INLINE void DotQuarters(const int8x16_t (&w)[4], const std::int8_t* const* x, int at,
+                            int32x4_t (*acc)[8]) {
+  for (int r = 0; r < R; ++r) {
+    const int8x8_t xv = vreinterpret_s8_s32(vdup_n_s32(Quad(x[r] + at)));
+    for (int q = 0; q < 4; ++q) {
+      acc[r][2 * q] = vpadalq_s16(acc[r][2 * q], vmull_s8(vget_low_s8(w[q]), xv));
+      acc[r][2 * q + 1] = vpadalq_s16(acc[r][2 * q + 1], vmull_s8(vget_high_s8(w[q]), xv));
+    }
+  }
+}
+
+template <int R>
+HWY_INLINE void FinishQuarters(int32x4_t (*acc)[8], VI (*isum)[kQV]) {
+  for (int r = 0; r < R; ++r)
+    for (int q = 0; q < 4; ++q) isum[r][q] = VI{vpaddq_s32(acc[r][2 * q], acc[r][2 * q + 1])};
+}
+
+template <int R>
+HWY_INLINE void DotQ8(const unsigned char* codes, const std::int8_t* const* x,
+                      const std::int32_t*, VI (*isum)[kQV]) {
+  int32x4_t acc[R][8];
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < 8; ++i) acc[r][i] = vdupq_n_s32(0);
+  for (int g = 0; g < 8; ++g) {
+    int8x16_t w[4];
+    for (int q = 0; q < 4; ++q) w[q] = vld1q_s8(reinterpret_cast<const std::int8_t*>(codes + g * 64 + q * 16));
+    DotQuarters<R>(w, x, 4 * g, acc);
+  }
+  FinishQuarters<R>(acc, isum);
+}
+
+template <int R>
+HWY_INLINE void DotQ4(const unsigned char* codes, const std::int8_t* const* x,
+                      const std::int32_t*, VI (*isum)[kQV]) {
+  int32x4_t acc[R][8];
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < 8; ++i) acc[r][i] = vdupq_n_s32(0);
+  const uint8x16_t low = vdupq_n_u8(0x0f);
+  const int8x16_t eight = vdupq_n_s8(8);
+  for (int g = 0; g < 4; ++g) {
+    int8x16_t lo[4], hi[4];
+    for (int q = 0; q < 4; ++q) {
+      const uint8x16_t v = vld1q_u8(codes + g * 64 + q * 16);
+      lo[q] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, low)), eight);
+      hi[q] = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), eight);
+    }
+    DotQuarters<R>(lo, x, 4 * g, acc);
+    DotQuarters<R>(hi, x, 4 * g + 16, acc);
+  }
+  FinishQuarters<R>(acc, isum);
+}
+
+#else
+
+// Plain int32 loops, one output at a time.
+template <int R>
+HWY_INLINE void DotQ8(const unsigned char* codes, const std::int8_t* const* x,
+                      const std::int32_t*, VI (*isum)[kQV]) {
+  alignas(64) std::int32_t t[kQuantPanel];
+  for (int r = 0; r < R; ++r) {
+    for (int o = 0; o < kQuantPanel; ++o) {
+      std::int32_t s = 0;
+      for (int k = 0; k < kQuantBlock; ++k)
+        s += static_cast<std::int8_t>(codes[(k / 4) * 64 + o * 4 + k % 4]) * x[r][k];
+      t[o] = s;
+    }
+    for (int v = 0; v < kQV; ++v) isum[r][v] = hn::Load(DI(), t + v * kN);
+  }
+}
+
+template <int R>
+HWY_INLINE void DotQ4(const unsigned char* codes, const std::int8_t* const* x,
+                      const std::int32_t*, VI (*isum)[kQV]) {
+  alignas(64) std::int32_t t[kQuantPanel];
+  for (int r = 0; r < R; ++r) {
+    for (int o = 0; o < kQuantPanel; ++o) {
+      std::int32_t s = 0;
+      for (int k = 0; k < 16; ++k) {
+        const int byte = codes[(k / 4) * 64 + o * 4 + k % 4];
+        s += ((byte & 15) - 8) * x[r][k] + ((byte >> 4) - 8) * x[r][k + 16];
+      }
+      t[o] = s;
+    }
+    for (int v = 0; v < kQV; ++v) isum[r][v] = hn::Load(DI(), t + v * kN);
+  }
+}
+
+#endif
+
+// R rows times one panel: the blocks in ascending order, each output's one float chain.
+template <QuantType T, int R>
+HWY_INLINE void TileQ(const QuantCall& c, const unsigned char* panel, std::int64_t r0,
+                      float* Y, int cols) {
+  constexpr std::size_t record = T == QuantType::kQ8 ? kQ8Record : kQ4Record;
+  const int blocks = c.k_in / kQuantBlock;
+  VF y[R][kQV];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < kQV; ++v) y[r][v] = Zero();
+  const std::int8_t* x[R];
+  const float* dx[R];
+  const std::int32_t* xs[R];
+  for (int r = 0; r < R; ++r) {
+    x[r] = c.qx + (r0 + r) * c.k_in;
+    dx[r] = c.dx + (r0 + r) * blocks;
+    xs[r] = c.xsum + (r0 + r) * blocks;
+  }
+  for (int b = 0; b < blocks; ++b) {
+    const unsigned char* rec = panel + static_cast<std::size_t>(b) * record;
+    const auto* scales = reinterpret_cast<const std::uint16_t*>(rec);
+    const std::int8_t* xb[R];
+    std::int32_t sb[R];
+    for (int r = 0; r < R; ++r) {
+      xb[r] = x[r] + b * kQuantBlock;
+      sb[r] = xs[r][b];
+    }
+    VI isum[R][kQV];
+    if constexpr (T == QuantType::kQ8) {
+      DotQ8<R>(rec + 2 * kQuantPanel, xb, sb, isum);
+    } else {
+      DotQ4<R>(rec + 2 * kQuantPanel, xb, sb, isum);
+    }
+    for (int v = 0; v < kQV; ++v) {
+      const VF dw = LoadF16(scales + v * kN);
+      for (int r = 0; r < R; ++r)
+        y[r][v] = Fma(hn::ConvertTo(DF(), isum[r][v]), hn::Mul(dw, Set(dx[r][b])), y[r][v]);
+    }
+  }
+  for (int r = 0; r < R; ++r) StoreRow(y[r], Y + (r0 + r) * c.ldy, cols);
+}
+
+// A tile of `rows` (1 to R) rows.
+template <QuantType T, int R = kQRows>
+HWY_INLINE void FewRowsQ(const QuantCall& c, const unsigned char* panel, std::int64_t r0,
+                         std::int64_t rows, float* Y, int cols) {
+  if constexpr (R >= 1) {
+    if (rows == R) return TileQ<T, R>(c, panel, r0, Y, cols);
+    FewRowsQ<T, R - 1>(c, panel, r0, rows, Y, cols);
+  }
+}
+
+template <QuantType T>
+void MultiplyQ(const QuantCall& c, int p0, int p1) {
+  for (int p = p0; p < p1; ++p) {
+    const unsigned char* panel = c.data + c.panel_stride * static_cast<std::size_t>(p);
+    const int cols = std::min(kQuantPanel, c.n_out - p * kQuantPanel);
+    float* Yp = c.Y + p * kQuantPanel;
+    std::int64_t r = 0;
+    for (; r + kQRows <= c.rows; r += kQRows) TileQ<T, kQRows>(c, panel, r, Yp, cols);
+    if (r < c.rows) FewRowsQ<T>(c, panel, r, c.rows - r, Yp, cols);
+  }
+}
+
+void MatmulQ(const QuantCall& c, int p0, int p1) {
+  if (c.type == QuantType::kQ8) {
+    MultiplyQ<QuantType::kQ8>(c, p0, p1);
+  } else {
+    MultiplyQ<QuantType::kQ4>(c, p0, p1);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace recur::kernels
+HWY_AFTER_NAMESPACE();
+
+#endif  // RECUR_KERNELS_QUANT_INL_H_
