@@ -21,6 +21,7 @@ run "$build/tools/recur" isa --available
 run "$build/tests/test_isa"
 run "$build/tests/test_matmul"
 run "$build/tests/test_quant"
+run "$build/tests/test_gated_attention" --warn NoTests "[exactness],[isa],[gates]"
 run "$build/tests/test_model" --warn NoTests "prefill in any chunking*"
 run "$build/tests/test_model" --warn NoTests "[state]"
 run "$build/tests/test_io"

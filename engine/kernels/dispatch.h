@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/gated_kernels.h"
 #include "kernels/linear_kernels.h"
 #include "kernels/quant_call.h"
 #include "recur/safetensors.h"
@@ -71,6 +72,16 @@ struct Kernels {
   void (*weighted_rows)(float* acc, const float* rows, const float* w, int count, int dp);
   // The quantized matrix kernel (quant_call.h, quant-inl.h).
   void (*matmul_q)(const QuantCall& call, int p0, int p1);
+  // The decayed recurrence (gated_kernels.h) and the gates of its models (gated_attention.h).
+  void (*gated_step_head)(const GatedHeadView& h, const float* q, const float* k,
+                          const float* v, const float* alpha, float gamma, float* out);
+  void (*gated_walk_head)(const GatedHeadView& h, const float* qT, const float* kT,
+                          const float* aT, float gamma, const float* v, std::int64_t vstride,
+                          float* out, std::int64_t ostride, int n);
+  void (*gla_decay)(const float* x, float* y, std::int64_t n, float normalizer, float clamp_min);
+  void (*hgrn2_gates)(const float* x, const float* lb, float* alpha, float* k, std::int64_t n);
+  void (*sigmoid)(const float* x, float* y, std::int64_t n);
+  void (*silu)(const float* x, float* y, std::int64_t n);
 };
 
 /// The table in use (chosen on the first call).

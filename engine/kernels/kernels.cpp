@@ -13,6 +13,7 @@
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "kernels/dispatch.h"
+#include "kernels/gated-inl.h"
 #include "kernels/linear-inl.h"
 #include "kernels/matmul-inl.h"
 #include "kernels/ops-inl.h"
@@ -190,7 +191,9 @@ const Kernels* Table() {
                              &Matmul,   &EluPlusOne,  &Relu,      &ExpMinus, &Swiglu,   &Gelu,
                              &Sum,      &SumSquares,  &KvScores,  &KvAccumulate,
                              &FmaChains, &ColumnDots, &WeightedRows,
-                             &MatmulQ};
+                             &MatmulQ,
+                             &GatedStepHead, &GatedWalkHead, &GlaDecay, &Hgrn2Gates,
+                             &SigmoidMap, &Silu};
   return &table;
 }
 

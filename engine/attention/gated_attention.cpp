@@ -1,0 +1,386 @@
+#include "recur/gated_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/gated_kernels.h"
+#include "kernels/linear_kernels.h"
+#include "util/check.h"
+#include "util/parallel.h"
+
+namespace recur {
+namespace {
+
+constexpr std::size_t kAlign = 64;
+
+int round_up(int x, int m) { return (x + m - 1) / m * m; }
+std::size_t round_up(std::size_t x, std::size_t m) { return (x + m - 1) / m * m; }
+
+// Throws, as `call`, unless every element of a (rows, cols) block is in [0, 1] (NaN is not);
+// run after check_finite, so that what remains is a finite number out of range.
+void check_unit_interval(const char* call, const char* name, const float* data,
+                         std::int64_t rows, std::int64_t cols, std::int64_t stride) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* row = data + r * stride;
+    bool ok = true;
+    for (std::int64_t c = 0; c < cols; ++c) ok &= row[c] >= 0.0f && row[c] <= 1.0f;
+    if (ok) continue;
+    for (std::int64_t c = 0; c < cols; ++c)
+      if (!(row[c] >= 0.0f && row[c] <= 1.0f)) {
+        if (rows == 1)
+          detail::throw_argument(call, "{} holds {} at element {} of {}, expected a decay in [0, 1]",
+                                 name, row[c], c, cols);
+        detail::throw_argument(call,
+                               "{} holds {} at row {}, column {} of a ({}, {}) matrix, expected a "
+                               "decay in [0, 1]",
+                               name, row[c], r, c, rows, cols);
+      }
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// GatedState
+
+GatedState::Buffer GatedState::allocate(std::size_t floats) {
+  Buffer b;
+  const std::size_t bytes = floats * sizeof(float);
+  b.storage.reset(new unsigned char[bytes + kAlign]);
+  const auto addr = reinterpret_cast<std::uintptr_t>(b.storage.get());
+  b.data = reinterpret_cast<float*>(b.storage.get() + (round_up(addr, kAlign) - addr));
+  b.floats = floats;
+  std::memset(b.data, 0, bytes);
+  return b;
+}
+
+GatedState::GatedState(int n_heads, int d_key, int d_value)
+    : n_heads_(n_heads),
+      d_key_(d_key),
+      d_value_(d_value),
+      d_key_padded_(round_up(d_key, kernels::kRowPad)),
+      d_value_padded_(round_up(d_value, kernels::kTileCols)) {
+  const auto Dp = static_cast<std::size_t>(d_key_padded_);
+  const auto dvp = static_cast<std::size_t>(d_value_padded_);
+  head_floats_ = round_up(Dp * dvp, kAlign / sizeof(float));
+  const auto H = static_cast<std::size_t>(n_heads_);
+  S_ = allocate(head_floats_ * H);
+  workspace_ = allocate(H * (3 * Dp + 2 * dvp));
+}
+
+GatedState GatedState::clone() const {
+  GatedState copy(n_heads_, d_key_, d_value_);
+  std::memcpy(copy.S_.data, S_.data, S_.floats * sizeof(float));
+  copy.n_tokens_ = n_tokens_;
+  return copy;
+}
+
+void GatedState::reset() {
+  std::memset(S_.data, 0, S_.floats * sizeof(float));
+  n_tokens_ = 0;
+}
+
+std::size_t GatedState::bytes() const {
+  return sizeof(*this) + (S_.floats + workspace_.floats) * sizeof(float) + 2 * kAlign;
+}
+
+Eigen::MatrixXd GatedState::S(int h) const {
+  if (h < 0 || h >= n_heads_)
+    detail::throw_argument("GatedState::S", "head {} is out of range [0, {})", h, n_heads_);
+  const float* s = head(h);
+  Eigen::MatrixXd out(d_key_, d_value_);
+  for (int i = 0; i < d_key_; ++i)
+    for (int j = 0; j < d_value_; ++j) out(i, j) = s[i * d_value_padded_ + j];
+  return out;
+}
+
+std::size_t GatedState::raw_size() const {
+  return sizeof(std::uint32_t) +
+         static_cast<std::size_t>(n_heads_) * static_cast<std::size_t>(d_key_) *
+             static_cast<std::size_t>(d_value_) * sizeof(float) +
+         sizeof(std::int64_t);
+}
+
+std::vector<unsigned char> GatedState::raw_bytes() const {
+  std::vector<unsigned char> out(raw_size());
+  unsigned char* p = out.data();
+  const std::uint32_t format = kFormat;
+  std::memcpy(p, &format, sizeof format);
+  p += sizeof format;
+  const std::size_t row = static_cast<std::size_t>(d_value_) * sizeof(float);
+  for (int h = 0; h < n_heads_; ++h)
+    for (int i = 0; i < d_key_; ++i, p += row) std::memcpy(p, head(h) + i * d_value_padded_, row);
+  std::memcpy(p, &n_tokens_, sizeof n_tokens_);
+  return out;
+}
+
+void GatedState::load_raw_bytes(const unsigned char* data, std::size_t size) {
+  constexpr const char* call = "GatedState::load_raw_bytes";
+  if (size != raw_size())
+    throw FormatError(fmt::format("[{}] {} bytes given, a state of this shape has {}", call, size,
+                                  raw_size()));
+  std::uint32_t format = 0;
+  std::memcpy(&format, data, sizeof format);
+  if (format != kFormat)
+    throw FormatError(fmt::format("[{}] state format {}, this build reads format {}", call, format,
+                                  kFormat));
+  std::int64_t n = 0;
+  std::memcpy(&n, data + size - sizeof n, sizeof n);
+  if (n < 0) throw FormatError(fmt::format("[{}] the token count is {}", call, n));
+  // Into a fresh buffer first, checked there: the state changes only when all is well. The
+  // padding stays zero.
+  Buffer incoming = allocate(S_.floats);
+  const unsigned char* p = data + sizeof format;
+  const std::size_t row = static_cast<std::size_t>(d_value_) * sizeof(float);
+  for (int h = 0; h < n_heads_; ++h) {
+    float* dst = incoming.data + static_cast<std::size_t>(h) * head_floats_;
+    bool ok = true;
+    for (int i = 0; i < d_key_; ++i, p += row) {
+      float* r = dst + i * d_value_padded_;
+      std::memcpy(r, p, row);
+      for (int j = 0; j < d_value_; ++j) ok &= std::isfinite(r[j]);
+    }
+    if (!ok) throw FormatError(fmt::format("[{}] head {} holds a non-finite entry", call, h));
+  }
+  S_ = std::move(incoming);
+  n_tokens_ = n;
+}
+
+// ---------------------------------------------------------------------------------------------
+// GatedAttention
+
+GatedAttention::GatedAttention(const GatedAttentionConfig& config) : config_(config) {
+  constexpr const char* call = "GatedAttention";
+  constexpr int kMaxDim = 1 << 16;
+  if (config.n_heads < 1 || config.n_heads > kMaxDim)
+    detail::throw_argument(call, "n_heads is {}, expected 1 to {}", config.n_heads, kMaxDim);
+  if (config.d_key < 1 || config.d_key > kMaxDim)
+    detail::throw_argument(call, "d_key is {}, expected 1 to {}", config.d_key, kMaxDim);
+  if (config.d_value < 1 || config.d_value > kMaxDim)
+    detail::throw_argument(call, "d_value is {}, expected 1 to {}", config.d_value, kMaxDim);
+  if (config.decay == DecayKind::kPerHead) {
+    if (config.head_decay.size() != static_cast<std::size_t>(config.n_heads))
+      detail::throw_shape(call, "head_decay has {} values, expected n_heads = {} (decay per head)",
+                          config.head_decay.size(), config.n_heads);
+    for (std::size_t h = 0; h < config.head_decay.size(); ++h)
+      if (!(config.head_decay[h] >= 0.0f && config.head_decay[h] <= 1.0f))
+        detail::throw_argument(call, "head_decay[{}] is {}, expected a decay in [0, 1]", h,
+                               config.head_decay[h]);
+  } else if (config.decay == DecayKind::kPerChannel) {
+    if (!config.head_decay.empty())
+      detail::throw_shape(call,
+                          "head_decay has {} values, expected none (the decay is per channel, "
+                          "given with each token)",
+                          config.head_decay.size());
+  } else {
+    detail::throw_argument(call, "decay is {}, not a DecayKind", static_cast<int>(config.decay));
+  }
+  if (!std::isfinite(config.scale) || config.scale < 0.0f)
+    detail::throw_argument(call, "scale is {}, expected a finite number >= 0 (0: default)",
+                           config.scale);
+  scale_ = config.scale != 0.0f ? config.scale
+                                : static_cast<float>(1.0 / std::sqrt(double(config.d_key)));
+}
+
+GatedState GatedAttention::make_state() const {
+  return GatedState(config_.n_heads, config_.d_key, config_.d_value);
+}
+
+void GatedAttention::check_state(const GatedState& s, const char* call) const {
+  if (s.n_heads_ != config_.n_heads || s.d_key_ != config_.d_key ||
+      s.d_value_ != config_.d_value)
+    detail::throw_argument(call,
+                           "state was made for another layer: state has n_heads {}, d_key {}, "
+                           "d_value {}; layer has n_heads {}, d_key {}, d_value {}",
+                           s.n_heads_, s.d_key_, s.d_value_, config_.n_heads, config_.d_key,
+                           config_.d_value);
+}
+
+void GatedAttention::step(GatedState& state, ConstVectorRef q, ConstVectorRef k,
+                          ConstVectorRef v, ConstVectorRef alpha, VectorRef out) const {
+  constexpr const char* call = "GatedAttention::step";
+  check_state(state, call);
+  const int H = config_.n_heads, dk = config_.d_key, dv = config_.d_value;
+  const bool per_channel = config_.decay == DecayKind::kPerChannel;
+  const auto check_size = [&](const char* name, Eigen::Index n, int d, const char* dname) {
+    if (n != Eigen::Index(H) * d)
+      detail::throw_shape(call, "{} has {} elements, expected n_heads * {} = {} * {} = {}", name,
+                          n, dname, H, d, Eigen::Index(H) * d);
+  };
+  check_size("q", q.size(), dk, "d_key");
+  check_size("k", k.size(), dk, "d_key");
+  check_size("v", v.size(), dv, "d_value");
+  check_size("out", out.size(), dv, "d_value");
+  if (per_channel)
+    check_size("alpha", alpha.size(), dk, "d_key");
+  else if (alpha.size() != 0)
+    detail::throw_shape(call, "alpha has {} elements, expected none (the decay is per head)",
+                        alpha.size());
+  detail::check_finite(call, "q", q.data(), 1, q.size(), q.size());
+  detail::check_finite(call, "k", k.data(), 1, k.size(), k.size());
+  detail::check_finite(call, "v", v.data(), 1, v.size(), v.size());
+  if (per_channel) {
+    detail::check_finite(call, "alpha", alpha.data(), 1, alpha.size(), alpha.size());
+    check_unit_interval(call, "alpha", alpha.data(), 1, alpha.size(), alpha.size());
+  }
+
+  const int Dp = state.d_key_padded_, dvp = state.d_value_padded_;
+  float* qs = state.workspace_.data;  // (H, Dp)
+  float* ks = qs + H * Dp;            // (H, Dp)
+  float* as = ks + H * Dp;            // (H, Dp)
+  float* vs = as + H * Dp;            // (H, dvp)
+  float* os = vs + H * dvp;           // (H, dvp)
+  // Only the first d_key / d_value entries of each row are written: the padding stays zero.
+  for (int h = 0; h < H; ++h) {
+    const float* qh = q.data() + h * dk;
+    for (int i = 0; i < dk; ++i) qs[h * Dp + i] = qh[i] * scale_;
+    std::memcpy(ks + h * Dp, k.data() + h * dk, sizeof(float) * static_cast<std::size_t>(dk));
+    if (per_channel)
+      std::memcpy(as + h * Dp, alpha.data() + h * dk, sizeof(float) * static_cast<std::size_t>(dk));
+    std::memcpy(vs + h * dvp, v.data() + h * dv, sizeof(float) * static_cast<std::size_t>(dv));
+  }
+  for (int h = 0; h < H; ++h) {
+    const kernels::GatedHeadView view{state.head(h), Dp, dvp};
+    const float gamma = per_channel ? 0.0f : config_.head_decay[static_cast<std::size_t>(h)];
+    kernels::gated_step_head(view, qs + h * Dp, ks + h * Dp, vs + h * dvp,
+                             per_channel ? as + h * Dp : nullptr, gamma, os + h * dvp);
+    std::memcpy(out.data() + h * dv, os + h * dvp, sizeof(float) * static_cast<std::size_t>(dv));
+  }
+  ++state.n_tokens_;
+}
+
+Eigen::VectorXf GatedAttention::step(GatedState& state, ConstVectorRef q, ConstVectorRef k,
+                                     ConstVectorRef v, ConstVectorRef alpha) const {
+  Eigen::VectorXf out(Eigen::Index(config_.n_heads) * config_.d_value);
+  step(state, q, k, v, alpha, out);
+  return out;
+}
+
+void GatedAttention::prefill(GatedState& state, const ConstMatrixRef& Q, const ConstMatrixRef& K,
+                             const ConstMatrixRef& V, const ConstMatrixRef& A, MatrixRef O,
+                             const PrefillOptions& options) const {
+  constexpr const char* call = "GatedAttention::prefill";
+  check_state(state, call);
+  const int H = config_.n_heads, dk = config_.d_key, dv = config_.d_value;
+  const bool per_channel = config_.decay == DecayKind::kPerChannel;
+  const Eigen::Index T = Q.rows();
+  const auto check_shape = [&](const char* name, const auto& M, int d, const char* dname) {
+    if (M.rows() != T || M.cols() != Eigen::Index(H) * d)
+      detail::throw_shape(call,
+                          "{} has shape ({}, {}), expected (T, n_heads * {}) = ({}, {} * {})",
+                          name, M.rows(), M.cols(), dname, T, H, d);
+  };
+  check_shape("Q", Q, dk, "d_key");
+  check_shape("K", K, dk, "d_key");
+  check_shape("V", V, dv, "d_value");
+  check_shape("O", O, dv, "d_value");
+  if (per_channel)
+    check_shape("A", A, dk, "d_key");
+  else if (A.size() != 0)
+    detail::throw_shape(call, "A has shape ({}, {}), expected no elements (the decay is per head)",
+                        A.rows(), A.cols());
+  if (options.chunk < 1)
+    detail::throw_argument(call, "options.chunk is {}, expected at least 1", options.chunk);
+  if (options.threads < 0)
+    detail::throw_argument(call, "options.threads is {}, expected 0 (all cores) or more",
+                           options.threads);
+  detail::check_finite(call, "Q", Q.data(), T, Q.cols(), Q.outerStride());
+  detail::check_finite(call, "K", K.data(), T, K.cols(), K.outerStride());
+  detail::check_finite(call, "V", V.data(), T, V.cols(), V.outerStride());
+  if (per_channel) {
+    detail::check_finite(call, "A", A.data(), T, A.cols(), A.outerStride());
+    check_unit_interval(call, "A", A.data(), T, A.cols(), A.outerStride());
+  }
+  if (T == 0) return;
+
+  const int Dp = state.d_key_padded_, dvp = state.d_value_padded_;
+  const int chunk = static_cast<int>(std::min<Eigen::Index>(options.chunk, T));
+  const int threads = std::min(detail::resolve_threads(options.threads), H);
+  const int max_heads = (H + threads - 1) / threads;  // per worker
+  // Per worker and head: q', k' and alpha in tile-walk layout (Dp / 4, chunk, 4), v and o
+  // (chunk, dvp). Allocated before the state changes, zeroed once: the padding of v is never
+  // written, so it stays zero.
+  const std::size_t C = static_cast<std::size_t>(chunk);
+  const std::size_t rows_per_head = per_channel ? 3 : 2;
+  const std::size_t per_head = C * (rows_per_head * static_cast<std::size_t>(Dp) +
+                                    2 * static_cast<std::size_t>(dvp));
+  const std::size_t per_worker = per_head * static_cast<std::size_t>(max_heads);
+  std::vector<float> scratch(per_worker * static_cast<std::size_t>(threads), 0.0f);
+  constexpr int kRows = kernels::kTileRows;
+  // When d_value needs no padding, the walk reads V and writes O where they are.
+  const bool direct_v = dv == dvp;
+
+  // Each worker owns a contiguous range of heads; which worker runs which range never changes
+  // a result (heads share nothing).
+  detail::parallel_ranges(H, threads, [&](int h0, int h1, int worker) {
+    const int nh = h1 - h0;
+    float* base = scratch.data() + per_worker * static_cast<std::size_t>(worker);
+    const auto qT = [&](int j) { return base + per_head * static_cast<std::size_t>(j); };
+    const auto kT = [&](int j) { return qT(j) + C * static_cast<std::size_t>(Dp); };
+    const auto aT = [&](int j) { return kT(j) + C * static_cast<std::size_t>(Dp); };
+    const auto vb = [&](int j) {
+      return kT(j) + C * static_cast<std::size_t>(Dp) * (rows_per_head - 1);
+    };
+    const auto ob = [&](int j) { return vb(j) + C * static_cast<std::size_t>(dvp); };
+
+    for (Eigen::Index b0 = 0; b0 < T; b0 += chunk) {
+      const int n = static_cast<int>(std::min<Eigen::Index>(chunk, T - b0));
+      const std::size_t tile_stride = static_cast<std::size_t>(n) * kRows;
+      // One token's row of one head into the tiles: element i goes to tile i / 4, lane i % 4.
+      // The padding rows are written as zeros: a shorter last chunk lays the tiles out with
+      // another stride, over what the chunk before left.
+      const auto to_tiles = [&](const float* src, float* tiles, float s, int t) {
+        float* dst = tiles + static_cast<std::size_t>(t) * kRows;
+        for (int i = 0; i < Dp; ++i)
+          dst[static_cast<std::size_t>(i / kRows) * tile_stride + i % kRows] =
+              i < dk ? src[i] * s : 0.0f;
+      };
+      for (int t = 0; t < n; ++t) {
+        const Eigen::Index row = b0 + t;
+        for (int j = 0; j < nh; ++j) {
+          const Eigen::Index col = Eigen::Index(h0 + j) * dk;
+          to_tiles(Q.data() + row * Q.outerStride() + col, qT(j), scale_, t);
+          to_tiles(K.data() + row * K.outerStride() + col, kT(j), 1.0f, t);
+          if (per_channel) to_tiles(A.data() + row * A.outerStride() + col, aT(j), 1.0f, t);
+        }
+        if (direct_v) continue;
+        const float* vrow = V.data() + row * V.outerStride() + Eigen::Index(h0) * dv;
+        for (int j = 0; j < nh; ++j)
+          std::memcpy(vb(j) + static_cast<std::size_t>(t * dvp), vrow + j * dv,
+                      sizeof(float) * static_cast<std::size_t>(dv));
+      }
+      for (int j = 0; j < nh; ++j) {
+        const int h = h0 + j;
+        const kernels::GatedHeadView view{state.head(h), Dp, dvp};
+        const float gamma = per_channel ? 0.0f : config_.head_decay[static_cast<std::size_t>(h)];
+        const float* a = per_channel ? aT(j) : nullptr;
+        const Eigen::Index col = Eigen::Index(h) * dv;
+        if (direct_v)  // v and o in place: rows of exactly dvp values
+          kernels::gated_walk_head(view, qT(j), kT(j), a, gamma,
+                                   V.data() + b0 * V.outerStride() + col, V.outerStride(),
+                                   O.data() + b0 * O.outerStride() + col, O.outerStride(), n);
+        else
+          kernels::gated_walk_head(view, qT(j), kT(j), a, gamma, vb(j), dvp, ob(j), dvp, n);
+      }
+      if (direct_v) continue;
+      for (int t = 0; t < n; ++t) {
+        float* orow = O.data() + (b0 + t) * O.outerStride() + Eigen::Index(h0) * dv;
+        for (int j = 0; j < nh; ++j)
+          std::memcpy(orow + j * dv, ob(j) + static_cast<std::size_t>(t * dvp),
+                      sizeof(float) * static_cast<std::size_t>(dv));
+      }
+    }
+  });
+  state.n_tokens_ += T;
+}
+
+RowMatrix GatedAttention::prefill(GatedState& state, const ConstMatrixRef& Q,
+                                  const ConstMatrixRef& K, const ConstMatrixRef& V,
+                                  const ConstMatrixRef& A, const PrefillOptions& options) const {
+  RowMatrix O(Q.rows(), Eigen::Index(config_.n_heads) * config_.d_value);
+  prefill(state, Q, K, V, A, O, options);
+  return O;
+}
+
+}  // namespace recur
