@@ -56,6 +56,8 @@ needs_oracle=false
 $needs_oracle && ! command -v npm > /dev/null && packages+=(nodejs npm)
 # The replicas' test starts Redis and nginx (deploy/).
 $needs_oracle && packages+=(redis-server nginx)
+# The release test job recomputes the fla fixtures' float64 expectations (tests/fla) with PyTorch.
+[[ "$job" == test ]] && packages+=(python3-torch)
 bash tools/packages.sh "${packages[@]}"
 if $needs_oracle && [[ ! -f tests/tokenizer/node_modules/.package-lock.json ||
                        tests/tokenizer/package-lock.json -nt tests/tokenizer/node_modules/.package-lock.json ]]; then
