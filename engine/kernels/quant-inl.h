@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "hwy/cache_control.h"
 #include "kernels/matmul-inl.h"
 #include "kernels/ops-inl.h"
 #include "kernels/quant_call.h"
@@ -246,9 +247,11 @@ HWY_INLINE void DotQ4(const unsigned char* codes, const std::int8_t* const* x,
 #endif
 
 // R rows times one panel: the blocks in ascending order, each output's one float chain.
+// `ahead` (may be null) is the next panel to stream from memory: its b-th record is prefetched
+// beside the b-th block, so that two streams keep more reads in flight than one.
 template <QuantType T, int R>
 HWY_INLINE void TileQ(const QuantCall& c, const unsigned char* panel, std::int64_t r0,
-                      float* Y, int cols) {
+                      float* Y, int cols, const unsigned char* ahead) {
   constexpr std::size_t record = T == QuantType::kQ8 ? kQ8Record : kQ4Record;
   const int blocks = c.k_in / kQuantBlock;
   VF y[R][kQV];
@@ -264,6 +267,9 @@ HWY_INLINE void TileQ(const QuantCall& c, const unsigned char* panel, std::int64
   }
   for (int b = 0; b < blocks; ++b) {
     const unsigned char* rec = panel + static_cast<std::size_t>(b) * record;
+    if (ahead)
+      for (std::size_t off = 0; off < record; off += 64)
+        hwy::Prefetch(ahead + static_cast<std::size_t>(b) * record + off);
     const auto* scales = reinterpret_cast<const std::uint16_t*>(rec);
     const std::int8_t* xb[R];
     std::int32_t sb[R];
@@ -286,25 +292,64 @@ HWY_INLINE void TileQ(const QuantCall& c, const unsigned char* panel, std::int64
   for (int r = 0; r < R; ++r) StoreRow(y[r], Y + (r0 + r) * c.ldy, cols);
 }
 
+// Decode: one row times NP whole consecutive panels, block by block, so that NP streams of
+// weights are in flight at once (one stream per core reads well below the memory's bandwidth).
+template <QuantType T, int NP>
+HWY_INLINE void RowPanelsQ(const QuantCall& c, const unsigned char* panel, float* Y) {
+  constexpr std::size_t record = T == QuantType::kQ8 ? kQ8Record : kQ4Record;
+  const int blocks = c.k_in / kQuantBlock;
+  VF y[NP][kQV];
+  for (int p = 0; p < NP; ++p)
+    for (int v = 0; v < kQV; ++v) y[p][v] = Zero();
+  for (int b = 0; b < blocks; ++b) {
+    const std::int8_t* xb[1] = {c.qx + b * kQuantBlock};
+    const std::int32_t sb[1] = {c.xsum[b]};
+    const VF dx = Set(c.dx[b]);
+    for (int p = 0; p < NP; ++p) {
+      const unsigned char* rec = panel + c.panel_stride * static_cast<std::size_t>(p) +
+                                 static_cast<std::size_t>(b) * record;
+      const auto* scales = reinterpret_cast<const std::uint16_t*>(rec);
+      VI isum[1][kQV];
+      if constexpr (T == QuantType::kQ8) {
+        DotQ8<1>(rec + 2 * kQuantPanel, xb, sb, isum);
+      } else {
+        DotQ4<1>(rec + 2 * kQuantPanel, xb, sb, isum);
+      }
+      for (int v = 0; v < kQV; ++v)
+        y[p][v] = Fma(hn::ConvertTo(DF(), isum[0][v]), hn::Mul(LoadF16(scales + v * kN), dx), y[p][v]);
+    }
+  }
+  for (int p = 0; p < NP; ++p) StoreRow(y[p], Y + p * kQuantPanel, kQuantPanel);
+}
+
 // A tile of `rows` (1 to R) rows.
 template <QuantType T, int R = kQRows>
 HWY_INLINE void FewRowsQ(const QuantCall& c, const unsigned char* panel, std::int64_t r0,
-                         std::int64_t rows, float* Y, int cols) {
+                         std::int64_t rows, float* Y, int cols, const unsigned char* ahead) {
   if constexpr (R >= 1) {
-    if (rows == R) return TileQ<T, R>(c, panel, r0, Y, cols);
-    FewRowsQ<T, R - 1>(c, panel, r0, rows, Y, cols);
+    if (rows == R) return TileQ<T, R>(c, panel, r0, Y, cols, ahead);
+    FewRowsQ<T, R - 1>(c, panel, r0, rows, Y, cols, ahead);
   }
 }
 
 template <QuantType T>
 void MultiplyQ(const QuantCall& c, int p0, int p1) {
-  for (int p = p0; p < p1; ++p) {
+  int p = p0;
+  if (c.rows == 1) {
+    for (; p + kDecodePanels <= p1 && (p + kDecodePanels) * kQuantPanel <= c.n_out; p += kDecodePanels)
+      RowPanelsQ<T, kDecodePanels>(c, c.data + c.panel_stride * static_cast<std::size_t>(p),
+                                   c.Y + p * kQuantPanel);
+  }
+  for (; p < p1; ++p) {
     const unsigned char* panel = c.data + c.panel_stride * static_cast<std::size_t>(p);
     const int cols = std::min(kQuantPanel, c.n_out - p * kQuantPanel);
     float* Yp = c.Y + p * kQuantPanel;
+    // The first tile streams the next panel in; the others find this one in the caches.
+    const unsigned char* ahead = p + 1 < p1 ? panel + c.panel_stride : nullptr;
     std::int64_t r = 0;
-    for (; r + kQRows <= c.rows; r += kQRows) TileQ<T, kQRows>(c, panel, r, Yp, cols);
-    if (r < c.rows) FewRowsQ<T>(c, panel, r, c.rows - r, Yp, cols);
+    for (; r + kQRows <= c.rows; r += kQRows, ahead = nullptr)
+      TileQ<T, kQRows>(c, panel, r, Yp, cols, ahead);
+    if (r < c.rows) FewRowsQ<T>(c, panel, r, c.rows - r, Yp, cols, ahead);
   }
 }
 
