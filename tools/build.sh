@@ -112,7 +112,7 @@ $needs_oracle && require_all=ON
 cmake --preset "$preset" -DRECUR_WERROR="$werror" -DRECUR_REQUIRE_ALL_TESTS="$require_all" > /dev/null
 if [[ "$job" == tsan ]]; then
   # One ThreadSanitizer build serves the thread tests and the server's.
-  cmake --build --preset tsan -j "$jobs" --target test_threads test_matmul recur_cli
+  cmake --build --preset tsan -j "$jobs" --target test_threads test_matmul test_quant recur_cli
   # Archer tells ThreadSanitizer what OpenMP's barriers and tasks order; the OpenMP runtime
   # itself is not instrumented, so its own internals are left out of the reports.
   export OMP_TOOL_LIBRARIES=/usr/lib/llvm-14/lib/libarcher.so
@@ -121,6 +121,7 @@ if [[ "$job" == tsan ]]; then
   "$t/test_threads"
   OMP_THREAD_LIMIT=1 "$t/test_threads"
   "$t/test_matmul" "matmul: every row gives the same bytes whatever the rows and threads around it"
+  "$t/test_quant" "quant: every row of the product is the reference's bytes, for any rows and threads"
   # recur serve: the engine thread, the HTTP threads and OpenMP, under the OpenAI client's test
   # (a race ends the server with status 66, which the test's checks catch).
   node tests/serve/client_test.mjs build/tsan/tools/recur
