@@ -38,6 +38,16 @@ ok
 printf '1\n22557\n' > "$dir/bos_ids"
 [[ "$("$recur" tokenize -m "$llama2" --decode -f "$dir/bos_ids")" == "<s> Hello" ]] || fail "llama2 decode keeps <s>"
 [[ "$("$recur" tokenize -m "$llama2" --decode --no-special -f "$dir/bos_ids")" == "Hello" ]] || fail "llama2 decode --no-special"
+# Byte fallback both ways: hostile text comes back whole, and byte tokens that are not UTF-8
+# decode to one U+FFFD each (<0xE2> <0x82> <0xAC> are ids 229 133 175).
+hostile=$'  \t two leading spaces, a tab\n\xe5\xa4\xaa\xe5\x88\x9d \xf0\x9f\x91\xa8\xe2\x80\x8d\xf0\x9f\x91\xa9 e\xcc\x81 \xea\xb0\x80\n\nend'
+"$recur" tokenize -m "$llama2" -p "$hostile" > "$dir/hostile_ids"
+grep -qx 243 "$dir/hostile_ids" || fail "llama2: the emoji did not fall back to bytes (<0xF0> is 243)"
+[[ "$("$recur" tokenize -m "$llama2" --decode --no-special -f "$dir/hostile_ids")" == "$hostile" ]] || fail "llama2: hostile text does not come back"
+printf '229\n133\n175\n' > "$dir/euro"
+[[ "$("$recur" tokenize -m "$llama2" --decode -f "$dir/euro")" == $'\xe2\x82\xac' ]] || fail "llama2: <0xE2><0x82><0xAC> is not the euro sign"
+printf '229\n133\n' > "$dir/cut"
+[[ "$("$recur" tokenize -m "$llama2" --decode -f "$dir/cut")" == $'\xef\xbf\xbd\xef\xbf\xbd' ]] || fail "llama2: a cut character is not two U+FFFD"
 ok
 
 # Refusals: each names the problem and exits 2 (bad input) or 1 (a bad file).

@@ -44,8 +44,9 @@ std::string excerpt(const std::string& s) {
   return out;
 }
 
-std::string streamed(const std::shared_ptr<const Tokenizer>& t, const std::vector<int>& ids) {
-  DecodeStream stream(t);
+std::string streamed(const std::shared_ptr<const Tokenizer>& t, const std::vector<int>& ids,
+                     bool skip_special = false) {
+  DecodeStream stream(t, skip_special);
   std::string out;
   for (const int id : ids) out += stream.put(id);
   return out + stream.finish();
@@ -122,10 +123,33 @@ TEST_CASE("[oracle] ids and text equal Hugging Face's tokenizers on every file a
       if (streamed(tok, with) != c.find("decoded")->string()) fail("streamed decode differs");
       ++checked;
     }
+    // Ids that no text encodes to (random ones, runs of byte tokens that are not UTF-8), decoded
+    // at once and streamed, with and without special tokens.
+    int decodes = 0;
+    if (const json::Value* list = entry.find("decodes")) {
+      for (const auto& d : list->array()) {
+        const std::string dname = d.find("name")->string();
+        const std::vector<int> ids = ids_of(*d.find("ids"));
+        const auto fail = [&](const std::string& what) {
+          ++failed;
+          if (failed <= 6) UNSCOPED_INFO(fmt::format("{} / decode {}: {}", name, dname, what));
+        };
+        const std::string& want = d.find("decoded")->string();
+        const std::string& want_skip = d.find("decoded_skip")->string();
+        if (const std::string got = tok->decode(ids); got != want)
+          fail(fmt::format("'{}' against the library's '{}'", excerpt(got), excerpt(want)));
+        if (const std::string got = tok->decode(ids, true); got != want_skip)
+          fail(fmt::format("skipping special tokens: '{}' against the library's '{}'", excerpt(got), excerpt(want_skip)));
+        if (streamed(tok, ids) != want) fail("streamed decode differs");
+        if (streamed(tok, ids, true) != want_skip) fail("streamed decode skipping special tokens differs");
+        ++decodes;
+      }
+    }
     CHECK(failed == 0);
     CHECK(checked > 20);
+    CHECK(decodes >= 4);
   }
-  CHECK(tokenizers >= 8);
+  CHECK(tokenizers >= 18);
 }
 
 TEST_CASE("text that is not UTF-8 is refused, naming the byte") {
@@ -228,4 +252,80 @@ TEST_CASE("load() takes a directory or the file, and says what is missing") {
   CHECK(Tokenizer::load(dir.str())->vocab_size() == Tokenizer::load(dir.file("tokenizer.json"))->vocab_size());
   CHECK_THROWS_WITH(Tokenizer::load(dir.file("nothing")), Catch::Contains("cannot read the file"));
   CHECK_FALSE(Tokenizer::present(dir.file("nothing")));
+}
+
+namespace {
+
+// A small SentencePiece-style file (the layout of Llama-2, Mistral and the fla hub models):
+// "▁" for spaces, <0xHH> byte tokens, <unk> <s> </s>.
+std::string tiny_spm(const std::string& pre = "null", const std::string& merges = R"(["▁ a", "a b"])",
+                     const std::string& decoder = "") {
+  std::string vocab = R"("<unk>": 0, "<s>": 1, "</s>": 2)";
+  for (int b = 0; b < 256; ++b) vocab += fmt::format(R"(, "<0x{:02X}>": {})", b, 3 + b);
+  vocab += R"(, "▁": 259, "a": 260, "b": 261, "▁a": 262, "ab": 263, "▁▁": 264)";
+  const std::string dec = decoder.empty() ? R"({"type": "Sequence", "decoders": [
+      {"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"},
+      {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]})" : decoder;
+  return fmt::format(R"({{
+  "added_tokens": [{{"id": 0, "content": "<unk>", "special": true, "normalized": false}},
+                   {{"id": 1, "content": "<s>", "special": true, "normalized": false}},
+                   {{"id": 2, "content": "</s>", "special": true, "normalized": false}}],
+  "normalizer": {},
+  "pre_tokenizer": {},
+  "post_processor": {{"type": "TemplateProcessing", "single": [{{"SpecialToken": {{"id": "<s>", "type_id": 0}}}}, {{"Sequence": {{"id": "A", "type_id": 0}}}}],
+                     "special_tokens": {{"<s>": {{"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}}}},
+  "decoder": {},
+  "model": {{"type": "BPE", "unk_token": "<unk>", "fuse_unk": true, "byte_fallback": true, "vocab": {{{}}}, "merges": {}}}
+}})", pre == "null" ? R"({"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"}, {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]})" : "null",
+                     pre, dec, vocab, merges);
+}
+
+}  // namespace
+
+TEST_CASE("SentencePiece-style BPE: byte fallback both ways, and the BOS") {
+  const auto tok = Tokenizer::from_json(tiny_spm(), "spm");
+  const int e_c3 = 3 + 0xC3, e_a9 = 3 + 0xA9;
+  // "ab é": the normalizer makes it "▁ab▁é"; é is not in the vocabulary, so its two bytes.
+  CHECK(tok->encode("ab \xC3\xA9") == std::vector<int>{1, 262, 261, 259, e_c3, e_a9});
+  CHECK(tok->decode({1, 262, 261, 259, e_c3, e_a9}, true) == "ab \xC3\xA9");
+  // A run of byte tokens that is not UTF-8 is one U+FFFD per token, as the library decodes it.
+  CHECK(tok->decode({e_c3, e_c3, 260}) == "\xEF\xBF\xBD\xEF\xBF\xBD" "a");
+  // A skipped special token inside a character joins the two halves of its run.
+  CHECK(tok->decode({3 + 0xE2, 1, 3 + 0x82, 3 + 0xAC}, true) == "\xE2\x82\xAC");
+  CHECK(tok->decode({3 + 0xE2, 1, 3 + 0x82, 3 + 0xAC}) == "\xEF\xBF\xBD<s>\xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
+TEST_CASE("SentencePiece-style files are read as the library reads them") {
+  // Merges: a "#version" line is skipped, a pair listed twice takes its last rank.
+  CHECK(Tokenizer::from_json(tiny_spm("null", R"(["#version: 0.2", "▁ a", "a b"])"), "spm")->encode("ab", false) ==
+        std::vector<int>{262, 261});
+  const auto last = Tokenizer::from_json(tiny_spm("null", R"(["▁ a", "a b", "▁ a"])"), "spm");
+  CHECK(last->encode("ab", false) == std::vector<int>{259, 263});  // "a b" now ranks first
+  const auto refused = [](const std::string& json, const std::string& expected) {
+    try {
+      Tokenizer::from_json(json, "t.json");
+      FAIL("loaded");
+    } catch (const FormatError& e) {
+      CHECK_THAT(e.what(), Catch::Contains(expected));
+    }
+  };
+  refused(tiny_spm("null", R"(["▁ a b"])"), "model.merges[0]");
+  refused(tiny_spm("null", R"([" ▁a"])"), "merge 0 ('' + '▁a') uses a token that is not in the vocabulary");
+  refused(tiny_spm(R"({"type": "Metaspace", "prepend_scheme": "first"})"),
+          "pre_tokenizer: 'replacement' is missing");
+  refused(tiny_spm(R"({"type": "Metaspace", "replacement": "▁", "add_prefix_space": false})"),
+          "pre_tokenizer.add_prefix_space: false does not match the prepend_scheme");
+  refused(tiny_spm(R"({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "sometimes"})"),
+          "'sometimes' is not always, first or never");
+  CHECK_NOTHROW(Tokenizer::from_json(
+      tiny_spm(R"({"type": "Metaspace", "replacement": "▁", "add_prefix_space": false, "prepend_scheme": "never"})"), "t.json"));
+}
+
+TEST_CASE("Metaspace's decoder drops every replacement character of the first token") {
+  const std::string decoder = R"({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always"})";
+  const auto tok = Tokenizer::from_json(tiny_spm(R"({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": false})",
+                                                 R"(["▁ a", "a b"])", decoder), "spm");
+  // The first token "▁▁" comes out empty (not as one space); later ones' become spaces.
+  CHECK(tok->decode({264, 262}) == " a");
+  CHECK(tok->decode({262, 264, 259}) == "a   ");
 }

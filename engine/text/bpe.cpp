@@ -49,14 +49,13 @@ Bpe::Bpe(std::vector<std::pair<std::string, int>> vocab,
     if (ia < 0 || ib < 0 || ij < 0)
       throw FormatError(fmt::format("{}: merge {} ('{}' + '{}') uses a token that is not in the "
                                     "vocabulary", where, r, a, b));
-    // A pair listed twice keeps its first (lowest) rank.
+    // A pair listed twice takes its last rank: the library collects the list into a hash map,
+    // where a later entry replaces an earlier one.
     const std::uint64_t k = key(ia, ib);
     std::size_t i = hash(k) & mask_;
     while (slots_[i].key != kEmpty && slots_[i].key != k) i = (i + 1) & mask_;
-    if (slots_[i].key == kEmpty) {
-      slots_[i] = Slot{k, Merge{static_cast<int>(r), ij}};
-      ++n_merges_;
-    }
+    if (slots_[i].key == kEmpty) ++n_merges_;
+    slots_[i] = Slot{k, Merge{static_cast<int>(r), ij}};
   }
   for (int b = 0; b < 256; ++b) byte_ids_[b] = lookup(fmt::format("<0x{:02X}>", b));
 }
@@ -77,7 +76,10 @@ void Bpe::encode_word(std::string_view word, std::vector<int>& out) const {
   };
   std::vector<Symbol> symbols;
   symbols.reserve(word.size());
-  bool last_was_unk = false;
+  // As in the library, an unknown character's unk is held back until a known character (or
+  // the end) comes; with fuse_unk the next unknown character joins it. Characters that fall
+  // back to bytes pass it by: their byte tokens come first.
+  bool unk_pending = false;
   std::string piece;
   const auto push = [&](int id) {
     const int n = static_cast<int>(symbols.size());
@@ -90,28 +92,29 @@ void Bpe::encode_word(std::string_view word, std::vector<int>& out) const {
     if (!first) piece += options_.continuing_subword_prefix;
     piece.append(word.substr(i, len));
     if (last) piece += options_.end_of_word_suffix;
-    if (const int id = lookup(piece); id >= 0) {
-      push(id);
-      last_was_unk = false;
-    } else {
-      bool done = false;
-      if (options_.byte_fallback) {
-        bool all = true;
-        for (std::size_t k = 0; k < len; ++k) all &= byte_ids_[static_cast<unsigned char>(word[i + k])] >= 0;
-        if (all) {
-          for (std::size_t k = 0; k < len; ++k) push(byte_ids_[static_cast<unsigned char>(word[i + k])]);
-          last_was_unk = false;
-          done = true;
-        }
-      }
-      if (!done && options_.unk) {
-        if (!(options_.fuse_unk && last_was_unk)) push(*options_.unk);
-        last_was_unk = true;
-      }
-      // Without byte fallback or an unk token the library drops the character; so does recur.
-    }
     i += len;
+    if (const int id = lookup(piece); id >= 0) {
+      if (unk_pending) push(*options_.unk);
+      unk_pending = false;
+      push(id);
+      continue;
+    }
+    if (options_.byte_fallback) {
+      // The bytes of the piece as looked up, prefix and suffix included, as the library does.
+      bool all = true;
+      for (const char c : piece) all &= byte_ids_[static_cast<unsigned char>(c)] >= 0;
+      if (all) {
+        for (const char c : piece) push(byte_ids_[static_cast<unsigned char>(c)]);
+        continue;
+      }
+    }
+    if (options_.unk) {
+      if (unk_pending && !options_.fuse_unk) push(*options_.unk);
+      unk_pending = true;
+    }
+    // Without byte fallback or an unk token the library drops the character; so does recur.
   }
+  if (unk_pending) push(*options_.unk);
   if (symbols.empty()) return;
   symbols.back().next = -1;
 

@@ -264,21 +264,26 @@ Behavior read_behavior(const Reader& r, const json::Value& v, const std::string&
   r.fail(path + ".behavior", fmt::format("'{}' is not a split behavior", b));
 }
 
+// Metaspace's prepend_scheme, read as the library reads it: "always" when absent; the older
+// add_prefix_space: false is accepted only beside "never" (the library refuses the file
+// otherwise), and add_prefix_space: true changes nothing.
 PreTokenizer::Prepend read_prepend(const Reader& r, const json::Value& v, const std::string& path) {
+  PreTokenizer::Prepend scheme = PreTokenizer::Prepend::kAlways;
   if (r.optional(v, "prepend_scheme")) {
     const std::string s = r.string(v, path, "prepend_scheme");
-    if (s == "always") return PreTokenizer::Prepend::kAlways;
-    if (s == "first") return PreTokenizer::Prepend::kFirst;
-    if (s == "never") return PreTokenizer::Prepend::kNever;
-    r.fail(path + ".prepend_scheme", fmt::format("'{}' is not always, first or never", s));
+    if (s == "always") scheme = PreTokenizer::Prepend::kAlways;
+    else if (s == "first") scheme = PreTokenizer::Prepend::kFirst;
+    else if (s == "never") scheme = PreTokenizer::Prepend::kNever;
+    else r.fail(path + ".prepend_scheme", fmt::format("'{}' is not always, first or never", s));
   }
-  // Files from before prepend_scheme say add_prefix_space.
-  return r.boolean_or(v, path, "add_prefix_space", true) ? PreTokenizer::Prepend::kAlways
-                                                         : PreTokenizer::Prepend::kNever;
+  if (!r.boolean_or(v, path, "add_prefix_space", true) && scheme != PreTokenizer::Prepend::kNever)
+    r.fail(path + ".add_prefix_space", "false does not match the prepend_scheme (the library "
+                                       "refuses this file; say prepend_scheme \"never\")");
+  return scheme;
 }
 
 std::string read_replacement(const Reader& r, const json::Value& v, const std::string& path) {
-  const std::string s = r.string_or(v, path, "replacement", "\xE2\x96\x81");
+  const std::string s = r.string(v, path, "replacement");  // required, as in the library
   if (s.empty() || text::invalid_utf8_at(s) != std::string::npos ||
       text::char_len(static_cast<unsigned char>(s[0])) != s.size())
     r.fail(path + ".replacement", "expected one character");
@@ -402,7 +407,8 @@ struct Decoder {
           for (std::size_t k = 0; k < t.size();) {
             const std::size_t len = text::char_len(static_cast<unsigned char>(t[k]));
             if (t.compare(k, len, content) == 0) {
-              if (!(i == 0 && k == 0 && prepend)) out += ' ';
+              // The library drops every replacement of the first token, not only a leading one.
+              if (!(i == 0 && prepend)) out += ' ';
             } else {
               out.append(t, k, len);
             }
@@ -414,13 +420,15 @@ struct Decoder {
     }
   }
 
-  // The byte of a "<0xHH>" token, or -1.
+  // The byte of a "<0xHH>" token, or -1. The library parses the two characters with Rust's
+  // u8::from_str_radix, which takes either case and a leading '+' ("<0x+A>" is byte 10).
   static int byte_token(const std::string& t) {
     if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
     const auto hex = [](char c) {
       return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
              : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
     };
+    if (t[3] == '+') return hex(t[4]);
     const int hi = hex(t[3]), lo = hex(t[4]);
     return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
   }

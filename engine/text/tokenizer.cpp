@@ -119,6 +119,15 @@ struct Tokenizer::Impl {
   std::vector<AddedToken> added;
   AddedMatcher raw_matcher, normalized_matcher;
   std::vector<std::string> id_to_token;  // "" where no token
+  // What the decoders see for an id: its token string, except for an added token with
+  // normalized: true whose normalized content differs (the library decodes that form, so that
+  // Llama's "▁" of a normalized "hello world" comes back as a space).
+  std::unordered_map<int, std::string> decode_form;
+  const std::string& decoded_token(int id) const {
+    if (!decode_form.empty())
+      if (const auto it = decode_form.find(id); it != decode_form.end()) return it->second;
+    return id_to_token[static_cast<std::size_t>(id)];
+  }
   std::vector<char> has_token;
   std::vector<char> special;
   std::unordered_map<std::string, int> added_ids;
@@ -254,7 +263,7 @@ struct Tokenizer::Impl {
     for (const int id : ids) {
       check_id(id, "Tokenizer::decode");
       if (skip_special && special[static_cast<std::size_t>(id)]) continue;
-      tokens.push_back(id_to_token[static_cast<std::size_t>(id)]);
+      tokens.push_back(decoded_token(id));
     }
     if (!has_decoder) {
       std::string out;
@@ -300,9 +309,10 @@ void read_model(const Reader& r, json::Value& root, Tokenizer::Impl& t) {
   merges.reserve(merges_v.array().size());
   for (std::size_t i = 0; i < merges_v.array().size(); ++i) {
     const json::Value& e = merges_v.array()[i];
-    if (e.is_string()) {  // "a b"
+    if (e.is_string()) {  // "a b": split at the one space; a "#version" line is no merge
       const std::string& s = e.string();
-      const std::size_t sp = s.find(' ', 1);
+      if (s.compare(0, 8, "#version") == 0) continue;
+      const std::size_t sp = s.find(' ');
       if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
         r.fail(fmt::format("model.merges[{}]", i), fmt::format("{} is not two tokens", json::quote(s)));
       merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
@@ -334,6 +344,12 @@ void read_added(const Reader& r, const json::Value& root, Tokenizer::Impl& t) {
   const json::Value* list = r.optional(root, "added_tokens");
   if (!list) return;
   if (!list->is_array()) r.fail("added_tokens", "expected a list");
+  // The library does not take the ids the file gives: it adds the tokens in order, each with
+  // the id its content already has (as an added token or in the model's vocabulary), or else
+  // the next one from the number of vocabulary entries on. Files it wrote agree; recur assigns
+  // the ids the same way so that a file that does not agree tokenizes as in the library too.
+  int next_id = static_cast<int>(std::count(t.has_token.begin(), t.has_token.end(), 1));
+  const std::size_t model_ids = t.has_token.size();
   for (std::size_t i = 0; i < list->array().size(); ++i) {
     const json::Value& e = list->array()[i];
     const std::string path = fmt::format("added_tokens[{}]", i);
@@ -342,9 +358,17 @@ void read_added(const Reader& r, const json::Value& root, Tokenizer::Impl& t) {
     if (!id.is_integer() || id.integer() < 0 || id.integer() >= (1 << 24))
       r.fail(path + ".id", "expected an integer in 0 to 2^24 - 1");
     AddedToken a;
-    a.id = static_cast<int>(id.integer());
     a.content = r.string(e, path, "content");
-    if (a.content.empty()) r.fail(path + ".content", "is empty");
+    if (a.content.empty()) continue;  // the library ignores it
+    if (const auto known = t.added_ids.find(a.content); known != t.added_ids.end()) a.id = known->second;
+    else if (const auto in_vocab = t.bpe->find(a.content)) a.id = *in_vocab;
+    else a.id = next_id++;
+    if (static_cast<std::size_t>(a.id) < model_ids && t.has_token[static_cast<std::size_t>(a.id)] &&
+        t.id_to_token[static_cast<std::size_t>(a.id)] != a.content)
+      r.fail(path, fmt::format("the library gives {} the id {}, which the vocabulary already uses for "
+                               "{}: the file's ids are inconsistent",
+                               json::quote(a.content), a.id,
+                               json::quote(t.id_to_token[static_cast<std::size_t>(a.id)])));
     a.single_word = r.boolean_or(e, path, "single_word", false);
     a.lstrip = r.boolean_or(e, path, "lstrip", false);
     a.rstrip = r.boolean_or(e, path, "rstrip", false);
@@ -358,7 +382,11 @@ void read_added(const Reader& r, const json::Value& root, Tokenizer::Impl& t) {
     t.id_to_token[uid] = a.content;
     t.has_token[uid] = 1;
     t.added_ids[a.content] = a.id;
-    t.added.push_back(a);
+    // The same content listed again replaces the earlier entry's flags, as in the library.
+    const auto same = std::find_if(t.added.begin(), t.added.end(),
+                                   [&](const AddedToken& b) { return b.content == a.content; });
+    if (same != t.added.end()) *same = a;
+    else t.added.push_back(a);
   }
   t.special.assign(t.id_to_token.size(), 0);
   for (std::size_t i = 0; i < t.added.size(); ++i) {
@@ -367,6 +395,7 @@ void read_added(const Reader& r, const json::Value& root, Tokenizer::Impl& t) {
     if (a.normalized) {
       std::string n = a.content;
       t.normalize(n);
+      if (n != a.content) t.decode_form[a.id] = n;
       a.content = n;
       t.normalized_matcher.add(n, static_cast<int>(i));
     } else {
@@ -538,9 +567,12 @@ DecodeStream::DecodeStream(std::shared_ptr<const Tokenizer> tokenizer, bool skip
 std::string DecodeStream::put(int id) {
   const Tokenizer::Impl& t = tokenizer_->impl();
   t.check_id(id, "DecodeStream::put");
+  // A skipped special token is no part of the text: decode() drops it before the decoders run,
+  // so it must not take the place of the context token either (a Strip would strip twice).
+  if (skip_special_ && t.special[static_cast<std::size_t>(id)]) return {};
   window_.push_back(id);
   // A byte-fallback run is decoded as a whole: wait until it has ended.
-  if (t.decoders.byte_fallback() && text::Decoders::byte_token(t.id_to_token[static_cast<std::size_t>(id)]) >= 0)
+  if (t.decoders.byte_fallback() && text::Decoders::byte_token(t.decoded_token(id)) >= 0)
     return {};
   const std::string text = tokenizer_->decode(window_, skip_special_);
   // An incomplete UTF-8 sequence at the end decodes as U+FFFD: wait for the rest of it.
