@@ -10,6 +10,12 @@
 #include <fstream>
 #include <memory>
 #include <random>
+#include <thread>
+
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "bench_common.h"
 #include "kernels/matmul.h"
@@ -88,6 +94,65 @@ void BM_ModelDecode(benchmark::State& state) {
 }
 BENCHMARK(BM_ModelDecode)->ArgNames({"threads", "bf16"})
     ->Args({1, 0})->Args({2, 0})->Args({1, 1})->Args({2, 1})
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Another process busy on one core while this one decodes: its threads must share the machine.
+// 0: none; 1: a process spinning on the last CPU this one may use (as `taskset -c 1 sh -c
+// 'while :; do :; done'` would); 2: a spinning process the scheduler places where it likes.
+class BusyProcess {
+ public:
+  explicit BusyProcess(int kind) {
+    if (kind == 0) return;
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    int last = -1;
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0)
+      for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &allowed)) last = c;
+    pid_ = fork();
+    if (pid_ == 0) {
+      if (kind == 1 && last >= 0) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(last, &one);
+        sched_setaffinity(0, sizeof(one), &one);
+      }
+      volatile unsigned long spin = 0;
+      for (;;) spin = spin + 1;
+    }
+    // Give the scheduler a moment to place it.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ~BusyProcess() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  BusyProcess(const BusyProcess&) = delete;
+  BusyProcess& operator=(const BusyProcess&) = delete;
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// f32 decode as in BM_ModelDecode, with a busy process beside it (BusyProcess's kinds): on a
+// machine with a busy core, 2 threads should decode at least as fast as 1.
+void BM_DecodeBusyCore(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const auto model = bench_model(0);
+  recur::Decoder dec(model, {64, threads});
+  dec.prefill(tokens(256));
+  const BusyProcess busy(static_cast<int>(state.range(1)));
+  int t = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(dec.step(t).data());
+    t = (t + 1) % 32000;
+  }
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_DecodeBusyCore)->ArgNames({"threads", "busy"})
+    ->Args({1, 0})->Args({2, 0})->Args({1, 1})->Args({2, 1})->Args({1, 2})->Args({2, 2})
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Batched decode: B sequences (each 256 tokens in) step together through a BatchDecoder, one
