@@ -1,10 +1,12 @@
 // Threads change the speed, never the bytes: prefill at any thread count (more than there are
 // heads too), called from inside an outer OpenMP region where OpenMP starts fewer threads than
-// asked, and several threads decoding at once with one shared Model. ctest runs this program a
-// second and a third time under OMP_THREAD_LIMIT=1 and OMP_DYNAMIC=true.
+// asked, several threads decoding at once with one shared Model, and the ranges of the work
+// handed out in another order. ctest runs this program a second and a third time under
+// OMP_THREAD_LIMIT=1 and OMP_DYNAMIC=true.
 #include <catch2/catch.hpp>
 #include <omp.h>
 
+#include <atomic>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -12,6 +14,7 @@
 
 #include "recur/linear_attention.h"
 #include "recur/model.h"
+#include "util/parallel.h"
 
 using namespace recur;
 
@@ -47,6 +50,19 @@ std::shared_ptr<const Model> small_model() {
   return Model::from_weights(c, RandomWeights(c, 11));
 }
 
+// Wide enough that a single token's products split over two threads (in more ranges than
+// threads), which small_model's are too small for.
+std::shared_ptr<const Model> decode_model() {
+  ModelConfig c;
+  c.architecture = Architecture::kLinearAttn;
+  c.vocab_size = 2048;
+  c.hidden_size = 256;
+  c.num_hidden_layers = 2;
+  c.num_heads = 4;
+  c.intermediate_size = 512;
+  return Model::from_weights(c, RandomWeights(c, 12));
+}
+
 // Every position's logits, then one step: a decoder's whole output as bytes.
 std::vector<float> run(const std::shared_ptr<const Model>& model, const std::vector<int>& tokens,
                        int chunk, int threads) {
@@ -64,7 +80,91 @@ bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// Sets the order in which parallel_ranges hands out ranges for one scope.
+struct OrderScope {
+  explicit OrderScope(detail::RangeOrder order) : before(detail::set_range_order(order)) {}
+  ~OrderScope() { detail::set_range_order(before); }
+  detail::RangeOrder before;
+};
+
+// Runs parallel_ranges(n, ranges, threads) and checks that every range ran once with its
+// fixed bounds and that no range index was in use twice at once.
+void check_every_range_once(int n, int ranges, int threads) {
+  std::vector<std::atomic<int>> runs(static_cast<std::size_t>(ranges));
+  std::vector<std::atomic<int>> busy(static_cast<std::size_t>(ranges));
+  std::vector<int> begins(static_cast<std::size_t>(ranges)), ends(static_cast<std::size_t>(ranges));
+  std::atomic<int> overlaps{0};
+  detail::parallel_ranges(n, ranges, threads, [&](int begin, int end, int r) {
+    const auto i = static_cast<std::size_t>(r);
+    if (busy[i].fetch_add(1) != 0) ++overlaps;
+    runs[i].fetch_add(1);
+    begins[i] = begin;
+    ends[i] = end;
+    volatile int spin = 0;  // uneven work, so that the threads interleave
+    for (int k = 0; k < (r % 3) * 2000; ++k) spin = spin + 1;
+    busy[i].fetch_sub(1);
+  });
+  CHECK(overlaps.load() == 0);
+  for (int r = 0; r < ranges; ++r) {
+    INFO("n " << n << ", ranges " << ranges << ", threads " << threads << ", range " << r);
+    const auto i = static_cast<std::size_t>(r);
+    REQUIRE(runs[i].load() == 1);
+    REQUIRE(begins[i] == int(std::int64_t(n) * r / ranges));
+    REQUIRE(ends[i] == int(std::int64_t(n) * (r + 1) / ranges));
+  }
+}
+
 }  // namespace
+
+TEST_CASE("parallel_ranges runs every range once, with the bounds fixed by the split alone",
+          "[threads]") {
+  for (const auto order : {detail::RangeOrder::kAscending, detail::RangeOrder::kReversed}) {
+    const OrderScope scope(order);
+    for (int threads : {1, 2, 3, 8})
+      for (int ranges : {1, 2, 3, 7, 32, 250})
+        for (int n : {ranges, 1000, 32000}) check_every_range_once(n, ranges, threads);
+  }
+  // From inside a range (runs inline) and from several threads at once (one pool each).
+  detail::parallel_ranges(4, 4, 2, [&](int, int, int) { check_every_range_once(100, 9, 2); });
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 3; ++i)
+    callers.emplace_back([] {
+      for (int k = 0; k < 200; ++k) check_every_range_once(512, 8, 2);
+    });
+  for (auto& t : callers) t.join();
+}
+
+TEST_CASE("decode gives the same bytes whatever order the threads take the ranges in",
+          "[threads]") {
+  const auto model = decode_model();
+  const auto tokens = random_tokens(50, 2048, 5);
+  const auto want = run(model, tokens, 16, 1);
+  for (const auto order : {detail::RangeOrder::kAscending, detail::RangeOrder::kReversed}) {
+    const OrderScope scope(order);
+    for (int threads : {1, 2, 3}) {
+      INFO("threads " << threads << (order == detail::RangeOrder::kReversed ? ", reversed" : ""));
+      std::vector<float> got = run(model, tokens, 16, threads);
+      // And twenty single-token steps, the decode path proper.
+      Decoder dec(model, {16, threads});
+      dec.prefill(tokens);
+      for (int t = 0; t < 20; ++t) {
+        const auto l = dec.step(t * 13 % 2048);
+        got.insert(got.end(), l.data(), l.data() + l.size());
+      }
+      Decoder ref(model, {16, 1});
+      std::vector<float> expect = want;
+      {
+        const OrderScope ascending(detail::RangeOrder::kAscending);
+        ref.prefill(tokens);
+        for (int t = 0; t < 20; ++t) {
+          const auto l = ref.step(t * 13 % 2048);
+          expect.insert(expect.end(), l.data(), l.data() + l.size());
+        }
+      }
+      REQUIRE(same_bytes(got, expect));
+    }
+  }
+}
 
 TEST_CASE("a layer's prefill gives the same bytes at 1 to 5 threads and more threads than heads",
           "[threads]") {

@@ -127,7 +127,16 @@ void PackedMatrix::multiply(const float* X, std::int64_t rows, std::int64_t ldx,
   const int t = std::max(1, std::min(threads, useful));
   const MatmulCall call{data_, panel_stride_, n_out_, k_in_, storage_, X, rows, ldx, Y, ldy};
   const Kernels& kernels = active();
-  detail::parallel_ranges(panels_, t, [&](int p0, int p1, int) { kernels.matmul(call, p0, p1); });
+  if (t == 1) return kernels.matmul(call, 0, panels_);
+  // More ranges than threads, taken as each thread comes free (util/parallel.h): a thread that
+  // loses its core leaves its share to the others. Ranges are whole groups of kGroupPanels, the
+  // most panels the decode kernel reads at once on any target, so that none is cut short.
+  constexpr int kGroupPanels = 8, kRangesPerThread = 4;
+  const int groups = (panels_ + kGroupPanels - 1) / kGroupPanels;
+  const int ranges = std::min(groups, t * kRangesPerThread);
+  detail::parallel_ranges(groups, ranges, t, [&](int g0, int g1, int) {
+    kernels.matmul(call, g0 * kGroupPanels, std::min(panels_, g1 * kGroupPanels));
+  });
 }
 
 }  // namespace recur::kernels

@@ -1,6 +1,14 @@
-// Work split over threads. The split is fixed by the thread count the caller asked for, and
-// what a range computes never depends on which thread runs it, so the results are the same
-// bytes however many threads OpenMP actually starts.
+// Work split over threads. The split into ranges is fixed by the caller (from the thread count
+// it asked for, never from how many threads actually run), and what a range computes never
+// depends on which thread runs it, so the results are the same bytes however the ranges are
+// handed out.
+//
+// The ranges are handed out dynamically: the calling thread and a few helper threads take the
+// next range from one counter until none is left, and the caller waits only for ranges a helper
+// has already taken. A helper that has lost its core (another process busy on it) therefore
+// holds nothing up: the caller takes the ranges it would have taken. With OpenMP's fork and join
+// every thread of the team had to arrive at every barrier, so one thread without a core stalled
+// every matrix product of every token (docs/performance.md, "Threads on a busy machine").
 #pragma once
 
 #include <algorithm>
@@ -11,7 +19,7 @@
 
 namespace recur::detail {
 
-/// 0 means every core OpenMP reports.
+/// 0 means every core OpenMP reports (OMP_NUM_THREADS if set).
 inline int resolve_threads(int requested) {
 #ifdef _OPENMP
   return requested > 0 ? requested : std::max(1, omp_get_max_threads());
@@ -21,27 +29,35 @@ inline int resolve_threads(int requested) {
 #endif
 }
 
+using RangeFn = void (*)(const void* ctx, int begin, int end, int range);
+
+/// Runs fn(ctx, begin, end, r) once for each of `ranges` contiguous ranges of [0, n) (range r is
+/// [n r / ranges, n (r + 1) / ranges)), on the calling thread and up to threads - 1 helpers.
+/// Inside a range of another call, inside an OpenMP parallel region, or under OMP_THREAD_LIMIT=1
+/// it runs every range on the calling thread. fn must not throw.
+void run_ranges(int n, int ranges, int threads, RangeFn fn, const void* ctx);
+
 /// Splits [0, n) into `ranges` contiguous ranges and calls fn(begin, end, range) once for each,
-/// in parallel where OpenMP gives threads. OpenMP may start fewer threads than asked (inside
-/// another parallel region with nesting off, under OMP_THREAD_LIMIT or OMP_DYNAMIC), so the
-/// threads of the team it does start take the ranges in turn: every range runs exactly once,
-/// whatever the team's size. fn must not throw.
+/// on up to `threads` threads. Which thread runs a range, and in which order, is not fixed;
+/// two ranges never run on one thread at the same time, so `range` may index per-range scratch.
+template <class Fn>
+void parallel_ranges(int n, int ranges, int threads, const Fn& fn) {
+  run_ranges(n, ranges, threads,
+             [](const void* ctx, int begin, int end, int r) {
+               (*static_cast<const Fn*>(ctx))(begin, end, r);
+             },
+             &fn);
+}
+
+/// As many threads as ranges.
 template <class Fn>
 void parallel_ranges(int n, int ranges, const Fn& fn) {
-  const auto range = [&](int r) { fn(n * r / ranges, n * (r + 1) / ranges, r); };
-  if (ranges <= 1) {
-    range(0);
-    return;
-  }
-#ifdef _OPENMP
-#pragma omp parallel num_threads(ranges)
-  {
-    const int team = omp_get_num_threads();
-    for (int r = omp_get_thread_num(); r < ranges; r += team) range(r);
-  }
-#else
-  for (int r = 0; r < ranges; ++r) range(r);
-#endif
+  parallel_ranges(n, ranges, ranges, fn);
 }
+
+/// For tests only: the order in which ranges are handed out. kReversed hands them out last
+/// first, so that a test can check that the order changes no byte. Returns the order before.
+enum class RangeOrder { kAscending, kReversed };
+RangeOrder set_range_order(RangeOrder order);
 
 }  // namespace recur::detail

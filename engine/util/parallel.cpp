@@ -1,0 +1,229 @@
+#include "util/parallel.h"
+
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace recur::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// How long a waiting thread spins before it sleeps. Long enough to bridge the gaps between
+// the products of one token (the attention step, the norms), short enough that a helper whose
+// core is wanted by another process gives it back. OMP_WAIT_POLICY keeps its meaning for
+// users who set it (passive: sleep at once; active: spin for a long time); RECUR_SPIN_US sets
+// the time itself.
+Clock::duration spin_budget() {
+  static const Clock::duration budget = [] {
+    using std::chrono::microseconds;
+    if (const char* us = std::getenv("RECUR_SPIN_US")) return Clock::duration(microseconds(std::atol(us)));
+    if (const char* p = std::getenv("OMP_WAIT_POLICY")) {
+      const auto is = [&](const char* word) {
+        for (std::size_t i = 0;; ++i) {
+          if (std::tolower(static_cast<unsigned char>(p[i])) != word[i]) return false;
+          if (!word[i]) return true;
+        }
+      };
+      if (is("passive")) return Clock::duration(0);
+      if (is("active")) return Clock::duration(std::chrono::milliseconds(100));
+    }
+    return Clock::duration(microseconds(100));
+  }();
+  return budget;
+}
+
+// Spins until done() or the budget is spent; true if done.
+template <class Done>
+bool spin_until(const Done& done) {
+  const Clock::duration budget = spin_budget();
+  if (budget.count() <= 0) return done();
+  const auto until = Clock::now() + budget;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+      cpu_relax();
+    }
+    if (Clock::now() >= until) return done();
+  }
+}
+
+std::atomic<RangeOrder> g_order{RangeOrder::kAscending};
+
+// True on a helper thread, and on a caller while it runs ranges: a nested call runs inline.
+thread_local bool t_in_ranges = false;
+
+// One job at a time, published in a single word: generation (32 bits), number of ranges (16)
+// and the next range to hand out (16). A range is taken by a compare-and-swap on the word, so a
+// thread that read the word of a job already finished can never take a range of the next one.
+// Once a thread holds a range, the job cannot finish before that range does, which keeps the
+// job's other fields (written before the word) valid while the thread reads them.
+class Pool {
+ public:
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_.store(true);
+    }
+    wake_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  void run(int n, int ranges, int helpers, RangeFn fn, const void* ctx) {
+    while (static_cast<int>(threads_.size()) < helpers) {
+      const int index = static_cast<int>(threads_.size());
+      threads_.emplace_back([this, index] { helper(index); });
+    }
+    fn_.store(fn, std::memory_order_relaxed);
+    ctx_.store(ctx, std::memory_order_relaxed);
+    n_.store(n, std::memory_order_relaxed);
+    helpers_.store(helpers, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    ++generation_;
+    const std::uint64_t word = (std::uint64_t(generation_) << 32) | (std::uint64_t(ranges) << 16);
+    word_.store(word, std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+      { std::lock_guard<std::mutex> lock(mutex_); }
+      wake_.notify_all();
+    }
+    t_in_ranges = true;
+    take(word);
+    t_in_ranges = false;
+    // Only ranges a helper has taken are left: wait for them, spinning first.
+    const auto finished = [&] { return done_.load(std::memory_order_seq_cst) == ranges; };
+    if (spin_until(finished)) return;
+    std::unique_lock<std::mutex> lock(mutex_);
+    caller_sleeps_.store(true, std::memory_order_seq_cst);
+    finished_.wait(lock, finished);
+    caller_sleeps_.store(false, std::memory_order_relaxed);
+  }
+
+ private:
+  static std::uint32_t generation_of(std::uint64_t w) { return std::uint32_t(w >> 32); }
+
+  // Takes and runs ranges of the job whose word was `w` until none is left.
+  void take(std::uint64_t w) {
+    const std::uint32_t gen = generation_of(w);
+    for (;;) {
+      const int ranges = int((w >> 16) & 0xffff), next = int(w & 0xffff);
+      if (next >= ranges) return;
+      if (!word_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel,
+                                       std::memory_order_acquire)) {
+        if (generation_of(w) != gen) return;
+        continue;
+      }
+      const int r = g_order.load(std::memory_order_relaxed) == RangeOrder::kReversed ? ranges - 1 - next : next;
+      const int n = n_.load(std::memory_order_relaxed);
+      fn_.load(std::memory_order_relaxed)(ctx_.load(std::memory_order_relaxed),
+                                          int(std::int64_t(n) * r / ranges),
+                                          int(std::int64_t(n) * (r + 1) / ranges), r);
+      if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == ranges &&
+          caller_sleeps_.load(std::memory_order_seq_cst)) {
+        { std::lock_guard<std::mutex> lock(mutex_); }
+        finished_.notify_one();
+      }
+      w = word_.load(std::memory_order_acquire);
+      if (generation_of(w) != gen) return;
+    }
+  }
+
+  void helper(int index) {
+    t_in_ranges = true;
+    std::uint32_t seen = generation_of(word_.load(std::memory_order_acquire));
+    for (;;) {
+      std::uint64_t w = 0;
+      const auto fresh = [&] {
+        w = word_.load(std::memory_order_seq_cst);
+        return generation_of(w) != seen || stop_.load(std::memory_order_relaxed);
+      };
+      if (!spin_until(fresh)) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        sleepers_.fetch_add(1, std::memory_order_seq_cst);
+        wake_.wait(lock, fresh);
+        sleepers_.fetch_sub(1, std::memory_order_relaxed);
+      }
+      if (stop_.load(std::memory_order_relaxed)) return;
+      seen = generation_of(w);
+      if (index < helpers_.load(std::memory_order_relaxed)) take(w);
+    }
+  }
+
+  std::atomic<std::uint64_t> word_{0};
+  std::atomic<RangeFn> fn_{nullptr};
+  std::atomic<const void*> ctx_{nullptr};
+  std::atomic<int> n_{0};
+  std::atomic<int> helpers_{0};
+  std::atomic<int> done_{0};
+  std::uint32_t generation_ = 0;  // the caller's own count
+
+  std::mutex mutex_;
+  std::condition_variable wake_;      // helpers wait here for a job
+  std::condition_variable finished_;  // the caller waits here for the helpers' last ranges
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> caller_sleeps_{false};
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
+// Each calling thread has its own helpers, as each thread had its own OpenMP team: decoders
+// on several threads never wait for one another.
+Pool& pool() {
+  thread_local std::unique_ptr<Pool> p(new Pool);
+  return *p;
+}
+
+// Threads that can run at once: the cores this process may use, and OMP_THREAD_LIMIT. More
+// threads than cores would only take turns.
+int thread_limit() {
+#ifdef _OPENMP
+  static const int limit = std::max(1, std::min(omp_get_thread_limit(), omp_get_num_procs()));
+  return limit;
+#else
+  return 1;
+#endif
+}
+
+bool inside_openmp() {
+#ifdef _OPENMP
+  return omp_in_parallel() != 0;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+RangeOrder set_range_order(RangeOrder order) { return g_order.exchange(order); }
+
+void run_ranges(int n, int ranges, int threads, RangeFn fn, const void* ctx) {
+  const int helpers = std::min({threads, ranges, thread_limit()}) - 1;
+  // A job's word holds 16 bits of range count; more ranges than that (never asked for in
+  // practice) run inline.
+  if (helpers <= 0 || ranges > 0xffff || t_in_ranges || inside_openmp()) {
+    const bool reversed = g_order.load(std::memory_order_relaxed) == RangeOrder::kReversed;
+    for (int i = 0; i < ranges; ++i) {
+      const int r = reversed ? ranges - 1 - i : i;
+      fn(ctx, int(std::int64_t(n) * r / ranges), int(std::int64_t(n) * (r + 1) / ranges), r);
+    }
+    return;
+  }
+  pool().run(n, ranges, helpers, fn, ctx);
+}
+
+}  // namespace recur::detail
