@@ -12,6 +12,21 @@ namespace recur::kernels {
 namespace {
 
 constexpr std::size_t kAlign = 64;
+
+// Calls fn(p0, p1) over [0, panels) on t threads. With more than one, the panels are cut into
+// more ranges than threads, taken as each thread comes free (util/parallel.h), so that a thread
+// that loses its core leaves its share to the others. Ranges are whole groups of kGroupPanels,
+// the most panels the decode kernel reads at once on any target, so that none is cut short.
+template <class Fn>
+void for_panel_ranges(int panels, int t, const Fn& fn) {
+  if (t <= 1) return fn(0, panels);
+  constexpr int kGroupPanels = 8, kRangesPerThread = 4;
+  const int groups = (panels + kGroupPanels - 1) / kGroupPanels;
+  const int ranges = std::min(groups, t * kRangesPerThread);
+  detail::parallel_ranges(groups, ranges, t, [&](int g0, int g1, int) {
+    fn(g0 * kGroupPanels, std::min(panels, g1 * kGroupPanels));
+  });
+}
 // One row's quantized activations live on the stack up to this k_in, so that decode allocates
 // nothing.
 constexpr int kStackK = 8192;
@@ -114,7 +129,7 @@ void PackedMatrix::multiply_quantized(const float* X, std::int64_t rows, std::in
   const int t = std::max(1, std::min(threads, useful));
   const QuantCall call{data_, panel_stride_, n_out_, k_in_, quant_type_, qx, dx, xs, rows, Y, ldy};
   const Kernels& kernels = active();
-  detail::parallel_ranges(panels_, t, [&](int p0, int p1, int) { kernels.matmul_q(call, p0, p1); });
+  for_panel_ranges(panels_, t, [&](int p0, int p1) { kernels.matmul_q(call, p0, p1); });
 }
 
 void PackedMatrix::multiply(const float* X, std::int64_t rows, std::int64_t ldx, float* Y,
@@ -127,16 +142,7 @@ void PackedMatrix::multiply(const float* X, std::int64_t rows, std::int64_t ldx,
   const int t = std::max(1, std::min(threads, useful));
   const MatmulCall call{data_, panel_stride_, n_out_, k_in_, storage_, X, rows, ldx, Y, ldy};
   const Kernels& kernels = active();
-  if (t == 1) return kernels.matmul(call, 0, panels_);
-  // More ranges than threads, taken as each thread comes free (util/parallel.h): a thread that
-  // loses its core leaves its share to the others. Ranges are whole groups of kGroupPanels, the
-  // most panels the decode kernel reads at once on any target, so that none is cut short.
-  constexpr int kGroupPanels = 8, kRangesPerThread = 4;
-  const int groups = (panels_ + kGroupPanels - 1) / kGroupPanels;
-  const int ranges = std::min(groups, t * kRangesPerThread);
-  detail::parallel_ranges(groups, ranges, t, [&](int g0, int g1, int) {
-    kernels.matmul(call, g0 * kGroupPanels, std::min(panels_, g1 * kGroupPanels));
-  });
+  for_panel_ranges(panels_, t, [&](int p0, int p1) { kernels.matmul(call, p0, p1); });
 }
 
 }  // namespace recur::kernels
