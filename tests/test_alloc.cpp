@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "recur/gated_attention.h"
 #include "recur/linear_attention.h"
 #include "recur/model.h"
 
@@ -73,6 +74,27 @@ TEST_CASE("LinearAttention::step allocates nothing after the state exists", "[al
     layer.step(state, q, k, v, o);
     const long before = g_allocations.load();
     for (int t = 0; t < 600; ++t) layer.step(state, q, k, v, o);  // across two folds
+    CHECK(g_allocations.load() - before == 0);
+  }
+}
+
+TEST_CASE("GatedAttention::step allocates nothing after the state exists", "[alloc]") {
+  for (const auto decay : {DecayKind::kPerChannel, DecayKind::kPerHead}) {
+    GatedAttentionConfig c;
+    c.n_heads = 4;
+    c.d_key = 32;
+    c.d_value = 48;
+    c.decay = decay;
+    if (decay == DecayKind::kPerHead) c.head_decay = gates::retnet_decays(4);
+    const GatedAttention layer(c);
+    auto state = layer.make_state();
+    Eigen::VectorXf q = Eigen::VectorXf::Random(128), k = Eigen::VectorXf::Random(128);
+    Eigen::VectorXf v = Eigen::VectorXf::Random(192), o(192);
+    Eigen::VectorXf a = decay == DecayKind::kPerChannel ? Eigen::VectorXf::Constant(128, 0.9f)
+                                                        : Eigen::VectorXf();
+    layer.step(state, q, k, v, a, o);
+    const long before = g_allocations.load();
+    for (int t = 0; t < 300; ++t) layer.step(state, q, k, v, a, o);
     CHECK(g_allocations.load() - before == 0);
   }
 }

@@ -19,13 +19,14 @@
 #   tools/build.sh isa NAME...   compile the whole tree for each -march NAME (x86-64-v4,
 #                                x86-64, ...) without running it: warnings there break no
 #                                machine of ours, so they are caught here
-#   tools/build.sh bench [linear|kv|model|tokenizer|serve|store|based] [args]
+#   tools/build.sh bench [linear|kv|model|tokenizer|serve|store|based|gated] [args]
 #                                release build, then bench/bench_<name> (default linear);
 #                                tokenizer also runs Hugging Face's library on the same texts
 #                                and prints the two side by side; serve is the load test of
 #                                recur serve (bench/serve_load), store the conversation store
 #                                against a local Redis, based Based's layers and a model of
-#                                based-360m's shape
+#                                based-360m's shape; gated one gated layer at gla-, hgrn2-
+#                                and retnet-1.3B's attention shapes
 #   tools/build.sh recur [args]  release build, then `recur` with your arguments
 #   tools/build.sh train [args]  train the built-in model again (tools/train/train.py; writes
 #                                models/kjv unless --out DIR is given; about 40 minutes)
@@ -145,7 +146,7 @@ case "$job" in
   native) ctest --preset "$preset" -j "$jobs" -E "^(recur serve|another CMake project|tokenizer|docs:)" ;;
   bench)
     name=linear
-    if [[ $# -gt 0 && "$1" =~ ^(linear|kv|model|tokenizer|serve|store|based)$ ]]; then name="$1"; shift; fi
+    if [[ $# -gt 0 && "$1" =~ ^(linear|kv|model|tokenizer|serve|store|based|gated)$ ]]; then name="$1"; shift; fi
     # The load test of recur serve: starts the server, plays the clients (bench/serve_load.cpp).
     [[ "$name" == serve ]] && exec "build/$preset/bench/serve_load" "build/$preset/tools/recur" "$@"
     if [[ "$name" == tokenizer ]]; then

@@ -241,7 +241,7 @@ void GatedAttention::step(GatedState& state, ConstVectorRef q, ConstVectorRef k,
     std::memcpy(vs + h * dvp, v.data() + h * dv, sizeof(float) * static_cast<std::size_t>(dv));
   }
   for (int h = 0; h < H; ++h) {
-    const kernels::GatedHeadView view{state.head(h), Dp, dvp};
+    const kernels::GatedHeadView view{state.head(h), Dp, dvp, dvp};
     const float gamma = per_channel ? 0.0f : config_.head_decay[static_cast<std::size_t>(h)];
     kernels::gated_step_head(view, qs + h * Dp, ks + h * Dp, vs + h * dvp,
                              per_channel ? as + h * Dp : nullptr, gamma, os + h * dvp);
@@ -297,32 +297,34 @@ void GatedAttention::prefill(GatedState& state, const ConstMatrixRef& Q, const C
   const int Dp = state.d_key_padded_, dvp = state.d_value_padded_;
   const int chunk = static_cast<int>(std::min<Eigen::Index>(options.chunk, T));
   const int threads = std::min(detail::resolve_threads(options.threads), H);
-  const int max_heads = (H + threads - 1) / threads;  // per worker
-  // Per worker and head: q', k' and alpha in tile-walk layout (Dp / 4, chunk, 4), v and o
-  // (chunk, dvp). Allocated before the state changes, zeroed once: the padding of v is never
-  // written, so it stays zero.
+  // Per worker, for the head it walks: q', k' and alpha in tile-walk layout (Dp / 4, chunk, 4),
+  // v and o in panels (see below). Allocated before the state changes, zeroed once: the
+  // padding of v is never written, so it stays zero.
   const std::size_t C = static_cast<std::size_t>(chunk);
   const std::size_t rows_per_head = per_channel ? 3 : 2;
   const std::size_t per_head = C * (rows_per_head * static_cast<std::size_t>(Dp) +
                                     2 * static_cast<std::size_t>(dvp));
-  const std::size_t per_worker = per_head * static_cast<std::size_t>(max_heads);
+  const std::size_t per_worker = per_head;
   std::vector<float> scratch(per_worker * static_cast<std::size_t>(threads), 0.0f);
   constexpr int kRows = kernels::kTileRows;
-  // When d_value needs no padding, the walk reads V and writes O where they are.
-  const bool direct_v = dv == dvp;
+  // v and o are walked in panels of kPanel columns, each panel's tokens contiguous: the walk
+  // then reads and writes a few KiB in order, where whole rows (H * d_value floats apart) would
+  // fall into a handful of cache sets.
+  constexpr int kPanel = 64;
+  const auto panel_width = [&](int p0) { return std::min(kPanel, dvp - p0); };
+  const auto valid = [&](int p0) { return std::max(0, std::min(panel_width(p0), dv - p0)); };
 
   // Each worker owns a contiguous range of heads; which worker runs which range never changes
   // a result (heads share nothing).
   detail::parallel_ranges(H, threads, [&](int h0, int h1, int worker) {
-    const int nh = h1 - h0;
-    float* base = scratch.data() + per_worker * static_cast<std::size_t>(worker);
-    const auto qT = [&](int j) { return base + per_head * static_cast<std::size_t>(j); };
-    const auto kT = [&](int j) { return qT(j) + C * static_cast<std::size_t>(Dp); };
-    const auto aT = [&](int j) { return kT(j) + C * static_cast<std::size_t>(Dp); };
-    const auto vb = [&](int j) {
-      return kT(j) + C * static_cast<std::size_t>(Dp) * (rows_per_head - 1);
-    };
-    const auto ob = [&](int j) { return vb(j) + C * static_cast<std::size_t>(dvp); };
+    float* const qT = scratch.data() + per_worker * static_cast<std::size_t>(worker);
+    float* const kT = qT + C * static_cast<std::size_t>(Dp);
+    float* const aT = kT + C * static_cast<std::size_t>(Dp);  // kPerChannel only
+    float* const vbuf = kT + C * static_cast<std::size_t>(Dp) * (rows_per_head - 1);
+    float* const obuf = vbuf + C * static_cast<std::size_t>(dvp);
+    // v and o as (panels, C, width): the panel from column p0 starts at C * p0.
+    const auto vb = [&](int p0) { return vbuf + C * static_cast<std::size_t>(p0); };
+    const auto ob = [&](int p0) { return obuf + C * static_cast<std::size_t>(p0); };
 
     for (Eigen::Index b0 = 0; b0 < T; b0 += chunk) {
       const int n = static_cast<int>(std::min<Eigen::Index>(chunk, T - b0));
@@ -332,43 +334,39 @@ void GatedAttention::prefill(GatedState& state, const ConstMatrixRef& Q, const C
       // another stride, over what the chunk before left.
       const auto to_tiles = [&](const float* src, float* tiles, float s, int t) {
         float* dst = tiles + static_cast<std::size_t>(t) * kRows;
-        for (int i = 0; i < Dp; ++i)
-          dst[static_cast<std::size_t>(i / kRows) * tile_stride + i % kRows] =
-              i < dk ? src[i] * s : 0.0f;
+        const int whole = dk / kRows;  // tiles with no padding row
+        for (int tile = 0; tile < whole; ++tile, dst += tile_stride, src += kRows)
+          for (int r = 0; r < kRows; ++r) dst[r] = src[r] * s;
+        for (int i = whole * kRows; i < Dp; ++i)
+          dst[static_cast<std::size_t>(i / kRows - whole) * tile_stride + i % kRows] =
+              i < dk ? src[i - whole * kRows] * s : 0.0f;
       };
-      for (int t = 0; t < n; ++t) {
-        const Eigen::Index row = b0 + t;
-        for (int j = 0; j < nh; ++j) {
-          const Eigen::Index col = Eigen::Index(h0 + j) * dk;
-          to_tiles(Q.data() + row * Q.outerStride() + col, qT(j), scale_, t);
-          to_tiles(K.data() + row * K.outerStride() + col, kT(j), 1.0f, t);
-          if (per_channel) to_tiles(A.data() + row * A.outerStride() + col, aT(j), 1.0f, t);
+      // Head by head: gather its inputs, walk it, scatter its outputs, while they are in cache.
+      for (int h = h0; h < h1; ++h) {
+        for (int t = 0; t < n; ++t) {
+          const Eigen::Index row = b0 + t, col = Eigen::Index(h) * dk;
+          to_tiles(Q.data() + row * Q.outerStride() + col, qT, scale_, t);
+          to_tiles(K.data() + row * K.outerStride() + col, kT, 1.0f, t);
+          if (per_channel) to_tiles(A.data() + row * A.outerStride() + col, aT, 1.0f, t);
+          // The padding columns of the last panel are never written: they stay zero.
+          const float* vrow = V.data() + row * V.outerStride() + Eigen::Index(h) * dv;
+          for (int p0 = 0; p0 < dv; p0 += kPanel)
+            std::memcpy(vb(p0) + static_cast<std::size_t>(t * panel_width(p0)), vrow + p0,
+                        sizeof(float) * static_cast<std::size_t>(valid(p0)));
         }
-        if (direct_v) continue;
-        const float* vrow = V.data() + row * V.outerStride() + Eigen::Index(h0) * dv;
-        for (int j = 0; j < nh; ++j)
-          std::memcpy(vb(j) + static_cast<std::size_t>(t * dvp), vrow + j * dv,
-                      sizeof(float) * static_cast<std::size_t>(dv));
-      }
-      for (int j = 0; j < nh; ++j) {
-        const int h = h0 + j;
-        const kernels::GatedHeadView view{state.head(h), Dp, dvp};
         const float gamma = per_channel ? 0.0f : config_.head_decay[static_cast<std::size_t>(h)];
-        const float* a = per_channel ? aT(j) : nullptr;
-        const Eigen::Index col = Eigen::Index(h) * dv;
-        if (direct_v)  // v and o in place: rows of exactly dvp values
-          kernels::gated_walk_head(view, qT(j), kT(j), a, gamma,
-                                   V.data() + b0 * V.outerStride() + col, V.outerStride(),
-                                   O.data() + b0 * O.outerStride() + col, O.outerStride(), n);
-        else
-          kernels::gated_walk_head(view, qT(j), kT(j), a, gamma, vb(j), dvp, ob(j), dvp, n);
-      }
-      if (direct_v) continue;
-      for (int t = 0; t < n; ++t) {
-        float* orow = O.data() + (b0 + t) * O.outerStride() + Eigen::Index(h0) * dv;
-        for (int j = 0; j < nh; ++j)
-          std::memcpy(orow + j * dv, ob(j) + static_cast<std::size_t>(t * dvp),
-                      sizeof(float) * static_cast<std::size_t>(dv));
+        const float* a = per_channel ? aT : nullptr;
+        for (int p0 = 0; p0 < dvp; p0 += kPanel) {
+          const int w = panel_width(p0);
+          const kernels::GatedHeadView view{state.head(h) + p0, Dp, dvp, w};
+          kernels::gated_walk_head(view, qT, kT, a, gamma, vb(p0), w, ob(p0), w, n);
+        }
+        for (int t = 0; t < n; ++t) {
+          float* orow = O.data() + (b0 + t) * O.outerStride() + Eigen::Index(h) * dv;
+          for (int p0 = 0; p0 < dv; p0 += kPanel)
+            std::memcpy(orow + p0, ob(p0) + static_cast<std::size_t>(t * panel_width(p0)),
+                        sizeof(float) * static_cast<std::size_t>(valid(p0)));
+        }
       }
     }
   });

@@ -166,16 +166,16 @@ HWY_INLINE void GatedWalkColumns(const GatedHeadView& h, int col0, const float* 
 void GatedWalkHead(const GatedHeadView& h, const float* qT, const float* kT, const float* aT,
                    float gamma, const float* v, std::int64_t vstride, float* out,
                    std::int64_t ostride, int n) {
-  assert(h.Dp % kRowPad == 0 && h.dvp % kTileCols == 0);
+  assert(h.Dp % kRowPad == 0 && h.cols % kTileCols == 0 && h.cols <= h.dvp);
   if (n <= 0) return;
   const int tile_stride = n * kTileRows;
   constexpr int kCols = kGatedCols * kN;
   static_assert(kRowPad % kGatedRows == 0, "register tiles divide the padded rows");
   int col0 = 0;
-  for (; col0 + kCols <= h.dvp; col0 += kCols)
+  for (; col0 + kCols <= h.cols; col0 += kCols)
     GatedWalkColumns<kGatedRows, kGatedCols>(h, col0, qT, kT, aT, gamma, tile_stride, v, vstride, out, ostride, n);
-  // Leftover columns (dvp is a multiple of 16, a register tile may be wider), a vector at a time.
-  for (; col0 < h.dvp; col0 += kN)
+  // Leftover columns (cols is a multiple of 16, a register tile may be wider), a vector at a time.
+  for (; col0 < h.cols; col0 += kN)
     GatedWalkColumns<kTileRows, 1>(h, col0, qT, kT, aT, gamma, tile_stride, v, vstride, out, ostride, n);
 }
 

@@ -17,11 +17,13 @@
 namespace recur::kernels {
 
 /// One head's state: S (Dp, dvp) row-major; Dp a multiple of kRowPad, dvp of kTileCols
-/// (linear_kernels.h). Padding rows and columns hold zeros.
+/// (linear_kernels.h). Padding rows and columns hold zeros. The walk covers `cols` columns from
+/// S (a panel: S may point into the row, cols a multiple of kTileCols); step covers all dvp.
 struct GatedHeadView {
   float* S;
   int Dp;
-  int dvp;
+  int dvp;   // row stride of S
+  int cols;  // columns the walk covers
 };
 
 /// One token through one head. q (scaled), k, alpha: (Dp), zero-padded; v: (dvp) zero-padded;
@@ -29,9 +31,9 @@ struct GatedHeadView {
 void gated_step_head(const GatedHeadView& h, const float* q, const float* k, const float* v,
                      const float* alpha, float gamma, float* out);
 
-/// n tokens through one head. qT, kT, aT: (Dp / kTileRows, n, kTileRows), the rows of each
-/// tile contiguous per token (aT null: every row decays by gamma); v: n rows of dvp values,
-/// vstride apart; out: n rows of dvp, ostride apart. Bitwise equal to n calls of
+/// n tokens through a panel of one head's columns. qT, kT, aT: (Dp / kTileRows, n, kTileRows), the rows of each
+/// tile contiguous per token (aT null: every row decays by gamma); v: n rows of h.cols values,
+/// vstride apart; out: n rows of h.cols, ostride apart. Bitwise equal to n calls of
 /// gated_step_head.
 void gated_walk_head(const GatedHeadView& h, const float* qT, const float* kT, const float* aT,
                      float gamma, const float* v, std::int64_t vstride, float* out,
