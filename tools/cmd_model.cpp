@@ -362,8 +362,13 @@ int run_generate(int argc, char** argv) {
   fmt::print(stderr, "decode:  {} tokens in {:.3f} s = {:.1f} tokens/s{}\n", generated, decode_s,
              double(generated) / std::max(decode_s, 1e-9),
              ended ? " (stopped at the end-of-sequence id)" : "");
-  fmt::print(stderr, "state:   {} bytes ({}) after {} tokens; the same at any length\n",
-             decoder.state_bytes(), human_bytes(double(decoder.state_bytes())), decoder.n_tokens());
+  bool full_cache = false;  // a full softmax layer's KV cache grows; every other state does not
+  for (const auto& s : decoder.model().config().attn) full_cache = full_cache || s.window_size == 0;
+  fmt::print(stderr, "state:   {} bytes ({}) after {} tokens; {}\n", decoder.state_bytes(),
+             human_bytes(double(decoder.state_bytes())), decoder.n_tokens(),
+             full_cache ? "the full-attention layers' KV cache grows with every token, the rest "
+                          "is the same at any length"
+                        : "the same at any length");
   if (beyond_bytes > 0)
     fmt::print(stderr, "warning: {} generated ids were outside the byte range and are written as "
                        "<|id|>; use --ids to read ids\n", beyond_bytes);
@@ -724,7 +729,8 @@ int run_make_model(int argc, char** argv) {
              "{} weight file{}{}, seed {}\n",
              printable(dir), c.num_hidden_layers, c.hidden_size, c.num_heads,
              c.architecture == Architecture::kBased ? "taylor (Based)"
-                                                    : ModelConfig::feature_map_name(c.feature_map),
+             : c.gated_family() ? (c.qk_activation.empty() ? "none (gated)" : c.qk_activation.c_str())
+                                : ModelConfig::feature_map_name(c.feature_map),
              params, dtype_name(dtype), files,
              files > 1 ? "s" : "",
              files < shards ? fmt::format(" (--shards {}: the model has only {} tensors)", shards, files) : "",
