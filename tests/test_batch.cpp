@@ -13,6 +13,7 @@
 #include "recur/model.h"
 #include "support/based_config.h"
 #include "support/quant_model.h"
+#include "support/fla_gated_config.h"
 
 using namespace recur;
 
@@ -129,6 +130,16 @@ TEST_CASE("each sequence of a batch gets the bytes it gets alone", "[batch][exac
     for (const int threads : {1, 2}) {
       INFO("based, threads " << threads);
       check_schedule(model, threads, 21u + std::uint32_t(threads));
+    }
+  }
+  // fla's gated models and hybrids: short convolutions, rotary, a growing KV cache, per item.
+  for (const ModelConfig& g : {recur::testing::small_gla(), recur::testing::small_retnet(),
+                               recur::testing::small_hgrn2(), recur::testing::small_gla_full(),
+                               recur::testing::small_gla_window()}) {
+    const auto model = Model::from_weights(g, RandomWeights(g, 3));
+    for (const int threads : {1, 2, 3}) {
+      INFO(static_cast<int>(g.architecture) << ", threads " << threads);
+      check_schedule(model, threads, 31u + std::uint32_t(threads));
     }
   }
   // The random-weight built-in model (byte vocabulary, its own widths) and 16-bit weights.

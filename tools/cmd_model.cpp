@@ -115,6 +115,26 @@ void describe_model(const TextModel& tm) {
                        "{:.2f} MiB in the windows: {:.2f} MiB at any length\n",
                mib(MixerKind::kShortConv), mib(MixerKind::kLinearAttention),
                mib(MixerKind::kWindowAttention), double(probe.state_bytes()) / double(1 << 20));
+  } else if (c.gated_family()) {
+    const auto n_attn = std::count(c.mixers.begin(), c.mixers.end(), MixerKind::kAttention);
+    // A full layer's KV cache: a key and a value per kv head per token (the rest is constant).
+    std::size_t grow = 0;
+    for (const auto& s : c.attn)
+      if (s.window_size == 0)
+        grow += s.layers.size() * 2 * std::size_t(s.num_kv_heads) *
+                std::size_t(c.hidden_size / s.num_heads) * sizeof(float);
+    const Decoder probe(tm.model, DecoderOptions{1, 1});
+    fmt::print(stderr, "model: {}: {}, {} layers ({} gated recurrence, {} softmax attention), hidden "
+                       "{}, {} heads{}, vocab {}, {:.2f}M parameters\n",
+               tm.label, c.architecture == Architecture::kGla ? "gla"
+                         : c.architecture == Architecture::kRetNet ? "retnet" : "hgrn2",
+               c.num_hidden_layers, c.num_hidden_layers - n_attn, n_attn, c.hidden_size, c.num_heads,
+               c.num_kv_heads != c.num_heads ? fmt::format(" ({} kv)", c.num_kv_heads) : "",
+               c.vocab_size, double(m.parameters()) / 1e6);
+    fmt::print(stderr, "state: {:.2f} MiB{}\n", double(probe.state_bytes()) / double(1 << 20),
+               grow ? fmt::format(" at the start, and the full-attention layers' KV cache adds {} "
+                                  "bytes every token (conversations' memory counts it)", grow)
+                    : std::string(" at any length"));
   } else {
   fmt::print(stderr, "model: {}: {}, {} layers, hidden {}, {} heads{}, feature map {}, {} form, "
                      "vocab {}, {:.2f}M parameters\n",
@@ -345,9 +365,13 @@ int run_generate(int argc, char** argv) {
   fmt::print(stderr, "decode:  {} tokens in {:.3f} s = {:.1f} tokens/s{}\n", generated, decode_s,
              double(generated) / std::max(decode_s, 1e-9),
              ended ? " (stopped at the end-of-sequence id)" : "");
-  fmt::print(stderr, "state:   {} bytes ({}) after {} tokens; the same at any length (weights "
-                     "{}, {} per token)\n",
+  bool full_cache = false;  // a full softmax layer's KV cache grows; every other state does not
+  for (const auto& s : decoder.model().config().attn) full_cache = full_cache || s.window_size == 0;
+  fmt::print(stderr, "state:   {} bytes ({}) after {} tokens; {} (weights {}, {} per token)\n",
              decoder.state_bytes(), human_bytes(double(decoder.state_bytes())), decoder.n_tokens(),
+             full_cache ? "the full-attention layers' KV cache grows with every token, the rest "
+                          "is the same at any length"
+                        : "the same at any length",
              model->weight_format(), human_bytes(double(model->weight_bytes_per_token())));
   if (beyond_bytes > 0)
     fmt::print(stderr, "warning: {} generated ids were outside the byte range and are written as "
@@ -487,7 +511,7 @@ int run_make_model(int argc, char** argv) {
             "Writes a model with random weights (config.json + model.safetensors, or shards with\n"
             "model.safetensors.index.json) in the layout `recur generate -m DIR` reads. For tests\n"
             "and demos: the weights are random, so is the text.");
-  args.option("arch", "linear_attn", "linear_attn, transformers_are_rnns or based")
+  args.option("arch", "linear_attn", "linear_attn, transformers_are_rnns, based, gla, retnet or hgrn2")
       .option("config", "", "take the configuration from this config.json")
       .option("vocab", "256", "vocabulary size")
       .option("hidden", "64", "hidden size (d_model)")
@@ -507,6 +531,14 @@ int run_make_model(int argc, char** argv) {
       .option("la-heads", "", "based: linear-attention heads (default: --heads)")
       .option("feature-dim", "16", "based: q and k width per linear-attention head")
       .option("window-size", "16", "based: window_size (a token sees window_size / 2 before it)")
+      .option("expand-ratio", "", "hgrn2: the forget gate's width per head (default 128)")
+      .option("attn-layers", "", "gla, retnet, hgrn2: softmax attention layers, e.g. 1,3 (attn.layers)")
+      .option("attn-heads", "", "gla, retnet, hgrn2: the attention layers' heads (default: --heads)")
+      .option("attn-kv-heads", "", "gla, retnet, hgrn2: their kv heads (default: as many as heads)")
+      .option("attn-window", "", "gla, retnet, hgrn2: attn.window_size (default: full attention)")
+      .flag("short-conv", "gla, hgrn2: short convolutions on q, k, v (use_short_conv)")
+      .flag("no-output-gate", "gla, retnet: no output gate (use_output_gate false)")
+      .flag("no-lower-bound", "hgrn2: no lower bounds on the forget gate (use_lower_bound false)")
       .flag("normalized", "the normalized form (norm_feature_map, linear_attn)")
       .flag("norm-q", "norm_q: divide phi(q) by its sum (linear_attn)")
       .flag("norm-k", "norm_k: divide phi(k) by its sum (linear_attn)")
@@ -527,7 +559,9 @@ int run_make_model(int argc, char** argv) {
                                  "window-size",
                                  "expand-k", "expand-v", "intermediate", "feature-map",
                                  "hidden-act", "normalized", "norm-q", "norm-k",
-                                 "tie-feature-maps", "no-affine", "tie-embeddings", "seed"};
+                                 "tie-feature-maps", "no-affine", "tie-embeddings", "seed",
+                                 "expand-ratio", "attn-layers", "attn-heads", "attn-kv-heads",
+                                 "attn-window", "short-conv", "no-output-gate", "no-lower-bound"};
   for (const char* o : shape_options) {
     if (args.flag_set("builtin") && args.given(o))
       throw ArgumentError(fmt::format("--builtin writes the built-in model as it is: --{} does not apply", o));
@@ -537,9 +571,14 @@ int run_make_model(int argc, char** argv) {
   if (args.flag_set("builtin") && args.given("config"))
     throw ArgumentError("give at most one of --builtin and --config");
   const std::string arch = args.str("arch");
-  if (arch != "linear_attn" && arch != "transformers_are_rnns" && arch != "based")
-    throw ArgumentError(fmt::format("--arch is '{}', expected linear_attn, transformers_are_rnns "
-                                    "or based", printable(arch)));
+  const bool gated = arch == "gla" || arch == "retnet" || arch == "hgrn2";
+  if (arch != "linear_attn" && arch != "transformers_are_rnns" && arch != "based" && !gated)
+    throw ArgumentError(fmt::format("--arch is '{}', expected linear_attn, transformers_are_rnns, "
+                                    "based, gla, retnet or hgrn2", printable(arch)));
+  for (const char* o : {"expand-ratio", "attn-layers", "attn-heads", "attn-kv-heads", "attn-window",
+                        "short-conv", "no-output-gate", "no-lower-bound"})
+    if (!gated && args.given(o))
+      throw ArgumentError(fmt::format("--{} applies to --arch gla, retnet or hgrn2 only", o));
   for (const char* o : {"la-layers", "window-layers", "la-heads", "feature-dim", "window-size"})
     if (arch != "based" && args.given(o))
       throw ArgumentError(fmt::format("--{} applies to --arch based only", o));
@@ -547,8 +586,15 @@ int run_make_model(int argc, char** argv) {
     const char* fla_only[] = {"kv-heads", "expand-k", "expand-v", "normalized", "norm-q",
                               "norm-k", "tie-feature-maps", "no-affine"};
     for (const char* o : fla_only)
-      if (arch != "linear_attn" && args.given(o))
-        throw ArgumentError(fmt::format("--{} applies to --arch linear_attn only", o));
+      if (arch != "linear_attn" && args.given(o) &&
+          !((arch == "gla" || arch == "retnet") &&
+            (std::string(o) == "kv-heads" || std::string(o) == "expand-k" ||
+             std::string(o) == "expand-v" || std::string(o) == "no-affine")) &&
+          !(arch == "hgrn2" && std::string(o) == "no-affine"))
+        throw ArgumentError(fmt::format("--{} does not apply to --arch {}", o, arch));
+    if (gated && (args.given("feature-map") || args.given("hidden-act")))
+      throw ArgumentError(fmt::format("--feature-map and --hidden-act do not apply to --arch {} (no "
+                                      "feature map, swish)", arch));
     if (arch == "linear_attn" && args.given("hidden-act"))
       throw ArgumentError("--hidden-act applies to --arch transformers_are_rnns only (linear_attn "
                           "uses swish)");
@@ -599,6 +645,49 @@ int run_make_model(int argc, char** argv) {
         args.given("la-heads") ? args.integer("la-heads", 1, 1 << 16) : heads,
         args.integer("window-size", 1, 1 << 24), heads);
     c = ModelConfig::from_json(json, "make-model options");
+  } else if (gated) {
+    std::string json = "{";
+    const auto add = [&](const std::string& k, const std::string& v) {
+      json += (json.size() > 1 ? ", " : "") + fmt::format("\"{}\": {}", k, v);
+    };
+    const auto heads = args.integer("heads", 1, 1 << 16);
+    add("model_type", fmt::format("\"{}\"", arch));
+    add("vocab_size", std::to_string(args.integer("vocab", 1, 1 << 24)));
+    add("hidden_size", std::to_string(args.integer("hidden", 1, 1 << 20)));
+    add("num_hidden_layers", std::to_string(args.integer("layers", 1, 4096)));
+    add("tie_word_embeddings", args.flag_set("tie-embeddings") ? "true" : "false");
+    add("elementwise_affine", args.flag_set("no-affine") ? "false" : "true");
+    if (const auto inter = args.integer("intermediate", 0, 1 << 20); inter > 0)
+      add("intermediate_size", std::to_string(inter));
+    if (arch == "hgrn2") {
+      if (args.given("expand-ratio")) add("expand_ratio", std::to_string(args.integer("expand-ratio", 1, 1 << 20)));
+      add("use_lower_bound", args.flag_set("no-lower-bound") ? "false" : "true");
+    } else {
+      add("num_heads", std::to_string(heads));
+      if (args.given("kv-heads")) add("num_kv_heads", std::to_string(args.integer("kv-heads", 1, 1 << 16)));
+      if (args.given("expand-k")) add("expand_k", fmt::format("{}", args.real("expand-k", 1e-6, 1e6)));
+      if (args.given("expand-v")) add("expand_v", fmt::format("{}", args.real("expand-v", 1e-6, 1e6)));
+      add("use_output_gate", args.flag_set("no-output-gate") ? "false" : "true");
+    }
+    if (arch != "retnet") add("use_short_conv", args.flag_set("short-conv") ? "true" : "false");
+    if (args.given("attn-layers")) {
+      const std::string v = args.str("attn-layers");
+      if (v.empty() || v.find_first_not_of("0123456789,") != std::string::npos ||
+          v.find(",,") != std::string::npos || v.front() == ',' || v.back() == ',' || v.size() > 4096)
+        throw ArgumentError(fmt::format("--attn-layers is '{}', expected layer indices such as 1,3",
+                                        printable(v)));
+      const auto ah = args.given("attn-heads") ? args.integer("attn-heads", 1, 1 << 16) : heads;
+      std::string spec = fmt::format("{{\"layers\": [{}], \"num_heads\": {}", v, ah);
+      if (args.given("attn-kv-heads"))
+        spec += fmt::format(", \"num_kv_heads\": {}", args.integer("attn-kv-heads", 1, 1 << 16));
+      if (args.given("attn-window"))
+        spec += fmt::format(", \"window_size\": {}", args.integer("attn-window", 1, 1 << 24));
+      add("attn", spec + "}");
+    } else if (args.given("attn-heads") || args.given("attn-kv-heads") || args.given("attn-window")) {
+      throw ArgumentError("--attn-heads, --attn-kv-heads and --attn-window need --attn-layers");
+    }
+    json += "}";
+    c = ModelConfig::from_json(json, "make-model options");
   } else {
     std::string json = "{";
     const auto add = [&](const std::string& k, const std::string& v) {
@@ -644,7 +733,8 @@ int run_make_model(int argc, char** argv) {
              "{} weight file{}{}, seed {}\n",
              printable(dir), c.num_hidden_layers, c.hidden_size, c.num_heads,
              c.architecture == Architecture::kBased ? "taylor (Based)"
-                                                    : ModelConfig::feature_map_name(c.feature_map),
+             : c.gated_family() ? (c.qk_activation.empty() ? "none (gated)" : c.qk_activation.c_str())
+                                : ModelConfig::feature_map_name(c.feature_map),
              params, dtype_name(dtype), files,
              files > 1 ? "s" : "",
              files < shards ? fmt::format(" (--shards {}: the model has only {} tensors)", shards, files) : "",

@@ -109,8 +109,7 @@ int BatchDecoder::run(const std::vector<Item>& items) {
   const Model::Impl& m = model_->impl();
   const int threads = detail::resolve_threads(threads_);
   model::run_stack(*model_, w.work, w.tokens.data(), n, threads,
-                   [&](std::size_t li, const float* a, const float* b, const float* cc, float* o,
-                       int, int nthreads) {
+                   [&](std::size_t li, const model::MixerRows& in, int, int nthreads) {
     const auto& layer = m.layers[li];
     const model::MixerIo io = model::mixer_io(c, layer);
     const auto at = [](const float* p, int first, int width) {
@@ -120,10 +119,14 @@ int BatchDecoder::run(const std::vector<Item>& items) {
       if (!w.failed[i].empty()) return;  // this sequence's rows mean nothing now
       const int r0 = w.first_row[i], count = items[i].count;
       model::LayerState& state = items[i].decoder->impl_->states[li];
-      float* out = o + std::size_t(r0) * std::size_t(io.out);
+      float* out = in.out + std::size_t(r0) * std::size_t(io.out);
+      // Each item's scratch is its own rows' share, so items on other threads never meet.
+      const model::MixerRows mine{at(in.a, r0, io.a), at(in.b, r0, io.b), at(in.c, r0, io.c),
+                                  at(in.d, r0, io.d),
+                                  in.scratch ? in.scratch + std::size_t(r0) * std::size_t(io.scratch) : nullptr,
+                                  out};
       try {
-        model::run_mixer(c, layer, state, at(a, r0, io.a), at(b, r0, io.b), at(cc, r0, io.c), out,
-                         count, prefill_threads);
+        model::run_mixer(c, layer, state, mine, count, prefill_threads);
       } catch (const std::exception& e) {
         w.failed[i] = e.what();
         std::fill(out, out + std::size_t(count) * std::size_t(io.out), 0.0f);

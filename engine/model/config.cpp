@@ -6,6 +6,7 @@
 #include <set>
 
 #include "recur/error.h"
+#include "model/fla.h"
 #include "recur/model.h"
 #include "util/file.h"
 #include "util/json.h"
@@ -91,6 +92,8 @@ class Fields {
     if (!v->is_string()) fail(source_, "{} is {}, expected a string", name, describe(*v));
     return v->string();
   }
+  /// Marks a field as read elsewhere (fla::read_config).
+  void mark(const std::string& name) { used_.insert(name); }
   void reject_unknown() const {
     for (const auto& [key, value] : root_.object()) {
       (void)value;
@@ -448,6 +451,10 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
     c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
     c.norm_feature_map = true;
     c.elementwise_affine = false;
+  } else if (type == "gla" || type == "retnet" || type == "hgrn2") {
+    std::set<std::string> used;
+    fla::read_config(root, type, source, c, used);
+    for (const auto& name : used) f.mark(name);
   } else if (type == "based" || (type == "gpt2" && (root.find("alt_mixer") || root.find("mixer")))) {
     read_based(root, f, source, c);
   } else if (type == "gpt2") {
@@ -457,8 +464,8 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
     fail(source, "model_type is missing; expected linear_attn, transformers_are_rnns or a "
                  "Based checkpoint's gpt2");
   } else {
-    fail(source, "model_type is '{}'; recur reads linear_attn, transformers_are_rnns and Based "
-                 "(gpt2 with alt_mixer)", type);
+    fail(source, "model_type is '{}'; recur reads linear_attn, transformers_are_rnns, gla, retnet, "
+                 "hgrn2 and Based (gpt2 with alt_mixer)", type);
   }
   if (const json::Value* eos = f.get("eos_token_id")) {
     const auto add = [&](const json::Value& v) {
@@ -504,6 +511,10 @@ void ModelConfig::resolve(const std::string& source) {
          expand_v, hidden_ratio);
   if (architecture == Architecture::kBased) {
     resolve_based(*this, source);
+    return;
+  }
+  if (gated_family()) {
+    fla::resolve(*this, source);
     return;
   }
   mixers.assign(std::size_t(num_hidden_layers), MixerKind::kLinearAttention);
@@ -601,6 +612,8 @@ std::string ModelConfig::to_json() const {
     add("alt_mixer_2", fmt::format("{{\"_target_\": \"based.models.mixers.slide_attention.SlidingAttention\", "
                                    "\"window_size\": {}, \"num_heads\": {}, \"causal\": true}}",
                                    window_size, window_heads));
+  } else if (gated_family()) {
+    s += fla::to_json_fields(*this);
   } else if (architecture == Architecture::kLinearAttn) {
     add("model_type", "\"linear_attn\"");
     add("architectures", "[\"LinearAttentionForCausalLM\"]");

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "model/decoder_impl.h"
+#include "model/fla.h"
 #include "recur/error.h"
 #include "util/check.h"
 #include "util/file.h"
@@ -38,6 +39,10 @@ namespace model {
 
 void Workspace::allocate(const ModelConfig& c, const Model::Impl& m, int rows) {
   cap = rows;
+  if (c.gated_family()) {
+    fla::allocate(c, m, *this, rows);
+    return;
+  }
   const auto n = static_cast<std::size_t>(rows);
   const auto sz = [](int w) { return static_cast<std::size_t>(w); };
   if (c.architecture == Architecture::kBased) {
@@ -87,7 +92,7 @@ void Workspace::allocate(const ModelConfig& c, const Model::Impl& m, int rows) {
 std::size_t Workspace::bytes() const {
   std::size_t n = 0;
   for (const auto* b : {&x, &h, &q, &k, &v, &fq, &fk, &fk_full, &v_full, &o, &a, &g, &u,
-                        &map_scratch, &logits})
+                        &map_scratch, &logits, &gk, &alpha, &mixer_scratch})
     n += b->capacity() * sizeof(float);
   return n;
 }
@@ -98,6 +103,12 @@ LayerState LayerState::make(const Model::Impl::Layer& layer) {
     case MixerKind::kLinearAttention: s.linear.emplace(layer.attention->make_state()); break;
     case MixerKind::kShortConv: s.conv.emplace(layer.conv->make_state()); break;
     case MixerKind::kWindowAttention: s.window.emplace(layer.window->make_state()); break;
+    case MixerKind::kGated:
+      s.gated.emplace(layer.gated->make_state());
+      for (const auto* c : {&layer.conv_q, &layer.conv_k, &layer.conv_v})
+        if (*c) s.convs.push_back((*c)->make_state());
+      break;
+    case MixerKind::kAttention: s.causal.emplace(layer.causal->make_state()); break;
   }
   return s;
 }
@@ -107,6 +118,9 @@ LayerState LayerState::clone() const {
   if (linear) s.linear.emplace(linear->clone());
   if (conv) s.conv.emplace(conv->clone());
   if (window) s.window.emplace(window->clone());
+  if (gated) s.gated.emplace(gated->clone());
+  for (const auto& c : convs) s.convs.push_back(c.clone());
+  if (causal) s.causal.emplace(causal->clone());
   return s;
 }
 
@@ -114,50 +128,110 @@ void LayerState::reset() {
   if (linear) linear->reset();
   if (conv) conv->reset();
   if (window) window->reset();
+  if (gated) gated->reset();
+  for (auto& c : convs) c.reset();
+  if (causal) causal->reset();
 }
 
 std::int64_t LayerState::n_tokens() const {
-  return linear ? linear->n_tokens() : conv ? conv->n_tokens() : window->n_tokens();
+  return linear ? linear->n_tokens() : conv ? conv->n_tokens() : window ? window->n_tokens()
+         : gated ? gated->n_tokens() : causal->n_tokens();
 }
 
 std::size_t LayerState::bytes() const {
-  return linear ? linear->bytes() : conv ? conv->bytes() : window->bytes();
+  if (gated) {
+    std::size_t n = gated->bytes();
+    for (const auto& c : convs) n += c.bytes();
+    return n;
+  }
+  return linear ? linear->bytes() : conv ? conv->bytes() : window ? window->bytes() : causal->bytes();
 }
 
 std::size_t LayerState::raw_size() const {
-  return linear ? linear->raw_size() : conv ? conv->raw_size() : window->raw_size();
+  if (gated) {
+    std::size_t n = gated->raw_size();
+    for (const auto& c : convs) n += c.raw_size();
+    return n;
+  }
+  return linear ? linear->raw_size() : conv ? conv->raw_size() : window ? window->raw_size()
+                                                                        : causal->raw_size();
+}
+
+std::size_t LayerState::raw_size_at(std::int64_t n_tokens) const {
+  return causal ? causal->raw_size_at(n_tokens) : raw_size();
 }
 
 std::vector<unsigned char> LayerState::raw_bytes() const {
-  return linear ? linear->raw_bytes() : conv ? conv->raw_bytes() : window->raw_bytes();
+  if (gated) {
+    // The recurrence's sums, then each convolution's past inputs (q, k, v), in that order.
+    std::vector<unsigned char> out = gated->raw_bytes();
+    for (const auto& c : convs) {
+      const auto r = c.raw_bytes();
+      out.insert(out.end(), r.begin(), r.end());
+    }
+    return out;
+  }
+  return linear ? linear->raw_bytes() : conv ? conv->raw_bytes() : window ? window->raw_bytes()
+                                                                          : causal->raw_bytes();
 }
 
 void LayerState::load_raw_bytes(const unsigned char* data, std::size_t size) {
   if (linear) linear->load_raw_bytes(data, size);
   else if (conv) conv->load_raw_bytes(data, size);
-  else window->load_raw_bytes(data, size);
+  else if (window) window->load_raw_bytes(data, size);
+  else if (causal) causal->load_raw_bytes(data, size);
+  else {
+    if (size != raw_size())
+      throw FormatError(fmt::format("[LayerState] {} bytes given, this layer's state has {}", size,
+                                    raw_size()));
+    // Into copies first, so that a failure leaves this state as it was.
+    GatedState g = gated->clone();
+    std::size_t at = g.raw_size();
+    g.load_raw_bytes(data, at);
+    std::vector<ShortConvState> cs;
+    for (const auto& c : convs) {
+      ShortConvState copy = c.clone();
+      copy.load_raw_bytes(data + at, copy.raw_size());
+      if (copy.n_tokens() != g.n_tokens())
+        throw FormatError(fmt::format("[LayerState] a convolution has seen {} tokens, the "
+                                      "recurrence {}", copy.n_tokens(), g.n_tokens()));
+      at += copy.raw_size();
+      cs.push_back(std::move(copy));
+    }
+    gated.emplace(std::move(g));
+    convs = std::move(cs);
+  }
 }
 
 MixerIo mixer_io(const ModelConfig& c, const Model::Impl::Layer& layer) {
+  if (c.gated_family()) return fla::mixer_io(c, layer);
   if (c.architecture != Architecture::kBased) {
     const int fq = c.num_heads * c.d_feature, v = c.num_heads * c.head_v_dim;
-    return {fq, fq, v, v};
+    return {fq, fq, v, 0, 0, v};
   }
   const int d = c.hidden_size;
   switch (layer.mixer) {
     case MixerKind::kShortConv: {
       const int di = c.conv_expand * d / 2;
-      return {di, 0, 0, di};
+      return {di, 0, 0, 0, 0, di};
     }
-    case MixerKind::kLinearAttention: return {c.key_dim, c.key_dim, d, d};
+    case MixerKind::kLinearAttention: return {c.key_dim, c.key_dim, d, 0, 0, d};
     case MixerKind::kWindowAttention: break;
+    case MixerKind::kGated:
+    case MixerKind::kAttention: break;  // fla::mixer_io
   }
-  return {d, d, d, d};
+  return {d, d, d, 0, 0, d};
 }
 
 void run_mixer(const ModelConfig& config, const Model::Impl::Layer& layer, LayerState& state,
-               const float* a, const float* b, const float* c, float* out, int rows, int threads) {
+               const MixerRows& r, int rows, int threads) {
+  if (config.gated_family()) {
+    fla::run_mixer(config, layer, state, r, rows, threads);
+    return;
+  }
   const MixerIo io = mixer_io(config, layer);
+  const float *a = r.a, *b = r.b, *c = r.c;
+  float* out = r.out;
   using CVec = Eigen::Map<const Eigen::VectorXf>;
   using Vec = Eigen::Map<Eigen::VectorXf>;
   using CMap = Eigen::Map<const RowMatrix>;
@@ -188,15 +262,18 @@ void run_mixer(const ModelConfig& config, const Model::Impl::Layer& layer, Layer
                               CMap(c, rows, io.c), O, PrefillOptions{rows, threads});
       }
       return;
+    case MixerKind::kGated:
+    case MixerKind::kAttention:
+      break;  // fla::run_mixer
   }
 }
 
 }  // namespace model
 
-std::size_t Decoder::Impl::saved_size(int vocab) const {
+std::size_t Decoder::Impl::saved_size(int vocab, std::int64_t tokens) const {
   std::size_t n = kHeaderBytes + sizeof(float) * static_cast<std::size_t>(vocab) +
                   kSessionHeaderBytes + 8;
-  for (const auto& s : states) n += 8 + s.raw_size();
+  for (const auto& s : states) n += 8 + s.raw_size_at(tokens);
   return n;
 }
 
@@ -316,10 +393,13 @@ static void run_based_stack(const Model& model, Workspace& w, int n, int threads
     const auto& L = m.layers[li];
     L.attn_norm.apply(w.x.data(), n, d, w.h.data(), d);
     switch (L.mixer) {
+      case MixerKind::kGated:
+      case MixerKind::kAttention:
+        break;  // fla's kinds, never in a Based model
       case MixerKind::kShortConv:
         L.in_u1.apply(w.h.data(), n, d, w.fq.data(), di, threads);
         L.in_u2.apply(w.h.data(), n, d, w.fk.data(), di, threads);
-        attend(li, w.fq.data(), nullptr, nullptr, w.o.data(), n, threads);
+        attend(li, MixerRows{w.fq.data(), nullptr, nullptr, nullptr, nullptr, w.o.data()}, n, threads);
         // silu(conv(u1)) * u2, the swish-gated unit with the convolution as its gate.
         model::swiglu(w.o.data(), w.fk.data(), w.o.data(), rows * di);
         L.out_proj.apply(w.o.data(), n, di, w.a.data(), d, threads);
@@ -328,14 +408,14 @@ static void run_based_stack(const Model& model, Workspace& w, int n, int threads
         L.q.apply(w.h.data(), n, d, w.q.data(), c.key_dim, threads);
         L.k.apply(w.h.data(), n, d, w.k.data(), c.key_dim, threads);
         L.v.apply(w.h.data(), n, d, w.v.data(), d, threads);
-        attend(li, w.q.data(), w.k.data(), w.v.data(), w.o.data(), n, threads);
+        attend(li, MixerRows{w.q.data(), w.k.data(), w.v.data(), nullptr, nullptr, w.o.data()}, n, threads);
         L.out_proj.apply(w.o.data(), n, d, w.a.data(), d, threads);
         break;
       case MixerKind::kWindowAttention:
         L.q.apply(w.h.data(), n, d, w.q.data(), d, threads);
         L.k.apply(w.h.data(), n, d, w.k.data(), d, threads);
         L.v.apply(w.h.data(), n, d, w.v.data(), d, threads);
-        attend(li, w.q.data(), w.k.data(), w.v.data(), w.o.data(), n, threads);
+        attend(li, MixerRows{w.q.data(), w.k.data(), w.v.data(), nullptr, nullptr, w.o.data()}, n, threads);
         L.out_proj.apply(w.o.data(), n, d, w.a.data(), d, threads);
         break;
     }
@@ -365,6 +445,10 @@ void run_stack(const Model& model, Workspace& w, const int* tokens, int n, int t
 
   if (c.architecture == Architecture::kBased) {
     run_based_stack(model, w, n, threads, attend);
+    return;
+  }
+  if (c.gated_family()) {
+    fla::run_stack(model, w, n, threads, attend);
     return;
   }
   for (std::size_t li = 0; li < m.layers.size(); ++li) {
@@ -401,7 +485,7 @@ void run_stack(const Model& model, Workspace& w, const int* tokens, int n, int t
       kf = w.fk_full.data();
       vf = w.v_full.data();
     }
-    attend(li, w.fq.data(), kf, vf, w.o.data(), n, threads);
+    attend(li, MixerRows{w.fq.data(), kf, vf, nullptr, nullptr, w.o.data()}, n, threads);
     if (L.has_head_norm) L.head_norm.apply(w.o.data(), n, c.value_dim, w.o.data(), c.value_dim, H);
     L.o.apply(w.o.data(), n, c.value_dim, w.a.data(), d, threads);
     model::add_inplace(w.x.data(), w.a.data(), std::int64_t(n) * d);
@@ -448,9 +532,8 @@ void Decoder::run_layers(const int* tokens, int n, int head) {
   Impl& w = *impl_;
   const int threads = detail::resolve_threads(options_.threads);
   model::run_stack(*model_, w.work, tokens, n, threads,
-                   [&](std::size_t li, const float* a, const float* b, const float* cc, float* o,
-                       int rows, int nthreads) {
-    model::run_mixer(c, m.layers[li], w.states[li], a, b, cc, o, rows, nthreads);
+                   [&](std::size_t li, const model::MixerRows& rows, int count, int nthreads) {
+    model::run_mixer(c, m.layers[li], w.states[li], rows, count, nthreads);
   });
 
   w.n_tokens += n;
@@ -547,7 +630,7 @@ void Decoder::load(const std::string& path, SessionData* session) {
   // A state's size is known from the model, up to the session's tokens: refuse a file that
   // could not be one before reading it whole.
   const std::uint64_t max_tokens = std::uint64_t(1) << 32;
-  if (size > impl_->saved_size(model_->config().vocab_size) + 4 * max_tokens)
+  if (size > impl_->saved_size(model_->config().vocab_size, std::int64_t(max_tokens)) + 4 * max_tokens)
     throw FormatError(fmt::format("[Decoder::load] {}: the file has {} bytes, more than a state "
                                   "of this model can have", path, size));
   const auto bytes = detail::read_file(path);
@@ -560,11 +643,18 @@ void Decoder::load_bytes(std::string_view in, const std::string& source, Session
     throw FormatError(fmt::format("[Decoder::load] {}: {}", source, problem));
   };
   const std::size_t size = in.size();
-  const std::size_t fixed = impl_->saved_size(model_->config().vocab_size);
+  // A full softmax layer's cache grows with the tokens: the sizes follow from the header's count.
+  std::int64_t header_tokens = 0;
+  if (size >= Impl::kHeaderBytes) {
+    std::size_t at_tokens = 8 + 4 + 4 + 8;
+    header_tokens = std::max<std::int64_t>(0, get<std::int64_t>(in, at_tokens));
+    header_tokens = std::min<std::int64_t>(header_tokens, std::int64_t(1) << 40);
+  }
+  const std::size_t fixed = impl_->saved_size(model_->config().vocab_size, header_tokens);
   const std::size_t session_at = fixed - Impl::kSessionHeaderBytes - 8;
   const std::size_t logits_at = session_at - sizeof(float) * static_cast<std::size_t>(model_->config().vocab_size);
   std::vector<std::size_t> layer_bytes;
-  for (const auto& s : impl_->states) layer_bytes.push_back(s.raw_size());
+  for (const auto& s : impl_->states) layer_bytes.push_back(s.raw_size_at(header_tokens));
 
   if (size < sizeof kMagic + 4) fail(fmt::format("{} bytes is too short for a state file", size));
   if (std::memcmp(in.data(), kMagic, sizeof kMagic) != 0) fail("not a recur state file (bad magic)");

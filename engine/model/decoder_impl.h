@@ -19,6 +19,7 @@ namespace recur::model {
 struct Workspace {
   int cap = 0;
   std::vector<float> x, h, q, k, v, fq, fk, fk_full, v_full, o, a, g, u, map_scratch, logits;
+  std::vector<float> gk, alpha, mixer_scratch;  // fla: GLA's low-rank gate; run_mixer's scratch
 
   /// Sizes every buffer for `rows` rows (logits stays empty until run_head() needs it).
   void allocate(const ModelConfig& c, const Model::Impl& m, int rows);
@@ -42,13 +43,24 @@ class FunctionRef<R(A...)> {
   R (*call_)(void*, A...);
 };
 
+/// The rows a layer's sequence-dependent part reads (a, b, c, d; null when unused), may use as
+/// scratch, and writes (out). Row r of each starts at r times its width in mixer_io().
+struct MixerRows {
+  const float* a = nullptr;
+  const float* b = nullptr;
+  const float* c = nullptr;
+  const float* d = nullptr;
+  float* scratch = nullptr;
+  float* out = nullptr;
+};
+
 /// The sequence-dependent part of layer `layer` over the workspace's n rows (mixer_io() gives the
 /// rows' widths): for linear attention fq and fk (n, H * d_feature) after the feature maps (or
 /// before, for a layer whose LinearAttention applies its own map), v (n, H * head_v_dim) with kv
 /// heads already repeated, writing o; for a short convolution u1, writing conv(u1); for window
-/// attention q, k and v before rotary, writing o. May throw (the stack then stops and rethrows).
-using Attend = FunctionRef<void(std::size_t layer, const float* fq, const float* fk,
-                                const float* v, float* o, int n, int threads)>;
+/// attention q, k and v before rotary, writing o; for fla's layers see fla::mixer_io. May throw
+/// (the stack then stops and rethrows).
+using Attend = FunctionRef<void(std::size_t layer, const MixerRows& rows, int n, int threads)>;
 
 /// One layer's state for one sequence: the one its mixer keeps (S and Z, the convolution's past
 /// inputs, or the window's ring). Fixed in size.
@@ -56,6 +68,9 @@ struct LayerState {
   std::optional<LinearState> linear;
   std::optional<ShortConvState> conv;
   std::optional<WindowState> window;
+  std::optional<GatedState> gated;
+  std::vector<ShortConvState> convs;  // fla's short convolutions on q, k, v (beside `gated`)
+  std::optional<CausalState> causal;
 
   static LayerState make(const Model::Impl::Layer& layer);
   LayerState clone() const;
@@ -63,6 +78,10 @@ struct LayerState {
   std::int64_t n_tokens() const;
   std::size_t bytes() const;
   std::size_t raw_size() const;
+  /// raw_size() after `n_tokens` tokens (differs from raw_size() only for a growing KV cache).
+  std::size_t raw_size_at(std::int64_t n_tokens) const;
+  /// True when the state grows with the sequence (a full softmax layer's KV cache).
+  bool grows() const { return causal && causal->grows(); }
   std::vector<unsigned char> raw_bytes() const;
   /// Throws FormatError (the state unchanged) when the bytes are not a state of this shape.
   void load_raw_bytes(const unsigned char* data, std::size_t size);
@@ -71,13 +90,13 @@ struct LayerState {
 /// Widths of the rows a layer's sequence-dependent part reads (a, b, c) and writes (out):
 /// linear attention q, k, v -> o; the short convolution u1 -> conv(u1); the window q, k, v -> o.
 struct MixerIo {
-  int a = 0, b = 0, c = 0, out = 0;
+  int a = 0, b = 0, c = 0, d = 0, scratch = 0, out = 0;
 };
 MixerIo mixer_io(const ModelConfig& config, const Model::Impl::Layer& layer);
 
 /// That part for `rows` rows of one sequence (step for one, prefill for more: the same bytes).
 void run_mixer(const ModelConfig& config, const Model::Impl::Layer& layer, LayerState& state,
-               const float* a, const float* b, const float* c, float* out, int rows, int threads);
+               const MixerRows& io, int rows, int threads);
 
 /// Runs n rows (n <= w.cap), the embeddings of `tokens`, through every layer; leaves the last
 /// layer's output in w.x.
@@ -103,9 +122,10 @@ struct Decoder::Impl {
   Eigen::VectorXf logits;  // after the last token
   model::Workspace work;   // for up to options.chunk rows
 
-  // Bytes of a saved state of this model with an empty session: the header, each layer's size
-  // and sums, the logits, the session's header and the checksum (see save_bytes()).
-  std::size_t saved_size(int vocab) const;
+  // Bytes of a saved state of this model after n_tokens tokens with an empty session: the
+  // header, each layer's size and sums, the logits, the session's header and the checksum (see
+  // save_bytes()).
+  std::size_t saved_size(int vocab, std::int64_t n_tokens) const;
   static constexpr std::size_t kHeaderBytes = 8 + 4 + 4 + 8 + 8 + 4 + 4;
   static constexpr std::size_t kSessionHeaderBytes = 4 + 8 + 8;
 };

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "kernels/quant.h"
+#include "model/fla.h"
 #include "model/model_impl.h"
 #include "recur/pytorch.h"
 #include "util/file.h"
@@ -434,6 +435,9 @@ std::vector<std::pair<std::string, Shape>> based_tensor_shapes(const ModelConfig
     const std::string p = fmt::format("transformer.layers.{}.", i);
     out.push_back({p + "norm1.weight", {d}});
     switch (c.mixers[std::size_t(i)]) {
+      case MixerKind::kGated:
+      case MixerKind::kAttention:
+        break;  // fla's kinds, never in a Based model
       case MixerKind::kShortConv:
         out.push_back({p + "mixer.in_proj.weight", {2 * di, d}});
         if (c.conv_bias) out.push_back({p + "mixer.in_proj.bias", {2 * di}});
@@ -495,6 +499,9 @@ void load_based(Loader& L, const WeightSource& weights, const ModelConfig& c, Mo
     layer.mixer = c.mixers[std::size_t(i)];
     layer.attn_norm = norm(L, p + "norm1", d, eps, false, true, "n_embd");
     switch (layer.mixer) {
+      case MixerKind::kGated:
+      case MixerKind::kAttention:
+        break;  // fla's kinds, never in a Based model
       case MixerKind::kShortConv: {
         const std::string in = p + "mixer.in_proj.weight";
         const auto w = L.take_matrix(in, in, 2 * di, d, Role::kMatrix, "expand_proj * n_embd, n_embd");
@@ -587,6 +594,7 @@ using model::Dense;
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> model_tensor_shapes(
     const ModelConfig& c) {
   if (c.architecture == Architecture::kBased) return based_tensor_shapes(c);
+  if (c.gated_family()) return fla::tensor_shapes(c);
   std::vector<std::pair<std::string, Shape>> out;
   const std::int64_t d = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   out.push_back({"model.embeddings.weight", {V, d}});
@@ -651,6 +659,15 @@ RandomWeights::RandomWeights(const ModelConfig& config_in, std::uint64_t seed, D
                ends_with("norm2.weight") || ends_with("ln_f.weight")) {
       s.init = Spec::Init::kNearOne;
       s.std = 0.1;
+    } else if (entry.second.size() == 1 && ends_with(".weight")) {  // fla's other norms
+      s.init = Spec::Init::kNearOne;
+      s.std = 0.1;
+    } else if (ends_with("_conv1d.weight")) {  // fla's (channels, 1, kernel) short convolutions
+      s.init = Spec::Init::kNormal;
+      s.std = 1.0 / std::sqrt(static_cast<double>(entry.second[2]));
+    } else if (name == "model.lower_bounds") {
+      s.init = Spec::Init::kNormal;
+      s.std = 1.0;
     } else if (ends_with(".conv.conv.weight")) {  // (channels, 1, kernel): taps near 1/sqrt(K)
       s.init = Spec::Init::kNormal;
       s.std = 1.0 / std::sqrt(static_cast<double>(entry.second[2]));
@@ -825,6 +842,28 @@ std::shared_ptr<const Model> Model::from_weights(const ModelConfig& config_in,
     finish();
     return m;
   }
+  if (c.gated_family()) {
+    fla::Reader r;
+    r.take = [&](const std::string& name, const Shape& shape, const char* why) {
+      return L.take(name, shape, why);
+    };
+    r.dense = [&](const std::string& name, int n_out, int k_in, bool bias, const char* why) {
+      return dense(L, name, n_out, k_in, bias, why);
+    };
+    r.dtype = [&](const std::string& name) { return L.dtype(name); };
+    r.ignore = [&](const std::string& name) { L.ignore(name); };
+    r.has = [&](const std::string& name) { return weights.has(name); };
+    r.accept_tied = [&](const std::string& name, const std::vector<float>& ref, const Shape& shape) {
+      L.accept_tied(name, ref, shape);
+    };
+    try {
+      fla::load(c, r, impl);
+    } catch (const ArgumentError& e) {  // a bad model is a FormatError, whatever layer finds it
+      throw FormatError(fmt::format("[Model] {}: {}", weights.describe(), e.what()));
+    }
+    finish();
+    return m;
+  }
   // A tied embedding is the head's matrix too (quantized with it); an untied one is only
   // gathered, a row per token, and stays as stored.
   MatrixWeight table;
@@ -965,7 +1004,7 @@ std::size_t Model::weight_bytes_per_token() const {
   };
   for (const auto& l : impl_->layers) {
     for (const auto* d : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.fc1, &l.fc2,
-                          &l.in_u1, &l.in_u2, &l.out_proj})
+                          &l.in_u1, &l.in_u2, &l.out_proj, &l.g_proj, &l.gk0, &l.gk1})
       bytes += dense_bytes(*d);
     if (l.phi_q) bytes += l.phi_q->parameter_bytes();
     if (l.phi_k && !config_.tie_feature_map_qk)  // tied maps share one set of matrices

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "model/layers.h"
+#include "recur/causal_attention.h"
 #include "recur/feature_map.h"
+#include "recur/gated_attention.h"
 #include "recur/linear_attention.h"
 #include "recur/model.h"
 #include "recur/short_conv.h"
@@ -51,6 +53,16 @@ struct Model::Impl {
     model::Dense in_u1, in_u2, out_proj;
     std::unique_ptr<ShortConvolution> conv;
     std::unique_ptr<WindowAttention> window;
+    // fla's gated models (kGated): q, k, v, o above, the output gate g_proj, GLA's low-rank gate
+    // gk_proj (gk0 then gk1, with a bias), short convolutions on q, k, v (or none), the
+    // recurrence, and the output norm in head_norm (per head; HGRN2's over the whole width).
+    model::Dense g_proj, gk0, gk1;
+    std::unique_ptr<ShortConvolution> conv_q, conv_k, conv_v;
+    std::unique_ptr<GatedAttention> gated;
+    std::vector<float> lower_bound;  // HGRN2: (hidden), the forget gate's floor; empty for none
+    std::vector<float> rope_inv_freq;  // RetNet: (head_k_dim / 2), rotary on q and k
+    // fla's hybrid `attn` layers (kAttention): q, k, v (biases if qkv_bias), o, and the layer.
+    std::unique_ptr<CausalAttention> causal;
   };
   std::vector<float> embeddings;  // (embedding_rows, hidden): vocab_size rows, then padding
   std::vector<Layer> layers;

@@ -36,6 +36,9 @@ enum class Architecture {
   kLinearAttn,           ///< model_type "linear_attn" (flash-linear-attention)
   kTransformersAreRnns,  ///< model_type "transformers_are_rnns" (the paper's post-norm model)
   kBased,                ///< HazyResearch's Based (model_type "gpt2" with alt_mixer fields)
+  kGla,                  ///< model_type "gla" (flash-linear-attention's gated linear attention)
+  kRetNet,               ///< model_type "retnet" (multi-scale retention)
+  kHgrn2,                ///< model_type "hgrn2"
 };
 
 /// What mixes tokens in one layer. Every kind keeps a state of fixed size per sequence.
@@ -43,6 +46,19 @@ enum class MixerKind {
   kLinearAttention,  ///< S and Z through a feature map (every layer of the first two layouts)
   kShortConv,        ///< Based's BaseConv: a gated depthwise causal convolution
   kWindowAttention,  ///< softmax attention over the last tokens, with rotary embeddings
+  kGated,            ///< a decayed recurrence (GLA, RetNet, HGRN2), with its short convolutions
+  kAttention,        ///< fla's hybrid `attn` layers: causal softmax attention, full (a KV cache
+                     ///< that grows with the sequence) or windowed (constant)
+};
+
+/// One entry of an fla config's `attn` block: softmax attention at some layers.
+struct HybridAttentionSpec {
+  std::vector<int> layers;
+  int num_heads = 0;
+  int num_kv_heads = 0;  ///< 0: num_heads
+  bool qkv_bias = false;
+  int window_size = 0;   ///< 0: full attention; else a token sees window_size - 1 before it
+  double rope_theta = 10000;
 };
 
 /// Feature maps a model's config may name.
@@ -95,11 +111,30 @@ struct ModelConfig {
   int pad_vocab_multiple = 8;      ///< the embedding has vocab_size rounded up to this many rows
   int embedding_rows = 0;          ///< derived: vocab_size rounded up (the logits are vocab_size)
 
+  // flash-linear-attention's gated models (kGla, kRetNet, kHgrn2); docs/fla-models.md.
+  bool use_short_conv = false;  ///< GLA, HGRN2: short convolutions on q, k, v (RetNet's block
+                                ///< ignores the field)
+  int conv_size = 4;
+  bool use_output_gate = true;  ///< GLA, RetNet: g_proj and the swish-gated output norm
+  std::string qk_activation;    ///< GLA, RetNet: feature_map on q and k ("", "relu" or "swish")
+  bool has_clamp_min = false;   ///< GLA: clamp_min is set
+  double clamp_min = 0;
+  bool fuse_norm = true;        ///< names the output norm (g_norm_swish_gate or g_norm)
+  int expand_ratio = 128;       ///< HGRN2: the forget gate's width per head
+  bool use_lower_bound = true;  ///< HGRN2: the per-layer lower bounds of the forget gate
+  int max_position_embeddings = 2048;
+  /// The `attn` block: a dict is one spec, a list several (attn_is_list remembers which).
+  std::vector<HybridAttentionSpec> attn;
+  bool has_attn = false, attn_is_list = false;
+  static constexpr int kGateLowRankDim = 16;        ///< GLA's gk_proj rank (fixed in the layer)
+  static constexpr double kGateLogitNormalizer = 16;  ///< GLA's divisor of logsigmoid
+
   // Derived (filled by resolve()).
   int key_dim = 0, value_dim = 0;        ///< q and o widths: hidden_size * expand_k / expand_v
   int head_k_dim = 0, head_v_dim = 0;    ///< per head
   int kv_groups = 1;                     ///< num_heads / num_kv_heads
   int d_feature = 0;                     ///< per head, after the feature map
+  std::vector<int> attn_spec;            ///< fla: per layer, its entry of `attn`, or -1
   float attn_scale = 1.0f;               ///< multiplies phi(q)
 
   /// Parses a config.json text; `source` names it in messages. Unknown fields, unsupported
@@ -112,6 +147,11 @@ struct ModelConfig {
   void resolve(const std::string& source);
 
   bool post_norm() const { return architecture == Architecture::kTransformersAreRnns; }
+  /// GLA, RetNet or HGRN2 (flash-linear-attention's gated models, with their hybrids).
+  bool gated_family() const {
+    return architecture == Architecture::kGla || architecture == Architecture::kRetNet ||
+           architecture == Architecture::kHgrn2;
+  }
   /// Names of the feature maps, as config.json spells them.
   static const char* feature_map_name(ModelFeatureMap map);
 };

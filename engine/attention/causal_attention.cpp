@@ -1,0 +1,385 @@
+#include "recur/causal_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/dispatch.h"
+#include "recur/window_attention.h"  // sincos_fixed
+#include "util/check.h"
+#include "util/parallel.h"
+
+namespace recur {
+namespace {
+
+constexpr int kPad = 16;
+constexpr int P = CausalState::kPageSlots;
+int padded(int n) { return (n + kPad - 1) / kPad * kPad; }
+
+// GPT-NeoX's rotation of one head's row, then times `scale`: each multiply and add rounded on
+// its own (no contraction in this tree), as WindowAttention rotates.
+void rotate(const float* x, const float* c, const float* s, int half, float scale, float* out) {
+  for (int i = 0; i < half; ++i) {
+    const float x1 = x[i], x2 = x[i + half];
+    out[i] = (x1 * c[i] - x2 * s[i]) * scale;
+    out[i + half] = (x2 * c[i] + x1 * s[i]) * scale;
+  }
+}
+
+// What one query needs besides the state: a page of scores, the weights of every visible key,
+// the accumulator.
+struct Scratch {
+  float* scores;   // (P)
+  float* weights;  // (visible keys)
+  float* acc;      // (d_padded)
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// CausalState
+
+CausalState::CausalState(int n_kv_heads, int d_head, int window)
+    : n_kv_heads_(n_kv_heads),
+      d_head_(d_head),
+      d_padded_(padded(d_head)),
+      window_(window),
+      page_floats_(std::size_t(n_kv_heads) * std::size_t(P) * std::size_t(d_head + padded(d_head))) {
+  // cos, sin (d / 2 each), q (d), keys (kv heads * d), scores (P), acc (dp).
+  workspace_.assign(std::size_t(2 * d_head + n_kv_heads * d_head + P + d_padded_), 0.0f);
+  if (window_ > 0) {
+    ensure_pages(window_ + 1);
+    weights_.assign(std::size_t(window_ + 1), 0.0f);
+  }
+}
+
+float* CausalState::keys(std::size_t page, int kv_head) const {
+  return pages_[page].get() + std::size_t(kv_head) * std::size_t(P) * std::size_t(d_head_ + d_padded_);
+}
+float* CausalState::values(std::size_t page, int kv_head) const {
+  return keys(page, kv_head) + std::size_t(d_head_) * std::size_t(P);
+}
+
+void CausalState::ensure_pages(std::int64_t slots) {
+  const auto need = std::size_t((slots + P - 1) / P);
+  while (pages_.size() < need) {
+    pages_.emplace_back(new float[page_floats_]);
+    std::fill(pages_.back().get(), pages_.back().get() + page_floats_, 0.0f);
+  }
+}
+
+std::int64_t CausalState::slots_used() const { return window_ > 0 ? window_ + 1 : n_tokens_; }
+
+CausalState CausalState::clone() const {
+  CausalState c(n_kv_heads_, d_head_, window_);
+  c.ensure_pages(std::int64_t(pages_.size()) * P);
+  for (std::size_t p = 0; p < pages_.size(); ++p)
+    std::memcpy(c.pages_[p].get(), pages_[p].get(), page_floats_ * sizeof(float));
+  c.n_tokens_ = n_tokens_;
+  c.weights_.assign(weights_.size(), 0.0f);
+  return c;
+}
+
+void CausalState::reset() {
+  if (window_ > 0) {
+    for (auto& p : pages_) std::fill(p.get(), p.get() + page_floats_, 0.0f);
+  } else {
+    pages_.clear();
+    pages_.shrink_to_fit();
+    weights_.clear();
+    weights_.shrink_to_fit();
+  }
+  n_tokens_ = 0;
+}
+
+std::size_t CausalState::bytes() const {
+  return sizeof(*this) + (pages_.size() * page_floats_ + workspace_.capacity() + weights_.capacity()) *
+                             sizeof(float) +
+         pages_.capacity() * sizeof(pages_[0]);
+}
+
+std::size_t CausalState::raw_size_at(std::int64_t n_tokens) const {
+  const std::int64_t slots = window_ > 0 ? window_ + 1 : n_tokens;
+  return std::size_t(slots) * std::size_t(n_kv_heads_) * 2 * std::size_t(d_head_) * sizeof(float) +
+         sizeof(std::int64_t);
+}
+
+std::vector<unsigned char> CausalState::raw_bytes() const {
+  std::vector<unsigned char> out(raw_size());
+  const std::int64_t slots = slots_used();
+  const std::size_t d = std::size_t(d_head_);
+  float* o = reinterpret_cast<float*>(out.data());
+  std::vector<float> row(d);
+  for (int g = 0; g < n_kv_heads_; ++g)
+    for (std::int64_t s = 0; s < slots; ++s) {
+      const float* k = keys(std::size_t(s / P), g);
+      for (std::size_t i = 0; i < d; ++i) row[i] = k[i * P + std::size_t(s % P)];
+      std::memcpy(o, row.data(), d * sizeof(float));
+      std::memcpy(o + d, values(std::size_t(s / P), g) + std::size_t(s % P) * std::size_t(d_padded_),
+                  d * sizeof(float));
+      o += 2 * d;
+    }
+  std::memcpy(out.data() + out.size() - sizeof n_tokens_, &n_tokens_, sizeof n_tokens_);
+  return out;
+}
+
+void CausalState::load_raw_bytes(const unsigned char* data, std::size_t size) {
+  constexpr const char* call = "CausalState::load_raw_bytes";
+  std::int64_t count = -1;
+  if (size >= sizeof count) std::memcpy(&count, data + size - sizeof count, sizeof count);
+  if (count < 0) throw FormatError(fmt::format("[{}] the token count is {}", call, count));
+  if (size != raw_size_at(count))
+    throw FormatError(fmt::format("[{}] {} bytes given, a state of this shape (kv heads {}, d_head "
+                                  "{}, window {}) after {} tokens has {}",
+                                  call, size, n_kv_heads_, d_head_, window_, count,
+                                  raw_size_at(count)));
+  const std::size_t n = (size - sizeof count) / sizeof(float);
+  std::vector<float> values_in(n);
+  std::memcpy(values_in.data(), data, n * sizeof(float));
+  for (float x : values_in)
+    if (!std::isfinite(x))
+      throw FormatError(fmt::format("[{}] the cache holds a non-finite value ({})", call, x));
+  CausalState s(n_kv_heads_, d_head_, window_);
+  s.n_tokens_ = count;
+  const std::int64_t slots = s.slots_used();
+  s.ensure_pages(slots);
+  if (window_ == 0) s.weights_.assign(std::size_t(slots), 0.0f);
+  const std::size_t d = std::size_t(d_head_);
+  const float* in = values_in.data();
+  for (int g = 0; g < n_kv_heads_; ++g)
+    for (std::int64_t t = 0; t < slots; ++t) {
+      float* k = s.keys(std::size_t(t / P), g);
+      for (std::size_t i = 0; i < d; ++i) k[i * P + std::size_t(t % P)] = in[i];
+      std::memcpy(s.values(std::size_t(t / P), g) + std::size_t(t % P) * std::size_t(d_padded_),
+                  in + d, d * sizeof(float));
+      in += 2 * d;
+    }
+  *this = std::move(s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// CausalAttention
+
+CausalAttention::CausalAttention(const CausalAttentionConfig& config) : config_(config) {
+  constexpr const char* call = "CausalAttention";
+  constexpr int kMaxDim = 1 << 16;
+  if (config_.n_kv_heads == 0) config_.n_kv_heads = config_.n_heads;
+  const auto& c = config_;
+  if (c.n_heads < 1 || c.n_heads > kMaxDim || c.n_kv_heads < 1 || c.n_heads % c.n_kv_heads != 0)
+    detail::throw_argument(call, "n_heads {} and n_kv_heads {}: expected 1 to {} heads, a multiple "
+                                 "of the kv heads", c.n_heads, c.n_kv_heads, kMaxDim);
+  if (c.d_head < 2 || c.d_head > kMaxDim || c.d_head % 2 != 0)
+    detail::throw_argument(call, "d_head is {}, expected an even number from 2 to {}", c.d_head,
+                           kMaxDim);
+  if (c.window < 0 || c.window > (1 << 24))
+    detail::throw_argument(call, "window is {}, expected 0 (full) to {}", c.window, 1 << 24);
+  if (!std::isfinite(c.rope_theta) || c.rope_theta <= 1.0f)
+    detail::throw_argument(call, "rope_theta is {}, expected a finite number > 1", c.rope_theta);
+  if (!std::isfinite(c.scale) || c.scale < 0.0f)
+    detail::throw_argument(call, "scale is {}, expected a finite number >= 0 (0: default)", c.scale);
+  scale_ = c.scale != 0.0f ? c.scale : static_cast<float>(1.0 / std::sqrt(double(c.d_head)));
+  const int half = c.d_head / 2;
+  inv_freq_.resize(std::size_t(half));
+  for (int i = 0; i < half; ++i)
+    inv_freq_[std::size_t(i)] = static_cast<float>(
+        1.0 / std::pow(double(c.rope_theta), 2.0 * double(i) / double(c.d_head)));
+}
+
+CausalState CausalAttention::make_state() const {
+  return CausalState(config_.n_kv_heads, config_.d_head, config_.window);
+}
+
+void CausalAttention::check_state(const CausalState& s, const char* call) const {
+  if (s.n_kv_heads_ != config_.n_kv_heads || s.d_head_ != config_.d_head || s.window_ != config_.window)
+    detail::throw_argument(call, "state was made for another layer: state has kv heads {}, d_head "
+                                 "{}, window {}; layer has {}, {}, {}", s.n_kv_heads_, s.d_head_,
+                           s.window_, config_.n_kv_heads, config_.d_head, config_.window);
+}
+
+void CausalAttention::rotary(std::int64_t pos, float* cos_out, float* sin_out) const {
+  for (std::size_t i = 0; i < inv_freq_.size(); ++i) {
+    const double angle = static_cast<double>(pos) * static_cast<double>(inv_freq_[i]);
+    double s = 0.0, c = 0.0;
+    sincos_fixed(angle, &s, &c);
+    cos_out[i] = static_cast<float>(c);
+    sin_out[i] = static_cast<float>(s);
+  }
+}
+
+namespace {
+
+// The keys a query at `pos` sees, as runs of consecutive slots within one page, oldest first:
+// f(page, first column, count, index of the run's first key among the visible ones).
+template <class F>
+void for_each_run(std::int64_t pos, int window, F&& f) {
+  const std::int64_t first = window > 0 ? std::max<std::int64_t>(0, pos - window) : 0;
+  const std::int64_t slots = window > 0 ? window + 1 : pos + 1;
+  std::int64_t p = first;
+  int index = 0;
+  while (p <= pos) {
+    const std::int64_t slot = window > 0 ? p % slots : p;
+    const int col = int(slot % P);
+    std::int64_t len = std::min<std::int64_t>(P - col, pos - p + 1);
+    if (window > 0) len = std::min<std::int64_t>(len, slots - slot);
+    f(std::size_t(slot / P), col, int(len), index);
+    p += len;
+    index += int(len);
+  }
+}
+
+}  // namespace
+
+// The one routine of step() and prefill(): query head qs (rotated, scaled) over kv head g's
+// visible keys. Scores: one FMA chain over d per key (column_dots over a page); m the largest,
+// oldest first; w = exp(score - m) by recur's exp; l summed oldest first; acc one FMA chain per
+// value column over the keys oldest first; out = acc * (1 / l).
+static void attend_one(const kernels::Kernels& kern, const CausalState& s, int g, int d, int dp,
+                       int window, const float* qs, std::int64_t pos, const Scratch& w,
+                       float* out, float* (*keys)(const CausalState&, std::size_t, int),
+                       float* (*values)(const CausalState&, std::size_t, int)) {
+  const int n = int(window > 0 ? std::min<std::int64_t>(pos, window) + 1 : pos + 1);
+  for_each_run(pos, window, [&](std::size_t page, int col, int len, int index) {
+    kern.column_dots(qs, keys(s, page, g), d, P, P, w.scores);
+    std::memcpy(w.weights + index, w.scores + col, sizeof(float) * std::size_t(len));
+  });
+  float m = w.weights[0];
+  for (int j = 1; j < n; ++j) m = w.weights[j] > m ? w.weights[j] : m;
+  kern.exp_minus(w.weights, w.weights, n, m);
+  float l = 0.0f;
+  for (int j = 0; j < n; ++j) l += w.weights[j];
+  std::fill(w.acc, w.acc + dp, 0.0f);
+  for_each_run(pos, window, [&](std::size_t page, int col, int len, int index) {
+    kern.weighted_rows(w.acc, values(s, page, g) + std::size_t(col) * std::size_t(dp),
+                       w.weights + index, len, dp);
+  });
+  const float inv = 1.0f / l;
+  for (int j = 0; j < d; ++j) out[j] = w.acc[j] * inv;
+}
+
+struct CausalAccess {
+  static float* keys(const CausalState& s, std::size_t page, int g) { return s.keys(page, g); }
+  static float* values(const CausalState& s, std::size_t page, int g) { return s.values(page, g); }
+};
+
+void CausalAttention::step(CausalState& state, ConstVectorRef q, ConstVectorRef k,
+                           ConstVectorRef v, VectorRef out) const {
+  constexpr const char* call = "CausalAttention::step";
+  check_state(state, call);
+  const int H = config_.n_heads, Hkv = config_.n_kv_heads, d = config_.d_head;
+  const int G = H / Hkv;
+  if (q.size() != Eigen::Index(H) * d || out.size() != Eigen::Index(H) * d ||
+      k.size() != Eigen::Index(Hkv) * d || v.size() != Eigen::Index(Hkv) * d)
+    detail::throw_shape(call, "q {}, k {}, v {}, out {} elements; expected n_heads * d_head = {} "
+                              "for q and out, n_kv_heads * d_head = {} for k and v",
+                        q.size(), k.size(), v.size(), out.size(), H * d, Hkv * d);
+  detail::check_finite(call, "q", q.data(), 1, q.size(), q.size());
+  detail::check_finite(call, "k", k.data(), 1, k.size(), k.size());
+  detail::check_finite(call, "v", v.data(), 1, v.size(), v.size());
+  const std::int64_t pos = state.n_tokens_;
+  const int window = config_.window;
+  if (window == 0) {
+    state.ensure_pages(pos + 1);
+    if (state.weights_.size() < std::size_t(pos + 1))
+      state.weights_.resize(std::max<std::size_t>(std::size_t(pos + 1), 2 * state.weights_.size()));
+  }
+  const int half = d / 2, dp = state.d_padded_;
+  float* cos_t = state.workspace_.data();
+  float* sin_t = cos_t + half;
+  float* qs = sin_t + half;
+  float* kr = qs + d;
+  const Scratch w{kr + std::size_t(Hkv) * std::size_t(d), state.weights_.data(),
+                  kr + std::size_t(Hkv) * std::size_t(d) + P};
+  rotary(pos, cos_t, sin_t);
+  const std::int64_t slot = window > 0 ? pos % (window + 1) : pos;
+  for (int g = 0; g < Hkv; ++g) {
+    rotate(k.data() + g * d, cos_t, sin_t, half, 1.0f, kr);
+    float* kc = state.keys(std::size_t(slot / P), g);
+    for (int i = 0; i < d; ++i) kc[std::size_t(i) * P + std::size_t(slot % P)] = kr[i];
+    std::memcpy(state.values(std::size_t(slot / P), g) + std::size_t(slot % P) * std::size_t(dp),
+                v.data() + g * d, sizeof(float) * std::size_t(d));
+  }
+  const kernels::Kernels& kern = kernels::active();
+  for (int h = 0; h < H; ++h) {
+    rotate(q.data() + h * d, cos_t, sin_t, half, scale_, qs);
+    attend_one(kern, state, h / G, d, dp, window, qs, pos, w, out.data() + h * d,
+               &CausalAccess::keys, &CausalAccess::values);
+  }
+  ++state.n_tokens_;
+}
+
+void CausalAttention::prefill(CausalState& state, const ConstMatrixRef& Q, const ConstMatrixRef& K,
+                              const ConstMatrixRef& V, MatrixRef O,
+                              const PrefillOptions& options) const {
+  constexpr const char* call = "CausalAttention::prefill";
+  check_state(state, call);
+  const int H = config_.n_heads, Hkv = config_.n_kv_heads, d = config_.d_head;
+  const int G = H / Hkv;
+  const Eigen::Index T = Q.rows();
+  if (Q.cols() != Eigen::Index(H) * d || O.rows() != T || O.cols() != Eigen::Index(H) * d ||
+      K.rows() != T || V.rows() != T || K.cols() != Eigen::Index(Hkv) * d ||
+      V.cols() != Eigen::Index(Hkv) * d)
+    detail::throw_shape(call, "Q ({}, {}), K ({}, {}), V ({}, {}), O ({}, {}); expected T rows, "
+                              "n_heads * d_head = {} columns for Q and O, n_kv_heads * d_head = {} "
+                              "for K and V", Q.rows(), Q.cols(), K.rows(), K.cols(), V.rows(),
+                        V.cols(), O.rows(), O.cols(), H * d, Hkv * d);
+  if (options.chunk < 1)
+    detail::throw_argument(call, "options.chunk is {}, expected at least 1", options.chunk);
+  if (options.threads < 0)
+    detail::throw_argument(call, "options.threads is {}, expected 0 (all cores) or more",
+                           options.threads);
+  detail::check_finite(call, "Q", Q.data(), T, Q.cols(), Q.outerStride());
+  detail::check_finite(call, "K", K.data(), T, K.cols(), K.outerStride());
+  detail::check_finite(call, "V", V.data(), T, V.cols(), V.outerStride());
+  if (T == 0) return;
+  const int window = config_.window;
+  const std::int64_t pos0 = state.n_tokens_;
+  // Everything allocated before the state changes.
+  if (window == 0) {
+    state.ensure_pages(pos0 + T);
+    if (state.weights_.size() < std::size_t(pos0 + T))
+      state.weights_.resize(std::max<std::size_t>(std::size_t(pos0 + T), 2 * state.weights_.size()));
+  }
+  const int half = d / 2, dp = state.d_padded_;
+  const int chunk = int(std::min<Eigen::Index>(options.chunk, T));
+  const int threads = std::min(detail::resolve_threads(options.threads), Hkv);
+  const std::size_t visible = window > 0 ? std::size_t(window + 1) : std::size_t(pos0 + T);
+  const std::size_t table = std::size_t(chunk) * std::size_t(half);
+  const std::size_t per_worker = 2 * table + std::size_t(2 * d + P + dp) + visible;
+  std::vector<float> scratch(per_worker * std::size_t(threads), 0.0f);
+  const kernels::Kernels& kern = kernels::active();
+  // A worker owns kv heads [g0, g1) and their query heads, and walks every token in order:
+  // it stores a token's key before any query of that token reads it, as step() does.
+  detail::parallel_ranges(Hkv, threads, [&](int g0, int g1, int worker) {
+    float* cos_t = scratch.data() + per_worker * std::size_t(worker);
+    float* sin_t = cos_t + table;
+    float* qs = sin_t + table;
+    float* kr = qs + d;
+    const Scratch w{kr + d, kr + d + P + dp, kr + d + P};
+    for (Eigen::Index b0 = 0; b0 < T; b0 += chunk) {
+      const int n = int(std::min<Eigen::Index>(chunk, T - b0));
+      for (int t = 0; t < n; ++t)
+        rotary(pos0 + b0 + t, cos_t + std::size_t(t * half), sin_t + std::size_t(t * half));
+      for (int g = g0; g < g1; ++g)
+        for (int t = 0; t < n; ++t) {
+          const Eigen::Index row = b0 + t;
+          const std::int64_t pos = pos0 + row;
+          const float* c = cos_t + std::size_t(t * half);
+          const float* s = sin_t + std::size_t(t * half);
+          const std::int64_t slot = window > 0 ? pos % (window + 1) : pos;
+          rotate(K.data() + row * K.outerStride() + g * d, c, s, half, 1.0f, kr);
+          float* kc = state.keys(std::size_t(slot / P), g);
+          for (int i = 0; i < d; ++i) kc[std::size_t(i) * P + std::size_t(slot % P)] = kr[i];
+          std::memcpy(state.values(std::size_t(slot / P), g) + std::size_t(slot % P) * std::size_t(dp),
+                      V.data() + row * V.outerStride() + g * d, sizeof(float) * std::size_t(d));
+          for (int h = g * G; h < (g + 1) * G; ++h) {
+            rotate(Q.data() + row * Q.outerStride() + h * d, c, s, half, scale_, qs);
+            attend_one(kern, state, g, d, dp, window, qs, pos, w, O.data() + row * O.outerStride() + h * d,
+                       &CausalAccess::keys, &CausalAccess::values);
+          }
+        }
+    }
+  });
+  state.n_tokens_ += T;
+}
+
+}  // namespace recur

@@ -1,0 +1,466 @@
+// flash-linear-attention's gated models as fla lays them out (fla/models/{gla,retnet,hgrn2},
+// fla/layers/{gla,multiscale_retention,hgrn2,attn}.py): the tensor table, loading, and the layer
+// stack. Pre-norm blocks x += mixer(RMSNorm(x)); x += GatedMLP(RMSNorm(x)); a final RMSNorm and
+// the head. docs/fla-models.md.
+#include "model/fla.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/dispatch.h"
+#include "recur/error.h"
+#include "recur/window_attention.h"  // sincos_fixed
+
+namespace recur::fla {
+namespace {
+
+std::string prefix(int i) { return fmt::format("model.layers.{}.", i); }
+
+// The output norm's name: FusedRMSNormGated when fla fuses it with the swish gate, else RMSNorm.
+std::string out_norm_name(const ModelConfig& c) {
+  if (c.architecture == Architecture::kHgrn2) return "attn.g_norm";
+  return c.use_output_gate && c.fuse_norm ? "attn.g_norm_swish_gate" : "attn.g_norm";
+}
+
+struct Widths {
+  int q, k, v;  // the projections' widths (k and v per kv group)
+};
+Widths gated_widths(const ModelConfig& c) {
+  if (c.architecture == Architecture::kHgrn2) return {c.hidden_size, c.hidden_size, c.hidden_size};
+  return {c.key_dim, c.key_dim / c.kv_groups, c.value_dim / c.kv_groups};
+}
+
+// Rows (n, heads * width) of src repeated so that head j reads group j / G: fla's repeat of each
+// kv head G times ('... (h d) -> ... (h g) d').
+void repeat_heads(const float* src, float* dst, int n, int groups_in, int G, int width) {
+  const std::size_t in = std::size_t(groups_in) * std::size_t(width);
+  for (int t = 0; t < n; ++t)
+    for (int j = 0; j < groups_in * G; ++j)
+      std::memcpy(dst + std::size_t(t) * in * std::size_t(G) + std::size_t(j) * std::size_t(width),
+                  src + std::size_t(t) * in + std::size_t(j / G) * std::size_t(width),
+                  sizeof(float) * std::size_t(width));
+}
+
+// fla's RotaryEmbedding (GPT-NeoX halves, not interleaved) on `heads` heads of each row, at
+// positions pos0 + t; cos and sin from the double routine WindowAttention uses.
+void rotate_rows(const float* x, float* y, int n, int heads, int d, std::int64_t pos0,
+                 const std::vector<float>& inv_freq) {
+  const int half = d / 2;
+  for (int t = 0; t < n; ++t) {
+    for (int i = 0; i < half; ++i) {
+      const double angle = double(pos0 + t) * double(inv_freq[std::size_t(i)]);
+      double sd = 0.0, cd = 0.0;
+      sincos_fixed(angle, &sd, &cd);
+      const float c = float(cd), s = float(sd);
+      for (int h = 0; h < heads; ++h) {
+        const std::size_t at = std::size_t(t) * std::size_t(heads * d) + std::size_t(h * d);
+        const float x1 = x[at + std::size_t(i)], x2 = x[at + std::size_t(i + half)];
+        y[at + std::size_t(i)] = x1 * c - x2 * s;
+        y[at + std::size_t(i + half)] = x2 * c + x1 * s;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, Shape>> tensor_shapes(const ModelConfig& c) {
+  std::vector<std::pair<std::string, Shape>> out;
+  const std::int64_t d = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const std::int64_t K = c.conv_size;
+  out.push_back({"model.embeddings.weight", {V, d}});
+  if (c.architecture == Architecture::kHgrn2 && c.use_lower_bound)
+    out.push_back({"model.lower_bounds", {c.num_hidden_layers, d}});
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = prefix(i);
+    out.push_back({p + "attn_norm.weight", {d}});
+    if (c.mixers[std::size_t(i)] == MixerKind::kAttention) {
+      const auto& s = c.attn[std::size_t(c.attn_spec[std::size_t(i)])];
+      const std::int64_t kv = std::int64_t(s.num_kv_heads) * (d / s.num_heads);
+      out.push_back({p + "attn.q_proj.weight", {d, d}});
+      if (s.qkv_bias) out.push_back({p + "attn.q_proj.bias", {d}});
+      out.push_back({p + "attn.k_proj.weight", {kv, d}});
+      if (s.qkv_bias) out.push_back({p + "attn.k_proj.bias", {kv}});
+      out.push_back({p + "attn.v_proj.weight", {kv, d}});
+      if (s.qkv_bias) out.push_back({p + "attn.v_proj.bias", {kv}});
+      out.push_back({p + "attn.o_proj.weight", {d, d}});
+    } else if (c.architecture == Architecture::kHgrn2) {
+      out.push_back({p + "attn.q_proj.weight", {d, d}});
+      out.push_back({p + "attn.f_proj.weight", {d, d}});
+      out.push_back({p + "attn.i_proj.weight", {d, d}});
+      if (c.use_short_conv)
+        for (const char* n : {"q", "f", "i"})
+          out.push_back({p + "attn." + n + "_conv1d.weight", {d, 1, K}});
+      if (c.elementwise_affine) out.push_back({p + "attn.g_norm.weight", {d}});
+      out.push_back({p + "attn.o_proj.weight", {d, d}});
+    } else {
+      const Widths w = gated_widths(c);
+      out.push_back({p + "attn.q_proj.weight", {w.q, d}});
+      out.push_back({p + "attn.k_proj.weight", {w.k, d}});
+      out.push_back({p + "attn.v_proj.weight", {w.v, d}});
+      if (c.use_output_gate) out.push_back({p + "attn.g_proj.weight", {c.value_dim, d}});
+      if (c.use_short_conv && c.architecture == Architecture::kGla) {
+        out.push_back({p + "attn.q_conv1d.weight", {w.q, 1, K}});
+        out.push_back({p + "attn.k_conv1d.weight", {w.k, 1, K}});
+        out.push_back({p + "attn.v_conv1d.weight", {w.v, 1, K}});
+      }
+      if (c.architecture == Architecture::kGla) {
+        const std::int64_t r = ModelConfig::kGateLowRankDim;
+        out.push_back({p + "attn.gk_proj.0.weight", {r, d}});
+        out.push_back({p + "attn.gk_proj.1.weight", {w.k, r}});
+        out.push_back({p + "attn.gk_proj.1.bias", {w.k}});
+      }
+      out.push_back({p + "attn.o_proj.weight", {d, c.value_dim}});
+      if (c.elementwise_affine) out.push_back({p + out_norm_name(c) + ".weight", {c.head_v_dim}});
+    }
+    out.push_back({p + "mlp_norm.weight", {d}});
+    out.push_back({p + "mlp.gate_proj.weight", {I, d}});
+    out.push_back({p + "mlp.up_proj.weight", {I, d}});
+    out.push_back({p + "mlp.down_proj.weight", {d, I}});
+  }
+  out.push_back({"model.norm.weight", {d}});
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {V, d}});
+  return out;
+}
+
+void load(const ModelConfig& c, const Reader& r, Model::Impl& impl) {
+  const int d = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, L = c.num_hidden_layers;
+  const auto eps = static_cast<float>(c.norm_eps);
+  const auto norm = [&](const std::string& name, int dim, bool affine, const char* why) {
+    model::Norm n;
+    n.dim = dim;
+    n.eps = eps;
+    if (affine) n.weight = r.take(name + ".weight", {dim}, why);
+    return n;
+  };
+  const auto conv = [&](const std::string& name, int channels, const char* why) {
+    const auto taps = r.take(name + ".weight", {channels, 1, c.conv_size}, why);
+    return std::make_unique<ShortConvolution>(
+        Eigen::Map<const RowMatrix>(taps.data(), channels, c.conv_size));
+  };
+  impl.embeddings = r.take("model.embeddings.weight", {V, d}, "vocab_size, hidden_size");
+  // HGRN2's lower bounds: softmax over the layers per channel, its running sum, minus the first
+  // layer's share (so layer 0 has none), in double, as the model computes them once per forward.
+  std::vector<double> bounds;
+  if (c.architecture == Architecture::kHgrn2 && c.use_lower_bound) {
+    const auto raw = r.take("model.lower_bounds", {L, d}, "num_hidden_layers, hidden_size");
+    bounds.assign(std::size_t(L) * std::size_t(d), 0.0);
+    for (int j = 0; j < d; ++j) {
+      double m = raw[std::size_t(j)];
+      for (int l = 1; l < L; ++l) m = std::max(m, double(raw[std::size_t(l) * std::size_t(d) + std::size_t(j)]));
+      double sum = 0;
+      for (int l = 0; l < L; ++l) sum += std::exp(double(raw[std::size_t(l) * std::size_t(d) + std::size_t(j)]) - m);
+      double run = 0, first = 0;
+      for (int l = 0; l < L; ++l) {
+        const double p = std::exp(double(raw[std::size_t(l) * std::size_t(d) + std::size_t(j)]) - m) / sum;
+        if (l == 0) first = p;
+        run += p;
+        bounds[std::size_t(l) * std::size_t(d) + std::size_t(j)] = run - first;
+      }
+    }
+  }
+  for (int i = 0; i < L; ++i) {
+    const std::string p = prefix(i);
+    Model::Impl::Layer layer;
+    layer.mixer = c.mixers[std::size_t(i)];
+    layer.attn_norm = norm(p + "attn_norm", d, true, "hidden_size");
+    if (layer.mixer == MixerKind::kAttention) {
+      const auto& s = c.attn[std::size_t(c.attn_spec[std::size_t(i)])];
+      const int dh = d / s.num_heads, kv = s.num_kv_heads * dh;
+      layer.q = r.dense(p + "attn.q_proj", d, d, s.qkv_bias, "hidden_size");
+      layer.k = r.dense(p + "attn.k_proj", kv, d, s.qkv_bias, "attn num_kv_heads * head_dim, hidden_size");
+      layer.v = r.dense(p + "attn.v_proj", kv, d, s.qkv_bias, "attn num_kv_heads * head_dim, hidden_size");
+      layer.o = r.dense(p + "attn.o_proj", d, d, false, "hidden_size");
+      r.ignore(p + "attn.rotary.inv_freq");
+      CausalAttentionConfig ac;
+      ac.n_heads = s.num_heads;
+      ac.n_kv_heads = s.num_kv_heads;
+      ac.d_head = dh;
+      ac.window = s.window_size > 0 ? s.window_size - 1 : 0;  // flash-attn's (window_size - 1, 0)
+      ac.rope_theta = static_cast<float>(s.rope_theta);
+      layer.causal = std::make_unique<CausalAttention>(ac);
+    } else if (c.architecture == Architecture::kHgrn2) {
+      layer.q = r.dense(p + "attn.q_proj", d, d, false, "hidden_size");
+      layer.k = r.dense(p + "attn.f_proj", d, d, false, "hidden_size");
+      layer.v = r.dense(p + "attn.i_proj", d, d, false, "hidden_size");
+      if (c.use_short_conv) {
+        layer.conv_q = conv(p + "attn.q_conv1d", d, "hidden_size, 1, conv_size");
+        layer.conv_k = conv(p + "attn.f_conv1d", d, "hidden_size, 1, conv_size");
+        layer.conv_v = conv(p + "attn.i_conv1d", d, "hidden_size, 1, conv_size");
+      }
+      layer.has_head_norm = true;
+      layer.head_norm = norm(p + "attn.g_norm", d, c.elementwise_affine, "hidden_size");
+      layer.o = r.dense(p + "attn.o_proj", d, d, false, "hidden_size");
+      if (!bounds.empty() && i > 0) {
+        layer.lower_bound.resize(std::size_t(d));
+        for (int j = 0; j < d; ++j)
+          layer.lower_bound[std::size_t(j)] = float(bounds[std::size_t(i) * std::size_t(d) + std::size_t(j)]);
+      }
+    } else {
+      const Widths w = gated_widths(c);
+      const bool gla = c.architecture == Architecture::kGla;
+      layer.q = r.dense(p + "attn.q_proj", w.q, d, false, "key_dim, hidden_size");
+      layer.k = r.dense(p + "attn.k_proj", w.k, d, false, "key_dim / kv groups, hidden_size");
+      layer.v = r.dense(p + "attn.v_proj", w.v, d, false, "value_dim / kv groups, hidden_size");
+      if (c.use_output_gate) layer.g_proj = r.dense(p + "attn.g_proj", c.value_dim, d, false, "value_dim, hidden_size");
+      if (c.use_short_conv && gla) {
+        layer.conv_q = conv(p + "attn.q_conv1d", w.q, "key_dim, 1, conv_size");
+        layer.conv_k = conv(p + "attn.k_conv1d", w.k, "key_dim / kv groups, 1, conv_size");
+        layer.conv_v = conv(p + "attn.v_conv1d", w.v, "value_dim / kv groups, 1, conv_size");
+      }
+      if (gla) {
+        const int rk = ModelConfig::kGateLowRankDim;
+        layer.gk0 = r.dense(p + "attn.gk_proj.0", rk, d, false, "gate_low_rank_dim 16, hidden_size");
+        layer.gk1 = r.dense(p + "attn.gk_proj.1", w.k, rk, true, "key_dim / kv groups, 16");
+      }
+      layer.o = r.dense(p + "attn.o_proj", d, c.value_dim, false, "hidden_size, value_dim");
+      layer.has_head_norm = true;
+      layer.head_norm = norm(p + out_norm_name(c), c.head_v_dim, c.elementwise_affine, "head_v_dim");
+      if (!gla) {
+        r.ignore(p + "attn.rotary.inv_freq");
+        const int half = c.head_k_dim / 2;
+        for (int j = 0; j < half; ++j)  // fla's RotaryEmbedding(dim=head_k_dim), base 10000, in float
+          layer.rope_inv_freq.push_back(static_cast<float>(
+              1.0 / std::pow(10000.0, 2.0 * double(j) / double(c.head_k_dim))));
+      }
+    }
+    if (layer.mixer == MixerKind::kGated) {
+      GatedAttentionConfig gc;
+      gc.n_heads = c.num_heads;
+      gc.d_key = c.head_k_dim;
+      gc.d_value = c.head_v_dim;
+      gc.scale = c.attn_scale;  // head_k_dim^-1/2, the kernels' default
+      if (c.architecture == Architecture::kRetNet) {  // gamma_h = 1 - 2^(-5 - h)
+        gc.decay = DecayKind::kPerHead;
+        gc.head_decay = gates::retnet_decays(c.num_heads);
+      }
+      layer.gated = std::make_unique<GatedAttention>(gc);
+    }
+    layer.mlp_norm = norm(p + "mlp_norm", d, true, "hidden_size");
+    layer.gate = r.dense(p + "mlp.gate_proj", I, d, false, "intermediate_size, hidden_size");
+    layer.up = r.dense(p + "mlp.up_proj", I, d, false, "intermediate_size, hidden_size");
+    layer.down = r.dense(p + "mlp.down_proj", d, I, false, "hidden_size, intermediate_size");
+    impl.layers.push_back(std::move(layer));
+  }
+  impl.has_final_norm = true;
+  impl.final_norm = norm("model.norm", d, true, "hidden_size");
+  if (c.tie_word_embeddings) {
+    impl.lm_head.w = kernels::PackedMatrix(impl.embeddings.data(), V, d, r.dtype("model.embeddings.weight"));
+    r.accept_tied("lm_head.weight", impl.embeddings, {V, d});
+  } else {
+    impl.lm_head = r.dense("lm_head", V, d, false, "vocab_size, hidden_size");
+  }
+}
+
+model::MixerIo mixer_io(const ModelConfig& c, const Model::Impl::Layer& layer) {
+  const int d = c.hidden_size;
+  if (layer.mixer == MixerKind::kAttention) {
+    const int kv = layer.causal->config().n_kv_heads * layer.causal->config().d_head;
+    return {d, kv, kv, 0, 0, d};
+  }
+  if (c.architecture == Architecture::kHgrn2)  // conv outputs, then q, k and alpha
+    return {d, d, d, 0, (c.use_short_conv ? 3 * d : 0) + 3 * d, d};
+  const Widths w = gated_widths(c);
+  const bool gla = c.architecture == Architecture::kGla;
+  int scratch = 0;
+  if (gla && c.use_short_conv) scratch += w.q + w.k + w.v;
+  if (!gla) scratch += w.q + w.k;  // RetNet: q and k after rotary
+  if (!c.qk_activation.empty()) scratch += w.q + w.k;
+  if (c.kv_groups > 1) scratch += c.key_dim + c.value_dim + (gla ? c.key_dim : 0);
+  return {w.q, w.k, w.v, gla ? w.k : 0, scratch, c.value_dim};
+}
+
+void run_mixer(const ModelConfig& c, const Model::Impl::Layer& layer, model::LayerState& state,
+               const model::MixerRows& rows, int n, int threads) {
+  using CMap = Eigen::Map<const RowMatrix>;
+  using Map = Eigen::Map<RowMatrix>;
+  const model::MixerIo io = mixer_io(c, layer);
+  if (layer.mixer == MixerKind::kAttention) {
+    if (n == 1) {
+      Eigen::Map<Eigen::VectorXf> o(rows.out, io.out);
+      layer.causal->step(*state.causal, Eigen::Map<const Eigen::VectorXf>(rows.a, io.a),
+                         Eigen::Map<const Eigen::VectorXf>(rows.b, io.b),
+                         Eigen::Map<const Eigen::VectorXf>(rows.c, io.c), o);
+    } else {
+      Map O(rows.out, n, io.out);
+      layer.causal->prefill(*state.causal, CMap(rows.a, n, io.a), CMap(rows.b, n, io.b),
+                            CMap(rows.c, n, io.c), O, PrefillOptions{n, threads});
+    }
+    return;
+  }
+  const auto rn = std::size_t(n);
+  float* scratch = rows.scratch;
+  const auto take = [&](int width) {
+    float* p = scratch;
+    scratch += rn * std::size_t(width);
+    return p;
+  };
+  const float* q = rows.a;
+  const float* k = rows.b;
+  const float* v = rows.c;
+  const float* alpha = rows.d;
+  const std::int64_t pos0 = state.gated->n_tokens();
+  // Short convolutions (GLA: then silu; HGRN2: none), each with its own state.
+  if (layer.conv_q) {
+    const ShortConvolution* convs[3] = {layer.conv_q.get(), layer.conv_k.get(), layer.conv_v.get()};
+    const float* in[3] = {q, k, v};
+    const int width[3] = {io.a, io.b, io.c};
+    float* outp[3];
+    for (int j = 0; j < 3; ++j) {
+      outp[j] = take(width[j]);
+      if (n == 1) {
+        Eigen::Map<Eigen::VectorXf> y(outp[j], width[j]);
+        convs[j]->step(state.convs[std::size_t(j)], Eigen::Map<const Eigen::VectorXf>(in[j], width[j]), y);
+      } else {
+        Map Y(outp[j], n, width[j]);
+        convs[j]->prefill(state.convs[std::size_t(j)], CMap(in[j], n, width[j]), Y);
+      }
+      if (c.architecture == Architecture::kGla) gates::silu(outp[j], outp[j], std::int64_t(n) * width[j]);
+    }
+    q = outp[0];
+    k = outp[1];
+    v = outp[2];
+  }
+  if (!c.qk_activation.empty()) {  // fla's feature_map: ACT2FN on q and k, elementwise
+    float* qf = take(io.a);
+    float* kf = take(io.b);
+    const std::int64_t nq = std::int64_t(n) * io.a, nk = std::int64_t(n) * io.b;
+    if (c.qk_activation == "relu") {
+      for (std::int64_t i = 0; i < nq; ++i) qf[i] = q[i] > 0.0f ? q[i] : 0.0f;
+      for (std::int64_t i = 0; i < nk; ++i) kf[i] = k[i] > 0.0f ? k[i] : 0.0f;
+    } else {
+      gates::silu(q, qf, nq);
+      gates::silu(k, kf, nk);
+    }
+    q = qf;
+    k = kf;
+  }
+  if (c.architecture == Architecture::kHgrn2) {
+    const int d = c.hidden_size;
+    const auto total = std::int64_t(n) * d;
+    float* qa = take(d);
+    float* ka = take(d);
+    float* al = take(d);
+    // q = swish(q); the forget gate exp(logaddexp(log lb, log1p(-lb) + logsigmoid(f))) =
+    // lb + (1 - lb) sigmoid(f) (layer 0, or no bounds: lb = 0), and the key 1 - alpha.
+    gates::silu(q, qa, total);
+    for (int t = 0; t < n; ++t) {
+      const std::size_t at = std::size_t(t) * std::size_t(d);
+      gates::hgrn2_gates(k + at, layer.lower_bound.empty() ? nullptr : layer.lower_bound.data(),
+                         al + at, ka + at, d);
+    }
+    q = qa;
+    k = ka;
+    alpha = al;
+  }
+  if (c.architecture == Architecture::kRetNet) {
+    float* qr = take(io.a);
+    float* kr = take(io.b);
+    rotate_rows(q, qr, n, c.num_heads, c.head_k_dim, pos0, layer.rope_inv_freq);
+    rotate_rows(k, kr, n, c.num_kv_heads, c.head_k_dim, pos0, layer.rope_inv_freq);
+    q = qr;
+    k = kr;
+  }
+  if (c.kv_groups > 1) {
+    const int G = c.kv_groups, Hkv = c.num_kv_heads;
+    float* kf = take(c.key_dim);
+    float* vf = take(c.value_dim);
+    repeat_heads(k, kf, n, Hkv, G, c.head_k_dim);
+    repeat_heads(v, vf, n, Hkv, G, c.head_v_dim);
+    k = kf;
+    v = vf;
+    if (alpha) {
+      float* af = take(c.key_dim);
+      repeat_heads(alpha, af, n, Hkv, G, c.head_k_dim);
+      alpha = af;
+    }
+  }
+  const int kd = c.key_dim, vd = c.value_dim;
+  if (n == 1) {
+    Eigen::Map<Eigen::VectorXf> o(rows.out, vd);
+    const Eigen::VectorXf empty;
+    layer.gated->step(*state.gated, Eigen::Map<const Eigen::VectorXf>(q, kd),
+                      Eigen::Map<const Eigen::VectorXf>(k, kd), Eigen::Map<const Eigen::VectorXf>(v, vd),
+                      alpha ? ConstVectorRef(Eigen::Map<const Eigen::VectorXf>(alpha, kd)) : ConstVectorRef(empty),
+                      o);
+  } else {
+    Map O(rows.out, n, vd);
+    const RowMatrix empty(n, 0);
+    layer.gated->prefill(*state.gated, CMap(q, n, kd), CMap(k, n, kd), CMap(v, n, vd),
+                         alpha ? ConstMatrixRef(CMap(alpha, n, kd)) : ConstMatrixRef(empty), O,
+                         PrefillOptions{n, threads});
+  }
+}
+
+void allocate(const ModelConfig& c, const Model::Impl& m, model::Workspace& w, int rows) {
+  const auto n = std::size_t(rows);
+  const int d = c.hidden_size;
+  int width = std::max({d, c.key_dim, c.value_dim});
+  int scratch = 0;
+  for (const auto& l : m.layers) {
+    const model::MixerIo io = mixer_io(c, l);
+    width = std::max({width, io.a, io.b, io.c, io.out});
+    scratch = std::max(scratch, io.scratch);
+  }
+  for (auto* b : {&w.x, &w.h, &w.a}) b->assign(n * std::size_t(d), 0.0f);
+  for (auto* b : {&w.q, &w.k, &w.v, &w.o, &w.fq, &w.alpha}) b->assign(n * std::size_t(width), 0.0f);
+  w.gk.assign(n * std::size_t(ModelConfig::kGateLowRankDim), 0.0f);
+  w.mixer_scratch.assign(n * std::size_t(scratch), 0.0f);
+  w.g.assign(n * std::size_t(c.intermediate_size), 0.0f);
+  w.u.assign(n * std::size_t(c.intermediate_size), 0.0f);
+  for (auto* b : {&w.fk, &w.fk_full, &w.v_full, &w.map_scratch, &w.logits}) b->clear();
+}
+
+void run_stack(const Model& model, model::Workspace& w, int n, int threads, model::Attend attend) {
+  const ModelConfig& c = model.config();
+  const Model::Impl& m = model.impl();
+  const int d = c.hidden_size, I = c.intermediate_size;
+  const auto rows = std::int64_t(n);
+  for (std::size_t li = 0; li < m.layers.size(); ++li) {
+    const auto& L = m.layers[li];
+    const model::MixerIo io = mixer_io(c, L);
+    L.attn_norm.apply(w.x.data(), n, d, w.h.data(), d);
+    L.q.apply(w.h.data(), n, d, w.q.data(), io.a, threads);
+    L.k.apply(w.h.data(), n, d, w.k.data(), io.b, threads);
+    L.v.apply(w.h.data(), n, d, w.v.data(), io.c, threads);
+    const float* alpha = nullptr;
+    if (L.mixer == MixerKind::kGated && c.architecture == Architecture::kGla) {
+      // gk = gk_proj(h): the low-rank pair; then exp(max(logsigmoid(gk) / 16, clamp_min)).
+      const int rk = ModelConfig::kGateLowRankDim;
+      L.gk0.apply(w.h.data(), n, d, w.gk.data(), rk, threads);
+      L.gk1.apply(w.gk.data(), n, rk, w.alpha.data(), io.d, threads);
+      gates::gla_decay(w.alpha.data(), w.alpha.data(), rows * io.d,
+               static_cast<float>(ModelConfig::kGateLogitNormalizer),
+               c.has_clamp_min ? static_cast<float>(c.clamp_min) : -std::numeric_limits<float>::infinity());
+      alpha = w.alpha.data();
+    }
+    attend(li, model::MixerRows{w.q.data(), w.k.data(), w.v.data(), alpha,
+                                io.scratch ? w.mixer_scratch.data() : nullptr, w.o.data()},
+           n, threads);
+    if (L.mixer == MixerKind::kGated) {
+      if (c.architecture == Architecture::kHgrn2) {
+        L.head_norm.apply(w.o.data(), n, d, w.o.data(), d, 1);
+      } else {
+        L.head_norm.apply(w.o.data(), n, c.value_dim, w.o.data(), c.value_dim, c.num_heads);
+        if (c.use_output_gate) {  // norm(o) * swish(g): the swish-gated unit with g as its gate
+          L.g_proj.apply(w.h.data(), n, d, w.fq.data(), c.value_dim, threads);
+          model::swiglu(w.fq.data(), w.o.data(), w.o.data(), rows * c.value_dim);
+        }
+      }
+    }
+    L.o.apply(w.o.data(), n, io.out, w.a.data(), d, threads);
+    model::add_inplace(w.x.data(), w.a.data(), rows * d);
+    L.mlp_norm.apply(w.x.data(), n, d, w.h.data(), d);
+    L.gate.apply(w.h.data(), n, d, w.g.data(), I, threads);
+    L.up.apply(w.h.data(), n, d, w.u.data(), I, threads);
+    model::swiglu(w.g.data(), w.u.data(), w.g.data(), rows * I);
+    L.down.apply(w.g.data(), n, I, w.a.data(), d, threads);
+    model::add_inplace(w.x.data(), w.a.data(), rows * d);
+  }
+}
+
+}  // namespace recur::fla
