@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstring>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -87,9 +88,10 @@ struct OrderScope {
   detail::RangeOrder before;
 };
 
-// Runs parallel_ranges(n, ranges, threads) and checks that every range ran once with its
-// fixed bounds and that no range index was in use twice at once.
-void check_every_range_once(int n, int ranges, int threads) {
+// Runs parallel_ranges(n, ranges, threads); returns what went wrong (empty if every range ran
+// once with its fixed bounds and no range index was in use twice at once). No Catch2 assertion
+// here: it may run on several threads, and Catch2's are for the main thread only.
+std::string every_range_once(int n, int ranges, int threads) {
   std::vector<std::atomic<int>> runs(static_cast<std::size_t>(ranges));
   std::vector<std::atomic<int>> busy(static_cast<std::size_t>(ranges));
   std::vector<int> begins(static_cast<std::size_t>(ranges)), ends(static_cast<std::size_t>(ranges));
@@ -104,14 +106,18 @@ void check_every_range_once(int n, int ranges, int threads) {
     for (int k = 0; k < (r % 3) * 2000; ++k) spin = spin + 1;
     busy[i].fetch_sub(1);
   });
-  CHECK(overlaps.load() == 0);
+  const std::string where = "n " + std::to_string(n) + ", ranges " + std::to_string(ranges) +
+                            ", threads " + std::to_string(threads);
+  if (overlaps.load() != 0) return where + ": a range index in use twice at once";
   for (int r = 0; r < ranges; ++r) {
-    INFO("n " << n << ", ranges " << ranges << ", threads " << threads << ", range " << r);
     const auto i = static_cast<std::size_t>(r);
-    REQUIRE(runs[i].load() == 1);
-    REQUIRE(begins[i] == int(std::int64_t(n) * r / ranges));
-    REQUIRE(ends[i] == int(std::int64_t(n) * (r + 1) / ranges));
+    if (runs[i].load() != 1)
+      return where + ": range " + std::to_string(r) + " ran " + std::to_string(runs[i].load()) + " times";
+    if (begins[i] != int(std::int64_t(n) * r / ranges) || ends[i] != int(std::int64_t(n) * (r + 1) / ranges))
+      return where + ": range " + std::to_string(r) + " had bounds " + std::to_string(begins[i]) +
+             ".." + std::to_string(ends[i]);
   }
+  return {};
 }
 
 }  // namespace
@@ -122,16 +128,21 @@ TEST_CASE("parallel_ranges runs every range once, with the bounds fixed by the s
     const OrderScope scope(order);
     for (int threads : {1, 2, 3, 8})
       for (int ranges : {1, 2, 3, 7, 32, 250})
-        for (int n : {ranges, 1000, 32000}) check_every_range_once(n, ranges, threads);
+        for (int n : {ranges, 1000, 32000}) REQUIRE(every_range_once(n, ranges, threads).empty());
   }
   // From inside a range (runs inline) and from several threads at once (one pool each).
-  detail::parallel_ranges(4, 4, 2, [&](int, int, int) { check_every_range_once(100, 9, 2); });
+  std::vector<std::string> failures(4);
+  detail::parallel_ranges(4, 4, 2, [&](int, int, int r) {
+    failures[std::size_t(r)] = every_range_once(100, 9, 2);
+  });
+  for (const auto& f : failures) CHECK(f.empty());
   std::vector<std::thread> callers;
-  for (int i = 0; i < 3; ++i)
-    callers.emplace_back([] {
-      for (int k = 0; k < 200; ++k) check_every_range_once(512, 8, 2);
+  for (std::size_t i = 0; i < 3; ++i)
+    callers.emplace_back([&failures, i] {
+      for (int k = 0; k < 200 && failures[i].empty(); ++k) failures[i] = every_range_once(512, 8, 2);
     });
   for (auto& t : callers) t.join();
+  for (const auto& f : failures) CHECK(f.empty());
 }
 
 TEST_CASE("decode gives the same bytes whatever order the threads take the ranges in",
