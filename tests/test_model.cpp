@@ -425,7 +425,7 @@ TEST_CASE("quantized models' logits stay near the float model's", "[model][quant
                                       std::pair<const char*, double>{"q4", kQ4LogitError}}) {
     Decoder dec(quantized_model(c, 6, format), {8, 1});
     const Eigen::VectorXf got = dec.prefill(tokens);
-    const double err = (got - want).cwiseAbs().maxCoeff() / scale;
+    const double err = double((got - want).cwiseAbs().maxCoeff()) / scale;
     INFO(format << ": largest logit error " << err << " of the largest logit");
     CHECK(err < bound);
     CHECK(err > 0.0);  // the codes are in use, not float weights

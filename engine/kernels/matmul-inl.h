@@ -175,6 +175,8 @@ void Matmul(const MatmulCall& m, int p0, int p1) {
     case DType::kF32: MultiplyPanels<F32Panel>(m, p0, p1); break;
     case DType::kBF16: MultiplyPanels<BF16Panel>(m, p0, p1); break;
     case DType::kF16: MultiplyPanels<F16Panel>(m, p0, p1); break;
+    case DType::kI8:
+    case DType::kU8: break;  // integer codes are quantized matrices, multiplied by quant-inl.h
   }
 }
 
