@@ -129,7 +129,7 @@ ok
 # Options that conflict or do not apply are refused.
 refused "excludes" "$recur" generate --greedy --temperature 2
 refused "linear_attn only\|transformers_are_rnns only" "$recur" make-model "$dir/c1" --hidden-act gelu
-refused "linear_attn only" "$recur" make-model "$dir/c2" --arch transformers_are_rnns --kv-heads 2
+refused "does not apply to --arch transformers_are_rnns" "$recur" make-model "$dir/c2" --arch transformers_are_rnns --kv-heads 2
 refused "does not apply" "$recur" make-model "$dir/c3" --builtin --hidden 12
 refused "excludes" "$recur" generate --prompt x --prompt-file "$0"
 ok
