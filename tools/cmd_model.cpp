@@ -19,6 +19,7 @@
 #include "recur/error.h"
 #include "recur/isa.h"
 #include "recur/model.h"
+#include "recur/quantize.h"
 #include "recur/sampling.h"
 #include "recur/tokenizer.h"
 #include "util/file.h"
@@ -127,6 +128,8 @@ void describe_model(const TextModel& tm) {
              c.norm_feature_map ? "normalized" : "unnormalized", c.vocab_size,
              double(m.parameters()) / 1e6);
   }
+  fmt::print(stderr, "weights: {}, {} read per decoded token\n", m.weight_format(),
+             human_bytes(double(m.weight_bytes_per_token())));
   if (tm.tokenizer)
     fmt::print(stderr, "tokenizer: {}\n", tm.tokenizer->describe());
   else
@@ -342,8 +345,10 @@ int run_generate(int argc, char** argv) {
   fmt::print(stderr, "decode:  {} tokens in {:.3f} s = {:.1f} tokens/s{}\n", generated, decode_s,
              double(generated) / std::max(decode_s, 1e-9),
              ended ? " (stopped at the end-of-sequence id)" : "");
-  fmt::print(stderr, "state:   {} bytes ({}) after {} tokens; the same at any length\n",
-             decoder.state_bytes(), human_bytes(double(decoder.state_bytes())), decoder.n_tokens());
+  fmt::print(stderr, "state:   {} bytes ({}) after {} tokens; the same at any length (weights "
+                     "{}, {} per token)\n",
+             decoder.state_bytes(), human_bytes(double(decoder.state_bytes())), decoder.n_tokens(),
+             model->weight_format(), human_bytes(double(model->weight_bytes_per_token())));
   if (beyond_bytes > 0)
     fmt::print(stderr, "warning: {} generated ids were outside the byte range and are written as "
                        "<|id|>; use --ids to read ids\n", beyond_bytes);
@@ -703,6 +708,96 @@ int run_convert(int argc, char** argv) {
   fmt::print("wrote {}: {} tensors, {:.2f}M parameters as {}, from {}\n", printable(out),
              tensors.size(), double(model->parameters()) / 1e6, dtype_name(dtype),
              printable(weights->describe()));
+  flush_stdout();
+  return 0;
+}
+
+}  // namespace recur::cli
+
+namespace recur::cli {
+
+int run_quantize(int argc, char** argv) {
+  Args args("quantize",
+            "Writes a model with its matrices quantized in blocks of 32 (docs/quantization.md):\n"
+            "q8 stores a byte per weight, q4 half a byte, each block with one half-precision\n"
+            "scale. The projections, the MLP and the head (a tied embedding with it) are\n"
+            "quantized; norms, biases, feature maps, convolutions, an untied embedding and\n"
+            "matrices whose input width is not a multiple of 32 keep their precision. IN is any\n"
+            "model directory recur reads (safetensors, or a pytorch_model.bin); the model is\n"
+            "loaded and checked first, and OUT is loaded again once written.");
+  args.option("type", "", "q8 or q4: the format of the projections and the MLP")
+      .option("head", "", "q8 or q4: the head's format (the tied embedding's), default --type")
+      .flag("builtin", "quantize the built-in model (then give OUT alone)")
+      .flag("force", "replace a model already in OUT (its config.json, safetensors and index go "
+                     "first; other files stay)")
+      .positionals(2, "IN OUT")
+      .footer("OUT gets config.json (with a quantization_config), model.safetensors and the\n"
+              "tokenizer files of IN. A quantized tensor NAME is I8 (n_out, k_in) for q8 or U8\n"
+              "(n_out, k_in / 2) for q4, its scales NAME_scale F16 (n_out, k_in / 32);\n"
+              "tools/quant_reader.py reads them with numpy. A OUT that already holds a model is\n"
+              "refused unless --force. Example:\n"
+              "  recur quantize models/kjv kjv-q8 --type q8\n"
+              "  recur score -m kjv-q8 -f models/kjv/heldout.txt");
+  if (!args.parse(argc, argv, 2)) return 0;
+  namespace fs = std::filesystem;
+  const bool builtin = args.flag_set("builtin");
+  const std::size_t want = builtin ? 1 : 2;
+  if (args.positional().size() != want)
+    throw ArgumentError(builtin ? "give the directory to write: recur quantize --builtin OUT"
+                                : "give the model directory and the directory to write: recur "
+                                  "quantize IN OUT --type q8|q4");
+  if (!args.given("type")) throw ArgumentError("give the format: --type q8 or --type q4");
+  QuantizeOptions options;
+  options.format = args.str("type");
+  options.head = args.given("head") ? args.str("head") : "";
+  for (const char* o : {"type", "head"})
+    if (args.given(o) && args.str(o) != "q8" && args.str(o) != "q4")
+      throw ArgumentError(fmt::format("--{} is '{}', expected q8 or q4", o, printable(args.str(o))));
+  const std::string in = builtin ? builtin_dir() : args.positional()[0];
+  const std::string out = args.positional()[want - 1];
+  std::error_code ec;
+  if (!fs::is_directory(in, ec))
+    throw ArgumentError(fmt::format("{} is not a model directory", printable(in)));
+  if (fs::exists(out, ec) && fs::equivalent(in, out, ec))
+    throw ArgumentError("OUT is IN itself: quantize writes a new directory");
+  const std::string config_path = (fs::path(in) / "config.json").string();
+  const ModelConfig config =
+      ModelConfig::from_json(read_input(config_path, "config.json", 16u << 20), config_path);
+  if (!config.quantization.empty())
+    throw ArgumentError(fmt::format("{} is already quantized ({}): quantize the model it was "
+                                    "made from", printable(in), config.quantization));
+  const auto weights = open_weights(in);
+  double elements = 0;
+  for (const auto& n : weights->names()) {
+    double e = 1;
+    for (auto d : weights->shape(n)) e *= double(d);
+    elements += e;
+  }
+  // The loaded model, the tensors as float32 while each is read, and what is written.
+  check_memory(10.0 * elements, "the model and its tensors as float32");
+  prepare_model_dir(out, args.flag_set("force"));
+  fmt::print(stderr, "quantize: loading and checking {} ({:.2f}M weights)\n",
+             printable(weights->describe()), elements / 1e6);
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  const double t0 = now_seconds();
+  const QuantizeReport r = write_quantized_model(
+      out, config, *weights, options, [&](int done, int total, const std::string& name) {
+        if (tty)
+          fmt::print(stderr, "\rquantize: {}/{} tensors ({}){}", done, total, printable(name),
+                     std::string(8, ' '));
+      });
+  if (tty) fmt::print(stderr, "\n");
+  // Tokenizer files beside the weights, as Hugging Face's layouts name them.
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                           "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json"}) {
+    const fs::path from = fs::path(in) / name;
+    if (fs::is_regular_file(from, ec))
+      fs::copy_file(from, fs::path(out) / name, fs::copy_options::overwrite_existing);
+  }
+  fmt::print("wrote {}: {} tensors, {} matrices quantized, {} kept in their precision (input "
+             "width not a multiple of 32), weights {} ({}), from {} in {:.1f} s\n",
+             printable(out), r.tensors, r.quantized, r.kept, r.weight_format,
+             human_bytes(double(r.bytes)), printable(weights->describe()), now_seconds() - t0);
   flush_stdout();
   return 0;
 }

@@ -24,6 +24,7 @@ constexpr const char* kUsage =
     "  tokenize    text to token ids and back with a model's tokenizer.json\n"
     "  make-model  write a model with random weights, for tests and demos\n"
     "  convert     write a model (a pytorch_model.bin checkpoint, say) as safetensors\n"
+    "  quantize    write a model with 8-bit or 4-bit weights (q8, q4)\n"
     "  demo        stream a long random sequence through a linear-attention state\n"
     "  bench       constant-memory generation against a softmax KV cache: CSV, plot, summary\n"
     "  isa         the instruction set the kernels run on (--available: the others)\n"
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
     if (command == "tokenize") return recur::cli::run_tokenize(argc, argv);
     if (command == "make-model") return recur::cli::run_make_model(argc, argv);
     if (command == "convert") return recur::cli::run_convert(argc, argv);
+    if (command == "quantize") return recur::cli::run_quantize(argc, argv);
     if (command == "demo") return recur::cli::run_demo(argc, argv);
     if (command == "bench") return recur::cli::run_bench(argc, argv);
     if (command == "isa") return recur::cli::run_isa(argc, argv);

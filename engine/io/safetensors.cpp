@@ -121,7 +121,10 @@ void detail::check_header(const std::string& path, std::uint64_t size, const std
     if (d == "F32") t.dtype = DType::kF32;
     else if (d == "F16") t.dtype = DType::kF16;
     else if (d == "BF16") t.dtype = DType::kBF16;
-    else fail(path, "tensor '{}': dtype {} is not supported (recur reads F32, F16 and BF16)", name, d);
+    else if (d == "I8") t.dtype = DType::kI8;
+    else if (d == "U8") t.dtype = DType::kU8;
+    else fail(path, "tensor '{}': dtype {} is not supported (recur reads F32, F16 and BF16, and I8 "
+              "and U8 as quantized codes)", name, d);
     if (!shape || !shape->is_array()) fail(path, "tensor '{}': missing or non-array shape", name);
     std::uint64_t elements = 1;
     for (const auto& dim : shape->array()) {
@@ -177,11 +180,26 @@ const char* dtype_name(DType dtype) {
     case DType::kF32: return "F32";
     case DType::kF16: return "F16";
     case DType::kBF16: return "BF16";
+    case DType::kI8: return "I8";
+    case DType::kU8: return "U8";
   }
   return "?";
 }
 
-int dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
+int dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 4;
+    case DType::kF16:
+    case DType::kBF16: return 2;
+    case DType::kI8:
+    case DType::kU8: return 1;
+  }
+  return 1;
+}
+
+bool is_float_dtype(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+}
 
 DType parse_dtype(const std::string& name) {
   if (name == "F32" || name == "f32" || name == "float32") return DType::kF32;
@@ -262,14 +280,24 @@ const TensorInfo& TensorStore::info(const std::string& name) const {
   return it->second;
 }
 
-std::vector<float> TensorStore::read(const std::string& name) const {
+std::vector<std::uint8_t> TensorStore::read_bytes(const std::string& name) const {
   const TensorInfo& t = info(name);
-  std::vector<unsigned char> raw(t.bytes);
+  std::vector<std::uint8_t> raw(t.bytes);
   std::ifstream in(t.file, std::ios::binary);
   if (!in) fail(t.file, "cannot open the file for reading");
   in.seekg(static_cast<std::streamoff>(t.offset));
   in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(t.bytes));
   if (!in) fail(t.file, "tensor '{}': short read ({} bytes at offset {}); did the file change?", name, t.bytes, t.offset);
+  return raw;
+}
+
+std::vector<float> TensorStore::read(const std::string& name) const {
+  const TensorInfo& t = info(name);
+  // Integer codes mean nothing without their scales: widening them would make a wrong model.
+  if (!is_float_dtype(t.dtype))
+    fail(t.file, "tensor '{}' {} is {}, the integer codes of a quantized weight, not a float "
+         "tensor (F32, F16 or BF16)", name, t.shape_string(), dtype_name(t.dtype));
+  const std::vector<std::uint8_t> raw = read_bytes(name);
   const auto n = static_cast<std::size_t>(t.elements());
   std::vector<float> out(n);
   if (t.dtype == DType::kF32) {
@@ -288,8 +316,17 @@ std::vector<float> TensorStore::read(const std::string& name) const {
   return out;
 }
 
-void write_safetensors(const std::string& path, const std::vector<TensorData>& tensors,
-                       DType dtype, const std::map<std::string, std::string>& metadata) {
+namespace {
+
+struct HeaderEntry {
+  const std::string& name;
+  DType dtype;
+  const std::vector<std::int64_t>& shape;
+};
+
+// The JSON header, padded to a multiple of 8 bytes; refuses a name given twice.
+std::string make_header(const std::vector<HeaderEntry>& tensors,
+                        const std::map<std::string, std::string>& metadata, const char* call) {
   std::string header = "{";
   bool first = true;
   if (!metadata.empty()) {
@@ -305,22 +342,41 @@ void write_safetensors(const std::string& path, const std::vector<TensorData>& t
   std::set<std::string> names;
   for (const auto& t : tensors) {
     if (!names.insert(t.name).second)
-      detail::throw_argument("write_safetensors", "tensor '{}' is given twice", t.name);
+      detail::throw_argument(call, "tensor '{}' is given twice", t.name);
     std::uint64_t n = 1;
     std::string shape;
     for (std::size_t i = 0; i < t.shape.size(); ++i) {
       n *= static_cast<std::uint64_t>(t.shape[i]);
       shape += (i ? "," : "") + std::to_string(t.shape[i]);
     }
-    const std::uint64_t bytes = n * static_cast<std::uint64_t>(dtype_size(dtype));
+    const std::uint64_t bytes = n * static_cast<std::uint64_t>(dtype_size(t.dtype));
     header += fmt::format("{}{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
-                          first ? "" : ",", json::quote(t.name), dtype_name(dtype), shape, offset,
+                          first ? "" : ",", json::quote(t.name), dtype_name(t.dtype), shape, offset,
                           offset + bytes);
     first = false;
     offset += bytes;
   }
   header += "}";
   while (header.size() % 8 != 0) header += ' ';
+  return header;
+}
+
+std::size_t element_count(const std::vector<std::int64_t>& shape) {
+  std::size_t n = 1;
+  for (auto d : shape) n *= static_cast<std::size_t>(d);
+  return n;
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<TensorData>& tensors,
+                       DType dtype, const std::map<std::string, std::string>& metadata) {
+  if (!is_float_dtype(dtype))
+    detail::throw_argument("write_safetensors", "dtype {} is not a float type (F32, F16, BF16); "
+                           "write integer codes with write_safetensors_stored", dtype_name(dtype));
+  std::vector<HeaderEntry> entries;
+  for (const auto& t : tensors) entries.push_back({t.name, dtype, t.shape});
+  const std::string header = make_header(entries, metadata, "write_safetensors");
 
   detail::AtomicFile out(path, "write_safetensors");
   unsigned char len[8];
@@ -329,8 +385,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorData>& t
   out.write(header);
   std::vector<unsigned char> buf;
   for (const auto& t : tensors) {
-    std::size_t n = 1;
-    for (auto d : t.shape) n *= static_cast<std::size_t>(d);
+    const std::size_t n = element_count(t.shape);
     buf.resize(n * static_cast<std::size_t>(dtype_size(dtype)));
     for (std::size_t i = 0; i < n; ++i) {
       if (dtype == DType::kF32) {
@@ -343,6 +398,27 @@ void write_safetensors(const std::string& path, const std::vector<TensorData>& t
     }
     out.write(buf.data(), buf.size());
   }
+  out.commit();
+}
+
+void write_safetensors_stored(const std::string& path,
+                              const std::vector<StoredTensorData>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  std::vector<HeaderEntry> entries;
+  for (const auto& t : tensors) {
+    if (!t.bytes && element_count(t.shape) != 0)
+      detail::throw_argument("write_safetensors_stored", "tensor '{}' {} has no bytes", t.name,
+                             shape_string(t.shape));
+    entries.push_back({t.name, t.dtype, t.shape});
+  }
+  const std::string header = make_header(entries, metadata, "write_safetensors_stored");
+  detail::AtomicFile out(path, "write_safetensors_stored");
+  unsigned char len[8];
+  put_le64(len, header.size());
+  out.write(len, 8);
+  out.write(header);
+  for (const auto& t : tensors)
+    out.write(t.bytes, element_count(t.shape) * static_cast<std::size_t>(dtype_size(t.dtype)));
   out.commit();
 }
 

@@ -282,6 +282,45 @@ void read_based(const json::Value& root, Fields& f, const std::string& source, M
   (void)root;
 }
 
+// quantization_config as `recur quantize` writes it: {"quant_method": "recur", "format": "q8"
+// or "q4", "block_size": 32, "scale_dtype": "float16", "head_format": ...}. Another tool's
+// quantization (gptq, awq, bitsandbytes...) stores other tensors: refused by name, not guessed.
+void read_quantization(const json::Value& q, const std::string& source, ModelConfig& c) {
+  if (!q.is_object()) fail(source, "quantization_config is {}, expected an object", q.kind_name());
+  for (const auto& [key, value] : q.object()) {
+    (void)value;
+    if (key != "quant_method" && key != "format" && key != "block_size" &&
+        key != "scale_dtype" && key != "head_format")
+      fail(source, "unknown field 'quantization_config.{}': recur does not know what it changes "
+                   "in the model", key);
+  }
+  const auto text = [&](const char* name) -> std::string {
+    const json::Value* v = q.find(name);
+    if (!v || v->is_null()) return "";
+    if (!v->is_string())
+      fail(source, "quantization_config.{} is {}, expected a string", name, v->kind_name());
+    return v->string();
+  };
+  const std::string method = text("quant_method");
+  if (method != "recur")
+    fail(source, "quantization_config.quant_method is '{}': recur reads the quantized models it "
+                 "writes itself (quant_method \"recur\", `recur quantize`), not another tool's",
+         method);
+  c.quantization = text("format");
+  if (c.quantization.empty()) fail(source, "quantization_config.format is missing (q8 or q4)");
+  const std::string head = text("head_format");
+  c.quantization_head = head.empty() ? c.quantization : head;
+  const json::Value* block = q.find("block_size");
+  if (!block || !block->is_integer() || block->integer() != 32)
+    fail(source, "quantization_config.block_size is {}, expected 32 (the only block size recur's "
+                 "kernels take)",
+         block ? (block->is_number() ? fmt::format("{}", block->number()) : block->kind_name())
+               : "missing");
+  const std::string scales = text("scale_dtype");
+  if (!scales.empty() && scales != "float16")
+    fail(source, "quantization_config.scale_dtype is '{}', expected float16", scales);
+}
+
 // Based's derived sizes and its layer schedule.
 void resolve_based(ModelConfig& c, const std::string& source) {
   const int d = c.hidden_size;
@@ -434,6 +473,7 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
       add(*eos);
     }
   }
+  if (const json::Value* q = f.get("quantization_config")) read_quantization(*q, source, c);
   if (c.architecture == Architecture::kBased)
     for (const auto& name : kBasedIgnored) f.get(name.c_str());
   f.reject_unknown();
@@ -442,6 +482,14 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
 }
 
 void ModelConfig::resolve(const std::string& source) {
+  const auto quant_ok = [](const std::string& f) { return f == "q8" || f == "q4"; };
+  if (!quantization.empty() || !quantization_head.empty()) {
+    if (!quant_ok(quantization))
+      fail(source, "quantization_config.format is '{}', expected q8 or q4", quantization);
+    if (quantization_head.empty()) quantization_head = quantization;
+    if (!quant_ok(quantization_head))
+      fail(source, "quantization_config.head_format is '{}', expected q8 or q4", quantization_head);
+  }
   if (vocab_size < 1 || hidden_size < 1 || num_hidden_layers < 1 || num_heads < 1)
     fail(source, "vocab_size, hidden_size, num_hidden_layers and num_heads must be positive");
   if (vocab_size > (1 << 24) || hidden_size > kMaxDim || num_hidden_layers > 4096 ||
@@ -585,6 +633,11 @@ std::string ModelConfig::to_json() const {
     add("norm_eps", num(norm_eps));
     add("attn_eps", num(attn_eps));
   }
+  if (!quantization.empty())
+    add("quantization_config",
+        fmt::format("{{\"quant_method\": \"recur\", \"format\": {}, \"block_size\": 32, "
+                    "\"scale_dtype\": \"float16\", \"head_format\": {}}}",
+                    json::quote(quantization), json::quote(quantization_head)));
   if (!eos_token_ids.empty()) {
     std::string ids;
     for (std::size_t i = 0; i < eos_token_ids.size(); ++i) ids += (i ? ", " : "") + std::to_string(eos_token_ids[i]);

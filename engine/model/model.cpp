@@ -1,11 +1,13 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
 #include <stdexcept>
 
+#include "kernels/quant.h"
 #include "model/model_impl.h"
 #include "recur/pytorch.h"
 #include "util/file.h"
@@ -58,6 +60,56 @@ std::uint64_t name_seed(const std::string& name, std::uint64_t seed) {
   return h.digest();
 }
 
+using Role = TensorUse::Role;
+
+const char* float_format(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return "bf16";
+    case DType::kF16: return "f16";
+    default: return "f32";
+  }
+}
+
+// A weight matrix as read: float values (exact in their stored dtype), or quantized codes.
+struct MatrixWeight {
+  int n_out = 0, k_in = 0;
+  std::vector<float> values;  // (n_out, k_in) when not quantized
+  DType dtype = DType::kF32;
+  bool quantized = false;
+  kernels::QuantizedRows quant;  // when quantized
+
+  // Rows [first, first + n) as a packed matrix. Every output is one ordered chain over k_in
+  // (over the blocks, for quantized rows) whatever matrix holds its row, so a split changes no
+  // byte.
+  kernels::PackedMatrix rows(int first, int n) const {
+    if (!quantized)
+      return kernels::PackedMatrix(values.data() + std::size_t(first) * std::size_t(k_in), n,
+                                   k_in, dtype);
+    if (first == 0 && n == quant.n_out) return kernels::PackedMatrix(quant);
+    kernels::QuantizedRows part;
+    part.type = quant.type;
+    part.n_out = n;
+    part.k_in = quant.k_in;
+    const std::size_t row_bytes = quant.codes.size() / std::size_t(quant.n_out);
+    const std::size_t row_scales = std::size_t(quant.blocks_per_row());
+    part.codes.assign(quant.codes.begin() + std::ptrdiff_t(std::size_t(first) * row_bytes),
+                      quant.codes.begin() + std::ptrdiff_t(std::size_t(first + n) * row_bytes));
+    part.scales.assign(quant.scales.begin() + std::ptrdiff_t(std::size_t(first) * row_scales),
+                       quant.scales.begin() + std::ptrdiff_t(std::size_t(first + n) * row_scales));
+    return kernels::PackedMatrix(part);
+  }
+  // The values the products multiply by: a quantized matrix's exactly dequantized.
+  std::vector<float> dense_values() const {
+    if (!quantized) return values;
+    std::vector<float> out(std::size_t(n_out) * std::size_t(k_in));
+    kernels::dequantize_rows(quant, out.data());
+    return out;
+  }
+  std::string format() const {
+    return quantized ? kernels::quant_name(quant.type) : float_format(dtype);
+  }
+};
+
 // Reads tensors from a WeightSource, checking each shape against the configuration, hashing
 // every value into the fingerprint, and remembering which names were used. The architecture's
 // table (model_tensor_shapes) is the one list of tensors: the loader takes exactly its names
@@ -65,7 +117,8 @@ std::uint64_t name_seed(const std::string& name, std::uint64_t seed) {
 class Loader {
  public:
   Loader(const WeightSource& src, const ModelConfig& config)
-      : src_(src), tied_maps_(config.tie_feature_map_qk) {
+      : src_(src), tied_maps_(config.tie_feature_map_qk), quantization_(config.quantization),
+        quantization_head_(config.quantization_head) {
     // The fingerprint covers what shapes the numbers; where generation stops does not.
     ModelConfig numeric = config;
     numeric.eos_token_ids.clear();
@@ -90,19 +143,12 @@ class Loader {
   /// take() of `name`, hashed into the fingerprint as `canonical` (a tied tensor stored under
   /// either of two names is the same model).
   std::vector<float> take_as(const std::string& name, const std::string& canonical,
-                             const Shape& shape, const char* why) {
-    // One learned map serves q and k when they are tied; the table lists it under q's name.
-    std::string listed = canonical;
-    const std::string k_map = "attn.feature_map_k.", q_map = "attn.feature_map_q.";
-    if (const auto at = listed.find(k_map); tied_maps_ && at != std::string::npos)
-      listed.replace(at, k_map.size(), q_map);
-    const auto entry = table_.find(listed);
-    if (entry == table_.end() || entry->second != shape)
-      throw std::logic_error(fmt::format("[Model] internal: tensor '{}' {} is not in the "
-                                         "architecture's table as read", name, shape_string(shape)));
-    taken_.insert(entry->first);
-    if (!src_.has(name))
-      fail("tensor '{}' {} is missing ({})", name, shape_string(shape), why);
+                             const Shape& shape, const char* why, Role role = Role::kOther) {
+    claim(name, canonical, shape, why);
+    const std::string scales = scale_name(name);
+    if (src_.has(scales) && role != Role::kOther)
+      fail("tensor '{}' is {}, but '{}' is there as if it were quantized: a quantized weight's "
+           "codes are I8 (q8) or U8 (q4)", name, dtype_name(src_.dtype(name)), scales);
     const Shape got = src_.shape(name);
     if (got != shape)
       fail("tensor '{}' has shape {}, but config.json implies {} ({})", name, shape_string(got),
@@ -113,15 +159,102 @@ class Loader {
     for (auto d : shape) hash_.update_value(d);
     hash_.update(values.data(), values.size() * sizeof(float));
     parameters_ += static_cast<std::int64_t>(values.size());
+    uses_.push_back({name, canonical, shape, role, float_format(src_.dtype(name))});
     return values;
+  }
+
+  /// A weight matrix (n_out, k_in) of the forward pass: float values, or the I8 / U8 codes and
+  /// F16 scales of a quantized weight (docs/quantization.md), each checked against
+  /// config.json's quantization_config, the shape and the block count before it is used.
+  MatrixWeight take_matrix(const std::string& name, const std::string& canonical, int n_out,
+                           int k_in, Role role, const char* why) {
+    const Shape shape{n_out, k_in};
+    MatrixWeight w;
+    w.n_out = n_out;
+    w.k_in = k_in;
+    if (!src_.has(name) || is_float_dtype(src_.dtype(name))) {
+      w.values = take_as(name, canonical, shape, why, role);
+      w.dtype = src_.dtype(name);
+      return w;
+    }
+    claim(name, canonical, shape, why);
+    const DType dt = src_.dtype(name);
+    const auto type = dt == DType::kI8 ? kernels::QuantType::kQ8 : kernels::QuantType::kQ4;
+    const char* format = kernels::quant_name(type);
+    const std::string scales = scale_name(name);
+    const std::string& expected = role == Role::kHead ? quantization_head_ : quantization_;
+    if (quantization_.empty())
+      fail("tensor '{}' is {}, the codes of a quantized weight, but config.json has no "
+           "quantization_config", name, dtype_name(dt));
+    if (expected != format)
+      fail("tensor '{}' is {} ({} codes), but config.json's quantization_config gives {} for {}",
+           name, dtype_name(dt), format, expected, role == Role::kHead ? "the head" : "matrices");
+    if (k_in % kernels::kQuantBlock != 0)
+      fail("tensor '{}' is quantized, but its k_in {} is not a multiple of {} (such matrices "
+           "stay in float)", name, k_in, kernels::kQuantBlock);
+    const Shape stored{n_out, type == kernels::QuantType::kQ8 ? k_in : k_in / 2};
+    const Shape got = src_.shape(name);
+    if (got != stored)
+      fail("tensor '{}' is {} with shape {}, but config.json implies {} ({} codes of {} {}, {})",
+           name, dtype_name(dt), shape_string(got), shape_string(stored), format,
+           shape_string(shape), why, type == kernels::QuantType::kQ8 ? "a byte each" : "two per byte");
+    if (!src_.has(scales))
+      fail("tensor '{}' is {} but its scales '{}' are missing", name, dtype_name(dt), scales);
+    const Shape scale_shape{n_out, k_in / kernels::kQuantBlock};
+    if (src_.dtype(scales) != DType::kF16)
+      fail("tensor '{}' is {}, expected F16 (one IEEE half per block of {})", scales,
+           dtype_name(src_.dtype(scales)), kernels::kQuantBlock);
+    if (src_.shape(scales) != scale_shape)
+      fail("tensor '{}' has shape {}, but {} {} takes {} (one scale per block of {})", scales,
+           shape_string(src_.shape(scales)), name, shape_string(shape),
+           shape_string(scale_shape), kernels::kQuantBlock);
+    w.quantized = true;
+    w.quant.type = type;
+    w.quant.n_out = n_out;
+    w.quant.k_in = k_in;
+    w.quant.codes = src_.read_bytes(name);
+    const std::vector<std::uint8_t> raw = src_.read_bytes(scales);
+    const std::size_t n_scales = std::size_t(n_out) * std::size_t(k_in / kernels::kQuantBlock);
+    if (raw.size() != 2 * n_scales)
+      fail("tensor '{}' holds {} bytes, expected {}", scales, raw.size(), 2 * n_scales);
+    w.quant.scales.resize(n_scales);
+    for (std::size_t i = 0; i < n_scales; ++i)  // little-endian, as the format stores them
+      w.quant.scales[i] = static_cast<std::uint16_t>(raw[2 * i] | (raw[2 * i + 1] << 8));
+    const std::string what = fmt::format("[Model] {}: tensor '{}'", src_.describe(), name);
+    kernels::check_quantized(w.quant, what.c_str());
+    used_.insert(name);
+    used_.insert(scales);
+    // The fingerprint covers the format, the codes and the scales: the numbers the kernels use.
+    hash_.update(canonical.data(), canonical.size());
+    for (auto d : shape) hash_.update_value(d);
+    hash_.update(format, std::strlen(format));
+    hash_.update(w.quant.codes.data(), w.quant.codes.size());
+    hash_.update(w.quant.scales.data(), w.quant.scales.size() * sizeof(std::uint16_t));
+    parameters_ += std::int64_t(n_out) * k_in;
+    uses_.push_back({name, canonical, shape, role, format});
+    return w;
   }
 
   /// A tied tensor that may be stored under a second name: if present, it must equal `ref`.
   void accept_tied(const std::string& name, const std::vector<float>& ref, const Shape& shape) {
     if (!src_.has(name)) return;
-    if (src_.shape(name) != shape || src_.read(name) != ref)
+    if (!is_float_dtype(src_.dtype(name)) || src_.shape(name) != shape || src_.read(name) != ref)
       fail("tensor '{}' differs from the tensor it is tied to by config.json", name);
     used_.insert(name);
+  }
+
+  /// accept_tied() for a matrix: a quantized copy must hold the same codes and scales.
+  void accept_tied(const std::string& name, const MatrixWeight& ref, const Shape& shape) {
+    if (!ref.quantized) return accept_tied(name, ref.values, shape);
+    if (!src_.has(name)) return;
+    const std::string scales = scale_name(name);
+    std::vector<std::uint8_t> want(ref.quant.scales.size() * 2);
+    std::memcpy(want.data(), ref.quant.scales.data(), want.size());  // little-endian hosts
+    if (is_float_dtype(src_.dtype(name)) || !src_.has(scales) ||
+        src_.read_bytes(name) != ref.quant.codes || src_.read_bytes(scales) != want)
+      fail("tensor '{}' differs from the tensor it is tied to by config.json", name);
+    used_.insert(name);
+    used_.insert(scales);
   }
 
   /// A tensor a checkpoint may hold that the forward pass never reads: accepted, not loaded.
@@ -137,6 +270,7 @@ class Loader {
   }
 
   DType dtype(const std::string& name) const { return src_.dtype(name); }
+  std::vector<TensorUse> uses() const { return uses_; }
   std::uint64_t fingerprint() const { return hash_.digest(); }
   std::int64_t parameters() const { return parameters_; }
   template <class... Args>
@@ -151,15 +285,37 @@ class Loader {
   std::map<std::string, Shape> table_;  // the architecture's tensors
   std::set<std::string> taken_;         // of those, the ones read
   detail::Hasher hash_;
+  // NAME.weight's scales: NAME.weight_scale.
+  static std::string scale_name(const std::string& name) { return name + "_scale"; }
+
+  // The table check and the presence check that every take begins with.
+  void claim(const std::string& name, const std::string& canonical, const Shape& shape,
+             const char* why) {
+    // One learned map serves q and k when they are tied; the table lists it under q's name.
+    std::string listed = canonical;
+    const std::string k_map = "attn.feature_map_k.", q_map = "attn.feature_map_q.";
+    if (const auto at = listed.find(k_map); tied_maps_ && at != std::string::npos)
+      listed.replace(at, k_map.size(), q_map);
+    const auto entry = table_.find(listed);
+    if (entry == table_.end() || entry->second != shape)
+      throw std::logic_error(fmt::format("[Model] internal: tensor '{}' {} is not in the "
+                                         "architecture's table as read", name, shape_string(shape)));
+    taken_.insert(entry->first);
+    if (!src_.has(name))
+      fail("tensor '{}' {} is missing ({})", name, shape_string(shape), why);
+  }
+
   std::set<std::string> used_;
   std::int64_t parameters_ = 0;
+  std::string quantization_, quantization_head_;
+  std::vector<TensorUse> uses_;
 };
 
 model::Dense dense(Loader& L, const std::string& name, int n_out, int k_in, bool bias,
-                   const char* why) {
+                   const char* why, Role role = Role::kMatrix) {
   model::Dense d;
-  const auto w = L.take(name + ".weight", {n_out, k_in}, why);
-  d.w = kernels::PackedMatrix(w.data(), n_out, k_in, L.dtype(name + ".weight"));
+  const std::string weight = name + ".weight";
+  d.w = L.take_matrix(weight, weight, n_out, k_in, role, why).rows(0, n_out);
   if (bias) d.bias = L.take(name + ".bias", {n_out}, why);
   return d;
 }
@@ -203,6 +359,9 @@ class TensorStoreSource final : public WeightSource {
     return out;
   }
   std::string describe() const override { return store_.source(); }
+  std::vector<std::uint8_t> read_bytes(const std::string& name) const override {
+    return store_.read_bytes(name);
+  }
 
  private:
   TensorStore store_;
@@ -302,12 +461,10 @@ std::vector<std::pair<std::string, Shape>> based_tensor_shapes(const ModelConfig
 }
 
 
-// Rows [first, first + n) of a (rows, k_in) weight as their own matrix. Every output is one
-// ordered chain over k_in whatever matrix holds its row, so a split changes no byte.
-model::Dense rows_of(const std::vector<float>& w, const std::vector<float>& bias, int first, int n,
-                     int k_in, DType dtype) {
+// Rows [first, first + n) of a fused weight as their own matrix (MatrixWeight::rows).
+model::Dense rows_of(const MatrixWeight& w, const std::vector<float>& bias, int first, int n) {
   model::Dense out;
-  out.w = kernels::PackedMatrix(w.data() + std::size_t(first) * std::size_t(k_in), n, k_in, dtype);
+  out.w = w.rows(first, n);
   if (!bias.empty())
     out.bias.assign(bias.begin() + first, bias.begin() + first + n);
   return out;
@@ -324,12 +481,13 @@ void load_based(Loader& L, const WeightSource& weights, const ModelConfig& c, Mo
   const Shape emb_shape{c.embedding_rows, d};
   // The head is tied to the embedding; a checkpoint holds it under either name, or both.
   const std::string emb = "transformer.embeddings.word_embeddings.weight", head = "lm_head.weight";
-  if (weights.has(emb)) {
-    embeddings = L.take(emb, emb_shape, "vocab_size padded, n_embd");
-    L.accept_tied(head, embeddings, emb_shape);
-  } else {
-    embeddings = L.take_as(head, emb, emb_shape, "vocab_size padded, n_embd (the tied head)");
-  }
+  const MatrixWeight table =
+      weights.has(emb)
+          ? L.take_matrix(emb, emb, c.embedding_rows, d, Role::kHead, "vocab_size padded, n_embd")
+          : L.take_matrix(head, emb, c.embedding_rows, d, Role::kHead,
+                          "vocab_size padded, n_embd (the tied head)");
+  if (weights.has(emb)) L.accept_tied(head, table, emb_shape);
+  embeddings = table.dense_values();
   L.ignore("transformer.decay.decay");  // based-1b's fixed_decay buffer: no layer reads it
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = fmt::format("transformer.layers.{}.", i);
@@ -338,12 +496,12 @@ void load_based(Loader& L, const WeightSource& weights, const ModelConfig& c, Mo
     layer.attn_norm = norm(L, p + "norm1", d, eps, false, true, "n_embd");
     switch (layer.mixer) {
       case MixerKind::kShortConv: {
-        const auto w = L.take(p + "mixer.in_proj.weight", {2 * di, d}, "expand_proj * n_embd, n_embd");
-        const DType dt = L.dtype(p + "mixer.in_proj.weight");
+        const std::string in = p + "mixer.in_proj.weight";
+        const auto w = L.take_matrix(in, in, 2 * di, d, Role::kMatrix, "expand_proj * n_embd, n_embd");
         std::vector<float> b;
         if (c.conv_bias) b = L.take(p + "mixer.in_proj.bias", {2 * di}, "expand_proj * n_embd");
-        layer.in_u1 = rows_of(w, b, 0, di, d, dt);
-        layer.in_u2 = rows_of(w, b, di, di, d, dt);
+        layer.in_u1 = rows_of(w, b, 0, di);
+        layer.in_u2 = rows_of(w, b, di, di);
         const auto taps = L.take(p + "mixer.conv.conv.weight", {di, 1, c.conv_kernel},
                                  "expand_proj * n_embd / 2, 1, kernel_size");
         layer.conv = std::make_unique<ShortConvolution>(
@@ -368,11 +526,11 @@ void load_based(Loader& L, const WeightSource& weights, const ModelConfig& c, Mo
         break;
       }
       case MixerKind::kWindowAttention: {
-        const auto w = L.take(p + "mixer.Wqkv.weight", {3 * d, d}, "3 n_embd, n_embd");
-        const DType dt = L.dtype(p + "mixer.Wqkv.weight");
-        layer.q = rows_of(w, {}, 0, d, d, dt);
-        layer.k = rows_of(w, {}, d, d, d, dt);
-        layer.v = rows_of(w, {}, 2 * d, d, d, dt);
+        const std::string qkv = p + "mixer.Wqkv.weight";
+        const auto w = L.take_matrix(qkv, qkv, 3 * d, d, Role::kMatrix, "3 n_embd, n_embd");
+        layer.q = rows_of(w, {}, 0, d);
+        layer.k = rows_of(w, {}, d, d);
+        layer.v = rows_of(w, {}, 2 * d, d);
         layer.out_proj = dense(L, p + "mixer.out_proj", d, d, false, "n_embd");
         WindowAttentionConfig wc;
         wc.n_heads = c.window_heads;
@@ -385,18 +543,41 @@ void load_based(Loader& L, const WeightSource& weights, const ModelConfig& c, Mo
     }
     layer.mlp_norm = norm(L, p + "norm2", d, eps, false, true, "n_embd");
     // GatedMlp: fc1's first half is the value, its second half the gate: fc2(y * silu(gate)).
-    const auto fc1 = L.take(p + "mlp.fc1.weight", {2 * Hm, d}, "2 n_inner, n_embd");
-    const DType dt = L.dtype(p + "mlp.fc1.weight");
-    layer.up = rows_of(fc1, {}, 0, Hm, d, dt);
-    layer.gate = rows_of(fc1, {}, Hm, Hm, d, dt);
+    const std::string fc1_name = p + "mlp.fc1.weight";
+    const auto fc1 = L.take_matrix(fc1_name, fc1_name, 2 * Hm, d, Role::kMatrix, "2 n_inner, n_embd");
+    layer.up = rows_of(fc1, {}, 0, Hm);
+    layer.gate = rows_of(fc1, {}, Hm, Hm);
     layer.down = dense(L, p + "mlp.fc2", d, Hm, false, "n_embd, n_inner");
     impl.layers.push_back(std::move(layer));
   }
   impl.has_final_norm = true;
   impl.final_norm = norm(L, "transformer.ln_f", d, eps, false, true, "n_embd");
   // Only the vocabulary's rows: the padding rows are never a token.
-  impl.lm_head.w = kernels::PackedMatrix(embeddings.data(), c.vocab_size, d,
-                                         L.dtype(weights.has(emb) ? emb : head));
+  impl.lm_head.w = table.rows(0, c.vocab_size);
+}
+
+// "q4 (head q8), 2 of 15 matrices f16": the matrices' formats, the most common first.
+std::string describe_format(const std::vector<TensorUse>& uses) {
+  std::map<std::string, int> body;
+  std::string head;
+  int matrices = 0;
+  for (const auto& u : uses) {
+    if (u.role == Role::kMatrix) {
+      ++body[u.format];
+      ++matrices;
+    } else if (u.role == Role::kHead) {
+      head = u.format;
+    }
+  }
+  if (body.empty()) return head;
+  std::string main = body.begin()->first;
+  for (const auto& [f, n] : body)
+    if (n > body[main] || (n == body[main] && f[0] == 'q')) main = f;
+  std::string out = main;
+  if (!head.empty() && head != main) out += " (head " + head + ")";
+  for (const auto& [f, n] : body)
+    if (f != main) out += fmt::format(", {} of {} matrices {}", n, matrices, f);
+  return out;
 }
 
 }  // namespace
@@ -583,6 +764,11 @@ int write_random_model(const std::string& dir, const ModelConfig& config, std::u
   return n_files;
 }
 
+std::vector<std::uint8_t> WeightSource::read_bytes(const std::string& name) const {
+  throw FormatError(fmt::format("[Model] {}: tensor '{}' is not stored as bytes (only a "
+                                "safetensors file holds quantized weights)", describe(), name));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Model
 
@@ -618,6 +804,14 @@ std::shared_ptr<const Model> Model::from_weights(const ModelConfig& config_in,
   m->source_ = weights.describe();
   Impl& impl = *m->impl_;
   Loader L(weights, c);
+  const auto finish = [&] {
+    L.check_table();
+    L.reject_unused();
+    m->fingerprint_ = L.fingerprint();
+    m->parameters_ = L.parameters();
+    impl.tensors = L.uses();
+    m->weight_format_ = describe_format(impl.tensors);
+  };
   const int d = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const auto eps = static_cast<float>(c.norm_eps);
   const bool fla = c.architecture == Architecture::kLinearAttn;
@@ -628,13 +822,19 @@ std::shared_ptr<const Model> Model::from_weights(const ModelConfig& config_in,
     } catch (const ArgumentError& e) {  // a bad model is a FormatError, whatever layer finds it
       throw FormatError(fmt::format("[Model] {}: {}", weights.describe(), e.what()));
     }
-    L.check_table();
-    L.reject_unused();
-    m->fingerprint_ = L.fingerprint();
-    m->parameters_ = L.parameters();
+    finish();
     return m;
   }
-  impl.embeddings = L.take("model.embeddings.weight", {V, d}, "vocab_size, hidden_size");
+  // A tied embedding is the head's matrix too (quantized with it); an untied one is only
+  // gathered, a row per token, and stays as stored.
+  MatrixWeight table;
+  if (c.tie_word_embeddings) {
+    table = L.take_matrix("model.embeddings.weight", "model.embeddings.weight", V, d, Role::kHead,
+                          "vocab_size, hidden_size");
+    impl.embeddings = table.dense_values();
+  } else {
+    impl.embeddings = L.take("model.embeddings.weight", {V, d}, "vocab_size, hidden_size");
+  }
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = layer_prefix(i);
     Impl::Layer layer;
@@ -730,16 +930,12 @@ std::shared_ptr<const Model> Model::from_weights(const ModelConfig& config_in,
     impl.final_norm = norm(L, "model.norm", d, eps, false, true, "hidden_size");
   }
   if (c.tie_word_embeddings) {
-    impl.lm_head.w = kernels::PackedMatrix(impl.embeddings.data(), V, d,
-                                           L.dtype("model.embeddings.weight"));
-    L.accept_tied("lm_head.weight", impl.embeddings, {V, d});
+    impl.lm_head.w = table.rows(0, V);
+    L.accept_tied("lm_head.weight", table, {V, d});
   } else {
-    impl.lm_head = dense(L, "lm_head", V, d, false, "vocab_size, hidden_size");
+    impl.lm_head = dense(L, "lm_head", V, d, false, "vocab_size, hidden_size", Role::kHead);
   }
-  L.check_table();
-  L.reject_unused();
-  m->fingerprint_ = L.fingerprint();
-  m->parameters_ = L.parameters();
+  finish();
   return m;
 }
 

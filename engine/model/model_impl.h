@@ -1,7 +1,9 @@
 // The loaded form of a model: packed matrices, norms and feature maps, layer by layer.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "model/layers.h"
@@ -12,6 +14,21 @@
 #include "recur/window_attention.h"
 
 namespace recur {
+
+/// One tensor the loader read: under which name, as which tensor of the architecture's table,
+/// and whether it became a matrix of the forward pass (what `recur quantize` may quantize).
+struct TensorUse {
+  enum class Role {
+    kOther,   // norms, biases, feature maps, convolutions, an untied embedding: kept as they are
+    kMatrix,  // a projection or MLP matrix (dense(), or a part of a fused one)
+    kHead,    // the LM head, or the tied embedding that serves as the head
+  };
+  std::string name;       // as stored in the source
+  std::string canonical;  // as hashed into the fingerprint (a tied tensor has one such name)
+  std::vector<std::int64_t> shape;  // logical: (n_out, k_in) for a matrix
+  Role role = Role::kOther;
+  std::string format;     // "f32", "bf16", "f16", "q8", "q4": as loaded
+};
 
 struct Model::Impl {
   struct Layer {
@@ -40,6 +57,7 @@ struct Model::Impl {
   bool has_final_norm = false;
   model::Norm final_norm;
   model::Dense lm_head;
+  std::vector<TensorUse> tensors;  // every tensor read, in the order read
 };
 
 }  // namespace recur

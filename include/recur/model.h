@@ -72,6 +72,12 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   /// End-of-sequence ids (eos_token_id, a number or a list); generation stops at one.
   std::vector<int> eos_token_ids;
+  /// Quantized weights (config.json's quantization_config, as `recur quantize` writes it;
+  /// docs/quantization.md): "" for none, else "q8" or "q4", the format of the projections and
+  /// the MLP. quantization_head is the head's (the tied embedding's): the same unless chosen
+  /// apart.
+  std::string quantization;
+  std::string quantization_head;
 
   // Based only (architecture kBased). hidden_size, num_hidden_layers, intermediate_size,
   // vocab_size, norm_eps come from n_embd, n_layer, n_inner, vocab_size, layer_norm_epsilon.
@@ -127,6 +133,9 @@ class WeightSource {
   /// Every tensor name, so that the model can reject those it does not use.
   virtual std::vector<std::string> names() const = 0;
   virtual std::string describe() const = 0;
+  /// The tensor's bytes as stored, little-endian: how the I8 / U8 codes and the F16 scales of a
+  /// quantized weight are read. A source of float values alone throws FormatError.
+  virtual std::vector<std::uint8_t> read_bytes(const std::string& name) const;
 };
 
 /// Random weights for a configuration, generated from a seed (the same on every machine).
@@ -192,6 +201,9 @@ class Model {
   std::int64_t parameters() const { return parameters_; }
   /// Bytes of weights one decode step reads (every packed matrix and one embedding row).
   std::size_t weight_bytes_per_token() const;
+  /// How the weight matrices are stored, for messages: "f32", "bf16", "q8", "q4 (head q8)",
+  /// "q4, 2 of 15 matrices f16" (docs/quantization.md).
+  const std::string& weight_format() const { return weight_format_; }
   /// A 64-bit fingerprint of the configuration and every weight's value. Saved states carry it.
   std::uint64_t fingerprint() const { return fingerprint_; }
 
@@ -204,6 +216,7 @@ class Model {
   std::string source_;
   std::int64_t parameters_ = 0;
   std::uint64_t fingerprint_ = 0;
+  std::string weight_format_;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -1,6 +1,7 @@
 // Reading and writing safetensors files (https://github.com/huggingface/safetensors): an
 // 8-byte little-endian header length, a JSON header naming each tensor's dtype, shape and byte
-// range, then the data. recur reads F32, F16 and BF16 tensors and hands them out as float32.
+// range, then the data. recur reads F32, F16 and BF16 tensors and hands them out as float32,
+// and I8 and U8 tensors (the codes of quantized weights, docs/quantization.md) as their bytes.
 //
 // Everything the header claims is checked before any data is read: the header length against
 // the file size, the JSON, each dtype, that each byte range matches its shape, lies inside the
@@ -15,14 +16,18 @@
 
 namespace recur {
 
-/// How a tensor's elements are stored in a file.
-enum class DType { kF32, kF16, kBF16 };
+/// How a tensor's elements are stored in a file. The integer types hold the codes of quantized
+/// weights; they are never widened to float.
+enum class DType { kF32, kF16, kBF16, kI8, kU8 };
 
-/// "F32", "F16", "BF16" (the names the format uses).
+/// "F32", "F16", "BF16", "I8", "U8" (the names the format uses).
 const char* dtype_name(DType dtype);
 /// Bytes per element.
 int dtype_size(DType dtype);
-/// Parses "F32"/"F16"/"BF16" (and the lower-case forms); throws ArgumentError otherwise.
+/// True for F32, F16 and BF16: what TensorStore::read() widens to float32.
+bool is_float_dtype(DType dtype);
+/// Parses "F32"/"F16"/"BF16" (and the lower-case forms): the dtypes a model's float tensors may
+/// be stored as. Throws ArgumentError otherwise (I8 and U8 included).
 DType parse_dtype(const std::string& name);
 
 /// "(512, 2048)", "(64,)": a shape as messages print it.
@@ -56,9 +61,12 @@ class TensorStore {
   /// Where the tensors came from (a file or a directory), for messages.
   const std::string& source() const { return source_; }
 
-  /// A tensor's elements as float32, row-major. Throws FormatError if the file changed under us
-  /// (short read) or an element is NaN or infinite.
+  /// A tensor's elements as float32, row-major. Throws FormatError if the tensor is not F32,
+  /// F16 or BF16, if the file changed under us (short read) or an element is NaN or infinite.
   std::vector<float> read(const std::string& name) const;
+  /// A tensor's bytes as stored (little-endian, row-major), whatever its dtype: how the codes
+  /// and scales of a quantized weight are read. Throws FormatError on a short read.
+  std::vector<std::uint8_t> read_bytes(const std::string& name) const;
 
  private:
   std::string source_;
@@ -76,6 +84,21 @@ struct TensorData {
 /// Written to a temporary name and renamed, so a failed write leaves no partial file.
 void write_safetensors(const std::string& path, const std::vector<TensorData>& tensors,
                        DType dtype, const std::map<std::string, std::string>& metadata = {});
+
+/// A tensor to write as it is stored: `bytes` holds shape's element count times
+/// dtype_size(dtype) bytes, little-endian, row-major.
+struct StoredTensorData {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<std::int64_t> shape;
+  const void* bytes = nullptr;
+};
+
+/// Writes one safetensors file whose tensors keep each its own dtype, in the order given; as
+/// write_safetensors, through a temporary name.
+void write_safetensors_stored(const std::string& path,
+                              const std::vector<StoredTensorData>& tensors,
+                              const std::map<std::string, std::string>& metadata = {});
 
 /// float32 <-> the 16-bit formats, rounding to nearest even.
 std::uint16_t float_to_bf16(float x);
