@@ -54,8 +54,8 @@ fi
 needs_oracle=false
 [[ "$job" =~ ^(test|asan|native|bench|tsan)$ ]] && needs_oracle=true
 $needs_oracle && ! command -v npm > /dev/null && packages+=(nodejs npm)
-# The replicas' test starts Redis and nginx (deploy/).
-$needs_oracle && packages+=(redis-server nginx)
+# The replicas' test starts Redis and nginx (deploy/); tools/quant_reader.py's test needs numpy.
+$needs_oracle && packages+=(redis-server nginx python3-numpy)
 # The release test job recomputes the fla fixtures' float64 expectations (tests/fla) with PyTorch.
 [[ "$job" == test ]] && packages+=(python3-torch)
 bash tools/packages.sh "${packages[@]}"
