@@ -15,7 +15,13 @@ checks=0
 "${a[@]}" make-model "$dir/m1" --feature-map hedgehog --normalized --kv-heads 2 --dtype bf16 > /dev/null
 "${a[@]}" make-model "$dir/m2" --feature-map dpfp --dtype f16 > /dev/null
 "${a[@]}" make-model "$dir/m3" --arch transformers_are_rnns --hidden-act gelu > /dev/null
-for m in "$dir/m1" "$dir/m2" "$dir/m3" builtin; do
+# Quantized weights (q8 with a tied embedding as the head; q4 with an MLP width of 80, whose down
+# projection stays f32): integer dot products and one float order over the blocks.
+"${a[@]}" make-model "$dir/f5" --feature-map hedgehog --normalized --tie-embeddings > /dev/null
+"${a[@]}" quantize "$dir/f5" "$dir/m5" --type q8 > /dev/null 2>&1
+"${a[@]}" make-model "$dir/f6" --intermediate 80 --dtype bf16 > /dev/null
+"${a[@]}" quantize "$dir/f6" "$dir/m6" --type q4 > /dev/null 2>&1
+for m in "$dir/m1" "$dir/m2" "$dir/m3" "$dir/m5" "$dir/m6" builtin; do
   model=(-m "$m"); [[ "$m" == builtin ]] && model=()
   sa=$("${a[@]}" score "${model[@]}" -f "$dir/text" --json --chunk 7)
   sb=$("${b[@]}" score "${model[@]}" -f "$dir/text" --json --chunk 64 --threads 1)
@@ -28,12 +34,15 @@ done
 # Based (BaseConv, Taylor linear attention, a window with rotary): no tokenizer, so ids in and out.
 "${a[@]}" make-model "$dir/m4" --arch based --vocab 300 --hidden 32 --layers 5 --heads 2 \
   --la-layers 1,4 --window-layers 2 --feature-dim 8 --window-size 8 > /dev/null
+"${a[@]}" quantize "$dir/m4" "$dir/m7" --type q4 --head q8 > /dev/null 2>&1
 seq 1 97 | awk '{ print ($1 * 37) % 300 }' > "$dir/ids"
-sa=$("${a[@]}" score -m "$dir/m4" --token-ids "$dir/ids" --json --chunk 7)
-sb=$("${b[@]}" score -m "$dir/m4" --token-ids "$dir/ids" --json --chunk 64 --threads 1)
-[[ "$sa" == "$sb" ]] || fail "score differs for the Based model: $sa vs $sb"
-ga=$("${a[@]}" generate -m "$dir/m4" --prompt-ids "$dir/ids" -n 24 --greedy --ids 2> /dev/null)
-gb=$("${b[@]}" generate -m "$dir/m4" --prompt-ids "$dir/ids" -n 24 --greedy --ids --chunk 1 2> /dev/null)
-[[ "$ga" == "$gb" ]] || fail "greedy tokens differ for the Based model"
-checks=$((checks + 2))
+for m in "$dir/m4" "$dir/m7"; do
+  sa=$("${a[@]}" score -m "$m" --token-ids "$dir/ids" --json --chunk 7)
+  sb=$("${b[@]}" score -m "$m" --token-ids "$dir/ids" --json --chunk 64 --threads 1)
+  [[ "$sa" == "$sb" ]] || fail "score differs for the Based model $m: $sa vs $sb"
+  ga=$("${a[@]}" generate -m "$m" --prompt-ids "$dir/ids" -n 24 --greedy --ids 2> /dev/null)
+  gb=$("${b[@]}" generate -m "$m" --prompt-ids "$dir/ids" -n 24 --greedy --ids --chunk 1 2> /dev/null)
+  [[ "$ga" == "$gb" ]] || fail "greedy tokens differ for the Based model $m"
+  checks=$((checks + 2))
+done
 echo "$checks passed, 0 failed"

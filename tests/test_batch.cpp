@@ -12,6 +12,7 @@
 #include "recur/error.h"
 #include "recur/model.h"
 #include "support/based_config.h"
+#include "support/quant_model.h"
 
 using namespace recur;
 
@@ -134,10 +135,14 @@ TEST_CASE("each sequence of a batch gets the bytes it gets alone", "[batch][exac
   check_schedule(Model::builtin(1), 2, 5);
   const ModelConfig c = small(ModelFeatureMap::kElu, true);
   check_schedule(Model::from_weights(c, RandomWeights(c, 4, DType::kBF16)), 2, 6);
+  // Quantized weights: activations quantized per row, blocks combined in one order.
+  check_schedule(recur::testing::quantized_model(c, 4, "q8"), 2, 7);
+  check_schedule(recur::testing::quantized_model(recur::testing::small_based(), 4, "q4", "q8"), 2, 8);
 }
 
-TEST_CASE("a batch of 64 at different positions matches 64 decoders alone", "[batch][exact]") {
-  const auto model = Model::builtin(2);
+namespace {
+
+void check_64(const std::shared_ptr<const Model>& model) {
   std::vector<Decoder> batched, alone;
   for (int i = 0; i < 64; ++i) {
     batched.emplace_back(model, DecoderOptions{16, 2});
@@ -155,10 +160,19 @@ TEST_CASE("a batch of 64 at different positions matches 64 decoders alone", "[ba
     batch.step(ptrs, tokens);
     for (int i = 0; i < 64; ++i) {
       alone[std::size_t(i)].step(tokens[std::size_t(i)]);
-      INFO("sequence " << i << ", step " << step);
+      INFO("sequence " << i << ", step " << step << ", weights " << model->weight_format());
       REQUIRE(same_logits(batched[std::size_t(i)], alone[std::size_t(i)]));
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("a batch of 64 at different positions matches 64 decoders alone", "[batch][exact]") {
+  check_64(Model::builtin(2));
+  const ModelConfig c = Model::builtin_config();
+  check_64(recur::testing::quantized_model(c, 2, "q8"));
+  check_64(recur::testing::quantized_model(c, 2, "q4"));
 }
 
 TEST_CASE("a bad batch is refused with the call and the index, and changes nothing", "[batch]") {

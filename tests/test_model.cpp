@@ -15,11 +15,13 @@
 #include "recur/sampling.h"
 #include "support/based_config.h"
 #include "support/model_reference.h"
+#include "support/quant_model.h"
 #include "support/temp_dir.h"
 #include "util/file.h"
 #include "util/hash.h"
 
 using namespace recur;
+using recur::testing::quantized_model;
 using recur::testing::small_based;
 using recur::testing::TempDir;
 
@@ -30,6 +32,11 @@ constexpr bool kSanitized = true;
 #else
 constexpr bool kSanitized = false;
 #endif
+
+// Largest logit error of a quantized model against its float weights, relative to the largest
+// logit (measured on the model of the test below: see there).
+constexpr double kQ8LogitError = 0.05;
+constexpr double kQ4LogitError = 0.5;
 
 // A small linear_attn configuration; each case changes a few fields.
 ModelConfig small_fla(ModelFeatureMap map, bool normalized) {
@@ -67,7 +74,14 @@ struct Case {
   ModelConfig config;
   DType dtype = DType::kF32;
   int shards = 1;
+  std::string quant = "";       // "q8" or "q4": the model is quantized (docs/quantization.md)
+  std::string quant_head = "";  // the head's format, when it differs
 };
+
+std::shared_ptr<const Model> make_model(const Case& c, std::uint64_t seed) {
+  if (!c.quant.empty()) return quantized_model(c.config, seed, c.quant, c.quant_head, c.dtype);
+  return Model::from_weights(c.config, RandomWeights(c.config, seed, c.dtype));
+}
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
@@ -208,11 +222,33 @@ TEST_CASE("prefill in any chunking, split and thread count gives step()'s logits
     c.dtype = DType::kBF16;
     cases.push_back(c);
   }
+  {
+    Case c{"elu, tied embeddings, q8 weights", small_fla(ModelFeatureMap::kElu, true)};
+    c.config.tie_word_embeddings = true;
+    c.quant = "q8";
+    cases.push_back(c);
+  }
+  {
+    Case c{"hedgehog, grouped kv heads, q4 weights, an MLP width of 80 kept f32",
+           small_fla(ModelFeatureMap::kHedgehog, true)};
+    c.config.num_kv_heads = 2;
+    c.config.intermediate_size = 80;
+    c.quant = "q4";
+    cases.push_back(c);
+  }
+  {
+    Case c{"based, q4 weights with the head q8, from bf16", small_based()};
+    c.dtype = DType::kBF16;
+    c.quant = "q4";
+    c.quant_head = "q8";
+    cases.push_back(c);
+  }
   // Past one fold of the attention state (256 tokens) so that prefill crosses it mid-chunk.
   const int T = kSanitized ? 70 : 300;
   for (const auto& c : cases) {
     SECTION(c.name) {
-      const auto model = Model::from_weights(c.config, RandomWeights(c.config, 5, c.dtype));
+      const auto model = make_model(c, 5);
+      if (!c.quant.empty()) REQUIRE(model->weight_format().rfind(c.quant, 0) == 0);
       const auto tokens = random_tokens(T, c.config.vocab_size, 9);
       const int V = c.config.vocab_size;
       const auto nV = static_cast<std::size_t>(V);
@@ -329,6 +365,57 @@ TEST_CASE("a saved state continues bit-identically, and clones branch independen
   branch.push_back(2);
   straight.prefill(branch);
   CHECK(same_bytes(fork.logits().data(), straight.logits().data(), nV));
+}
+
+TEST_CASE("a quantized model's saved state continues bit-identically, and only on that model",
+          "[model][state][quant]") {
+  const ModelConfig c = small_fla(ModelFeatureMap::kHedgehog, true);
+  const auto q8 = quantized_model(c, 2, "q8");
+  const auto q4 = quantized_model(c, 2, "q4");
+  const auto f32 = Model::from_weights(c, RandomWeights(c, 2));
+  CHECK(q8->fingerprint() != q4->fingerprint());
+  CHECK(q8->fingerprint() != f32->fingerprint());
+  CHECK(q8->fingerprint() == quantized_model(c, 2, "q8")->fingerprint());
+  const auto tokens = random_tokens(kSanitized ? 60 : 290, c.vocab_size, 4);
+  const auto nV = static_cast<std::size_t>(c.vocab_size);
+  const std::size_t half = tokens.size() / 2;
+  for (const auto& model : {q8, q4}) {
+    Decoder whole(model, {32, 1});
+    whole.prefill(tokens);
+    Decoder a(model, {32, 2});
+    a.prefill(std::vector<int>(tokens.begin(), tokens.begin() + std::ptrdiff_t(half)));
+    const std::string bytes = a.save_bytes();
+    Decoder b(model, {5, 1});
+    b.load_bytes(bytes, "q state");
+    for (std::size_t i = half; i < tokens.size(); ++i) b.step(tokens[i]);
+    CHECK(same_bytes(b.logits().data(), whole.logits().data(), nV));
+    // Another format of the same weights is another model: its state is refused.
+    Decoder other(model == q8 ? q4 : q8);
+    CHECK_THROWS_AS(other.load_bytes(bytes, "q state"), FormatError);
+    Decoder plain(f32);
+    CHECK_THROWS_AS(plain.load_bytes(bytes, "q state"), FormatError);
+    CHECK(plain.n_tokens() == 0);
+  }
+}
+
+TEST_CASE("quantized models' logits stay near the float model's", "[model][quant]") {
+  // Quantization changes the numbers, so this is a tolerance, not bytes: it catches a wrong
+  // layout (nibble order, a row or block off, a scale misread), which gives noise.
+  const ModelConfig c = small_fla(ModelFeatureMap::kElu, true);
+  const auto f32 = Model::from_weights(c, RandomWeights(c, 6));
+  const auto tokens = random_tokens(40, c.vocab_size, 7);
+  Decoder ref(f32, {8, 1});
+  const Eigen::VectorXf want = ref.prefill(tokens);
+  const double scale = want.cwiseAbs().maxCoeff();
+  for (const auto& [format, bound] : {std::pair<const char*, double>{"q8", kQ8LogitError},
+                                      std::pair<const char*, double>{"q4", kQ4LogitError}}) {
+    Decoder dec(quantized_model(c, 6, format), {8, 1});
+    const Eigen::VectorXf got = dec.prefill(tokens);
+    const double err = (got - want).cwiseAbs().maxCoeff() / scale;
+    INFO(format << ": largest logit error " << err << " of the largest logit");
+    CHECK(err < bound);
+    CHECK(err > 0.0);  // the codes are in use, not float weights
+  }
 }
 
 TEST_CASE("bad state files are rejected and leave the decoder as it was", "[model][state]") {
