@@ -674,6 +674,10 @@ int run_convert(int argc, char** argv) {
     throw ArgumentError("OUT is DIR itself: convert writes a new directory");
   const std::string config_text = read_input((fs::path(in) / "config.json").string(), "config.json", 16u << 20);
   const ModelConfig config = ModelConfig::from_json(config_text, (fs::path(in) / "config.json").string());
+  if (!config.quantization.empty())
+    throw ArgumentError(fmt::format("{} is quantized ({}): convert writes float tensors; convert "
+                                    "the model it was quantized from", printable(in),
+                                    config.quantization));
   const auto weights = open_weights(in);
   // Loading checks every tensor against the configuration before anything is written.
   const auto model = Model::from_weights(config, *weights);
