@@ -34,9 +34,10 @@ constexpr bool kSanitized = false;
 #endif
 
 // Largest logit error of a quantized model against its float weights, relative to the largest
-// logit (measured on the model of the test below: see there).
-constexpr double kQ8LogitError = 0.05;
-constexpr double kQ4LogitError = 0.5;
+// logit, on the model of the test below: measured 0.018 (q8) and 0.19 (q4); weights read in a
+// wrong layout give errors of the logits' own size.
+constexpr double kQ8LogitError = 0.04;
+constexpr double kQ4LogitError = 0.35;
 
 // A small linear_attn configuration; each case changes a few fields.
 ModelConfig small_fla(ModelFeatureMap map, bool normalized) {
