@@ -425,6 +425,89 @@ TEST_CASE("bad input to prefill() is rejected by name and leaves the state as it
   }
 }
 
+TEST_CASE("a non-finite input in a late chunk leaves none of the earlier chunks applied",
+          "[linear][errors]") {
+  // The inputs are checked chunk by chunk as the walk reads them. Every way prefill keeps a
+  // failed call from changing the state is reached here: one chunk on one thread (checked
+  // before the walk), several chunks or threads with inputs larger than the state (the state
+  // staged and put back), and inputs smaller than the state (checked up front).
+  const LinearAttentionConfig c = small_config();
+  const LinearAttention layer(c);
+  auto s = layer.make_state();
+  const auto in = random_inputs(layer, 300, 4u);
+  layer.prefill(s, in.Q.topRows(100), in.K.topRows(100), in.V.topRows(100));
+  const auto more = random_inputs(layer, 300, 5u);
+  for (Eigen::Index T : {Eigen::Index(300), Eigen::Index(5)}) {
+    for (int chunk : {2, 16, 300}) {
+      for (int threads : {1, 2}) {
+        INFO("T " << T << ", chunk " << chunk << ", threads " << threads);
+        PrefillOptions opt;
+        opt.chunk = chunk;
+        opt.threads = threads;
+        RowMatrix O(T, 64);
+        RowMatrix Qb = more.Q.topRows(T), Kb = more.K.topRows(T), Vb = more.V.topRows(T);
+        Qb(T - 1, 31) = std::numeric_limits<float>::quiet_NaN();  // last chunk, last head
+        Kb(T - 1, 2) = std::numeric_limits<float>::infinity();     // last chunk, first head
+        Vb(T - 1, 63) = -std::numeric_limits<float>::infinity();
+        const auto Q = more.Q.topRows(T), K = more.K.topRows(T), V = more.V.topRows(T);
+        const std::string row = fmt::format("row {}", T - 1);
+        expect_rejected<recur::NumericError>(s, [&] { layer.prefill(s, Qb, K, V, O, opt); },
+                                             {"[LinearAttention::prefill]", "Q", row + ", column 31"});
+        expect_rejected<recur::NumericError>(s, [&] { layer.prefill(s, Q, Kb, V, O, opt); },
+                                             {"K", row + ", column 2"});
+        expect_rejected<recur::NumericError>(s, [&] { layer.prefill(s, Q, K, Vb, O, opt); },
+                                             {"V", row + ", column 63"});
+        // Two bad values: the first in Q, K, V order and then row order is named, as before.
+        expect_rejected<recur::NumericError>(s, [&] { layer.prefill(s, Q, Kb, Vb, O, opt); },
+                                             {"K", row + ", column 2"});
+      }
+    }
+  }
+  // And the state still continues as if nothing had been tried.
+  auto fresh = layer.make_state();
+  layer.prefill(fresh, in.Q.topRows(100), in.K.topRows(100), in.V.topRows(100));
+  CHECK(fresh.raw_bytes() == s.raw_bytes());
+}
+
+TEST_CASE("prefill matches step() bit for bit when d_key is not a multiple of the vector width",
+          "[linear][exactness]") {
+  // The input pass maps a head's last, partial vector through a zero-padded copy; its padding
+  // must come out as 0, not as phi(0).
+  for (auto map : {recur::FeatureMapKind::kEluPlusOne, recur::FeatureMapKind::kRelu,
+                   recur::FeatureMapKind::kIdentity}) {
+    for (int d_key : {4, 12, 20, 36}) {
+      LinearAttentionConfig c;
+      c.feature_map = map;
+      c.n_heads = 3;
+      c.d_key = d_key;
+      c.d_value = 16;
+      const LinearAttention layer(c);
+      const Eigen::Index T = 300;
+      const auto in = random_inputs(layer, T, 7u + std::uint32_t(d_key));
+      auto stepped = layer.make_state();
+      RowMatrix expected(T, 48);
+      for (Eigen::Index t = 0; t < T; ++t) {
+        Eigen::VectorXf o(48);
+        layer.step(stepped, in.Q.row(t).transpose(), in.K.row(t).transpose(),
+                   in.V.row(t).transpose(), o);
+        expected.row(t) = o.transpose();
+      }
+      for (int chunk : {1, 7, 64, 300}) {
+        for (int threads : {1, 2}) {
+          PrefillOptions opt;
+          opt.chunk = chunk;
+          opt.threads = threads;
+          auto s = layer.make_state();
+          const RowMatrix out = layer.prefill(s, in.Q, in.K, in.V, opt);
+          INFO(describe(c) << ", chunk " << chunk << ", threads " << threads);
+          CHECK(first_difference(out, expected) == "");
+          CHECK(s.raw_bytes() == stepped.raw_bytes());
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("layer configurations out of range are rejected", "[linear][errors]") {
   LinearAttentionConfig c;
   c.n_heads = 0;

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention/input_map.h"
 #include "kernels/dispatch.h"
 #include "kernels/matmul.h"
 #include "util/check.h"
@@ -442,6 +443,18 @@ class SumNormalizedMap final : public FeatureMap {
 };
 
 }  // namespace
+
+namespace detail {
+kernels::InputMap input_map_of(const FeatureMap& phi) {
+  if (dynamic_cast<const ElementwiseMap<EluPlusOne, EluPlusOneRef>*>(&phi) != nullptr)
+    return kernels::InputMap::kEluPlusOne;
+  if (dynamic_cast<const ElementwiseMap<Relu, ReluRef>*>(&phi) != nullptr)
+    return kernels::InputMap::kRelu;
+  if (dynamic_cast<const ElementwiseMap<Identity, IdentityRef>*>(&phi) != nullptr)
+    return kernels::InputMap::kIdentity;
+  return kernels::InputMap::kNone;
+}
+}  // namespace detail
 
 std::shared_ptr<const FeatureMap> make_feature_map(FeatureMapKind kind) {
   switch (kind) {

@@ -1,9 +1,11 @@
 #include "recur/linear_attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
+#include "attention/input_map.h"
 #include "kernels/linear_kernels.h"
 #include "util/check.h"
 #include "util/parallel.h"
@@ -272,15 +274,35 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
   if (options.threads < 0)
     detail::throw_argument(call, "options.threads is {}, expected 0 (all cores) or more",
                            options.threads);
-  detail::check_finite(call, "Q", Q.data(), T, Q.cols(), Q.outerStride());
-  detail::check_finite(call, "K", K.data(), T, K.cols(), K.outerStride());
-  detail::check_finite(call, "V", V.data(), T, V.cols(), V.outerStride());
   if (T == 0) return;
 
   const int Dp = state.d_feature_padded_, dvp = state.d_value_padded_;
   const int chunk = static_cast<int>(std::min<Eigen::Index>(options.chunk, T));
   const int threads = std::min(detail::resolve_threads(options.threads), H);
   const int max_heads = (H + threads - 1) / threads;  // per worker
+
+  // The inputs are checked for finiteness in the pass that maps and lays them out for the walk,
+  // chunk by chunk, so that they are read from memory once. A failed call must leave the state
+  // as it was, so the checks must come before anything changes: with one chunk on one worker
+  // they do by themselves; otherwise either the state is staged (copied, and restored on
+  // failure) or, when the inputs are smaller than the state, they are checked up front.
+  const bool one_pass = T <= chunk && threads == 1;
+  const auto input_bytes = static_cast<std::size_t>(T) * sizeof(float) *
+                           static_cast<std::size_t>(Q.cols() + K.cols() + V.cols());
+  const bool stage = !one_pass && input_bytes > state.sums_.size;
+  const auto check_all = [&] {
+    detail::check_finite(call, "Q", Q.data(), T, Q.cols(), Q.outerStride());
+    detail::check_finite(call, "K", K.data(), T, K.cols(), K.outerStride());
+    detail::check_finite(call, "V", V.data(), T, V.cols(), V.outerStride());
+  };
+  if (!one_pass && !stage) check_all();
+  std::unique_ptr<unsigned char[]> staged;
+  if (stage) {
+    staged.reset(new unsigned char[state.sums_.size]);
+    std::memcpy(staged.get(), state.sums_.data, state.sums_.size);
+  }
+  std::atomic<bool> failed{false};
+
   // Per worker and head: q', k' in tile-walk layout (Dp / 4, chunk, 4), v and o (chunk, dvp);
   // per worker, one token's feature-mapped rows (heads, Dp). Allocated before the state changes,
   // zeroed once: the padding of the rows and of v is never written, so it stays zero.
@@ -293,6 +315,7 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
   constexpr int kRows = kernels::kTileRows;
   // When d_value needs no padding, the walk reads V and writes O where they are.
   const bool direct_v = dv == dvp;
+  const kernels::InputMap fused = detail::input_map_of(*phi_);
 
   // Each worker owns a contiguous range of heads and reads its part of every row in one piece:
   // the inputs are usually far larger than the caches, and short strided reads stall.
@@ -306,29 +329,45 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
     float* rows = base + per_head * static_cast<std::size_t>(max_heads);  // (nh, Dp)
 
     for (Eigen::Index b0 = 0; b0 < T; b0 += chunk) {
+      if (failed.load(std::memory_order_relaxed)) return;
       const int n = static_cast<int>(std::min<Eigen::Index>(chunk, T - b0));
       const std::size_t tile_stride = static_cast<std::size_t>(n) * kRows;
-      // q', k': phi over this worker's heads of one token, then into each head's tiles.
-      const auto to_tiles = [&](const ConstMatrixRef& X, const auto& dst, float s, int t) {
-        map_heads(*phi_, X.data() + (b0 + t) * X.outerStride() + Eigen::Index(h0) * dk, nh, dk,
-                  d_feature_, s, rows, Dp);
-        for (int j = 0; j < nh; ++j) {
-          const float* row = rows + j * Dp;
-          float* tiles = dst(j) + static_cast<std::size_t>(t) * kRows;
-          for (int tile = 0; tile < Dp / kRows; ++tile) {
-            float* dst_tile = tiles + static_cast<std::size_t>(tile) * tile_stride;
-            for (int r = 0; r < kRows; ++r) dst_tile[r] = row[tile * kRows + r];
+      // q', k': this worker's heads of the chunk, checked, mapped and laid out in one pass.
+      const auto gather = [&](const ConstMatrixRef& X, const auto& dst, float s) {
+        const float* x = X.data() + b0 * X.outerStride() + Eigen::Index(h0) * dk;
+        if (fused != kernels::InputMap::kNone)
+          return kernels::gather_tiles(x, X.outerStride(), n, nh, dk, fused, s, dst(0),
+                                       static_cast<std::int64_t>(per_head), Dp);
+        // Any other map: checked first (the map may assume finite input), then mapped a token
+        // at a time and transposed.
+        if (!detail::all_finite(x, n, Eigen::Index(nh) * dk, X.outerStride())) return false;
+        for (int t = 0; t < n; ++t) {
+          map_heads(*phi_, x + t * X.outerStride(), nh, dk, d_feature_, s, rows, Dp);
+          for (int j = 0; j < nh; ++j) {
+            const float* row = rows + j * Dp;
+            float* tiles = dst(j) + static_cast<std::size_t>(t) * kRows;
+            for (int tile = 0; tile < Dp / kRows; ++tile) {
+              float* dst_tile = tiles + static_cast<std::size_t>(tile) * tile_stride;
+              for (int r = 0; r < kRows; ++r) dst_tile[r] = row[tile * kRows + r];
+            }
           }
         }
+        return true;
       };
-      for (int t = 0; t < n; ++t) {
-        to_tiles(Q, qT, scale_, t);
-        to_tiles(K, kT, 1.0f, t);
-        if (direct_v) continue;
-        const float* vrow = V.data() + (b0 + t) * V.outerStride() + Eigen::Index(h0) * dv;
-        for (int j = 0; j < nh; ++j)
-          std::memcpy(vb(j) + static_cast<std::size_t>(t * dvp), vrow + j * dv,
-                      sizeof(float) * static_cast<std::size_t>(dv));
+      const float* v0 = V.data() + b0 * V.outerStride() + Eigen::Index(h0) * dv;
+      bool ok = gather(Q, qT, scale_) && gather(K, kT, 1.0f) &&
+                detail::all_finite(v0, n, Eigen::Index(nh) * dv, V.outerStride());
+      if (!ok) {
+        failed.store(true, std::memory_order_relaxed);
+        return;
+      }
+      if (!direct_v) {
+        for (int t = 0; t < n; ++t) {
+          const float* vrow = v0 + t * V.outerStride();
+          for (int j = 0; j < nh; ++j)
+            std::memcpy(vb(j) + static_cast<std::size_t>(t * dvp), vrow + j * dv,
+                        sizeof(float) * static_cast<std::size_t>(dv));
+        }
       }
       for (int j = 0; j < nh; ++j) {
         const auto view = head_view(state.sums_.data, state.head_bytes_, h0 + j, Dp, dvp,
@@ -351,6 +390,13 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
       }
     }
   });
+  if (failed.load()) {
+    // Put back what the chunks before the bad one changed, then name the first bad element as
+    // the full check does.
+    if (stage) std::memcpy(state.sums_.data, staged.get(), state.sums_.size);
+    check_all();
+    detail::throw_numeric(call, "an input holds a non-finite value");  // not reached
+  }
   state.n_tokens_ += T;
 }
 

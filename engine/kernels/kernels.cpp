@@ -24,11 +24,11 @@ namespace recur::kernels {
 namespace HWY_NAMESPACE {
 
 void EluPlusOne(const float* x, float* y, std::int64_t n) {
-  Map(x, y, n, [](VF v) { return IfPositive(v, hn::Add(v, Set(1.0f)), Exp(v)); });
+  Map(x, y, n, [](VF v) { return EluPlusOneOf(v); });
 }
 
 void Relu(const float* x, float* y, std::int64_t n) {
-  Map(x, y, n, [](VF v) { return IfPositive(v, v, Zero()); });
+  Map(x, y, n, [](VF v) { return ReluOf(v); });
 }
 
 void ExpMinus(const float* x, float* y, std::int64_t n, float m) {
@@ -188,7 +188,7 @@ const char* IsaName() {
 
 const Kernels* Table() {
   static const Kernels table{IsaName(), kN,           HWY_TARGET, &StepHead, &WalkHead,
-                             &Matmul,   &EluPlusOne,  &Relu,      &ExpMinus, &Swiglu,   &Gelu,
+                             &GatherTiles, &Matmul,   &EluPlusOne,  &Relu,      &ExpMinus, &Swiglu,   &Gelu,
                              &Sum,      &SumSquares,  &KvScores,  &KvAccumulate,
                              &FmaChains, &ColumnDots, &WeightedRows,
                              &MatmulQ,

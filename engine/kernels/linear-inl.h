@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/linear_kernels.h"
 #include "kernels/ops-inl.h"
@@ -280,6 +281,106 @@ void WalkHead(const HeadView& h, const float* qT, float* kT, const float* v,
   for (; col0 < h.dvp; col0 += kN)
     WalkColumns<kTileRows, 1>(h, col0, qT, kT, tile_stride, v, vstride, out, ostride, n, pos0);
   if (normalized) WalkDenominators(h, qT, kT, tile_stride, out, ostride, n, eps, pos0);
+}
+
+// ---- The walk's input pass ----------------------------------------------------------------
+
+// The kN / kTileRows tiles of one vector of features, `count` of them (the last vector of a
+// head may reach past Dp), each to its own tile, `stride` floats apart. A one-lane vector is one
+// feature: dst is then its own place within the tile.
+HWY_INLINE void StoreTileRows(VF y, float* dst, std::int64_t stride, int count) {
+  static_assert(kTileRows == 4, "a tile of the input layout is a 128-bit vector");
+#if HWY_TARGET == HWY_SCALAR  // one lane: no halves to take
+  dst[0] = hn::GetLane(y);
+  (void)stride;
+  (void)count;
+#else
+  if constexpr (kN == 4) {
+    Store(y, dst);
+  } else if constexpr (kN == 8) {
+    const hn::Half<DF> d4;
+    hn::StoreU(hn::LowerHalf(d4, y), d4, dst);
+    if (count > 1) hn::StoreU(hn::UpperHalf(d4, y), d4, dst + stride);
+  } else if constexpr (kN == 16) {
+    const hn::Half<DF> d8;
+    const hn::Half<decltype(d8)> d4;
+    const auto lo = hn::LowerHalf(d8, y);
+    hn::StoreU(hn::LowerHalf(d4, lo), d4, dst);
+    if (count > 1) hn::StoreU(hn::UpperHalf(d4, lo), d4, dst + stride);
+    if (count > 2) {
+      const auto hi = hn::UpperHalf(d8, y);
+      hn::StoreU(hn::LowerHalf(d4, hi), d4, dst + 2 * stride);
+      if (count > 3) hn::StoreU(hn::UpperHalf(d4, hi), d4, dst + 3 * stride);
+    }
+  } else {
+    static_assert(kN % kTileRows == 0, "a vector is whole tiles");
+  }
+#endif
+}
+
+// Finiteness on the bits: the exponent field of each input, kept as a running maximum per lane;
+// all ones (0x7f800000) is Inf or NaN.
+template <InputMap kMap, bool kScale>
+HWY_INLINE bool GatherTilesOf(const float* x, std::int64_t ldx, int n, int n_heads, int d,
+                              float scale, float* tiles, std::int64_t head_stride, int Dp) {
+  const VF sv = Set(scale);
+  const auto exponent = hn::Set(DU(), 0x7f800000u);
+  auto seen = hn::Zero(DU());
+  const std::int64_t tile_stride = static_cast<std::int64_t>(n) * kTileRows;
+  const int tiles_per_head = Dp / kTileRows;
+  const auto map = [&](VF v) {
+    seen = hn::Max(seen, hn::And(hn::BitCast(DU(), v), exponent));
+    VF y = v;
+    if constexpr (kMap == InputMap::kEluPlusOne) y = EluPlusOneOf(v);
+    else if constexpr (kMap == InputMap::kRelu) y = ReluOf(v);
+    if constexpr (kScale) y = hn::Mul(y, sv);
+    return y;
+  };
+  const int full = d / kN * kN;
+  for (int t = 0; t < n; ++t) {
+    const float* row = x + static_cast<std::int64_t>(t) * ldx;
+    for (int j = 0; j < n_heads; ++j) {
+      const float* xh = row + static_cast<std::int64_t>(j) * d;
+      float* dst = tiles + j * head_stride + static_cast<std::int64_t>(t) * kTileRows;
+      int i = 0;
+      for (; i < full; i += kN)
+        StoreTileRows(map(Load(xh + i)), dst + (i / kTileRows) * tile_stride + i % kTileRows, tile_stride,
+                      std::min(kN / kTileRows, tiles_per_head - i / kTileRows));
+      if (i < d) {
+        // The tail through the same code on a zero-padded copy; the lanes past d become 0, the
+        // padding of the feature rows.
+        alignas(64) float tmp[kN] = {};
+        std::memcpy(tmp, xh + i, sizeof(float) * static_cast<std::size_t>(d - i));
+        const VF y = hn::IfThenElseZero(hn::FirstN(DF(), static_cast<std::size_t>(d - i)),
+                                        map(Load(tmp)));
+        StoreTileRows(y, dst + (i / kTileRows) * tile_stride + i % kTileRows, tile_stride,
+                      std::min(kN / kTileRows, tiles_per_head - i / kTileRows));
+        i += kN;
+      }
+      // Padding the vectors did not reach (narrow vectors, d well below Dp): written as 0 each
+      // time, since the layout's strides change with n and the last chunk's tiles overlap
+      // the places where an earlier chunk's features were.
+      for (; i < Dp; ++i) dst[(i / kTileRows) * tile_stride + i % kTileRows] = 0.0f;
+    }
+  }
+  return hn::AllFalse(DU(), hn::Eq(seen, exponent));
+}
+
+bool GatherTiles(const float* x, std::int64_t ldx, int n, int n_heads, int d, InputMap map,
+                 float scale, float* tiles, std::int64_t head_stride, int Dp) {
+  assert(Dp % kRowPad == 0 && d <= Dp && map != InputMap::kNone);
+  const bool s = scale != 1.0f;
+  switch (map) {
+    case InputMap::kRelu:
+      return s ? GatherTilesOf<InputMap::kRelu, true>(x, ldx, n, n_heads, d, scale, tiles, head_stride, Dp)
+               : GatherTilesOf<InputMap::kRelu, false>(x, ldx, n, n_heads, d, scale, tiles, head_stride, Dp);
+    case InputMap::kIdentity:
+      return s ? GatherTilesOf<InputMap::kIdentity, true>(x, ldx, n, n_heads, d, scale, tiles, head_stride, Dp)
+               : GatherTilesOf<InputMap::kIdentity, false>(x, ldx, n, n_heads, d, scale, tiles, head_stride, Dp);
+    default:
+      return s ? GatherTilesOf<InputMap::kEluPlusOne, true>(x, ldx, n, n_heads, d, scale, tiles, head_stride, Dp)
+               : GatherTilesOf<InputMap::kEluPlusOne, false>(x, ldx, n, n_heads, d, scale, tiles, head_stride, Dp);
+  }
 }
 
 }  // namespace HWY_NAMESPACE

@@ -15,4 +15,9 @@ void walk_head(const HeadView& h, const float* qT, float* kT, const float* v,
   active().walk_head(h, qT, kT, v, vstride, out, ostride, n, normalized, eps, pos0);
 }
 
+bool gather_tiles(const float* x, std::int64_t ldx, int n, int n_heads, int d, InputMap map,
+                  float scale, float* tiles, std::int64_t head_stride, int Dp) {
+  return active().gather_tiles(x, ldx, n, n_heads, d, map, scale, tiles, head_stride, Dp);
+}
+
 }  // namespace recur::kernels

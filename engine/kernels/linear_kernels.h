@@ -42,6 +42,18 @@ struct HeadView {
 /// Whether the token at absolute position `pos` is followed by a fold.
 inline bool folds_after(std::int64_t pos) { return (pos + 1) % kFoldPeriod == 0; }
 
+/// The feature maps the walk's input pass applies itself: the built-in elementwise ones, with
+/// the same operations as their FeatureMap (so the same bytes). kNone: the caller maps.
+enum class InputMap : int { kNone = 0, kEluPlusOne, kRelu, kIdentity };
+
+/// The walk's input pass, one read of each input: n tokens of n_heads heads, d floats each
+/// (head j of token t at x[t * ldx + j * d + i]), checked finite, mapped by `map` (not kNone),
+/// multiplied by `scale` unless it is 1 (as map_heads does), and written in walk_head's layout:
+/// head j's feature i of token t at tiles[j * head_stride + (i / kTileRows) * n * kTileRows +
+/// t * kTileRows + i % kTileRows]. Features d .. Dp-1 are written as 0. Returns false if any input is Inf or NaN; tiles are then partly written.
+bool gather_tiles(const float* x, std::int64_t ldx, int n, int n_heads, int d, InputMap map,
+                  float scale, float* tiles, std::int64_t head_stride, int Dp);
+
 /// One token through one head. q, k: (Dp) feature-mapped and scaled, zero-padded; v: (dvp)
 /// zero-padded; out: (dvp). `pos` is the token's absolute position. No allocation.
 void step_head(const HeadView& h, const float* q, const float* k, const float* v, float* out,

@@ -98,6 +98,12 @@ HWY_INLINE VF Exp(VF x) {
   return hn::Mul(y, hn::BitCast(DF(), hn::ShiftLeft<23>(e)));
 }
 
+/// elu(x) + 1: x + 1 for x > 0, exp(x) otherwise. The one definition of the default feature map,
+/// for its FeatureMap and for the walk's input pass alike.
+HWY_INLINE VF EluPlusOneOf(VF v) { return IfPositive(v, hn::Add(v, Set(1.0f)), Exp(v)); }
+/// max(x, 0), written as a select (see IfPositive).
+HWY_INLINE VF ReluOf(VF v) { return IfPositive(v, v, Zero()); }
+
 /// erf(x) to about 2e-7 absolute: Abramowitz and Stegun's 7.1.26, erf(|x|) = 1 - p(t) exp(-x^2)
 /// with t = 1 / (1 + 0.3275911 |x|), and the sign of x. Our own rather than the C library's, whose
 /// erff rounds differently on different architectures.

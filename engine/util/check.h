@@ -26,6 +26,22 @@ template <class... Args>
   throw NumericError(fmt::format("[{}] {}", call, fmt::format(f, std::forward<Args>(args)...)));
 }
 
+/// Whether every element of a (rows, cols) block with the given row stride is finite. On the
+/// bits (all exponent bits set is Inf or NaN), so that the compiler vectorizes it.
+inline bool all_finite(const float* data, std::int64_t rows, std::int64_t cols,
+                       std::int64_t stride) {
+  std::uint32_t bad = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* row = data + r * stride;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      std::uint32_t u;
+      std::memcpy(&u, row + c, sizeof u);
+      bad |= static_cast<std::uint32_t>((u & 0x7f800000u) == 0x7f800000u);
+    }
+  }
+  return bad == 0;
+}
+
 /// Throws NumericError naming the first non-finite element of a (rows, cols) block with the
 /// given row stride.
 inline void check_finite(const char* call, const char* name, const float* data,
