@@ -133,7 +133,8 @@ class LinearAttention {
   Eigen::VectorXf step(LinearState& state, ConstVectorRef q, ConstVectorRef k,
                        ConstVectorRef v) const;
 
-  /// T tokens: Q, K (T, n_heads * d_key); V, O (T, n_heads * d_value).
+  /// T tokens: Q, K (T, n_heads * d_key); V, O (T, n_heads * d_value). A non-finite input
+  /// throws NumericError and leaves the state as it was; O's rows are then unspecified.
   void prefill(LinearState& state, const ConstMatrixRef& Q, const ConstMatrixRef& K,
                const ConstMatrixRef& V, MatrixRef O, const PrefillOptions& options = {}) const;
   /// As above, returning O.
