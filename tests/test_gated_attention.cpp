@@ -71,13 +71,13 @@ recur::RowMatrixD reference(const GatedAttention& layer, const Inputs& x) {
   const Eigen::Index T = x.Q.rows();
   std::vector<Eigen::MatrixXd> S(static_cast<std::size_t>(H), Eigen::MatrixXd::Zero(dk, dv));
   recur::RowMatrixD O(T, Eigen::Index(H) * dv);
-  const double scale = layer.scale();
+  const double scale = double(layer.scale());
   for (Eigen::Index t = 0; t < T; ++t)
     for (int h = 0; h < H; ++h) {
       auto& s = S[static_cast<std::size_t>(h)];
       for (int i = 0; i < dk; ++i) {
-        const double a = c.decay == DecayKind::kPerHead ? c.head_decay[static_cast<std::size_t>(h)]
-                                                        : x.A(t, h * dk + i);
+        const double a = c.decay == DecayKind::kPerHead ? double(c.head_decay[static_cast<std::size_t>(h)])
+                                                        : double(x.A(t, h * dk + i));
         for (int j = 0; j < dv; ++j)
           s(i, j) = a * s(i, j) + double(x.K(t, h * dk + i)) * double(x.V(t, h * dv + j));
       }
@@ -495,7 +495,7 @@ TEST_CASE("the gates follow their float64 formulas", "[gated][gates]") {
   double worst = 0;
   recur::gates::gla_decay(xs.data(), y.data(), n);
   for (std::size_t i = 0; i < xs.size(); ++i) {
-    worst = std::max(worst, rel(y[i], std::exp(log_sigmoid(xs[i]) / 16.0)));
+    worst = std::max(worst, rel(double(y[i]), std::exp(log_sigmoid(double(xs[i])) / 16.0)));
     REQUIRE((y[i] >= 0.0f && y[i] <= 1.0f));
   }
   INFO("gla_decay: worst relative error " << worst);

@@ -420,7 +420,7 @@ TEST_CASE("quantized models' logits stay near the float model's", "[model][quant
   const auto tokens = random_tokens(40, c.vocab_size, 7);
   Decoder ref(f32, {8, 1});
   const Eigen::VectorXf want = ref.prefill(tokens);
-  const double scale = want.cwiseAbs().maxCoeff();
+  const double scale = double(want.cwiseAbs().maxCoeff());
   for (const auto& [format, bound] : {std::pair<const char*, double>{"q8", kQ8LogitError},
                                       std::pair<const char*, double>{"q4", kQ4LogitError}}) {
     Decoder dec(quantized_model(c, 6, format), {8, 1});

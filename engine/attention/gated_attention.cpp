@@ -91,7 +91,7 @@ Eigen::MatrixXd GatedState::S(int h) const {
   const float* s = head(h);
   Eigen::MatrixXd out(d_key_, d_value_);
   for (int i = 0; i < d_key_; ++i)
-    for (int j = 0; j < d_value_; ++j) out(i, j) = s[i * d_value_padded_ + j];
+    for (int j = 0; j < d_value_; ++j) out(i, j) = double(s[i * d_value_padded_ + j]);
   return out;
 }
 
@@ -338,7 +338,7 @@ void GatedAttention::prefill(GatedState& state, const ConstMatrixRef& Q, const C
         for (int tile = 0; tile < whole; ++tile, dst += tile_stride, src += kRows)
           for (int r = 0; r < kRows; ++r) dst[r] = src[r] * s;
         for (int i = whole * kRows; i < Dp; ++i)
-          dst[static_cast<std::size_t>(i / kRows - whole) * tile_stride + i % kRows] =
+          dst[static_cast<std::size_t>(i / kRows - whole) * tile_stride + static_cast<std::size_t>(i % kRows)] =
               i < dk ? src[i - whole * kRows] * s : 0.0f;
       };
       // Head by head: gather its inputs, walk it, scatter its outputs, while they are in cache.

@@ -150,7 +150,7 @@ void load(const ModelConfig& c, const Reader& r, Model::Impl& impl) {
     const auto raw = r.take("model.lower_bounds", {L, d}, "num_hidden_layers, hidden_size");
     bounds.assign(std::size_t(L) * std::size_t(d), 0.0);
     for (int j = 0; j < d; ++j) {
-      double m = raw[std::size_t(j)];
+      double m = double(raw[std::size_t(j)]);
       for (int l = 1; l < L; ++l) m = std::max(m, double(raw[std::size_t(l) * std::size_t(d) + std::size_t(j)]));
       double sum = 0;
       for (int l = 0; l < L; ++l) sum += std::exp(double(raw[std::size_t(l) * std::size_t(d) + std::size_t(j)]) - m);
