@@ -46,11 +46,11 @@ for m in "$dir/m4" "$dir/m7"; do
   checks=$((checks + 2))
 done
 # fla's GLA (short convolutions, grouped kv heads, a full softmax layer) and HGRN2 (lower bounds).
-"${a[@]}" make-model "$dir/m5" --arch gla --vocab 300 --hidden 32 --layers 3 --heads 4 --kv-heads 2 \
+"${a[@]}" make-model "$dir/g5" --arch gla --vocab 300 --hidden 32 --layers 3 --heads 4 --kv-heads 2 \
   --short-conv --attn-layers 1 --attn-heads 4 --attn-kv-heads 2 > /dev/null
-"${a[@]}" make-model "$dir/m6" --arch hgrn2 --vocab 300 --hidden 32 --layers 3 --expand-ratio 8 \
+"${a[@]}" make-model "$dir/g6" --arch hgrn2 --vocab 300 --hidden 32 --layers 3 --expand-ratio 8 \
   --dtype bf16 > /dev/null
-for m in "$dir/m5" "$dir/m6"; do
+for m in "$dir/g5" "$dir/g6"; do
   sa=$("${a[@]}" score -m "$m" --token-ids "$dir/ids" --json --chunk 7)
   sb=$("${b[@]}" score -m "$m" --token-ids "$dir/ids" --json --chunk 64 --threads 1)
   [[ "$sa" == "$sb" ]] || fail "score differs for $m: $sa vs $sb"
