@@ -322,11 +322,7 @@ void CausalAttention::prefill(CausalState& state, const ConstMatrixRef& Q, const
                               "n_heads * d_head = {} columns for Q and O, n_kv_heads * d_head = {} "
                               "for K and V", Q.rows(), Q.cols(), K.rows(), K.cols(), V.rows(),
                         V.cols(), O.rows(), O.cols(), H * d, Hkv * d);
-  if (options.chunk < 1)
-    detail::throw_argument(call, "options.chunk is {}, expected at least 1", options.chunk);
-  if (options.threads < 0)
-    detail::throw_argument(call, "options.threads is {}, expected 0 (all cores) or more",
-                           options.threads);
+  detail::check_prefill_options(call, options.chunk, options.threads);
   detail::check_finite(call, "Q", Q.data(), T, Q.cols(), Q.outerStride());
   detail::check_finite(call, "K", K.data(), T, K.cols(), K.outerStride());
   detail::check_finite(call, "V", V.data(), T, V.cols(), V.outerStride());

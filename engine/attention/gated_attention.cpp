@@ -265,26 +265,16 @@ void GatedAttention::prefill(GatedState& state, const ConstMatrixRef& Q, const C
   const int H = config_.n_heads, dk = config_.d_key, dv = config_.d_value;
   const bool per_channel = config_.decay == DecayKind::kPerChannel;
   const Eigen::Index T = Q.rows();
-  const auto check_shape = [&](const char* name, const auto& M, int d, const char* dname) {
-    if (M.rows() != T || M.cols() != Eigen::Index(H) * d)
-      detail::throw_shape(call,
-                          "{} has shape ({}, {}), expected (T, n_heads * {}) = ({}, {} * {})",
-                          name, M.rows(), M.cols(), dname, T, H, d);
-  };
-  check_shape("Q", Q, dk, "d_key");
-  check_shape("K", K, dk, "d_key");
-  check_shape("V", V, dv, "d_value");
-  check_shape("O", O, dv, "d_value");
+  detail::check_heads_shape(call, "Q", Q, T, H, dk, "d_key");
+  detail::check_heads_shape(call, "K", K, T, H, dk, "d_key");
+  detail::check_heads_shape(call, "V", V, T, H, dv, "d_value");
+  detail::check_heads_shape(call, "O", O, T, H, dv, "d_value");
   if (per_channel)
-    check_shape("A", A, dk, "d_key");
+    detail::check_heads_shape(call, "A", A, T, H, dk, "d_key");
   else if (A.size() != 0)
     detail::throw_shape(call, "A has shape ({}, {}), expected no elements (the decay is per head)",
                         A.rows(), A.cols());
-  if (options.chunk < 1)
-    detail::throw_argument(call, "options.chunk is {}, expected at least 1", options.chunk);
-  if (options.threads < 0)
-    detail::throw_argument(call, "options.threads is {}, expected 0 (all cores) or more",
-                           options.threads);
+  detail::check_prefill_options(call, options.chunk, options.threads);
   detail::check_finite(call, "Q", Q.data(), T, Q.cols(), Q.outerStride());
   detail::check_finite(call, "K", K.data(), T, K.cols(), K.outerStride());
   detail::check_finite(call, "V", V.data(), T, V.cols(), V.outerStride());

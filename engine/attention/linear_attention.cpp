@@ -259,21 +259,11 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
   check_state(state, call);
   const int H = config_.n_heads, dk = config_.d_key, dv = config_.d_value;
   const Eigen::Index T = Q.rows();
-  const auto check_shape = [&](const char* name, const auto& M, int d, const char* dname) {
-    if (M.rows() != T || M.cols() != Eigen::Index(H) * d)
-      detail::throw_shape(call,
-                          "{} has shape ({}, {}), expected (T, n_heads * {}) = ({}, {} * {})",
-                          name, M.rows(), M.cols(), dname, T, H, d);
-  };
-  check_shape("Q", Q, dk, "d_key");
-  check_shape("K", K, dk, "d_key");
-  check_shape("V", V, dv, "d_value");
-  check_shape("O", O, dv, "d_value");
-  if (options.chunk < 1)
-    detail::throw_argument(call, "options.chunk is {}, expected at least 1", options.chunk);
-  if (options.threads < 0)
-    detail::throw_argument(call, "options.threads is {}, expected 0 (all cores) or more",
-                           options.threads);
+  detail::check_heads_shape(call, "Q", Q, T, H, dk, "d_key");
+  detail::check_heads_shape(call, "K", K, T, H, dk, "d_key");
+  detail::check_heads_shape(call, "V", V, T, H, dv, "d_value");
+  detail::check_heads_shape(call, "O", O, T, H, dv, "d_value");
+  detail::check_prefill_options(call, options.chunk, options.threads);
   if (T == 0) return;
 
   const int Dp = state.d_feature_padded_, dvp = state.d_value_padded_;

@@ -199,15 +199,11 @@ void SoftmaxAttention::prefill(KVCache& cache, const ConstMatrixRef& Q, const Co
   check_cache(cache, call);
   const int H = config_.n_heads, d = config_.d_head, dp = padded(d);
   const Eigen::Index T = Q.rows();
-  const auto check_shape = [&](const char* name, const auto& M) {
-    if (M.rows() != T || M.cols() != Eigen::Index(H) * d)
-      detail::throw_shape(call, "{} has shape ({}, {}), expected (T, n_heads * d_head) = ({}, {} * {})",
-                          name, M.rows(), M.cols(), T, H, d);
-  };
-  check_shape("Q", Q);
-  check_shape("K", K);
-  check_shape("V", V);
-  check_shape("O", O);
+
+  detail::check_heads_shape(call, "Q", Q, T, H, d, "d_head");
+  detail::check_heads_shape(call, "K", K, T, H, d, "d_head");
+  detail::check_heads_shape(call, "V", V, T, H, d, "d_head");
+  detail::check_heads_shape(call, "O", O, T, H, d, "d_head");
   detail::check_finite(call, "Q", Q.data(), T, Q.cols(), Q.outerStride());
   detail::check_finite(call, "K", K.data(), T, K.cols(), K.outerStride());
   detail::check_finite(call, "V", V.data(), T, V.cols(), V.outerStride());

@@ -297,22 +297,11 @@ void WindowAttention::prefill(WindowState& state, const ConstMatrixRef& Q,
   check_state(state, call);
   const int H = config_.n_heads, d = config_.d_head;
   const Eigen::Index T = Q.rows();
-  for (const auto& [name, M] : {std::pair<const char*, const ConstMatrixRef*>{"Q", &Q},
-                                {"K", &K}, {"V", &V}}) {
-    if (M->rows() != T || M->cols() != Eigen::Index(H) * d)
-      detail::throw_shape(call,
-                          "{} has shape ({}, {}), expected (T, n_heads * d_head) = ({}, {} * {})",
-                          name, M->rows(), M->cols(), T, H, d);
-  }
-  if (O.rows() != T || O.cols() != Eigen::Index(H) * d)
-    detail::throw_shape(call,
-                        "O has shape ({}, {}), expected (T, n_heads * d_head) = ({}, {} * {})",
-                        O.rows(), O.cols(), T, H, d);
-  if (options.chunk < 1)
-    detail::throw_argument(call, "options.chunk is {}, expected at least 1", options.chunk);
-  if (options.threads < 0)
-    detail::throw_argument(call, "options.threads is {}, expected 0 (all cores) or more",
-                           options.threads);
+  detail::check_heads_shape(call, "Q", Q, T, H, d, "d_head");
+  detail::check_heads_shape(call, "K", K, T, H, d, "d_head");
+  detail::check_heads_shape(call, "V", V, T, H, d, "d_head");
+  detail::check_heads_shape(call, "O", O, T, H, d, "d_head");
+  detail::check_prefill_options(call, options.chunk, options.threads);
   detail::check_finite(call, "Q", Q.data(), T, Q.cols(), Q.outerStride());
   detail::check_finite(call, "K", K.data(), T, K.cols(), K.outerStride());
   detail::check_finite(call, "V", V.data(), T, V.cols(), V.outerStride());

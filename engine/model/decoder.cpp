@@ -281,11 +281,7 @@ Decoder::Decoder(std::shared_ptr<const Model> model, const DecoderOptions& optio
     : model_(std::move(model)), options_(options), impl_(std::make_unique<Impl>()) {
   constexpr const char* call = "Decoder";
   if (!model_) detail::throw_argument(call, "the model is null");
-  if (options.chunk < 1)
-    detail::throw_argument(call, "options.chunk is {}, expected at least 1", options.chunk);
-  if (options.threads < 0)
-    detail::throw_argument(call, "options.threads is {}, expected 0 (all cores) or more",
-                           options.threads);
+  detail::check_prefill_options(call, options.chunk, options.threads);
   const auto& m = model_->impl();
   for (const auto& layer : m.layers) impl_->states.push_back(model::LayerState::make(layer));
   impl_->logits = Eigen::VectorXf::Zero(model_->config().vocab_size);
@@ -326,12 +322,7 @@ void Decoder::reset() {
 }
 
 void Decoder::set_options(const DecoderOptions& options) {
-  if (options.chunk < 1)
-    detail::throw_argument("Decoder::set_options", "options.chunk is {}, expected at least 1",
-                           options.chunk);
-  if (options.threads < 0)
-    detail::throw_argument("Decoder::set_options",
-                           "options.threads is {}, expected 0 (all cores) or more", options.threads);
+  detail::check_prefill_options("Decoder::set_options", options.chunk, options.threads);
   if (options.chunk != impl_->work.cap)
     impl_->work.allocate(model_->config(), model_->impl(), options.chunk);
   options_ = options;

@@ -48,14 +48,7 @@ inline void check_finite(const char* call, const char* name, const float* data,
                          std::int64_t rows, std::int64_t cols, std::int64_t stride) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* row = data + r * stride;
-    // All exponent bits set is Inf or NaN. Written on the bits, so that the compiler vectorizes it.
-    std::uint32_t bad = 0;
-    for (std::int64_t c = 0; c < cols; ++c) {
-      std::uint32_t u;
-      std::memcpy(&u, row + c, sizeof u);
-      bad |= static_cast<std::uint32_t>((u & 0x7f800000u) == 0x7f800000u);
-    }
-    if (bad == 0) continue;
+    if (all_finite(row, 1, cols, cols)) continue;
     for (std::int64_t c = 0; c < cols; ++c) {
       if (!std::isfinite(row[c])) {
         if (rows == 1) {
@@ -67,6 +60,23 @@ inline void check_finite(const char* call, const char* name, const float* data,
       }
     }
   }
+}
+
+/// Throws ShapeError unless `m` is (T, n_heads * d), the layout of a layer's per-head inputs and
+/// outputs; `d_name` names d in the message.
+template <class Matrix>
+void check_heads_shape(const char* call, const char* name, const Matrix& m, std::int64_t T,
+                       int n_heads, int d, const char* d_name) {
+  if (m.rows() != T || m.cols() != static_cast<std::int64_t>(n_heads) * d)
+    throw_shape(call, "{} has shape ({}, {}), expected (T, n_heads * {}) = ({}, {} * {})", name,
+                m.rows(), m.cols(), d_name, T, n_heads, d);
+}
+
+/// Throws ArgumentError unless a prefill's chunk and thread count can be used.
+inline void check_prefill_options(const char* call, int chunk, int threads) {
+  if (chunk < 1) throw_argument(call, "options.chunk is {}, expected at least 1", chunk);
+  if (threads < 0)
+    throw_argument(call, "options.threads is {}, expected 0 (all cores) or more", threads);
 }
 
 }  // namespace recur::detail
