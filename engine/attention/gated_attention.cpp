@@ -296,7 +296,6 @@ void GatedAttention::prefill(GatedState& state, const ConstMatrixRef& Q, const C
                                     2 * static_cast<std::size_t>(dvp));
   const std::size_t per_worker = per_head;
   std::vector<float> scratch(per_worker * static_cast<std::size_t>(threads), 0.0f);
-  constexpr int kRows = kernels::kTileRows;
   // v and o are walked in panels of kPanel columns, each panel's tokens contiguous: the walk
   // then reads and writes a few KiB in order, where whole rows (H * d_value floats apart) would
   // fall into a handful of cache sets.
@@ -318,26 +317,20 @@ void GatedAttention::prefill(GatedState& state, const ConstMatrixRef& Q, const C
 
     for (Eigen::Index b0 = 0; b0 < T; b0 += chunk) {
       const int n = static_cast<int>(std::min<Eigen::Index>(chunk, T - b0));
-      const std::size_t tile_stride = static_cast<std::size_t>(n) * kRows;
-      // One token's row of one head into the tiles: element i goes to tile i / 4, lane i % 4.
-      // The padding rows are written as zeros: a shorter last chunk lays the tiles out with
-      // another stride, over what the chunk before left.
-      const auto to_tiles = [&](const float* src, float* tiles, float s, int t) {
-        float* dst = tiles + static_cast<std::size_t>(t) * kRows;
-        const int whole = dk / kRows;  // tiles with no padding row
-        for (int tile = 0; tile < whole; ++tile, dst += tile_stride, src += kRows)
-          for (int r = 0; r < kRows; ++r) dst[r] = src[r] * s;
-        for (int i = whole * kRows; i < Dp; ++i)
-          dst[static_cast<std::size_t>(i / kRows - whole) * tile_stride + static_cast<std::size_t>(i % kRows)] =
-              i < dk ? src[i - whole * kRows] * s : 0.0f;
-      };
       // Head by head: gather its inputs, walk it, scatter its outputs, while they are in cache.
       for (int h = h0; h < h1; ++h) {
+        // q', k' and alpha in the walk's tiles, through the linear layer's input pass (the
+        // inputs were checked above, so it finds nothing to refuse).
+        const auto to_tiles = [&](const ConstMatrixRef& X, float* tiles, float s) {
+          kernels::gather_tiles(X.data() + b0 * X.outerStride() + Eigen::Index(h) * dk,
+                                X.outerStride(), n, 1, dk, kernels::InputMap::kIdentity, s, tiles,
+                                0, Dp);
+        };
+        to_tiles(Q, qT, scale_);
+        to_tiles(K, kT, 1.0f);
+        if (per_channel) to_tiles(A, aT, 1.0f);
         for (int t = 0; t < n; ++t) {
-          const Eigen::Index row = b0 + t, col = Eigen::Index(h) * dk;
-          to_tiles(Q.data() + row * Q.outerStride() + col, qT, scale_, t);
-          to_tiles(K.data() + row * K.outerStride() + col, kT, 1.0f, t);
-          if (per_channel) to_tiles(A.data() + row * A.outerStride() + col, aT, 1.0f, t);
+          const Eigen::Index row = b0 + t;
           // The padding columns of the last panel are never written: they stay zero.
           const float* vrow = V.data() + row * V.outerStride() + Eigen::Index(h) * dv;
           for (int p0 = 0; p0 < dv; p0 += kPanel)
