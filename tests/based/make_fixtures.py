@@ -15,6 +15,9 @@ import sys
 
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from pyref import dumps  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import reference  # noqa: E402
@@ -31,23 +34,6 @@ FIXTURES = [
     ("schedule-360m", SCHED + ["--dtype", "bf16"]),
 ]
 PREFIXES = [2, 10, 64, 200]
-
-
-def dumps(obj, indent=0):
-    """JSON with floats as %.17g (json's own repr gives the shortest round-trip instead)."""
-    pad = "  " * (indent + 1)
-    end = "  " * indent
-    if isinstance(obj, float):
-        return format(obj, ".17g")
-    if isinstance(obj, dict):
-        items = [f"{pad}{json.dumps(k)}: {dumps(v, indent + 1)}" for k, v in obj.items()]
-        return "{\n" + ",\n".join(items) + "\n" + end + "}"
-    if isinstance(obj, list):
-        if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in obj):
-            return "[" + ", ".join(dumps(x) for x in obj) + "]"
-        return "[\n" + ",\n".join(pad + dumps(x, indent + 1) for x in obj) + "\n" + end + "]"
-    return json.dumps(obj)
-
 
 def main():
     ids = reference.parse_ids(open(os.path.join(HERE, "prompt_ids.txt")).read())

@@ -22,19 +22,14 @@ import collections
 import json
 import math
 import os
-import struct
+import sys
 
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from pyref import int_list, write_safetensors  # noqa: E402
+
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
-ST_NAMES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16",
-            torch.float64: "F64", torch.int64: "I64"}
-
-
-def int_list(s):
-    return [int(x) for x in s.split(",") if x.strip()] if s else []
-
-
 def make_config(a):
     D = a.d_model
     n_inner = a.n_inner or 2 * D
@@ -157,29 +152,6 @@ def make_weights(a, cfg):
     w["transformer.ln_f.weight"] = randn(D, std=0.1, mean=1.0) * scale
     w["lm_head.weight"] = E  # tied: the same tensor object
     return w
-
-
-def write_safetensors(path, tensors, metadata=None):
-    header = {}
-    offset = 0
-    blobs = []
-    for name in sorted(tensors):
-        t = tensors[name].contiguous()
-        raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        header[name] = {"dtype": ST_NAMES[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    if metadata:
-        header["__metadata__"] = metadata
-    h = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for raw in blobs:
-            f.write(raw)
-
 
 def parser():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -20,46 +20,17 @@ import json
 import math
 import os
 import re
-import struct
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from pyref import linear, parse_ids, read_safetensors, rms_norm, silu, write_logits  # noqa: E402
 
 DT = torch.float64
 
 # --------------------------------------------------------------------------------------------
 # Loading
-
-
-_ST_DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
-    "U8": torch.uint8, "BOOL": torch.bool,
-}
-
-
-def read_safetensors(path):
-    """Minimal safetensors reader: u64 LE header length, JSON header, raw little-endian data."""
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n].decode("utf-8"))
-    base = 8 + n
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = _ST_DTYPES[info["dtype"]]
-        begin, end = info["data_offsets"]
-        shape = info["shape"]
-        raw = bytearray(blob[base + begin:base + end])
-        if len(raw) == 0:
-            t = torch.zeros(shape, dtype=dtype)
-        else:
-            t = torch.frombuffer(raw, dtype=dtype).reshape(shape).clone()
-        out[name] = t
-    return out
-
 
 def load_state_dict(model_dir):
     """Loads pytorch_model.bin if present, else model.safetensors. Returns (dict, filename)."""
@@ -308,20 +279,6 @@ def load_model(model_dir, weights=None):
 # --------------------------------------------------------------------------------------------
 # Layers (float64, whole sequence, x: [T, D])
 
-
-def rms_norm(x, weight, eps):
-    return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + eps) * weight
-
-
-def silu(x):
-    return x * torch.sigmoid(x)
-
-
-def linear(x, W, b=None):
-    y = x @ W.T
-    return y + b if b is not None else y
-
-
 def swiglu_mlp(x, fc1, fc2):
     Hm = fc2.shape[1]
     y = linear(x, fc1)
@@ -533,21 +490,6 @@ def self_test():
 
 
 # --------------------------------------------------------------------------------------------
-
-
-def parse_ids(text):
-    return [int(t) for t in re.split(r"[\s,]+", text.strip()) if t]
-
-
-def write_logits(path, vec):
-    if path.endswith(".npy"):
-        import numpy as np
-        np.save(path, vec.numpy().astype("<f8"))
-    else:
-        with open(path, "w") as f:
-            for x in vec.tolist():
-                f.write(f"{x:.17g}\n")
-
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -13,13 +13,15 @@ weights, a fixed writer, float64 arithmetic in a fixed order.
 """
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import tempfile
 
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from pyref import dumps  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -64,22 +66,6 @@ FIXTURES = [
     ("hgrn2-bf16", HGRN2 + ["--dtype", "bf16", "--seed", "7"], "hgrn2's weights in bf16"),
 ]
 PREFIXES = [2, 17, 64, 200]
-
-
-def dumps(obj, indent=0):
-    """JSON with floats as %.17g."""
-    pad, end = "  " * (indent + 1), "  " * indent
-    if isinstance(obj, float):
-        return format(obj, ".17g")
-    if isinstance(obj, dict):
-        items = [f"{pad}{json.dumps(k)}: {dumps(v, indent + 1)}" for k, v in obj.items()]
-        return "{\n" + ",\n".join(items) + "\n" + end + "}"
-    if isinstance(obj, list):
-        if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in obj):
-            return "[" + ", ".join(dumps(x) for x in obj) + "]"
-        return "[\n" + ",\n".join(pad + dumps(x, indent + 1) for x in obj) + "\n" + end + "]"
-    return json.dumps(obj)
-
 
 def prompt_ids():
     with open(os.path.join(ROOT, "models", "kjv", "heldout.txt"), "rb") as f:

@@ -16,23 +16,19 @@ import argparse
 import collections
 import json
 import os
-import struct
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from pyref import int_list, write_safetensors  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference import mlp_width  # noqa: E402
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
-ST_NAMES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16", torch.float64: "F64"}
 TORCH_DTYPE = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
 ARCH = {"gla": "GLAForCausalLM", "retnet": "RetNetForCausalLM", "hgrn2": "HGRN2ForCausalLM"}
-
-
-def int_list(s):
-    return [int(x) for x in s.split(",") if x.strip()] if s else []
-
 
 def make_config(a):
     common = {
@@ -166,27 +162,6 @@ def make_weights(a, cfg):
         w["model.norm.weight"] = norm(D) * a.logit_std
         w["lm_head.weight"] = randn(V, D, std=D ** -0.5)
     return w
-
-
-def write_safetensors(path, tensors, metadata=None):
-    header, blobs, offset = {}, [], 0
-    for name in sorted(tensors):
-        t = tensors[name].contiguous()
-        raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        header[name] = {"dtype": ST_NAMES[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    if metadata:
-        header["__metadata__"] = metadata
-    h = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for raw in blobs:
-            f.write(raw)
-
 
 def parser():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -24,44 +24,17 @@ import argparse
 import json
 import math
 import os
-import re
-import struct
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from pyref import linear, parse_ids, read_safetensors, rms_norm, silu, write_logits  # noqa: E402
 
 DT = torch.float64
 
 # --------------------------------------------------------------------------------------------
 # Loading
-
-_ST_DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
-    "U8": torch.uint8, "BOOL": torch.bool,
-}
-
-
-def read_safetensors(path):
-    """u64 little-endian header length, a JSON header, then the raw little-endian tensors."""
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n].decode("utf-8"))
-    base = 8 + n
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = _ST_DTYPES[info["dtype"]]
-        begin, end = info["data_offsets"]
-        raw = bytearray(blob[base + begin:base + end])
-        if raw:
-            out[name] = torch.frombuffer(raw, dtype=dtype).reshape(info["shape"]).clone()
-        else:
-            out[name] = torch.zeros(info["shape"], dtype=dtype)
-    return out
-
 
 def load_weights(model_dir):
     """model.safetensors, or the shards model.safetensors.index.json names."""
@@ -82,16 +55,6 @@ def load_weights(model_dir):
 # --------------------------------------------------------------------------------------------
 # Pieces (float64; sequences are [T, ...])
 
-
-def rms_norm(x, weight, eps):
-    y = x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + eps)
-    return y * weight if weight is not None else y
-
-
-def silu(x):
-    return x * torch.sigmoid(x)
-
-
 def activation(name, x):
     """fla's ACT2FN entries that a feature map or the gate may name."""
     if name in ("swish", "silu"):
@@ -107,12 +70,6 @@ def activation(name, x):
     if name == "gelu":  # fla's fast_gelu_impl: the tanh approximation
         return 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * x * (1.0 + 0.044715 * x * x)))
     raise ValueError(f"unsupported activation {name!r}")
-
-
-def linear(x, W, b=None):
-    y = x @ W.T
-    return y + b if b is not None else y
-
 
 def causal_conv(u, weight, bias=None):
     """Depthwise causal conv. u [T, C], weight [C, 1, K]; tap K-1 is the current token."""
@@ -520,21 +477,6 @@ def self_test():
 
 
 # --------------------------------------------------------------------------------------------
-
-
-def parse_ids(text):
-    return [int(t) for t in re.split(r"[\s,]+", text.strip()) if t]
-
-
-def write_logits(path, vec):
-    if path.endswith(".npy"):
-        import numpy as np
-        np.save(path, vec.numpy().astype("<f8"))
-    else:
-        with open(path, "w") as f:
-            for x in vec.tolist():
-                f.write(f"{x:.17g}\n")
-
 
 def check_expected(path):
     """Recomputes each "name value" line of path (fixture directories beside it)."""
