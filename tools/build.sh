@@ -140,10 +140,17 @@ case "$job" in
   # under the sanitizers in test_based_layers and test_model), prove nothing more there than in
   # the release job. Nor do the suites' reruns under the other instruction sets: test_isa runs
   # every target's kernels under the sanitizers, and the reruns only compare bytes.
-  asan) ctest --preset "$preset" -j "$jobs" -E "^(recur serve (against hostile clients|with a Based model)|Based from its published layout)|under every instruction set$" ;;
+  # The same holds for the fla models' and the built-in model's CLI tests (their layers and
+  # models run under the sanitizers in test_gated_attention and test_model), the 1M-token
+  # fidelity test (a numeric bound, not a memory one) and the tokenizer oracle's long texts
+  # (the tokenizer's own suite and fuzz_tokenizer cover its code).
+  asan) ctest --preset "$preset" -j "$jobs" -E "^(recur serve (against hostile clients|with a Based model)|Based from its published layout|fla's GLA|the built-in model: recur score|a 1M-token stream|tokenizer oracle)|under every instruction set$" ;;
   # The native build's point is its kernels' bytes: what runs no kernel (the server, the
-  # tokenizer, the CMake consumer, the documentation's links) is left to the release job.
-  native) ctest --preset "$preset" -j "$jobs" -E "^(recur serve|another CMake project|tokenizer|docs:)" ;;
+  # tokenizer, the CMake consumer, the documentation's links) is left to the release job, and so
+  # are the CLI tests of the built-in, Based and fla models and the reruns under the other
+  # instruction sets: .ci/run compares the native binary's bytes with the release binary's on
+  # those models (tests/cross_build_test.sh), and the test programs run here as they are.
+  native) ctest --preset "$preset" -j "$jobs" -E "^(recur serve|another CMake project|tokenizer|docs:|Based from its published layout|fla's GLA|the built-in model: recur score|recur bench|recur demo)|under every instruction set$" ;;
   bench)
     name=linear
     if [[ $# -gt 0 && "$1" =~ ^(linear|kv|model|tokenizer|serve|store|based|gated)$ ]]; then name="$1"; shift; fi
