@@ -108,6 +108,55 @@ HWY_INLINE void DotQ4(const unsigned char* codes, const std::int8_t* const* x,
   }
 }
 
+// Decode (one row) against NP panels at once, block by block: the activation's four codes of a
+// group are broadcast once for all NP panels. q8 multiplies |x| (unsigned) by w with x's sign,
+// so the absolute value is taken once per broadcast rather than once per weight vector: the
+// same products, x * w, and the same bounds as DotQ8's (each pair at most 2 * 127 * 127).
+template <int NP>
+HWY_INLINE void DecodeBlockQ8(const unsigned char* const* rec, const std::int8_t* xb,
+                              __m256i (*isum)[2]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int p = 0; p < NP; ++p) isum[p][0] = isum[p][1] = _mm256_setzero_si256();
+  for (int g = 0; g < 8; ++g) {
+    const __m256i xv = _mm256_set1_epi32(Quad(xb + 4 * g));
+    const __m256i ax = _mm256_abs_epi8(xv);
+    for (int p = 0; p < NP; ++p) {
+      const unsigned char* codes = rec[p] + 2 * kQuantPanel + g * 64;
+      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes));
+      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32));
+      isum[p][0] = _mm256_add_epi32(
+          isum[p][0], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, xv)), ones));
+      isum[p][1] = _mm256_add_epi32(
+          isum[p][1], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, xv)), ones));
+    }
+  }
+}
+
+// q4 as DotQ4, the two broadcasts of a group shared by the NP panels.
+template <int NP>
+HWY_INLINE void DecodeBlockQ4(const unsigned char* const* rec, const std::int8_t* xb,
+                              std::int32_t xsum, __m256i (*isum)[2]) {
+  const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0f);
+  __m256i s[NP][2];
+  for (int p = 0; p < NP; ++p) s[p][0] = s[p][1] = _mm256_setzero_si256();
+  for (int g = 0; g < 4; ++g) {
+    const __m256i xl = _mm256_set1_epi32(Quad(xb + 4 * g));
+    const __m256i xh = _mm256_set1_epi32(Quad(xb + 4 * g + 16));
+    for (int p = 0; p < NP; ++p)
+      for (int h = 0; h < 2; ++h) {
+        const __m256i v = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(rec[p] + 2 * kQuantPanel + g * 64 + h * 32));
+        const __m256i lo = _mm256_and_si256(v, low);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+        s[p][h] = _mm256_add_epi16(s[p][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl),
+                                                             _mm256_maddubs_epi16(hi, xh)));
+      }
+  }
+  const __m256i off = _mm256_set1_epi32(8 * xsum);
+  for (int p = 0; p < NP; ++p)
+    for (int h = 0; h < 2; ++h) isum[p][h] = _mm256_sub_epi32(_mm256_madd_epi16(s[p][h], ones), off);
+}
+
 #elif HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 
 // Compiled, but not run on the machines this was written on (no AVX-512): the AVX2 kernels with
@@ -303,21 +352,36 @@ HWY_INLINE void RowPanelsQ(const QuantCall& c, const unsigned char* panel, float
     for (int v = 0; v < kQV; ++v) y[p][v] = Zero();
   for (int b = 0; b < blocks; ++b) {
     const std::int8_t* xb[1] = {c.qx + b * kQuantBlock};
-    const std::int32_t sb[1] = {c.xsum[b]};
     const VF dx = Set(c.dx[b]);
+    const unsigned char* rec[NP];
+    for (int p = 0; p < NP; ++p)
+      rec[p] = panel + c.panel_stride * static_cast<std::size_t>(p) + static_cast<std::size_t>(b) * record;
+#if HWY_TARGET == HWY_AVX2
+    __m256i isum[NP][2];
+    if constexpr (T == QuantType::kQ8) {
+      DecodeBlockQ8<NP>(rec, xb[0], isum);
+    } else {
+      DecodeBlockQ4<NP>(rec, xb[0], c.xsum[b], isum);
+    }
     for (int p = 0; p < NP; ++p) {
-      const unsigned char* rec = panel + c.panel_stride * static_cast<std::size_t>(p) +
-                                 static_cast<std::size_t>(b) * record;
-      const auto* scales = reinterpret_cast<const std::uint16_t*>(rec);
+      const auto* scales = reinterpret_cast<const std::uint16_t*>(rec[p]);
+      for (int v = 0; v < kQV; ++v)
+        y[p][v] = Fma(hn::ConvertTo(DF(), VI{isum[p][v]}), hn::Mul(LoadF16(scales + v * kN), dx), y[p][v]);
+    }
+#else
+    const std::int32_t sb[1] = {c.xsum[b]};
+    for (int p = 0; p < NP; ++p) {
+      const auto* scales = reinterpret_cast<const std::uint16_t*>(rec[p]);
       VI isum[1][kQV];
       if constexpr (T == QuantType::kQ8) {
-        DotQ8<1>(rec + 2 * kQuantPanel, xb, sb, isum);
+        DotQ8<1>(rec[p] + 2 * kQuantPanel, xb, sb, isum);
       } else {
-        DotQ4<1>(rec + 2 * kQuantPanel, xb, sb, isum);
+        DotQ4<1>(rec[p] + 2 * kQuantPanel, xb, sb, isum);
       }
       for (int v = 0; v < kQV; ++v)
         y[p][v] = Fma(hn::ConvertTo(DF(), isum[0][v]), hn::Mul(LoadF16(scales + v * kN), dx), y[p][v]);
     }
+#endif
   }
   for (int p = 0; p < NP; ++p) StoreRow(y[p], Y + p * kQuantPanel, kQuantPanel);
 }

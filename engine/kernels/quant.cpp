@@ -163,8 +163,17 @@ void quantize_activations(const float* X, std::int64_t rows, std::int64_t ldx, i
       const float* x = X + r * ldx + b * kQuantBlock;
       std::int8_t* q = qx + r * k_in + b * kQuantBlock;
       const std::int64_t at = r * blocks + b;
+      // m = max |x_j|. The maximum of numbers that are not NaN is the same in any order (a NaN
+      // loses every comparison and is skipped in any order too), so it is taken in 8
+      // independent lanes, which the compiler vectorizes, and the lanes are then combined.
+      float lane[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+      for (int j = 0; j < kQuantBlock; j += 8)
+        for (int i = 0; i < 8; ++i) {
+          const float a = std::fabs(x[j + i]);
+          lane[i] = a > lane[i] ? a : lane[i];
+        }
       float m = 0.0f;
-      for (int j = 0; j < kQuantBlock; ++j) m = std::fabs(x[j]) > m ? std::fabs(x[j]) : m;
+      for (const float a : lane) m = a > m ? a : m;
       // Below the smallest normal float, 127 / m could overflow: such a block counts as zero.
       // (The negated test also sends a NaN here, which upstream checks keep out anyway.)
       if (!(m >= FLT_MIN)) {
