@@ -1,6 +1,6 @@
 // The model: decode and prefill of a 12-layer linear_attn model (hidden 512, 8 heads, the
 // library's default feature map, vocab 32000) on 1 and 2 threads, with float32 weights and with
-// bfloat16 weights (kept as bfloat16), the row-invariant matrix kernel
+// bfloat16 weights (kept as bfloat16), decode also with q8 and q4 weights, the row-invariant matrix kernel
 // against Eigen's product, and memory bandwidth, all in one run, so that decode can be read
 // against the time to read the weights once and the kernel against Eigen.
 #include <benchmark/benchmark.h>
@@ -21,6 +21,7 @@
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "recur/model.h"
+#include "recur/quantize.h"
 #include "recur/safetensors.h"
 
 namespace {
@@ -41,13 +42,25 @@ const recur::ModelConfig& bench_config() {
   return c;
 }
 
-// dtype 0: float32 weights; 1: bfloat16 weights, kept as bfloat16 in memory.
+// dtype 0: float32 weights; 1: bfloat16 weights, kept as bfloat16 in memory; 2 and 3: the same
+// random weights quantized to q8 and q4 (head included) by write_quantized_model, as `recur
+// quantize` writes them, and loaded back from the files.
 std::shared_ptr<const recur::Model> bench_model(int dtype) {
-  static std::shared_ptr<const recur::Model> models[2];
-  if (!models[dtype])
-    models[dtype] = recur::Model::from_weights(
-        bench_config(),
-        recur::RandomWeights(bench_config(), 1, dtype == 0 ? recur::DType::kF32 : recur::DType::kBF16));
+  static std::shared_ptr<const recur::Model> models[4];
+  if (!models[dtype]) {
+    if (dtype >= 2) {
+      const auto dir = std::filesystem::temp_directory_path() /
+                       (std::string("recur-bench-model-") + (dtype == 2 ? "q8-" : "q4-") + std::to_string(getpid()));
+      recur::write_quantized_model(dir.string(), bench_config(), recur::RandomWeights(bench_config(), 1),
+                                   {dtype == 2 ? "q8" : "q4", ""});
+      models[dtype] = recur::Model::load(dir.string());
+      std::filesystem::remove_all(dir);
+    } else {
+      models[dtype] = recur::Model::from_weights(
+          bench_config(),
+          recur::RandomWeights(bench_config(), 1, dtype == 0 ? recur::DType::kF32 : recur::DType::kBF16));
+    }
+  }
   return models[dtype];
 }
 
@@ -92,8 +105,10 @@ void BM_ModelDecode(benchmark::State& state) {
                                                                   benchmark::Counter::kInvert);
   state.counters["bytes_held"] = static_cast<double>(dec.bytes());
 }
-BENCHMARK(BM_ModelDecode)->ArgNames({"threads", "bf16"})
-    ->Args({1, 0})->Args({2, 0})->Args({1, 1})->Args({2, 1})
+// format: 0 f32, 1 bf16, 2 q8, 3 q4 (bench_model).
+BENCHMARK(BM_ModelDecode)->ArgNames({"threads", "format"})
+    ->Args({1, 0})->Args({1, 1})->Args({1, 2})->Args({1, 3})
+    ->Args({2, 0})->Args({2, 1})->Args({2, 2})->Args({2, 3})
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Another process busy on one core while this one decodes: its threads must share the machine.
