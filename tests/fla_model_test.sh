@@ -6,6 +6,8 @@
 #   wrote expected_nll.txt;
 # - the same 17 digits at chunk sizes 1, 7, 64 and 300, on 1-3 threads, and under every
 #   instruction set;
+# - recur quantize (q8, q4) on GLA, HGRN2 and a hybrid: the quantized model loads, scores
+#   near the float one, and gives the same digits at chunk sizes 1 and 64 on 1 and 2 threads;
 # - when PyTorch is there (/usr/bin/python3 with torch, Debian's python3-torch), the reference
 #   recomputes every committed expectation.
 #
@@ -41,6 +43,32 @@ while read -r name want; do
   done
   echo "fla_model_test: $name: the same digits at chunks 1, 7, 64, 300, threads 1-3 and under $("$recur" isa --available | tr '\n' ' ')"
 done < "$fla/expected_nll.txt"
+
+# recur quantize on fla models: the projections (and the attention layers' q, k, v, o), the MLP
+# and the head become q8 or q4; the quantized model scores near the float one (a sanity bound,
+# not an accuracy claim: random weights) and prefill equals stepping to the digit.
+kQuantSanity=0.05
+for name in gla hgrn2 gla-hybrid; do
+  float=$(nll "$(score -m "$fla/$name" --token-ids "$ids")")
+  for type in q8 q4; do
+    q="$tmp/$name-$type"
+    "$recur" quantize "$fla/$name" "$q" --type "$type" > /dev/null 2> "$tmp/err" ||
+      { cat "$tmp/err" >&2; fail "recur quantize $name --type $type"; }
+    grep -q "\"quantization_config\"" "$q/config.json" || fail "$name $type: no quantization_config"
+    got_json=$(score -m "$q" --token-ids "$ids" --chunk 1 --threads 1)
+    got=$(nll "$got_json")
+    awk -v a="$got" -v b="$float" -v tol="$kQuantSanity" \
+      'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(d < tol) }' ||
+      fail "$name $type: mean NLL $got, the float model's $float (more than $kQuantSanity apart)"
+    for chunk in 1 64; do
+      for threads in 1 2; do
+        [[ "$(score -m "$q" --token-ids "$ids" --chunk "$chunk" --threads "$threads")" == "$got_json" ]] ||
+          fail "$name $type: chunk $chunk, threads $threads gave other digits"
+      done
+    done
+    echo "fla_model_test: $name quantized $type: mean NLL $got (float $float), the same digits at chunks 1, 64, threads 1, 2"
+  done
+done
 
 # The committed expectations are the reference's own numbers (where PyTorch is installed).
 if /usr/bin/python3 -c 'import torch' 2> /dev/null; then
