@@ -135,16 +135,17 @@ case "$job" in
   demo) exec "build/$preset/tools/recur" demo "$@" ;;
   recur) exec "build/$preset/tools/recur" "$@" ;;
   test) ctest --preset "$preset" -j "$jobs" ;;
-  # Under the sanitizers the server runs its client test (and the replicas'); the hostile clients'
-  # and the Based model's server tests, and the Based fixtures' CLI test (its layers and model run
-  # under the sanitizers in test_based_layers and test_model), prove nothing more there than in
-  # the release job. Nor do the suites' reruns under the other instruction sets: test_isa runs
-  # every target's kernels under the sanitizers, and the reruns only compare bytes.
+  # Under the sanitizers the server runs its client test (and the replicas'); the hostile clients',
+  # the Based model's and the gated models' server tests, and the Based fixtures' CLI test (its
+  # layers and model run under the sanitizers in test_based_layers and test_model), prove nothing
+  # more there than in the release job. Nor do the suites' reruns under the other instruction
+  # sets: test_isa runs every target's kernels under the sanitizers, and the reruns only compare
+  # bytes.
   # The same holds for the fla models' and the built-in model's CLI tests (their layers and
   # models run under the sanitizers in test_gated_attention and test_model), the 1M-token
   # fidelity test (a numeric bound, not a memory one) and the tokenizer oracle's long texts
   # (the tokenizer's own suite and fuzz_tokenizer cover its code).
-  asan) ctest --preset "$preset" -j "$jobs" -E "^(recur serve (against hostile clients|with a Based model)|Based from its published layout|fla's GLA|the built-in model: recur score|a 1M-token stream|tokenizer oracle)|under every instruction set$" ;;
+  asan) ctest --preset "$preset" -j "$jobs" -E "^(recur serve (against hostile clients|with a Based model|with gated models)|Based from its published layout|fla's GLA|the built-in model: recur score|a 1M-token stream|tokenizer oracle)|under every instruction set$" ;;
   # The native build's point is its kernels' bytes: what runs no kernel (the server, the
   # tokenizer, the CMake consumer, the documentation's links) is left to the release job, and so
   # are the CLI tests of the built-in, Based and fla models and the reruns under the other

@@ -1,0 +1,137 @@
+// recur serve with flash-linear-attention's gated models (small random ones from
+// `recur make-model`, byte-level: HGRN2, RetNet, and a GLA hybrid with a full softmax attention
+// layer and a windowed one): 16 requests at once get the bytes each gets alone, a conversation
+// continued from its kept state equals one request over the whole text, and the conversation
+// store counts the full layer's KV cache, which grows with the conversation: a long hybrid
+// conversation holds more bytes than a short one, by exactly that cache, and pushes older
+// conversations out of --memory. Usage: node gated_test.mjs path/to/recur
+import assert from "node:assert/strict";
+import { execFileSync, spawn } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import OpenAI from "openai";
+import { check, finish } from "./harness.mjs";
+
+const recur = path.resolve(process.argv[2] ?? "build/release/tools/recur");
+const KEY = "sk-recur-gated-test";
+const tmp = mkdtempSync(path.join(os.tmpdir(), "recur-gated-serve-"));
+
+// The hybrid: GLA at 0, full attention at 1 (4 heads over 2 kv heads of 16), a window of 8 at 2.
+const HYBRID_KV_BYTES_PER_TOKEN = 2 * 2 * 16 * 4;  // keys and values, 2 kv heads of 16 floats
+writeFileSync(path.join(tmp, "hybrid.json"), JSON.stringify({
+  model_type: "gla", vocab_size: 256, hidden_size: 64, num_hidden_layers: 3, num_heads: 2,
+  expand_k: 0.5, expand_v: 1, intermediate_size: 64, tie_word_embeddings: false,
+  attn: [{ layers: [1], num_heads: 4, num_kv_heads: 2 }, { layers: [2], num_heads: 4, window_size: 8 }],
+}));
+const models = {
+  "hgrn2": ["--arch", "hgrn2", "--vocab", "256", "--hidden", "64", "--layers", "2", "--expand-ratio", "16", "--intermediate", "64"],
+  "retnet": ["--arch", "retnet", "--vocab", "256", "--hidden", "64", "--layers", "2", "--heads", "4", "--intermediate", "64"],
+  "gla-hybrid": ["--config", path.join(tmp, "hybrid.json")],
+};
+for (const [name, args] of Object.entries(models))
+  execFileSync(recur, ["make-model", path.join(tmp, name), "--seed", "3", ...args],
+               { stdio: ["ignore", "ignore", "inherit"] });
+
+async function start(dir, extra = []) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(recur, ["serve", "-m", dir, "--port", "0", "--threads", "2", "--keep-alive", "1",
+                                "--api-key", KEY, ...extra], { stdio: ["ignore", "ignore", "pipe"] });
+    let log = "";
+    const timer = setTimeout(() => reject(new Error(`recur serve did not start:\n${log}`)), 30000);
+    child.stderr.on("data", (d) => {
+      log += d;
+      const m = log.match(/listening on (http:\/\/[^ ]+)/);
+      if (m && !child.url) {
+        clearTimeout(timer);
+        child.url = m[1];
+        child.client = new OpenAI({ baseURL: `${child.url}/v1`, apiKey: KEY, maxRetries: 0 });
+        resolve(child);
+      }
+    });
+    child.exitCode_ = new Promise((r) => child.on("exit", (code, sig) => r(code ?? sig)));
+    child.on("error", reject);
+  });
+}
+async function stop(server) {
+  server.kill("SIGTERM");
+  assert.equal(await server.exitCode_, 0);
+}
+async function metric(server, name) {
+  const text = await (await fetch(`${server.url}/metrics`, { headers: { authorization: `Bearer ${KEY}` } })).text();
+  const m = text.match(new RegExp(`^${name} (\\S+)$`, "m"));
+  assert.ok(m, `metric ${name} missing`);
+  return Number(m[1]);
+}
+const outcome = (r) => JSON.stringify({ text: r.choices[0].text, ids: r.choices[0].token_ids,
+                                        logprobs: r.choices[0].logprobs });
+const greedy = { temperature: 0, return_token_ids: true, ignore_eos: true };
+
+for (const name of Object.keys(models)) {
+  const server = await start(path.join(tmp, name));
+  const client = server.client;
+  await check(`${name}: 16 requests at once get the bytes each gets alone (greedy and seeded, with logprobs)`, async () => {
+    const prompts = ["And it came to pass", "In the beginning", "The LORD is my shepherd", "Blessed are"];
+    const requests = [];
+    for (let i = 0; i < 16; i++)
+      requests.push({ model: name, prompt: prompts[i % 4].repeat(1 + (i % 3) * 3), max_tokens: 8 + (i * 5) % 17,
+                      temperature: i % 2 ? 0.9 : 0, seed: 7 + i, logprobs: 2, return_token_ids: true,
+                      ignore_eos: true });
+    const alone = [];
+    for (const r of requests) alone.push(await client.completions.create(r));
+    const rows0 = await metric(server, "recur_batch_rows_total"), steps0 = await metric(server, "recur_batch_steps_total");
+    const together = await Promise.all(requests.map((r) => client.completions.create(r)));
+    const rows = (await metric(server, "recur_batch_rows_total")) - rows0;
+    const steps = (await metric(server, "recur_batch_steps_total")) - steps0;
+    assert.ok(rows / steps > 4, `the requests were batched (${rows} rows in ${steps} steps)`);
+    for (let i = 0; i < 16; i++) assert.equal(outcome(together[i]), outcome(alone[i]), `request ${i}`);
+  });
+
+  await check(`${name}: a continued conversation equals one request over the whole text`, async () => {
+    const first = await client.completions.create({ model: name, prompt: "And God said", max_tokens: 6, ...greedy });
+    const next = await client.completions.create({ model: name, prompt: [5, 17, 99], max_tokens: 6,
+                                                   previous_response_id: first.id, ...greedy });
+    const ids = [...first.choices[0].prompt_token_ids, ...first.choices[0].token_ids, 5, 17, 99];
+    const whole = await client.completions.create({ model: name, prompt: ids, max_tokens: 6, ...greedy });
+    assert.deepEqual(next.choices[0].token_ids, whole.choices[0].token_ids);
+  });
+
+  await check(`${name}: the store counts a conversation's state as it is (a full layer's cache grows)`, async () => {
+    const bytes = async (prompt) => {
+      const b0 = await metric(server, "recur_conversation_bytes");
+      await client.completions.create({ model: name, prompt, max_tokens: 2, ...greedy });
+      return (await metric(server, "recur_conversation_bytes")) - b0;
+    };
+    const short = await bytes("In the beginning"), long = await bytes("In the beginning ".repeat(20));
+    const more = 20 * 17 - 16;  // tokens the long one has beyond the short one
+    console.log(`     ${name}: a conversation of 18 tokens holds ${short} bytes, one of 342 tokens ${long}`);
+    if (name === "gla-hybrid")  // the full layer's keys and values, a token at a time
+      assert.equal(long - short, more * HYBRID_KV_BYTES_PER_TOKEN,
+                   `a long conversation holds ${long} bytes, a short one ${short}`);
+    else  // constant state
+      assert.equal(long, short, `a long conversation holds ${long} bytes, a short one ${short}`);
+  });
+  await stop(server);
+}
+
+// --memory against the growing cache: room for a few short hybrid conversations, not for one
+// long one. The long one pushes the short ones out (none is kept without --state-dir).
+await check("gla-hybrid: a long conversation's growing cache pushes others out of --memory", async () => {
+  const server = await start(path.join(tmp, "gla-hybrid"), ["--memory", "60000"]);
+  try {
+    const client = server.client;
+    const first = await client.completions.create({ model: "gla-hybrid", prompt: "And God said", max_tokens: 2, ...greedy });
+    const held = await metric(server, "recur_conversation_bytes");
+    assert.ok(held > 0 && held < 20000, `a short conversation holds ${held} bytes`);
+    await client.completions.create({ model: "gla-hybrid", prompt: "And God said ".repeat(30), max_tokens: 2, ...greedy });
+    assert.ok((await metric(server, "recur_conversations_dropped_total")) >= 1, "the short conversation was dropped");
+    await assert.rejects(client.completions.create({ model: "gla-hybrid", prompt: [5], max_tokens: 1,
+                                                     previous_response_id: first.id, ...greedy }),
+                         (e) => e.status === 404, "the dropped conversation cannot continue");
+  } finally {
+    await stop(server);
+  }
+});
+
+rmSync(tmp, { recursive: true, force: true });
+finish("recur serve with gated models");
