@@ -43,7 +43,9 @@ static_assert(kQuantPanel == kPanelCols, "StoreRow stores one quantized panel ro
 // panel); decode runs tiles of one.
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 inline constexpr int kQRows = 4;
-#elif HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_NEON
+#elif HWY_TARGET == HWY_AVX2
+inline constexpr int kQRows = 4;
+#elif HWY_TARGET == HWY_NEON
 inline constexpr int kQRows = 2;
 #else
 inline constexpr int kQRows = 1;
