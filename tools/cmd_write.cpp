@@ -1,0 +1,444 @@
+// recur make-model, recur convert, recur quantize: the commands that write models.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "cli.h"
+#include "commands.h"
+#include "text_model.h"
+#include "recur/error.h"
+#include "recur/model.h"
+#include "recur/quantize.h"
+#include "recur/tokenizer.h"
+#include "util/file.h"
+#include "util/json.h"
+
+namespace recur::cli {
+
+namespace {
+
+// The files of a model recur writes and reads in a directory.
+bool is_model_file(const std::string& name) {
+  if (name == "config.json" || name == "model.safetensors" || name == "model.safetensors.index.json")
+    return true;
+  return name.rfind("model-", 0) == 0 && name.size() > 12 &&
+         name.compare(name.size() - 12, 12, ".safetensors") == 0;
+}
+
+// make-model writes into an empty or new directory; one that holds a model is replaced only
+// with --force, and then every model file in it goes first, so that no old shard or index can
+// be paired with the new config.
+void prepare_model_dir(const std::string& dir, bool force) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto status = fs::status(dir, ec);
+  if (!fs::exists(status)) return;
+  if (!fs::is_directory(status))
+    throw ArgumentError(fmt::format("{} exists and is not a directory", printable(dir)));
+  std::vector<fs::path> found;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (is_model_file(e.path().filename().string())) found.push_back(e.path());
+  if (found.empty()) return;
+  if (!force)
+    throw ArgumentError(fmt::format("{} already holds a model ({} and {} more files); pass --force "
+                                    "to replace it", printable(dir),
+                                    printable(found.front().filename().string()), found.size() - 1));
+  for (const auto& f : found) {
+    fs::remove(f, ec);
+    if (ec) throw Error(fmt::format("cannot remove {}: {}", printable(f.string()), ec.message()));
+  }
+}
+
+}  // namespace
+
+int run_make_model(int argc, char** argv) {
+  Args args("make-model",
+            "Writes a model with random weights (config.json + model.safetensors, or shards with\n"
+            "model.safetensors.index.json) in the layout `recur generate -m DIR` reads. For tests\n"
+            "and demos: the weights are random, so is the text.");
+  args.option("arch", "linear_attn", "linear_attn, transformers_are_rnns, based, gla, retnet or hgrn2")
+      .option("config", "", "take the configuration from this config.json")
+      .option("vocab", "256", "vocabulary size")
+      .option("hidden", "64", "hidden size (d_model)")
+      .option("layers", "2", "layers")
+      .option("heads", "4", "attention heads")
+      .option("kv-heads", "", "key/value heads (linear_attn; default: as many as heads)")
+      .option("expand-k", "", "key width / hidden size (linear_attn; default 1)")
+      .option("expand-v", "", "value width / hidden size (linear_attn; default 1)")
+      .option("intermediate", "0", "MLP width, 0: the model type's default")
+      .option("feature-map", "elu", "elu, relu, identity, hedgehog, t2r, dpfp, elementwise_product")
+      .option("hidden-act", "", "relu or gelu (transformers_are_rnns; default relu)")
+      .option("dtype", "f32", "stored dtype: f32, bf16 or f16")
+      .option("shards", "1", "files to split the weights over (more than 1 writes an index)")
+      .option("seed", "1", "seed of the random weights")
+      .option("la-layers", "", "based: the Taylor linear-attention layers, e.g. 1,6 (alt_mixer_layers)")
+      .option("window-layers", "", "based: the sliding-window layers, e.g. 2,7 (alt_mixer_2_layers)")
+      .option("la-heads", "", "based: linear-attention heads (default: --heads)")
+      .option("feature-dim", "16", "based: q and k width per linear-attention head")
+      .option("window-size", "16", "based: window_size (a token sees window_size / 2 before it)")
+      .option("expand-ratio", "", "hgrn2: the forget gate's width per head (default 128)")
+      .option("attn-layers", "", "gla, retnet, hgrn2: softmax attention layers, e.g. 1,3 (attn.layers)")
+      .option("attn-heads", "", "gla, retnet, hgrn2: the attention layers' heads (default: --heads)")
+      .option("attn-kv-heads", "", "gla, retnet, hgrn2: their kv heads (default: as many as heads)")
+      .option("attn-window", "", "gla, retnet, hgrn2: attn.window_size (default: full attention)")
+      .flag("short-conv", "gla, hgrn2: short convolutions on q, k, v (use_short_conv)")
+      .flag("no-output-gate", "gla, retnet: no output gate (use_output_gate false)")
+      .flag("no-lower-bound", "hgrn2: no lower bounds on the forget gate (use_lower_bound false)")
+      .flag("normalized", "the normalized form (norm_feature_map, linear_attn)")
+      .flag("norm-q", "norm_q: divide phi(q) by its sum (linear_attn)")
+      .flag("norm-k", "norm_k: divide phi(k) by its sum (linear_attn)")
+      .flag("tie-feature-maps", "one learned feature map for q and k (linear_attn)")
+      .flag("no-affine", "no weight in the per-head output norm (linear_attn)")
+      .flag("tie-embeddings", "the LM head reuses the embedding matrix")
+      .flag("builtin", "write the random-weight test model (--random-model: its configuration and seed)")
+      .flag("force", "replace a model already in DIR (its config.json, safetensors and index go "
+                     "first; other files stay)")
+      .positionals(1, "DIR")
+      .footer("DIR is created if needed. A DIR that already holds a model is refused unless\n"
+              "--force. Files are written beside their final names and renamed into place.");
+  if (!args.parse(argc, argv, 2)) return 0;
+  if (args.positional().empty()) throw ArgumentError("give the directory to write: recur make-model DIR");
+  const std::string dir = args.positional()[0];
+  const char* shape_options[] = {"arch", "vocab", "hidden", "layers", "heads", "kv-heads",
+                                 "la-layers", "window-layers", "la-heads", "feature-dim",
+                                 "window-size",
+                                 "expand-k", "expand-v", "intermediate", "feature-map",
+                                 "hidden-act", "normalized", "norm-q", "norm-k",
+                                 "tie-feature-maps", "no-affine", "tie-embeddings", "seed",
+                                 "expand-ratio", "attn-layers", "attn-heads", "attn-kv-heads",
+                                 "attn-window", "short-conv", "no-output-gate", "no-lower-bound"};
+  for (const char* o : shape_options) {
+    if (args.flag_set("builtin") && args.given(o))
+      throw ArgumentError(fmt::format("--builtin writes the built-in model as it is: --{} does not apply", o));
+    if (args.given("config") && args.given(o) && std::string(o) != "seed")
+      throw ArgumentError(fmt::format("--config gives the shape: --{} does not apply", o));
+  }
+  if (args.flag_set("builtin") && args.given("config"))
+    throw ArgumentError("give at most one of --builtin and --config");
+  const std::string arch = args.str("arch");
+  const bool gated = arch == "gla" || arch == "retnet" || arch == "hgrn2";
+  if (arch != "linear_attn" && arch != "transformers_are_rnns" && arch != "based" && !gated)
+    throw ArgumentError(fmt::format("--arch is '{}', expected linear_attn, transformers_are_rnns, "
+                                    "based, gla, retnet or hgrn2", printable(arch)));
+  for (const char* o : {"expand-ratio", "attn-layers", "attn-heads", "attn-kv-heads", "attn-window",
+                        "short-conv", "no-output-gate", "no-lower-bound"})
+    if (!gated && args.given(o))
+      throw ArgumentError(fmt::format("--{} applies to --arch gla, retnet or hgrn2 only", o));
+  for (const char* o : {"la-layers", "window-layers", "la-heads", "feature-dim", "window-size"})
+    if (arch != "based" && args.given(o))
+      throw ArgumentError(fmt::format("--{} applies to --arch based only", o));
+  if (!args.flag_set("builtin") && !args.given("config")) {
+    const char* fla_only[] = {"kv-heads", "expand-k", "expand-v", "normalized", "norm-q",
+                              "norm-k", "tie-feature-maps", "no-affine"};
+    for (const char* o : fla_only)
+      if (arch != "linear_attn" && args.given(o) &&
+          !((arch == "gla" || arch == "retnet") &&
+            (std::string(o) == "kv-heads" || std::string(o) == "expand-k" ||
+             std::string(o) == "expand-v" || std::string(o) == "no-affine")) &&
+          !(arch == "hgrn2" && std::string(o) == "no-affine"))
+        throw ArgumentError(fmt::format("--{} does not apply to --arch {}", o, arch));
+    if (gated && (args.given("feature-map") || args.given("hidden-act")))
+      throw ArgumentError(fmt::format("--feature-map and --hidden-act do not apply to --arch {} (no "
+                                      "feature map, swish)", arch));
+    if (arch == "linear_attn" && args.given("hidden-act"))
+      throw ArgumentError("--hidden-act applies to --arch transformers_are_rnns only (linear_attn "
+                          "uses swish)");
+  }
+  ModelConfig c;
+  std::uint64_t seed = static_cast<std::uint64_t>(args.integer("seed", 0, INT64_MAX));
+  if (args.flag_set("builtin")) {
+    c = Model::builtin_config();
+    seed = kBuiltinSeed;
+  } else if (args.given("config")) {
+    c = ModelConfig::from_json(read_input(args.str("config"), "--config", 16u << 20), args.str("config"));
+  } else if (arch == "based") {
+    if (args.given("feature-map") || args.given("hidden-act") || args.given("tie-embeddings"))
+      throw ArgumentError("--feature-map, --hidden-act and --tie-embeddings do not apply to --arch "
+                          "based (Taylor map, SwiGLU, tied head)");
+    // A list of layer indices, "1,6,11": digits and commas only; config.json's reader checks
+    // the range and repeats.
+    const auto ids = [&](const char* name) {
+      const std::string v = args.str(name);
+      if (v.find_first_not_of("0123456789,") != std::string::npos || v.find(",,") != std::string::npos ||
+          (!v.empty() && (v.front() == ',' || v.back() == ',')))
+        throw ArgumentError(fmt::format("--{} is '{}', expected layer indices such as 1,6,11", name,
+                                        printable(v)));
+      for (std::size_t i = 0, j; i < v.size(); i = j + 1) {
+        j = v.find(',', i);
+        if (j == std::string::npos) j = v.size();
+        if (j - i > 4)
+          throw ArgumentError(fmt::format("--{}: layer index {} is too large", name, printable(v.substr(i, j - i))));
+      }
+      return "[" + v + "]";
+    };
+    const auto heads = args.integer("heads", 1, 1 << 16);
+    const std::string json = fmt::format(
+        "{{\"model_type\": \"gpt2\", \"vocab_size\": {}, \"n_embd\": {}, \"n_layer\": {}, "
+        "\"n_head\": {}, {}\"rms_norm\": true, \"activation_function\": \"swiglu\", "
+        "\"pad_vocab_size_multiple\": 8, \"alt_mixer_layers\": {}, \"alt_mixer_2_layers\": {}, "
+        "\"mixer\": {{\"_target_\": \"based.models.mixers.convolution.BaseConv\", "
+        "\"use_bias\": true, \"expand_proj\": 4, \"kernel_sizes\": 3}}, "
+        "\"alt_mixer\": {{\"_target_\": \"based.models.mixers.linear_attention.LinearAttention\", "
+        "\"feature_dim\": {}, \"num_heads\": {}}}, "
+        "\"alt_mixer_2\": {{\"_target_\": \"based.models.mixers.slide_attention.SlidingAttention\", "
+        "\"window_size\": {}, \"num_heads\": {}}}}}",
+        args.integer("vocab", 1, 1 << 24), args.integer("hidden", 1, 1 << 20),
+        args.integer("layers", 1, 4096), heads,
+        args.integer("intermediate", 0, 1 << 20) > 0
+            ? fmt::format("\"n_inner\": {}, ", args.integer("intermediate", 0, 1 << 20)) : "",
+        ids("la-layers"), ids("window-layers"), args.integer("feature-dim", 1, 256),
+        args.given("la-heads") ? args.integer("la-heads", 1, 1 << 16) : heads,
+        args.integer("window-size", 1, 1 << 24), heads);
+    c = ModelConfig::from_json(json, "make-model options");
+  } else if (gated) {
+    std::string json = "{";
+    const auto add = [&](const std::string& k, const std::string& v) {
+      json += (json.size() > 1 ? ", " : "") + fmt::format("\"{}\": {}", k, v);
+    };
+    const auto heads = args.integer("heads", 1, 1 << 16);
+    add("model_type", fmt::format("\"{}\"", arch));
+    add("vocab_size", std::to_string(args.integer("vocab", 1, 1 << 24)));
+    add("hidden_size", std::to_string(args.integer("hidden", 1, 1 << 20)));
+    add("num_hidden_layers", std::to_string(args.integer("layers", 1, 4096)));
+    add("tie_word_embeddings", args.flag_set("tie-embeddings") ? "true" : "false");
+    add("elementwise_affine", args.flag_set("no-affine") ? "false" : "true");
+    if (const auto inter = args.integer("intermediate", 0, 1 << 20); inter > 0)
+      add("intermediate_size", std::to_string(inter));
+    if (arch == "hgrn2") {
+      if (args.given("expand-ratio")) add("expand_ratio", std::to_string(args.integer("expand-ratio", 1, 1 << 20)));
+      add("use_lower_bound", args.flag_set("no-lower-bound") ? "false" : "true");
+    } else {
+      add("num_heads", std::to_string(heads));
+      if (args.given("kv-heads")) add("num_kv_heads", std::to_string(args.integer("kv-heads", 1, 1 << 16)));
+      if (args.given("expand-k")) add("expand_k", fmt::format("{}", args.real("expand-k", 1e-6, 1e6)));
+      if (args.given("expand-v")) add("expand_v", fmt::format("{}", args.real("expand-v", 1e-6, 1e6)));
+      add("use_output_gate", args.flag_set("no-output-gate") ? "false" : "true");
+    }
+    if (arch != "retnet") add("use_short_conv", args.flag_set("short-conv") ? "true" : "false");
+    if (args.given("attn-layers")) {
+      const std::string v = args.str("attn-layers");
+      if (v.empty() || v.find_first_not_of("0123456789,") != std::string::npos ||
+          v.find(",,") != std::string::npos || v.front() == ',' || v.back() == ',' || v.size() > 4096)
+        throw ArgumentError(fmt::format("--attn-layers is '{}', expected layer indices such as 1,3",
+                                        printable(v)));
+      const auto ah = args.given("attn-heads") ? args.integer("attn-heads", 1, 1 << 16) : heads;
+      std::string spec = fmt::format("{{\"layers\": [{}], \"num_heads\": {}", v, ah);
+      if (args.given("attn-kv-heads"))
+        spec += fmt::format(", \"num_kv_heads\": {}", args.integer("attn-kv-heads", 1, 1 << 16));
+      if (args.given("attn-window"))
+        spec += fmt::format(", \"window_size\": {}", args.integer("attn-window", 1, 1 << 24));
+      add("attn", spec + "}");
+    } else if (args.given("attn-heads") || args.given("attn-kv-heads") || args.given("attn-window")) {
+      throw ArgumentError("--attn-heads, --attn-kv-heads and --attn-window need --attn-layers");
+    }
+    json += "}";
+    c = ModelConfig::from_json(json, "make-model options");
+  } else {
+    std::string json = "{";
+    const auto add = [&](const std::string& k, const std::string& v) {
+      json += (json.size() > 1 ? ", " : "") + fmt::format("\"{}\": {}", k, v);
+    };
+    add("model_type", fmt::format("\"{}\"", arch));
+    add("vocab_size", std::to_string(args.integer("vocab", 1, 1 << 24)));
+    add("hidden_size", std::to_string(args.integer("hidden", 1, 1 << 20)));
+    add("num_hidden_layers", std::to_string(args.integer("layers", 1, 4096)));
+    add("num_heads", std::to_string(args.integer("heads", 1, 1 << 16)));
+    add("feature_map", json::quote(args.str("feature-map")));
+    add("tie_word_embeddings", args.flag_set("tie-embeddings") ? "true" : "false");
+    if (const auto inter = args.integer("intermediate", 0, 1 << 20); inter > 0)
+      add("intermediate_size", std::to_string(inter));
+    if (arch == "linear_attn") {
+      if (args.given("kv-heads")) add("num_kv_heads", std::to_string(args.integer("kv-heads", 1, 1 << 16)));
+      if (args.given("expand-k")) add("expand_k", fmt::format("{}", args.real("expand-k", 1e-6, 1e6)));
+      if (args.given("expand-v")) add("expand_v", fmt::format("{}", args.real("expand-v", 1e-6, 1e6)));
+      add("norm_feature_map", args.flag_set("normalized") ? "true" : "false");
+      add("norm_q", args.flag_set("norm-q") ? "true" : "false");
+      add("norm_k", args.flag_set("norm-k") ? "true" : "false");
+      add("tie_feature_map_qk", args.flag_set("tie-feature-maps") ? "true" : "false");
+      add("elementwise_affine", args.flag_set("no-affine") ? "false" : "true");
+    } else if (args.given("hidden-act")) {
+      add("hidden_act", json::quote(args.str("hidden-act")));
+    }
+    json += "}";
+    c = ModelConfig::from_json(json, "make-model options");
+  }
+  const DType dtype = parse_dtype(args.str("dtype"));
+  const int shards = static_cast<int>(args.integer("shards", 1, 4096));
+  std::int64_t params = 0;
+  for (const auto& [name, shape] : model_tensor_shapes(c)) {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    params += n;
+  }
+  // The values of one shard are held as float32 while it is written.
+  check_memory(4.0 * double(params) / shards, "a model of " + std::to_string(params) + " parameters");
+  prepare_model_dir(dir, args.flag_set("force"));
+  const int files = write_random_model(dir, c, seed, dtype, shards);
+  fmt::print("wrote {}: {} layers, hidden {}, {} heads, feature map {}, {} parameters as {}, "
+             "{} weight file{}{}, seed {}\n",
+             printable(dir), c.num_hidden_layers, c.hidden_size, c.num_heads,
+             c.architecture == Architecture::kBased ? "taylor (Based)"
+             : c.gated_family() ? (c.qk_activation.empty() ? "none (gated)" : c.qk_activation.c_str())
+                                : ModelConfig::feature_map_name(c.feature_map),
+             params, dtype_name(dtype), files,
+             files > 1 ? "s" : "",
+             files < shards ? fmt::format(" (--shards {}: the model has only {} tensors)", shards, files) : "",
+             seed);
+  flush_stdout();
+  return 0;
+}
+
+int run_convert(int argc, char** argv) {
+  Args args("convert",
+            "Writes a model directory's weights as one model.safetensors, with its config.json\n"
+            "(and tokenizer.json, if there is one) beside it. For a checkpoint published as\n"
+            "pytorch_model.bin: the archive is read by recur's restricted unpickler, which runs\n"
+            "nothing, the model is loaded (every tensor checked against config.json), and the\n"
+            "tensors it reads are written under the names it reads them by.");
+  args.option("dtype", "", "stored dtype: f32, bf16 or f16 (default: the checkpoint's own, if it "
+                           "has one for every tensor, else f32)")
+      .flag("force", "replace a model already in OUT")
+      .positionals(2, "DIR OUT");
+  if (!args.parse(argc, argv, 2)) return 0;
+  if (args.positional().size() != 2)
+    throw ArgumentError("give the model directory and the directory to write: recur convert DIR OUT");
+  namespace fs = std::filesystem;
+  const std::string in = args.positional()[0], out = args.positional()[1];
+  std::error_code ec;
+  if (fs::exists(out, ec) && fs::equivalent(in, out, ec))
+    throw ArgumentError("OUT is DIR itself: convert writes a new directory");
+  const std::string config_text = read_input((fs::path(in) / "config.json").string(), "config.json", 16u << 20);
+  const ModelConfig config = ModelConfig::from_json(config_text, (fs::path(in) / "config.json").string());
+  if (!config.quantization.empty())
+    throw ArgumentError(fmt::format("{} is quantized ({}): convert writes float tensors; convert "
+                                    "the model it was quantized from", printable(in),
+                                    config.quantization));
+  const auto weights = open_weights(in);
+  // Loading checks every tensor against the configuration before anything is written.
+  const auto model = Model::from_weights(config, *weights);
+  std::vector<std::string> names = weights->names();
+  std::vector<std::vector<float>> values;
+  std::vector<TensorData> tensors;
+  double total = 0;
+  for (const auto& n : names) {
+    double e = 1;
+    for (auto d : weights->shape(n)) e *= double(d);
+    total += e;
+  }
+  check_memory(4.0 * total, "the checkpoint's tensors as float32");
+  DType dtype = weights->dtype(names.front());
+  for (const auto& n : names)
+    if (weights->dtype(n) != dtype) dtype = DType::kF32;
+  if (args.given("dtype")) dtype = parse_dtype(args.str("dtype"));
+  values.reserve(names.size());
+  for (const auto& n : names) {
+    values.push_back(weights->read(n));
+    tensors.push_back({n, weights->shape(n), values.back().data()});
+  }
+  prepare_model_dir(out, args.flag_set("force"));
+  fs::create_directories(out, ec);
+  if (ec) throw Error(fmt::format("cannot create {}: {}", printable(out), ec.message()));
+  write_safetensors((fs::path(out) / "model.safetensors").string(), tensors, dtype,
+                    {{"format", "pt"}, {"converted_from", weights->describe()}});
+  detail::write_file_atomically((fs::path(out) / "config.json").string(), config_text, "recur convert");
+  if (Tokenizer::present(in))
+    fs::copy_file(fs::path(in) / "tokenizer.json", fs::path(out) / "tokenizer.json",
+                  fs::copy_options::overwrite_existing);
+  fmt::print("wrote {}: {} tensors, {:.2f}M parameters as {}, from {}\n", printable(out),
+             tensors.size(), double(model->parameters()) / 1e6, dtype_name(dtype),
+             printable(weights->describe()));
+  flush_stdout();
+  return 0;
+}
+
+
+
+int run_quantize(int argc, char** argv) {
+  Args args("quantize",
+            "Writes a model with its matrices quantized in blocks of 32 (docs/quantization.md):\n"
+            "q8 stores a byte per weight, q4 half a byte, each block with one half-precision\n"
+            "scale. The projections, the MLP and the head (a tied embedding with it) are\n"
+            "quantized; norms, biases, feature maps, convolutions, an untied embedding and\n"
+            "matrices whose input width is not a multiple of 32 keep their precision. IN is any\n"
+            "model directory recur reads (safetensors, or a pytorch_model.bin); the model is\n"
+            "loaded and checked first, and OUT is loaded again once written.");
+  args.option("type", "", "q8 or q4: the format of the projections and the MLP")
+      .option("head", "", "q8 or q4: the head's format (the tied embedding's), default --type")
+      .flag("builtin", "quantize the built-in model (then give OUT alone)")
+      .flag("force", "replace a model already in OUT (its config.json, safetensors and index go "
+                     "first; other files stay)")
+      .positionals(2, "IN OUT")
+      .footer("OUT gets config.json (with a quantization_config), model.safetensors and the\n"
+              "tokenizer files of IN. A quantized tensor NAME is I8 (n_out, k_in) for q8 or U8\n"
+              "(n_out, k_in / 2) for q4, its scales NAME_scale F16 (n_out, k_in / 32);\n"
+              "tools/quant_reader.py reads them with numpy. A OUT that already holds a model is\n"
+              "refused unless --force. Example:\n"
+              "  recur quantize models/kjv kjv-q8 --type q8\n"
+              "  recur score -m kjv-q8 -f models/kjv/heldout.txt");
+  if (!args.parse(argc, argv, 2)) return 0;
+  namespace fs = std::filesystem;
+  const bool builtin = args.flag_set("builtin");
+  const std::size_t want = builtin ? 1 : 2;
+  if (args.positional().size() != want)
+    throw ArgumentError(builtin ? "give the directory to write: recur quantize --builtin OUT"
+                                : "give the model directory and the directory to write: recur "
+                                  "quantize IN OUT --type q8|q4");
+  if (!args.given("type")) throw ArgumentError("give the format: --type q8 or --type q4");
+  QuantizeOptions options;
+  options.format = args.str("type");
+  options.head = args.given("head") ? args.str("head") : "";
+  for (const char* o : {"type", "head"})
+    if (args.given(o) && args.str(o) != "q8" && args.str(o) != "q4")
+      throw ArgumentError(fmt::format("--{} is '{}', expected q8 or q4", o, printable(args.str(o))));
+  const std::string in = builtin ? builtin_dir() : args.positional()[0];
+  const std::string out = args.positional()[want - 1];
+  std::error_code ec;
+  if (!fs::is_directory(in, ec))
+    throw ArgumentError(fmt::format("{} is not a model directory", printable(in)));
+  if (fs::exists(out, ec) && fs::equivalent(in, out, ec))
+    throw ArgumentError("OUT is IN itself: quantize writes a new directory");
+  const std::string config_path = (fs::path(in) / "config.json").string();
+  const ModelConfig config =
+      ModelConfig::from_json(read_input(config_path, "config.json", 16u << 20), config_path);
+  if (!config.quantization.empty())
+    throw ArgumentError(fmt::format("{} is already quantized ({}): quantize the model it was "
+                                    "made from", printable(in), config.quantization));
+  const auto weights = open_weights(in);
+  double elements = 0;
+  for (const auto& n : weights->names()) {
+    double e = 1;
+    for (auto d : weights->shape(n)) e *= double(d);
+    elements += e;
+  }
+  // The loaded model, the tensors as float32 while each is read, and what is written.
+  check_memory(10.0 * elements, "the model and its tensors as float32");
+  prepare_model_dir(out, args.flag_set("force"));
+  fmt::print(stderr, "quantize: loading and checking {} ({:.2f}M weights)\n",
+             printable(weights->describe()), elements / 1e6);
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  const double t0 = now_seconds();
+  const QuantizeReport r = write_quantized_model(
+      out, config, *weights, options, [&](int done, int total, const std::string& name) {
+        if (tty)
+          fmt::print(stderr, "\rquantize: {}/{} tensors ({}){}", done, total, printable(name),
+                     std::string(8, ' '));
+      });
+  if (tty) fmt::print(stderr, "\n");
+  // Tokenizer files beside the weights, as Hugging Face's layouts name them.
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                           "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json"}) {
+    const fs::path from = fs::path(in) / name;
+    if (fs::is_regular_file(from, ec))
+      fs::copy_file(from, fs::path(out) / name, fs::copy_options::overwrite_existing);
+  }
+  fmt::print("wrote {}: {} tensors, {} matrices quantized, {} kept in their precision (input "
+             "width not a multiple of 32), weights {} ({}), from {} in {:.1f} s\n",
+             printable(out), r.tensors, r.quantized, r.kept, r.weight_format,
+             human_bytes(double(r.bytes)), printable(weights->describe()), now_seconds() - t0);
+  flush_stdout();
+  return 0;
+}
+
+}  // namespace recur::cli
