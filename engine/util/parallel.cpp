@@ -1,5 +1,6 @@
 #include "util/parallel.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <chrono>
@@ -69,6 +70,15 @@ std::atomic<RangeOrder> g_order{RangeOrder::kAscending};
 // True on a helper thread, and on a caller while it runs ranges: a nested call runs inline.
 thread_local bool t_in_ranges = false;
 
+// The ranges in order on the calling thread: the same ranges as any split among threads.
+void run_inline(int n, int ranges, RangeFn fn, const void* ctx) {
+  const bool reversed = g_order.load(std::memory_order_relaxed) == RangeOrder::kReversed;
+  for (int i = 0; i < ranges; ++i) {
+    const int r = reversed ? ranges - 1 - i : i;
+    fn(ctx, int(std::int64_t(n) * r / ranges), int(std::int64_t(n) * (r + 1) / ranges), r);
+  }
+}
+
 // One job at a time, published in a single word: generation (32 bits), number of ranges (16)
 // and the next range to hand out (16). A range is taken by a compare-and-swap on the word, so a
 // thread that read the word of a job already finished can never take a range of the next one.
@@ -86,6 +96,11 @@ class Pool {
   }
 
   void run(int n, int ranges, int helpers, RangeFn fn, const void* ctx) {
+    // After a job whose helper came late (below), the next jobs run on this thread alone.
+    if (inline_jobs_ > 0) {
+      --inline_jobs_;
+      return run_inline(n, ranges, fn, ctx);
+    }
     while (static_cast<int>(threads_.size()) < helpers) {
       const int index = static_cast<int>(threads_.size());
       threads_.emplace_back([this, index] { helper(index); });
@@ -102,20 +117,40 @@ class Pool {
       { std::lock_guard<std::mutex> lock(mutex_); }
       wake_.notify_all();
     }
+    const auto start = Clock::now();
     t_in_ranges = true;
     take(word);
     t_in_ranges = false;
     // Only ranges a helper has taken are left: wait for them, spinning first.
+    const auto own_done = Clock::now();
     const auto finished = [&] { return done_.load(std::memory_order_seq_cst) == ranges; };
-    if (spin_until(finished)) return;
-    std::unique_lock<std::mutex> lock(mutex_);
-    caller_sleeps_.store(true, std::memory_order_seq_cst);
-    finished_.wait(lock, finished);
-    caller_sleeps_.store(false, std::memory_order_relaxed);
+    if (!spin_until(finished)) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      caller_sleeps_.store(true, std::memory_order_seq_cst);
+      finished_.wait(lock, finished);
+      caller_sleeps_.store(false, std::memory_order_relaxed);
+    }
+    note_wait(own_done - start, Clock::now() - own_done);
   }
 
  private:
   static std::uint32_t generation_of(std::uint64_t w) { return std::uint32_t(w >> 32); }
+
+  // A helper that loses its core to another process while it holds a range makes the caller
+  // wait for that range: longer than the caller worked means the job took longer than it
+  // would have on the caller alone. Then the next jobs run on the caller alone, 8 of them
+  // after the first late job and twice as many after each late one that follows (up to 4096,
+  // a few hundred tokens of a small model); each job with the helpers that is on time halves
+  // the next stretch, so that a helper that is late now and then keeps it long.
+  // Which thread runs a range never changes a byte, so this is only a question of speed.
+  void note_wait(Clock::duration worked, Clock::duration waited) {
+    if (waited <= worked) {
+      backoff_ /= 2;
+      return;
+    }
+    backoff_ = backoff_ == 0 ? 8 : std::min(2 * backoff_, 4096);
+    inline_jobs_ = backoff_;
+  }
 
   // Takes and runs ranges of the job whose word was `w` until none is left.
   void take(std::uint64_t w) {
@@ -171,6 +206,8 @@ class Pool {
   std::atomic<int> helpers_{0};
   std::atomic<int> done_{0};
   std::uint32_t generation_ = 0;  // the caller's own count
+  int backoff_ = 0;      // the caller's: jobs to run alone after the last late one
+  int inline_jobs_ = 0;  // the caller's: jobs still to run alone
 
   std::mutex mutex_;
   std::condition_variable wake_;      // helpers wait here for a job
@@ -215,14 +252,8 @@ void run_ranges(int n, int ranges, int threads, RangeFn fn, const void* ctx) {
   const int helpers = std::min({threads, ranges, thread_limit()}) - 1;
   // A job's word holds 16 bits of range count; more ranges than that (never asked for in
   // practice) run inline.
-  if (helpers <= 0 || ranges > 0xffff || t_in_ranges || inside_openmp()) {
-    const bool reversed = g_order.load(std::memory_order_relaxed) == RangeOrder::kReversed;
-    for (int i = 0; i < ranges; ++i) {
-      const int r = reversed ? ranges - 1 - i : i;
-      fn(ctx, int(std::int64_t(n) * r / ranges), int(std::int64_t(n) * (r + 1) / ranges), r);
-    }
-    return;
-  }
+  if (helpers <= 0 || ranges > 0xffff || t_in_ranges || inside_openmp())
+    return run_inline(n, ranges, fn, ctx);
   pool().run(n, ranges, helpers, fn, ctx);
 }
 
