@@ -3,12 +3,11 @@
 // 16 requests at once get the bytes each gets alone, and a conversation continued from its kept
 // state equals one request over the whole text. Usage: node based_test.mjs path/to/recur SOURCE_DIR
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { cpSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import OpenAI from "openai";
-import { check, finish } from "./harness.mjs";
+import { check, finish, startServe } from "./harness.mjs";
 
 const recur = path.resolve(process.argv[2] ?? "build/release/tools/recur");
 const src = path.resolve(process.argv[3] ?? ".");
@@ -19,24 +18,8 @@ const dir = path.join(tmp, "based-tiny");
 for (const f of ["config.json", "pytorch_model.bin"])
   cpSync(path.join(src, "tests/based/tiny", f), path.join(dir, f));
 
-const server = await new Promise((resolve, reject) => {
-  const child = spawn(recur, ["serve", "-m", dir, "--tokenizer", path.join(src, "models/kjv"), "--port", "0",
-                              "--threads", "2", "--keep-alive", "1", "--api-key", KEY],
-                      { stdio: ["ignore", "ignore", "pipe"] });
-  let log = "";
-  const timer = setTimeout(() => reject(new Error(`recur serve did not start:\n${log}`)), 30000);
-  child.stderr.on("data", (d) => {
-    log += d;
-    const m = log.match(/listening on (http:\/\/[^ ]+)/);
-    if (m && !child.url) {
-      clearTimeout(timer);
-      child.url = m[1];
-      resolve(child);
-    }
-  });
-  child.exitCode_ = new Promise((r) => child.on("exit", (code, sig) => r(code ?? sig)));
-  child.on("error", reject);
-});
+const server = await startServe(recur, ["-m", dir, "--tokenizer", path.join(src, "models/kjv"), "--threads", "2",
+                                         "--keep-alive", "1", "--api-key", KEY]);
 const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: KEY, maxRetries: 0 });
 const MODEL = "based-tiny";
 async function metric(name) {
@@ -77,6 +60,6 @@ await check("a continued conversation equals one request over the whole text", a
 });
 
 server.kill("SIGTERM");
-assert.equal(await server.exitCode_, 0);
+assert.equal(await server.exited, 0);
 rmSync(tmp, { recursive: true, force: true });
 finish("recur serve with a Based model");

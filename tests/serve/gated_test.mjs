@@ -6,12 +6,12 @@
 // conversation holds more bytes than a short one, by exactly that cache, and pushes older
 // conversations out of --memory. Usage: node gated_test.mjs path/to/recur
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import OpenAI from "openai";
-import { check, finish } from "./harness.mjs";
+import { check, finish, startServe } from "./harness.mjs";
 
 const recur = path.resolve(process.argv[2] ?? "build/release/tools/recur");
 const KEY = "sk-recur-gated-test";
@@ -34,28 +34,13 @@ for (const [name, args] of Object.entries(models))
                { stdio: ["ignore", "ignore", "inherit"] });
 
 async function start(dir, extra = []) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(recur, ["serve", "-m", dir, "--port", "0", "--threads", "2", "--keep-alive", "1",
-                                "--api-key", KEY, ...extra], { stdio: ["ignore", "ignore", "pipe"] });
-    let log = "";
-    const timer = setTimeout(() => reject(new Error(`recur serve did not start:\n${log}`)), 30000);
-    child.stderr.on("data", (d) => {
-      log += d;
-      const m = log.match(/listening on (http:\/\/[^ ]+)/);
-      if (m && !child.url) {
-        clearTimeout(timer);
-        child.url = m[1];
-        child.client = new OpenAI({ baseURL: `${child.url}/v1`, apiKey: KEY, maxRetries: 0 });
-        resolve(child);
-      }
-    });
-    child.exitCode_ = new Promise((r) => child.on("exit", (code, sig) => r(code ?? sig)));
-    child.on("error", reject);
-  });
+  const child = await startServe(recur, ["-m", dir, "--threads", "2", "--keep-alive", "1", "--api-key", KEY, ...extra]);
+  child.client = new OpenAI({ baseURL: `${child.url}/v1`, apiKey: KEY, maxRetries: 0 });
+  return child;
 }
 async function stop(server) {
   server.kill("SIGTERM");
-  assert.equal(await server.exitCode_, 0);
+  assert.equal(await server.exited, 0);
 }
 async function metric(server, name) {
   const text = await (await fetch(`${server.url}/metrics`, { headers: { authorization: `Bearer ${KEY}` } })).text();
