@@ -7,7 +7,7 @@ import { cpSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import OpenAI from "openai";
-import { check, finish, startServe } from "./harness.mjs";
+import { check, finish, sameBytesBatched, startServe } from "./harness.mjs";
 
 const recur = path.resolve(process.argv[2] ?? "build/release/tools/recur");
 const src = path.resolve(process.argv[3] ?? ".");
@@ -22,14 +22,6 @@ const server = await startServe(recur, ["-m", dir, "--tokenizer", path.join(src,
                                          "--keep-alive", "1", "--api-key", KEY]);
 const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: KEY, maxRetries: 0 });
 const MODEL = "based-tiny";
-async function metric(name) {
-  const text = await (await fetch(`${server.url}/metrics`, { headers: { authorization: `Bearer ${KEY}` } })).text();
-  const m = text.match(new RegExp(`^${name} (\\S+)$`, "m"));
-  assert.ok(m, `metric ${name} missing`);
-  return Number(m[1]);
-}
-const outcome = (r) => JSON.stringify({ text: r.choices[0].text, ids: r.choices[0].token_ids,
-                                        logprobs: r.choices[0].logprobs });
 
 await check("16 requests at once get the bytes each gets alone (greedy and seeded, with logprobs)", async () => {
   const prompts = ["And it came to pass", "In the beginning", "The LORD is my shepherd", "Blessed are"];
@@ -38,13 +30,7 @@ await check("16 requests at once get the bytes each gets alone (greedy and seede
     requests.push({ model: MODEL, prompt: prompts[i % 4].repeat(1 + (i % 3) * 3), max_tokens: 8 + (i * 5) % 17,
                     temperature: i % 2 ? 0.9 : 0, seed: 7 + i, logprobs: 2, return_token_ids: true,
                     ignore_eos: true });
-  const alone = [];
-  for (const r of requests) alone.push(await client.completions.create(r));
-  const rows0 = await metric("recur_batch_rows_total"), steps0 = await metric("recur_batch_steps_total");
-  const together = await Promise.all(requests.map((r) => client.completions.create(r)));
-  const rows = (await metric("recur_batch_rows_total")) - rows0, steps = (await metric("recur_batch_steps_total")) - steps0;
-  assert.ok(rows / steps > 4, `the requests were batched (${rows} rows in ${steps} steps)`);
-  for (let i = 0; i < 16; i++) assert.equal(outcome(together[i]), outcome(alone[i]), `request ${i}`);
+  await sameBytesBatched(client, server.url, KEY, requests);
 });
 
 await check("a continued conversation equals one request over the whole text", async () => {

@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import OpenAI from "openai";
-import { check, finish, startServe } from "./harness.mjs";
+import { check, finish, metric, sameBytesBatched, startServe } from "./harness.mjs";
 
 const recur = path.resolve(process.argv[2] ?? "build/release/tools/recur");
 const KEY = "sk-recur-gated-test";
@@ -42,14 +42,6 @@ async function stop(server) {
   server.kill("SIGTERM");
   assert.equal(await server.exited, 0);
 }
-async function metric(server, name) {
-  const text = await (await fetch(`${server.url}/metrics`, { headers: { authorization: `Bearer ${KEY}` } })).text();
-  const m = text.match(new RegExp(`^${name} (\\S+)$`, "m"));
-  assert.ok(m, `metric ${name} missing`);
-  return Number(m[1]);
-}
-const outcome = (r) => JSON.stringify({ text: r.choices[0].text, ids: r.choices[0].token_ids,
-                                        logprobs: r.choices[0].logprobs });
 const greedy = { temperature: 0, return_token_ids: true, ignore_eos: true };
 
 for (const name of Object.keys(models)) {
@@ -62,14 +54,7 @@ for (const name of Object.keys(models)) {
       requests.push({ model: name, prompt: prompts[i % 4].repeat(1 + (i % 3) * 3), max_tokens: 8 + (i * 5) % 17,
                       temperature: i % 2 ? 0.9 : 0, seed: 7 + i, logprobs: 2, return_token_ids: true,
                       ignore_eos: true });
-    const alone = [];
-    for (const r of requests) alone.push(await client.completions.create(r));
-    const rows0 = await metric(server, "recur_batch_rows_total"), steps0 = await metric(server, "recur_batch_steps_total");
-    const together = await Promise.all(requests.map((r) => client.completions.create(r)));
-    const rows = (await metric(server, "recur_batch_rows_total")) - rows0;
-    const steps = (await metric(server, "recur_batch_steps_total")) - steps0;
-    assert.ok(rows / steps > 4, `the requests were batched (${rows} rows in ${steps} steps)`);
-    for (let i = 0; i < 16; i++) assert.equal(outcome(together[i]), outcome(alone[i]), `request ${i}`);
+    await sameBytesBatched(client, server.url, KEY, requests);
   });
 
   await check(`${name}: a continued conversation equals one request over the whole text`, async () => {
@@ -83,9 +68,9 @@ for (const name of Object.keys(models)) {
 
   await check(`${name}: the store counts a conversation's state as it is (a full layer's cache grows)`, async () => {
     const bytes = async (prompt) => {
-      const b0 = await metric(server, "recur_conversation_bytes");
+      const b0 = await metric(server.url, KEY, "recur_conversation_bytes");
       await client.completions.create({ model: name, prompt, max_tokens: 2, ...greedy });
-      return (await metric(server, "recur_conversation_bytes")) - b0;
+      return (await metric(server.url, KEY, "recur_conversation_bytes")) - b0;
     };
     const short = await bytes("In the beginning"), long = await bytes("In the beginning ".repeat(20));
     const more = 20 * 17 - 16;  // tokens the long one has beyond the short one
@@ -106,10 +91,10 @@ await check("gla-hybrid: a long conversation's growing cache pushes others out o
   try {
     const client = server.client;
     const first = await client.completions.create({ model: "gla-hybrid", prompt: "And God said", max_tokens: 2, ...greedy });
-    const held = await metric(server, "recur_conversation_bytes");
+    const held = await metric(server.url, KEY, "recur_conversation_bytes");
     assert.ok(held > 0 && held < 20000, `a short conversation holds ${held} bytes`);
     await client.completions.create({ model: "gla-hybrid", prompt: "And God said ".repeat(30), max_tokens: 2, ...greedy });
-    assert.ok((await metric(server, "recur_conversations_dropped_total")) >= 1, "the short conversation was dropped");
+    assert.ok((await metric(server.url, KEY, "recur_conversations_dropped_total")) >= 1, "the short conversation was dropped");
     await assert.rejects(client.completions.create({ model: "gla-hybrid", prompt: [5], max_tokens: 1,
                                                      previous_response_id: first.id, ...greedy }),
                          (e) => e.status === 404, "the dropped conversation cannot continue");

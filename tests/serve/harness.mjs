@@ -1,5 +1,6 @@
 // What the serve tests share: named checks that report and count failures, and starting
 // recur serve on a free port.
+import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 
 let failures = 0;
@@ -51,4 +52,29 @@ export function startServe(recur, args) {
     child.exited = new Promise((r) => child.on("exit", (code, sig) => r(code ?? sig)));
     child.on("error", reject);
   });
+}
+
+// A counter of the server's /metrics (Bearer `key`).
+export async function metric(url, key, name) {
+  const text = await (await fetch(`${url}/metrics`, { headers: { authorization: `Bearer ${key}` } })).text();
+  const m = text.match(new RegExp(`^${name} (\\S+)$`, "m"));
+  assert.ok(m, `metric ${name} missing`);
+  return Number(m[1]);
+}
+
+// What a completion's bytes are: its text, token ids and logprobs.
+export const outcome = (r) => JSON.stringify({ text: r.choices[0].text, ids: r.choices[0].token_ids,
+                                               logprobs: r.choices[0].logprobs });
+
+// Sends the requests one at a time, then all at once: the server must batch them (more than 4
+// rows a step) and give each the bytes it got alone.
+export async function sameBytesBatched(client, url, key, requests) {
+  const alone = [];
+  for (const r of requests) alone.push(await client.completions.create(r));
+  const rows0 = await metric(url, key, "recur_batch_rows_total"), steps0 = await metric(url, key, "recur_batch_steps_total");
+  const together = await Promise.all(requests.map((r) => client.completions.create(r)));
+  const rows = (await metric(url, key, "recur_batch_rows_total")) - rows0;
+  const steps = (await metric(url, key, "recur_batch_steps_total")) - steps0;
+  assert.ok(rows / steps > 4, `the requests were batched (${rows} rows in ${steps} steps)`);
+  for (let i = 0; i < requests.length; i++) assert.equal(outcome(together[i]), outcome(alone[i]), `request ${i}`);
 }
