@@ -173,7 +173,9 @@ void WeightedRows(float* acc, const float* rows, const float* w, int count, int 
 }
 
 const char* IsaName() {
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#if HWY_TARGET == HWY_AVX3_DL
+  return "avx512vnni";
+#elif HWY_TARGET == HWY_AVX3
   return "avx512";
 #elif HWY_TARGET == HWY_AVX2
   return "avx2";

@@ -28,7 +28,7 @@ static_assert(kPanelCols % kN == 0, "a panel is whole vectors");
 // Decode (one row): kDecodePanels panels at once, so that enough chains hide the FMA latency.
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 inline constexpr int kMatRows = 12;
-inline constexpr int kDecodePanels = 8;
+inline constexpr int kDecodePanels = 4;
 #elif HWY_TARGET == HWY_AVX2
 inline constexpr int kMatRows = 6;
 inline constexpr int kDecodePanels = 4;

@@ -7,6 +7,7 @@
 //   y = 0;  y = fma(float(isum), d_w[n][b] * d_x[r][b], y)
 // with d_w the half scale widened (exact) and the product of the two scales rounded once. Every
 // target computes these same integers and floats: only how the integers are formed differs.
+//   AVX-512 VNNI: 512-bit vpdpbusd (16 outputs per vector; the avx512vnni table).
 //   AVX-512: 512-bit vpmaddubsw + vpmaddwd (16 outputs per vector).
 //   AVX2:    256-bit vpmaddubsw + vpmaddwd (8 outputs per vector).
 //   NEON:    vmull_s8 + vpadalq_s16 (the dot-product extension is not assumed).
@@ -14,7 +15,8 @@
 // q8 multiplies |w| (unsigned) by x with w's sign: each pair of products is at most
 // 2 * 127 * 127 = 32258 < 2^15, so the 16-bit sums never saturate. q4 multiplies the stored
 // nibble u = q + 8 (0..15) by x and subtracts 8 * sum(x) once per block: eight pairs of products
-// sum to at most 8 * 2 * 15 * 127 = 30480 < 2^15 in 16 bits before they widen.
+// sum to at most 8 * 2 * 15 * 127 = 30480 < 2^15 in 16 bits before they widen. vpdpbusd adds
+// four products straight into int32 (no saturation), so its sums are these same integers.
 #if defined(RECUR_KERNELS_QUANT_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef RECUR_KERNELS_QUANT_INL_H_
 #undef RECUR_KERNELS_QUANT_INL_H_
@@ -59,6 +61,8 @@ HWY_INLINE std::int32_t Quad(const std::int8_t* x) {
 }
 
 #if HWY_TARGET == HWY_AVX2
+
+using RawI = __m256i;
 
 template <int R>
 HWY_INLINE void DotQ8(const unsigned char* codes, const std::int8_t* const* x,
@@ -116,7 +120,7 @@ HWY_INLINE void DotQ4(const unsigned char* codes, const std::int8_t* const* x,
 // same products, x * w, and the same bounds as DotQ8's (each pair at most 2 * 127 * 127).
 template <int NP>
 HWY_INLINE void DecodeBlockQ8(const unsigned char* const* rec, const std::int8_t* xb,
-                              __m256i (*isum)[2]) {
+                              RawI (*isum)[kQV]) {
   const __m256i ones = _mm256_set1_epi16(1);
   for (int p = 0; p < NP; ++p) isum[p][0] = isum[p][1] = _mm256_setzero_si256();
   for (int g = 0; g < 8; ++g) {
@@ -137,7 +141,7 @@ HWY_INLINE void DecodeBlockQ8(const unsigned char* const* rec, const std::int8_t
 // q4 as DotQ4, the two broadcasts of a group shared by the NP panels.
 template <int NP>
 HWY_INLINE void DecodeBlockQ4(const unsigned char* const* rec, const std::int8_t* xb,
-                              std::int32_t xsum, __m256i (*isum)[2]) {
+                              std::int32_t xsum, RawI (*isum)[kQV]) {
   const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0f);
   __m256i s[NP][2];
   for (int p = 0; p < NP; ++p) s[p][0] = s[p][1] = _mm256_setzero_si256();
@@ -161,12 +165,46 @@ HWY_INLINE void DecodeBlockQ4(const unsigned char* const* rec, const std::int8_t
 
 #elif HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 
-// Compiled, but not run on the machines this was written on (no AVX-512): the AVX2 kernels with
-// 16 outputs per vector, and a mask in place of vpsignb (which AVX-512 lacks).
+// The AVX2 kernels with 16 outputs per vector, and a mask in place of vpsignb (which AVX-512
+// lacks). With VNNI (the avx512vnni table), one vpdpbusd adds each lane's four byte products
+// to its int32 sum directly: the same integers, with no 16-bit step.
+using RawI = __m512i;
+
+// acc + the sum of each 32-bit lane's four products u * s (u unsigned bytes, s signed).
+// Written as assembly: Highway 1.0 compiles its AVX3_DL target for AVX-VNNI, not AVX512-VNNI,
+// so the intrinsic is not enabled there; the table runs only on CPUs with AVX512-VNNI.
+HWY_INLINE __m512i DotBytes(__m512i acc, __m512i u, __m512i s) {
+#if HWY_TARGET == HWY_AVX3_DL
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
+  return acc;
+#else
+  // Each pair of products is at most 2 * 127 * 127 (q8) or 2 * 15 * 127 (q4) < 2^15.
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
+#endif
+}
+
+// q4's nibbles u (0..15) times x over the two halves of a group, added to acc: with VNNI in
+// int32 lanes; without, in 16-bit lanes (eight pairs at most 30480 < 2^15 before they widen).
+HWY_INLINE __m512i DotNibbles(__m512i acc, __m512i lo, __m512i xl, __m512i hi, __m512i xh) {
+#if HWY_TARGET == HWY_AVX3_DL
+  return DotBytes(DotBytes(acc, lo, xl), hi, xh);
+#else
+  return _mm512_add_epi16(acc, _mm512_add_epi16(_mm512_maddubs_epi16(lo, xl), _mm512_maddubs_epi16(hi, xh)));
+#endif
+}
+
+// What DotNibbles gathered, less 8 * sum(x): the block's integer sums in int32 lanes.
+HWY_INLINE __m512i FinishNibbles(__m512i acc, std::int32_t xsum) {
+#if HWY_TARGET != HWY_AVX3_DL
+  acc = _mm512_madd_epi16(acc, _mm512_set1_epi16(1));
+#endif
+  return _mm512_sub_epi32(acc, _mm512_set1_epi32(8 * xsum));
+}
+
 template <int R>
 HWY_INLINE void DotQ8(const unsigned char* codes, const std::int8_t* const* x,
                       const std::int32_t*, VI (*isum)[kQV]) {
-  const __m512i ones = _mm512_set1_epi16(1), zero = _mm512_setzero_si512();
+  const __m512i zero = _mm512_setzero_si512();
   __m512i acc[R];
   for (int r = 0; r < R; ++r) acc[r] = zero;
   for (int g = 0; g < 8; ++g) {
@@ -175,8 +213,7 @@ HWY_INLINE void DotQ8(const unsigned char* codes, const std::int8_t* const* x,
     const __mmask64 negative = _mm512_movepi8_mask(w);
     for (int r = 0; r < R; ++r) {
       const __m512i xv = _mm512_set1_epi32(Quad(x[r] + 4 * g));
-      const __m512i sx = _mm512_mask_sub_epi8(xv, negative, zero, xv);  // x with w's sign
-      acc[r] = _mm512_add_epi32(acc[r], _mm512_madd_epi16(_mm512_maddubs_epi16(a, sx), ones));
+      acc[r] = DotBytes(acc[r], a, _mm512_mask_sub_epi8(xv, negative, zero, xv));  // x with w's sign
     }
   }
   for (int r = 0; r < R; ++r) isum[r][0] = VI{acc[r]};
@@ -185,22 +222,53 @@ HWY_INLINE void DotQ8(const unsigned char* codes, const std::int8_t* const* x,
 template <int R>
 HWY_INLINE void DotQ4(const unsigned char* codes, const std::int8_t* const* x,
                       const std::int32_t* xsum, VI (*isum)[kQV]) {
-  const __m512i ones = _mm512_set1_epi16(1), low = _mm512_set1_epi8(0x0f);
+  const __m512i low = _mm512_set1_epi8(0x0f);
   __m512i s[R];
   for (int r = 0; r < R; ++r) s[r] = _mm512_setzero_si512();
   for (int g = 0; g < 4; ++g) {
     const __m512i v = _mm512_loadu_si512(codes + g * 64);
     const __m512i lo = _mm512_and_si512(v, low);
     const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-    for (int r = 0; r < R; ++r) {
-      const __m512i xl = _mm512_set1_epi32(Quad(x[r] + 4 * g));
-      const __m512i xh = _mm512_set1_epi32(Quad(x[r] + 4 * g + 16));
-      s[r] = _mm512_add_epi16(s[r], _mm512_add_epi16(_mm512_maddubs_epi16(lo, xl),
-                                                     _mm512_maddubs_epi16(hi, xh)));
+    for (int r = 0; r < R; ++r)
+      s[r] = DotNibbles(s[r], lo, _mm512_set1_epi32(Quad(x[r] + 4 * g)), hi,
+                        _mm512_set1_epi32(Quad(x[r] + 4 * g + 16)));
+  }
+  for (int r = 0; r < R; ++r) isum[r][0] = VI{FinishNibbles(s[r], xsum[r])};
+}
+
+// Decode against NP panels, as on AVX2: |x| and x's sign taken once per group for all NP
+// panels, and the weights given x's sign (the same products, x * w).
+template <int NP>
+HWY_INLINE void DecodeBlockQ8(const unsigned char* const* rec, const std::int8_t* xb,
+                              RawI (*isum)[kQV]) {
+  const __m512i zero = _mm512_setzero_si512();
+  for (int p = 0; p < NP; ++p) isum[p][0] = zero;
+  for (int g = 0; g < 8; ++g) {
+    const __m512i xv = _mm512_set1_epi32(Quad(xb + 4 * g));
+    const __m512i ax = _mm512_abs_epi8(xv);
+    const __mmask64 negative = _mm512_movepi8_mask(xv);
+    for (int p = 0; p < NP; ++p) {
+      const __m512i w = _mm512_loadu_si512(rec[p] + 2 * kQuantPanel + g * 64);
+      isum[p][0] = DotBytes(isum[p][0], ax, _mm512_mask_sub_epi8(w, negative, zero, w));
     }
   }
-  for (int r = 0; r < R; ++r)
-    isum[r][0] = VI{_mm512_sub_epi32(_mm512_madd_epi16(s[r], ones), _mm512_set1_epi32(8 * xsum[r]))};
+}
+
+template <int NP>
+HWY_INLINE void DecodeBlockQ4(const unsigned char* const* rec, const std::int8_t* xb,
+                              std::int32_t xsum, RawI (*isum)[kQV]) {
+  const __m512i low = _mm512_set1_epi8(0x0f);
+  for (int p = 0; p < NP; ++p) isum[p][0] = _mm512_setzero_si512();
+  for (int g = 0; g < 4; ++g) {
+    const __m512i xl = _mm512_set1_epi32(Quad(xb + 4 * g));
+    const __m512i xh = _mm512_set1_epi32(Quad(xb + 4 * g + 16));
+    for (int p = 0; p < NP; ++p) {
+      const __m512i v = _mm512_loadu_si512(rec[p] + 2 * kQuantPanel + g * 64);
+      isum[p][0] = DotNibbles(isum[p][0], _mm512_and_si512(v, low), xl,
+                              _mm512_and_si512(_mm512_srli_epi16(v, 4), low), xh);
+    }
+  }
+  for (int p = 0; p < NP; ++p) isum[p][0] = FinishNibbles(isum[p][0], xsum);
 }
 
 #elif HWY_TARGET == HWY_NEON
@@ -358,8 +426,8 @@ HWY_INLINE void RowPanelsQ(const QuantCall& c, const unsigned char* panel, float
     const unsigned char* rec[NP];
     for (int p = 0; p < NP; ++p)
       rec[p] = panel + c.panel_stride * static_cast<std::size_t>(p) + static_cast<std::size_t>(b) * record;
-#if HWY_TARGET == HWY_AVX2
-    __m256i isum[NP][2];
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+    RawI isum[NP][kQV];
     if constexpr (T == QuantType::kQ8) {
       DecodeBlockQ8<NP>(rec, xb[0], isum);
     } else {
