@@ -210,56 +210,119 @@ HWY_INLINE void WalkColumns(const HeadView& h, int col0, const float* qT, const 
                     n, row0 == 0, pos0);
 }
 
-// The denominators of n tokens, in the canonical order: first Zp's trajectory, token by token
-// (four rows at a time, as four-lane vectors, in place of k), then per token one FMA chain over
-// the rows, eight tokens interleaved to hide the chains' latency.
-HWY_INLINE void WalkDenominators(const HeadView& h, const float* qT, float* kT, int tile_stride,
-                                 float* out, std::int64_t ostride, int n, float eps,
-                                 std::int64_t pos0) {
-  // The four rows of a layout tile as one vector, or as several where vectors are narrower.
+// Zp's trajectory over n tokens for G tiles of the input layout side by side (G independent
+// chains of adds): each tile's kTileRows rows as one vector, or several where vectors are
+// narrower, in place of k. After it, kT holds Z32 + Zp as it stands after each token.
+template <int G>
+HWY_INLINE void TrajectoryTiles(const HeadView& h, int tile0, float* kT, int tile_stride, int n,
+                                std::int64_t pos0) {
   const hn::CappedTag<float, kTileRows> d4;
   constexpr int kL = static_cast<int>(hn::MaxLanes(d4));
   static_assert(kTileRows % kL == 0, "a tile of the input layout is whole vectors");
+  constexpr int kV = kTileRows / kL;
   using V4 = hn::Vec<decltype(d4)>;
-  for (int tile = 0; tile < h.Dp / kTileRows; ++tile) {
-    float* zp = h.Zp + tile * kTileRows;
-    float* z32 = h.Z32 + tile * kTileRows;
-    V4 z[kTileRows / kL], zc[kTileRows / kL];
-    const auto load_z = [&] {
-      for (int g = 0; g < kTileRows / kL; ++g) {
-        z[g] = hn::LoadU(d4, zp + g * kL);
-        zc[g] = hn::LoadU(d4, z32 + g * kL);
+  float* zp = h.Zp + tile0 * kTileRows;
+  float* z32 = h.Z32 + tile0 * kTileRows;
+  V4 z[G][kV], zc[G][kV];
+  const auto load_z = [&] {
+    for (int g = 0; g < G; ++g)
+      for (int v = 0; v < kV; ++v) {
+        z[g][v] = hn::LoadU(d4, zp + g * kTileRows + v * kL);
+        zc[g][v] = hn::LoadU(d4, z32 + g * kTileRows + v * kL);
       }
-    };
-    const auto store_z = [&] {
-      for (int g = 0; g < kTileRows / kL; ++g) hn::StoreU(z[g], d4, zp + g * kL);
-    };
-    load_z();
-    float* kt = kT + tile * tile_stride;
-    for (int t = 0; t < n; ++t, kt += kTileRows) {
-      for (int g = 0; g < kTileRows / kL; ++g) {
-        z[g] = hn::Add(z[g], hn::LoadU(d4, kt + g * kL));
-        hn::StoreU(hn::Add(zc[g], z[g]), d4, kt + g * kL);  // now Z32 + Zp after token t
+  };
+  const auto store_z = [&] {
+    for (int g = 0; g < G; ++g)
+      for (int v = 0; v < kV; ++v) hn::StoreU(z[g][v], d4, zp + g * kTileRows + v * kL);
+  };
+  load_z();
+  float* kt = kT + tile0 * tile_stride;
+  for (int t = 0; t < n; ++t, kt += kTileRows) {
+    for (int g = 0; g < G; ++g)
+      for (int v = 0; v < kV; ++v) {
+        float* w = kt + g * tile_stride + v * kL;
+        z[g][v] = hn::Add(z[g][v], hn::LoadU(d4, w));
+        hn::StoreU(hn::Add(zc[g][v], z[g][v]), d4, w);  // now Z32 + Zp after token t
       }
-      if (folds_after(pos0 + t)) {
-        store_z();
-        FoldBlock(zp, z32, h.Z64 + tile * kTileRows, 1, kTileRows, kTileRows);
-        load_z();
-      }
+    if (folds_after(pos0 + t)) {
+      store_z();
+      FoldBlock(zp, z32, h.Z64 + tile0 * kTileRows, 1, G * kTileRows, G * kTileRows);
+      load_z();
     }
-    store_z();
   }
-  constexpr int kTogether = 8;
-  for (int t0 = 0; t0 < n; t0 += kTogether) {
-    const int m = std::min(kTogether, n - t0);
-    float den[kTogether] = {};
+  store_z();
+}
+
+// den(t) = sum over the rows i ascending of q'(t, i) w(t, i), one FMA chain per token, for the
+// tokens [t0, t0 + m) one at a time.
+HWY_INLINE void DenominatorsOneByOne(const HeadView& h, const float* qT, const float* wT,
+                                     int tile_stride, int t0, int m, float* den) {
+  for (int j = 0; j < m; ++j) {
+    float d = 0.0f;
     for (int tile = 0; tile < h.Dp / kTileRows; ++tile) {
-      const float* qt = qT + tile * tile_stride + t0 * kTileRows;
-      const float* wt = kT + tile * tile_stride + t0 * kTileRows;
-      for (int r = 0; r < kTileRows; ++r)
-        for (int j = 0; j < m; ++j)
-          den[j] = std::fma(qt[j * kTileRows + r], wt[j * kTileRows + r], den[j]);
+      const float* qt = qT + tile * tile_stride + (t0 + j) * kTileRows;
+      const float* wt = wT + tile * tile_stride + (t0 + j) * kTileRows;
+      for (int r = 0; r < kTileRows; ++r) d = std::fma(qt[r], wt[r], d);
     }
+    den[j] = d;
+  }
+}
+
+#if HWY_TARGET != HWY_SCALAR
+// The same chains for kN tokens from t0, one token per lane. Four vectors hold the kN tokens'
+// rows of one tile of the layout (a 128-bit block per token); a 4 x 4 transposition within each
+// block turns them into one vector per row, so that each FMA advances every lane's chain by one
+// row. Lane 4k + m then holds token t0 + m * (kN / 4) + k: den is written in token order.
+HWY_INLINE void DenominatorsAcross(const HeadView& h, const float* qT, const float* wT,
+                                   int tile_stride, int t0, float* den) {
+  static_assert(kTileRows == 4 && kN % 4 == 0, "a tile of the layout is one 128-bit block");
+  using D64 = hn::Repartition<std::uint64_t, DF>;
+  const D64 d64;
+  const auto rows_of = [&](const float* x, VF (&r)[4]) {
+    const VF a = Load(x), b = Load(x + kN), c = Load(x + 2 * kN), d = Load(x + 3 * kN);
+    const auto ab_lo = hn::BitCast(d64, hn::InterleaveLower(DF(), a, b));
+    const auto cd_lo = hn::BitCast(d64, hn::InterleaveLower(DF(), c, d));
+    const auto ab_hi = hn::BitCast(d64, hn::InterleaveUpper(DF(), a, b));
+    const auto cd_hi = hn::BitCast(d64, hn::InterleaveUpper(DF(), c, d));
+    r[0] = hn::BitCast(DF(), hn::InterleaveLower(d64, ab_lo, cd_lo));
+    r[1] = hn::BitCast(DF(), hn::InterleaveUpper(d64, ab_lo, cd_lo));
+    r[2] = hn::BitCast(DF(), hn::InterleaveLower(d64, ab_hi, cd_hi));
+    r[3] = hn::BitCast(DF(), hn::InterleaveUpper(d64, ab_hi, cd_hi));
+  };
+  VF acc = Zero();
+  for (int tile = 0; tile < h.Dp / kTileRows; ++tile) {
+    VF q[4], w[4];
+    rows_of(qT + tile * tile_stride + t0 * kTileRows, q);
+    rows_of(wT + tile * tile_stride + t0 * kTileRows, w);
+    for (int r = 0; r < kTileRows; ++r) acc = Fma(q[r], w[r], acc);
+  }
+  alignas(64) float lanes[kN];
+  Store(acc, lanes);
+  constexpr int kPer = kN / 4;  // tokens per vector of the layout
+  for (int k = 0; k < kPer; ++k)
+    for (int m = 0; m < 4; ++m) den[m * kPer + k] = lanes[4 * k + m];
+}
+#endif
+
+// The denominators of n tokens, in the canonical order: first Zp's trajectory, token by token
+// (in place of k), then per token one FMA chain over the rows, kN tokens at a time.
+HWY_INLINE void WalkDenominators(const HeadView& h, const float* qT, float* kT, int tile_stride,
+                                 float* out, std::int64_t ostride, int n, float eps,
+                                 std::int64_t pos0) {
+  const int tiles = h.Dp / kTileRows;  // even: Dp is a multiple of kRowPad
+  static_assert(kRowPad % (2 * kTileRows) == 0, "the tiles pair up");
+  int tile = 0;
+  for (; tile + 4 <= tiles; tile += 4) TrajectoryTiles<4>(h, tile, kT, tile_stride, n, pos0);
+  for (; tile < tiles; tile += 2) TrajectoryTiles<2>(h, tile, kT, tile_stride, n, pos0);
+  alignas(64) float den[kN];
+  for (int t0 = 0; t0 < n; t0 += kN) {
+    const int m = std::min(kN, n - t0);
+#if HWY_TARGET != HWY_SCALAR
+    if (m == kN)
+      DenominatorsAcross(h, qT, kT, tile_stride, t0, den);
+    else
+#endif
+      DenominatorsOneByOne(h, qT, kT, tile_stride, t0, m, den);
     for (int j = 0; j < m; ++j)
       ScaleRow(out + (t0 + j) * ostride, 1.0f / (den[j] + eps), h.dvp);
   }
