@@ -32,9 +32,9 @@ constexpr const char* kUsage =
     "\n"
     "`recur <command> --help` describes a command's options; `recur --version` the version.\n"
     "\n"
-    "The kernels run on the best instruction set this CPU has (avx512, avx2 or scalar on x86-64;\n"
-    "neon or scalar on ARM64); every one gives the same bytes. RECUR_ISA=NAME forces one;\n"
-    "`recur isa` names the one in use.\n";
+    "The kernels run on the best instruction set this CPU has (avx512vnni, avx512, avx2\n"
+    "or scalar on x86-64; neon or scalar on ARM64); every one gives the same bytes.\n"
+    "RECUR_ISA=NAME forces one; `recur isa` names the one in use.\n";
 
 }  // namespace
 

@@ -33,7 +33,7 @@ struct MatmulCall {
 };
 
 struct Kernels {
-  const char* name;  // "avx512", "avx2", "neon", "scalar"
+  const char* name;  // "avx512vnni", "avx512", "avx2", "neon", "scalar"
   int lanes;         // floats per vector
   std::int64_t hwy_target;
 

@@ -1,8 +1,8 @@
 // Every kernel, compiled once per instruction set through Highway's foreach_target, and the
 // run-time choice among them (dispatch.h).
 //
-// Highway compiles this file once per target in HWY_TARGETS (set in CMakeLists.txt: AVX-512,
-// AVX2 and the emulated baseline on x86-64; NEON and the emulated baseline on ARM64), each in
+// Highway compiles this file once per target in HWY_TARGETS (set in CMakeLists.txt: AVX-512
+// with VNNI, AVX-512, AVX2 and the emulated baseline on x86-64; NEON and the emulated baseline on ARM64), each in
 // its own namespace with that target's instruction set enabled for those functions only. The
 // rest of the library is compiled for the baseline, so the binary runs on any CPU of its
 // architecture.

@@ -1,8 +1,8 @@
 // The instruction set recur's kernels run on.
 //
 // One build of recur carries every kernel compiled for several instruction sets (on x86-64:
-// "avx512", "avx2" and "scalar", the emulated baseline; on ARM64: "neon" and "scalar") and picks
-// one when it first needs it: the one the environment variable RECUR_ISA names, else the best
+// "avx512vnni", "avx512", "avx2" and "scalar", the emulated baseline; on ARM64: "neon" and
+// "scalar") and picks one when it first needs it: the one the environment variable RECUR_ISA names, else the best
 // that this CPU runs. Every instruction set computes the same bytes, so the choice changes only
 // speed: a state saved under one continues bit for bit under another, on this machine or any
 // other (docs/design.md, "One reduction order").
