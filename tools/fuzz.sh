@@ -48,19 +48,17 @@ for ((i = 0; i < ${#names[@]}; i += at_once)); do
     fuzz_one "$name" &
     pids+=($!)
   done
-  failed=""
+  failed=false
   for j in "${!batch[@]}"; do
-    wait "${pids[j]}" || failed+=" ${batch[j]}"
-  done
-  for name in "${batch[@]}"; do
-    log="build/fuzz/fuzz_$name.log"
-    if [[ " $failed " == *" $name "* ]]; then
+    name="${batch[j]}" log="build/fuzz/fuzz_${batch[j]}.log"
+    if wait "${pids[j]}"; then
+      execs=$(grep -o "stat::number_of_executed_units: *[0-9]*" "$log" | grep -o "[0-9]*$")
+      echo "fuzz_$name: $execs executions, nothing found"
+    else
       tail -n 60 "$log"
       echo "fuzz.sh: fuzz_$name found a problem (log: $log)" >&2
-      continue
+      failed=true
     fi
-    execs=$(grep -o "stat::number_of_executed_units: *[0-9]*" "$log" | grep -o "[0-9]*$")
-    echo "fuzz_$name: $execs executions, nothing found"
   done
-  [[ -z "$failed" ]] || exit 1
+  ! $failed || exit 1
 done

@@ -2,10 +2,10 @@
 // run-time choice among them (dispatch.h).
 //
 // Highway compiles this file once per target in HWY_TARGETS (set in CMakeLists.txt: AVX-512
-// with VNNI, AVX-512, AVX2 and the emulated baseline on x86-64; NEON and the emulated baseline on ARM64), each in
-// its own namespace with that target's instruction set enabled for those functions only. The
-// rest of the library is compiled for the baseline, so the binary runs on any CPU of its
-// architecture.
+// with VNNI, AVX-512, AVX2 and the emulated baseline on x86-64; NEON and the emulated baseline
+// on ARM64), each in its own namespace with that target's instruction set enabled for those
+// functions only. The rest of the library is compiled for the baseline, so the binary runs on
+// any CPU of its architecture.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/kernels.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
