@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/dispatch.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "kernels/quant_call.h"
@@ -261,11 +262,59 @@ TEST_CASE("quant: activations are quantized per block by the one rule", "[quant]
   CHECK(int(qx[70]) == 0);
 }
 
+TEST_CASE("quant: every table's activation quantizer gives the rule's bytes, edges included",
+          "[quant][exact][isa]") {
+  // Blocks of: normal values, ties after scaling (m = 127), zeros, -0, values below the smallest
+  // normal float, one at FLT_MIN, a huge one, an infinity and a NaN among finite values, and
+  // the largest float. Rows are strided.
+  const int k_in = 32 * 12, rows = 3, ldx = k_in + 5;
+  std::vector<float> X = random_values(std::size_t(rows * ldx), 71, 4.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int j = 0; j < 32; ++j) {
+    X[std::size_t(32 + j)] = float(j % 2 ? j : -j) + 0.5f;  // block 1: ties
+    X[std::size_t(64 + j)] = 0.0f;
+    X[std::size_t(96 + j)] = -0.0f;
+    X[std::size_t(128 + j)] = 1e-39f * float(j);  // below FLT_MIN
+  }
+  X[32] = 127.0f;
+  X[160 + 3] = FLT_MIN;
+  X[192 + 7] = 3e38f;
+  X[224 + 9] = inf;
+  X[256 + 11] = nan;
+  X[288 + 31] = -std::numeric_limits<float>::max();
+  X[std::size_t(ldx + 40)] = -inf;
+  const std::size_t codes = std::size_t(rows * k_in), blocks = codes / 32;
+  std::vector<std::int8_t> want_q(codes);
+  std::vector<float> want_d(blocks);
+  std::vector<std::int32_t> want_s(blocks);
+  recur::kernels::quantize_activations(X.data(), rows, ldx, k_in, want_q.data(), want_d.data(), want_s.data());
+  // The reference is itself the rule: block 1's ties round to even.
+  CHECK(want_d[1] == 1.0f);
+  CHECK(int(want_q[33]) == 2);  // 1.5
+  CHECK(int(want_q[35]) == 4);  // 3.5
+  CHECK(int(want_q[34]) == -2);  // -2.5
+  const std::string before = recur::isa();
+  for (const std::string& isa : recur::available_isas()) {
+    recur::set_isa(isa);
+    INFO(isa);
+    std::vector<std::int8_t> q(codes, 99);
+    std::vector<float> d(blocks, -1.0f);
+    std::vector<std::int32_t> s(blocks, -1);
+    recur::kernels::active().quantize_x(X.data(), rows, ldx, k_in, q.data(), d.data(), s.data());
+    CHECK(std::memcmp(q.data(), want_q.data(), codes) == 0);
+    CHECK(std::memcmp(d.data(), want_d.data(), blocks * sizeof(float)) == 0);
+    CHECK(std::memcmp(s.data(), want_s.data(), blocks * sizeof(std::int32_t)) == 0);
+  }
+  recur::set_isa(before);
+}
+
 TEST_CASE("quant: every row of the product is the reference's bytes, for any rows and threads",
           "[quant][exact]") {
   for (const QuantType t : {QuantType::kQ8, QuantType::kQ4}) {
-    // n_out: a partial panel, less than one, whole panels; k_in: one block and many.
-    for (const auto& [n_out, k_in] : std::vector<std::pair<int, int>>{{100, 64}, {7, 32}, {48, 512}, {33, 160}}) {
+    // n_out: a partial panel, less than one, whole panels, more than the 8 panels decode reads
+    // at once; k_in: one block and many.
+    for (const auto& [n_out, k_in] : std::vector<std::pair<int, int>>{{100, 64}, {7, 32}, {48, 512}, {33, 160}, {200, 96}}) {
       const std::vector<float> w = random_values(std::size_t(n_out * k_in), 31);
       const QuantizedRows q = recur::kernels::quantize_rows(w.data(), n_out, k_in, t);
       const PackedMatrix P(q);
@@ -344,7 +393,7 @@ TEST_CASE("quant: another block order gives other bytes (the test can fail)", "[
 TEST_CASE("quant: every instruction set gives the scalar target's bytes", "[quant][exact][isa]") {
   const std::string before = recur::isa();
   for (const QuantType t : {QuantType::kQ8, QuantType::kQ4}) {
-    const int n_out = 90, k_in = 320;
+    const int n_out = 290, k_in = 320;  // 18 panels and a part: decode's groups of 8 and a tail
     const std::vector<float> w = random_values(std::size_t(n_out * k_in), 61);
     const PackedMatrix P(recur::kernels::quantize_rows(w.data(), n_out, k_in, t));
     const std::vector<float> X = random_values(std::size_t(9 * k_in), 62, 3.0f);

@@ -123,9 +123,9 @@ Eigen::VectorXd LinearState::Z(int head) const {
 }
 
 std::vector<unsigned char> LinearState::raw_bytes() const {
-  std::vector<unsigned char> out(sums_.data, sums_.data + sums_.size);
-  const auto* n = reinterpret_cast<const unsigned char*>(&n_tokens_);
-  out.insert(out.end(), n, n + sizeof n_tokens_);
+  std::vector<unsigned char> out(sums_.size + sizeof n_tokens_);  // one allocation
+  std::memcpy(out.data(), sums_.data, sums_.size);
+  std::memcpy(out.data() + sums_.size, &n_tokens_, sizeof n_tokens_);
   return out;
 }
 

@@ -193,7 +193,7 @@ const Kernels* Table() {
                              &GatherTiles, &Matmul,   &EluPlusOne,  &Relu,      &ExpMinus, &Swiglu,   &Gelu,
                              &Sum,      &SumSquares,  &KvScores,  &KvAccumulate,
                              &FmaChains, &ColumnDots, &WeightedRows,
-                             &MatmulQ,
+                             &MatmulQ, &QuantizeActivations,
                              &GatedStepHead, &GatedWalkHead, &GlaDecay, &Hgrn2Gates,
                              &SigmoidMap, &Silu};
   return &table;

@@ -24,8 +24,10 @@
 #define RECUR_KERNELS_QUANT_INL_H_
 #endif
 
+#include <cfloat>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "hwy/cache_control.h"
 #include "kernels/matmul-inl.h"
@@ -44,7 +46,7 @@ static_assert(kQuantPanel == kPanelCols, "StoreRow stores one quantized panel ro
 // Rows that share each block of weights while it is in registers (a tile of rows times one
 // panel); decode runs tiles of one.
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-inline constexpr int kQRows = 4;
+inline constexpr int kQRows = 4;  // 8 was slower with VNNI on Zen 5
 #elif HWY_TARGET == HWY_AVX2
 inline constexpr int kQRows = 4;
 #elif HWY_TARGET == HWY_NEON
@@ -63,6 +65,7 @@ HWY_INLINE std::int32_t Quad(const std::int8_t* x) {
 #if HWY_TARGET == HWY_AVX2
 
 using RawI = __m256i;
+inline constexpr bool kBiasedQ8 = false;
 
 template <int R>
 HWY_INLINE void DotQ8(const unsigned char* codes, const std::int8_t* const* x,
@@ -201,6 +204,31 @@ HWY_INLINE __m512i FinishNibbles(__m512i acc, std::int32_t xsum) {
   return _mm512_sub_epi32(acc, _mm512_set1_epi32(8 * xsum));
 }
 
+#if HWY_TARGET == HWY_AVX3_DL
+// With VNNI the rows' codes come biased, x + 128 as unsigned bytes (kBiasedQ8, MultiplyQ), so
+// that each group and row is one broadcast and one vpdpbusd, with no sign to move:
+//   sum (x + 128) w - 128 sum w = sum x w,
+// where sum w is gathered once per group for all R rows (vpdpbusd by ones). Every partial sum is
+// at most 32 * 255 * 127 < 2^20: the same integers as DotQ8's below.
+inline constexpr bool kBiasedQ8 = true;
+
+template <int R>
+HWY_INLINE void DotQ8(const unsigned char* codes, const std::int8_t* const* x,
+                      const std::int32_t*, VI (*isum)[kQV]) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  __m512i wsum = _mm512_setzero_si512(), acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_si512();
+  for (int g = 0; g < 8; ++g) {
+    const __m512i w = _mm512_loadu_si512(codes + g * 64);
+    wsum = DotBytes(wsum, ones, w);
+    for (int r = 0; r < R; ++r) acc[r] = DotBytes(acc[r], _mm512_set1_epi32(Quad(x[r] + 4 * g)), w);
+  }
+  const __m512i bias = _mm512_slli_epi32(wsum, 7);
+  for (int r = 0; r < R; ++r) isum[r][0] = VI{_mm512_sub_epi32(acc[r], bias)};
+}
+#else
+inline constexpr bool kBiasedQ8 = false;
+
 template <int R>
 HWY_INLINE void DotQ8(const unsigned char* codes, const std::int8_t* const* x,
                       const std::int32_t*, VI (*isum)[kQV]) {
@@ -218,6 +246,7 @@ HWY_INLINE void DotQ8(const unsigned char* codes, const std::int8_t* const* x,
   }
   for (int r = 0; r < R; ++r) isum[r][0] = VI{acc[r]};
 }
+#endif
 
 template <int R>
 HWY_INLINE void DotQ4(const unsigned char* codes, const std::int8_t* const* x,
@@ -272,6 +301,8 @@ HWY_INLINE void DecodeBlockQ4(const unsigned char* const* rec, const std::int8_t
 }
 
 #elif HWY_TARGET == HWY_NEON
+
+inline constexpr bool kBiasedQ8 = false;
 
 // int8 x int8 -> int16 (exact: 127 * 127 < 2^15), then pairs widened into int32 lanes that hold
 // half of one output's group of four; a pairwise add at the end gives one output per lane.
@@ -329,6 +360,8 @@ HWY_INLINE void DotQ4(const unsigned char* codes, const std::int8_t* const* x,
 }
 
 #else
+
+inline constexpr bool kBiasedQ8 = false;
 
 // Plain int32 loops, one output at a time.
 template <int R>
@@ -466,14 +499,29 @@ HWY_INLINE void FewRowsQ(const QuantCall& c, const unsigned char* panel, std::in
   }
 }
 
+// The rows' q8 codes as x + 128 (unsigned), for the targets whose DotQ8 takes them so
+// (kBiasedQ8); one buffer per thread, grown once.
+HWY_INLINE const std::int8_t* BiasedCodes(const QuantCall& c) {
+  thread_local std::vector<std::uint8_t> buffer;
+  const std::size_t n = static_cast<std::size_t>(c.rows) * static_cast<std::size_t>(c.k_in);
+  if (buffer.size() < n) buffer.resize(n);
+  const auto* x = reinterpret_cast<const std::uint8_t*>(c.qx);
+  for (std::size_t i = 0; i < n; ++i) buffer[i] = static_cast<std::uint8_t>(x[i] ^ 0x80u);
+  return reinterpret_cast<const std::int8_t*>(buffer.data());
+}
+
 template <QuantType T>
-void MultiplyQ(const QuantCall& c, int p0, int p1) {
+void MultiplyQ(const QuantCall& call, int p0, int p1) {
   int p = p0;
+  const QuantCall& c = call;
   if (c.rows == 1) {
-    for (; p + kDecodePanels <= p1 && (p + kDecodePanels) * kQuantPanel <= c.n_out; p += kDecodePanels)
-      RowPanelsQ<T, kDecodePanels>(c, c.data + c.panel_stride * static_cast<std::size_t>(p),
-                                   c.Y + p * kQuantPanel);
+    for (; p + kDecodePanelsPacked <= p1 && (p + kDecodePanelsPacked) * kQuantPanel <= c.n_out; p += kDecodePanelsPacked)
+      RowPanelsQ<T, kDecodePanelsPacked>(c, c.data + c.panel_stride * static_cast<std::size_t>(p),
+                                         c.Y + p * kQuantPanel);
   }
+  if (p == p1) return;
+  QuantCall tiles = call;
+  if constexpr (T == QuantType::kQ8 && kBiasedQ8) tiles.qx = BiasedCodes(call);
   for (; p < p1; ++p) {
     const unsigned char* panel = c.data + c.panel_stride * static_cast<std::size_t>(p);
     const int cols = std::min(kQuantPanel, c.n_out - p * kQuantPanel);
@@ -482,8 +530,54 @@ void MultiplyQ(const QuantCall& c, int p0, int p1) {
     const unsigned char* ahead = p + 1 < p1 ? panel + c.panel_stride : nullptr;
     std::int64_t r = 0;
     for (; r + kQRows <= c.rows; r += kQRows, ahead = nullptr)
-      TileQ<T, kQRows>(c, panel, r, Yp, cols, ahead);
-    if (r < c.rows) FewRowsQ<T>(c, panel, r, c.rows - r, Yp, cols, ahead);
+      TileQ<T, kQRows>(tiles, panel, r, Yp, cols, ahead);
+    if (r < c.rows) FewRowsQ<T>(tiles, panel, r, c.rows - r, Yp, cols, ahead);
+  }
+}
+
+// quantize_activations (quant.cpp) in vectors, with its operations lane by lane, so its bytes:
+// the maximum of |x| keeps a lane unless the new value is greater (a NaN never is), and that is
+// the same maximum in any order; the codes are RoundEven(x * inv), clamped to [-127, 127] by
+// comparisons, with a NaN sent to 0.
+void QuantizeActivations(const float* X, std::int64_t rows, std::int64_t ldx, int k_in,
+                         std::int8_t* qx, float* dx, std::int32_t* xsum) {
+  static_assert(kQuantBlock % kN == 0, "a block is whole vectors");
+  constexpr int kV = kQuantBlock / kN;
+  const hn::Rebind<std::int8_t, DF> d8;
+  const VF lo = Set(-127.0f), hi = Set(127.0f);
+  const int blocks = k_in / kQuantBlock;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (int b = 0; b < blocks; ++b) {
+      const float* x = X + r * ldx + b * kQuantBlock;
+      std::int8_t* q = qx + r * k_in + b * kQuantBlock;
+      const std::int64_t at = r * blocks + b;
+      VF v[kV];
+      VF lane = Zero();
+      for (int j = 0; j < kV; ++j) {
+        v[j] = Load(x + j * kN);
+        const VF a = hn::Abs(v[j]);
+        lane = hn::IfThenElse(hn::Gt(a, lane), a, lane);
+      }
+      const float m = hn::GetLane(hn::MaxOfLanes(DF(), lane));  // no NaN among the lanes
+      if (!(m >= FLT_MIN)) {
+        std::memset(q, 0, kQuantBlock);
+        dx[at] = 0.0f;
+        xsum[at] = 0;
+        continue;
+      }
+      dx[at] = m / 127.0f;
+      const VF inv = Set(127.0f / m);
+      auto sum = hn::Zero(DI());
+      for (int j = 0; j < kV; ++j) {
+        VF c = RoundEven(hn::Mul(v[j], inv));
+        c = hn::IfThenElse(hn::Lt(c, lo), lo, hn::IfThenElse(hn::Gt(c, hi), hi, c));
+        c = hn::IfThenElse(hn::Eq(c, c), c, Zero());
+        const auto ci = hn::ConvertTo(DI(), c);
+        sum = hn::Add(sum, ci);
+        hn::StoreU(hn::DemoteTo(d8, ci), d8, q + j * kN);
+      }
+      xsum[at] = hn::GetLane(hn::SumOfLanes(DI(), sum));
+    }
   }
 }
 

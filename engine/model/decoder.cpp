@@ -584,7 +584,15 @@ ConstVectorRef Decoder::step(int token) {
 //   token count u64 and the tokens (i32 each); a checksum u64 of everything before it.
 std::string Decoder::save_bytes(const SessionData* session) const {
   check_usable("Decoder::save");
-  std::string out(kMagic, sizeof kMagic);
+  // The whole size first, so that the string is allocated once (a state is megabytes, and
+  // recur serve saves one as each response finishes).
+  std::size_t size = sizeof kMagic + 4 + 4 + 8 + 8 + 4 + 4;
+  for (const auto& s : impl_->states) size += 8 + s.raw_size();
+  size += sizeof(float) * static_cast<std::size_t>(impl_->logits.size()) + 4 + 8 + 8 + 8;
+  if (session) size += 4 * session->tokens.size();
+  std::string out;
+  out.reserve(size);
+  out.append(kMagic, sizeof kMagic);
   put(out, kStateVersion);
   put(out, static_cast<std::uint32_t>(impl_->states.size()));
   put(out, model_->fingerprint());
