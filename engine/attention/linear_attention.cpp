@@ -297,7 +297,11 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
   // per worker, one token's feature-mapped rows (heads, Dp). Allocated before the state changes,
   // zeroed once: the padding of the rows and of v is never written, so it stays zero.
   const std::size_t C = static_cast<std::size_t>(chunk);
-  const std::size_t per_head = C * (2 * static_cast<std::size_t>(Dp) + 2 * static_cast<std::size_t>(dvp));
+  // Each block starts one cache line past a multiple of its size, so that the blocks, and the
+  // same block of successive heads, do not all lie at one offset modulo 4 KiB (where the core
+  // takes a load for a possible alias of an earlier store, and waits).
+  constexpr std::size_t kSkew = 64 / sizeof(float);
+  const std::size_t per_head = C * (2 * static_cast<std::size_t>(Dp) + 2 * static_cast<std::size_t>(dvp)) + 4 * kSkew;
   const std::size_t per_worker = per_head * static_cast<std::size_t>(max_heads) +
                                  static_cast<std::size_t>(max_heads * Dp);
   std::vector<float> scratch(per_worker * static_cast<std::size_t>(threads), 0.0f);
@@ -313,9 +317,9 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
     const int nh = h1 - h0;
     float* base = scratch.data() + per_worker * static_cast<std::size_t>(worker);
     const auto qT = [&](int j) { return base + per_head * static_cast<std::size_t>(j); };
-    const auto kT = [&](int j) { return qT(j) + C * static_cast<std::size_t>(Dp); };
-    const auto vb = [&](int j) { return kT(j) + C * static_cast<std::size_t>(Dp); };
-    const auto ob = [&](int j) { return vb(j) + C * static_cast<std::size_t>(dvp); };
+    const auto kT = [&](int j) { return qT(j) + C * static_cast<std::size_t>(Dp) + kSkew; };
+    const auto vb = [&](int j) { return kT(j) + C * static_cast<std::size_t>(Dp) + kSkew; };
+    const auto ob = [&](int j) { return vb(j) + C * static_cast<std::size_t>(dvp) + kSkew; };
     float* rows = base + per_head * static_cast<std::size_t>(max_heads);  // (nh, Dp)
 
     for (Eigen::Index b0 = 0; b0 < T; b0 += chunk) {
