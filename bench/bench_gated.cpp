@@ -136,8 +136,9 @@ void BM_GatedWalk(benchmark::State& state) {
   const int n = static_cast<int>(state.range(2));
   std::vector<float> S(std::size_t(dk * dv));
   const recur::kernels::GatedHeadView h{S.data(), dk, dv, dv};
-  std::vector<float> qT(std::size_t(n * dk), 0.01f), kT(std::size_t(n * dk), 0.02f);
-  std::vector<float> aT(std::size_t(n * dk), 0.99f);
+  const std::size_t tiles = recur::kernels::tile_floats(n, dk);
+  std::vector<float> qT(tiles, 0.01f), kT(tiles, 0.02f);
+  std::vector<float> aT(tiles, 0.99f);
   std::vector<float> v(std::size_t(n * dv), 0.5f), o(std::size_t(n * dv));
   for (auto _ : state) {
     recur::kernels::gated_walk_head(h, qT.data(), kT.data(), aT.data(), 0.0f, v.data(), dv,

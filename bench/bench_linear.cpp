@@ -150,7 +150,8 @@ void BM_Walk(benchmark::State& state) {
   std::vector<float> P(std::size_t(d * d)), L32(std::size_t(d * d));
   std::vector<double> L64(std::size_t(d * d));
   recur::kernels::HeadView h{P.data(), L32.data(), L64.data(), nullptr, nullptr, nullptr, d, d};
-  std::vector<float> qT(std::size_t(n * d), 0.01f), kT(std::size_t(n * d), 0.02f);
+  const std::size_t tiles = recur::kernels::tile_floats(n, d);
+  std::vector<float> qT(tiles, 0.01f), kT(tiles, 0.02f);
   std::vector<float> v(std::size_t(n * d), 0.5f), o(std::size_t(n * d));
   std::int64_t pos = 0;
   for (auto _ : state) {

@@ -287,13 +287,13 @@ void GatedAttention::prefill(GatedState& state, const ConstMatrixRef& Q, const C
   const int Dp = state.d_key_padded_, dvp = state.d_value_padded_;
   const int chunk = static_cast<int>(std::min<Eigen::Index>(options.chunk, T));
   const int threads = std::min(detail::resolve_threads(options.threads), H);
-  // Per worker, for the head it walks: q', k' and alpha in tile-walk layout (Dp / 4, chunk, 4),
+  // Per worker, for the head it walks: q', k' and alpha in tile-walk layout (tile_floats),
   // v and o in panels (see below). Allocated before the state changes, zeroed once: the
   // padding of v is never written, so it stays zero.
   const std::size_t C = static_cast<std::size_t>(chunk);
   const std::size_t rows_per_head = per_channel ? 3 : 2;
-  const std::size_t per_head = C * (rows_per_head * static_cast<std::size_t>(Dp) +
-                                    2 * static_cast<std::size_t>(dvp));
+  const std::size_t tile_block = kernels::tile_floats(chunk, Dp);
+  const std::size_t per_head = rows_per_head * tile_block + 2 * C * static_cast<std::size_t>(dvp);
   const std::size_t per_worker = per_head;
   std::vector<float> scratch(per_worker * static_cast<std::size_t>(threads), 0.0f);
   // v and o are walked in panels of kPanel columns, each panel's tokens contiguous: the walk
@@ -307,9 +307,9 @@ void GatedAttention::prefill(GatedState& state, const ConstMatrixRef& Q, const C
   // a result (heads share nothing).
   detail::parallel_ranges(H, threads, [&](int h0, int h1, int worker) {
     float* const qT = scratch.data() + per_worker * static_cast<std::size_t>(worker);
-    float* const kT = qT + C * static_cast<std::size_t>(Dp);
-    float* const aT = kT + C * static_cast<std::size_t>(Dp);  // kPerChannel only
-    float* const vbuf = kT + C * static_cast<std::size_t>(Dp) * (rows_per_head - 1);
+    float* const kT = qT + tile_block;
+    float* const aT = kT + tile_block;  // kPerChannel only
+    float* const vbuf = kT + tile_block * (rows_per_head - 1);
     float* const obuf = vbuf + C * static_cast<std::size_t>(dvp);
     // v and o as (panels, C, width): the panel from column p0 starts at C * p0.
     const auto vb = [&](int p0) { return vbuf + C * static_cast<std::size_t>(p0); };

@@ -293,7 +293,7 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
   }
   std::atomic<bool> failed{false};
 
-  // Per worker and head: q', k' in tile-walk layout (Dp / 4, chunk, 4), v and o (chunk, dvp);
+  // Per worker and head: q', k' in tile-walk layout (kernels::tile_floats), v and o (chunk, dvp);
   // per worker, one token's feature-mapped rows (heads, Dp). Allocated before the state changes,
   // zeroed once: the padding of the rows and of v is never written, so it stays zero.
   const std::size_t C = static_cast<std::size_t>(chunk);
@@ -301,7 +301,8 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
   // same block of successive heads, do not all lie at one offset modulo 4 KiB (where the core
   // takes a load for a possible alias of an earlier store, and waits).
   constexpr std::size_t kSkew = 64 / sizeof(float);
-  const std::size_t per_head = C * (2 * static_cast<std::size_t>(Dp) + 2 * static_cast<std::size_t>(dvp)) + 4 * kSkew;
+  const std::size_t tile_block = kernels::tile_floats(chunk, Dp);
+  const std::size_t per_head = 2 * tile_block + 2 * C * static_cast<std::size_t>(dvp) + 4 * kSkew;
   const std::size_t per_worker = per_head * static_cast<std::size_t>(max_heads) +
                                  static_cast<std::size_t>(max_heads * Dp);
   std::vector<float> scratch(per_worker * static_cast<std::size_t>(threads), 0.0f);
@@ -317,15 +318,15 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
     const int nh = h1 - h0;
     float* base = scratch.data() + per_worker * static_cast<std::size_t>(worker);
     const auto qT = [&](int j) { return base + per_head * static_cast<std::size_t>(j); };
-    const auto kT = [&](int j) { return qT(j) + C * static_cast<std::size_t>(Dp) + kSkew; };
-    const auto vb = [&](int j) { return kT(j) + C * static_cast<std::size_t>(Dp) + kSkew; };
+    const auto kT = [&](int j) { return qT(j) + tile_block + kSkew; };
+    const auto vb = [&](int j) { return kT(j) + tile_block + kSkew; };
     const auto ob = [&](int j) { return vb(j) + C * static_cast<std::size_t>(dvp) + kSkew; };
     float* rows = base + per_head * static_cast<std::size_t>(max_heads);  // (nh, Dp)
 
     for (Eigen::Index b0 = 0; b0 < T; b0 += chunk) {
       if (failed.load(std::memory_order_relaxed)) return;
       const int n = static_cast<int>(std::min<Eigen::Index>(chunk, T - b0));
-      const std::size_t tile_stride = static_cast<std::size_t>(n) * kRows;
+      const auto tile_stride = static_cast<std::size_t>(kernels::tile_stride_of(n));
       // q', k': this worker's heads of the chunk, checked, mapped and laid out in one pass.
       const auto gather = [&](const ConstMatrixRef& X, const auto& dst, float s) {
         const float* x = X.data() + b0 * X.outerStride() + Eigen::Index(h0) * dk;

@@ -168,7 +168,7 @@ void GatedWalkHead(const GatedHeadView& h, const float* qT, const float* kT, con
                    std::int64_t ostride, int n) {
   assert(h.Dp % kRowPad == 0 && h.cols % kTileCols == 0 && h.cols <= h.dvp);
   if (n <= 0) return;
-  const int tile_stride = n * kTileRows;
+  const int tile_stride = static_cast<int>(tile_stride_of(n));
   constexpr int kCols = kGatedCols * kN;
   static_assert(kRowPad % kGatedRows == 0, "register tiles divide the padded rows");
   int col0 = 0;

@@ -31,8 +31,8 @@ struct GatedHeadView {
 void gated_step_head(const GatedHeadView& h, const float* q, const float* k, const float* v,
                      const float* alpha, float gamma, float* out);
 
-/// n tokens through a panel of one head's columns. qT, kT, aT: (Dp / kTileRows, n, kTileRows), the rows of each
-/// tile contiguous per token (aT null: every row decays by gamma); v: n rows of h.cols values,
+/// n tokens through a panel of one head's columns. qT, kT, aT: in the walk's input layout
+/// (linear_kernels.h, tile_stride_of), the rows of each tile contiguous per token (aT null: every row decays by gamma); v: n rows of h.cols values,
 /// vstride apart; out: n rows of h.cols, ostride apart. Bitwise equal to n calls of
 /// gated_step_head.
 void gated_walk_head(const GatedHeadView& h, const float* qT, const float* kT, const float* aT,

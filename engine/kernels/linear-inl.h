@@ -333,7 +333,7 @@ void WalkHead(const HeadView& h, const float* qT, float* kT, const float* v,
               float eps, std::int64_t pos0) {
   assert(h.Dp % kRowPad == 0 && h.dvp % kTileCols == 0);
   if (n <= 0) return;
-  const int tile_stride = n * kTileRows;
+  const int tile_stride = static_cast<int>(tile_stride_of(n));
   constexpr int kCols = kWalkCols * kN;
   // Dp is a multiple of kRowPad, so register tiles of kWalkRows rows cover it.
   static_assert(kRowPad % kWalkRows == 0, "register tiles divide the padded rows");
@@ -389,7 +389,7 @@ HWY_INLINE bool GatherTilesOf(const float* x, std::int64_t ldx, int n, int n_hea
   const VF sv = Set(scale);
   const auto exponent = hn::Set(DU(), 0x7f800000u);
   auto seen = hn::Zero(DU());
-  const std::int64_t tile_stride = static_cast<std::int64_t>(n) * kTileRows;
+  const std::int64_t tile_stride = tile_stride_of(n);
   const int tiles_per_head = Dp / kTileRows;
   const auto map = [&](VF v) {
     seen = hn::Max(seen, hn::And(hn::BitCast(DU(), v), exponent));

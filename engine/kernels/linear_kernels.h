@@ -15,6 +15,7 @@
 // functions once per instruction set; dispatch.h picks one).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace recur::kernels {
@@ -26,6 +27,17 @@ inline constexpr int kTileRows = 4;
 inline constexpr int kRowPad = 8;
 /// Columns of a register tile (two 8-lane vectors), and the padding of d_value.
 inline constexpr int kTileCols = 16;
+
+/// The walk's input layout for n tokens: Dp / kTileRows tiles, each the kTileRows features of
+/// every token in turn, tile_stride_of(n) floats apart. The n · kTileRows floats of a tile are
+/// followed by one cache line of padding: without it the tiles are exactly 1 KiB apart at the
+/// default chunk of 64, so four of every sixteen share an offset modulo 4 KiB, and the input
+/// pass's loads wait on possible aliases of its stores.
+inline constexpr std::int64_t tile_stride_of(int n) { return std::int64_t{n} * kTileRows + 16; }
+/// Floats that Dp features of up to n tokens take in that layout.
+inline constexpr std::size_t tile_floats(int n, int Dp) {
+  return static_cast<std::size_t>(Dp / kTileRows) * static_cast<std::size_t>(tile_stride_of(n));
+}
 
 /// One head's state, as pointers into the owning LinearState's buffer.
 struct HeadView {
@@ -49,8 +61,9 @@ enum class InputMap : int { kNone = 0, kEluPlusOne, kRelu, kIdentity };
 /// The walk's input pass, one read of each input: n tokens of n_heads heads, d floats each
 /// (head j of token t at x[t * ldx + j * d + i]), checked finite, mapped by `map` (not kNone),
 /// multiplied by `scale` unless it is 1 (as map_heads does), and written in walk_head's layout:
-/// head j's feature i of token t at tiles[j * head_stride + (i / kTileRows) * n * kTileRows +
-/// t * kTileRows + i % kTileRows]. Features d .. Dp-1 are written as 0. Returns false if any input is Inf or NaN; tiles are then partly written.
+/// head j's feature i of token t at tiles[j * head_stride + (i / kTileRows) * tile_stride_of(n) +
+/// t * kTileRows + i % kTileRows]. Features d .. Dp-1 are written as 0; the padding after each
+/// tile is not written. Returns false if any input is Inf or NaN; tiles are then partly written.
 bool gather_tiles(const float* x, std::int64_t ldx, int n, int n_heads, int d, InputMap map,
                   float scale, float* tiles, std::int64_t head_stride, int Dp);
 
@@ -59,8 +72,8 @@ bool gather_tiles(const float* x, std::int64_t ldx, int n, int n_heads, int d, I
 void step_head(const HeadView& h, const float* q, const float* k, const float* v, float* out,
                bool normalized, float eps, std::int64_t pos);
 
-/// n tokens through one head in tile-walk order. qT, kT: (Dp / kTileRows, n, kTileRows), the
-/// feature rows of each tile contiguous per token; v: n rows of dvp values, vstride apart; out:
+/// n tokens through one head in tile-walk order. qT, kT: tile_floats(n, Dp) floats in the
+/// layout above, the feature rows of each tile contiguous per token; v: n rows of dvp values, vstride apart; out:
 /// n rows of dvp, ostride apart. `pos0` is the absolute position of the first token. kT is
 /// scratch: the walk overwrites it. Bitwise equal to n calls of step_head.
 void walk_head(const HeadView& h, const float* qT, float* kT, const float* v,
