@@ -74,7 +74,7 @@ struct Kernels {
   void (*weighted_rows)(float* acc, const float* rows, const float* w, int count, int dp);
   // The quantized matrix kernel (quant_call.h, quant-inl.h).
   void (*matmul_q)(const QuantCall& call, int p0, int p1);
-  // quantize_activations (quant_call.h) in vectors: its bytes.
+  // The activation rule of quantize_activations (quant_call.h).
   void (*quantize_x)(const float* X, std::int64_t rows, std::int64_t ldx, int k_in,
                      std::int8_t* qx, float* dx, std::int32_t* xsum);
   // The decayed recurrence (gated_kernels.h) and the gates of its models (gated_attention.h).

@@ -37,11 +37,10 @@ inline constexpr int kDecodePanelsPacked = 8;
 #elif HWY_TARGET == HWY_AVX2
 inline constexpr int kMatRows = 6;
 inline constexpr int kDecodePanels = 4;
+inline constexpr int kDecodePanelsPacked = kDecodePanels;
 #else
 inline constexpr int kMatRows = 6;
 inline constexpr int kDecodePanels = 2;
-#endif
-#if !(HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL)
 inline constexpr int kDecodePanelsPacked = kDecodePanels;
 #endif
 

@@ -123,12 +123,12 @@ void PackedMatrix::multiply_quantized(const float* X, std::int64_t rows, std::in
     dx = dx_heap.data();
     xs = xs_heap.data();
   }
-  const Kernels& kernels = active();
-  kernels.quantize_x(X, rows, ldx, k_in_, qx, dx, xs);
+  quantize_activations(X, rows, ldx, k_in_, qx, dx, xs);
   const std::int64_t work = rows * static_cast<std::int64_t>(n_out_) * k_in_;
   const int useful = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(work >> 15, panels_)));
   const int t = std::max(1, std::min(threads, useful));
   const QuantCall call{data_, panel_stride_, n_out_, k_in_, quant_type_, qx, dx, xs, rows, Y, ldy};
+  const Kernels& kernels = active();
   for_panel_ranges(panels_, t, [&](int p0, int p1) { kernels.matmul_q(call, p0, p1); });
 }
 

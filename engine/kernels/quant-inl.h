@@ -511,17 +511,16 @@ HWY_INLINE const std::int8_t* BiasedCodes(const QuantCall& c) {
 }
 
 template <QuantType T>
-void MultiplyQ(const QuantCall& call, int p0, int p1) {
+void MultiplyQ(const QuantCall& c, int p0, int p1) {
   int p = p0;
-  const QuantCall& c = call;
   if (c.rows == 1) {
-    for (; p + kDecodePanelsPacked <= p1 && (p + kDecodePanelsPacked) * kQuantPanel <= c.n_out; p += kDecodePanelsPacked)
-      RowPanelsQ<T, kDecodePanelsPacked>(c, c.data + c.panel_stride * static_cast<std::size_t>(p),
-                                         c.Y + p * kQuantPanel);
+    constexpr int NP = kDecodePanelsPacked;
+    for (; p + NP <= p1 && (p + NP) * kQuantPanel <= c.n_out; p += NP)
+      RowPanelsQ<T, NP>(c, c.data + c.panel_stride * static_cast<std::size_t>(p), c.Y + p * kQuantPanel);
   }
   if (p == p1) return;
-  QuantCall tiles = call;
-  if constexpr (T == QuantType::kQ8 && kBiasedQ8) tiles.qx = BiasedCodes(call);
+  QuantCall tiles = c;
+  if constexpr (T == QuantType::kQ8 && kBiasedQ8) tiles.qx = BiasedCodes(c);
   for (; p < p1; ++p) {
     const unsigned char* panel = c.data + c.panel_stride * static_cast<std::size_t>(p);
     const int cols = std::min(kQuantPanel, c.n_out - p * kQuantPanel);
@@ -535,9 +534,9 @@ void MultiplyQ(const QuantCall& call, int p0, int p1) {
   }
 }
 
-// quantize_activations (quant.cpp) in vectors, with its operations lane by lane, so its bytes:
-// the maximum of |x| keeps a lane unless the new value is greater (a NaN never is), and that is
-// the same maximum in any order; the codes are RoundEven(x * inv), clamped to [-127, 127] by
+// The activation rule of quant_call.h, in vectors; the same bytes at any width: the maximum of
+// |x| keeps a lane unless the new value is greater (a NaN never is), and that is the same
+// maximum in any order; the codes are RoundEven(x * inv), clamped to [-127, 127] by
 // comparisons, with a NaN sent to 0.
 void QuantizeActivations(const float* X, std::int64_t rows, std::int64_t ldx, int k_in,
                          std::int8_t* qx, float* dx, std::int32_t* xsum) {

@@ -1,9 +1,8 @@
 #include "kernels/quant.h"
 
-#include <cfloat>
 #include <cmath>
-#include <cstring>
 
+#include "kernels/dispatch.h"
 #include "kernels/quant_call.h"
 #include "recur/error.h"
 #include "recur/safetensors.h"
@@ -157,46 +156,7 @@ void check_quantized(const QuantizedRows& q, const char* what) {
 
 void quantize_activations(const float* X, std::int64_t rows, std::int64_t ldx, int k_in,
                           std::int8_t* qx, float* dx, std::int32_t* xsum) {
-  const int blocks = k_in / kQuantBlock;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    for (int b = 0; b < blocks; ++b) {
-      const float* x = X + r * ldx + b * kQuantBlock;
-      std::int8_t* q = qx + r * k_in + b * kQuantBlock;
-      const std::int64_t at = r * blocks + b;
-      // m = max |x_j|. The maximum of numbers that are not NaN is the same in any order (a NaN
-      // loses every comparison and is skipped in any order too), so it is taken in 8
-      // independent lanes, which the compiler vectorizes, and the lanes are then combined.
-      float lane[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-      for (int j = 0; j < kQuantBlock; j += 8)
-        for (int i = 0; i < 8; ++i) {
-          const float a = std::fabs(x[j + i]);
-          lane[i] = a > lane[i] ? a : lane[i];
-        }
-      float m = 0.0f;
-      for (const float a : lane) m = a > m ? a : m;
-      // Below the smallest normal float, 127 / m could overflow: such a block counts as zero.
-      // (The negated test also sends a NaN here, which upstream checks keep out anyway.)
-      if (!(m >= FLT_MIN)) {
-        std::memset(q, 0, kQuantBlock);
-        dx[at] = 0.0f;
-        xsum[at] = 0;
-        continue;
-      }
-      dx[at] = m / 127.0f;
-      const float inv = 127.0f / m;
-      std::int32_t s = 0;
-      for (int j = 0; j < kQuantBlock; ++j) {
-        // |x * inv| <= 127 (1 + 2^-24)^2 < 127.5, so the code is in [-127, 127]; the clamp only
-        // guards against undefined behaviour should an input be non-finite after all.
-        float v = round_even(x[j] * inv);
-        v = v < -127.0f ? -127.0f : (v > 127.0f ? 127.0f : v);
-        const auto c = static_cast<std::int8_t>(v == v ? v : 0.0f);
-        q[j] = c;
-        s += c;
-      }
-      xsum[at] = s;
-    }
-  }
+  active().quantize_x(X, rows, ldx, k_in, qx, dx, xsum);
 }
 
 }  // namespace recur::kernels

@@ -41,8 +41,7 @@ struct QuantCall {
 /// The one activation rule, per row and block of 32: m = max |x|; a block with m below the
 /// smallest normal float (zero included) gets codes 0 and dx 0; otherwise dx = m / 127,
 /// inv = 127 / m and q = round_half_even(x * inv), all in float. Rows are ldx floats apart.
-/// This is the rule's reference, in plain loops; products use each table's vector version
-/// (Kernels::quantize_x), which test_quant holds to these bytes.
+/// Runs the active table's kernel (quant-inl.h); every table gives the same bytes.
 void quantize_activations(const float* X, std::int64_t rows, std::int64_t ldx, int k_in,
                           std::int8_t* qx, float* dx, std::int32_t* xsum);
 
