@@ -165,6 +165,29 @@ void BM_Walk(benchmark::State& state) {
 }
 BENCHMARK(BM_Walk)->Args({64, 64})->Args({64, 256})->Args({128, 64});
 
+
+// The walk's input pass alone (elu+1, the finiteness check, the layout) over 8 heads of d 64,
+// chunks of 64 tokens: T = 64 reads the same rows from cache each time, T = 8192 streams 16 MiB
+// from memory as prefill does for each of Q and K.
+void BM_Gather(benchmark::State& state) {
+  const int d = 64, n = 64;
+  const Eigen::Index T = state.range(0);
+  auto x = make_data(d, T);
+  const std::int64_t head = static_cast<std::int64_t>(recur::kernels::tile_floats(n, d)) + 16;
+  std::vector<float> tiles(static_cast<std::size_t>(head * kHeads));
+  for (auto _ : state) {
+    for (Eigen::Index b0 = 0; b0 < T; b0 += n)
+      benchmark::DoNotOptimize(recur::kernels::gather_tiles(
+          x.Q.data() + b0 * x.Q.outerStride(), x.Q.outerStride(), n, kHeads, d,
+          recur::kernels::InputMap::kEluPlusOne, 0.125f, tiles.data(), head, d));
+  }
+  const auto n_in = static_cast<double>(state.iterations()) * static_cast<double>(T);
+  recur::bench::report_tokens(state, n_in, tiles.size() * sizeof(float));
+  state.counters["GB/s"] = benchmark::Counter(n_in * kHeads * d * sizeof(float) / 1e9,
+                                              benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Gather)->Arg(64)->Arg(8192)->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 
 int main(int argc, char** argv) {

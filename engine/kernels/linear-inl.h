@@ -381,6 +381,45 @@ HWY_INLINE void StoreTileRows(VF y, float* dst, std::int64_t stride, int count) 
 #endif
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// Four tokens' vectors of the same kN features (a: token t, b: t + 1, ...) as the layout's
+// lines: for each of the vector's kN / kTileRows tiles, the four tokens' kTileRows features,
+// 16 floats in a row at dst + tile * stride. Whole stores, in place of one 16-byte store per
+// token and tile: with 16-byte pieces the stores, not the exponentials, bounded the pass.
+HWY_INLINE void StoreFourTokens(VF a, VF b, VF c, VF d, float* dst, std::int64_t stride) {
+  static_assert(kTileRows == 4, "a tile of the input layout is a 128-bit vector");
+  const DF df;
+  if constexpr (kN == 16) {
+    // A 4 x 4 transposition of 128-bit blocks.
+    const VF ab_lo = hn::ConcatLowerLower(df, b, a);  // a0 a1 b0 b1
+    const VF cd_lo = hn::ConcatLowerLower(df, d, c);  // c0 c1 d0 d1
+    const VF ab_hi = hn::ConcatUpperUpper(df, b, a);  // a2 a3 b2 b3
+    const VF cd_hi = hn::ConcatUpperUpper(df, d, c);  // c2 c3 d2 d3
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+    const auto even = [](VF x, VF y) { return VF{_mm512_shuffle_f32x4(x.raw, y.raw, 0x88)}; };
+    const auto odd = [](VF x, VF y) { return VF{_mm512_shuffle_f32x4(x.raw, y.raw, 0xDD)}; };
+    hn::StoreU(even(ab_lo, cd_lo), df, dst);               // a0 b0 c0 d0
+    hn::StoreU(odd(ab_lo, cd_lo), df, dst + stride);       // a1 b1 c1 d1
+    hn::StoreU(even(ab_hi, cd_hi), df, dst + 2 * stride);  // a2 b2 c2 d2
+    hn::StoreU(odd(ab_hi, cd_hi), df, dst + 3 * stride);   // a3 b3 c3 d3
+#else
+    static_assert(kN != 16, "a 16-lane target without its block shuffle");
+#endif
+  } else if constexpr (kN == 8) {
+    hn::StoreU(hn::ConcatLowerLower(df, b, a), df, dst);               // a0 b0
+    hn::StoreU(hn::ConcatLowerLower(df, d, c), df, dst + kN);          // c0 d0
+    hn::StoreU(hn::ConcatUpperUpper(df, b, a), df, dst + stride);      // a1 b1
+    hn::StoreU(hn::ConcatUpperUpper(df, d, c), df, dst + stride + kN); // c1 d1
+  } else {  // a vector is one tile: the four tokens' rows are already in order
+    hn::StoreU(a, df, dst);
+    hn::StoreU(b, df, dst + kTileRows);
+    hn::StoreU(c, df, dst + 2 * kTileRows);
+    hn::StoreU(d, df, dst + 3 * kTileRows);
+    (void)stride;
+  }
+}
+#endif
+
 // Finiteness on the bits: the exponent field of each input, kept as a running maximum per lane;
 // all ones (0x7f800000) is Inf or NaN.
 template <InputMap kMap, bool kScale>
@@ -400,32 +439,51 @@ HWY_INLINE bool GatherTilesOf(const float* x, std::int64_t ldx, int n, int n_hea
     return y;
   };
   const int full = d / kN * kN;
-  for (int t = 0; t < n; ++t) {
-    const float* row = x + static_cast<std::int64_t>(t) * ldx;
+  // Features [i0, Dp) of token t, head j, one vector at a time.
+  const auto token_head = [&](int t, int j, int i0) {
+    const float* xh = x + static_cast<std::int64_t>(t) * ldx + static_cast<std::int64_t>(j) * d;
+    float* dst = tiles + j * head_stride + static_cast<std::int64_t>(t) * kTileRows;
+    int i = i0;
+    for (; i < full; i += kN)
+      StoreTileRows(map(Load(xh + i)), dst + (i / kTileRows) * tile_stride + i % kTileRows, tile_stride,
+                    std::min(kN / kTileRows, tiles_per_head - i / kTileRows));
+    if (i < d) {
+      // The tail through the same code on a zero-padded copy; the lanes past d become 0, the
+      // padding of the feature rows.
+      alignas(64) float tmp[kN] = {};
+      std::memcpy(tmp, xh + i, sizeof(float) * static_cast<std::size_t>(d - i));
+      const VF y = hn::IfThenElseZero(hn::FirstN(DF(), static_cast<std::size_t>(d - i)),
+                                      map(Load(tmp)));
+      StoreTileRows(y, dst + (i / kTileRows) * tile_stride + i % kTileRows, tile_stride,
+                    std::min(kN / kTileRows, tiles_per_head - i / kTileRows));
+      i += kN;
+    }
+    // Padding the vectors did not reach (narrow vectors, d well below Dp): written as 0 each
+    // time, since the layout's strides change with n and the last chunk's tiles overlap
+    // the places where an earlier chunk's features were.
+    for (; i < Dp; ++i) dst[(i / kTileRows) * tile_stride + i % kTileRows] = 0.0f;
+  };
+  int t = 0;
+#if HWY_TARGET != HWY_SCALAR
+  // Four tokens at a time: their whole vectors of features as whole lines of the layout (each
+  // vector's tiles lie within Dp, since full <= d <= Dp), then each token's tail.
+  for (; t + 4 <= n; t += 4) {
+    const float* r0 = x + static_cast<std::int64_t>(t) * ldx;
     for (int j = 0; j < n_heads; ++j) {
-      const float* xh = row + static_cast<std::int64_t>(j) * d;
+      const float* xh = r0 + static_cast<std::int64_t>(j) * d;
       float* dst = tiles + j * head_stride + static_cast<std::int64_t>(t) * kTileRows;
-      int i = 0;
-      for (; i < full; i += kN)
-        StoreTileRows(map(Load(xh + i)), dst + (i / kTileRows) * tile_stride + i % kTileRows, tile_stride,
-                      std::min(kN / kTileRows, tiles_per_head - i / kTileRows));
-      if (i < d) {
-        // The tail through the same code on a zero-padded copy; the lanes past d become 0, the
-        // padding of the feature rows.
-        alignas(64) float tmp[kN] = {};
-        std::memcpy(tmp, xh + i, sizeof(float) * static_cast<std::size_t>(d - i));
-        const VF y = hn::IfThenElseZero(hn::FirstN(DF(), static_cast<std::size_t>(d - i)),
-                                        map(Load(tmp)));
-        StoreTileRows(y, dst + (i / kTileRows) * tile_stride + i % kTileRows, tile_stride,
-                      std::min(kN / kTileRows, tiles_per_head - i / kTileRows));
-        i += kN;
+      for (int i = 0; i < full; i += kN) {
+        const VF a = map(Load(xh + i)), b = map(Load(xh + ldx + i));
+        const VF c = map(Load(xh + 2 * ldx + i)), e = map(Load(xh + 3 * ldx + i));
+        StoreFourTokens(a, b, c, e, dst + (i / kTileRows) * tile_stride, tile_stride);
       }
-      // Padding the vectors did not reach (narrow vectors, d well below Dp): written as 0 each
-      // time, since the layout's strides change with n and the last chunk's tiles overlap
-      // the places where an earlier chunk's features were.
-      for (; i < Dp; ++i) dst[(i / kTileRows) * tile_stride + i % kTileRows] = 0.0f;
+      if (full < Dp)
+        for (int k = 0; k < 4; ++k) token_head(t + k, j, full);
     }
   }
+#endif
+  for (; t < n; ++t)
+    for (int j = 0; j < n_heads; ++j) token_head(t, j, 0);
   return hn::AllFalse(DU(), hn::Eq(seen, exponent));
 }
 
