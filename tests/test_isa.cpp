@@ -4,12 +4,16 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iomanip>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/dispatch.h"
 #include "kernels/matmul.h"
 #include "recur/error.h"
 #include "recur/feature_map.h"
@@ -174,6 +178,101 @@ TEST_CASE("every instruction set gives the same bytes: feature maps at the edges
       return bytes;
     }));
   }
+}
+
+// The exponential's rule (engine/kernels/ops-inl.h), one float at a time: the clamps, n =
+// round(x log2 e) by adding 1.5 * 2^23, the two-part reduction, the degree-6 polynomial, and 2^n
+// from n + 127 in the exponent field. A finite x gives these bytes on every target.
+float exp_rule(float x) {
+  if (x < -87.0f) x = -87.0f;
+  if (x > 88.0f) x = 88.0f;
+  const float magic = 12582912.0f;
+  const float n = (x * 1.44269504088896341f + magic) - magic;  // built with -ffp-contract=off
+  float r = std::fma(n, -0.693359375f, x);
+  r = std::fma(n, 2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = std::fma(p, r, 1.3981999507e-3f);
+  p = std::fma(p, r, 8.3334519073e-3f);
+  p = std::fma(p, r, 4.1665795894e-2f);
+  p = std::fma(p, r, 1.6666665459e-1f);
+  p = std::fma(p, r, 5.0000001201e-1f);
+  const float y = std::fma(p, r * r, r) + 1.0f;
+  const auto bits = static_cast<std::uint32_t>(static_cast<int>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return y * scale;
+}
+
+// Every float whose bit pattern is a multiple of `stride` (and the pattern one below, so that
+// both parities of the last bit are seen), through elu_plus_one and exp_minus (m = 0) of the
+// active table, against the rule; NaN must stay NaN. Returns the number of floats compared.
+std::int64_t check_exp_against_rule(std::uint32_t stride) {
+  const auto& k = recur::kernels::active();
+  constexpr std::size_t kBatch = 1 << 16;
+  std::vector<float> x, elu(kBatch), e(kBatch);
+  x.reserve(kBatch);
+  std::int64_t compared = 0, wrong = 0;
+  const auto flush = [&] {
+    const auto n = static_cast<std::int64_t>(x.size());
+    k.elu_plus_one(x.data(), elu.data(), n);
+    k.exp_minus(x.data(), e.data(), n, 0.0f);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float v = x[std::size_t(i)];
+      bool same;
+      if (std::isnan(v)) {
+        same = std::isnan(elu[std::size_t(i)]) && std::isnan(e[std::size_t(i)]);
+      } else {
+        const float want_e = exp_rule(v), want_elu = v > 0.0f ? v + 1.0f : want_e;
+        same = std::memcmp(&want_e, &e[std::size_t(i)], sizeof(float)) == 0 &&
+               std::memcmp(&want_elu, &elu[std::size_t(i)], sizeof(float)) == 0;
+      }
+      if (!same && wrong++ < 5)
+        UNSCOPED_INFO(std::setprecision(9) << "x = " << v << " (bits " << std::hex << [&] {
+          std::uint32_t b;
+          std::memcpy(&b, &v, sizeof b);
+          return b;
+        }() << std::dec << "): elu+1 " << elu[std::size_t(i)] << ", exp " << e[std::size_t(i)]
+                             << ", rule " << exp_rule(v));
+    }
+    compared += n;
+    x.clear();
+  };
+  for (std::uint64_t b = 0; b <= 0xffffffffull; b += stride) {
+    for (std::uint64_t c : {b, b == 0 ? std::uint64_t{0xffffffffu} : b - 1}) {
+      float v;
+      const auto u = static_cast<std::uint32_t>(c);
+      std::memcpy(&v, &u, sizeof v);
+      x.push_back(v);
+      if (stride == 1) break;
+    }
+    if (x.size() + 2 > kBatch) flush();
+  }
+  flush();
+  CHECK(wrong == 0);
+  return compared;
+}
+
+TEST_CASE("every instruction set computes exp and elu+1 by the rule, over a sweep of the floats",
+          "[isa][exactness][exp]") {
+  // 2 * 2^32 / 4099, about 2.1 million floats, on each target; "[.exp_all]" sees every float.
+  const std::string before = recur::isa();
+  for (const std::string& isa : recur::available_isas()) {
+    recur::set_isa(isa);
+    INFO("instruction set " << isa);
+    CHECK(check_exp_against_rule(4099) > 2000000);
+  }
+  recur::set_isa(before);
+}
+
+TEST_CASE("exp and elu+1 follow the rule for every float, on every instruction set",
+          "[.exp_all]") {
+  const std::string before = recur::isa();
+  for (const std::string& isa : recur::available_isas()) {
+    recur::set_isa(isa);
+    INFO("instruction set " << isa);
+    CHECK(check_exp_against_rule(1) > 0);
+  }
+  recur::set_isa(before);
 }
 
 TEST_CASE("every instruction set gives the same bytes: the softmax KV cache", "[isa][exactness]") {

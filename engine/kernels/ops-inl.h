@@ -80,10 +80,17 @@ HWY_INLINE VF RoundEven(VF x) {
 
 /// exp(x) to about 2 ulp for x in [-87, 88]; inputs below -87 give a tiny positive number, not
 /// 0. A range reduction x = n ln2 + r with ln2 split in two parts, then a degree-6 polynomial.
+/// n = round(x log2 e), ties to even, comes from adding 1.5 * 2^23: the sum's low bits are n
+/// itself, so 2^n's exponent field is the sum's bits less a constant, with no conversion.
+/// With kClampHigh false, the clamp at 88 is left out: for callers that discard the lanes above
+/// 0 (elu+1); every lane at or below 88 is the same.
+template <bool kClampHigh = true>
 HWY_INLINE VF Exp(VF x) {
   x = hn::IfThenElse(hn::Lt(x, Set(-87.0f)), Set(-87.0f), x);
-  x = hn::IfThenElse(hn::Gt(x, Set(88.0f)), Set(88.0f), x);
-  const VF n = RoundEven(hn::Mul(x, Set(1.44269504088896341f)));
+  if constexpr (kClampHigh) x = hn::IfThenElse(hn::Gt(x, Set(88.0f)), Set(88.0f), x);
+  const VF magic = Set(12582912.0f);  // 1.5 * 2^23, bits 0x4b400000
+  const VF shifted = hn::Add(hn::Mul(x, Set(1.44269504088896341f)), magic);
+  const VF n = hn::Sub(shifted, magic);
   VF r = Fma(n, Set(-0.693359375f), x);
   r = Fma(n, Set(2.12194440e-4f), r);
   VF p = Set(1.9875691500e-4f);
@@ -93,14 +100,16 @@ HWY_INLINE VF Exp(VF x) {
   p = Fma(p, r, Set(1.6666665459e-1f));
   p = Fma(p, r, Set(5.0000001201e-1f));
   const VF y = hn::Add(Fma(p, hn::Mul(r, r), r), Set(1.0f));
-  // 2^n from the exponent bits; n is integral and within [-126, 127].
-  const auto e = hn::Add(hn::ConvertTo(DI(), n), hn::Set(DI(), 127));
+  // 2^n: n + 127 in the exponent field; n is within [-126, 127], shifted's bits are 0x4b400000 + n.
+  const auto e = hn::Sub(hn::BitCast(DU(), shifted), hn::Set(DU(), 0x4b400000u - 127u));
   return hn::Mul(y, hn::BitCast(DF(), hn::ShiftLeft<23>(e)));
 }
 
 /// elu(x) + 1: x + 1 for x > 0, exp(x) otherwise. The one definition of the default feature map,
 /// for its FeatureMap and for the walk's input pass alike.
-HWY_INLINE VF EluPlusOneOf(VF v) { return IfPositive(v, hn::Add(v, Set(1.0f)), Exp(v)); }
+HWY_INLINE VF EluPlusOneOf(VF v) {
+  return IfPositive(v, hn::Add(v, Set(1.0f)), Exp</*kClampHigh=*/false>(v));
+}
 /// max(x, 0), written as a select (see IfPositive).
 HWY_INLINE VF ReluOf(VF v) { return IfPositive(v, v, Zero()); }
 
