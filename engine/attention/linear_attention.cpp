@@ -328,11 +328,15 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
       const int n = static_cast<int>(std::min<Eigen::Index>(chunk, T - b0));
       const auto tile_stride = static_cast<std::size_t>(kernels::tile_stride_of(n));
       // q', k': this worker's heads of the chunk, checked, mapped and laid out in one pass.
-      const auto gather = [&](const ConstMatrixRef& X, const auto& dst, float s) {
+      // While it maps one input, the pass fetches the rows of the next one it will read.
+      const auto gather = [&](const ConstMatrixRef& X, const auto& dst, float s,
+                              const ConstMatrixRef& next, int d_next) {
         const float* x = X.data() + b0 * X.outerStride() + Eigen::Index(h0) * dk;
+        const kernels::RowsAhead ahead{next.data() + b0 * next.outerStride() + Eigen::Index(h0) * d_next,
+                                       next.outerStride(), d_next};
         if (fused != kernels::InputMap::kNone)
           return kernels::gather_tiles(x, X.outerStride(), n, nh, dk, fused, s, dst(0),
-                                       static_cast<std::int64_t>(per_head), Dp);
+                                       static_cast<std::int64_t>(per_head), Dp, ahead);
         // Any other map: checked first (the map may assume finite input), then mapped a token
         // at a time and transposed.
         if (!detail::all_finite(x, n, Eigen::Index(nh) * dk, X.outerStride())) return false;
@@ -350,7 +354,7 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
         return true;
       };
       const float* v0 = V.data() + b0 * V.outerStride() + Eigen::Index(h0) * dv;
-      bool ok = gather(Q, qT, scale_) && gather(K, kT, 1.0f) &&
+      bool ok = gather(Q, qT, scale_, K, dk) && gather(K, kT, 1.0f, V, dv) &&
                 detail::all_finite(v0, n, Eigen::Index(nh) * dv, V.outerStride());
       if (!ok) {
         failed.store(true, std::memory_order_relaxed);

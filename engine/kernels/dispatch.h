@@ -44,7 +44,8 @@ struct Kernels {
                     std::int64_t vstride, float* out, std::int64_t ostride, int n,
                     bool normalized, float eps, std::int64_t pos0);
   bool (*gather_tiles)(const float* x, std::int64_t ldx, int n, int n_heads, int d, InputMap map,
-                       float scale, float* tiles, std::int64_t head_stride, int Dp);
+                       float scale, float* tiles, std::int64_t head_stride, int Dp,
+                       const RowsAhead& ahead);
   // The matrix kernel (matmul.h).
   void (*matmul)(const MatmulCall& call, int p0, int p1);
   // Elementwise maps over n floats; x and y may be the same array.

@@ -14,6 +14,8 @@
 #include <cmath>
 #include <cstring>
 
+#include <hwy/cache_control.h>
+
 #include "kernels/linear_kernels.h"
 #include "kernels/ops-inl.h"
 
@@ -424,7 +426,8 @@ HWY_INLINE void StoreFourTokens(VF a, VF b, VF c, VF d, float* dst, std::int64_t
 // all ones (0x7f800000) is Inf or NaN.
 template <InputMap kMap, bool kScale>
 HWY_INLINE bool GatherTilesOf(const float* x, std::int64_t ldx, int n, int n_heads, int d,
-                              float scale, float* tiles, std::int64_t head_stride, int Dp) {
+                              float scale, float* tiles, std::int64_t head_stride, int Dp,
+                              const RowsAhead& ahead) {
   const VF sv = Set(scale);
   const auto exponent = hn::Set(DU(), 0x7f800000u);
   auto seen = hn::Zero(DU());
@@ -472,6 +475,12 @@ HWY_INLINE bool GatherTilesOf(const float* x, std::int64_t ldx, int n, int n_hea
     for (int j = 0; j < n_heads; ++j) {
       const float* xh = r0 + static_cast<std::int64_t>(j) * d;
       float* dst = tiles + j * head_stride + static_cast<std::int64_t>(t) * kTileRows;
+      if (ahead.x != nullptr) {
+        const float* a = ahead.x + static_cast<std::int64_t>(t) * ahead.ld +
+                         static_cast<std::int64_t>(j) * ahead.d;
+        for (int k = 0; k < 4; ++k, a += ahead.ld)
+          for (int c = 0; c < ahead.d; c += 64 / static_cast<int>(sizeof(float))) hwy::Prefetch(a + c);
+      }
       for (int i = 0; i < full; i += kN) {
         const VF a = map(Load(xh + i)), b = map(Load(xh + ldx + i));
         const VF c = map(Load(xh + 2 * ldx + i)), e = map(Load(xh + 3 * ldx + i));
@@ -481,6 +490,8 @@ HWY_INLINE bool GatherTilesOf(const float* x, std::int64_t ldx, int n, int n_hea
         for (int k = 0; k < 4; ++k) token_head(t + k, j, full);
     }
   }
+#else
+  (void)ahead;  // one token at a time: nothing to hide the fetches behind
 #endif
   for (; t < n; ++t)
     for (int j = 0; j < n_heads; ++j) token_head(t, j, 0);
@@ -488,19 +499,20 @@ HWY_INLINE bool GatherTilesOf(const float* x, std::int64_t ldx, int n, int n_hea
 }
 
 bool GatherTiles(const float* x, std::int64_t ldx, int n, int n_heads, int d, InputMap map,
-                 float scale, float* tiles, std::int64_t head_stride, int Dp) {
+                 float scale, float* tiles, std::int64_t head_stride, int Dp,
+                 const RowsAhead& ahead) {
   assert(Dp % kRowPad == 0 && d <= Dp && map != InputMap::kNone);
   const bool s = scale != 1.0f;
   switch (map) {
     case InputMap::kRelu:
-      return s ? GatherTilesOf<InputMap::kRelu, true>(x, ldx, n, n_heads, d, scale, tiles, head_stride, Dp)
-               : GatherTilesOf<InputMap::kRelu, false>(x, ldx, n, n_heads, d, scale, tiles, head_stride, Dp);
+      return s ? GatherTilesOf<InputMap::kRelu, true>(x, ldx, n, n_heads, d, scale, tiles, head_stride, Dp, ahead)
+               : GatherTilesOf<InputMap::kRelu, false>(x, ldx, n, n_heads, d, scale, tiles, head_stride, Dp, ahead);
     case InputMap::kIdentity:
-      return s ? GatherTilesOf<InputMap::kIdentity, true>(x, ldx, n, n_heads, d, scale, tiles, head_stride, Dp)
-               : GatherTilesOf<InputMap::kIdentity, false>(x, ldx, n, n_heads, d, scale, tiles, head_stride, Dp);
+      return s ? GatherTilesOf<InputMap::kIdentity, true>(x, ldx, n, n_heads, d, scale, tiles, head_stride, Dp, ahead)
+               : GatherTilesOf<InputMap::kIdentity, false>(x, ldx, n, n_heads, d, scale, tiles, head_stride, Dp, ahead);
     default:
-      return s ? GatherTilesOf<InputMap::kEluPlusOne, true>(x, ldx, n, n_heads, d, scale, tiles, head_stride, Dp)
-               : GatherTilesOf<InputMap::kEluPlusOne, false>(x, ldx, n, n_heads, d, scale, tiles, head_stride, Dp);
+      return s ? GatherTilesOf<InputMap::kEluPlusOne, true>(x, ldx, n, n_heads, d, scale, tiles, head_stride, Dp, ahead)
+               : GatherTilesOf<InputMap::kEluPlusOne, false>(x, ldx, n, n_heads, d, scale, tiles, head_stride, Dp, ahead);
   }
 }
 

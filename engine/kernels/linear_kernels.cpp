@@ -16,8 +16,9 @@ void walk_head(const HeadView& h, const float* qT, float* kT, const float* v,
 }
 
 bool gather_tiles(const float* x, std::int64_t ldx, int n, int n_heads, int d, InputMap map,
-                  float scale, float* tiles, std::int64_t head_stride, int Dp) {
-  return active().gather_tiles(x, ldx, n, n_heads, d, map, scale, tiles, head_stride, Dp);
+                  float scale, float* tiles, std::int64_t head_stride, int Dp,
+                  const RowsAhead& ahead) {
+  return active().gather_tiles(x, ldx, n, n_heads, d, map, scale, tiles, head_stride, Dp, ahead);
 }
 
 }  // namespace recur::kernels
