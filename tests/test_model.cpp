@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -755,6 +756,27 @@ std::string with(std::string bytes, std::size_t at, T value) {
   return resealed(std::move(bytes));
 }
 }  // namespace
+
+TEST_CASE("a state file's checksum is the same however its bytes are fed", "[model][state]") {
+  // Whole blocks are hashed straight from the input and the rest through a buffer: every split
+  // must give the digest of the bytes at once.
+  std::string bytes(10007, '\0');
+  std::mt19937 rng(3);
+  for (auto& c : bytes) c = static_cast<char>(rng());
+  recur::detail::Hasher whole;
+  whole.update(bytes.data(), bytes.size());
+  for (std::size_t piece : {1, 3, 7, 31, 32, 33, 64, 100, 4096}) {
+    recur::detail::Hasher parts;
+    for (std::size_t at = 0; at < bytes.size(); at += piece)
+      parts.update(bytes.data() + at, std::min(piece, bytes.size() - at));
+    INFO("pieces of " << piece << " bytes");
+    CHECK(parts.digest() == whole.digest());
+  }
+  recur::detail::Hasher other;
+  bytes[5000] ^= 1;
+  other.update(bytes.data(), bytes.size());
+  CHECK(other.digest() != whole.digest());
+}
 
 TEST_CASE("a state file that passes its checksum but says false things is refused", "[model][state]") {
   const ModelConfig c = small_fla(ModelFeatureMap::kElu, true);

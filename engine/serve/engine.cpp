@@ -35,7 +35,7 @@ struct Engine::Slot {
   std::optional<DecodeStream> stream;  // with a tokenizer
   text::Utf8Stream bytes;              // without one: bytes to UTF-8, U+FFFD for what is not
   StopSequences stop;                  // holds back text that may begin a stop sequence
-  std::string failure;                 // set by the parallel sampling, handled after it
+  std::string failure;                 // set by the parallel sampling or saving, handled after it
 
   Slot(std::shared_ptr<const Model> model, const DecoderOptions& o) : decoder(std::move(model), o) {}
 };
@@ -250,25 +250,46 @@ bool Engine::after_token(Slot& slot, int token) {
   return finished;
 }
 
-// The slot is free at once; the state goes to the store on the keeper thread (a write to Redis
-// or a file takes milliseconds that the batch should not wait for), and the response ends only
-// once the state is kept.
-void Engine::finish(Slot& slot) {
-  Keep k;
-  k.job = slot.job;
-  k.generated = slot.generated;
-  try {
-    k.bytes = slot.decoder.save_bytes();
-  } catch (const std::exception& e) {
-    fail(slot, 500, "server_error", fmt::format("the conversation could not be kept: {}", e.what()));
-    return;
+// The slots whose responses ended this turn. Their states are saved here, one slot at a time
+// on each of the engine's threads (a state is megabytes: copied, hashed and new memory, while
+// every stream waits for the next turn), and the slots are then free at once. Each state goes to
+// the store on the keeper thread (a write to Redis or a file takes milliseconds that the batch
+// should not wait for), and the response ends only once the state is kept.
+void Engine::finish(const std::vector<Slot*>& slots) {
+  const int n = static_cast<int>(slots.size());
+  if (n == 0) return;
+  std::vector<Keep> keeps(slots.size());
+  const int threads = std::max(1, std::min(detail::resolve_threads(options_.threads), n));
+  detail::parallel_ranges(n, threads, [&](int begin, int end, int) {
+    for (int i = begin; i < end; ++i) {
+      Slot& s = *slots[std::size_t(i)];
+      try {
+        keeps[std::size_t(i)].bytes = s.decoder.save_bytes();
+      } catch (const std::exception& e) {
+        s.failure = e.what();
+      }
+    }
+  });
+  bool queued = false;
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    Slot& slot = *slots[i];
+    if (!slot.failure.empty()) {
+      const std::string why = std::move(slot.failure);
+      slot.failure.clear();
+      fail(slot, 500, "server_error", fmt::format("the conversation could not be kept: {}", why));
+      continue;
+    }
+    Keep& k = keeps[i];
+    k.job = slot.job;
+    k.generated = slot.generated;
+    release(slot);
+    {
+      std::lock_guard<std::mutex> lock(keep_mutex_);
+      keep_queue_.push_back(std::move(k));
+    }
+    queued = true;
   }
-  release(slot);
-  {
-    std::lock_guard<std::mutex> lock(keep_mutex_);
-    keep_queue_.push_back(std::move(k));
-  }
-  keep_wake_.notify_all();
+  if (queued) keep_wake_.notify_all();
 }
 
 void Engine::keep_loop() {
@@ -354,17 +375,17 @@ void Engine::turn() {
     stats_.batch_rows += rows;
     stats_.last_batch = rows;
   }
-  std::vector<Slot*> sampling;
+  std::vector<Slot*> sampling, finishing;
   for (Slot* s : active) {
     if (!s->decoder.failure().empty()) {
       fail(*s, 500, "server_error", fmt::format("the model failed on this request: {}", s->decoder.failure()));
     } else if (s->phase == Slot::Phase::kFinishing) {
-      finish(*s);
+      finishing.push_back(s);
     } else if (s->phase == Slot::Phase::kPrefill) {
       if (s->done < s->todo.size()) continue;  // more of the prompt next turn
       if (s->job->request.max_tokens == 0) {
         publish(*s->job, [](Job& j) { j.finish_reason = "length"; });
-        finish(*s);
+        finishing.push_back(s);
         continue;
       }
       s->phase = Slot::Phase::kDecode;
@@ -373,6 +394,7 @@ void Engine::turn() {
       sampling.push_back(s);
     }
   }
+  finish(finishing);
   // Each slot samples from its own logits and stream: the split over threads changes nothing.
   const int n = int(sampling.size());
   const int threads = std::min(detail::resolve_threads(options_.threads), n);

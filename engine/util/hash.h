@@ -16,17 +16,17 @@ class Hasher {
     const auto* p = static_cast<const unsigned char*>(data);
     total_ += size;
     while (size > 0) {
+      if (fill_ == 0) {  // whole blocks straight from the input: the same rounds, no copy
+        for (; size >= sizeof buf_; p += sizeof buf_, size -= sizeof buf_) block(p);
+        if (size == 0) break;
+      }
       const std::size_t take = std::min(size, sizeof buf_ - fill_);
       std::memcpy(buf_ + fill_, p, take);
       fill_ += take;
       p += take;
       size -= take;
       if (fill_ == sizeof buf_) {
-        for (int i = 0; i < 4; ++i) {
-          std::uint64_t w;
-          std::memcpy(&w, buf_ + 8 * i, 8);
-          lane_[i] = round(lane_[i], w);
-        }
+        block(buf_);
         fill_ = 0;
       }
     }
@@ -51,6 +51,13 @@ class Hasher {
   static constexpr std::uint64_t kP2 = 0xC2B2AE3D27D4EB4Full;
   static constexpr std::uint64_t kP3 = 0x165667B19E3779F9ull;
   static std::uint64_t rotl(std::uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+  void block(const unsigned char* b) {
+    for (int i = 0; i < 4; ++i) {
+      std::uint64_t w;
+      std::memcpy(&w, b + 8 * i, 8);
+      lane_[i] = round(lane_[i], w);
+    }
+  }
   static std::uint64_t round(std::uint64_t acc, std::uint64_t w) {
     acc += w * kP2;
     acc = rotl(acc, 31);

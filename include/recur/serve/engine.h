@@ -115,7 +115,7 @@ class Engine {
   void admit(Slot& slot, std::shared_ptr<Job> job);
   void turn();
   bool after_token(Slot& slot, int token);  // returns whether the request is finished
-  void finish(Slot& slot);
+  void finish(const std::vector<Slot*>& slots);
   void fail(Slot& slot, int status, const std::string& type, const std::string& message);
   void release(Slot& slot);
   void keep_loop();
