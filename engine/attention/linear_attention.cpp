@@ -328,12 +328,17 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
       const int n = static_cast<int>(std::min<Eigen::Index>(chunk, T - b0));
       const auto tile_stride = static_cast<std::size_t>(kernels::tile_stride_of(n));
       // q', k': this worker's heads of the chunk, checked, mapped and laid out in one pass.
-      // While it maps one input, the pass fetches the rows of the next one it will read.
+      // While it maps one input, the pass fetches the rows read next: with Q, those of K and
+      // of O (which the walk writes); with K, those of V.
+      const auto rows_of = [&](const float* start, Eigen::Index ld, int d, bool write) {
+        return kernels::RowsAhead::Rows{start + b0 * ld + Eigen::Index(h0) * d, ld, d, write};
+      };
+      const kernels::RowsAhead before_k{{rows_of(K.data(), K.outerStride(), dk, false),
+                                         rows_of(O.data(), O.outerStride(), dv, true)}};
+      const kernels::RowsAhead before_v{{rows_of(V.data(), V.outerStride(), dv, false), {}}};
       const auto gather = [&](const ConstMatrixRef& X, const auto& dst, float s,
-                              const ConstMatrixRef& next, int d_next) {
+                              const kernels::RowsAhead& ahead) {
         const float* x = X.data() + b0 * X.outerStride() + Eigen::Index(h0) * dk;
-        const kernels::RowsAhead ahead{next.data() + b0 * next.outerStride() + Eigen::Index(h0) * d_next,
-                                       next.outerStride(), d_next};
         if (fused != kernels::InputMap::kNone)
           return kernels::gather_tiles(x, X.outerStride(), n, nh, dk, fused, s, dst(0),
                                        static_cast<std::int64_t>(per_head), Dp, ahead);
@@ -354,7 +359,7 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
         return true;
       };
       const float* v0 = V.data() + b0 * V.outerStride() + Eigen::Index(h0) * dv;
-      bool ok = gather(Q, qT, scale_, K, dk) && gather(K, kT, 1.0f, V, dv) &&
+      bool ok = gather(Q, qT, scale_, before_k) && gather(K, kT, 1.0f, before_v) &&
                 detail::all_finite(v0, n, Eigen::Index(nh) * dv, V.outerStride());
       if (!ok) {
         failed.store(true, std::memory_order_relaxed);

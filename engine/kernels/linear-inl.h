@@ -14,8 +14,6 @@
 #include <cmath>
 #include <cstring>
 
-#include <hwy/cache_control.h>
-
 #include "kernels/linear_kernels.h"
 #include "kernels/ops-inl.h"
 
@@ -475,11 +473,16 @@ HWY_INLINE bool GatherTilesOf(const float* x, std::int64_t ldx, int n, int n_hea
     for (int j = 0; j < n_heads; ++j) {
       const float* xh = r0 + static_cast<std::int64_t>(j) * d;
       float* dst = tiles + j * head_stride + static_cast<std::int64_t>(t) * kTileRows;
-      if (ahead.x != nullptr) {
-        const float* a = ahead.x + static_cast<std::int64_t>(t) * ahead.ld +
-                         static_cast<std::int64_t>(j) * ahead.d;
-        for (int k = 0; k < 4; ++k, a += ahead.ld)
-          for (int c = 0; c < ahead.d; c += 64 / static_cast<int>(sizeof(float))) hwy::Prefetch(a + c);
+      for (const auto& rows : ahead.rows) {
+        if (rows.x == nullptr) continue;
+        const float* a = rows.x + static_cast<std::int64_t>(t) * rows.ld +
+                         static_cast<std::int64_t>(j) * rows.d;
+        constexpr int kLine = 64 / static_cast<int>(sizeof(float));
+        for (int k = 0; k < 4; ++k, a += rows.ld)
+          for (int c = 0; c < rows.d; c += kLine) {
+            if (rows.write) __builtin_prefetch(a + c, 1, 3);
+            else __builtin_prefetch(a + c, 0, 3);
+          }
       }
       for (int i = 0; i < full; i += kN) {
         const VF a = map(Load(xh + i)), b = map(Load(xh + ldx + i));

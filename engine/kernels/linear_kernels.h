@@ -64,12 +64,17 @@ enum class InputMap : int { kNone = 0, kEluPlusOne, kRelu, kIdentity };
 /// head j's feature i of token t at tiles[j * head_stride + (i / kTileRows) * tile_stride_of(n) +
 /// t * kTileRows + i % kTileRows]. Features d .. Dp-1 are written as 0; the padding after each
 /// tile is not written. Returns false if any input is Inf or NaN; tiles are then partly written.
-/// `ahead`, if given, names rows the caller reads next (head j of token t at x[t * ld + j * d],
-/// d floats): the pass asks for them from memory as it goes, since its own work is arithmetic.
+/// `ahead` names up to two sets of rows the caller reads or writes next (head j of token t at
+/// x[t * ld + j * d], d floats): the pass asks for them from memory as it goes, since its own
+/// work is arithmetic.
 struct RowsAhead {
-  const float* x = nullptr;
-  std::int64_t ld = 0;
-  int d = 0;
+  struct Rows {
+    const float* x = nullptr;
+    std::int64_t ld = 0;
+    int d = 0;
+    bool write = false;  // to be written: fetched for ownership
+  };
+  Rows rows[2];
 };
 bool gather_tiles(const float* x, std::int64_t ldx, int n, int n_heads, int d, InputMap map,
                   float scale, float* tiles, std::int64_t head_stride, int Dp,
