@@ -386,16 +386,17 @@ HWY_INLINE void StoreTileRows(VF y, float* dst, std::int64_t stride, int count) 
 // lines: for each of the vector's kN / kTileRows tiles, the four tokens' kTileRows features,
 // 16 floats in a row at dst + tile * stride. Whole stores, in place of one 16-byte store per
 // token and tile: with 16-byte pieces the stores, not the exponentials, bounded the pass.
+template <int kLanes = kN>  // a template, so that only the branch for kN is compiled
 HWY_INLINE void StoreFourTokens(VF a, VF b, VF c, VF d, float* dst, std::int64_t stride) {
   static_assert(kTileRows == 4, "a tile of the input layout is a 128-bit vector");
   const DF df;
-  if constexpr (kN == 16) {
+  if constexpr (kLanes == 16) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
     // A 4 x 4 transposition of 128-bit blocks.
     const VF ab_lo = hn::ConcatLowerLower(df, b, a);  // a0 a1 b0 b1
     const VF cd_lo = hn::ConcatLowerLower(df, d, c);  // c0 c1 d0 d1
     const VF ab_hi = hn::ConcatUpperUpper(df, b, a);  // a2 a3 b2 b3
     const VF cd_hi = hn::ConcatUpperUpper(df, d, c);  // c2 c3 d2 d3
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
     const auto even = [](VF x, VF y) { return VF{_mm512_shuffle_f32x4(x.raw, y.raw, 0x88)}; };
     const auto odd = [](VF x, VF y) { return VF{_mm512_shuffle_f32x4(x.raw, y.raw, 0xDD)}; };
     hn::StoreU(even(ab_lo, cd_lo), df, dst);               // a0 b0 c0 d0
@@ -403,14 +404,15 @@ HWY_INLINE void StoreFourTokens(VF a, VF b, VF c, VF d, float* dst, std::int64_t
     hn::StoreU(even(ab_hi, cd_hi), df, dst + 2 * stride);  // a2 b2 c2 d2
     hn::StoreU(odd(ab_hi, cd_hi), df, dst + 3 * stride);   // a3 b3 c3 d3
 #else
-    static_assert(kN != 16, "a 16-lane target without its block shuffle");
+    static_assert(kLanes != 16, "a 16-lane target without its block shuffle");
 #endif
-  } else if constexpr (kN == 8) {
+  } else if constexpr (kLanes == 8) {
     hn::StoreU(hn::ConcatLowerLower(df, b, a), df, dst);               // a0 b0
     hn::StoreU(hn::ConcatLowerLower(df, d, c), df, dst + kN);          // c0 d0
     hn::StoreU(hn::ConcatUpperUpper(df, b, a), df, dst + stride);      // a1 b1
     hn::StoreU(hn::ConcatUpperUpper(df, d, c), df, dst + stride + kN); // c1 d1
   } else {  // a vector is one tile: the four tokens' rows are already in order
+    static_assert(kLanes == kTileRows, "a vector of 4, 8 or 16 lanes");
     hn::StoreU(a, df, dst);
     hn::StoreU(b, df, dst + kTileRows);
     hn::StoreU(c, df, dst + 2 * kTileRows);
