@@ -13,21 +13,22 @@
 
 namespace recur::bench {
 
-/// Runs `iters` rounds of 16 independent FMA chains of full vectors of the instruction set in
-/// use (recur::isa(); RECUR_ISA forces one); returns the FLOP performed.
+/// Runs `iters` rounds of kFmaChains independent FMA chains of full vectors of the instruction
+/// set in use (recur::isa(); RECUR_ISA forces one); returns the FLOP performed.
 inline double fma_loop(long iters) {
   const recur::kernels::Kernels& k = recur::kernels::active();
   benchmark::DoNotOptimize(k.fma_chains(iters, 0.5f));
-  return 2.0 * k.lanes * 16.0 * double(iters);
+  return 2.0 * k.lanes * double(recur::kernels::kFmaChains) * double(iters);
 }
 
-/// fp32 FLOP/s of one core with the instruction set in use, measured once (best of five runs).
+/// fp32 FLOP/s of one core with the instruction set in use, measured once (best of ten runs of
+/// a few milliseconds each, so that a run the host interrupts does not count).
 inline double fma_peak() {
   static const double peak = [] {
     double best = 0;
-    for (int r = 0; r < 5; ++r) {
+    for (int r = 0; r < 10; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
-      const double flop = fma_loop(3'000'000);
+      const double flop = fma_loop(4'000'000);
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       best = std::max(best, flop / s);
     }

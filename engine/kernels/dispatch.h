@@ -32,6 +32,11 @@ struct MatmulCall {
   std::int64_t ldy;
 };
 
+/// The chains of fma_chains: enough to fill two FMA pipes of 4 cycles' latency (8), few enough
+/// that they and the two constants stay in AVX2's 16 registers. With 16 chains AVX2 kept three
+/// on the stack, and the store-to-load delay in their loop halved the peak it measured.
+inline constexpr int kFmaChains = 12;
+
 struct Kernels {
   const char* name;  // "avx512vnni", "avx512", "avx2", "neon", "scalar"
   int lanes;         // floats per vector
@@ -62,8 +67,8 @@ struct Kernels {
                     float* scores);
   void (*kv_accumulate)(float* acc, const float* values, const float* scores, int count,
                         int dp, float correction, const float* next);
-  // Benchmarks: `iters` rounds of 16 independent FMA chains of full vectors; returns a value
-  // that depends on all of them, so that nothing is optimized away.
+  // Benchmarks: `iters` rounds of kFmaChains independent FMA chains of full vectors; returns a
+  // value that depends on all of them, so that nothing is optimized away.
   float (*fma_chains)(std::int64_t iters, float seed);
   // Sliding-window attention (window_attention.cpp). out[t] = sum_i q[i] keys[i * stride + t]
   // for t < n (n a multiple of 16), one FMA chain over i from 0 per column, the columns across

@@ -129,15 +129,15 @@ void KvAccumulate(float* acc, const float* values, const float* scores, int coun
 }
 
 float FmaChains(std::int64_t iters, float seed) {
-  VF a[16];
-  for (int c = 0; c < 16; ++c) a[c] = Set(seed + static_cast<float>(c));
+  VF a[kFmaChains];
+  for (int c = 0; c < kFmaChains; ++c) a[c] = Set(seed + static_cast<float>(c));
   const VF m = Set(0.999999f), b = Set(1e-7f);
   for (std::int64_t it = 0; it < iters; ++it) {
     HWY_UNROLL(16)
-    for (int c = 0; c < 16; ++c) a[c] = Fma(a[c], m, b);
+    for (int c = 0; c < kFmaChains; ++c) a[c] = Fma(a[c], m, b);
   }
   VF s = Zero();
-  for (int c = 0; c < 16; ++c) s = hn::Add(s, a[c]);
+  for (int c = 0; c < kFmaChains; ++c) s = hn::Add(s, a[c]);
   return hn::GetLane(s);
 }
 
