@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iomanip>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -271,6 +272,39 @@ TEST_CASE("exp and elu+1 follow the rule for every float, on every instruction s
     recur::set_isa(isa);
     INFO("instruction set " << isa);
     CHECK(check_exp_against_rule(1) > 0);
+  }
+  recur::set_isa(before);
+}
+
+TEST_CASE("every instruction set finds a non-finite float anywhere in a block", "[isa][errors]") {
+  const std::string before = recur::isa();
+  const float bad[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                       std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()};
+  const float good[] = {std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
+                        std::numeric_limits<float>::denorm_min(), -0.0f, 1.0f};
+  for (const std::string& isa : recur::available_isas()) {
+    recur::set_isa(isa);
+    const auto& k = recur::kernels::active();
+    for (std::int64_t cols : {1, 15, 16, 17, 40, 100}) {
+      const std::int64_t rows = 3, stride = cols + 5;
+      std::vector<float> x(std::size_t(rows * stride));
+      for (std::size_t i = 0; i < x.size(); ++i) x[i] = good[i % 5];
+      // Past each row's cols, the stride's gap holds Inf: it must not be read.
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = cols; c < stride; ++c) x[std::size_t(r * stride + c)] = bad[0];
+      INFO(isa << ", cols " << cols);
+      CHECK(k.all_finite(x.data(), rows, cols, stride));
+      int missed = 0;
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < cols; ++c)
+          for (float b : bad) {
+            const float keep = x[std::size_t(r * stride + c)];
+            x[std::size_t(r * stride + c)] = b;
+            if (k.all_finite(x.data(), rows, cols, stride)) ++missed;
+            x[std::size_t(r * stride + c)] = keep;
+          }
+      CHECK(missed == 0);
+    }
   }
   recur::set_isa(before);
 }

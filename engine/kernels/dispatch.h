@@ -93,6 +93,8 @@ struct Kernels {
   void (*hgrn2_gates)(const float* x, const float* lb, float* alpha, float* k, std::int64_t n);
   void (*sigmoid)(const float* x, float* y, std::int64_t n);
   void (*silu)(const float* x, float* y, std::int64_t n);
+  // Whether every float of a (rows, cols) block, rows `stride` apart, is finite.
+  bool (*all_finite)(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t stride);
 };
 
 /// The table in use (chosen on the first call).

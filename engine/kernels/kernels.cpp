@@ -188,6 +188,26 @@ const char* IsaName() {
 #endif
 }
 
+// Finiteness on the bits, as the walk's input pass does it: the exponent field of each float,
+// kept as a running maximum per lane; all ones (0x7f800000) is Inf or NaN.
+bool AllFinite(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t stride) {
+  const auto exponent = hn::Set(DU(), 0x7f800000u);
+  auto seen = hn::Zero(DU());
+  std::uint32_t tail = 0;
+  const std::int64_t full = cols / kN * kN;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * stride;
+    for (std::int64_t c = 0; c < full; c += kN)
+      seen = hn::Max(seen, hn::And(hn::BitCast(DU(), Load(row + c)), exponent));
+    for (std::int64_t c = full; c < cols; ++c) {
+      std::uint32_t u;
+      std::memcpy(&u, row + c, sizeof u);
+      tail = std::max(tail, u & 0x7f800000u);
+    }
+  }
+  return tail != 0x7f800000u && hn::AllFalse(DU(), hn::Eq(seen, exponent));
+}
+
 const Kernels* Table() {
   static const Kernels table{IsaName(), kN,           HWY_TARGET, &StepHead, &WalkHead,
                              &GatherTiles, &Matmul,   &EluPlusOne,  &Relu,      &ExpMinus, &Swiglu,   &Gelu,
@@ -195,7 +215,7 @@ const Kernels* Table() {
                              &FmaChains, &ColumnDots, &WeightedRows,
                              &MatmulQ, &QuantizeActivations,
                              &GatedStepHead, &GatedWalkHead, &GlaDecay, &Hgrn2Gates,
-                             &SigmoidMap, &Silu};
+                             &SigmoidMap, &Silu, &AllFinite};
   return &table;
 }
 
