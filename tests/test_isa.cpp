@@ -27,16 +27,22 @@ namespace {
 
 using recur::RowMatrix;
 
+// Runs f(isa) under each available instruction set, then goes back to the one before.
+template <class F>
+void for_each_isa(const F& f) {
+  const std::string before = recur::isa();
+  for (const std::string& isa : recur::available_isas()) {
+    recur::set_isa(isa);
+    f(isa);
+  }
+  recur::set_isa(before);
+}
+
 // Runs f under each available instruction set; returns the bytes f produced, per set.
 template <class F>
 std::vector<std::pair<std::string, std::string>> under_each(const F& f) {
-  const std::string before = recur::isa();
   std::vector<std::pair<std::string, std::string>> out;
-  for (const std::string& isa : recur::available_isas()) {
-    recur::set_isa(isa);
-    out.emplace_back(isa, f());
-  }
-  recur::set_isa(before);
+  for_each_isa([&](const std::string& isa) { out.emplace_back(isa, f()); });
   return out;
 }
 
@@ -256,34 +262,26 @@ std::int64_t check_exp_against_rule(std::uint32_t stride) {
 TEST_CASE("every instruction set computes exp and elu+1 by the rule, over a sweep of the floats",
           "[isa][exactness][exp]") {
   // 2 * 2^32 / 4099, about 2.1 million floats, on each target; "[.exp_all]" sees every float.
-  const std::string before = recur::isa();
-  for (const std::string& isa : recur::available_isas()) {
-    recur::set_isa(isa);
+  for_each_isa([](const std::string& isa) {
     INFO("instruction set " << isa);
     CHECK(check_exp_against_rule(4099) > 2000000);
-  }
-  recur::set_isa(before);
+  });
 }
 
 TEST_CASE("exp and elu+1 follow the rule for every float, on every instruction set",
           "[.exp_all]") {
-  const std::string before = recur::isa();
-  for (const std::string& isa : recur::available_isas()) {
-    recur::set_isa(isa);
+  for_each_isa([](const std::string& isa) {
     INFO("instruction set " << isa);
     CHECK(check_exp_against_rule(1) > 0);
-  }
-  recur::set_isa(before);
+  });
 }
 
 TEST_CASE("every instruction set finds a non-finite float anywhere in a block", "[isa][errors]") {
-  const std::string before = recur::isa();
   const float bad[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
                        std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()};
   const float good[] = {std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
                         std::numeric_limits<float>::denorm_min(), -0.0f, 1.0f};
-  for (const std::string& isa : recur::available_isas()) {
-    recur::set_isa(isa);
+  for_each_isa([&](const std::string& isa) {
     const auto& k = recur::kernels::active();
     for (std::int64_t cols : {1, 15, 16, 17, 40, 100}) {
       const std::int64_t rows = 3, stride = cols + 5;
@@ -305,8 +303,7 @@ TEST_CASE("every instruction set finds a non-finite float anywhere in a block", 
           }
       CHECK(missed == 0);
     }
-  }
-  recur::set_isa(before);
+  });
 }
 
 TEST_CASE("every instruction set gives the same bytes: the softmax KV cache", "[isa][exactness]") {

@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "attention/input_map.h"
-#include "kernels/dispatch.h"
 #include "kernels/linear_kernels.h"
 #include "util/check.h"
 #include "util/parallel.h"
@@ -361,7 +360,7 @@ void LinearAttention::prefill(LinearState& state, const ConstMatrixRef& Q,
       };
       const float* v0 = V.data() + b0 * V.outerStride() + Eigen::Index(h0) * dv;
       bool ok = gather(Q, qT, scale_, before_k) && gather(K, kT, 1.0f, before_v) &&
-                kernels::active().all_finite(v0, n, Eigen::Index(nh) * dv, V.outerStride());
+                detail::all_finite(v0, n, Eigen::Index(nh) * dv, V.outerStride());
       if (!ok) {
         failed.store(true, std::memory_order_relaxed);
         return;

@@ -26,21 +26,9 @@ template <class... Args>
   throw NumericError(fmt::format("[{}] {}", call, fmt::format(f, std::forward<Args>(args)...)));
 }
 
-/// Whether every element of a (rows, cols) block with the given row stride is finite. On the
-/// bits (all exponent bits set is Inf or NaN), so that the compiler vectorizes it.
-inline bool all_finite(const float* data, std::int64_t rows, std::int64_t cols,
-                       std::int64_t stride) {
-  std::uint32_t bad = 0;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* row = data + r * stride;
-    for (std::int64_t c = 0; c < cols; ++c) {
-      std::uint32_t u;
-      std::memcpy(&u, row + c, sizeof u);
-      bad |= static_cast<std::uint32_t>((u & 0x7f800000u) == 0x7f800000u);
-    }
-  }
-  return bad == 0;
-}
+/// Whether every element of a (rows, cols) block with the given row stride is finite: the
+/// vector kernel of the instruction set in use (kernels::Kernels::all_finite), on the bits.
+bool all_finite(const float* data, std::int64_t rows, std::int64_t cols, std::int64_t stride);
 
 /// Throws NumericError naming the first non-finite element of a (rows, cols) block with the
 /// given row stride.
