@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/layers.h"
@@ -16,6 +17,18 @@
 #include "recur/window_attention.h"
 
 namespace recur {
+
+namespace model {
+
+/// "model.layers.<i>.": where layer i's tensors are named in every layout.
+std::string layer_prefix(int i);
+
+/// Appends the names and shapes of one learned feature map's parameters, under `prefix`
+/// (attn.feature_map_q. or _k.); nothing for a fixed map.
+void feature_map_tensors(const ModelConfig& c, const std::string& prefix,
+                         std::vector<std::pair<std::string, std::vector<std::int64_t>>>& out);
+
+}  // namespace model
 
 /// One tensor the loader read: under which name, as which tensor of the architecture's table,
 /// and whether it became a matrix of the forward pass (what `recur quantize` may quantize).
