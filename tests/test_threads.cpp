@@ -15,19 +15,13 @@
 
 #include "recur/linear_attention.h"
 #include "recur/model.h"
+#include "support/model_cases.h"
 #include "util/parallel.h"
 
 using namespace recur;
+using recur::testing::random_tokens;
 
 namespace {
-
-std::vector<int> random_tokens(int n, int vocab, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> pick(0, vocab - 1);
-  std::vector<int> t(static_cast<std::size_t>(n));
-  for (auto& x : t) x = pick(rng);
-  return t;
-}
 
 RowMatrix random_matrix(Eigen::Index rows, Eigen::Index cols, std::uint32_t seed) {
   std::mt19937 rng(seed);
