@@ -4,7 +4,6 @@
 // are in test_io_quant.cpp.
 #include <catch2/catch.hpp>
 
-#include <array>
 #include <clocale>
 #include <cstdlib>
 #include <cstring>
@@ -15,7 +14,6 @@
 
 #include "recur/error.h"
 #include "recur/model.h"
-#include "recur/quantize.h"
 #include "recur/safetensors.h"
 #include "support/io_files.h"
 #include "support/temp_dir.h"

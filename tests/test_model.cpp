@@ -2,14 +2,10 @@
 // exactness: logits after prefill in any chunking, split and thread count equal step() token by
 // token, to the bit. Saved states and state files are in test_model_state.cpp.
 #include <catch2/catch.hpp>
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <limits>
-#include <random>
 
 #include "recur/error.h"
 #include "recur/model.h"
@@ -20,8 +16,6 @@
 #include "support/model_reference.h"
 #include "support/quant_model.h"
 #include "support/temp_dir.h"
-#include "util/file.h"
-#include "util/hash.h"
 
 using namespace recur;
 using recur::testing::quantized_model;

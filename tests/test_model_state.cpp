@@ -2,7 +2,6 @@
 // models), clones branch independently, and every bad, corrupt or lying file is refused with the
 // decoder left as it was.
 #include <catch2/catch.hpp>
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
