@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Golden outputs of every model family and weight format: the bytes recur gives today, pinned so
+# that a change to the model layer that is meant to change nothing is checked to change nothing.
+#
+#   tests/golden/golden.sh RECUR SOURCE_DIR            compare with tests/golden/expected.txt
+#   tests/golden/golden.sh RECUR SOURCE_DIR --write    write expected.txt and the saved states
+#
+# For each model (the fixtures of tests/golden/models, tests/fla and tests/based):
+# - `score --json` on 120 ids: the tokens, the mean NLL's 17 digits, the bits;
+# - 12 greedy ids after a 40-id prompt, and the SHA-256 of the state saved after them (the
+#   state's bytes, the model's fingerprint in its header, the tokens and the sampler's state);
+# - for the models of tests/golden/states: the state committed there, written by the binary of
+#   the day the goldens were taken, loaded and continued for 8 greedy ids, and the SHA-256 of
+#   the state saved after them. An old state must keep loading and continue bit for bit.
+# Any difference fails, naming the model and the line.
+set -euo pipefail
+recur="$1" src="$2" mode="${3:-}"
+here="$src/tests/golden"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAILED: $*" >&2; exit 1; }
+run() { "$recur" "$@" 2> "$tmp/err" || { cat "$tmp/err" >&2; fail "recur $*"; }; }
+sha() { sha256sum "$1" | cut -c1-64; }
+
+ids="$src/tests/fla/prompt_ids.txt"
+head -n 120 "$ids" > "$tmp/score_ids"
+head -n 40 "$ids" > "$tmp/prompt_ids"
+sed -n '41,44p' "$ids" > "$tmp/more_ids"
+
+# name and directory of every model pinned.
+models=()
+for d in "$here"/models/*/; do models+=("$(basename "$d") $d"); done
+for d in "$src"/tests/fla/*/; do [[ -f "$d/config.json" ]] && models+=("fla-$(basename "$d") $d"); done
+for name in tiny tiny-bf16; do models+=("based-$name $src/tests/based/$name"); done
+# The models whose states are committed (tests/golden/states/NAME.state).
+keep=" la-elu la-gqa-norm tar-gelu la-q4 fla-gla-conv fla-gla-hybrid fla-hgrn2-hybrid fla-retnet based-tiny "
+
+out="$tmp/expected.txt"
+: > "$out"
+for entry in "${models[@]}"; do
+  read -r name dir <<< "$entry"
+  json=$(run score --json -m "$dir" --token-ids "$tmp/score_ids" --chunk 7 --threads 2)
+  echo "$name score $json" >> "$out"
+  gen=$(run generate -m "$dir" --prompt-ids "$tmp/prompt_ids" --greedy -n 12 --ids \
+        --chunk 16 --save-state "$tmp/$name.state" | tr '\n' ' ')
+  echo "$name greedy $gen" >> "$out"
+  echo "$name state $(sha "$tmp/$name.state")" >> "$out"
+  if [[ "$keep" == *" $name "* ]]; then
+    [[ "$mode" == --write ]] && cp "$tmp/$name.state" "$here/states/$name.state"
+    [[ -f "$here/states/$name.state" ]] || fail "$name: no committed state tests/golden/states/$name.state"
+    cont=$(run generate -m "$dir" --load-state "$here/states/$name.state" \
+           --prompt-ids "$tmp/more_ids" --greedy -n 8 --ids --save-state "$tmp/$name.next" | tr '\n' ' ')
+    echo "$name continued $cont" >> "$out"
+    echo "$name continued-state $(sha "$tmp/$name.next")" >> "$out"
+  fi
+done
+
+if [[ "$mode" == --write ]]; then
+  cp "$out" "$here/expected.txt"
+  echo "golden: wrote $here/expected.txt ($(wc -l < "$out") lines) and the states"
+  exit 0
+fi
+if ! diff -u "$here/expected.txt" "$out" > "$tmp/diff"; then
+  cat "$tmp/diff" >&2
+  fail "the outputs above differ from tests/golden/expected.txt (- committed, + now)"
+fi
+echo "golden: $(wc -l < "$out") lines identical to tests/golden/expected.txt (${#models[@]} models)"
