@@ -266,17 +266,20 @@ int run_generate(int argc, char** argv) {
   if (args.flag_set("verbose")) fmt::print(stderr, "{}\n", kernels_line(true));
   const auto& tokenizer = tm.tokenizer;
   const bool ids_in = args.given("prompt-ids"), ids_out = args.flag_set("ids");
-  if (!tokenizer && model->config().vocab_size < ByteTokenizer::kVocab && !ids_in)
-    throw ArgumentError(fmt::format("the model's vocabulary has {} ids, fewer than the 256 the "
-                                    "byte-level tokenizer needs: use --prompt-ids",
-                                    model->config().vocab_size));
   const std::string fallback_prompt = args.given("model") || tm.random ? "The quick brown fox"
                                                                        : "And it came to pass";
   const std::string prompt = args.given("prompt-file") ? read_input(args.str("prompt-file"), "--prompt-file")
                              : args.given("prompt")    ? args.str("prompt")
                              : ids_in || loading       ? std::string()
                                                        : fallback_prompt;
-  if ((!ids_in && !prompt.empty()) || !ids_out) tm.require_text();
+  // Text is read when a prompt is encoded and written unless --ids: only then does a model
+  // without a tokenizer need the byte-level one (a continuation with --ids reads and writes none).
+  const bool reads_text = !ids_in && !prompt.empty();
+  if (!tokenizer && model->config().vocab_size < ByteTokenizer::kVocab && (reads_text || !ids_out))
+    throw ArgumentError(fmt::format("the model's vocabulary has {} ids, fewer than the 256 the "
+                                    "byte-level tokenizer needs: use --prompt-ids and --ids",
+                                    model->config().vocab_size));
+  if (reads_text || !ids_out) tm.require_text();
   // A continuation gets no second BOS.
   const bool add_special = !loading && !args.flag_set("no-special");
   const std::vector<int> prompt_ids =
