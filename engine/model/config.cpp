@@ -173,6 +173,15 @@ const std::set<std::string> kBasedIgnored = {
 void read_based(const json::Value& root, Fields& f, const std::string& source, ModelConfig& c) {
   constexpr int kMax = kMaxDim;
   c.architecture = Architecture::kBased;
+  // The hydra class name Based's training configs write at the top level: a GPT-2 config class,
+  // which the fields below describe; any other class would mean other fields.
+  if (const json::Value* t = f.get("_target_")) {
+    if (!t->is_string()) fail(source, "_target_ is {}, expected a class name", t->kind_name());
+    const std::string cls = target_class(root);
+    if (cls != "GPT2MixerConfig" && cls != "GPT2Config")
+      fail(source, "_target_ names '{}', expected based.models.gpt.GPT2MixerConfig (or "
+                   "transformers' GPT2Config): recur reads Based's GPT-2 config fields", cls);
+  }
   c.hidden_size = f.integer("n_embd", 768, 1, kMax);
   c.num_hidden_layers = f.integer("n_layer", 12, 1, 4096);
   c.window_heads = f.integer("n_head", 12, 1, kMax);
@@ -282,7 +291,6 @@ void read_based(const json::Value& root, Fields& f, const std::string& source, M
     fail(source, "alt_mixer_2.num_heads differs from n_head; the published code uses n_head");
   if (const json::Value* causal = sub(win, "causal"); causal && !(causal->is_bool() && causal->boolean()))
     fail(source, "alt_mixer_2.causal is not true");
-  (void)root;
 }
 
 // quantization_config as `recur quantize` writes it: {"quant_method": "recur", "format": "q8"
