@@ -43,10 +43,20 @@ void model::feature_map_tensors(const ModelConfig& c, const std::string& prefix,
 
 namespace {
 
+// A trainer's bookkeeping that checkpoints saved from a training wrapper's state dict carry
+// (PyTorch Lightning's torchmetrics buffers, e.g. Based's `train_metrics.*` int64 counters):
+// part of no model, whatever the file format. Every source leaves these names out, as the
+// published loader does.
+bool training_bookkeeping(const std::string& name) {
+  return name.find("metrics") != std::string::npos;
+}
+
 class TensorStoreSource final : public WeightSource {
  public:
   explicit TensorStoreSource(TensorStore store) : store_(std::move(store)) {}
-  bool has(const std::string& name) const override { return store_.contains(name); }
+  bool has(const std::string& name) const override {
+    return store_.contains(name) && !training_bookkeeping(name);
+  }
   std::vector<std::int64_t> shape(const std::string& name) const override {
     return store_.info(name).shape;
   }
@@ -56,7 +66,7 @@ class TensorStoreSource final : public WeightSource {
     std::vector<std::string> out;
     for (const auto& [name, info] : store_.tensors()) {
       (void)info;
-      out.push_back(name);
+      if (!training_bookkeeping(name)) out.push_back(name);
     }
     return out;
   }
@@ -71,13 +81,12 @@ class TensorStoreSource final : public WeightSource {
 
 // A pytorch_model.bin's tensors. Checkpoints saved from a training wrapper's state dict (as
 // Based's are, from PyTorch Lightning) prefix every name with "model." and carry the trainer's
-// metric buffers: the prefix is taken off and names holding "metrics" are left out, as the
-// published loader does.
+// metric buffers: the prefix is taken off and the metrics are left out (training_bookkeeping).
 class TorchSource final : public WeightSource {
  public:
   explicit TorchSource(TorchCheckpoint ckpt) : ckpt_(std::move(ckpt)) {
     for (const auto& name : ckpt_.names()) {
-      if (name.find("metrics") != std::string::npos) continue;
+      if (training_bookkeeping(name)) continue;
       const std::string clean = name.rfind("model.", 0) == 0 ? name.substr(6) : name;
       if (!names_.emplace(clean, name).second)
         throw FormatError(fmt::format("[Model] {}: tensor '{}' appears with and without the "
