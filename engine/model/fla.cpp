@@ -142,7 +142,14 @@ void load(const ModelConfig& c, const Reader& r, Model::Impl& impl) {
     return std::make_unique<ShortConvolution>(
         Eigen::Map<const RowMatrix>(taps.data(), channels, c.conv_size));
   };
-  impl.embeddings = r.take("model.embeddings.weight", {V, d}, "vocab_size, hidden_size");
+  // A tied embedding is the head's matrix too (quantized with it); an untied one is only
+  // gathered, a row per token, and stays as stored.
+  model::Dense tied_head;
+  if (c.tie_word_embeddings)
+    tied_head = r.tied_table("model.embeddings.weight", "lm_head.weight", V, d,
+                             "vocab_size, hidden_size", impl.embeddings);
+  else
+    impl.embeddings = r.take("model.embeddings.weight", {V, d}, "vocab_size, hidden_size");
   // HGRN2's lower bounds: softmax over the layers per channel, its running sum, minus the first
   // layer's share (so layer 0 has none), in double, as the model computes them once per forward.
   std::vector<double> bounds;
@@ -248,12 +255,8 @@ void load(const ModelConfig& c, const Reader& r, Model::Impl& impl) {
   }
   impl.has_final_norm = true;
   impl.final_norm = norm("model.norm", d, true, "hidden_size");
-  if (c.tie_word_embeddings) {
-    impl.lm_head.w = kernels::PackedMatrix(impl.embeddings.data(), V, d, r.dtype("model.embeddings.weight"));
-    r.accept_tied("lm_head.weight", impl.embeddings, {V, d});
-  } else {
-    impl.lm_head = r.dense("lm_head", V, d, false, "vocab_size, hidden_size");
-  }
+  impl.lm_head = c.tie_word_embeddings ? std::move(tied_head)
+                                       : r.head("lm_head", V, d, "vocab_size, hidden_size");
 }
 
 model::MixerIo mixer_io(const ModelConfig& c, const Model::Impl::Layer& layer) {

@@ -36,6 +36,12 @@ struct Reader {
   std::function<void(const std::string&)> ignore;
   std::function<bool(const std::string&)> has;
   std::function<void(const std::string&, const std::vector<float>&, const Shape&)> accept_tied;
+  /// The LM head's matrix (quantized in the head's format, `recur quantize --head`).
+  std::function<model::Dense(const std::string&, int, int, const char*)> head;
+  /// A tied embedding: read as the head's matrix (so quantize packs it with the head's format);
+  /// its values into `embeddings`, its packed rows returned, the copy under `tied_name` checked.
+  std::function<model::Dense(const std::string&, const std::string&, int, int, const char*,
+                             std::vector<float>&)> tied_table;
 };
 /// Fills impl's embeddings, layers, final norm and head.
 void load(const ModelConfig& c, const Reader& r, Model::Impl& impl);

@@ -494,6 +494,18 @@ std::shared_ptr<const Model> Model::from_weights(const ModelConfig& config_in,
     r.accept_tied = [&](const std::string& name, const std::vector<float>& ref, const Shape& shape) {
       L.accept_tied(name, ref, shape);
     };
+    r.head = [&](const std::string& name, int n_out, int k_in, const char* why) {
+      return dense(L, name, n_out, k_in, false, why, Role::kHead);
+    };
+    r.tied_table = [&](const std::string& name, const std::string& tied_name, int n_out, int k_in,
+                       const char* why, std::vector<float>& values) {
+      const MatrixWeight table = L.take_matrix(name, name, n_out, k_in, Role::kHead, why);
+      values = table.dense_values();
+      L.accept_tied(tied_name, table, {n_out, k_in});
+      model::Dense head;
+      head.w = table.rows(0, n_out);
+      return head;
+    };
     try {
       fla::load(c, r, impl);
     } catch (const ArgumentError& e) {  // a bad model is a FormatError, whatever layer finds it
