@@ -61,12 +61,8 @@ TextModel open_model(const Args& args) {
       fmt::print(stderr, "warning: the tokenizer has {} ids and the model {}: ids past the "
                          "model's vocabulary will be refused\n",
                  m.tokenizer->vocab_size(), m.model->config().vocab_size);
-  } else if (m.model->config().architecture == Architecture::kBased) {
-    // Based's checkpoints ship no tokenizer: they were trained on GPT-2's ids, not bytes.
-    m.no_text = fmt::format(
-        "{} holds no tokenizer.json, and this Based model was trained on GPT-2's tokenizer: pass "
-        "--tokenizer FILE|DIR (GPT-2's tokenizer.json), or give and take token ids "
-        "(--prompt-ids and --ids, --token-ids)", printable(dir));
+  } else if (const std::string why = m.model->missing_tokenizer(printable(dir)); !why.empty()) {
+    m.no_text = why;
   } else {
     for (const char* name : {"tokenizer.model", "vocab.json"}) {
       if (std::filesystem::exists(std::filesystem::path(dir) / name)) {
@@ -94,55 +90,7 @@ std::string kernels_line(bool verbose) {
 
 void describe_model(const TextModel& tm) {
   const Model& m = *tm.model;
-  const ModelConfig& c = m.config();
-  if (c.architecture == Architecture::kBased) {
-    const auto count = [&](MixerKind k) {
-      return std::count(c.mixers.begin(), c.mixers.end(), k);
-    };
-    const Decoder probe(tm.model, DecoderOptions{1, 1});
-    const auto mib = [&](MixerKind k) { return double(probe.state_bytes(k)) / double(1 << 20); };
-    fmt::print(stderr, "model: {}: based, {} layers ({} BaseConv, {} Taylor linear attention, {} "
-                       "sliding window of {} tokens), hidden {}, vocab {}, {:.2f}M parameters\n",
-               tm.label, c.num_hidden_layers, count(MixerKind::kShortConv),
-               count(MixerKind::kLinearAttention), count(MixerKind::kWindowAttention),
-               c.window_size / 2 + 1, c.hidden_size, c.vocab_size, double(m.parameters()) / 1e6);
-    fmt::print(stderr, "state: {:.2f} MiB in the convolutions, {:.2f} MiB in linear attention, "
-                       "{:.2f} MiB in the windows: {:.2f} MiB at any length\n",
-               mib(MixerKind::kShortConv), mib(MixerKind::kLinearAttention),
-               mib(MixerKind::kWindowAttention), double(probe.state_bytes()) / double(1 << 20));
-  } else if (c.gated_family()) {
-    const auto n_attn = std::count(c.mixers.begin(), c.mixers.end(), MixerKind::kAttention);
-    // A full layer's KV cache: a key and a value per kv head per token (the rest is constant).
-    std::size_t grow = 0;
-    for (const auto& s : c.attn)
-      if (s.window_size == 0)
-        grow += s.layers.size() * 2 * std::size_t(s.num_kv_heads) *
-                std::size_t(c.hidden_size / s.num_heads) * sizeof(float);
-    const Decoder probe(tm.model, DecoderOptions{1, 1});
-    fmt::print(stderr, "model: {}: {}, {} layers ({} gated recurrence, {} softmax attention), hidden "
-                       "{}, {} heads{}, vocab {}, {:.2f}M parameters\n",
-               tm.label, c.architecture == Architecture::kGla ? "gla"
-                         : c.architecture == Architecture::kRetNet ? "retnet" : "hgrn2",
-               c.num_hidden_layers, c.num_hidden_layers - n_attn, n_attn, c.hidden_size, c.num_heads,
-               c.num_kv_heads != c.num_heads ? fmt::format(" ({} kv)", c.num_kv_heads) : "",
-               c.vocab_size, double(m.parameters()) / 1e6);
-    fmt::print(stderr, "state: {:.2f} MiB{}\n", double(probe.state_bytes()) / double(1 << 20),
-               grow ? fmt::format(" at the start, and the full-attention layers' KV cache adds {} "
-                                  "bytes every token (conversations' memory counts it)", grow)
-                    : std::string(" at any length"));
-  } else {
-  fmt::print(stderr, "model: {}: {}, {} layers, hidden {}, {} heads{}, feature map {}, {} form, "
-                     "vocab {}, {:.2f}M parameters\n",
-             tm.label,
-             c.architecture == Architecture::kLinearAttn ? "linear_attn"
-             : c.architecture == Architecture::kBased    ? "based"
-                                                          : "transformers_are_rnns",
-             c.num_hidden_layers, c.hidden_size, c.num_heads,
-             c.num_kv_heads != c.num_heads ? fmt::format(" ({} kv)", c.num_kv_heads) : "",
-             ModelConfig::feature_map_name(c.feature_map),
-             c.norm_feature_map ? "normalized" : "unnormalized", c.vocab_size,
-             double(m.parameters()) / 1e6);
-  }
+  fmt::print(stderr, "{}", m.describe(tm.label));
   fmt::print(stderr, "weights: {}, {} read per decoded token\n", m.weight_format(),
              human_bytes(double(m.weight_bytes_per_token())));
   if (tm.tokenizer)

@@ -152,6 +152,9 @@ struct ModelConfig {
     return architecture == Architecture::kGla || architecture == Architecture::kRetNet ||
            architecture == Architecture::kHgrn2;
   }
+  /// The layout, as config.json's model_type names it ("linear_attn", "gla", ...; "based" for
+  /// Based, whose checkpoints say gpt2).
+  std::string model_type() const;
   /// Names of the feature maps, as config.json spells them.
   static const char* feature_map_name(ModelFeatureMap map);
 };
@@ -246,8 +249,16 @@ class Model {
   const std::string& weight_format() const { return weight_format_; }
   /// A 64-bit fingerprint of the configuration and every weight's value. Saved states carry it.
   std::uint64_t fingerprint() const { return fingerprint_; }
+  /// Lines for logs, each ending in a newline: the model (its layout, layers, sizes and
+  /// parameters, under `label`), and for mixed layouts a sequence's state (its size by mixer,
+  /// and whether it grows).
+  std::string describe(const std::string& label) const;
+  /// Why this model, loaded from `dir` without a tokenizer, cannot take text as bytes (Based's
+  /// checkpoints were trained on GPT-2's ids); "" when bytes are fine.
+  std::string missing_tokenizer(const std::string& dir) const;
 
   struct Impl;
+  /// The loaded form, for the engine's own code (engine/model/model_impl.h); not for users.
   const Impl& impl() const { return *impl_; }
 
  private:
