@@ -2,6 +2,7 @@
 """The reference for recur's RWKV world tokenizer: writes what recur must give.
 
     python3 tests/world/oracle.py VOCAB OUT
+    python3 tests/world/oracle.py VOCAB --ids FILE     the ids of FILE's text, one a line
 
 A trie tokenizer written for the tests from the published description of BlinkDL's
 TRIE_TOKENIZER (RWKV-LM, ChatRWKV's rwkv_tokenizer.py): each line of the vocabulary is
@@ -129,6 +130,10 @@ def main():
     vocab_path, out_path = sys.argv[1], sys.argv[2]
     idx2token = read_vocab(vocab_path)
     trie = Trie(idx2token)
+    if out_path == "--ids":
+        with open(sys.argv[3], "rb") as f:
+            sys.stdout.write("".join("%d\n" % i for i in trie.encode(f.read())))
+        return
     rng = random.Random(34)
     lines = ["V\t%d\t%s" % (i, hexs(t)) for i, t in sorted(idx2token.items())]
     texts = list(HARD)
