@@ -243,6 +243,7 @@ TEST_CASE("A malformed vocabulary line is refused naming the file, the line and 
       {ok + "257 'ab' 99999999999999999999\n", "v.txt:257:10: the line says 1099511627776 bytes"},
       {byte_lines().substr(0, byte_lines().find("66 ")), "v.txt: byte 0x41 is no token of its own"},
       {"1 'ab' 2\n", "v.txt: byte 0x00 is no token of its own"},
+      {"\xEF\xBB\xBF" + ok, "v.txt:1:1: a byte-order mark before the first id"},
   };
   for (const Case& c : cases) {
     INFO(shown(c.text.size() > 60 ? c.text.substr(c.text.size() - 40) : c.text));
@@ -273,6 +274,8 @@ TEST_CASE("A model directory with rwkv_vocab_v20230424.txt loads it", "[world]")
   testing::TempDir empty;
   CHECK_FALSE(Tokenizer::present(empty.str()));
   CHECK_THROWS_WITH(Tokenizer::load(empty.str()), Catch::Contains("cannot read the file"));
+  { std::ofstream(dir.file("bom.txt")) << "\xEF\xBB\xBF" << byte_lines(); }
+  CHECK_THROWS_WITH(Tokenizer::load(dir.file("bom.txt")), Catch::Contains("bom.txt:1:1: a byte-order mark"));
   CHECK_THROWS_WITH(Tokenizer::from_rwkv_vocab("1 'a' 2\n", "mine.txt"),
                     Catch::Contains("[Tokenizer] mine.txt:1:7: the line says 2 bytes, the literal holds 1"));
 }

@@ -503,8 +503,11 @@ std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string& path) {
   if (!text)
     throw FormatError(fmt::format("[Tokenizer] {}: cannot read the file (missing, not a regular "
                                   "file, or over {} bytes)", file, kMaxFileBytes));
-  // A tokenizer.json is an object; every line of RWKV's vocabulary starts with its id.
-  if (!text->empty() && (*text)[0] >= '0' && (*text)[0] <= '9') return from_rwkv_vocab(*text, file);
+  // A tokenizer.json is an object; every line of RWKV's vocabulary starts with its id (after a
+  // byte-order mark, the vocabulary's reader says why it is refused).
+  const std::size_t first = text->compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;
+  if (text->size() > first && (*text)[first] >= '0' && (*text)[first] <= '9')
+    return from_rwkv_vocab(*text, file);
   return from_json(*text, file);
 }
 

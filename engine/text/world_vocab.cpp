@@ -168,7 +168,11 @@ WorldVocab::WorldVocab(std::string_view text, const std::string& source) {
     std::uint64_t id = 0;
     for (; i < line.size() && line[i] >= '0' && line[i] <= '9'; ++i)
       id = std::min<std::uint64_t>(id * 10 + static_cast<std::uint64_t>(line[i] - '0'), kBig);
-    if (i == 0) fail(line_no, 0, "expected the id (a decimal number) to start the line");
+    if (i == 0)
+      fail(line_no, 0, line_no == 1 && line.substr(0, 3) == "\xEF\xBB\xBF"
+                           ? "a byte-order mark before the first id (the reference reads it as "
+                             "part of the id, and fails)"
+                           : "expected the id (a decimal number) to start the line");
     if (i >= line.size() || line[i] != ' ')
       fail(line_no, i, fmt::format("expected one space after the id, found {}",
                                    i < line.size() ? shown(line[i]) : "the end of the line"));
