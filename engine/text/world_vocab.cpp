@@ -30,6 +30,67 @@ std::string shown(char c) {
   return u >= 0x20 && u < 0x7F ? fmt::format("'{}'", c) : fmt::format("byte 0x{:02x}", u);
 }
 
+// Reads the escape at s[i] (a backslash, with at least one character after it) onto `out`
+// and moves `i` past it; returns why it cannot be read, or "".
+std::string read_escape(std::string_view s, std::size_t& i, bool is_bytes, std::string& out) {
+  const char e = s[i + 1];
+  const std::size_t escape = i;
+  i += 2;
+  switch (e) {
+    case '\\': case '\'': case '"': out += e; return {};
+    case 'a': out += '\a'; return {};
+    case 'b': out += '\b'; return {};
+    case 'f': out += '\f'; return {};
+    case 'n': out += '\n'; return {};
+    case 'r': out += '\r'; return {};
+    case 't': out += '\t'; return {};
+    case 'v': out += '\v'; return {};
+    default: break;
+  }
+  if (is_octal(e)) {  // one to three digits, the first already read
+    unsigned value = static_cast<unsigned>(e - '0');
+    for (int k = 0; k < 2 && i < s.size() && is_octal(s[i]); ++k, ++i)
+      value = value * 8 + static_cast<unsigned>(s[i] - '0');
+    if (!is_bytes) {
+      append_utf8(out, static_cast<char32_t>(value));
+    } else if (value > 0377) {
+      return fmt::format("the octal escape \\{:o} is past \\377 in a bytes literal (Python "
+                         "would drop its high bit)", value);
+    } else {
+      out += static_cast<char>(value);
+    }
+    return {};
+  }
+  const int digits = e == 'x' ? 2 : (e == 'u' && !is_bytes) ? 4 : (e == 'U' && !is_bytes) ? 8 : 0;
+  if (digits > 0) {
+    std::uint32_t value = 0;
+    for (int k = 0; k < digits; ++k, ++i) {
+      const int h = i < s.size() ? hex_value(s[i]) : -1;
+      if (h < 0) return fmt::format("\\{} needs {} hexadecimal digits", e, digits);
+      value = value * 16 + static_cast<std::uint32_t>(h);
+    }
+    if (is_bytes) {
+      out += static_cast<char>(value);  // \xhh in bytes is the byte itself
+    } else if (value > 0x10FFFF) {
+      return fmt::format("\\U{:08x} is past U+10FFFF", value);
+    } else if (value >= 0xD800 && value <= 0xDFFF) {
+      return fmt::format("U+{:04X} is a surrogate, which has no UTF-8 (the reference cannot "
+                         "encode it either)", value);
+    } else {
+      append_utf8(out, static_cast<char32_t>(value));  // \xhh in a str is the code point U+00hh
+    }
+    return {};
+  }
+  if (e == 'N' && !is_bytes)
+    return "a named escape \\N{...}: recur has no table of Unicode names (write the character, "
+           "or \\u or \\U)";
+  // Any other escape is no escape: Python keeps the backslash and reads on from the character
+  // after it (which may be a quote, a non-ASCII character, ...).
+  out += '\\';
+  i = escape + 1;
+  return {};
+}
+
 }  // namespace
 
 PyLiteral parse_py_literal(std::string_view s, std::size_t at) {
@@ -82,62 +143,8 @@ PyLiteral parse_py_literal(std::string_view s, std::size_t at) {
       continue;
     }
     if (i + 1 >= s.size()) break;  // a backslash escapes the end: no closing quote
-    const char e = s[i + 1];
     const std::size_t escape = i;
-    i += 2;
-    switch (e) {
-      case '\\': case '\'': case '"': r.bytes += e; continue;
-      case 'a': r.bytes += '\a'; continue;
-      case 'b': r.bytes += '\b'; continue;
-      case 'f': r.bytes += '\f'; continue;
-      case 'n': r.bytes += '\n'; continue;
-      case 'r': r.bytes += '\r'; continue;
-      case 't': r.bytes += '\t'; continue;
-      case 'v': r.bytes += '\v'; continue;
-      default: break;
-    }
-    if (is_octal(e)) {  // one to three digits, the first already read
-      unsigned value = static_cast<unsigned>(e - '0');
-      for (int k = 0; k < 2 && i < s.size() && is_octal(s[i]); ++k, ++i)
-        value = value * 8 + static_cast<unsigned>(s[i] - '0');
-      if (r.is_bytes) {
-        if (value > 0377)
-          return fail(escape, fmt::format("the octal escape \\{:o} is past \\377 in a bytes "
-                                          "literal (Python would drop its high bit)", value));
-        r.bytes += static_cast<char>(value);
-      } else {
-        append_utf8(r.bytes, static_cast<char32_t>(value));
-      }
-      continue;
-    }
-    const int digits = e == 'x' ? 2 : (e == 'u' && !r.is_bytes) ? 4 : (e == 'U' && !r.is_bytes) ? 8 : 0;
-    if (digits > 0) {
-      std::uint32_t value = 0;
-      for (int k = 0; k < digits; ++k, ++i) {
-        const int h = i < s.size() ? hex_value(s[i]) : -1;
-        if (h < 0)
-          return fail(escape, fmt::format("\\{} needs {} hexadecimal digits", e, digits));
-        value = value * 16 + static_cast<std::uint32_t>(h);
-      }
-      if (r.is_bytes) {
-        r.bytes += static_cast<char>(value);  // \xhh in bytes is the byte itself
-      } else if (value > 0x10FFFF) {
-        return fail(escape, fmt::format("\\U{:08x} is past U+10FFFF", value));
-      } else if (value >= 0xD800 && value <= 0xDFFF) {
-        return fail(escape, fmt::format("U+{:04X} is a surrogate, which has no UTF-8 (the "
-                                        "reference cannot encode it either)", value));
-      } else {
-        append_utf8(r.bytes, static_cast<char32_t>(value));  // \xhh in a str is the code point U+00hh
-      }
-      continue;
-    }
-    if (e == 'N' && !r.is_bytes)
-      return fail(escape, "a named escape \\N{...}: recur has no table of Unicode names (write "
-                          "the character, or \\u or \\U)");
-    // Any other escape is no escape: Python keeps the backslash and reads on from the next
-    // character (which may be a quote's neighbour, a non-ASCII character, ...).
-    r.bytes += '\\';
-    i = escape + 1;
+    if (std::string why = read_escape(s, i, r.is_bytes, r.bytes); !why.empty()) return fail(escape, why);
   }
   return fail(open, "the literal has no closing quote");
 }
