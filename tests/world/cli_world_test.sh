@@ -33,6 +33,24 @@ printf '0\n' > "$dir/zero"
 [[ -z "$("$recur" tokenize -m "$vocab" --decode -f "$dir/zero")" ]] || fail "id 0 decodes to text"
 "$recur" tokenize -m "$vocab" -p "Hello" --tokens | grep -q $'\tHello' || fail "--tokens does not show 'Hello'"
 checks=$((checks + 1))
+# generate and score with a model directory holding the vocabulary (random weights over its
+# 3,002 ids, so that the ids it samples include pieces of characters): the streamed text is the
+# prompt followed by the decode of the generated ids, and score on the text equals score on its ids.
+"$recur" make-model "$dir/model" --vocab 3002 --hidden 32 --layers 1 --heads 2 > /dev/null
+cp "$vocab" "$dir/model/"
+prompt=$'\xe4\xb8\xad\xe6\x96\x87 and the world'
+gen=(generate -m "$dir/model" -p "$prompt" -n 80 --seed 3 --temperature 1 --top-k 0 --ignore-eos)
+"$recur" "${gen[@]}" --ids 2> /dev/null > "$dir/gen_ids"
+"$recur" "${gen[@]}" --raw 2> "$dir/gen_err" > "$dir/gen_text"
+grep -q "tokenizer: RWKV world vocabulary, 3002 ids" "$dir/gen_err" || fail "generate does not name the vocabulary: $(cat "$dir/gen_err")"
+{ printf '%s' "$prompt"; "$recur" tokenize -m "$dir/model" --decode -f "$dir/gen_ids"; echo; } > "$dir/expected"
+cmp -s "$dir/gen_text" "$dir/expected" || fail "streamed text differs from the decode of its ids: $(cmp "$dir/gen_text" "$dir/expected")"
+printf '%s' "$prompt" > "$dir/prompt.txt"
+"$recur" tokenize -m "$dir/model" -f "$dir/prompt.txt" > "$dir/prompt_ids"
+a=$("$recur" score -m "$dir/model" -f "$dir/prompt.txt" --json | sed 's/, "bytes".*//')
+b=$("$recur" score -m "$dir/model" --token-ids "$dir/prompt_ids" --json | sed 's/, "bytes".*//')
+[[ "$a" == "$b" ]] || fail "score of text $a, of its ids $b"
+checks=$((checks + 1))
 # A malformed vocabulary names its line and column, and the tool exits non-zero.
 head -n 300 "$vocab" > "$dir/rwkv_vocab_v20230424.txt"
 echo "301 'ab' 3" >> "$dir/rwkv_vocab_v20230424.txt"
