@@ -136,9 +136,9 @@ struct Tokenizer::Impl {
   std::vector<char> special;
   std::unordered_map<std::string, int> added_ids;
   std::optional<std::int64_t> truncate;  // max_length, with direction
+  bool truncate_left = false;
   // An RWKV world vocabulary, when that is what was loaded: it encodes, and nothing above runs.
   std::unique_ptr<const text::WorldVocab> world;
-  bool truncate_left = false;
 
   void normalize(std::string& s) const {
     normalizers.apply(s);

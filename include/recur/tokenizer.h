@@ -53,12 +53,13 @@ class Tokenizer {
 
   /// One more than the largest id (the model's vocabulary and the added tokens).
   int vocab_size() const;
-  /// The id of a token string (a vocabulary entry or an added token).
+  /// The id of a token string (a vocabulary entry or an added token; for an RWKV vocabulary,
+  /// the id encoding gives those bytes as one token, and 0 for "<|endoftext|>").
   std::optional<int> token_to_id(std::string_view token) const;
   /// The token string of an id (throws ArgumentError outside the vocabulary); for an RWKV
   /// vocabulary, the token's bytes, which need not be UTF-8 on their own.
   const std::string& id_to_token(int id) const;
-  /// Whether the id is an added token marked special.
+  /// Whether the id is an added token marked special (for an RWKV vocabulary: id 0).
   bool is_special(int id) const;
   /// Where it was loaded from.
   const std::string& source() const;
