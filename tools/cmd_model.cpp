@@ -66,9 +66,10 @@ TextModel open_model(const Args& args) {
   } else {
     for (const char* name : {"tokenizer.model", "vocab.json"}) {
       if (std::filesystem::exists(std::filesystem::path(dir) / name)) {
-        fmt::print(stderr, "warning: the model ships {} but no tokenizer.json, the only tokenizer "
-                           "format recur reads: text is fed as bytes, not the ids the model was "
-                           "trained on. Tokenize elsewhere and pass ids.\n", name);
+        fmt::print(stderr, "warning: the model ships {} but no tokenizer.json (nor RWKV's "
+                           "rwkv_vocab_v20230424.txt), the tokenizer formats recur reads: text "
+                           "is fed as bytes, not the ids the model was trained on. Tokenize "
+                           "elsewhere and pass ids.\n", name);
         break;
       }
     }
@@ -156,8 +157,9 @@ int run_generate(int argc, char** argv) {
             "trained on the King James Bible (models/kjv).");
   args.option("model", "", "model directory (config.json, safetensors or pytorch_model.bin, "
                            "tokenizer.json); default: the built-in model", 'm')
-      .option("tokenizer", "", "tokenizer.json, or a directory that holds one, for a model "
-                               "directory without its own (Based's checkpoints use GPT-2's)")
+      .option("tokenizer", "", "tokenizer.json or rwkv_vocab_v20230424.txt, or a directory that "
+                               "holds one, for a model directory without its own (Based's "
+                               "checkpoints use GPT-2's)")
       .option("prompt", "", "prompt text (default: \"And it came to pass\" for the built-in model, "
                             "\"The quick brown fox\" otherwise; nothing after --load-state)", 'p')
       .option("prompt-file", "", "read the prompt from this file ('-': standard input)", 'f')
@@ -340,8 +342,9 @@ int run_score(int argc, char** argv) {
             "the perplexity exp(mean_nll) and, for text, bits per byte. --json prints the numbers\n"
             "with 17 significant digits: the same digits at any --chunk and --threads.");
   args.option("model", "", "model directory; default: the built-in model", 'm')
-      .option("tokenizer", "", "tokenizer.json, or a directory that holds one, for a model "
-                               "directory without its own (Based's checkpoints use GPT-2's)")
+      .option("tokenizer", "", "tokenizer.json or rwkv_vocab_v20230424.txt, or a directory that "
+                               "holds one, for a model directory without its own (Based's "
+                               "checkpoints use GPT-2's)")
       .option("file", "", "text to score, through the model's tokenizer.json (bytes without one; "
                           "'-': standard input)", 'f')
       .option("token-ids", "", "token ids to score, one per line ('-': standard input)")

@@ -11,7 +11,6 @@
 #include "recur/error.h"
 #include "recur/model.h"
 #include "recur/quantize.h"
-#include "recur/tokenizer.h"
 #include "util/file.h"
 #include "util/json.h"
 
@@ -290,10 +289,10 @@ int run_make_model(int argc, char** argv) {
 int run_convert(int argc, char** argv) {
   Args args("convert",
             "Writes a model directory's weights as one model.safetensors, with its config.json\n"
-            "(and tokenizer.json, if there is one) beside it. For a checkpoint published as\n"
-            "pytorch_model.bin: the archive is read by recur's restricted unpickler, which runs\n"
-            "nothing, the model is loaded (every tensor checked against config.json), and the\n"
-            "tensors it reads are written under the names it reads them by.");
+            "(and tokenizer.json or rwkv_vocab_v20230424.txt, if there is one) beside it. For a\n"
+            "checkpoint published as pytorch_model.bin: the archive is read by recur's restricted\n"
+            "unpickler, which runs nothing, the model is loaded (every tensor checked against\n"
+            "config.json), and the tensors it reads are written under the names it reads them by.");
   args.option("dtype", "", "stored dtype: f32, bf16 or f16 (default: the checkpoint's own, if it "
                            "has one for every tensor, else f32)")
       .flag("force", "replace a model already in OUT")
@@ -340,9 +339,10 @@ int run_convert(int argc, char** argv) {
   write_safetensors((fs::path(out) / "model.safetensors").string(), tensors, dtype,
                     {{"format", "pt"}, {"converted_from", weights->describe()}});
   detail::write_file_atomically((fs::path(out) / "config.json").string(), config_text, "recur convert");
-  if (Tokenizer::present(in))
-    fs::copy_file(fs::path(in) / "tokenizer.json", fs::path(out) / "tokenizer.json",
-                  fs::copy_options::overwrite_existing);
+  // The tokenizer beside the weights: tokenizer.json, or RWKV's world vocabulary.
+  for (const char* name : {"tokenizer.json", "rwkv_vocab_v20230424.txt"})
+    if (fs::is_regular_file(fs::path(in) / name, ec))
+      fs::copy_file(fs::path(in) / name, fs::path(out) / name, fs::copy_options::overwrite_existing);
   fmt::print("wrote {}: {} tensors, {:.2f}M parameters as {}, from {}\n", printable(out),
              tensors.size(), double(model->parameters()) / 1e6, dtype_name(dtype),
              printable(weights->describe()));
@@ -425,7 +425,8 @@ int run_quantize(int argc, char** argv) {
   if (tty) fmt::print(stderr, "\n");
   // Tokenizer files beside the weights, as Hugging Face's layouts name them.
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                           "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json"}) {
+                           "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json",
+                           "rwkv_vocab_v20230424.txt"}) {
     const fs::path from = fs::path(in) / name;
     if (fs::is_regular_file(from, ec))
       fs::copy_file(from, fs::path(out) / name, fs::copy_options::overwrite_existing);

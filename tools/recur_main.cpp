@@ -21,7 +21,7 @@ constexpr const char* kUsage =
     "  score       mean negative log-likelihood and perplexity of a text under a model\n"
     "  serve       an OpenAI-compatible HTTP server with batched decoding (the built-in model\n"
     "              without -m)\n"
-    "  tokenize    text to token ids and back with a model's tokenizer.json\n"
+    "  tokenize    text to token ids and back with a model's tokenizer.json or RWKV vocabulary\n"
     "  make-model  write a model with random weights, for tests and demos\n"
     "  convert     write a model (a pytorch_model.bin checkpoint, say) as safetensors\n"
     "  quantize    write a model with 8-bit or 4-bit weights (q8, q4)\n"
