@@ -53,6 +53,8 @@ FIXTURES = collections.OrderedDict([
     ("h2x16-fla", ("fla", None, None, None, {"from": "h2x16-f32.pth", "fuse_norm": False})),
     ("h1x64-fla-bf16", ("fla", None, None, None, {"from": "h1x64-bf16.pth", "fuse_norm": True,
                                                    "stale_num_heads": True})),
+    ("h2x16-fla-xx-bf16", ("fla", None, None, None, {"from": "h2x16-bf16.pth", "fuse_norm": True,
+                                                      "x_x": True})),
 ])
 
 COVERS = {
@@ -66,6 +68,9 @@ COVERS = {
                  "head_dim 16 makes fla's ln_x eps 16e-5 where BlinkDL's is 64e-5",
     "h1x64-fla-bf16": "h1x64-bf16.pth in fla-hub's layout, bfloat16, fuse_norm true (fla's l2_norm "
                       "with eps 1e-6), a stale num_heads (32) as fla's converter leaves it",
+    "h2x16-fla-xx-bf16": "h2x16-bf16.pth in fla's first layout (Jan-Apr 2025): the six lerps as one "
+                         "attn.x_x [6, C], a config.json of that time (no value_dim, use_l2warp, "
+                         "fuse_linear_cross_entropy), fuse_norm true",
 }
 PREFIXES = [2, 17, 64, 200]
 N_GREEDY = 16
@@ -184,9 +189,10 @@ def to_fla_name(name):
     return ".".join(["model", "layers", parts[1], block] + rest), transpose
 
 
-def fla_tensors(sd):
+def fla_tensors(sd, x_x=False):
     """The fla-layout tensors of a BlinkDL state dict: renamed, LoRA factors transposed, [1, 1, C]
-    squeezed to [C] except the six attention lerps (fla keeps x_r..x_g as [1, 1, C])."""
+    squeezed to [C] except the six attention lerps (fla keeps x_r..x_g as [1, 1, C]). With x_x,
+    fla's first layout: the six lerps as rows r, w, k, v, a, g of one attn.x_x [6, C]."""
     out = {}
     for name, t in sd.items():
         new, transpose = to_fla_name(name)
@@ -198,10 +204,14 @@ def fla_tensors(sd):
             t = t.reshape(-1)
         # a fresh row-major tensor: .contiguous() keeps the stride of a size-1 dimension
         out[new] = torch.empty(t.shape, dtype=t.dtype).copy_(t)
+    if x_x:
+        for prefix in sorted({n[:-len("x_r")] for n in out if n.endswith(".attn.x_r")}):
+            rows = [out.pop(prefix + n).reshape(1, -1) for n in ATT_VECS]
+            out[prefix + "x_x"] = torch.cat(rows).contiguous()
     return out
 
 
-def write_fla(sd, out_dir, fuse_norm=False, stale_num_heads=False):
+def write_fla(sd, out_dir, fuse_norm=False, stale_num_heads=False, x_x=False):
     """config.json (fields as fla's RWKV7Config writes them; sizes from the tensors, as the
     converter reads them) and model.safetensors."""
     os.makedirs(out_dir, exist_ok=True)
@@ -248,9 +258,15 @@ def write_fla(sd, out_dir, fuse_norm=False, stale_num_heads=False):
         "value_dim": [C] * L,
         "vocab_size": sd["emb.weight"].shape[0],
     }
+    if x_x:
+        # as configs were written then (fla-hub/rwkv7-1.5B-world's, transformers 4.48)
+        for k in ("value_dim", "use_l2warp", "fuse_linear_cross_entropy"):
+            del cfg[k]
+        cfg["transformers_version"] = "4.48.1"
+        cfg["_attn_implementation_autoset"] = True
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         f.write(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-    write_safetensors(os.path.join(out_dir, "model.safetensors"), fla_tensors(sd), {"format": "pt"})
+    write_safetensors(os.path.join(out_dir, "model.safetensors"), fla_tensors(sd, x_x), {"format": "pt"})
 
 
 def prompt_ids():
@@ -278,7 +294,8 @@ def write_all(out_root):
             with open(path, "wb") as f:
                 f.write(buf.getvalue())
         else:
-            write_fla(sds[opt["from"]], path, opt["fuse_norm"], opt.get("stale_num_heads", False))
+            write_fla(sds[opt["from"]], path, opt["fuse_norm"], opt.get("stale_num_heads", False),
+                      opt.get("x_x", False))
     exp = collections.OrderedDict()
     exp["about"] = ("RWKV-7 fixtures: reference.py (float64) with each layout's own rules; mean_nll "
                     "is the mean over the n-1 predictions of ids[1:] from ids[:-1]; greedy = "
@@ -298,7 +315,8 @@ def write_all(out_root):
                             "layer0_v": opt.get("layer0_v", False)}
         else:
             e["made_by"] = {"converted_from": opt["from"], "fuse_norm": opt["fuse_norm"],
-                            "stale_num_heads": opt.get("stale_num_heads", False)}
+                            "stale_num_heads": opt.get("stale_num_heads", False),
+                            "x_x": opt.get("x_x", False)}
         e["bytes"] = sum(os.path.getsize(os.path.join(dp, fn)) for dp, _, fns in os.walk(path)
                          for fn in fns) if os.path.isdir(path) else os.path.getsize(path)
         e.update(res)
@@ -349,6 +367,12 @@ def sensitivity():
         ("bonus r_k term left out", lambda m: [d.update(r_k=torch.zeros_like(d["r_k"])) for d in m.layers]),
         ("k not adjusted by k_a (k_a = 0)", lambda m: [d.update(k_a=torch.zeros_like(d["k_a"])) for d in m.layers]),
         ("a fixed at 1 (no in-context rate)", lambda m: [d.update(a0=torch.full_like(d["a0"], 1e9)) for d in m.layers]),
+        ("decay applied along the value index of S", lambda m: m.variants.add("decay_on_value_index")),
+        ("read-out y = S^T r", lambda m: m.variants.add("readout_transposed")),
+        ("sa = S(-kk) taken after the decay", lambda m: m.variants.add("sa_after_decay")),
+        ("bonus with k before the k_a adjustment", lambda m: m.variants.add("bonus_k_before_ka")),
+        ("gate as sigmoid(xg @ g1 @ g2)", lambda m: m.variants.add("gate_sigmoid_outside")),
+        ("ln_x over all C channels, not per head", lambda m: m.variants.add("ln_x_whole_width")),
     ]
     print("| change | " + " | ".join(FIXTURES) + " |")
     print("|---|" + "---|" * len(FIXTURES))

@@ -88,6 +88,10 @@ class Model:
         self.head = None         # [V, C]
         self.rules = None
         self.notes = []          # what the loader ignored or derived against a config field
+        # Deliberate misreadings, for make_fixtures.py --sensitivity only (empty in every real
+        # use): "decay_on_value_index", "readout_transposed", "sa_after_decay",
+        # "bonus_k_before_ka", "gate_sigmoid_outside", "ln_x_whole_width".
+        self.variants = set()
 
 
 LAYER_KEYS = ["ln1", "ln2",                                  # (weight, bias) pairs
@@ -322,7 +326,7 @@ def load_fla(model_dir):
         p, a = f"model.layers.{i}.", f"model.layers.{i}.attn."
         d = {"ln1": ln(p + "attn_norm"), "ln2": ln(p + "ffn_norm")}
         if a + "x_x" in sd:
-            # fla's first layout (Jan-Mar 2025): one [6, C] tensor, rows r, w, k, v, a, g;
+            # fla's first layout (20 Jan - 9 Apr 2025): one [6, C] tensor, rows r, w, k, v, a, g;
             # RWKV7Model.load_state_dict still migrates it.
             xx = take(a + "x_x")
             if tuple(xx.shape) not in ((6, C), (6, 1, 1, C)):
@@ -440,21 +444,31 @@ def time_mix(m, i, d, x, st, v_first):
         v = v + (v_first - v) * torch.sigmoid(d["v0"] + (xv @ d["v1"]) @ d["v2"])
     a = torch.sigmoid(d["a0"] + (xa @ d["a1"]) @ d["a2"])   # in-context learning rate
     g = torch.sigmoid(xg @ d["g1"]) @ d["g2"]               # output gate: sigmoid in the middle
+    var = m.variants
+    if "gate_sigmoid_outside" in var:
+        g = torch.sigmoid((xg @ d["g1"]) @ d["g2"])
     kk = l2_normalize((k * d["k_k"]).reshape(T, H, N), rules)
+    k_raw = k
     k = k * (1 + (a - 1) * d["k_a"])
     r3, w3, k3, v3, a3 = (t.reshape(T, H, N) for t in (r, w, k, v, a))
     S = st["S"]
     y = torch.empty(T, H, N, dtype=DT)
+    wshape = (slice(None), slice(None), None) if "decay_on_value_index" in var else (slice(None), None, slice(None))
+    readout = "hji,hj->hi" if "readout_transposed" in var else "hij,hj->hi"
     for t in range(T):
         # S = S diag(w) + (S (-kk)) (kk * a)^T + v k^T, per head; both terms use the old S.
-        sa = torch.einsum("hij,hj->hi", S, -kk[t])
-        S = (S * w3[t][:, None, :] + sa[:, :, None] * (kk[t] * a3[t])[:, None, :]
+        sa = torch.einsum("hij,hj->hi", S * w3[t][:, None, :] if "sa_after_decay" in var else S, -kk[t])
+        S = (S * w3[t][wshape] + sa[:, :, None] * (kk[t] * a3[t])[:, None, :]
              + v3[t][:, :, None] * k3[t][:, None, :])
-        y[t] = torch.einsum("hij,hj->hi", S, r3[t])      # y = S r
+        y[t] = torch.einsum(readout, S, r3[t])           # y = S r
     st["S"] = S
     st["att_x"] = x[-1].clone()
-    out = group_norm(y, d["lnx"], rules.lnx_eps)
-    bonus = (r3 * k3 * d["r_k"]).sum(dim=-1, keepdim=True) * v3     # per head, times v
+    if "ln_x_whole_width" in var:
+        out = group_norm(y.reshape(T, 1, C), d["lnx"], rules.lnx_eps)
+    else:
+        out = group_norm(y, d["lnx"], rules.lnx_eps)
+    kb = k_raw.reshape(T, H, N) if "bonus_k_before_ka" in var else k3
+    bonus = (r3 * kb * d["r_k"]).sum(dim=-1, keepdim=True) * v3     # per head, times v
     out = out + bonus.reshape(T, C)
     return (out * g) @ d["Wo"].T, v_first
 
