@@ -7,7 +7,7 @@ flash-linear-attention's RWKV-7 (fla/layers/rwkv7.py, fla/models/rwkv7/, utils/c
 docs/rwkv7.md says what was read where and where the two disagree. Neither is imported. It is an
 oracle, not fast: everything is torch.float64, the state update runs token by token.
 
-It reads both published layouts:
+It reads both published layouts (checkpoints.py):
   * BlinkDL's .pth (a bare state dict, names like blocks.0.att.w1), FILE.pth or a directory that
     holds exactly one .pth; every size is inferred from the tensors as BlinkDL's demos do;
   * fla-hub's Hugging Face folder (config.json with model_type "rwkv7", model.safetensors or
@@ -33,348 +33,20 @@ The options override them (to measure what a reading changes).
 
 import argparse
 import collections
-import glob
 import hashlib
 import json
-import math
 import os
-import re
 import sys
 
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from pyref import dumps, parse_ids, read_safetensors, write_logits  # noqa: E402
-
-DT = torch.float64
-
-# exp(-0.5) exactly (in float64). BlinkDL's RNN demo and rwkv.cpp / llama.cpp write it 0.606531;
-# the GPT demo and the CUDA kernels get the same value as exp(-softplus(-z) - 0.5) (see decay()).
-EXP_M05 = math.exp(-0.5)
-BLINK_LNX_EPS = 64e-5    # nn.GroupNorm(H, C, eps=64e-5) in every BlinkDL v7 file
-BLINK_LN_EPS = 1e-5      # nn.LayerNorm default
-FLA_L2_EPS = 1e-6        # fla.modules.l2norm default, inside the square root
-TORCH_NORMALIZE_EPS = 1e-12  # F.normalize's default, a floor on the norm
-
-
-class Rules:
-    """The numeric details a layout's own code fixes (module docstring)."""
-
-    def __init__(self, ln_eps, lnx_eps, l2, decay_scale=EXP_M05):
-        self.ln_eps = ln_eps
-        self.lnx_eps = lnx_eps
-        self.l2 = l2                    # "blink" or "fla"
-        self.decay_scale = decay_scale
-
-    def as_dict(self):
-        return {"ln_eps": self.ln_eps, "lnx_eps": self.lnx_eps, "l2": self.l2,
-                "decay_scale": self.decay_scale}
-
-
-class Model:
-    """Weights in one canonical form (BlinkDL's orientation: a projection W is [out, in] and used
-    as x @ W.T; a LoRA factor w1 is [C, rank], w2 [rank, C], used as x @ w1 @ w2), float64."""
-
-    def __init__(self):
-        self.layout = None       # "pth" or "fla"
-        self.dtype = None        # of the file's floating tensors
-        self.n_layer = self.n_embd = self.n_head = self.head_size = self.vocab = self.ffn = 0
-        self.ranks = {}          # "w", "a", "v", "g" -> rank
-        self.emb = None          # [V, C]
-        self.ln0 = None          # (weight [C], bias [C]); fla without pre_norm: identity affine
-        self.layers = []         # list of dicts, keys below
-        self.ln_out = None       # (weight, bias)
-        self.head = None         # [V, C]
-        self.rules = None
-        self.notes = []          # what the loader ignored or derived against a config field
-        # Deliberate misreadings, for make_fixtures.py --sensitivity only (empty in every real
-        # use): "decay_on_value_index", "readout_transposed", "sa_after_decay",
-        # "bonus_k_before_ka", "gate_sigmoid_outside", "ln_x_whole_width".
-        self.variants = set()
-
-
-LAYER_KEYS = ["ln1", "ln2",                                  # (weight, bias) pairs
-              "x_r", "x_w", "x_k", "x_v", "x_a", "x_g",      # [C] token-shift lerps
-              "w0", "w1", "w2", "a0", "a1", "a2", "v0", "v1", "v2", "g1", "g2",
-              "k_k", "k_a", "r_k",                           # [C], [C], [H, N]
-              "Wr", "Wk", "Wv", "Wo",                        # [C, C] each, [out, in]
-              "lnx",                                         # (weight, bias) [C]
-              "ffn_x_k", "ffn_Wk", "ffn_Wv"]                 # [C], [F, C], [C, F]
-
-
-class FormatError(ValueError):
-    pass
-
-
-# --------------------------------------------------------------------------------------------
-# Loading: BlinkDL's .pth
-
-def _vec(t, C, name):
-    """A per-channel vector: [1, 1, C] as BlinkDL stores it, or [C] (fla's k_k, k_a, ffn.x_k)."""
-    if tuple(t.shape) not in ((1, 1, C), (C,)):
-        raise FormatError(f"{name}: shape {list(t.shape)}, expected [1, 1, {C}] or [{C}]")
-    return t.reshape(C).to(DT)
-
-
-def _mat(t, shape, name):
-    if tuple(t.shape) != tuple(shape):
-        raise FormatError(f"{name}: shape {list(t.shape)}, expected {list(shape)}")
-    return t.to(DT)
-
-
-def _float_dtype(sd):
-    kinds = sorted({str(t.dtype).replace("torch.", "") for t in sd.values()})
-    return kinds[0] if len(kinds) == 1 else "+".join(kinds)
-
-
-def find_pth(path):
-    if os.path.isdir(path):
-        found = sorted(glob.glob(os.path.join(path, "*.pth")))
-        if len(found) != 1:
-            raise FormatError(f"{path}: expected exactly one .pth file, found {len(found)}")
-        return found[0]
-    return path
-
-
-def load_pth(path):
-    """BlinkDL's .pth. Sizes from the tensors, as rwkv_v7_demo_rnn.py does (n_head, head_size =
-    r_k.shape) and as fla's converter does (layers counted by blocks.N.ffn.key.weight, ranks from
-    w1/a1/g1 of layer 0 and v1 of layer 1, FFN width from ffn.key.weight)."""
-    sd = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(sd, dict):
-        raise FormatError(f"{path}: not a state dict")
-    m = Model()
-    m.layout, m.dtype = "pth", _float_dtype(sd)
-    used = set()
-
-    def take(name):
-        if name not in sd:
-            raise FormatError(f"{path}: missing tensor {name}")
-        used.add(name)
-        return sd[name]
-
-    emb = take("emb.weight")
-    m.vocab, C = emb.shape
-    m.n_embd = C
-    m.emb = emb.to(DT)
-    m.n_head, m.head_size = take("blocks.0.att.r_k").shape
-    if m.n_head * m.head_size != C:
-        raise FormatError(f"blocks.0.att.r_k: {m.n_head} x {m.head_size} != n_embd {C}")
-    L = 0
-    while f"blocks.{L}.ffn.key.weight" in sd:
-        L += 1
-    m.n_layer = L
-    m.ffn = sd["blocks.0.ffn.key.weight"].shape[0]
-    for k in "wag":
-        m.ranks[k] = sd[f"blocks.0.att.{k}1"].shape[1]
-    m.ranks["v"] = sd["blocks.1.att.v1"].shape[1] if L > 1 else 0
-    H, N, F = m.n_head, m.head_size, m.ffn
-
-    def ln(prefix):
-        return (_vec(take(prefix + ".weight"), C, prefix + ".weight"),
-                _vec(take(prefix + ".bias"), C, prefix + ".bias"))
-
-    m.ln0 = ln("blocks.0.ln0")
-    for i in range(L):
-        p, a = f"blocks.{i}.", f"blocks.{i}.att."
-        d = {"ln1": ln(p + "ln1"), "ln2": ln(p + "ln2")}
-        for n in ("x_r", "x_w", "x_k", "x_v", "x_a", "x_g", "w0", "a0", "k_k", "k_a"):
-            d[n] = _vec(take(a + n), C, a + n)
-        for n in "wag":
-            r = m.ranks[n]
-            d[n + "1"] = _mat(take(a + n + "1"), (C, r), a + n + "1")
-            d[n + "2"] = _mat(take(a + n + "2"), (r, C), a + n + "2")
-        if i > 0:
-            d["v0"] = _vec(take(a + "v0"), C, a + "v0")
-            d["v1"] = _mat(take(a + "v1"), (C, m.ranks["v"]), a + "v1")
-            d["v2"] = _mat(take(a + "v2"), (m.ranks["v"], C), a + "v2")
-        else:
-            # Present in checkpoints saved by the training code, absent from some published
-            # ones; never used (layer 0 only sets v_first). rwkv_v7_demo.py loads with
-            # strict=False for them, the RNN demo overwrites them, fla's converter drops them.
-            for n in ("v0", "v1", "v2"):
-                if a + n in sd:
-                    used.add(a + n)
-                    m.notes.append(f"{a + n} present and unused (layer 0)")
-            d["v0"] = d["v1"] = d["v2"] = None
-        d["r_k"] = _mat(take(a + "r_k"), (H, N), a + "r_k")
-        for n, key in (("Wr", "receptance"), ("Wk", "key"), ("Wv", "value"), ("Wo", "output")):
-            d[n] = _mat(take(a + key + ".weight"), (C, C), a + key + ".weight")
-        d["lnx"] = ln(a + "ln_x")
-        f = p + "ffn."
-        d["ffn_x_k"] = _vec(take(f + "x_k"), C, f + "x_k")
-        d["ffn_Wk"] = _mat(take(f + "key.weight"), (F, C), f + "key.weight")
-        d["ffn_Wv"] = _mat(take(f + "value.weight"), (C, F), f + "value.weight")
-        m.layers.append(d)
-    m.ln_out = ln("ln_out")
-    m.head = _mat(take("head.weight"), (m.vocab, C), "head.weight")
-    extra = sorted(set(sd) - used)
-    if extra:
-        raise FormatError(f"{path}: tensors no RWKV-7 reading uses: {extra[:8]}")
-    m.rules = Rules(BLINK_LN_EPS, BLINK_LNX_EPS, "blink")
-    return m
-
-
-# --------------------------------------------------------------------------------------------
-# Loading: fla-hub's Hugging Face folder
-
-def load_safetensors_dir(model_dir):
-    single = os.path.join(model_dir, "model.safetensors")
-    index = os.path.join(model_dir, "model.safetensors.index.json")
-    if os.path.exists(single):
-        return read_safetensors(single)
-    if os.path.exists(index):
-        with open(index) as f:
-            shards = sorted(set(json.load(f)["weight_map"].values()))
-        sd = {}
-        for s in shards:
-            sd.update(read_safetensors(os.path.join(model_dir, s)))
-        return sd
-    raise FormatError(f"{model_dir}: no model.safetensors or model.safetensors.index.json")
-
-
-def load_fla(model_dir):
-    """fla's RWKV7ForCausalLM as fla/models/rwkv7 and fla/layers/rwkv7.py build it. The mapping
-    from BlinkDL's names is utils/convert_from_rwkv7.py's: emb -> model.embeddings, ln0/ln1/ln2 ->
-    pre_norm/attn_norm/ffn_norm, att -> attn with receptance/key/value/output/ln_x -> r_proj/
-    k_proj/v_proj/o_proj/g_norm, X1 -> X_lora.lora.0.weight (transposed: [rank, C]),
-    X2 -> X_lora.lora.2.weight (transposed: [C, rank]), X0 -> X_lora.lora.2.bias ([C]); g_lora
-    has no bias; ln_out -> model.norm, head -> lm_head."""
-    with open(os.path.join(model_dir, "config.json")) as f:
-        cfg = json.load(f)
-    if cfg.get("model_type") != "rwkv7":
-        raise FormatError(f"{model_dir}: model_type {cfg.get('model_type')!r}, expected 'rwkv7'")
-    if cfg.get("attn"):
-        raise FormatError("config.json: hybrid softmax-attention layers (attn) are not RWKV-7")
-    if cfg.get("hidden_act", "sqrelu") != "sqrelu":
-        raise FormatError(f"config.json: hidden_act {cfg['hidden_act']!r}, only 'sqrelu'")
-    sd = load_safetensors_dir(model_dir)
-    m = Model()
-    m.layout, m.dtype = "fla", _float_dtype(sd)
-    used = set()
-
-    def take(name):
-        if name not in sd:
-            raise FormatError(f"{model_dir}: missing tensor {name}")
-        used.add(name)
-        return sd[name]
-
-    emb = take("model.embeddings.weight")
-    m.vocab, C = emb.shape
-    m.n_embd, m.emb = C, emb.to(DT)
-    if cfg.get("hidden_size", C) != C:
-        raise FormatError(f"config.json: hidden_size {cfg['hidden_size']} but embeddings are {C} wide")
-    if cfg.get("vocab_size", m.vocab) != m.vocab:
-        m.notes.append(f"vocab_size {cfg['vocab_size']} in config.json, {m.vocab} embedding rows: rows win")
-    value_dim = cfg.get("value_dim")
-    if value_dim is not None and any(v != C for v in (value_dim if isinstance(value_dim, list) else [value_dim])):
-        raise FormatError("config.json: value_dim other than hidden_size (fla's expanded state) "
-                          "is not in any published RWKV-7")
-    L = 0
-    while f"model.layers.{L}.ffn.key.weight" in sd:
-        L += 1
-    m.n_layer = L
-    if cfg.get("num_hidden_layers", L) != L:
-        raise FormatError(f"config.json: num_hidden_layers {cfg['num_hidden_layers']}, tensors for {L}")
-    # Heads: fla's layer takes head_dim when it is set (num_heads = hidden_size // head_dim) and
-    # ignores num_heads then, so a stale num_heads (fla's converter leaves the default config's
-    # 2048 // 64 = 32 there) changes nothing; r_k's shape must agree with what the layer derives.
-    H, N = sd["model.layers.0.attn.r_k"].shape
-    head_dim, num_heads = cfg.get("head_dim", 64), cfg.get("num_heads")
-    if head_dim is not None:
-        derived = (C // head_dim, head_dim)
-        if num_heads is not None and num_heads != C // head_dim:
-            m.notes.append(f"num_heads {num_heads} in config.json is stale (head_dim {head_dim} wins)")
-    elif num_heads is not None:
-        derived = (num_heads, C // num_heads)
-    else:
-        raise FormatError("config.json: neither head_dim nor num_heads")
-    if (H, N) != derived:
-        raise FormatError(f"attn.r_k is {H} x {N}, config.json implies {derived[0]} x {derived[1]}")
-    m.n_head, m.head_size = H, N
-    m.ffn = sd["model.layers.0.ffn.key.weight"].shape[0]
-    if cfg.get("intermediate_size") not in (None, m.ffn):
-        m.notes.append(f"intermediate_size {cfg['intermediate_size']} in config.json, tensors {m.ffn}")
-    for k, field in (("w", "decay_low_rank_dim"), ("a", "a_low_rank_dim"), ("g", "gate_low_rank_dim")):
-        m.ranks[k] = sd[f"model.layers.0.attn.{k}_lora.lora.0.weight"].shape[0]
-        if cfg.get(field) not in (None, m.ranks[k]):
-            m.notes.append(f"{field} {cfg[field]} in config.json, tensors {m.ranks[k]}")
-    m.ranks["v"] = sd["model.layers.1.attn.v_lora.lora.0.weight"].shape[0] if L > 1 else 0
-    if L > 1 and cfg.get("v_low_rank_dim") not in (None, m.ranks["v"]):
-        m.notes.append(f"v_low_rank_dim {cfg['v_low_rank_dim']} in config.json, tensors {m.ranks['v']}")
-    F = m.ffn
-    norm_bias = cfg.get("norm_bias", True)
-    norm_eps = cfg.get("norm_eps", 1e-5)
-
-    def ln(prefix, bias=norm_bias):
-        w = _vec(take(prefix + ".weight"), C, prefix + ".weight")
-        b = _vec(take(prefix + ".bias"), C, prefix + ".bias") if bias else torch.zeros(C, dtype=DT)
-        return (w, b)
-
-    if cfg.get("norm_first", True):
-        if "model.layers.0.pre_norm.weight" in sd:
-            m.ln0 = ln("model.layers.0.pre_norm")
-        else:
-            # convert_from_rwkv7.py lists pre_norm as possibly absent; the module still exists
-            # and normalises, with LayerNorm's initial affine (weight 1, bias 0).
-            m.ln0 = (torch.ones(C, dtype=DT), torch.zeros(C, dtype=DT))
-            m.notes.append("model.layers.0.pre_norm absent: LayerNorm with weight 1, bias 0")
-    else:
-        m.ln0 = None
-    for i in range(L):
-        p, a = f"model.layers.{i}.", f"model.layers.{i}.attn."
-        d = {"ln1": ln(p + "attn_norm"), "ln2": ln(p + "ffn_norm")}
-        if a + "x_x" in sd:
-            # fla's first layout (20 Jan - 9 Apr 2025): one [6, C] tensor, rows r, w, k, v, a, g;
-            # RWKV7Model.load_state_dict still migrates it.
-            xx = take(a + "x_x")
-            if tuple(xx.shape) not in ((6, C), (6, 1, 1, C)):
-                raise FormatError(f"{a}x_x: shape {list(xx.shape)}, expected [6, {C}]")
-            xx = xx.reshape(6, C).to(DT)
-            for j, n in enumerate(("x_r", "x_w", "x_k", "x_v", "x_a", "x_g")):
-                d[n] = xx[j].clone()
-        else:
-            for n in ("x_r", "x_w", "x_k", "x_v", "x_a", "x_g"):
-                d[n] = _vec(take(a + n), C, a + n)
-        for n in ("k_k", "k_a"):
-            d[n] = _vec(take(a + n), C, a + n)
-        for k in "wavg":
-            if k == "v" and i == 0:
-                d["v0"] = d["v1"] = d["v2"] = None
-                continue
-            r, q = m.ranks[k], f"{a}{k}_lora.lora."
-            d[k + "1"] = _mat(take(q + "0.weight"), (r, C), q + "0.weight").T.contiguous()
-            d[k + "2"] = _mat(take(q + "2.weight"), (C, r), q + "2.weight").T.contiguous()
-            if k != "g":
-                d[k + "0"] = _vec(take(q + "2.bias"), C, q + "2.bias")
-        d["r_k"] = _mat(take(a + "r_k"), (H, N), a + "r_k")
-        for n, key in (("Wr", "r_proj"), ("Wk", "k_proj"), ("Wv", "v_proj"), ("Wo", "o_proj")):
-            d[n] = _mat(take(a + key + ".weight"), (C, C), a + key + ".weight")
-        d["lnx"] = ln(a + "g_norm", bias=True)   # fla's g_norm always has a bias
-        f = p + "ffn."
-        d["ffn_x_k"] = _vec(take(f + "x_k"), C, f + "x_k")
-        d["ffn_Wk"] = _mat(take(f + "key.weight"), (F, C), f + "key.weight")
-        d["ffn_Wv"] = _mat(take(f + "value.weight"), (C, F), f + "value.weight")
-        m.layers.append(d)
-    m.ln_out = ln("model.norm")
-    if "lm_head.weight" in sd:
-        m.head = _mat(take("lm_head.weight"), (m.vocab, C), "lm_head.weight")
-    elif cfg.get("tie_word_embeddings", False):
-        m.head = m.emb
-    else:
-        raise FormatError(f"{model_dir}: no lm_head.weight and tie_word_embeddings is false")
-    extra = sorted(set(sd) - used)
-    if extra:
-        raise FormatError(f"{model_dir}: tensors no RWKV-7 reading uses: {extra[:8]}")
-    m.rules = Rules(norm_eps, N * norm_eps, "fla" if cfg.get("fuse_norm", True) else "blink")
-    return m
-
-
-def load(path):
-    if os.path.isdir(path) and os.path.exists(os.path.join(path, "config.json")):
-        return load_fla(path)
-    return load_pth(find_pth(path))
+from pyref import dumps, parse_ids, write_logits  # noqa: E402
+from checkpoints import (  # noqa: E402,F401  (re-exported for the other scripts)
+    BLINK_LN_EPS, BLINK_LNX_EPS, DT, EXP_M05, FLA_L2_EPS, LAYER_KEYS, TORCH_NORMALIZE_EPS,
+    FormatError, Model, Rules, find_pth, load, load_fla, load_pth)
 
 
 # --------------------------------------------------------------------------------------------
@@ -681,6 +353,37 @@ def self_test():
             st[a + "x_x"] = torch.cat([st.pop(a + n).reshape(1, -1) for n in ("x_r", "x_w", "x_k", "x_v", "x_a", "x_g")])
         write_safetensors(os.path.join(fla, "model.safetensors"), st)
         check("fla's x_x [6, C] layout reads as the six x_*", _rel(forward(load(fla), ids)[0], ref), 1e-12)
+        # The loaders refuse what no reading uses, what is missing, and shapes that disagree.
+        import json as _json
+
+        def refused(label, path, expect):
+            try:
+                load(path)
+                msg = "(loaded)"
+            except FormatError as e:
+                msg = str(e)
+            check(f"refused: {label}", 0.0 if expect in msg else 1.0, 0.0)
+
+        def pth_with(name, change):
+            bad = dict(sd)
+            change(bad)
+            path = os.path.join(tmp, name + ".pth")
+            torch.save(bad, path)
+            return path
+
+        refused("an unknown tensor", pth_with("extra", lambda d: d.update({"blocks.0.att.extra": torch.zeros(3)})),
+                "tensors no RWKV-7 reading uses: ['blocks.0.att.extra']")
+        refused("layer 1 without v0", pth_with("nov0", lambda d: d.pop("blocks.1.att.v0")),
+                "missing tensor blocks.1.att.v0")
+        refused("a LoRA factor of the wrong shape",
+                pth_with("shape", lambda d: d.update({"blocks.1.att.a2": torch.zeros(spec["ranks"][1] + 1, spec["C"])})),
+                "blocks.1.att.a2: shape")
+        with open(os.path.join(fla, "config.json")) as f:
+            cfg = _json.load(f)
+        cfg["head_dim"] = spec["C"] // spec["H"] * 2
+        with open(os.path.join(fla, "config.json"), "w") as f:
+            _json.dump(cfg, f)
+        refused("a head_dim that r_k contradicts", fla, "config.json implies")
     print("self-test:", "FAILED " + ", ".join(fails) if fails else "passed")
     return 1 if fails else 0
 
