@@ -24,7 +24,6 @@ import collections
 import filecmp
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
