@@ -278,7 +278,7 @@ def write_all(out_root):
     import reference
     ids = prompt_ids()
     with open(os.path.join(out_root, "prompt_ids.txt"), "w") as f:
-        f.write(" ".join(str(i) for i in ids) + "\n")
+        f.write("".join(f"{i}\n" for i in ids))
     sds = {}
     for name, (kind, spec, seed, dtype, opt) in FIXTURES.items():
         path = os.path.join(out_root, name)
