@@ -64,6 +64,13 @@ struct HybridAttentionSpec {
 /// Feature maps a model's config may name.
 enum class ModelFeatureMap { kElu, kRelu, kIdentity, kHedgehog, kT2R, kDpfp, kElementwiseProduct };
 
+/// What a family's configuration adds to ModelConfig's common fields, for families whose
+/// fields live with their module (engine/models/<family>/). Immutable once resolved; shared
+/// between the copies of a ModelConfig.
+struct FamilyConfig {
+  virtual ~FamilyConfig() = default;
+};
+
 /// A model's configuration, as read from config.json, with every derived size resolved.
 struct ModelConfig {
   Architecture architecture = Architecture::kLinearAttn;
@@ -94,6 +101,8 @@ struct ModelConfig {
   /// apart.
   std::string quantization;
   std::string quantization_head;
+  /// The family's own fields (null for the families whose fields are still listed below).
+  std::shared_ptr<const FamilyConfig> family;
 
   // Based only (architecture kBased). hidden_size, num_hidden_layers, intermediate_size,
   // vocab_size, norm_eps come from n_embd, n_layer, n_inner, vocab_size, layer_norm_epsilon.
