@@ -24,6 +24,28 @@ class Loader;
 /// One tensor of a family's table: its name as checkpoints store it and its shape.
 using TensorShape = std::pair<std::string, std::vector<std::int64_t>>;
 
+/// One option of `recur make-model` that a family reads: --NAME, with a default value (a flag
+/// when `flag`), and its help line.
+struct MakeOption {
+  const char* name;
+  const char* fallback;
+  const char* help;
+  bool flag = false;
+  /// The --arch values it applies to (empty: every one of the family's).
+  std::vector<std::string> archs = {};
+};
+
+/// make-model's options as the family sees them (the tool parses and range-checks them).
+class MakeOptions {
+ public:
+  virtual ~MakeOptions() = default;
+  virtual bool given(const char* name) const = 0;
+  virtual bool flag(const char* name) const = 0;
+  virtual std::int64_t integer(const char* name, std::int64_t min, std::int64_t max) const = 0;
+  virtual double real(const char* name, double min, double max) const = 0;
+  virtual std::string str(const char* name) const = 0;
+};
+
 class Family {
  public:
   virtual ~Family() = default;
@@ -59,6 +81,17 @@ class Family {
   /// the layer stack (impl.network).
   virtual void load(const ModelConfig& c, const WeightSource& weights, Loader& L,
                     Model::Impl& impl) const = 0;
+  /// The --arch names `recur make-model` takes for this family (none: make-model does not
+  /// write it).
+  virtual std::vector<std::string> make_model_archs() const { return {}; }
+  /// The make-model options it reads beyond the common ones (vocab, hidden, layers, heads,
+  /// intermediate, tie-embeddings); families may share an option by name.
+  virtual std::vector<MakeOption> make_model_options() const { return {}; }
+  /// config.json for --arch `arch` from the options; ArgumentError names a bad value.
+  virtual std::string make_model_config(const std::string& arch, const MakeOptions& o) const {
+    (void)o;
+    throw ArgumentError("make-model does not write --arch " + arch);
+  }
   /// Lines for logs, each ending in a newline: "model: LABEL: ..." (the layout, its layers and
   /// sizes), and "state: ..." (a sequence's state, and whether it grows) where that says more
   /// than the size alone.
@@ -77,5 +110,9 @@ const Family& family_of(Architecture architecture);
 const Family* family_reading(const std::string& type, const json::Value& root);
 /// The model types every family reads, for messages.
 const char* known_model_types();
+/// Every family, in the registry's order.
+std::vector<const Family*> families();
+/// The family whose make-model --arch is `arch`, or null.
+const Family* family_for_arch(const std::string& arch);
 
 }  // namespace recur::model
