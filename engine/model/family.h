@@ -21,8 +21,23 @@ namespace recur::model {
 
 class Loader;
 
-/// One tensor of a family's table: its name as checkpoints store it and its shape.
-using TensorShape = std::pair<std::string, std::vector<std::int64_t>>;
+/// One tensor of a family's table: its name as checkpoints store it, its shape, and how
+/// make-model's random weights fill it (RandomWeights: seeded, the same on every machine).
+struct TensorSpec {
+  enum class Init {
+    kMatrix,     // normal, std 1/sqrt(shape[1]) (fan in)
+    kEmbedding,  // normal, std 1
+    kNorm,       // 1 + normal * 0.1 (a norm's weight)
+    kBias,       // normal * 0.1
+    kConv,       // normal, std 1/sqrt(shape[2]) (a (channels, 1, kernel) convolution's taps)
+    kUnit,       // normal, std 1 (logits of a softmax, such as HGRN2's lower bounds)
+    kIdentity,   // the identity + normal * 0.3/sqrt(shape[1]) (a map initialised to identity)
+  };
+  std::string name;
+  std::vector<std::int64_t> shape;
+  Init init = Init::kMatrix;
+};
+using Init = TensorSpec::Init;
 
 /// One option of `recur make-model` that a family reads: --NAME, with a default value (a flag
 /// when `flag`), and its help line.
@@ -70,7 +85,7 @@ class Family {
   virtual std::string config_fields(const ModelConfig& c) const = 0;
   /// Every tensor the configuration has, in a fixed order: what loading, make-model's random
   /// weights and the fingerprint go by.
-  virtual std::vector<TensorShape> tensors(const ModelConfig& c) const = 0;
+  virtual std::vector<TensorSpec> tensors(const ModelConfig& c) const = 0;
   /// The name under which the table lists a tensor stored as `name` (the same, unless one
   /// tensor of the table may be stored under another name too).
   virtual std::string table_name(const ModelConfig& c, const std::string& name) const {

@@ -90,7 +90,7 @@ class Loader {
     numeric.eos_token_ids.clear();
     const std::string cfg = numeric.to_json();
     hash_.update(cfg.data(), cfg.size());
-    for (auto& [name, shape] : family.tensors(config)) table_.emplace(name, shape);
+    for (const auto& t : family.tensors(config)) table_.emplace(t.name, t.shape);
   }
 
   /// Every tensor of the table was taken: a loader that skipped one is a bug in recur.

@@ -113,7 +113,9 @@ class TorchSource final : public WeightSource {
 
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> model_tensor_shapes(
     const ModelConfig& c) {
-  return model::family_of(c.architecture).tensors(c);
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> out;
+  for (auto& t : model::family_of(c.architecture).tensors(c)) out.emplace_back(t.name, t.shape);
+  return out;
 }
 
 std::vector<std::uint8_t> WeightSource::read_bytes(const std::string& name) const {

@@ -20,6 +20,7 @@ using model::Dense;
 using model::Norm;
 using model::Role;
 using model::Shape;
+using Init = model::TensorSpec::Init;
 
 struct Layer {
   MixerKind mixer = MixerKind::kShortConv;
@@ -221,21 +222,21 @@ class Family final : public model::Family {
   void resolve(ModelConfig& c, const std::string& source) const override { based::resolve(c, source); }
   std::string config_fields(const ModelConfig& c) const override { return based::config_fields(c); }
 
-  std::vector<model::TensorShape> tensors(const ModelConfig& c) const override {
-    std::vector<model::TensorShape> out;
+  std::vector<model::TensorSpec> tensors(const ModelConfig& c) const override {
+    std::vector<model::TensorSpec> out;
     const std::int64_t d = c.hidden_size, Hm = c.intermediate_size;
     const std::int64_t di = std::int64_t(c.conv_expand) * d / 2;
-    out.push_back({"transformer.embeddings.word_embeddings.weight", {c.embedding_rows, d}});
+    out.push_back({"transformer.embeddings.word_embeddings.weight", {c.embedding_rows, d}, Init::kEmbedding});
     for (int i = 0; i < c.num_hidden_layers; ++i) {
       const std::string p = fmt::format("transformer.layers.{}.", i);
-      out.push_back({p + "norm1.weight", {d}});
+      out.push_back({p + "norm1.weight", {d}, Init::kNorm});
       switch (c.mixers[std::size_t(i)]) {
         case MixerKind::kShortConv:
           out.push_back({p + "mixer.in_proj.weight", {2 * di, d}});
-          if (c.conv_bias) out.push_back({p + "mixer.in_proj.bias", {2 * di}});
-          out.push_back({p + "mixer.conv.conv.weight", {di, 1, c.conv_kernel}});
+          if (c.conv_bias) out.push_back({p + "mixer.in_proj.bias", {2 * di}, Init::kBias});
+          out.push_back({p + "mixer.conv.conv.weight", {di, 1, c.conv_kernel}, Init::kConv});
           out.push_back({p + "mixer.out_proj.weight", {d, di}});
-          if (c.conv_bias) out.push_back({p + "mixer.out_proj.bias", {d}});
+          if (c.conv_bias) out.push_back({p + "mixer.out_proj.bias", {d}, Init::kBias});
           break;
         case MixerKind::kLinearAttention:
           out.push_back({p + "mixer.proj_q.weight", {c.key_dim, d}});
@@ -248,11 +249,11 @@ class Family final : public model::Family {
           out.push_back({p + "mixer.out_proj.weight", {d, d}});
           break;
       }
-      out.push_back({p + "norm2.weight", {d}});
+      out.push_back({p + "norm2.weight", {d}, Init::kNorm});
       out.push_back({p + "mlp.fc1.weight", {2 * Hm, d}});
       out.push_back({p + "mlp.fc2.weight", {d, Hm}});
     }
-    out.push_back({"transformer.ln_f.weight", {d}});
+    out.push_back({"transformer.ln_f.weight", {d}, Init::kNorm});
     return out;
   }
 

@@ -27,6 +27,7 @@ using model::Dense;
 using model::Norm;
 using model::Role;
 using model::Shape;
+using Init = model::TensorSpec::Init;
 
 std::string prefix(int i) { return fmt::format("model.layers.{}.", i); }
 
@@ -181,25 +182,25 @@ class GatedLayerState final : public model::LayerState {
   MixerKind kind() const override { return MixerKind::kGated; }
 };
 
-std::vector<model::TensorShape> tensors_of(const ModelConfig& c) {
-  std::vector<model::TensorShape> out;
+std::vector<model::TensorSpec> tensors_of(const ModelConfig& c) {
+  std::vector<model::TensorSpec> out;
   const std::int64_t d = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const std::int64_t K = c.conv_size;
-  out.push_back({"model.embeddings.weight", {V, d}});
+  out.push_back({"model.embeddings.weight", {V, d}, Init::kEmbedding});
   if (c.architecture == Architecture::kHgrn2 && c.use_lower_bound)
-    out.push_back({"model.lower_bounds", {c.num_hidden_layers, d}});
+    out.push_back({"model.lower_bounds", {c.num_hidden_layers, d}, Init::kUnit});
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = prefix(i);
-    out.push_back({p + "attn_norm.weight", {d}});
+    out.push_back({p + "attn_norm.weight", {d}, Init::kNorm});
     if (c.mixers[std::size_t(i)] == MixerKind::kAttention) {
       const auto& s = c.attn[std::size_t(c.attn_spec[std::size_t(i)])];
       const std::int64_t kv = std::int64_t(s.num_kv_heads) * (d / s.num_heads);
       out.push_back({p + "attn.q_proj.weight", {d, d}});
-      if (s.qkv_bias) out.push_back({p + "attn.q_proj.bias", {d}});
+      if (s.qkv_bias) out.push_back({p + "attn.q_proj.bias", {d}, Init::kBias});
       out.push_back({p + "attn.k_proj.weight", {kv, d}});
-      if (s.qkv_bias) out.push_back({p + "attn.k_proj.bias", {kv}});
+      if (s.qkv_bias) out.push_back({p + "attn.k_proj.bias", {kv}, Init::kBias});
       out.push_back({p + "attn.v_proj.weight", {kv, d}});
-      if (s.qkv_bias) out.push_back({p + "attn.v_proj.bias", {kv}});
+      if (s.qkv_bias) out.push_back({p + "attn.v_proj.bias", {kv}, Init::kBias});
       out.push_back({p + "attn.o_proj.weight", {d, d}});
     } else if (c.architecture == Architecture::kHgrn2) {
       out.push_back({p + "attn.q_proj.weight", {d, d}});
@@ -207,8 +208,8 @@ std::vector<model::TensorShape> tensors_of(const ModelConfig& c) {
       out.push_back({p + "attn.i_proj.weight", {d, d}});
       if (c.use_short_conv)
         for (const char* n : {"q", "f", "i"})
-          out.push_back({p + "attn." + n + "_conv1d.weight", {d, 1, K}});
-      if (c.elementwise_affine) out.push_back({p + "attn.g_norm.weight", {d}});
+          out.push_back({p + "attn." + n + "_conv1d.weight", {d, 1, K}, Init::kConv});
+      if (c.elementwise_affine) out.push_back({p + "attn.g_norm.weight", {d}, Init::kNorm});
       out.push_back({p + "attn.o_proj.weight", {d, d}});
     } else {
       const Widths w = gated_widths(c);
@@ -217,25 +218,25 @@ std::vector<model::TensorShape> tensors_of(const ModelConfig& c) {
       out.push_back({p + "attn.v_proj.weight", {w.v, d}});
       if (c.use_output_gate) out.push_back({p + "attn.g_proj.weight", {c.value_dim, d}});
       if (c.use_short_conv && c.architecture == Architecture::kGla) {
-        out.push_back({p + "attn.q_conv1d.weight", {w.q, 1, K}});
-        out.push_back({p + "attn.k_conv1d.weight", {w.k, 1, K}});
-        out.push_back({p + "attn.v_conv1d.weight", {w.v, 1, K}});
+        out.push_back({p + "attn.q_conv1d.weight", {w.q, 1, K}, Init::kConv});
+        out.push_back({p + "attn.k_conv1d.weight", {w.k, 1, K}, Init::kConv});
+        out.push_back({p + "attn.v_conv1d.weight", {w.v, 1, K}, Init::kConv});
       }
       if (c.architecture == Architecture::kGla) {
         const std::int64_t r = ModelConfig::kGateLowRankDim;
         out.push_back({p + "attn.gk_proj.0.weight", {r, d}});
         out.push_back({p + "attn.gk_proj.1.weight", {w.k, r}});
-        out.push_back({p + "attn.gk_proj.1.bias", {w.k}});
+        out.push_back({p + "attn.gk_proj.1.bias", {w.k}, Init::kBias});
       }
       out.push_back({p + "attn.o_proj.weight", {d, c.value_dim}});
-      if (c.elementwise_affine) out.push_back({p + out_norm_name(c) + ".weight", {c.head_v_dim}});
+      if (c.elementwise_affine) out.push_back({p + out_norm_name(c) + ".weight", {c.head_v_dim}, Init::kNorm});
     }
-    out.push_back({p + "mlp_norm.weight", {d}});
+    out.push_back({p + "mlp_norm.weight", {d}, Init::kNorm});
     out.push_back({p + "mlp.gate_proj.weight", {I, d}});
     out.push_back({p + "mlp.up_proj.weight", {I, d}});
     out.push_back({p + "mlp.down_proj.weight", {d, I}});
   }
-  out.push_back({"model.norm.weight", {d}});
+  out.push_back({"model.norm.weight", {d}, Init::kNorm});
   if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {V, d}});
   return out;
 }
@@ -663,7 +664,7 @@ class Family final : public model::Family {
   }
   void resolve(ModelConfig& c, const std::string& source) const override { fla::resolve(c, source); }
   std::string config_fields(const ModelConfig& c) const override { return fla::config_fields(c); }
-  std::vector<model::TensorShape> tensors(const ModelConfig& c) const override {
+  std::vector<model::TensorSpec> tensors(const ModelConfig& c) const override {
     return tensors_of(c);
   }
   void load(const ModelConfig& c, const WeightSource&, model::Loader& L,

@@ -18,24 +18,25 @@ using model::Dense;
 using model::Norm;
 using model::Role;
 using model::Shape;
+using Init = model::TensorSpec::Init;
 
 // Names of one feature map's parameters (under attn.feature_map_q / _k), with shapes.
 void feature_map_tensors(const ModelConfig& c, const std::string& prefix,
-                         std::vector<model::TensorShape>& out) {
+                         std::vector<model::TensorSpec>& out) {
   const std::int64_t d = c.head_k_dim;
   switch (c.feature_map) {
     case ModelFeatureMap::kHedgehog:
-      out.push_back({prefix + "layer.weight", {d, d}});
-      out.push_back({prefix + "layer.bias", {d}});
+      out.push_back({prefix + "layer.weight", {d, d}, Init::kIdentity});  // the library's identity
+      out.push_back({prefix + "layer.bias", {d}, Init::kBias});
       break;
     case ModelFeatureMap::kT2R:
       out.push_back({prefix + "layer.weight", {d, d}});
       break;
     case ModelFeatureMap::kElementwiseProduct:
       out.push_back({prefix + "layer1.weight", {d, d}});
-      out.push_back({prefix + "layer1.bias", {d}});
+      out.push_back({prefix + "layer1.bias", {d}, Init::kBias});
       out.push_back({prefix + "layer2.weight", {d, d}});
-      out.push_back({prefix + "layer2.bias", {d}});
+      out.push_back({prefix + "layer2.bias", {d}, Init::kBias});
       break;
     default:
       break;
@@ -266,42 +267,42 @@ class Family final : public model::Family {
   }
   std::string config_fields(const ModelConfig& c) const override { return linear::config_fields(c); }
 
-  std::vector<model::TensorShape> tensors(const ModelConfig& c) const override {
-    std::vector<model::TensorShape> out;
+  std::vector<model::TensorSpec> tensors(const ModelConfig& c) const override {
+    std::vector<model::TensorSpec> out;
     const std::int64_t d = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
-    out.push_back({"model.embeddings.weight", {V, d}});
+    out.push_back({"model.embeddings.weight", {V, d}, Init::kEmbedding});
     for (int i = 0; i < c.num_hidden_layers; ++i) {
       const std::string p = layer_prefix(i);
       if (c.architecture == Architecture::kLinearAttn) {
         const std::int64_t kd = c.key_dim / c.kv_groups, vd = c.value_dim / c.kv_groups;
-        out.push_back({p + "attn_norm.weight", {d}});
+        out.push_back({p + "attn_norm.weight", {d}, Init::kNorm});
         out.push_back({p + "attn.q_proj.weight", {c.key_dim, d}});
         out.push_back({p + "attn.k_proj.weight", {kd, d}});
         out.push_back({p + "attn.v_proj.weight", {vd, d}});
         feature_map_tensors(c, p + "attn.feature_map_q.", out);
         if (!c.tie_feature_map_qk) feature_map_tensors(c, p + "attn.feature_map_k.", out);
-        if (c.elementwise_affine) out.push_back({p + "attn.norm.weight", {c.head_v_dim}});
+        if (c.elementwise_affine) out.push_back({p + "attn.norm.weight", {c.head_v_dim}, Init::kNorm});
         out.push_back({p + "attn.o_proj.weight", {d, c.value_dim}});
-        out.push_back({p + "mlp_norm.weight", {d}});
+        out.push_back({p + "mlp_norm.weight", {d}, Init::kNorm});
         out.push_back({p + "mlp.gate_proj.weight", {I, d}});
         out.push_back({p + "mlp.up_proj.weight", {I, d}});
         out.push_back({p + "mlp.down_proj.weight", {d, I}});
       } else {
         for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
           out.push_back({p + "attn." + proj + ".weight", {d, d}});
-          out.push_back({p + "attn." + proj + ".bias", {d}});
+          out.push_back({p + "attn." + proj + ".bias", {d}, Init::kBias});
         }
-        out.push_back({p + "attn_norm.weight", {d}});
-        out.push_back({p + "attn_norm.bias", {d}});
+        out.push_back({p + "attn_norm.weight", {d}, Init::kNorm});
+        out.push_back({p + "attn_norm.bias", {d}, Init::kBias});
         out.push_back({p + "mlp.fc1.weight", {I, d}});
-        out.push_back({p + "mlp.fc1.bias", {I}});
+        out.push_back({p + "mlp.fc1.bias", {I}, Init::kBias});
         out.push_back({p + "mlp.fc2.weight", {d, I}});
-        out.push_back({p + "mlp.fc2.bias", {d}});
-        out.push_back({p + "mlp_norm.weight", {d}});
-        out.push_back({p + "mlp_norm.bias", {d}});
+        out.push_back({p + "mlp.fc2.bias", {d}, Init::kBias});
+        out.push_back({p + "mlp_norm.weight", {d}, Init::kNorm});
+        out.push_back({p + "mlp_norm.bias", {d}, Init::kBias});
       }
     }
-    if (c.architecture == Architecture::kLinearAttn) out.push_back({"model.norm.weight", {d}});
+    if (c.architecture == Architecture::kLinearAttn) out.push_back({"model.norm.weight", {d}, Init::kNorm});
     if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {V, d}});
     return out;
   }
@@ -370,16 +371,16 @@ class Family final : public model::Family {
                            c.feature_map == ModelFeatureMap::kElementwiseProduct;
       if (c.tie_feature_map_qk && learned) {
         // One module serves both; checkpoints store it under the q name, the k name, or both.
-        std::vector<model::TensorShape> names;
+        std::vector<model::TensorSpec> names;
         feature_map_tensors(c, fq, names);
-        const bool under_q = weights.has(names.front().first);
+        const bool under_q = weights.has(names.front().name);
         const std::shared_ptr<const FeatureMap> tied = make_map(c, L, under_q ? fq : fk);
         layer.phi_q = normalized(tied, c.norm_q);
         layer.phi_k = normalized(tied, c.norm_k);
         if (under_q) {
-          for (const auto& [name, shape] : names) {
-            const std::string other = fk + name.substr(fq.size());
-            if (weights.has(other)) L.accept_tied(other, weights.read(name), shape);
+          for (const auto& t : names) {
+            const std::string other = fk + t.name.substr(fq.size());
+            if (weights.has(other)) L.accept_tied(other, weights.read(t.name), t.shape);
           }
         }
       } else {
