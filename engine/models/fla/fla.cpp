@@ -18,7 +18,7 @@
 #include "recur/causal_attention.h"
 #include "recur/gated_attention.h"
 #include "recur/short_conv.h"
-#include "recur/window_attention.h"  // sincos_fixed
+#include "attention/rotary.h"
 
 namespace recur::models::fla {
 namespace {
