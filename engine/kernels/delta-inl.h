@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "hwy/cache_control.h"
 #include "kernels/delta_kernels.h"
 #include "kernels/ops-inl.h"
 
@@ -27,23 +28,6 @@ namespace HWY_NAMESPACE {
 /// Vectors that hold the 16 chains of one dot product on this target.
 inline constexpr int kDeltaChainVectors = kDeltaChains / kN;
 static_assert(kDeltaChains % kN == 0, "the chains fill whole vectors");
-
-// Vector registers of the target, and how many of them a register tile of S (and the chains
-// of its rows) may take; the rest hold a token's inputs and temporaries.
-#if HWY_TARGET == HWY_AVX2
-inline constexpr int kDeltaTileRegisters = 12;  // of 16
-#else
-inline constexpr int kDeltaTileRegisters = 24;  // of 32 (AVX-512, NEON; the emulated targets)
-#endif
-
-/// Rows of S a register tile holds when a row is KV vectors: up to 4, 0 when even one row and
-/// its chains would not fit (the walk then keeps S in memory).
-template <int KV>
-constexpr int DeltaTileRows() {
-  for (int g = 4; g >= 1; g /= 2)
-    if (g * (KV + kDeltaChainVectors) <= kDeltaTileRegisters) return g;
-  return 0;
-}
 
 using DeltaChains = VF[kDeltaChainVectors];
 
@@ -139,114 +123,122 @@ HWY_INLINE DeltaToken DeltaTokenAt(const DeltaInputs& x, float* y, std::int64_t 
           y + t * y_stride};
 }
 
-// G rows of S from row i0, KV vectors each, held in registers while they walk tokens [t0, t1).
-template <int G, int KV, bool kScalarW>
-HWY_INLINE void DeltaTile(float* S, int d_k, const DeltaInputs& x, float* y,
-                          std::int64_t y_stride, int i0, int t0, int t1) {
+// One token through G rows of S from row i0, in two halves: DeltaDots gives sa = S_i . a of the
+// old rows, DeltaUpdate updates them and writes y. S stays in memory (L1: see DeltaWalk): a
+// token's work on a few rows is short and its chain (S . a, the tree, the update, S . r, the
+// tree) long, so the walk does not hold rows in registers across tokens, whose every token
+// would wait for the one before; it overlaps the groups of rows of one token instead.
+template <int G>
+HWY_INLINE void DeltaDots(const float* S, int d_k, const float* a, int i0, float* sa) {
   constexpr int NC = kDeltaChainVectors;
-  VF s[G][KV];
-  for (int g = 0; g < G; ++g)
-    for (int u = 0; u < KV; ++u) s[g][u] = Load(S + (i0 + g) * d_k + u * kN);
-  for (int t = t0; t < t1; ++t) {
-    const DeltaToken in = DeltaTokenAt(x, y, y_stride, t);
-    VF acc[G][NC];
-    for (int g = 0; g < G; ++g)
-      for (int c = 0; c < NC; ++c) acc[g][c] = Zero();
-    HWY_UNROLL(16)
-    for (int u = 0; u < KV; ++u) {
-      const VF av = Load(in.a + u * kN);
-      for (int g = 0; g < G; ++g) acc[g][u % NC] = Fma(s[g][u], av, acc[g][u % NC]);
+  const float* row[G];
+  DeltaChains acc[G];
+  for (int g = 0; g < G; ++g) {
+    row[g] = S + std::int64_t(i0 + g) * d_k;
+    for (int c = 0; c < NC; ++c) acc[g][c] = Zero();
+  }
+  // Chain c * kN + l takes element j = u + c * kN + l for u = 0, 16, 32, ...: j mod 16.
+  for (int u = 0; u < d_k; u += kDeltaChains) {
+    HWY_UNROLL(4)
+    for (int c = 0; c < NC; ++c) {
+      const VF av = Load(a + u + c * kN);
+      for (int g = 0; g < G; ++g) acc[g][c] = Fma(Load(row[g] + u + c * kN), av, acc[g][c]);
     }
-    float sa[G];
-    ReduceRows<G>(acc, sa);
-    VF sab[G], vb[G];
-    for (int g = 0; g < G; ++g) {
-      sab[g] = Set(sa[g]);
-      vb[g] = Set(in.v[i0 + g]);
-      for (int c = 0; c < NC; ++c) acc[g][c] = Zero();
-    }
-    const VF w_all = kScalarW ? Set(in.w[0]) : Zero();
-    HWY_UNROLL(16)
-    for (int u = 0; u < KV; ++u) {
-      const VF wv = kScalarW ? w_all : Load(in.w + u * kN);
-      const VF bv = Load(in.b + u * kN), kv = Load(in.k + u * kN), rv = Load(in.r + u * kN);
+  }
+  ReduceRows<G>(acc, sa);
+}
+
+template <int G, bool kScalarW>
+HWY_INLINE void DeltaUpdate(float* S, int d_k, const DeltaToken& in, int i0, const float* sa) {
+  constexpr int NC = kDeltaChainVectors;
+  float* row[G];
+  DeltaChains acc[G];
+  VF sab[G], vb[G];
+  for (int g = 0; g < G; ++g) {
+    row[g] = S + std::int64_t(i0 + g) * d_k;
+    sab[g] = Set(sa[g]);
+    vb[g] = Set(in.v[i0 + g]);
+    for (int c = 0; c < NC; ++c) acc[g][c] = Zero();
+  }
+  const VF w_all = kScalarW ? Set(in.w[0]) : Zero();
+  for (int u = 0; u < d_k; u += kDeltaChains) {
+    HWY_UNROLL(4)
+    for (int c = 0; c < NC; ++c) {
+      const int j = u + c * kN;
+      const VF wv = kScalarW ? w_all : Load(in.w + j);
+      const VF bv = Load(in.b + j), kv = Load(in.k + j), rv = Load(in.r + j);
       for (int g = 0; g < G; ++g) {
-        VF e = hn::Mul(s[g][u], wv);
+        VF e = hn::Mul(Load(row[g] + j), wv);
         e = Fma(sab[g], bv, e);
         e = Fma(vb[g], kv, e);
-        s[g][u] = e;
-        acc[g][u % NC] = Fma(e, rv, acc[g][u % NC]);
+        Store(e, row[g] + j);
+        acc[g][c] = Fma(e, rv, acc[g][c]);
       }
     }
-    ReduceRows<G>(acc, in.y + i0);
   }
-  for (int g = 0; g < G; ++g)
-    for (int u = 0; u < KV; ++u) Store(s[g][u], S + (i0 + g) * d_k + u * kN);
+  ReduceRows<G>(acc, in.y + i0);
 }
 
-// The same arithmetic with S in memory, for row lengths no register tile takes.
-template <bool kScalarW>
-HWY_NOINLINE void DeltaRowsInMemory(float* S, int d_k, int d_v, const DeltaInputs& x, float* y,
-                                    std::int64_t y_stride, int t0, int t1) {
-  constexpr int NC = kDeltaChainVectors;
-  const int kv = d_k / kN;
-  for (int t = t0; t < t1; ++t) {
-    const DeltaToken in = DeltaTokenAt(x, y, y_stride, t);
-    const VF w_all = kScalarW ? Set(in.w[0]) : Zero();
-    float* row = S;
-    for (int i = 0; i < d_v; ++i, row += d_k) {
-      VF acc[1][NC];
-      for (int c = 0; c < NC; ++c) acc[0][c] = Zero();
-      for (int u = 0; u < kv; ++u)
-        acc[0][u % NC] = Fma(Load(row + u * kN), Load(in.a + u * kN), acc[0][u % NC]);
-      float sa;
-      ReduceRows<1>(acc, &sa);
-      const VF sab = Set(sa);
-      const VF vb = Set(in.v[i]);
-      for (int c = 0; c < NC; ++c) acc[0][c] = Zero();
-      for (int u = 0; u < kv; ++u) {
-        const VF wv = kScalarW ? w_all : Load(in.w + u * kN);
-        VF e = hn::Mul(Load(row + u * kN), wv);
-        e = Fma(sab, Load(in.b + u * kN), e);
-        e = Fma(vb, Load(in.k + u * kN), e);
-        Store(e, row + u * kN);
-        acc[0][u % NC] = Fma(e, Load(in.r + u * kN), acc[0][u % NC]);
-      }
-      ReduceRows<1>(acc, in.y + i);
-    }
+// One token through rows [p0, p1) of S: groups of kDeltaGroup rows, then the rest one by one.
+// The dots of the next group are issued before the update of this one (they read other rows),
+// so that the CPU has independent work beside every long chain.
+template <int G, bool kScalarW>
+HWY_INLINE void DeltaRowsToken(float* S, int d_k, const DeltaToken& in, int p0, int p1) {
+  const int groups = (p1 - p0) / G;
+  float sa[2][G];
+  if (groups > 0) DeltaDots<G>(S, d_k, in.a, p0, sa[0]);
+  for (int q = 0; q < groups; ++q) {
+    const int i = p0 + q * G;
+    if (q + 1 < groups) DeltaDots<G>(S, d_k, in.a, i + G, sa[(q + 1) & 1]);
+    DeltaUpdate<G, kScalarW>(S, d_k, in, i, sa[q & 1]);
+  }
+  for (int i = p0 + groups * G; i < p1; ++i) {
+    float s1;
+    DeltaDots<1>(S, d_k, in.a, i, &s1);
+    DeltaUpdate<1, kScalarW>(S, d_k, in, i, &s1);
   }
 }
 
-// Tokens [t0, t1) through every row: register tiles of G rows, the last d_v % G rows one by one.
-template <int KV, bool kScalarW>
-HWY_NOINLINE void DeltaRowsTiled(float* S, int d_k, int d_v, const DeltaInputs& x, float* y,
-                                 std::int64_t y_stride, int t0, int t1) {
-  constexpr int G = DeltaTileRows<KV>();
-  if constexpr (G == 0) {
-    DeltaRowsInMemory<kScalarW>(S, d_k, d_v, x, y, y_stride, t0, t1);
-  } else {
-    int i = 0;
-    for (; i + G <= d_v; i += G) DeltaTile<G, KV, kScalarW>(S, d_k, x, y, y_stride, i, t0, t1);
-    for (; i < d_v; ++i) DeltaTile<1, KV, kScalarW>(S, d_k, x, y, y_stride, i, t0, t1);
+// Rows that share a reduction (ReduceRows) and a token's loads of its inputs.
+inline constexpr int kDeltaGroup = 4;
+
+// Asks for the rows of a later token. A layer's projections are (T, H * d): one head's rows are
+// a page apart or more, which the hardware's prefetchers do not follow.
+HWY_INLINE void DeltaPrefetch(const DeltaToken& in, int d_k, int d_v, bool w_row) {
+  for (int j = 0; j < d_k; j += 16) {
+    if (w_row) hwy::Prefetch(in.w + j);
+    hwy::Prefetch(in.a + j);
+    hwy::Prefetch(in.b + j);
+    hwy::Prefetch(in.k + j);
+    hwy::Prefetch(in.r + j);
+  }
+  for (int i = 0; i < d_v; i += 16) {
+    hwy::Prefetch(in.v + i);
+    hwy::Prefetch(in.y + i);
   }
 }
+// Tokens ahead that DeltaPrefetch asks for: one token of one head is several hundred cycles of
+// work at d 64, a memory access a few hundred.
+inline constexpr int kDeltaAhead = 2;
 
 template <bool kScalarW>
 void DeltaWalk(const DeltaHeadView& h, const DeltaInputs& x, float* y, std::int64_t y_stride,
                int n) {
-  // Tokens per pass over the rows: the block's inputs (5 d_k floats a token) stay in L1 while
-  // every row tile walks them; S is read and written once per block.
+  // The loops' order is for the cache only (no operation depends on it): a block of tokens, whose
+  // inputs (5 d_k floats a token, about 20 KiB a block) stay in L1, walks a panel of rows (about
+  // 16 KiB of S, the whole head at d_k 64) token by token, then the next panel.
   const int block = std::clamp(1024 / h.d_k, 4, 64);
+  const int panel = std::max(kDeltaGroup, 4096 / h.d_k / kDeltaGroup * kDeltaGroup);
   for (int t0 = 0; t0 < n; t0 += block) {
     const int t1 = std::min(n, t0 + block);
-    float* S = h.S;
-    switch (h.d_k / kN) {
-      case 1: DeltaRowsTiled<1, kScalarW>(S, h.d_k, h.d_v, x, y, y_stride, t0, t1); break;
-      case 2: DeltaRowsTiled<2, kScalarW>(S, h.d_k, h.d_v, x, y, y_stride, t0, t1); break;
-      case 4: DeltaRowsTiled<4, kScalarW>(S, h.d_k, h.d_v, x, y, y_stride, t0, t1); break;
-      case 8: DeltaRowsTiled<8, kScalarW>(S, h.d_k, h.d_v, x, y, y_stride, t0, t1); break;
-      case 16: DeltaRowsTiled<16, kScalarW>(S, h.d_k, h.d_v, x, y, y_stride, t0, t1); break;
-      default: DeltaRowsInMemory<kScalarW>(S, h.d_k, h.d_v, x, y, y_stride, t0, t1); break;
+    for (int p0 = 0; p0 < h.d_v; p0 += panel) {
+      const int p1 = std::min(h.d_v, p0 + panel);
+      for (int t = t0; t < t1; ++t) {
+        const DeltaToken in = DeltaTokenAt(x, y, y_stride, t);
+        if (p0 == 0 && t + kDeltaAhead < n)
+          DeltaPrefetch(DeltaTokenAt(x, y, y_stride, t + kDeltaAhead), h.d_k, h.d_v, !kScalarW);
+        DeltaRowsToken<kDeltaGroup, kScalarW>(h.S, h.d_k, in, p0, p1);
+      }
     }
   }
 }
