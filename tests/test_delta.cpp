@@ -31,9 +31,10 @@ constexpr double kReferenceTolerance = 1e-6;
 // The negative controls' orders over 300 tokens: the worst, one FMA chain over d_k = 512,
 // measured 7.4e-7.
 constexpr double kOtherOrderTolerance = 5e-6;
-// The same figure after 2^20 tokens (the hidden drift case): measured below 5e-7, it does not
-// grow with the length because the decay forgets old rounding errors.
-constexpr double kDriftTolerance = 2e-6;
+// The same figure over 2^20 tokens of d 64 (the hidden drift case): measured 1.2e-7 after 4K
+// tokens and 1.8e-7 after 1M. It does not grow with the length: the decay forgets old rounding
+// errors.
+constexpr double kDriftTolerance = 1e-6;
 
 // One head's inputs over T tokens, stored as a layer's projections are: (T, H * d) row-major,
 // this head at column offset `head * d`. w is (T, H) when a decay is given per token.
