@@ -143,6 +143,19 @@ BENCHMARK(BM_DeltaWalkDecay)
     ->Args({128, 16, 0})
     ->Unit(benchmark::kMillisecond);
 
+// The walk alone: one head over the same 16 tokens again and again, S and the inputs in L1.
+// Shows how close the kernel itself gets to the peak. Args: d.
+void BM_DeltaWalkHot(benchmark::State& state) {
+  auto x = make_data(1, int(state.range(0)));
+  constexpr int n = 16;
+  for (auto _ : state) {
+    walk_heads(x, 0, n, false, 1);
+    benchmark::DoNotOptimize(x.y.data());
+  }
+  report(state, x, double(state.iterations()) * n);
+}
+BENCHMARK(BM_DeltaWalkHot)->Arg(64)->Arg(128)->Unit(benchmark::kMicrosecond);
+
 // Decode's step: one token through H heads (the state, H d^2 floats, stays in cache between
 // steps). Args: d, H.
 void BM_DeltaStep(benchmark::State& state) {
