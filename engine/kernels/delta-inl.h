@@ -44,52 +44,52 @@ HWY_INLINE void ReduceRows(const DeltaChains* acc, float* out) {
   }
 }
 #else
-using D4 = hn::Full128<float>;
-using V4 = hn::Vec<D4>;
+using D128 = hn::Full128<float>;
+using V128 = hn::Vec<D128>;
 
 // Halves a vector down to 4 lanes, adding lane c to lane c + half at each step: the tree's steps
 // s[c] += s[c + 8] (16 lanes) and s[c] += s[c + 4].
 template <class D>
-HWY_INLINE V4 HalveTo4(D /* tag */, hn::Vec<D> v) {
+HWY_INLINE V128 HalveTo128(D /* tag */, hn::Vec<D> v) {
   if constexpr (hn::MaxLanes(D()) == 4) {
     return v;
   } else {
     const hn::Half<D> dh;
-    return HalveTo4(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)));
+    return HalveTo128(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)));
   }
 }
 
 // The 16 chains of one dot product folded to the 4 values s[0..3] of the tree.
 template <int NV = kDeltaChainVectors>
-HWY_INLINE V4 FoldTo4(const VF* acc) {
+HWY_INLINE V128 FoldTo128(const VF* acc) {
   if constexpr (NV == 1) {  // 16 lanes
-    return HalveTo4(DF(), acc[0]);
+    return HalveTo128(DF(), acc[0]);
   } else if constexpr (NV == 2) {  // 8 lanes: chains 0-7 and 8-15
-    return HalveTo4(DF(), hn::Add(acc[0], acc[1]));
+    return HalveTo128(DF(), hn::Add(acc[0], acc[1]));
   } else {  // 4 lanes: chains 0-3, 4-7, 8-11, 12-15
     static_assert(NV == 4, "4, 8 or 16 lanes");
-    return HalveTo4(DF(), hn::Add(hn::Add(acc[0], acc[2]), hn::Add(acc[1], acc[3])));
+    return HalveTo128(DF(), hn::Add(hn::Add(acc[0], acc[2]), hn::Add(acc[1], acc[3])));
   }
 }
 
 // The tree's last steps, s[c] += s[c + 2] then s[0] + s[1], for G rows' folded values f[0..G);
 // row g's result is lane g.
 template <int G>
-HWY_INLINE V4 FinishTree(const V4* f) {
-  const D4 d4;
+HWY_INLINE V128 FinishTree(const V128* f) {
+  const D128 d128;
   if constexpr (G == 1) {
-    const V4 p = hn::Add(f[0], hn::Shuffle1032(f[0]));  // [s0+s2, s1+s3, ..]
+    const V128 p = hn::Add(f[0], hn::Shuffle1032(f[0]));  // [s0+s2, s1+s3, ..]
     return hn::Add(p, hn::Shuffle2301(p));
   } else if constexpr (G == 2) {
     // [A0+A2, B0+B2, A1+A3, B1+B3], then lane 0 + lane 2 and lane 1 + lane 3.
-    const V4 p = hn::Add(hn::InterleaveLower(d4, f[0], f[1]), hn::InterleaveUpper(d4, f[0], f[1]));
+    const V128 p = hn::Add(hn::InterleaveLower(d128, f[0], f[1]), hn::InterleaveUpper(d128, f[0], f[1]));
     return hn::Add(p, hn::Shuffle1032(p));
   } else {
     static_assert(G == 4, "1, 2 or 4 rows");
-    const V4 p = hn::Add(hn::InterleaveLower(d4, f[0], f[1]), hn::InterleaveUpper(d4, f[0], f[1]));
-    const V4 q = hn::Add(hn::InterleaveLower(d4, f[2], f[3]), hn::InterleaveUpper(d4, f[2], f[3]));
+    const V128 p = hn::Add(hn::InterleaveLower(d128, f[0], f[1]), hn::InterleaveUpper(d128, f[0], f[1]));
+    const V128 q = hn::Add(hn::InterleaveLower(d128, f[2], f[3]), hn::InterleaveUpper(d128, f[2], f[3]));
     // [A0', B0', C0', D0'] + [A1', B1', C1', D1'].
-    return hn::Add(hn::ConcatLowerLower(d4, q, p), hn::ConcatUpperUpper(d4, q, p));
+    return hn::Add(hn::ConcatLowerLower(d128, q, p), hn::ConcatUpperUpper(d128, q, p));
   }
 }
 
@@ -129,16 +129,16 @@ HWY_INLINE void ReduceRows(const DeltaChains* acc, float* out) {
     static_assert(G != 8, "8 rows at once only on 16 lanes");
 #endif
   } else {
-    V4 f[G];
-    for (int g = 0; g < G; ++g) f[g] = FoldTo4(acc[g]);
-    const V4 sums = FinishTree<G>(f);
+    V128 f[G];
+    for (int g = 0; g < G; ++g) f[g] = FoldTo128(acc[g]);
+    const V128 sums = FinishTree<G>(f);
     if constexpr (G == 4) {
-      hn::StoreU(sums, D4(), out);
+      hn::StoreU(sums, D128(), out);
     } else if constexpr (G == 1) {
       out[0] = hn::GetLane(sums);
     } else {
       alignas(16) float o[4];
-      hn::Store(sums, D4(), o);
+      hn::Store(sums, D128(), o);
       for (int g = 0; g < G; ++g) out[g] = o[g];
     }
   }
