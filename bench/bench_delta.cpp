@@ -45,7 +45,10 @@ Data make_data(int H, int d) {
   }
   for (std::size_t i = 0; i < n; i += std::size_t(d)) {
     double s = 0;
-    for (int j = 0; j < d; ++j) s += double(x.a[i + std::size_t(j)]) * double(x.a[i + std::size_t(j)]);
+    for (int j = 0; j < d; ++j) {
+      const double e = double(x.a[i + std::size_t(j)]);
+      s += e * e;
+    }
     const auto inv = float(1.0 / std::sqrt(s));
     for (int j = 0; j < d; ++j) {
       const float kk = x.a[i + std::size_t(j)] * inv;
@@ -81,7 +84,8 @@ void walk_heads(Data& x, int t0, int n, bool per_token, int threads) {
   const std::int64_t row = std::int64_t(x.H) * x.d;
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (int h = 0; h < x.H; ++h) {
-    const recur::kernels::DeltaHeadView view{x.S.data() + std::size_t(h) * std::size_t(x.d) * std::size_t(x.d), x.d, x.d};
+    float* S = x.S.data() + std::size_t(h) * std::size_t(x.d) * std::size_t(x.d);
+    const recur::kernels::DeltaHeadView view{S, x.d, x.d};
     float* y = x.y.data() + std::size_t(t0) * std::size_t(row) + std::size_t(h) * std::size_t(x.d);
     recur::kernels::delta_walk_head(view, inputs(x, h, t0, per_token), y, row, n);
   }
@@ -126,9 +130,10 @@ void BM_DeltaWalkDecay(benchmark::State& state) {
   if (!per_token)  // the broadcast rows hold the same alphas
     for (int t = 0; t < kTokens; ++t)
       for (int h = 0; h < x.H; ++h)
-        for (int j = 0; j < x.d; ++j)
-          x.w[(std::size_t(t) * std::size_t(x.H) + std::size_t(h)) * std::size_t(x.d) + std::size_t(j)] =
-              x.alpha[std::size_t(t) * std::size_t(x.H) + std::size_t(h)];
+        for (int j = 0; j < x.d; ++j) {
+          const std::size_t th = std::size_t(t) * std::size_t(x.H) + std::size_t(h);
+          x.w[th * std::size_t(x.d) + std::size_t(j)] = x.alpha[th];
+        }
   for (auto _ : state) {
     walk_heads(x, 0, kTokens, per_token, 1);
     benchmark::DoNotOptimize(x.y.data());

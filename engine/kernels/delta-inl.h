@@ -5,8 +5,8 @@
 // width. The tree then adds chains c and c + 8 first: on 4- and 8-lane targets that step (and
 // on 4-lane ones the next) is an add of whole vectors, and the rest is an add of vector halves
 // down to 4 lanes, then two in-register steps; every lane of every step is one add of the tree.
-// The last two steps take up to 4 rows at once (their results side by side in one vector),
-// which costs fewer shuffles per row and changes no add.
+// The trees of several rows run side by side (4 rows in 128 bits; on AVX-512, 8 rows through
+// every step), which costs fewer shuffles per row and changes no add.
 #if defined(RECUR_KERNELS_DELTA_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef RECUR_KERNELS_DELTA_INL_H_
 #undef RECUR_KERNELS_DELTA_INL_H_
@@ -59,7 +59,7 @@ HWY_INLINE V128 HalveTo128(D /* tag */, hn::Vec<D> v) {
   }
 }
 
-// The 16 chains of one dot product folded to the 4 values s[0..3] of the tree.
+// The 16 chains of one dot product folded to the 4 values s[0..3] of the tree (128 bits).
 template <int NV = kDeltaChainVectors>
 HWY_INLINE V128 FoldTo128(const VF* acc) {
   if constexpr (NV == 1) {  // 16 lanes
@@ -80,15 +80,14 @@ HWY_INLINE V128 FinishTree(const V128* f) {
   if constexpr (G == 1) {
     const V128 p = hn::Add(f[0], hn::Shuffle1032(f[0]));  // [s0+s2, s1+s3, ..]
     return hn::Add(p, hn::Shuffle2301(p));
-  } else if constexpr (G == 2) {
-    // [A0+A2, B0+B2, A1+A3, B1+B3], then lane 0 + lane 2 and lane 1 + lane 3.
-    const V128 p = hn::Add(hn::InterleaveLower(d128, f[0], f[1]), hn::InterleaveUpper(d128, f[0], f[1]));
-    return hn::Add(p, hn::Shuffle1032(p));
   } else {
-    static_assert(G == 4, "1, 2 or 4 rows");
-    const V128 p = hn::Add(hn::InterleaveLower(d128, f[0], f[1]), hn::InterleaveUpper(d128, f[0], f[1]));
-    const V128 q = hn::Add(hn::InterleaveLower(d128, f[2], f[3]), hn::InterleaveUpper(d128, f[2], f[3]));
+    static_assert(G == 4, "1 or 4 rows");
+    // [A0+A2, B0+B2, A1+A3, B1+B3] and the same of C and D, then
     // [A0', B0', C0', D0'] + [A1', B1', C1', D1'].
+    const V128 p = hn::Add(hn::InterleaveLower(d128, f[0], f[1]),
+                           hn::InterleaveUpper(d128, f[0], f[1]));
+    const V128 q = hn::Add(hn::InterleaveLower(d128, f[2], f[3]),
+                           hn::InterleaveUpper(d128, f[2], f[3]));
     return hn::Add(hn::ConcatLowerLower(d128, q, p), hn::ConcatUpperUpper(d128, q, p));
   }
 }
@@ -132,15 +131,10 @@ HWY_INLINE void ReduceRows(const DeltaChains* acc, float* out) {
     V128 f[G];
     for (int g = 0; g < G; ++g) f[g] = FoldTo128(acc[g]);
     const V128 sums = FinishTree<G>(f);
-    if constexpr (G == 4) {
+    if constexpr (G == 4)
       hn::StoreU(sums, D128(), out);
-    } else if constexpr (G == 1) {
+    else
       out[0] = hn::GetLane(sums);
-    } else {
-      alignas(16) float o[4];
-      hn::Store(sums, D128(), o);
-      for (int g = 0; g < G; ++g) out[g] = o[g];
-    }
   }
 }
 #endif

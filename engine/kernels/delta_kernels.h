@@ -18,9 +18,10 @@
 //         result = s[0] + s[1].
 //   * The row update, per element j, three roundings in this order:
 //         S_ij = fma(v_i, k_j, fma(sa_i, b_j, S_ij * w_j)).
-// Rows are independent of one another, so the walk keeps a few rows in registers while it walks
-// a block of tokens; which rows sit together and how long changes no operation, so a walk of n
-// tokens gives the bytes of n walks of one token, and every target gives the scalar one's bytes.
+// Rows are independent of one another, so the walk may visit them in any grouping and
+// interleaving (delta-inl.h: groups of rows per token, panels of rows per block of tokens);
+// none changes an operation, so a walk of n tokens gives the bytes of n walks of one token, and
+// every target gives the scalar one's bytes.
 #pragma once
 
 #include <cstdint>
