@@ -11,13 +11,12 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "kernels/delta_kernels.h"
 #include "recur/error.h"
-#include "recur/isa.h"
+#include "support/each_isa.h"
 
 namespace {
 
@@ -254,25 +253,13 @@ long first_difference(const std::vector<float>& x, const std::vector<float>& y) 
 struct Shape {
   int dk, dv;
 };
-// Register tiles of 4, 2 and 1 rows with rows left over, a row length no tile takes on any
-// target (512, S in memory), one that matches no tile (48), and the models' sizes (64, 128).
+// The models' sizes (64, 128); groups of rows (8 on AVX-512, 4 elsewhere) with rows left over
+// (5, 7, 33, 6, 3); rows of 1 to 32 vectors of 16, and d_k 48, which is no power of two.
 const Shape kShapes[] = {{64, 64}, {128, 128}, {16, 5}, {32, 7}, {48, 33}, {64, 6}, {512, 3}};
 
 std::string describe(const Shape& sh) {
   return "d_k " + std::to_string(sh.dk) + ", d_v " + std::to_string(sh.dv);
 }
-
-// Sets an instruction set for its lifetime and restores the one before, also when a check throws.
-class IsaScope {
- public:
-  explicit IsaScope(const std::string& isa) : before_(recur::isa()) { recur::set_isa(isa); }
-  ~IsaScope() { recur::set_isa(before_); }
-  IsaScope(const IsaScope&) = delete;
-  IsaScope& operator=(const IsaScope&) = delete;
-
- private:
-  std::string before_;
-};
 
 }  // namespace
 
@@ -374,43 +361,24 @@ TEST_CASE("a decay given once per token gives the bytes of the same decay writte
 
 TEST_CASE("the delta walk gives the scalar target's bytes under every instruction set",
           "[delta][isa]") {
-  const auto isas = recur::available_isas();
-  REQUIRE(std::find(isas.begin(), isas.end(), "scalar") != isas.end());
   for (const Shape& sh : kShapes) {
     for (const bool gdn : {false, true}) {
       INFO(describe(sh) << (gdn ? ", Gated DeltaNet" : ", RWKV-7"));
       const Stream s = gdn ? gdn_stream(150, 2, 1, sh.dk, sh.dv, 3, false)
                            : rwkv_stream(150, 2, 1, sh.dk, sh.dv, 3);
-      std::vector<std::pair<std::string, std::vector<float>>> runs;
-      for (const std::string& isa : isas) {
-        const IsaScope scope(isa);
+      // 100 tokens in one walk, then 50 steps; y and S, per instruction set.
+      recur::test::require_same_bytes_under_each_isa([&] {
         auto S = zero_state(s);
         std::vector<float> y(std::size_t(s.T) * std::size_t(s.dv));
         walk(s, S, y, 0, 100);
         for (int t = 100; t < s.T; ++t) walk(s, S, y, t, 1);
-        y.insert(y.end(), S.begin(), S.end());
-        runs.emplace_back(isa, std::move(y));
-      }
-      const auto scalar = std::find_if(runs.begin(), runs.end(),
-                                       [](const auto& run) { return run.first == "scalar"; });
-      REQUIRE(scalar != runs.end());
-      for (const auto& [isa, bytes] : runs) {
-        INFO("instruction set " << isa << " against scalar");
-        CHECK(first_difference(bytes, scalar->second) == -1);
-      }
+        std::string bytes;
+        recur::test::append_bytes(bytes, y.data(), y.size());
+        recur::test::append_bytes(bytes, S.data(), S.size());
+        return bytes;
+      });
     }
   }
-}
-
-TEST_CASE("the scope restores the instruction set when the body throws", "[delta][isa]") {
-  const std::string before = recur::isa();
-  try {
-    const IsaScope scope("scalar");
-    CHECK(recur::isa() == "scalar");
-    throw std::runtime_error("a failed check");
-  } catch (const std::runtime_error&) {
-  }
-  CHECK(recur::isa() == before);
 }
 
 TEST_CASE("bad sizes and pointers are refused, naming the call and the sizes, state untouched",
