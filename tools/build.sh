@@ -19,7 +19,7 @@
 #   tools/build.sh isa NAME...   compile the whole tree for each -march NAME (x86-64-v4,
 #                                x86-64, ...) without running it: warnings there break no
 #                                machine of ours, so they are caught here
-#   tools/build.sh bench [linear|kv|model|tokenizer|serve|store|based|gated|fla] [args]
+#   tools/build.sh bench [linear|kv|model|tokenizer|serve|store|based|gated|fla|delta] [args]
 #                                release build, then bench/bench_<name> (default linear);
 #                                tokenizer also runs Hugging Face's library on the same texts
 #                                and prints the two side by side; serve is the load test of
@@ -28,7 +28,8 @@
 #                                based-360m's shape; gated one gated layer at gla-, hgrn2-
 #                                and retnet-1.3B's attention shapes; fla whole models of
 #                                gla- and hgrn2-1.3B's shapes (bf16), then eager PyTorch at
-#                                the same shapes (tests/fla/torch_bench.py), side by side
+#                                the same shapes (tests/fla/torch_bench.py), side by side;
+#                                delta the delta rule's update at RWKV-7 and Qwen3.5 heads
 #   tools/build.sh recur [args]  release build, then `recur` with your arguments
 #   tools/build.sh train [args]  train the built-in model again (tools/train/train.py; writes
 #                                models/kjv unless --out DIR is given; about 40 minutes)

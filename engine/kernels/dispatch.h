@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/delta_kernels.h"
 #include "kernels/gated_kernels.h"
 #include "kernels/linear_kernels.h"
 #include "kernels/quant_call.h"
@@ -95,6 +96,9 @@ struct Kernels {
   void (*silu)(const float* x, float* y, std::int64_t n);
   // Whether every float of a (rows, cols) block, rows `stride` apart, is finite.
   bool (*all_finite)(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t stride);
+  // The delta rule's walk over n tokens of one head (delta_kernels.h), unchecked.
+  void (*delta_walk_head)(const DeltaHeadView& h, const DeltaInputs& x, float* y,
+                          std::int64_t y_stride, int n);
 };
 
 /// The table in use (chosen on the first call).

@@ -12,6 +12,7 @@
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "kernels/delta-inl.h"
 #include "kernels/dispatch.h"
 #include "kernels/gated-inl.h"
 #include "kernels/linear-inl.h"
@@ -215,7 +216,7 @@ const Kernels* Table() {
                              &FmaChains, &ColumnDots, &WeightedRows,
                              &MatmulQ, &QuantizeActivations,
                              &GatedStepHead, &GatedWalkHead, &GlaDecay, &Hgrn2Gates,
-                             &SigmoidMap, &Silu, &AllFinite};
+                             &SigmoidMap, &Silu, &AllFinite, &DeltaWalkHead};
   return &table;
 }
 
