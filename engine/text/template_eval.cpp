@@ -170,6 +170,7 @@ class Renderer {
     }
     const auto n = static_cast<std::int64_t>(items.size());
     for (std::int64_t i = 0; i < n; ++i) {
+      step(s.pos);  // an empty body still costs its iterations
       TDict loop = {{"index", TValue::integer(i + 1)},      {"index0", TValue::integer(i)},
                     {"revindex", TValue::integer(n - i)},   {"revindex0", TValue::integer(n - i - 1)},
                     {"first", TValue::boolean(i == 0)},     {"last", TValue::boolean(i == n - 1)},
