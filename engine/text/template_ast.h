@@ -35,7 +35,7 @@ std::vector<Token> lex_template(std::string_view source, const std::string& name
 enum class ExprKind {
   kLiteral,   // literal
   kName,      // name
-  kList,      // args: the items (tuples too)
+  kList,      // args: the items; name "tuple" for a tuple
   kDict,      // kwargs: key expressions in args, values in args2 (pairwise)
   kGetAttr,   // args[0].name
   kGetItem,   // args[0][args[1]]

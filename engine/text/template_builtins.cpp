@@ -617,7 +617,7 @@ bool apply_test(const std::string& name, const TValue& v, const CallArgs& args) 
 
 namespace {
 
-// startswith and endswith accept a string or a tuple (here a list) of strings.
+// startswith and endswith accept a string or a tuple (or list) of strings.
 bool affix_match(const std::string& s, const TValue& affix, bool prefix) {
   TList options = affix.is_list() ? affix.items() : TList{affix};
   for (const auto& o : options) {
@@ -694,7 +694,7 @@ TValue call_method(const std::string& name, const TValue& self, const CallArgs& 
       check_arity(args, 0, name);
       TList out;
       for (const auto& [k, v] : self.members()) {
-        if (name == "items") out.push_back(TValue::list({TValue::string(k), v}));
+        if (name == "items") out.push_back(TValue::tuple({TValue::string(k), v}));
         else out.push_back(name == "keys" ? TValue::string(k) : v);
       }
       return make_list(std::move(out), budget);

@@ -223,7 +223,7 @@ class Renderer {
         TList items;
         for (const auto& a : e.args) items.push_back(eval(*a));
         budget_.allocate(items.size() * sizeof(TValue));
-        return TValue::list(std::move(items));
+        return e.name == "tuple" ? TValue::tuple(std::move(items)) : TValue::list(std::move(items));
       }
       case ExprKind::kDict: return eval_dict(e);
       case ExprKind::kGetAttr: {
@@ -360,7 +360,7 @@ class Renderer {
     }
     if (is_string) return TValue::string(encode_utf8(su));
     budget_.allocate(items.size() * sizeof(TValue));
-    return TValue::list(std::move(items));
+    return obj.is_tuple() ? TValue::tuple(std::move(items)) : TValue::list(std::move(items));
   }
 
   TValue eval_call(const Expr& e) {

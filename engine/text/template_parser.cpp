@@ -442,12 +442,14 @@ class Parser {
     return e;
   }
 
-  // A parenthesized expression, or a tuple (kept as a list).
+  // A parenthesized expression, or a tuple.
   ExprPtr parse_paren() {
     const Pos pos = next().pos;
     if (is_op(")")) {
       ++at_;
-      return make(ExprKind::kList, pos);
+      auto empty = make(ExprKind::kList, pos);
+      empty->name = "tuple";
+      return empty;
     }
     ExprPtr first = parse_expression();
     if (is_op(")")) {
@@ -455,6 +457,7 @@ class Parser {
       return first;
     }
     auto e = make(ExprKind::kList, pos);
+    e->name = "tuple";
     e->args.push_back(std::move(first));
     while (is_op(",")) {
       ++at_;

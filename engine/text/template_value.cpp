@@ -44,6 +44,12 @@ TValue TValue::list(TList items) {
   return v;
 }
 
+TValue TValue::tuple(TList items) {
+  TValue v = list(std::move(items));
+  v.tuple_ = true;
+  return v;
+}
+
 TValue TValue::dict(TDict items) {
   TValue v(Kind::kDict);
   v.dict_ = std::make_shared<TDict>(std::move(items));
@@ -235,9 +241,9 @@ std::string TValue::repr() const {
   switch (kind_) {
     case Kind::kString: return string_repr(*s_);
     case Kind::kList: {
-      std::string out = "[";
+      std::string out = tuple_ ? "(" : "[";
       for (std::size_t i = 0; i < list_->size(); ++i) out += (i ? ", " : "") + (*list_)[i].repr();
-      return out + "]";
+      return out + (tuple_ ? (list_->size() == 1 ? ",)" : ")") : "]");
     }
     case Kind::kDict: {
       std::string out = "{";
@@ -262,7 +268,7 @@ bool equal(const TValue& a, const TValue& b) {
     case K::kNone: return true;
     case K::kString: return a.str() == b.str();
     case K::kList: {
-      if (a.items().size() != b.items().size()) return false;
+      if (a.items().size() != b.items().size() || a.is_tuple() != b.is_tuple()) return false;
       for (std::size_t i = 0; i < a.items().size(); ++i)
         if (!equal(a.items()[i], b.items()[i])) return false;
       return true;

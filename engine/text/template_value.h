@@ -34,6 +34,8 @@ class TValue {
   static TValue real(double d);
   static TValue string(std::string s);
   static TValue list(TList items);
+  /// A tuple: a list that prints as (a, b) and never equals a list, as in Python.
+  static TValue tuple(TList items);
   static TValue dict(TDict items);
   static TValue make_namespace(TDict items);
   static TValue macro(const MacroNode* node);
@@ -45,6 +47,7 @@ class TValue {
   bool is_none() const { return kind_ == Kind::kNone; }
   bool is_string() const { return kind_ == Kind::kString; }
   bool is_list() const { return kind_ == Kind::kList; }
+  bool is_tuple() const { return kind_ == Kind::kList && tuple_; }
   /// Dicts and namespaces both map names to values.
   bool is_mapping() const { return kind_ == Kind::kDict || kind_ == Kind::kNamespace; }
   bool is_number() const { return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool; }
@@ -75,6 +78,7 @@ class TValue {
   explicit TValue(Kind k) : kind_(k) {}
   Kind kind_ = Kind::kUndefined;
   bool b_ = false;
+  bool tuple_ = false;
   std::int64_t i_ = 0;
   double d_ = 0.0;
   std::shared_ptr<const std::string> s_;
