@@ -178,6 +178,24 @@ TEST_CASE("A template that loops too long is stopped by the step budget", "[temp
              Catch::Contains("macro calls nested deeper than 20"));
 }
 
+TEST_CASE("Templates nested too deep to walk safely are refused at parse time", "[template]") {
+  std::string chain = "{{ x";
+  for (int i = 0; i < 200; ++i) chain += ".a";
+  CHECK_THAT(parse_error(chain + " }}"), Catch::Contains("an expression nested deeper than 128 levels"));
+  std::string sum = "{{ 1";
+  for (int i = 0; i < 5000; ++i) sum += " + 1";
+  CHECK_THAT(parse_error(sum + " }}"), Catch::Contains("an expression nested deeper than 128 levels"));
+  CHECK_THAT(parse_error("{{ " + std::string(100, '(') + "1" + std::string(100, ')') + " }}"),
+             Catch::Contains("nesting deeper than 64 levels"));
+  std::string ifs;
+  for (int i = 0; i < 100; ++i) ifs += "{% if true %}";
+  CHECK_THAT(parse_error(ifs), Catch::Contains("nesting deeper than 64 levels"));
+  // Below the caps, the same shapes render.
+  std::string ok = "{{ 0";
+  for (int i = 0; i < 100; ++i) ok += " + 1";
+  CHECK(render(ok + " }}") == "100");
+}
+
 TEST_CASE("Output and values past the byte caps are refused before they are built", "[template]") {
   recur::ChatTemplateLimits limits;
   limits.max_bytes = 100000;

@@ -67,6 +67,7 @@ struct Expr {
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   std::vector<std::string> ops;
   bool negate = false;
+  int depth = 1;  // of the tree under this node (the parser caps it)
 };
 
 enum class StmtKind { kText, kOutput, kIf, kFor, kSet, kSetBlock, kMacro, kBreak, kContinue, kScope };

@@ -11,6 +11,7 @@
 #include <ctime>
 #include <set>
 
+#include "text/template_strings.h"
 #include "text/unicode.h"
 
 namespace recur::detail {
@@ -33,218 +34,13 @@ const std::set<std::string_view> kMethods = {
 const std::set<std::string_view> kFunctions = {"range", "namespace", "dict", "raise_exception",
                                                "strftime_now"};
 
-// Python's str.isspace().
-bool py_space(char32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
-         c == 0x205F || c == 0x3000;
-}
-
-[[noreturn]] void fail(const std::string& what) { throw BuiltinError(what); }
-
-const std::string& want_string(const TValue& v, const char* what) {
-  if (!v.is_string()) fail(fmt::format("{} needs a string, got {}", what, v.type_name()));
-  return v.str();
-}
-
-std::int64_t want_int(const TValue& v, const char* what) {
-  if (v.kind() != TValue::Kind::kInt && v.kind() != TValue::Kind::kBool)
-    fail(fmt::format("{} needs an integer, got {}", what, v.type_name()));
-  return v.as_int();
-}
-
-// Argument `index` or keyword `key`, else `fallback`.
-TValue arg(const CallArgs& args, std::size_t index, std::string_view key, TValue fallback = TValue()) {
-  for (const auto& [k, v] : args.keyword)
-    if (k == key) return v;
-  return index < args.positional.size() ? args.positional[index] : fallback;
-}
-
-void check_arity(const CallArgs& args, std::size_t max, const std::string& what,
-                 std::initializer_list<std::string_view> keys = {}) {
-  if (args.positional.size() > max)
-    fail(fmt::format("{} takes at most {} arguments, got {}", what, max, args.positional.size()));
-  for (const auto& [k, v] : args.keyword)
-    if (std::find(keys.begin(), keys.end(), k) == keys.end())
-      fail(fmt::format("{} has no argument named '{}'", what, k));
-}
-
-TValue make_string(std::string s, Budget& budget) {
-  budget.allocate(s.size());
-  return TValue::string(std::move(s));
-}
-
-TValue make_list(TList items, Budget& budget) {
-  budget.allocate(items.size() * sizeof(TValue));
-  return TValue::list(std::move(items));
-}
-
-// The items a filter walks: a list's, a dict's keys, a string's characters.
-TList iterate(const TValue& v, const char* what) {
-  if (v.is_list()) return v.items();
-  TList out;
-  if (v.is_mapping()) {
-    for (const auto& [k, x] : v.members()) out.push_back(TValue::string(k));
-  } else if (v.is_string()) {
-    for (const char32_t c : decode_utf8(v.str())) out.push_back(TValue::string(encode_utf8(std::u32string(1, c))));
-  } else {
-    fail(fmt::format("{} needs something iterable, got {}", what, v.type_name()));
-  }
-  return out;
-}
-
-std::u32string strip_set(const TValue& chars) {
-  if (chars.is_undefined() || chars.is_none()) return {};
-  return decode_utf8(want_string(chars, "strip's characters"));
-}
-
-std::string py_strip(const std::string& s, const TValue& chars, bool left, bool right) {
-  const std::u32string u = decode_utf8(s);
-  const std::u32string set = strip_set(chars);
-  const bool ws = chars.is_undefined() || chars.is_none();
-  const auto drop = [&](char32_t c) { return ws ? py_space(c) : set.find(c) != std::u32string::npos; };
-  std::size_t b = 0, e = u.size();
-  if (left)
-    while (b < e && drop(u[b])) ++b;
-  if (right)
-    while (e > b && drop(u[e - 1])) --e;
-  return encode_utf8(u.substr(b, e - b));
-}
-
-TValue py_split(const std::string& s, const TValue& sep_value, std::int64_t maxsplit, bool from_right,
-                Budget& budget) {
-  TList parts;
-  if (sep_value.is_undefined() || sep_value.is_none()) {
-    // Runs of whitespace separate; leading and trailing whitespace gives no empty parts.
-    std::u32string u = decode_utf8(s);
-    if (from_right) std::reverse(u.begin(), u.end());
-    std::size_t i = 0;
-    std::int64_t splits = 0;
-    while (i < u.size()) {
-      while (i < u.size() && py_space(u[i])) ++i;
-      if (i >= u.size()) break;
-      std::size_t j = i;
-      if (maxsplit >= 0 && splits >= maxsplit) {
-        j = u.size();
-        while (j > i && py_space(u[j - 1])) --j;
-      } else {
-        while (j < u.size() && !py_space(u[j])) ++j;
-      }
-      std::u32string part = u.substr(i, j - i);
-      if (from_right) std::reverse(part.begin(), part.end());
-      parts.push_back(TValue::string(encode_utf8(part)));
-      ++splits;
-      i = j;
-      if (maxsplit >= 0 && splits > maxsplit) break;
-    }
-    if (from_right) std::reverse(parts.begin(), parts.end());
-  } else {
-    const std::string& sep = want_string(sep_value, "split's separator");
-    if (sep.empty()) fail("split's separator is empty");
-    std::vector<std::string> pieces;
-    if (!from_right) {
-      std::size_t at = 0;
-      std::int64_t splits = 0;
-      for (std::size_t found; (maxsplit < 0 || splits < maxsplit) && (found = s.find(sep, at)) != std::string::npos; ++splits) {
-        pieces.push_back(s.substr(at, found - at));
-        at = found + sep.size();
-      }
-      pieces.push_back(s.substr(at));
-    } else {
-      std::size_t end = s.size();
-      std::int64_t splits = 0;
-      for (; maxsplit < 0 || splits < maxsplit; ++splits) {
-        if (end < sep.size()) break;
-        const std::size_t found = s.rfind(sep, end - sep.size());
-        if (found == std::string::npos) break;
-        pieces.push_back(s.substr(found + sep.size(), end - found - sep.size()));
-        end = found;
-      }
-      pieces.push_back(s.substr(0, end));
-      std::reverse(pieces.begin(), pieces.end());
-    }
-    for (auto& p : pieces) parts.push_back(TValue::string(std::move(p)));
-  }
-  budget.allocate(s.size());
-  return make_list(std::move(parts), budget);
-}
-
-std::string py_replace(const std::string& s, const std::string& old, const std::string& with,
-                       std::int64_t count, Budget& budget) {
-  std::string out;
-  if (old.empty()) {
-    // Python puts `with` before every character and at the end.
-    const std::u32string u = decode_utf8(s);
-    std::int64_t done = 0;
-    for (const char32_t c : u) {
-      if (count < 0 || done < count) {
-        out += with;
-        ++done;
-      }
-      out += encode_utf8(std::u32string(1, c));
-    }
-    if (count < 0 || done < count) out += with;
-  } else {
-    std::size_t at = 0;
-    std::int64_t done = 0;
-    for (std::size_t found; (count < 0 || done < count) && (found = s.find(old, at)) != std::string::npos; ++done) {
-      out.append(s, at, found - at);
-      out += with;
-      at = found + old.size();
-      budget.allocate(with.size());
-    }
-    out.append(s, at);
-  }
-  budget.allocate(out.size());
-  return out;
-}
-
-char32_t map_case(char32_t c, int how) {
-  const auto code = static_cast<utf8proc_int32_t>(c);
-  return static_cast<char32_t>(how == 0 ? utf8proc_tolower(code) : how == 1 ? utf8proc_toupper(code) : utf8proc_totitle(code));
-}
-
-bool cased(char32_t c) {
-  const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
-  return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
-}
-
-// how: 0 lower, 1 upper, 2 Python's title(), 3 capitalize()
-std::string change_case(const std::string& s, int how) {
-  std::u32string u = decode_utf8(s);
-  bool previous_cased = false;
-  for (std::size_t i = 0; i < u.size(); ++i) {
-    const char32_t c = u[i];
-    if (how <= 1) {
-      u[i] = map_case(c, how);
-    } else if (how == 2) {
-      u[i] = map_case(c, previous_cased ? 0 : 2);
-      previous_cased = cased(c);
-    } else {
-      u[i] = map_case(c, i == 0 ? 2 : 0);
-    }
-  }
-  return encode_utf8(u);
-}
-
-// Jinja2's title filter: words start after whitespace, '-', '(', '{', '[' or '<'.
-std::string jinja_title(const std::string& s) {
-  std::u32string u = decode_utf8(s);
-  bool word_start = true;
-  for (auto& c : u) {
-    const bool boundary = py_space(c) || c == U'-' || c == U'(' || c == U'{' || c == U'[' || c == U'<';
-    c = boundary ? c : map_case(c, word_start ? 1 : 0);
-    word_start = boundary;
-  }
-  return encode_utf8(u);
-}
 
 std::int64_t py_len(const TValue& v) {
   if (v.is_undefined()) return 0;
   if (v.is_string()) return static_cast<std::int64_t>(decode_utf8(v.str()).size());
   if (v.is_list()) return static_cast<std::int64_t>(v.items().size());
   if (v.is_mapping() && v.kind() == TValue::Kind::kDict) return static_cast<std::int64_t>(v.members().size());
-  fail(fmt::format("length of {} is not defined", v.type_name()));
+  refuse(fmt::format("length of {} is not defined", v.type_name()));
 }
 
 TValue attribute_of(const TValue& v, const std::string& path) {
@@ -253,7 +49,7 @@ TValue attribute_of(const TValue& v, const std::string& path) {
   while (at <= path.size()) {
     const std::size_t dot = std::min(path.find('.', at), path.size());
     const std::string part = path.substr(at, dot - at);
-    if (cur.is_undefined()) fail(fmt::format("attribute '{}' of an undefined value", part));
+    if (cur.is_undefined()) refuse(fmt::format("attribute '{}' of an undefined value", part));
     if (cur.is_list() && !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; })) {
       const auto i = std::strtoull(part.c_str(), nullptr, 10);
       cur = i < cur.items().size() ? cur.items()[i] : TValue();
@@ -271,14 +67,14 @@ TValue select_items(const TValue& input, const CallArgs& args, bool by_attr, boo
   const std::size_t first = by_attr ? 1 : 0;
   std::string attr;
   if (by_attr) {
-    if (args.positional.empty()) fail("selectattr and rejectattr need an attribute name");
+    if (args.positional.empty()) refuse("selectattr and rejectattr need an attribute name");
     attr = want_string(args.positional[0], "the attribute");
   }
   std::string test;
   CallArgs test_args;
   if (args.positional.size() > first) {
     test = want_string(args.positional[first], "the test");
-    if (!known_test(test)) fail(fmt::format("unsupported test '{}'", test));
+    if (!known_test(test)) refuse(fmt::format("unsupported test '{}'", test));
     test_args.positional.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(first) + 1, args.positional.end());
   }
   for (const auto& item : iterate(input, "select")) {
@@ -300,9 +96,9 @@ TValue map_items(const TValue& input, const CallArgs& args, Budget& budget) {
     }
     return make_list(std::move(out), budget);
   }
-  if (args.positional.empty()) fail("map needs a filter name or attribute=");
+  if (args.positional.empty()) refuse("map needs a filter name or attribute=");
   const std::string& filter = want_string(args.positional[0], "map's filter");
-  if (!known_filter(filter)) fail(fmt::format("unsupported filter '{}'", filter));
+  if (!known_filter(filter)) refuse(fmt::format("unsupported filter '{}'", filter));
   CallArgs rest;
   rest.positional.assign(args.positional.begin() + 1, args.positional.end());
   rest.keyword = args.keyword;
@@ -321,13 +117,13 @@ TValue tojson(const TValue& input, const CallArgs& args, Budget& budget) {
   style.sort_keys = arg(args, 99, "sort_keys", TValue::boolean(false)).truthy();
   const TValue seps = arg(args, 99, "separators");
   if (!seps.is_undefined() && !seps.is_none()) {
-    if (!seps.is_list() || seps.items().size() != 2) fail("tojson's separators must be a pair of strings");
+    if (!seps.is_list() || seps.items().size() != 2) refuse("tojson's separators must be a pair of strings");
     style.item_separator = want_string(seps.items()[0], "tojson's separators");
     style.key_separator = want_string(seps.items()[1], "tojson's separators");
-    if (style.item_separator.empty()) fail("tojson's item separator is empty");
+    if (style.item_separator.empty()) refuse("tojson's item separator is empty");
   }
   std::string out, error;
-  if (!to_json(input, style, out, error)) fail(error);
+  if (!to_json(input, style, out, error)) refuse(error);
   return make_string(std::move(out), budget);
 }
 
@@ -364,28 +160,14 @@ bool known_function(std::string_view name) { return kFunctions.count(name) != 0;
 
 void Budget::allocate(std::uint64_t bytes) {
   if (bytes > limits_.max_bytes)
-    fail(fmt::format("a value of {} bytes passes the cap of {} bytes (ChatTemplateLimits::max_bytes)",
+    refuse(fmt::format("a value of {} bytes passes the cap of {} bytes (ChatTemplateLimits::max_bytes)",
                      bytes, limits_.max_bytes));
   allocated_ += bytes;
   if (allocated_ > limits_.max_allocated_bytes)
-    fail(fmt::format("the rendering built more than {} bytes of values (ChatTemplateLimits::max_allocated_bytes)",
+    refuse(fmt::format("the rendering built more than {} bytes of values (ChatTemplateLimits::max_allocated_bytes)",
                      limits_.max_allocated_bytes));
 }
 
-std::u32string decode_utf8(const std::string& s) {
-  std::u32string out;
-  out.reserve(s.size());
-  for (std::size_t i = 0; i < s.size(); i += text::char_len(static_cast<unsigned char>(s[i])))
-    out.push_back(text::code_point(s, i));
-  return out;
-}
-
-std::string encode_utf8(const std::u32string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (const char32_t c : s) text::append_utf8(out, c);
-  return out;
-}
 
 std::string to_str(const TValue& value, Budget& budget) {
   if (value.is_string()) return value.str();
@@ -424,7 +206,7 @@ std::uint64_t text_bound(const TValue& v, std::uint64_t cap, std::uint64_t sum =
 void check_text_bound(const TValue& v, Budget& budget) {
   const std::uint64_t cap = budget.limits().max_bytes;
   if (text_bound(v, cap) > cap)
-    fail(fmt::format("the text of a {} would pass the cap of {} bytes (ChatTemplateLimits::max_bytes)",
+    refuse(fmt::format("the text of a {} would pass the cap of {} bytes (ChatTemplateLimits::max_bytes)",
                      v.type_name(), cap));
 }
 
@@ -444,7 +226,7 @@ TValue string_filter(const std::string& name, const std::string& s, const CallAr
                                   count.is_undefined() || count.is_none() ? -1 : want_int(count, "replace's count"), budget),
                        budget);
   }
-  fail("unreachable filter " + name);
+  refuse("unreachable filter " + name);
 }
 
 }  // namespace
@@ -480,7 +262,7 @@ TValue apply_filter(const std::string& name, const TValue& input, const CallArgs
   if (name == "abs") {
     if (input.kind() == TValue::Kind::kFloat) return TValue::real(std::fabs(input.as_double()));
     const std::int64_t i = want_int(input, "abs");
-    if (i == INT64_MIN) fail("abs overflows 64 bits");
+    if (i == INT64_MIN) refuse("abs overflows 64 bits");
     return TValue::integer(i < 0 ? -i : i);
   }
   if (name == "items") {
@@ -535,7 +317,7 @@ TValue apply_filter(const std::string& name, const TValue& input, const CallArgs
     if (name == "sum") {
       TValue total = arg(args, 1, "start", TValue::integer(0));
       for (const auto& item : items) {
-        if (!item.is_number() || !total.is_number()) fail(fmt::format("sum of a {}", item.type_name()));
+        if (!item.is_number() || !total.is_number()) refuse(fmt::format("sum of a {}", item.type_name()));
         const bool real = item.kind() == TValue::Kind::kFloat || total.kind() == TValue::Kind::kFloat;
         total = real ? TValue::real(total.as_double() + item.as_double())
                      : TValue::integer(total.as_int() + item.as_int());
@@ -547,18 +329,18 @@ TValue apply_filter(const std::string& name, const TValue& input, const CallArgs
     for (const auto& item : items) {
       bool ok = true;
       const bool better = name == "min" ? less(item, best, ok) : less(best, item, ok);
-      if (!ok) fail(fmt::format("{} cannot order a {} and a {}", name, item.type_name(), best.type_name()));
+      if (!ok) refuse(fmt::format("{} cannot order a {} and a {}", name, item.type_name(), best.type_name()));
       if (better) best = item;
     }
     return best;
   }
-  fail(fmt::format("unsupported filter '{}'", name));
+  refuse(fmt::format("unsupported filter '{}'", name));
 }
 
 bool apply_test(const std::string& name, const TValue& v, const CallArgs& args) {
   using K = TValue::Kind;
   const auto other = [&]() {
-    if (args.positional.empty()) fail(fmt::format("the test '{}' needs an argument", name));
+    if (args.positional.empty()) refuse(fmt::format("the test '{}' needs an argument", name));
     return args.positional[0];
   };
   if (name == "defined") return !v.is_undefined();
@@ -581,11 +363,11 @@ bool apply_test(const std::string& name, const TValue& v, const CallArgs& args) 
   }
   if (name == "divisibleby") {
     const std::int64_t d = want_int(other(), "divisibleby");
-    if (d == 0) fail("divisibleby 0");
+    if (d == 0) refuse("divisibleby 0");
     return want_int(v, "divisibleby") % d == 0;
   }
   if (name == "lower" || name == "upper") {
-    if (!v.is_string()) fail(fmt::format("the test '{}' needs a string", name));
+    if (!v.is_string()) refuse(fmt::format("the test '{}' needs a string", name));
     return v.str() == change_case(v.str(), name == "lower" ? 0 : 1) &&
            decode_utf8(v.str()) != decode_utf8(change_case(v.str(), name == "lower" ? 1 : 0));
   }
@@ -610,82 +392,11 @@ bool apply_test(const std::string& name, const TValue& v, const CallArgs& args) 
   else if (name == "gt" || name == ">") result = less(other(), v, ok);
   else if (name == "le" || name == "<=") result = !less(other(), v, ok);
   else if (name == "ge" || name == ">=") result = !less(v, other(), ok);
-  else fail(fmt::format("unsupported test '{}'", name));
-  if (!ok) fail(fmt::format("the test '{}' cannot order a {} and a {}", name, v.type_name(), other().type_name()));
+  else refuse(fmt::format("unsupported test '{}'", name));
+  if (!ok) refuse(fmt::format("the test '{}' cannot order a {} and a {}", name, v.type_name(), other().type_name()));
   return result;
 }
 
-namespace {
-
-// startswith and endswith accept a string or a tuple (or list) of strings.
-bool affix_match(const std::string& s, const TValue& affix, bool prefix) {
-  TList options = affix.is_list() ? affix.items() : TList{affix};
-  for (const auto& o : options) {
-    const std::string& a = want_string(o, prefix ? "startswith" : "endswith");
-    if (a.size() <= s.size() && (prefix ? s.compare(0, a.size(), a) : s.compare(s.size() - a.size(), a.size(), a)) == 0)
-      return true;
-  }
-  return false;
-}
-
-TValue string_method(const std::string& name, const std::string& s, const CallArgs& args, Budget& budget) {
-  if (name == "startswith" || name == "endswith") {
-    check_arity(args, 1, name);
-    if (args.positional.empty()) fail(name + " needs an argument");
-    return TValue::boolean(affix_match(s, args.positional[0], name == "startswith"));
-  }
-  if (name == "split" || name == "rsplit") {
-    check_arity(args, 2, name, {"sep", "maxsplit"});
-    const TValue maxsplit = arg(args, 1, "maxsplit", TValue::integer(-1));
-    return py_split(s, arg(args, 0, "sep"), want_int(maxsplit, "maxsplit"), name == "rsplit", budget);
-  }
-  if (name == "strip" || name == "lstrip" || name == "rstrip") {
-    check_arity(args, 1, name);
-    return make_string(py_strip(s, arg(args, 0, "chars"), name != "rstrip", name != "lstrip"), budget);
-  }
-  if (name == "replace") {
-    check_arity(args, 3, name);
-    if (args.positional.size() < 2) fail("replace needs the old and the new string");
-    const TValue count = arg(args, 2, "count", TValue::integer(-1));
-    return make_string(py_replace(s, want_string(args.positional[0], "replace"), want_string(args.positional[1], "replace"),
-                                  want_int(count, "replace's count"), budget),
-                       budget);
-  }
-  if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
-    check_arity(args, 0, name);
-    return make_string(change_case(s, name == "lower" ? 0 : name == "upper" ? 1 : name == "title" ? 2 : 3), budget);
-  }
-  if (name == "find" || name == "count") {
-    check_arity(args, 1, name);
-    if (args.positional.empty()) fail(name + " needs an argument");
-    const std::string& sub = want_string(args.positional[0], name.c_str());
-    if (name == "find") {
-      const std::size_t at = s.find(sub);
-      return TValue::integer(at == std::string::npos ? -1 : static_cast<std::int64_t>(decode_utf8(s.substr(0, at)).size()));
-    }
-    if (sub.empty()) return TValue::integer(static_cast<std::int64_t>(decode_utf8(s).size()) + 1);
-    std::int64_t n = 0;
-    for (std::size_t at = s.find(sub); at != std::string::npos; at = s.find(sub, at + sub.size())) ++n;
-    return TValue::integer(n);
-  }
-  if (name == "join") {
-    check_arity(args, 1, name);
-    if (args.positional.empty()) fail("join needs an argument");
-    std::string out;
-    bool first = true;
-    for (const auto& item : iterate(args.positional[0], "join")) {
-      budget.allocate(want_string(item, "str.join's items").size() + s.size());
-      if (!first) out += s;
-      out += item.str();
-      first = false;
-      if (out.size() > budget.limits().max_bytes) budget.allocate(out.size());
-    }
-    return make_string(std::move(out), budget);
-  }
-  fail(fmt::format("a string has no method '{}'", name));
-}
-
-}  // namespace
 
 TValue call_method(const std::string& name, const TValue& self, const CallArgs& args, Budget& budget) {
   if (self.is_string()) return string_method(name, self.str(), args, budget);
@@ -701,13 +412,13 @@ TValue call_method(const std::string& name, const TValue& self, const CallArgs& 
     }
     if (name == "get") {
       check_arity(args, 2, name);
-      if (args.positional.empty()) fail("get needs a key");
+      if (args.positional.empty()) refuse("get needs a key");
       const TValue v = self.get(want_string(args.positional[0], "get's key"));
       return v.is_undefined() ? arg(args, 1, "default", TValue::none()) : v;
     }
   }
-  if (self.is_undefined()) fail(fmt::format("the method '{}' of an undefined value", name));
-  fail(fmt::format("a {} has no method '{}'", self.type_name(), name));
+  if (self.is_undefined()) refuse(fmt::format("the method '{}' of an undefined value", name));
+  refuse(fmt::format("a {} has no method '{}'", self.type_name(), name));
 }
 
 TValue call_function(const std::string& name, const CallArgs& args, Budget& budget) {
@@ -716,13 +427,13 @@ TValue call_function(const std::string& name, const CallArgs& args, Budget& budg
     throw RaisedError(args.positional.empty() ? std::string() : to_str(args.positional[0], budget));
   }
   if (name == "namespace" || name == "dict") {
-    if (!args.positional.empty()) fail(name + " takes keyword arguments only");
+    if (!args.positional.empty()) refuse(name + " takes keyword arguments only");
     TDict members;
     for (const auto& [k, v] : args.keyword) members.emplace_back(k, v);
     return name == "dict" ? TValue::dict(std::move(members)) : TValue::make_namespace(std::move(members));
   }
   if (name == "range") {
-    if (args.positional.empty() || args.positional.size() > 3 || !args.keyword.empty()) fail("range takes 1 to 3 integers");
+    if (args.positional.empty() || args.positional.size() > 3 || !args.keyword.empty()) refuse("range takes 1 to 3 integers");
     std::int64_t start = 0, stop = 0, step = 1;
     if (args.positional.size() == 1) {
       stop = want_int(args.positional[0], "range");
@@ -731,7 +442,7 @@ TValue call_function(const std::string& name, const CallArgs& args, Budget& budg
       stop = want_int(args.positional[1], "range");
       if (args.positional.size() == 3) step = want_int(args.positional[2], "range");
     }
-    if (step == 0) fail("range's step is 0");
+    if (step == 0) refuse("range's step is 0");
     const double count = std::max(0.0, std::ceil((static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step)));
     budget.allocate(static_cast<std::uint64_t>(std::min(count, 1e18)) * sizeof(TValue));
     TList out;
@@ -740,7 +451,7 @@ TValue call_function(const std::string& name, const CallArgs& args, Budget& budg
   }
   if (name == "strftime_now") {
     check_arity(args, 1, name);
-    if (args.positional.empty()) fail("strftime_now needs a format");
+    if (args.positional.empty()) refuse("strftime_now needs a format");
     const std::string& format = want_string(args.positional[0], "strftime_now");
     const std::time_t now = std::time(nullptr);
     std::tm local{};
@@ -754,7 +465,7 @@ TValue call_function(const std::string& name, const CallArgs& args, Budget& budg
     out.resize(n);
     return make_string(std::move(out), budget);
   }
-  fail(fmt::format("unsupported function '{}'", name));
+  refuse(fmt::format("unsupported function '{}'", name));
 }
 
 }  // namespace recur::detail

@@ -16,6 +16,9 @@
 namespace recur::detail {
 namespace {
 
+// Evaluator frames (statement bodies and expression nodes) nested at once.
+constexpr int kMaxNesting = 1000;
+
 class Renderer {
  public:
   Renderer(const TemplateProgram& program, const ChatTemplateLimits& limits)
@@ -66,7 +69,19 @@ class Renderer {
     frames_.back().emplace_back(name, std::move(value));
   }
 
+  // Bounds the evaluator's recursion (nested statements, expressions and macro calls
+  // together), so that no template can overflow the stack.
+  struct DepthGuard {
+    DepthGuard(Renderer& r, Pos pos) : renderer(r) {
+      if (++renderer.nesting_ > kMaxNesting)
+        renderer.fail(pos, fmt::format("rendering nested deeper than {} levels", kMaxNesting));
+    }
+    ~DepthGuard() { --renderer.nesting_; }
+    Renderer& renderer;
+  };
+
   Flow exec_body(const Body& body) {
+    const DepthGuard guard(*this, body.empty() ? Pos{} : body.front()->pos);
     for (const auto& s : body) {
       const Flow flow = exec(*s);
       if (flow != Flow::kNormal) return flow;
@@ -204,6 +219,7 @@ class Renderer {
  public:
   TValue eval(const Expr& e) {
     step(e.pos);
+    const DepthGuard guard(*this, e.pos);
     try {
       return eval_node(e);
     } catch (const BuiltinError& error) {
@@ -435,7 +451,8 @@ class Renderer {
   Budget budget_;
   std::vector<TDict> frames_;
   std::string* out_ = nullptr;
-  int depth_ = 0;
+  int depth_ = 0;    // macro calls
+  int nesting_ = 0;  // eval and exec_body frames
 };
 
 TValue Renderer::eval_binary(const Expr& e) {

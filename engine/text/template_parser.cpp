@@ -15,6 +15,8 @@ namespace {
 
 // Nesting deeper than this (brackets, statements) is refused: the tree is walked recursively.
 constexpr int kMaxDepth = 64;
+// Expression trees deeper than this are refused.
+constexpr int kMaxExprDepth = 128;
 
 class Parser {
  public:
@@ -254,6 +256,18 @@ class Parser {
     return s;
   }
 
+  // Records how deep the tree under `e` is. Chains (a.b.c..., a + b + c ..., x | f | g ...)
+  // grow without recursion in the parser; the evaluator and the destructor recurse, so their
+  // depth is capped here.
+  void deepen(Expr& e) const {
+    int d = 0;
+    for (const auto& c : e.args) d = c ? std::max(d, c->depth) : d;
+    for (const auto& c : e.args2) d = std::max(d, c->depth);
+    for (const auto& [k, c] : e.kwargs) d = std::max(d, c->depth);
+    e.depth = d + 1;
+    if (e.depth > kMaxExprDepth) fail(e.pos, fmt::format("an expression nested deeper than {} levels", kMaxExprDepth));
+  }
+
   ExprPtr make(ExprKind kind, Pos pos) {
     auto e = std::make_unique<Expr>();
     e->kind = kind;
@@ -277,6 +291,7 @@ class Parser {
       } else {
         cond->args.push_back(nullptr);
       }
+      deepen(*cond);
       expr = std::move(cond);
     }
     return expr;
@@ -293,6 +308,7 @@ class Parser {
       auto e = make(ExprKind::kOr, next().pos);
       e->args.push_back(std::move(left));
       e->args.push_back(parse_and());
+      deepen(*e);
       left = std::move(e);
     }
     return left;
@@ -304,6 +320,7 @@ class Parser {
       auto e = make(ExprKind::kAnd, next().pos);
       e->args.push_back(std::move(left));
       e->args.push_back(parse_not());
+      deepen(*e);
       left = std::move(e);
     }
     return left;
@@ -314,6 +331,7 @@ class Parser {
       auto e = make(ExprKind::kNot, next().pos);
       DepthGuard guard(*this, e->pos);
       e->args.push_back(parse_not());
+      deepen(*e);
       return e;
     }
     return parse_compare();
@@ -344,6 +362,7 @@ class Parser {
       e->ops.push_back(op);
       e->args.push_back(parse_math1());
     }
+    if (e) deepen(*e);
     return e ? std::move(e) : std::move(first);
   }
 
@@ -352,6 +371,7 @@ class Parser {
     e->name = op.text;
     e->args.push_back(std::move(left));
     e->args.push_back(std::move(right));
+    deepen(*e);
     return e;
   }
 
@@ -398,6 +418,7 @@ class Parser {
       const Token& op = next();
       node = make(op.text == "-" ? ExprKind::kNeg : ExprKind::kPos, op.pos);
       node->args.push_back(parse_unary(false));
+      deepen(*node);
     } else {
       node = parse_primary();
     }
@@ -465,6 +486,7 @@ class Parser {
       e->args.push_back(parse_expression());
     }
     expect_op(")");
+    deepen(*e);
     return e;
   }
 
@@ -476,6 +498,7 @@ class Parser {
       e->args.push_back(parse_expression());
     }
     ++at_;
+    deepen(*e);
     return e;
   }
 
@@ -489,6 +512,7 @@ class Parser {
       e->args2.push_back(parse_expression());
     }
     ++at_;
+    deepen(*e);
     return e;
   }
 
@@ -500,6 +524,7 @@ class Parser {
           auto e = make(ExprKind::kGetItem, pos);
           e->args.push_back(std::move(node));
           e->args.push_back(literal(TValue::integer(next().int_value), pos));
+          deepen(*e);
           node = std::move(e);
           continue;
         }
@@ -510,11 +535,13 @@ class Parser {
           if (!known_method(attr)) fail(pos, fmt::format("unsupported method '{}'", attr));
           e->args.push_back(std::move(node));
           parse_args(*e);
+          deepen(*e);
           node = std::move(e);
         } else {
           auto e = make(ExprKind::kGetAttr, pos);
           e->name = attr;
           e->args.push_back(std::move(node));
+          deepen(*e);
           node = std::move(e);
         }
       } else if (is_op("[")) {
@@ -548,11 +575,13 @@ class Parser {
       auto e = make(ExprKind::kGetItem, pos);
       e->args.push_back(std::move(node));
       e->args.push_back(std::move(parts[0]));
+      deepen(*e);
       return e;
     }
     auto e = make(ExprKind::kSlice, pos);
     e->args.push_back(std::move(node));
     for (auto& p : parts) e->args.push_back(std::move(p));
+    deepen(*e);
     return e;
   }
 
@@ -564,6 +593,7 @@ class Parser {
     e->name = callee->name;
     if (!known_function(e->name) && !macros_.count(e->name)) calls_.push_back({e->name, e->pos});
     parse_args(*e);
+    deepen(*e);
     return e;
   }
 
@@ -602,7 +632,8 @@ class Parser {
         if (!known_filter(e->name)) fail(pos, fmt::format("unsupported filter '{}'", e->name));
         e->args.push_back(std::move(node));
         if (is_op("(")) parse_args(*e);
-        node = std::move(e);
+        deepen(*e);
+          node = std::move(e);
       } else if (is_name("is")) {
         ++at_;
         auto e = make(ExprKind::kTest, peek().pos);
@@ -622,7 +653,8 @@ class Parser {
                     !is_name("if") && !is_name("is") && !is_name("in") && !is_name("not"))) {
           e->args.push_back(parse_postfix(parse_primary()));  // `x is divisibleby 3`
         }
-        node = std::move(e);
+        deepen(*e);
+          node = std::move(e);
       } else if (is_op("(")) {
         node = parse_call(std::move(node));
       } else {
