@@ -216,6 +216,9 @@ TEST_CASE("Output and values past the byte caps are refused before they are buil
   CHECK_THAT(with_limits("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"),
              Catch::Contains("passes the cap of 100000 bytes"));
   CHECK_THAT(with_limits("{{ [1] * 100000000000 }}"), Catch::Contains("passes the cap of 100000 bytes"));
+  CHECK_THAT(with_limits("{{ range(100000000000) }}"), Catch::Contains("passes the cap of 100000 bytes"));
+  // Empty sequences repeated any number of times cost nothing, and take no time.
+  CHECK(with_limits("{{ '' * 1000000000000000000 }}{{ [] * 1000000000000000000 }}") == "");
   // Together, the values a rendering builds are capped too (here 200 strings of 9000 bytes).
   limits.max_allocated_bytes = 1000000;
   CHECK_THAT(with_limits("{% for i in range(200) %}{% set s = 'y' * 9000 %}{% endfor %}"),
@@ -277,6 +280,8 @@ TEST_CASE("Values print, compare and serialize as Python and transformers' tojso
   CHECK(render("{{ x | tojson(sort_keys=true, separators=[',', ':']) }}", R"({"x": {"b": 1, "a": 2}})") == "{\"a\":2,\"b\":1}");
   CHECK(render("{{ 1 == 1.0 }} {{ 'a' < 'b' < 'c' }} {{ 3 in [1, 3] }} {{ 'a' in {'a': 1} }} {{ 'bc' in 'abc' }} {{ 2 not in [1] }}") ==
         "True True True True True True");
+  CHECK(render("{{ range(9223372036854775805, 9223372036854775807) | list }} {{ range(5, -6, -4) | list }} {{ range(3, 3) | list }}") ==
+        "[9223372036854775805, 9223372036854775806] [5, 1, -3] []");
   CHECK(render("{{ 'abcdef'[::-1] }} {{ 'abcdef'[-2:] }} {{ 'abcdef'[1:-1:2] }} {{ [1, 2, 3, 4][::-2] }} {{ 'héllo'[1] }}") ==
         "fedcba ef bd [4, 2] é");
 }

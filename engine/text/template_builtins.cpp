@@ -445,8 +445,17 @@ TValue call_function(const std::string& name, const CallArgs& args, Budget& budg
     if (step == 0) refuse("range's step is 0");
     const double count = std::max(0.0, std::ceil((static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step)));
     budget.allocate(static_cast<std::uint64_t>(std::min(count, 1e18)) * sizeof(TValue));
+    // Counted first, in unsigned arithmetic, so that no step can overflow near the ends of the
+    // 64-bit range (every value produced lies between start and stop).
+    const bool up = step > 0;
+    const std::uint64_t span = up ? (stop > start ? static_cast<std::uint64_t>(stop) - static_cast<std::uint64_t>(start) : 0)
+                                  : (start > stop ? static_cast<std::uint64_t>(start) - static_cast<std::uint64_t>(stop) : 0);
+    const std::uint64_t stride = up ? static_cast<std::uint64_t>(step) : std::uint64_t(0) - static_cast<std::uint64_t>(step);
+    const std::uint64_t n = span / stride + (span % stride != 0 ? 1 : 0);
     TList out;
-    for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(TValue::integer(i));
+    out.reserve(n);
+    for (std::uint64_t k = 0; k < n; ++k)
+      out.push_back(TValue::integer(static_cast<std::int64_t>(static_cast<std::uint64_t>(start) + k * static_cast<std::uint64_t>(step))));
     return TValue::list(std::move(out));
   }
   if (name == "strftime_now") {

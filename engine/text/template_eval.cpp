@@ -538,8 +538,8 @@ TValue Renderer::eval_binary(const Expr& e) {
     const TValue& seq = a.is_string() || a.is_list() ? a : b;
     const TValue& count = &seq == &a ? b : a;
     if (count.kind() != K::kInt && count.kind() != K::kBool) type_error();
-    const std::int64_t n = std::max<std::int64_t>(0, count.as_int());
     const std::uint64_t unit = seq.is_string() ? seq.str().size() : seq.items().size() * sizeof(TValue);
+    const std::int64_t n = unit == 0 ? 0 : std::max<std::int64_t>(0, count.as_int());
     if (unit > 0 && static_cast<std::uint64_t>(n) > budget_.limits().max_bytes / unit + 1)
       budget_.allocate(budget_.limits().max_bytes + 1);
     budget_.allocate(unit * static_cast<std::uint64_t>(n));
