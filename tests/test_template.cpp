@@ -81,7 +81,7 @@ TEST_CASE("[oracle] every real template and ours renders as Jinja2 renders it, b
     bool raised = false;
     try {
       got = t.render(c.find("messages")->string(), c.find("tools")->string(),
-                     c.find("add_generation_prompt")->boolean(), content);
+                     c.find("add_generation_prompt")->boolean(), content, c.find("extra")->string());
     } catch (const recur::ArgumentError& e) {
       error = e.what();
       raised = true;

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 
@@ -130,7 +131,8 @@ ChatTemplate ChatTemplate::load(const std::string& model_dir) {
 }
 
 std::string ChatTemplate::render(std::string_view messages_json, std::string_view tools_json,
-                                 bool add_generation_prompt, ChatContent content) const {
+                                 bool add_generation_prompt, ChatContent content,
+                                 std::string_view extra_json) const {
   const json::Value messages = parse_argument(messages_json, "messages");
   if (!messages.is_array())
     throw ArgumentError(fmt::format("[ChatTemplate::render] messages is {}, not an array", messages.kind_name()));
@@ -184,6 +186,16 @@ std::string ChatTemplate::render(std::string_view messages_json, std::string_vie
   if (!additional_json_.empty())
     globals.emplace_back("additional_special_tokens",
                          detail::TValue::from_json(json::parse(additional_json_, "ChatTemplate] [additional_special_tokens")));
+  if (!extra_json.empty()) {
+    const json::Value extra = parse_argument(extra_json, "extra variables");
+    if (!extra.is_object())
+      throw ArgumentError(fmt::format("[ChatTemplate::render] the extra variables are {}, not an object", extra.kind_name()));
+    for (const auto& [key, value] : extra.object()) {
+      auto it = std::find_if(globals.begin(), globals.end(), [&key = key](const auto& g) { return g.first == key; });
+      if (it != globals.end()) it->second = detail::TValue::from_json(value);
+      else globals.emplace_back(key, detail::TValue::from_json(value));
+    }
+  }
   return detail::render_program(*program, globals, limits_);
 }
 

@@ -70,12 +70,15 @@ class ChatTemplate {
   /// members, such as tool_calls or reasoning_content, pass through), with `tools_json` (an
   /// array, or "" for none: the template sees `tools` as none) and add_generation_prompt, as
   /// transformers' apply_chat_template does: the special tokens are variables too.
+  /// `extra_json`, when given, is a JSON object whose members are more variables (as
+  /// apply_chat_template's keyword arguments: {"enable_thinking": false}), set last.
   /// Bad JSON or messages are an ArgumentError; raise_exception in the template is an
   /// ArgumentError carrying its message; other rendering errors (a type error, the limits) are
   /// FormatErrors naming the template's line:column.
   std::string render(std::string_view messages_json, std::string_view tools_json = {},
                      bool add_generation_prompt = false,
-                     ChatContent content = ChatContent::kString) const;
+                     ChatContent content = ChatContent::kString,
+                     std::string_view extra_json = {}) const;
 
   /// Renders with the variables of `context_json`, a JSON object (each member one variable),
   /// and nothing else: no special tokens added, no content rewritten.

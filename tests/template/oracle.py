@@ -206,8 +206,10 @@ def main():
             for conv_name, messages in conversations().items():
                 for tools in (None, TOOLS):
                     for agp in (False, True):
-                        for content in ("string", "parts"):
+                        for content, extra in (("string", {}), ("parts", {}), ("string", {"enable_thinking": False})):
                             if content == "parts" and conv_name != "text_parts":
+                                continue
+                            if extra and conv_name not in ("multi_turn", "reasoning_inline", "tool_calls"):
                                 continue
                             if tools is not None and "tool_use" in compiled:
                                 template = compiled["tool_use"]
@@ -219,10 +221,13 @@ def main():
                             case = {"id": f"{label(path)}/{conv_name}/tools={tools is not None}/agp={agp}/{content}",
                                     "template": os.path.abspath(path), "messages": json.dumps(messages, ensure_ascii=False),
                                     "tools": "" if tools is None else json.dumps(tools, ensure_ascii=False),
-                                    "add_generation_prompt": agp, "content": content}
+                                    "add_generation_prompt": agp, "content": content,
+                                    "extra": json.dumps(extra) if extra else ""}
+                            if extra:
+                                case["id"] += "/" + ",".join(f"{k}={v}" for k, v in extra.items())
                             try:
                                 case["expected"] = template.render(
-                                    messages=given, tools=tools, documents=None, add_generation_prompt=agp, **tokens)
+                                    messages=given, tools=tools, documents=None, add_generation_prompt=agp, **tokens, **extra)
                                 counts["text"] += 1
                             except TemplateRaised as e:
                                 case["raise"] = str(e)
