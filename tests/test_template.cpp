@@ -286,6 +286,24 @@ TEST_CASE("Values print, compare and serialize as Python and transformers' tojso
         "fedcba ef bd [4, 2] é");
 }
 
+TEST_CASE("Lazy results and dict views keep Python's semantics: true, no length, never printed", "[template]") {
+  // map, select, reject, unique, items and reverse return generators in Jinja2: always true,
+  // usable through list, join, first or a loop, but without len() or an index, and printed
+  // only as their address, which recur refuses to print.
+  CHECK(render("{{ x | select('none') | list }} {{ 'yes' if x | select('none') else 'no' }} {{ x | map('string') | join('-') }}",
+               R"({"x": [1, 2]})") == "[] yes 1-2");
+  CHECK(render("{{ (x | reverse | list) }} {{ x | select('odd') | reverse }} [{{ (x | select)[0] }}] {{ x | select | first }}",
+               R"({"x": [1, 2]})") == "[2, 1] [1] [] 1");
+  CHECK_THAT(render_error("{{ x | select }}", R"({"x": [1]})"), Catch::Contains("printing a generator"));
+  CHECK_THAT(render_error("{{ x | select | length }}", R"({"x": [1]})"), Catch::Contains("object of type 'generator' has no len()"));
+  CHECK_THAT(render_error("{{ x | select | last }}", R"({"x": [1]})"), Catch::Contains("'generator' object is not reversible"));
+  CHECK_THAT(render_error("{{ x | select | tojson }}", R"({"x": [1]})"), Catch::Contains("Object of type generator is not JSON serializable"));
+  CHECK(render("{{ d.keys() }} {{ d.items() }} {{ d.values() | length }} {{ d | items | list }} {{ d.items() | last }}", R"({"d": {"a": 1}})") ==
+        "dict_keys(['a']) dict_items([('a', 1)]) 1 [('a', 1)] ('a', 1)");
+  CHECK_THAT(render_error("{{ d.items() | tojson }}", R"({"d": {"a": 1}})"), Catch::Contains("Object of type dict_items is not JSON serializable"));
+  CHECK(render("{{ [1] == (1,) }} {{ (1,) }} {{ [1, 2].index(2) }} {{ [1, 1].count(1) }}") == "False (1,) 1 2");
+}
+
 TEST_CASE("raise_exception is an ArgumentError carrying the template's message and position", "[template]") {
   try {
     render("{% if x != 1 %}\n  {{ raise_exception('roles must alternate') }}{% endif %}", R"({"x": 2})");

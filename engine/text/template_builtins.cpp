@@ -30,7 +30,7 @@ const std::set<std::string_view> kTests = {
     "==", "!=", "<", "<=", ">", ">="};
 const std::set<std::string_view> kMethods = {
     "startswith", "endswith", "split", "rsplit", "strip", "lstrip", "rstrip", "replace", "upper",
-    "lower", "title", "capitalize", "find", "count", "join", "items", "keys", "values", "get"};
+    "lower", "title", "capitalize", "find", "count", "join", "items", "keys", "values", "get", "index"};
 const std::set<std::string_view> kFunctions = {"range", "namespace", "dict", "raise_exception",
                                                "strftime_now"};
 
@@ -38,6 +38,7 @@ const std::set<std::string_view> kFunctions = {"range", "namespace", "dict", "ra
 std::int64_t py_len(const TValue& v) {
   if (v.is_undefined()) return 0;
   if (v.is_string()) return static_cast<std::int64_t>(decode_utf8(v.str()).size());
+  if (v.is_iterator()) refuse("object of type 'generator' has no len()");
   if (v.is_list()) return static_cast<std::int64_t>(v.items().size());
   if (v.is_mapping() && v.kind() == TValue::Kind::kDict) return static_cast<std::int64_t>(v.members().size());
   refuse(fmt::format("length of {} is not defined", v.type_name()));
@@ -50,7 +51,7 @@ TValue attribute_of(const TValue& v, const std::string& path) {
     const std::size_t dot = std::min(path.find('.', at), path.size());
     const std::string part = path.substr(at, dot - at);
     if (cur.is_undefined()) refuse(fmt::format("attribute '{}' of an undefined value", part));
-    if (cur.is_list() && !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    if (cur.is_sequence() && !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; })) {
       const auto i = std::strtoull(part.c_str(), nullptr, 10);
       cur = i < cur.items().size() ? cur.items()[i] : TValue();
     } else {
@@ -82,7 +83,7 @@ TValue select_items(const TValue& input, const CallArgs& args, bool by_attr, boo
     const bool pass = test.empty() ? v.truthy() : apply_test(test, v, test_args);
     if (pass == keep) out.push_back(item);
   }
-  return make_list(std::move(out), budget);
+  return make_list(std::move(out), budget, TValue::Flavor::kIterator);
 }
 
 TValue map_items(const TValue& input, const CallArgs& args, Budget& budget) {
@@ -94,7 +95,7 @@ TValue map_items(const TValue& input, const CallArgs& args, Budget& budget) {
       TValue v = attribute_of(item, want_string(attr, "map's attribute"));
       out.push_back(v.is_undefined() && !fallback.is_undefined() ? fallback : v);
     }
-    return make_list(std::move(out), budget);
+    return make_list(std::move(out), budget, TValue::Flavor::kIterator);
   }
   if (args.positional.empty()) refuse("map needs a filter name or attribute=");
   const std::string& filter = want_string(args.positional[0], "map's filter");
@@ -103,7 +104,7 @@ TValue map_items(const TValue& input, const CallArgs& args, Budget& budget) {
   rest.positional.assign(args.positional.begin() + 1, args.positional.end());
   rest.keyword = args.keyword;
   for (const auto& item : iterate(input, "map")) out.push_back(apply_filter(filter, item, rest, budget));
-  return make_list(std::move(out), budget);
+  return make_list(std::move(out), budget, TValue::Flavor::kIterator);
 }
 
 TValue tojson(const TValue& input, const CallArgs& args, Budget& budget) {
@@ -184,6 +185,9 @@ namespace {
 std::uint64_t text_bound(const TValue& v, std::uint64_t cap, std::uint64_t sum = 0) {
   if (sum > cap) return sum;
   if (v.is_string()) return sum + 10 * v.str().size() + 2;
+  if (v.is_iterator())
+    refuse("printing a generator (the lazy result of map, select, reject, unique, items or reverse): "
+           "Jinja2 prints its address; add | list");
   if (v.is_list()) {
     sum += 2;
     for (const auto& x : v.items()) {
@@ -239,10 +243,15 @@ TValue apply_filter(const std::string& name, const TValue& input, const CallArgs
     return replace ? arg(args, 0, "default_value", TValue::string("")) : input;
   }
   if (name == "tojson") {
+    if (input.is_list() && !input.is_sequence())
+      refuse(fmt::format("Object of type {} is not JSON serializable", input.type_name()));
     check_text_bound(input, budget);
     return tojson(input, args, budget);
   }
-  if (name == "safe") return input;
+  if (name == "safe") {
+    check_text_bound(input, budget);
+    return input.is_string() ? input : make_string(to_str(input, budget), budget);  // Markup(str(value))
+  }
   if (name == "string") {
     check_text_bound(input, budget);
     return input.is_string() ? input : make_string(to_str(input, budget), budget);
@@ -257,6 +266,8 @@ TValue apply_filter(const std::string& name, const TValue& input, const CallArgs
   if (name == "int" || name == "float") {
     check_arity(args, 2, name, {"default", "base"});
     const TValue fallback = arg(args, 0, "default", name == "int" ? TValue::integer(0) : TValue::real(0.0));
+    // int(Undefined) raises in Jinja2, whatever the default.
+    if (input.is_undefined()) refuse(fmt::format("{} of an undefined value", name));
     return to_number(input, name == "int", fallback);
   }
   if (name == "abs") {
@@ -266,12 +277,17 @@ TValue apply_filter(const std::string& name, const TValue& input, const CallArgs
     return TValue::integer(i < 0 ? -i : i);
   }
   if (name == "items") {
-    if (input.is_undefined()) return TValue::list({});
-    return call_method("items", input, {}, budget);
+    // A generator of (key, value) tuples, nothing for Undefined.
+    if (input.is_undefined()) return TValue::list({}, TValue::Flavor::kIterator);
+    if (input.kind() != TValue::Kind::kDict) refuse(fmt::format("items needs a dict, got {}", input.type_name()));
+    TList out;
+    for (const auto& [k, v] : input.members()) out.push_back(TValue::tuple({TValue::string(k), v}));
+    return make_list(std::move(out), budget, TValue::Flavor::kIterator);
   }
   if (name == "list") return make_list(iterate(input, "list"), budget);
   if (name == "first" || name == "last") {
     const TList items = iterate(input, name.c_str());
+    if (name == "last" && input.is_iterator()) refuse("'generator' object is not reversible");
     if (items.empty()) return TValue();
     return name == "first" ? items.front() : items.back();
   }
@@ -281,9 +297,10 @@ TValue apply_filter(const std::string& name, const TValue& input, const CallArgs
       std::reverse(u.begin(), u.end());
       return make_string(encode_utf8(u), budget);
     }
+    // reversed() where Python has it (an iterator), else a reversed list.
     TList items = iterate(input, "reverse");
     std::reverse(items.begin(), items.end());
-    return make_list(std::move(items), budget);
+    return make_list(std::move(items), budget, input.is_iterator() ? TValue::Flavor::kList : TValue::Flavor::kIterator);
   }
   if (name == "join") {
     check_arity(args, 2, "join", {"d", "attribute"});
@@ -310,7 +327,7 @@ TValue apply_filter(const std::string& name, const TValue& input, const CallArgs
     TList out;
     for (const auto& item : iterate(input, "unique"))
       if (std::none_of(out.begin(), out.end(), [&](const TValue& x) { return equal(x, item); })) out.push_back(item);
-    return make_list(std::move(out), budget);
+    return make_list(std::move(out), budget, TValue::Flavor::kIterator);
   }
   if (name == "sum" || name == "min" || name == "max") {
     const TList items = iterate(input, name.c_str());
@@ -355,21 +372,29 @@ bool apply_test(const std::string& name, const TValue& v, const CallArgs& args) 
   if (name == "string") return v.is_string();
   if (name == "mapping") return v.kind() == K::kDict;
   // Jinja2's Undefined can be iterated (as nothing) and has a length, so these hold for it.
-  if (name == "iterable" || name == "sequence") return v.is_string() || v.is_list() || v.kind() == K::kDict || v.is_undefined();
-  if (name == "callable") return v.kind() == K::kMacro;
-  if (name == "odd" || name == "even") {
-    const std::int64_t i = want_int(v, name.c_str());
-    return ((i % 2) != 0) == (name == "odd");
-  }
-  if (name == "divisibleby") {
-    const std::int64_t d = want_int(other(), "divisibleby");
-    if (d == 0) refuse("divisibleby 0");
-    return want_int(v, "divisibleby") % d == 0;
+  if (name == "iterable") return v.is_string() || v.is_list() || v.kind() == K::kDict || v.is_undefined();
+  if (name == "sequence") return v.is_string() || v.is_sequence() || v.kind() == K::kDict || v.is_undefined();
+  if (name == "callable") return v.kind() == K::kMacro || v.is_undefined();  // Undefined has __call__
+  if (name == "odd" || name == "even" || name == "divisibleby") {
+    // value % 2 == 1, value % 2 == 0, value % num == 0, with Python's modulo.
+    const TValue d = name == "divisibleby" ? other() : TValue::integer(2);
+    if (!v.is_number() || !d.is_number()) refuse(fmt::format("the test '{}' needs numbers, got {}", name, v.type_name()));
+    if (d.as_double() == 0.0) refuse(fmt::format("the test '{}' divides by zero", name));
+    double m = 0.0;
+    if (v.kind() == K::kFloat || d.kind() == K::kFloat) {
+      m = std::fmod(v.as_double(), d.as_double());
+      if (m != 0.0 && ((m < 0) != (d.as_double() < 0))) m += d.as_double();
+    } else {
+      std::int64_t r = d.as_int() == -1 ? 0 : v.as_int() % d.as_int();
+      if (r != 0 && ((r < 0) != (d.as_int() < 0))) r += d.as_int();
+      m = static_cast<double>(r);
+    }
+    return name == "odd" ? m == 1.0 : m == 0.0;
   }
   if (name == "lower" || name == "upper") {
-    if (!v.is_string()) refuse(fmt::format("the test '{}' needs a string", name));
-    return v.str() == change_case(v.str(), name == "lower" ? 0 : 1) &&
-           decode_utf8(v.str()) != decode_utf8(change_case(v.str(), name == "lower" ? 1 : 0));
+    // str(value).islower(): some cased character, and none of the other case.
+    const std::string s = v.to_str();
+    return s == change_case(s, name == "lower" ? 0 : 1) && s != change_case(s, name == "lower" ? 1 : 0);
   }
   if (name == "eq" || name == "equalto" || name == "==") return equal(v, other());
   if (name == "ne" || name == "!=") return !equal(v, other());
@@ -408,7 +433,8 @@ TValue call_method(const std::string& name, const TValue& self, const CallArgs& 
         if (name == "items") out.push_back(TValue::tuple({TValue::string(k), v}));
         else out.push_back(name == "keys" ? TValue::string(k) : v);
       }
-      return make_list(std::move(out), budget);
+      return make_list(std::move(out), budget,
+                       name == "items" ? TValue::Flavor::kItems : name == "keys" ? TValue::Flavor::kKeys : TValue::Flavor::kValues);
     }
     if (name == "get") {
       check_arity(args, 2, name);
@@ -416,6 +442,19 @@ TValue call_method(const std::string& name, const TValue& self, const CallArgs& 
       const TValue v = self.get(want_string(args.positional[0], "get's key"));
       return v.is_undefined() ? arg(args, 1, "default", TValue::none()) : v;
     }
+  }
+  if (self.is_sequence() && (name == "count" || name == "index")) {
+    // list.count(x) and list.index(x).
+    check_arity(args, 1, name);
+    if (args.positional.empty()) refuse(name + " needs an argument");
+    std::int64_t n = 0;
+    for (std::size_t i = 0; i < self.items().size(); ++i) {
+      if (!equal(self.items()[i], args.positional[0])) continue;
+      if (name == "index") return TValue::integer(static_cast<std::int64_t>(i));
+      ++n;
+    }
+    if (name == "index") refuse(fmt::format("{} is not in the list", args.positional[0].repr()));
+    return TValue::integer(n);
   }
   if (self.is_undefined()) refuse(fmt::format("the method '{}' of an undefined value", name));
   refuse(fmt::format("a {} has no method '{}'", self.type_name(), name));

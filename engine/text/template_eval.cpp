@@ -163,7 +163,7 @@ class Renderer {
       frame.emplace_back(s.targets[0], item);
       return;
     }
-    if (!item.is_list() || item.items().size() != s.targets.size())
+    if (!item.is_sequence() || item.items().size() != s.targets.size())
       fail(s.pos, fmt::format("cannot unpack a {} into {} loop variables", item.type_name(), s.targets.size()));
     for (std::size_t i = 0; i < s.targets.size(); ++i) frame.emplace_back(s.targets[i], item.items()[i]);
   }
@@ -325,7 +325,7 @@ class Renderer {
     if (obj.is_mapping()) return key.is_string() ? obj.get(key.str()) : TValue();
     const bool int_key = key.kind() == TValue::Kind::kInt || key.kind() == TValue::Kind::kBool;
     if (!int_key) return TValue();  // Jinja2 gives Undefined where Python raises
-    if (obj.is_list()) {
+    if (obj.is_sequence()) {
       const auto n = static_cast<std::int64_t>(obj.items().size());
       const std::int64_t i = key.as_int() < 0 ? key.as_int() + n : key.as_int();
       return i >= 0 && i < n ? obj.items()[static_cast<std::size_t>(i)] : TValue();
@@ -357,6 +357,7 @@ class Renderer {
     const std::int64_t step_by = part[2];
     if (step_by == 0) fail(e.pos, "a slice step of 0");
     const bool is_string = obj.is_string();
+    if (obj.is_list() && !obj.is_sequence()) return TValue();  // generators and views: Jinja2's Undefined
     if (!is_string && !obj.is_list()) fail(e.pos, fmt::format("a {} cannot be sliced", obj.type_name()));
     const std::u32string u = is_string ? decode_utf8(obj.str()) : std::u32string();
     const auto n = static_cast<std::int64_t>(is_string ? u.size() : obj.items().size());
@@ -517,6 +518,7 @@ TValue Renderer::eval_binary(const Expr& e) {
         }
         return TValue::integer(acc);
       }
+      if (x == 0.0 && y < 0.0) fail(e.pos, "0.0 cannot be raised to a negative power");
       return TValue::real(std::pow(x, y));
     }
     type_error();
@@ -526,16 +528,16 @@ TValue Renderer::eval_binary(const Expr& e) {
       budget_.allocate(a.str().size() + b.str().size());
       return TValue::string(a.str() + b.str());
     }
-    if (a.is_list() && b.is_list()) {
+    if (a.is_sequence() && b.is_sequence() && a.flavor() == b.flavor()) {
       budget_.allocate((a.items().size() + b.items().size()) * sizeof(TValue));
       TList items = a.items();
       items.insert(items.end(), b.items().begin(), b.items().end());
-      return TValue::list(std::move(items));
+      return TValue::list(std::move(items), a.flavor());
     }
     type_error();
   }
-  if (op == "*" && (a.is_string() || a.is_list() || b.is_string() || b.is_list())) {
-    const TValue& seq = a.is_string() || a.is_list() ? a : b;
+  if (op == "*" && (a.is_string() || a.is_sequence() || b.is_string() || b.is_sequence())) {
+    const TValue& seq = a.is_string() || a.is_sequence() ? a : b;
     const TValue& count = &seq == &a ? b : a;
     if (count.kind() != K::kInt && count.kind() != K::kBool) type_error();
     const std::uint64_t unit = seq.is_string() ? seq.str().size() : seq.items().size() * sizeof(TValue);
@@ -550,7 +552,7 @@ TValue Renderer::eval_binary(const Expr& e) {
     }
     TList items;
     for (std::int64_t k = 0; k < n; ++k) items.insert(items.end(), seq.items().begin(), seq.items().end());
-    return TValue::list(std::move(items));
+    return TValue::list(std::move(items), seq.flavor());
   }
   if (op == "%" && a.is_string()) fail(e.pos, "unsupported construct: string formatting with '%'");
   type_error();
@@ -568,7 +570,10 @@ bool Renderer::contains(const TValue& container, const TValue& item, Pos pos) {
       if (equal(x, item)) return true;
     return false;
   }
-  if (container.is_mapping()) return item.is_string() && !container.get(item.str()).is_undefined();
+  if (container.is_mapping()) {
+    if (item.is_list() || item.is_mapping()) fail(pos, fmt::format("unhashable type: '{}'", item.type_name()));
+    return item.is_string() && !container.get(item.str()).is_undefined();
+  }
   fail(pos, fmt::format("'in' needs a string, a list or a dict on the right, got {}", container.type_name()));
 }
 

@@ -53,9 +53,9 @@ TValue make_string(std::string s, Budget& budget) {
   return TValue::string(std::move(s));
 }
 
-TValue make_list(TList items, Budget& budget) {
+TValue make_list(TList items, Budget& budget, TValue::Flavor flavor) {
   budget.allocate(items.size() * sizeof(TValue));
-  return TValue::list(std::move(items));
+  return TValue::list(std::move(items), flavor);
 }
 
 // The items a filter walks: a list's, a dict's keys, a string's characters.

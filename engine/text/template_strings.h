@@ -21,7 +21,7 @@ TValue arg(const CallArgs& args, std::size_t index, std::string_view key, TValue
 void check_arity(const CallArgs& args, std::size_t max, const std::string& what,
                  std::initializer_list<std::string_view> keys = {});
 TValue make_string(std::string s, Budget& budget);
-TValue make_list(TList items, Budget& budget);
+TValue make_list(TList items, Budget& budget, TValue::Flavor flavor = TValue::Flavor::kList);
 /// What a filter walks: a list's items, a dict's keys, a string's characters.
 TList iterate(const TValue& v, const char* what);
 

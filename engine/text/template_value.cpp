@@ -38,15 +38,10 @@ TValue TValue::string(std::string s) {
   return v;
 }
 
-TValue TValue::list(TList items) {
+TValue TValue::list(TList items, Flavor flavor) {
   TValue v(Kind::kList);
+  v.flavor_ = flavor;
   v.list_ = std::make_shared<const TList>(std::move(items));
-  return v;
-}
-
-TValue TValue::tuple(TList items) {
-  TValue v = list(std::move(items));
-  v.tuple_ = true;
   return v;
 }
 
@@ -107,7 +102,7 @@ bool TValue::truthy() const {
     case Kind::kInt: return i_ != 0;
     case Kind::kFloat: return d_ != 0.0;
     case Kind::kString: return !s_->empty();
-    case Kind::kList: return !list_->empty();
+    case Kind::kList: return flavor_ == Flavor::kIterator || !list_->empty();
     case Kind::kDict: return !dict_->empty();
     case Kind::kNamespace:
     case Kind::kMacro: return true;
@@ -123,7 +118,10 @@ const char* TValue::type_name() const {
     case Kind::kInt: return "integer";
     case Kind::kFloat: return "float";
     case Kind::kString: return "string";
-    case Kind::kList: return "list";
+    case Kind::kList: {
+      static const char* const kNames[] = {"list", "tuple", "generator", "dict_items", "dict_keys", "dict_values"};
+      return kNames[static_cast<int>(flavor_)];
+    }
     case Kind::kDict: return "dict";
     case Kind::kNamespace: return "namespace";
     case Kind::kMacro: return "macro";
@@ -241,9 +239,15 @@ std::string TValue::repr() const {
   switch (kind_) {
     case Kind::kString: return string_repr(*s_);
     case Kind::kList: {
-      std::string out = tuple_ ? "(" : "[";
+      if (flavor_ == Flavor::kIterator) return "<generator object>";
+      const bool tuple = flavor_ == Flavor::kTuple;
+      std::string out = tuple ? "(" : "[";
       for (std::size_t i = 0; i < list_->size(); ++i) out += (i ? ", " : "") + (*list_)[i].repr();
-      return out + (tuple_ ? (list_->size() == 1 ? ",)" : ")") : "]");
+      out += tuple ? (list_->size() == 1 ? ",)" : ")") : "]";
+      if (flavor_ == Flavor::kItems) return "dict_items(" + out + ")";
+      if (flavor_ == Flavor::kKeys) return "dict_keys(" + out + ")";
+      if (flavor_ == Flavor::kValues) return "dict_values(" + out + ")";
+      return out;
     }
     case Kind::kDict: {
       std::string out = "{";
@@ -268,7 +272,10 @@ bool equal(const TValue& a, const TValue& b) {
     case K::kNone: return true;
     case K::kString: return a.str() == b.str();
     case K::kList: {
-      if (a.items().size() != b.items().size() || a.is_tuple() != b.is_tuple()) return false;
+      if (a.flavor() != b.flavor()) return false;
+      // Python compares iterators and dict_values by identity.
+      if (a.is_iterator() || a.flavor() == TValue::Flavor::kValues) return &a.items() == &b.items();
+      if (a.items().size() != b.items().size()) return false;
       for (std::size_t i = 0; i < a.items().size(); ++i)
         if (!equal(a.items()[i], b.items()[i])) return false;
       return true;
@@ -297,7 +304,7 @@ bool less(const TValue& a, const TValue& b, bool& ok) {
   }
   // UTF-8's byte order is code point order, Python's order for str.
   if (a.is_string() && b.is_string()) return a.str() < b.str();
-  if (a.is_list() && b.is_list()) {
+  if (a.is_sequence() && b.is_sequence() && a.flavor() == b.flavor()) {
     const auto& x = a.items();
     const auto& y = b.items();
     for (std::size_t i = 0; i < x.size() && i < y.size(); ++i) {
@@ -376,6 +383,10 @@ bool json_value(const TValue& v, const JsonStyle& style, int depth, std::string&
     }
     case K::kString: json_string(v.str(), style.ensure_ascii, out); return true;
     case K::kList: {
+      if (!v.is_sequence()) {
+        error = std::string("Object of type ") + v.type_name() + " is not JSON serializable";
+        return false;
+      }
       if (v.items().empty()) {
         out += "[]";
         return true;

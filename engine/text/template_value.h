@@ -33,9 +33,13 @@ class TValue {
   static TValue integer(std::int64_t i);
   static TValue real(double d);
   static TValue string(std::string s);
-  static TValue list(TList items);
-  /// A tuple: a list that prints as (a, b) and never equals a list, as in Python.
-  static TValue tuple(TList items);
+  /// What a sequence is in Python, which decides how it prints, compares and what it allows:
+  /// a list, a tuple ((a, b)), an iterator (what map, select, reject, unique, items and reverse
+  /// return: always true, no length, no index, never printed), or a dict's items(), keys() or
+  /// values() view (printed as dict_items([...]), no index, not JSON).
+  enum class Flavor : std::uint8_t { kList, kTuple, kIterator, kItems, kKeys, kValues };
+  static TValue list(TList items, Flavor flavor = Flavor::kList);
+  static TValue tuple(TList items) { return list(std::move(items), Flavor::kTuple); }
   static TValue dict(TDict items);
   static TValue make_namespace(TDict items);
   static TValue macro(const MacroNode* node);
@@ -47,7 +51,11 @@ class TValue {
   bool is_none() const { return kind_ == Kind::kNone; }
   bool is_string() const { return kind_ == Kind::kString; }
   bool is_list() const { return kind_ == Kind::kList; }
-  bool is_tuple() const { return kind_ == Kind::kList && tuple_; }
+  bool is_tuple() const { return kind_ == Kind::kList && flavor_ == Flavor::kTuple; }
+  Flavor flavor() const { return flavor_; }
+  /// A list or a tuple: a sequence with a length and indexes.
+  bool is_sequence() const { return kind_ == Kind::kList && (flavor_ == Flavor::kList || flavor_ == Flavor::kTuple); }
+  bool is_iterator() const { return kind_ == Kind::kList && flavor_ == Flavor::kIterator; }
   /// Dicts and namespaces both map names to values.
   bool is_mapping() const { return kind_ == Kind::kDict || kind_ == Kind::kNamespace; }
   bool is_number() const { return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool; }
@@ -78,7 +86,7 @@ class TValue {
   explicit TValue(Kind k) : kind_(k) {}
   Kind kind_ = Kind::kUndefined;
   bool b_ = false;
-  bool tuple_ = false;
+  Flavor flavor_ = Flavor::kList;
   std::int64_t i_ = 0;
   double d_ = 0.0;
   std::shared_ptr<const std::string> s_;
