@@ -65,6 +65,8 @@ TValue attribute_of(const TValue& v, const std::string& path) {
 // select/reject/selectattr/rejectattr: keep the items whose test (truth without one) is `keep`.
 TValue select_items(const TValue& input, const CallArgs& args, bool by_attr, bool keep, Budget& budget) {
   TList out;
+  // Jinja2 walks only a true input: none, false, 0 and Undefined give nothing.
+  if (!input.truthy()) return make_list(std::move(out), budget, TValue::Flavor::kIterator);
   const std::size_t first = by_attr ? 1 : 0;
   std::string attr;
   if (by_attr) {
@@ -88,6 +90,7 @@ TValue select_items(const TValue& input, const CallArgs& args, bool by_attr, boo
 
 TValue map_items(const TValue& input, const CallArgs& args, Budget& budget) {
   TList out;
+  if (!input.truthy()) return make_list(std::move(out), budget, TValue::Flavor::kIterator);  // as select
   const TValue attr = arg(args, 99, "attribute");
   if (!attr.is_undefined()) {
     const TValue fallback = arg(args, 99, "default");
@@ -151,6 +154,9 @@ TValue to_number(const TValue& v, bool integral, const TValue& fallback) {
   }
   return fallback;
 }
+
+// The key Jinja2's case-insensitive filters compare by: a string lowered, anything else itself.
+TValue folded(const TValue& v) { return v.is_string() ? TValue::string(change_case(v.str(), 0)) : v; }
 
 }  // namespace
 
@@ -324,9 +330,17 @@ TValue apply_filter(const std::string& name, const TValue& input, const CallArgs
   if (name == "selectattr" || name == "rejectattr") return select_items(input, args, true, name == "selectattr", budget);
   if (name == "map") return map_items(input, args, budget);
   if (name == "unique") {
-    TList out;
-    for (const auto& item : iterate(input, "unique"))
-      if (std::none_of(out.begin(), out.end(), [&](const TValue& x) { return equal(x, item); })) out.push_back(item);
+    // Jinja2 keeps the first of items equal ignoring case, and hashes them (no lists or dicts).
+    TList out, keys;
+    for (const auto& item : iterate(input, "unique")) {
+      if ((item.is_list() && !item.is_tuple()) || item.is_mapping())
+        refuse(fmt::format("unhashable type: '{}'", item.type_name()));
+      const TValue key = folded(item);
+      if (std::none_of(keys.begin(), keys.end(), [&](const TValue& x) { return equal(x, key); })) {
+        keys.push_back(key);
+        out.push_back(item);
+      }
+    }
     return make_list(std::move(out), budget, TValue::Flavor::kIterator);
   }
   if (name == "sum" || name == "min" || name == "max") {
@@ -342,10 +356,11 @@ TValue apply_filter(const std::string& name, const TValue& input, const CallArgs
       return total;
     }
     if (items.empty()) return TValue();
+    // Strings compare ignoring case, as Jinja2's min and max do by default.
     TValue best = items[0];
     for (const auto& item : items) {
       bool ok = true;
-      const bool better = name == "min" ? less(item, best, ok) : less(best, item, ok);
+      const bool better = name == "min" ? less(folded(item), folded(best), ok) : less(folded(best), folded(item), ok);
       if (!ok) refuse(fmt::format("{} cannot order a {} and a {}", name, item.type_name(), best.type_name()));
       if (better) best = item;
     }

@@ -571,7 +571,8 @@ bool Renderer::contains(const TValue& container, const TValue& item, Pos pos) {
     return false;
   }
   if (container.is_mapping()) {
-    if (item.is_list() || item.is_mapping()) fail(pos, fmt::format("unhashable type: '{}'", item.type_name()));
+    if ((item.is_list() && !item.is_tuple()) || item.is_mapping())
+      fail(pos, fmt::format("unhashable type: '{}'", item.type_name()));
     return item.is_string() && !container.get(item.str()).is_undefined();
   }
   fail(pos, fmt::format("'in' needs a string, a list or a dict on the right, got {}", container.type_name()));
