@@ -301,6 +301,9 @@ TEST_CASE("Undefined values behave as Jinja2's default Undefined, and fail where
   CHECK(render("{{ missing is defined }} {{ missing is undefined }} {{ m.x is defined }}", R"({"m": {}})") ==
         "False True False");
   CHECK(render("{% if missing %}a{% else %}b{% endif %}") == "b");
+  // The global functions are defined names (Llama 3.1's template asks `strftime_now is defined`).
+  CHECK(render("{{ strftime_now is defined }} {{ raise_exception is callable }} {{ cycler_like is defined }}") ==
+        "True True False");
   CHECK(render("{{ missing | default('d') }} {{ missing | length }} {{ missing ~ 'x' }}") == "d 0 x");
   CHECK(render("[{{ [1, 2][5] }}] [{{ {'a': 1}.b }}] {{ missing == missing }}") == "[] [] True");
   CHECK_THAT(render_error("{{ missing.attr }}"), Catch::Contains("t:1:11: 'missing' is undefined, so it has no attribute 'attr'"));

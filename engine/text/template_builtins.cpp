@@ -389,7 +389,7 @@ bool apply_test(const std::string& name, const TValue& v, const CallArgs& args) 
   // Jinja2's Undefined can be iterated (as nothing) and has a length, so these hold for it.
   if (name == "iterable") return v.is_string() || v.is_list() || v.kind() == K::kDict || v.is_undefined();
   if (name == "sequence") return v.is_string() || v.is_sequence() || v.kind() == K::kDict || v.is_undefined();
-  if (name == "callable") return v.kind() == K::kMacro || v.is_undefined();  // Undefined has __call__
+  if (name == "callable") return v.kind() == K::kMacro || v.kind() == K::kFunction || v.is_undefined();  // Undefined has __call__
   if (name == "odd" || name == "even" || name == "divisibleby") {
     // value % 2 == 1, value % 2 == 0, value % num == 0, with Python's modulo.
     const TValue d = name == "divisibleby" ? other() : TValue::integer(2);

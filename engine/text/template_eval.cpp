@@ -233,7 +233,8 @@ class Renderer {
       case ExprKind::kLiteral: return e.literal;
       case ExprKind::kName: {
         const TValue* v = find(e.name);
-        return v ? *v : TValue();
+        if (v) return *v;
+        return known_function(e.name) ? TValue::function(e.name) : TValue();
       }
       case ExprKind::kList: {
         TList items;
@@ -383,11 +384,13 @@ class Renderer {
   TValue eval_call(const Expr& e) {
     const TValue* callee = find(e.name);
     if (callee && callee->kind() == TValue::Kind::kMacro) return call_macro(e, *callee->macro_node());
-    if (callee) fail(e.pos, fmt::format("'{}' is a {}, not something to call", e.name, callee->type_name()));
-    if (!known_function(e.name)) fail(e.pos, fmt::format("'{}' is undefined, so it cannot be called", e.name));
+    if (callee && callee->kind() != TValue::Kind::kFunction)
+      fail(e.pos, fmt::format("'{}' is a {}, not something to call", e.name, callee->type_name()));
+    const std::string function = callee ? callee->str() : e.name;
+    if (!known_function(function)) fail(e.pos, fmt::format("'{}' is undefined, so it cannot be called", e.name));
     CallArgs args = eval_args(e, 0);
     try {
-      return call_function(e.name, args, budget_);
+      return call_function(function, args, budget_);
     } catch (const RaisedError& raised) {
       throw ArgumentError(where(program_.name, e.pos) + "raise_exception: " + raised.what());
     }

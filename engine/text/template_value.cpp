@@ -63,6 +63,12 @@ TValue TValue::macro(const MacroNode* node) {
   return v;
 }
 
+TValue TValue::function(std::string name) {
+  TValue v(Kind::kFunction);
+  v.s_ = std::make_shared<const std::string>(std::move(name));
+  return v;
+}
+
 TValue TValue::from_json(const json::Value& j) {
   switch (j.kind()) {
     case json::Value::Kind::kNull: return none();
@@ -105,7 +111,8 @@ bool TValue::truthy() const {
     case Kind::kList: return flavor_ == Flavor::kIterator || !list_->empty();
     case Kind::kDict: return !dict_->empty();
     case Kind::kNamespace:
-    case Kind::kMacro: return true;
+    case Kind::kMacro:
+    case Kind::kFunction: return true;
   }
   return false;
 }
@@ -125,6 +132,7 @@ const char* TValue::type_name() const {
     case Kind::kDict: return "dict";
     case Kind::kNamespace: return "namespace";
     case Kind::kMacro: return "macro";
+    case Kind::kFunction: return "function";
   }
   return "?";
 }
@@ -231,6 +239,7 @@ std::string TValue::to_str() const {
     case Kind::kString: return *s_;
     case Kind::kNamespace: return "<Namespace>";
     case Kind::kMacro: return "<Macro>";
+    case Kind::kFunction: return "<function " + *s_ + ">";
     default: return repr();
   }
 }
@@ -291,6 +300,7 @@ bool equal(const TValue& a, const TValue& b) {
     }
     case K::kNamespace: return &a.members() == &b.members();
     case K::kMacro: return a.macro_node() == b.macro_node();
+    case K::kFunction: return a.str() == b.str();
     default: return false;
   }
 }

@@ -25,7 +25,7 @@ using TDict = std::vector<std::pair<std::string, TValue>>;
 
 class TValue {
  public:
-  enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kNamespace, kMacro };
+  enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kNamespace, kMacro, kFunction };
 
   TValue() = default;  // Undefined
   static TValue none() { return TValue(Kind::kNone); }
@@ -43,6 +43,9 @@ class TValue {
   static TValue dict(TDict items);
   static TValue make_namespace(TDict items);
   static TValue macro(const MacroNode* node);
+  /// A global function (raise_exception, strftime_now, range, ...) named as a value: templates
+  /// ask `strftime_now is defined`.
+  static TValue function(std::string name);
   /// A JSON document's value: integers stay ints, other numbers floats, as Python's json does.
   static TValue from_json(const json::Value& v);
 
