@@ -131,6 +131,16 @@ refused "excludes" "$recur" generate --greedy --temperature 2
 refused "linear_attn only\|transformers_are_rnns only" "$recur" make-model "$dir/c1" --hidden-act gelu
 refused "does not apply to --arch transformers_are_rnns" "$recur" make-model "$dir/c2" --arch transformers_are_rnns --kv-heads 2
 refused "does not apply" "$recur" make-model "$dir/c3" --builtin --hidden 12
+# Each family's options apply to the layouts that have the field, and nowhere else (options
+# that were once ignored there are refused by name).
+refused "does not apply to --arch hgrn2: it applies to --arch linear_attn, gla, retnet only" \
+  "$recur" make-model "$dir/c4" --arch hgrn2 --kv-heads 2
+refused "does not apply to --arch retnet: it applies to --arch gla, hgrn2 only" \
+  "$recur" make-model "$dir/c5" --arch retnet --short-conv
+refused "does not apply to --arch gla: it applies to --arch based only" \
+  "$recur" make-model "$dir/c6" --arch gla --la-layers 1
+refused "expected linear_attn, transformers_are_rnns, based, gla, retnet, hgrn2" \
+  "$recur" make-model "$dir/c7" --arch mamba
 refused "excludes" "$recur" generate --prompt x --prompt-file "$0"
 ok
 

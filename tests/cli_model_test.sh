@@ -63,6 +63,20 @@ rm "$dir/m/tokenizer.json"
 if "$recur" generate -m "$dir/p" -p "" -n 1 --load-state "$dir/s" 2> "$dir/err" > /dev/null; then fail "loaded a state into another model"; fi
 grep -q "another model\|bytes" "$dir/err" || fail "unclear state error: $(cat "$dir/err")"
 
+# A model of fewer than 256 ids and no tokenizer reads and writes ids only: a continuation with
+# --load-state and --ids reads no text, so it runs; asking it for text is refused by name.
+"$recur" make-model "$dir/v100" --vocab 100 --hidden 32 --heads 2 > /dev/null
+printf '5\n17\n42\n' > "$dir/ids100.txt"
+"$recur" generate -m "$dir/v100" --prompt-ids "$dir/ids100.txt" -n 4 --greedy --ids --save-state "$dir/s100" > "$dir/a100" 2> /dev/null
+"$recur" generate -m "$dir/v100" --load-state "$dir/s100" -n 4 --greedy --ids > "$dir/b100" 2> "$dir/err" ||
+  fail "--load-state with --ids on a 100-id model without a tokenizer: $(cat "$dir/err")"
+(( $(wc -l < "$dir/b100") == 4 )) || fail "the continuation did not print 4 ids"
+"$recur" generate -m "$dir/v100" --prompt-ids "$dir/ids100.txt" -n 8 --greedy --ids > "$dir/c100" 2> /dev/null
+cat "$dir/a100" "$dir/b100" | cmp -s - "$dir/c100" || fail "the 100-id model's continuation differs from one run"
+if "$recur" generate -m "$dir/v100" --load-state "$dir/s100" -n 4 --greedy 2> "$dir/err" > /dev/null; then
+  fail "a 100-id model without a tokenizer wrote text"; fi
+grep -q "use --prompt-ids and --ids" "$dir/err" || fail "unclear: $(cat "$dir/err")"
+
 # The built-in model runs with no arguments but a length, through its tokenizer; the
 # random-weight model says its weights are random; RECUR_MODEL pointing nowhere is explained.
 "$recur" generate -n 8 > /dev/null 2> "$dir/err" || fail "built-in generate failed"

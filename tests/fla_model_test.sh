@@ -70,6 +70,26 @@ for name in gla hgrn2 gla-hybrid; do
   done
 done
 
+# The head takes its own format (--head), untied or tied: a tied embedding is the head's matrix
+# and is quantized with it.
+dtype_of() {  # the stored dtype of tensor $2 in $1/model.safetensors
+  /usr/bin/python3 -c 'import json, struct, sys; f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]; print(json.loads(f.read(n))[sys.argv[2]]["dtype"])' "$1/model.safetensors" "$2"
+}
+for name in gla gla-nogate; do
+  "$recur" quantize "$fla/$name" "$tmp/$name-q4h8" --type q4 --head q8 > /dev/null 2> "$tmp/err" ||
+    { cat "$tmp/err" >&2; fail "recur quantize $name --type q4 --head q8"; }
+  head_tensor=lm_head.weight
+  [[ $name == gla-nogate ]] && head_tensor=model.embeddings.weight
+  [[ "$(dtype_of "$tmp/$name-q4h8" "$head_tensor")" == I8 ]] ||
+    fail "$name --type q4 --head q8: $head_tensor is $(dtype_of "$tmp/$name-q4h8" "$head_tensor"), not the head's q8 codes (I8)"
+  [[ "$(dtype_of "$tmp/$name-q4h8" model.layers.0.mlp.up_proj.weight)" == U8 ]] ||
+    fail "$name --type q4 --head q8: the MLP is not q4"
+  "$recur" score -m "$tmp/$name-q4h8" --token-ids "$ids" > /dev/null 2> "$tmp/err" ||
+    { cat "$tmp/err" >&2; fail "recur score on $name --type q4 --head q8"; }
+  grep -q "weights: q4 (head q8)" "$tmp/err" || fail "$name: the weights line is not 'q4 (head q8)': $(cat "$tmp/err")"
+done
+echo "fla_model_test: --head q8 quantizes the head of an untied and of a tied model in q8, the rest in q4"
+
 # The committed expectations are the reference's own numbers (where PyTorch is installed).
 if /usr/bin/python3 -c 'import torch' 2> /dev/null; then
   /usr/bin/python3 "$fla/reference.py" --check-expected "$fla/expected_nll.txt" ||

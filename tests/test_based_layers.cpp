@@ -21,6 +21,7 @@
 #include "recur/linear_attention.h"
 #include "recur/short_conv.h"
 #include "recur/window_attention.h"
+#include "support/each_isa.h"
 #include "support/reference.h"
 
 using recur::PrefillOptions;
@@ -616,28 +617,11 @@ TEST_CASE("window attention: bad input is refused by name, the state unchanged",
 
 namespace {
 
-template <class F>
-void require_same_bytes_under_each_isa(const F& f) {
-  const std::string before = recur::isa();
-  std::string scalar_bytes;
-  std::vector<std::pair<std::string, std::string>> runs;
-  for (const std::string& isa : recur::available_isas()) {
-    recur::set_isa(isa);
-    runs.emplace_back(isa, f());
-  }
-  recur::set_isa(before);
-  for (const auto& [isa, bytes] : runs)
-    if (isa == "scalar") scalar_bytes = bytes;
-  REQUIRE(!scalar_bytes.empty());
-  for (const auto& [isa, bytes] : runs) {
-    INFO("instruction set " << isa << " against scalar");
-    CHECK(bytes == scalar_bytes);
-  }
-}
+using recur::test::require_same_bytes_under_each_isa;
 
 template <class T>
 void append(std::string& out, const T* data, std::size_t n) {
-  out.append(reinterpret_cast<const char*>(data), n * sizeof(T));
+  recur::test::append_bytes(out, data, n);
 }
 
 }  // namespace

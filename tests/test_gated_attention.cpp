@@ -18,6 +18,7 @@
 #include "recur/error.h"
 #include "recur/gated_attention.h"
 #include "recur/isa.h"
+#include "support/each_isa.h"
 
 namespace {
 
@@ -418,26 +419,12 @@ namespace {
 // Runs f under each available instruction set and requires the scalar target's bytes.
 template <class F>
 void same_under_each_isa(const F& f) {
-  const std::string before = recur::isa();
-  std::vector<std::pair<std::string, std::string>> runs;
-  for (const std::string& isa : recur::available_isas()) {
-    recur::set_isa(isa);
-    runs.emplace_back(isa, f());
-  }
-  recur::set_isa(before);
-  const std::string* scalar = nullptr;
-  for (const auto& [isa, bytes] : runs)
-    if (isa == "scalar") scalar = &bytes;
-  REQUIRE(scalar != nullptr);
-  for (const auto& [isa, bytes] : runs) {
-    INFO("instruction set " << isa << " against scalar");
-    CHECK(bytes == *scalar);
-  }
+  recur::test::require_same_bytes_under_each_isa(f);
 }
 
 template <class T>
 void append(std::string& out, const T* data, std::size_t n) {
-  out.append(reinterpret_cast<const char*>(data), n * sizeof(T));
+  recur::test::append_bytes(out, data, n);
 }
 
 }  // namespace

@@ -104,8 +104,15 @@ TEST_CASE("safetensors: bad files are rejected with the file, the tensor and the
     expect_format_error(open(p), {p, "invalid JSON"});
   }
   SECTION("an unsupported dtype") {
-    const auto p = write(dir, "e.st", raw_file(R"({"w":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", d8));
-    expect_format_error(open(p), {p, "'w'", "I64", "not supported"});
+    const auto p = write(dir, "e.st", raw_file(R"({"w":{"dtype":"I32","shape":[2],"data_offsets":[0,8]}})", d8));
+    expect_format_error(open(p), {p, "'w'", "I32", "not supported"});
+  }
+  SECTION("an I64 tensor (a trainer's counter) opens, and is never read as floats") {
+    const auto p = write(dir, "e64.st", raw_file(R"({"w":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", d8));
+    const auto store = TensorStore::open_file(p);
+    CHECK(store.info("w").dtype == recur::DType::kI64);
+    CHECK(store.read_bytes("w").size() == 8);
+    expect_format_error([&] { (void)store.read("w"); }, {p, "'w'", "I64", "not a float tensor"});
   }
   SECTION("offsets that disagree with the shape") {
     const auto p = write(dir, "f.st", raw_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", d8));

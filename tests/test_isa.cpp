@@ -22,50 +22,19 @@
 #include "recur/linear_attention.h"
 #include "recur/model.h"
 #include "recur/softmax_attention.h"
+#include "support/each_isa.h"
 
 namespace {
 
 using recur::RowMatrix;
 
-// Runs f(isa) under each available instruction set, then goes back to the one before.
-template <class F>
-void for_each_isa(const F& f) {
-  const std::string before = recur::isa();
-  for (const std::string& isa : recur::available_isas()) {
-    recur::set_isa(isa);
-    f(isa);
-  }
-  recur::set_isa(before);
-}
-
-// Runs f under each available instruction set; returns the bytes f produced, per set.
-template <class F>
-std::vector<std::pair<std::string, std::string>> under_each(const F& f) {
-  std::vector<std::pair<std::string, std::string>> out;
-  for_each_isa([&](const std::string& isa) { out.emplace_back(isa, f()); });
-  return out;
-}
-
-// Every set's bytes equal the scalar target's.
-void require_same_bytes(const std::vector<std::pair<std::string, std::string>>& runs) {
-  const std::string* scalar = nullptr;
-  for (const auto& [isa, bytes] : runs)
-    if (isa == "scalar") scalar = &bytes;
-  REQUIRE(scalar != nullptr);
-  REQUIRE(!scalar->empty());
-  for (const auto& [isa, bytes] : runs) {
-    INFO("instruction set " << isa << " against scalar");
-    REQUIRE(bytes.size() == scalar->size());
-    // The first byte that differs, or -1: a readable failure rather than two binary dumps.
-    const auto diff = std::mismatch(bytes.begin(), bytes.end(), scalar->begin());
-    const long first_difference = diff.first == bytes.end() ? -1L : long(diff.first - bytes.begin());
-    CHECK(first_difference == -1L);
-  }
-}
+using recur::test::for_each_isa;
+using recur::test::require_same_bytes;
+using recur::test::under_each;
 
 template <class T>
 void append(std::string& out, const T* data, std::size_t n) {
-  out.append(reinterpret_cast<const char*>(data), n * sizeof(T));
+  recur::test::append_bytes(out, data, n);
 }
 
 RowMatrix random_matrix(Eigen::Index rows, Eigen::Index cols, std::uint32_t seed, float sd = 1.0f) {
@@ -411,4 +380,21 @@ TEST_CASE("every instruction set gives the same bytes: models, and states that m
       recur::set_isa(before);
     }
   }
+}
+
+TEST_CASE("a body that throws under one instruction set leaves the one before in force",
+          "[isa]") {
+  const auto available = recur::available_isas();
+  if (available.size() < 2) return;  // one set: nothing can be left behind
+  // Start from the last set, so that a helper that stops midway leaves another in force.
+  recur::set_isa(available.back());
+  const std::string before = recur::isa();
+  struct Stop {};
+  try {
+    for_each_isa([&](const std::string& isa) {
+      if (isa == available.front()) throw Stop{};
+    });
+  } catch (const Stop&) {
+  }
+  CHECK(recur::isa() == before);
 }

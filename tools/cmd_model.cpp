@@ -61,18 +61,15 @@ TextModel open_model(const Args& args) {
       fmt::print(stderr, "warning: the tokenizer has {} ids and the model {}: ids past the "
                          "model's vocabulary will be refused\n",
                  m.tokenizer->vocab_size(), m.model->config().vocab_size);
-  } else if (m.model->config().architecture == Architecture::kBased) {
-    // Based's checkpoints ship no tokenizer: they were trained on GPT-2's ids, not bytes.
-    m.no_text = fmt::format(
-        "{} holds no tokenizer.json, and this Based model was trained on GPT-2's tokenizer: pass "
-        "--tokenizer FILE|DIR (GPT-2's tokenizer.json), or give and take token ids "
-        "(--prompt-ids and --ids, --token-ids)", printable(dir));
+  } else if (const std::string why = m.model->missing_tokenizer(printable(dir)); !why.empty()) {
+    m.no_text = why;
   } else {
     for (const char* name : {"tokenizer.model", "vocab.json"}) {
       if (std::filesystem::exists(std::filesystem::path(dir) / name)) {
-        fmt::print(stderr, "warning: the model ships {} but no tokenizer.json, the only tokenizer "
-                           "format recur reads: text is fed as bytes, not the ids the model was "
-                           "trained on. Tokenize elsewhere and pass ids.\n", name);
+        fmt::print(stderr, "warning: the model ships {} but no tokenizer.json (nor RWKV's "
+                           "rwkv_vocab_v20230424.txt), the tokenizer formats recur reads: text "
+                           "is fed as bytes, not the ids the model was trained on. Tokenize "
+                           "elsewhere and pass ids.\n", name);
         break;
       }
     }
@@ -94,55 +91,7 @@ std::string kernels_line(bool verbose) {
 
 void describe_model(const TextModel& tm) {
   const Model& m = *tm.model;
-  const ModelConfig& c = m.config();
-  if (c.architecture == Architecture::kBased) {
-    const auto count = [&](MixerKind k) {
-      return std::count(c.mixers.begin(), c.mixers.end(), k);
-    };
-    const Decoder probe(tm.model, DecoderOptions{1, 1});
-    const auto mib = [&](MixerKind k) { return double(probe.state_bytes(k)) / double(1 << 20); };
-    fmt::print(stderr, "model: {}: based, {} layers ({} BaseConv, {} Taylor linear attention, {} "
-                       "sliding window of {} tokens), hidden {}, vocab {}, {:.2f}M parameters\n",
-               tm.label, c.num_hidden_layers, count(MixerKind::kShortConv),
-               count(MixerKind::kLinearAttention), count(MixerKind::kWindowAttention),
-               c.window_size / 2 + 1, c.hidden_size, c.vocab_size, double(m.parameters()) / 1e6);
-    fmt::print(stderr, "state: {:.2f} MiB in the convolutions, {:.2f} MiB in linear attention, "
-                       "{:.2f} MiB in the windows: {:.2f} MiB at any length\n",
-               mib(MixerKind::kShortConv), mib(MixerKind::kLinearAttention),
-               mib(MixerKind::kWindowAttention), double(probe.state_bytes()) / double(1 << 20));
-  } else if (c.gated_family()) {
-    const auto n_attn = std::count(c.mixers.begin(), c.mixers.end(), MixerKind::kAttention);
-    // A full layer's KV cache: a key and a value per kv head per token (the rest is constant).
-    std::size_t grow = 0;
-    for (const auto& s : c.attn)
-      if (s.window_size == 0)
-        grow += s.layers.size() * 2 * std::size_t(s.num_kv_heads) *
-                std::size_t(c.hidden_size / s.num_heads) * sizeof(float);
-    const Decoder probe(tm.model, DecoderOptions{1, 1});
-    fmt::print(stderr, "model: {}: {}, {} layers ({} gated recurrence, {} softmax attention), hidden "
-                       "{}, {} heads{}, vocab {}, {:.2f}M parameters\n",
-               tm.label, c.architecture == Architecture::kGla ? "gla"
-                         : c.architecture == Architecture::kRetNet ? "retnet" : "hgrn2",
-               c.num_hidden_layers, c.num_hidden_layers - n_attn, n_attn, c.hidden_size, c.num_heads,
-               c.num_kv_heads != c.num_heads ? fmt::format(" ({} kv)", c.num_kv_heads) : "",
-               c.vocab_size, double(m.parameters()) / 1e6);
-    fmt::print(stderr, "state: {:.2f} MiB{}\n", double(probe.state_bytes()) / double(1 << 20),
-               grow ? fmt::format(" at the start, and the full-attention layers' KV cache adds {} "
-                                  "bytes every token (conversations' memory counts it)", grow)
-                    : std::string(" at any length"));
-  } else {
-  fmt::print(stderr, "model: {}: {}, {} layers, hidden {}, {} heads{}, feature map {}, {} form, "
-                     "vocab {}, {:.2f}M parameters\n",
-             tm.label,
-             c.architecture == Architecture::kLinearAttn ? "linear_attn"
-             : c.architecture == Architecture::kBased    ? "based"
-                                                          : "transformers_are_rnns",
-             c.num_hidden_layers, c.hidden_size, c.num_heads,
-             c.num_kv_heads != c.num_heads ? fmt::format(" ({} kv)", c.num_kv_heads) : "",
-             ModelConfig::feature_map_name(c.feature_map),
-             c.norm_feature_map ? "normalized" : "unnormalized", c.vocab_size,
-             double(m.parameters()) / 1e6);
-  }
+  fmt::print(stderr, "{}", m.describe(tm.label));
   fmt::print(stderr, "weights: {}, {} read per decoded token\n", m.weight_format(),
              human_bytes(double(m.weight_bytes_per_token())));
   if (tm.tokenizer)
@@ -208,8 +157,9 @@ int run_generate(int argc, char** argv) {
             "trained on the King James Bible (models/kjv).");
   args.option("model", "", "model directory (config.json, safetensors or pytorch_model.bin, "
                            "tokenizer.json); default: the built-in model", 'm')
-      .option("tokenizer", "", "tokenizer.json, or a directory that holds one, for a model "
-                               "directory without its own (Based's checkpoints use GPT-2's)")
+      .option("tokenizer", "", "tokenizer.json or rwkv_vocab_v20230424.txt, or a directory that "
+                               "holds one, for a model directory without its own (Based's "
+                               "checkpoints use GPT-2's)")
       .option("prompt", "", "prompt text (default: \"And it came to pass\" for the built-in model, "
                             "\"The quick brown fox\" otherwise; nothing after --load-state)", 'p')
       .option("prompt-file", "", "read the prompt from this file ('-': standard input)", 'f')
@@ -266,17 +216,20 @@ int run_generate(int argc, char** argv) {
   if (args.flag_set("verbose")) fmt::print(stderr, "{}\n", kernels_line(true));
   const auto& tokenizer = tm.tokenizer;
   const bool ids_in = args.given("prompt-ids"), ids_out = args.flag_set("ids");
-  if (!tokenizer && model->config().vocab_size < ByteTokenizer::kVocab && !ids_in)
-    throw ArgumentError(fmt::format("the model's vocabulary has {} ids, fewer than the 256 the "
-                                    "byte-level tokenizer needs: use --prompt-ids",
-                                    model->config().vocab_size));
   const std::string fallback_prompt = args.given("model") || tm.random ? "The quick brown fox"
                                                                        : "And it came to pass";
   const std::string prompt = args.given("prompt-file") ? read_input(args.str("prompt-file"), "--prompt-file")
                              : args.given("prompt")    ? args.str("prompt")
                              : ids_in || loading       ? std::string()
                                                        : fallback_prompt;
-  if ((!ids_in && !prompt.empty()) || !ids_out) tm.require_text();
+  // Text is read when a prompt is encoded and written unless --ids: only then does a model
+  // without a tokenizer need the byte-level one (a continuation with --ids reads and writes none).
+  const bool reads_text = !ids_in && !prompt.empty();
+  if (!tokenizer && model->config().vocab_size < ByteTokenizer::kVocab && (reads_text || !ids_out))
+    throw ArgumentError(fmt::format("the model's vocabulary has {} ids, fewer than the 256 the "
+                                    "byte-level tokenizer needs: use --prompt-ids and --ids",
+                                    model->config().vocab_size));
+  if (reads_text || !ids_out) tm.require_text();
   // A continuation gets no second BOS.
   const bool add_special = !loading && !args.flag_set("no-special");
   const std::vector<int> prompt_ids =
@@ -389,8 +342,9 @@ int run_score(int argc, char** argv) {
             "the perplexity exp(mean_nll) and, for text, bits per byte. --json prints the numbers\n"
             "with 17 significant digits: the same digits at any --chunk and --threads.");
   args.option("model", "", "model directory; default: the built-in model", 'm')
-      .option("tokenizer", "", "tokenizer.json, or a directory that holds one, for a model "
-                               "directory without its own (Based's checkpoints use GPT-2's)")
+      .option("tokenizer", "", "tokenizer.json or rwkv_vocab_v20230424.txt, or a directory that "
+                               "holds one, for a model directory without its own (Based's "
+                               "checkpoints use GPT-2's)")
       .option("file", "", "text to score, through the model's tokenizer.json (bytes without one; "
                           "'-': standard input)", 'f')
       .option("token-ids", "", "token ids to score, one per line ('-': standard input)")

@@ -251,8 +251,9 @@ int run_serve(int argc, char** argv) {
             "model.");
   args.option("model", "", "model directory (config.json, safetensors or pytorch_model.bin, "
                            "tokenizer.json); default: the built-in model", 'm')
-      .option("tokenizer", "", "tokenizer.json, or a directory that holds one, for a model "
-                               "directory without its own (Based's checkpoints use GPT-2's)")
+      .option("tokenizer", "", "tokenizer.json or rwkv_vocab_v20230424.txt, or a directory that "
+                               "holds one, for a model directory without its own (Based's "
+                               "checkpoints use GPT-2's)")
       .option("host", "127.0.0.1", "address to listen on (0.0.0.0: every interface)")
       .option("port", "8080", "port to listen on (0: any free port, printed at start)")
       .option("name", "", "the model's name in the API (default: the directory's name, or "

@@ -1,4 +1,4 @@
-// recur tokenize: text to ids and back with a model's tokenizer.json.
+// recur tokenize: text to ids and back with a model's tokenizer.json (or RWKV's world vocabulary).
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -13,8 +13,10 @@ namespace recur::cli {
 int run_tokenize(int argc, char** argv) {
   Args args("tokenize",
             "Encodes text with a model's tokenizer.json and prints the ids, one per line, exactly\n"
-            "as Hugging Face's tokenizers library would; with --decode, turns ids back into text.");
-  args.option("model", "", "model directory holding tokenizer.json, or the file itself", 'm')
+            "as Hugging Face's tokenizers library would (or with RWKV's rwkv_vocab_v20230424.txt,\n"
+            "as its reference trie tokenizer would); with --decode, turns ids back into text.");
+  args.option("model", "", "model directory holding tokenizer.json or rwkv_vocab_v20230424.txt, "
+                           "or the file itself", 'm')
       .option("prompt", "", "text to encode", 'p')
       .option("file", "", "file to encode, or with --decode the ids ('-': standard input)", 'f')
       .flag("no-special", "encode without what the post-processor adds (the BOS of most models); "

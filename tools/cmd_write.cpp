@@ -1,17 +1,22 @@
 // recur make-model, recur convert, recur quantize: the commands that write models.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <vector>
 
 #include <cstdio>
 #include <filesystem>
 
 #include "cli.h"
 #include "commands.h"
+#include "model/family.h"
 #include "text_model.h"
 #include "recur/error.h"
 #include "recur/model.h"
 #include "recur/quantize.h"
-#include "recur/tokenizer.h"
 #include "util/file.h"
 #include "util/json.h"
 
@@ -58,41 +63,37 @@ int run_make_model(int argc, char** argv) {
             "Writes a model with random weights (config.json + model.safetensors, or shards with\n"
             "model.safetensors.index.json) in the layout `recur generate -m DIR` reads. For tests\n"
             "and demos: the weights are random, so is the text.");
-  args.option("arch", "linear_attn", "linear_attn, transformers_are_rnns, based, gla, retnet or hgrn2")
+  // The families' own options, each declared once, its help naming the --arch values it serves.
+  std::vector<std::string> archs;
+  std::map<std::string, model::MakeOption> family_options;
+  std::map<std::string, std::vector<std::string>> served_by;
+  for (const model::Family* f : model::families()) {
+    const auto names = f->make_model_archs();
+    archs.insert(archs.end(), names.begin(), names.end());
+    for (const auto& o : f->make_model_options()) {
+      family_options.emplace(o.name, o);
+      auto& list = served_by[o.name];
+      const auto& served = o.archs.empty() ? names : o.archs;
+      list.insert(list.end(), served.begin(), served.end());
+    }
+  }
+  args.option("arch", "linear_attn", fmt::format("{}", fmt::join(archs, ", ")))
       .option("config", "", "take the configuration from this config.json")
       .option("vocab", "256", "vocabulary size")
       .option("hidden", "64", "hidden size (d_model)")
       .option("layers", "2", "layers")
       .option("heads", "4", "attention heads")
-      .option("kv-heads", "", "key/value heads (linear_attn; default: as many as heads)")
-      .option("expand-k", "", "key width / hidden size (linear_attn; default 1)")
-      .option("expand-v", "", "value width / hidden size (linear_attn; default 1)")
       .option("intermediate", "0", "MLP width, 0: the model type's default")
-      .option("feature-map", "elu", "elu, relu, identity, hedgehog, t2r, dpfp, elementwise_product")
-      .option("hidden-act", "", "relu or gelu (transformers_are_rnns; default relu)")
       .option("dtype", "f32", "stored dtype: f32, bf16 or f16")
       .option("shards", "1", "files to split the weights over (more than 1 writes an index)")
       .option("seed", "1", "seed of the random weights")
-      .option("la-layers", "", "based: the Taylor linear-attention layers, e.g. 1,6 (alt_mixer_layers)")
-      .option("window-layers", "", "based: the sliding-window layers, e.g. 2,7 (alt_mixer_2_layers)")
-      .option("la-heads", "", "based: linear-attention heads (default: --heads)")
-      .option("feature-dim", "16", "based: q and k width per linear-attention head")
-      .option("window-size", "16", "based: window_size (a token sees window_size / 2 before it)")
-      .option("expand-ratio", "", "hgrn2: the forget gate's width per head (default 128)")
-      .option("attn-layers", "", "gla, retnet, hgrn2: softmax attention layers, e.g. 1,3 (attn.layers)")
-      .option("attn-heads", "", "gla, retnet, hgrn2: the attention layers' heads (default: --heads)")
-      .option("attn-kv-heads", "", "gla, retnet, hgrn2: their kv heads (default: as many as heads)")
-      .option("attn-window", "", "gla, retnet, hgrn2: attn.window_size (default: full attention)")
-      .flag("short-conv", "gla, hgrn2: short convolutions on q, k, v (use_short_conv)")
-      .flag("no-output-gate", "gla, retnet: no output gate (use_output_gate false)")
-      .flag("no-lower-bound", "hgrn2: no lower bounds on the forget gate (use_lower_bound false)")
-      .flag("normalized", "the normalized form (norm_feature_map, linear_attn)")
-      .flag("norm-q", "norm_q: divide phi(q) by its sum (linear_attn)")
-      .flag("norm-k", "norm_k: divide phi(k) by its sum (linear_attn)")
-      .flag("tie-feature-maps", "one learned feature map for q and k (linear_attn)")
-      .flag("no-affine", "no weight in the per-head output norm (linear_attn)")
-      .flag("tie-embeddings", "the LM head reuses the embedding matrix")
-      .flag("builtin", "write the random-weight test model (--random-model: its configuration and seed)")
+      .flag("tie-embeddings", "the LM head reuses the embedding matrix");
+  for (const auto& [name, o] : family_options) {
+    const std::string help = fmt::format("{}: {}", fmt::join(served_by[name], ", "), o.help);
+    if (o.flag) args.flag(name, help);
+    else args.option(name, o.fallback, help);
+  }
+  args.flag("builtin", "write the random-weight test model (--random-model: its configuration and seed)")
       .flag("force", "replace a model already in DIR (its config.json, safetensors and index go "
                      "first; other files stay)")
       .positionals(1, "DIR")
@@ -101,50 +102,28 @@ int run_make_model(int argc, char** argv) {
   if (!args.parse(argc, argv, 2)) return 0;
   if (args.positional().empty()) throw ArgumentError("give the directory to write: recur make-model DIR");
   const std::string dir = args.positional()[0];
-  const char* shape_options[] = {"arch", "vocab", "hidden", "layers", "heads", "kv-heads",
-                                 "la-layers", "window-layers", "la-heads", "feature-dim",
-                                 "window-size",
-                                 "expand-k", "expand-v", "intermediate", "feature-map",
-                                 "hidden-act", "normalized", "norm-q", "norm-k",
-                                 "tie-feature-maps", "no-affine", "tie-embeddings", "seed",
-                                 "expand-ratio", "attn-layers", "attn-heads", "attn-kv-heads",
-                                 "attn-window", "short-conv", "no-output-gate", "no-lower-bound"};
-  for (const char* o : shape_options) {
+  std::vector<std::string> shape_options = {"arch", "vocab", "hidden", "layers", "heads",
+                                            "intermediate", "tie-embeddings", "seed"};
+  for (const auto& [name, o] : family_options) shape_options.push_back(name);
+  for (const auto& o : shape_options) {
     if (args.flag_set("builtin") && args.given(o))
       throw ArgumentError(fmt::format("--builtin writes the built-in model as it is: --{} does not apply", o));
-    if (args.given("config") && args.given(o) && std::string(o) != "seed")
+    if (args.given("config") && args.given(o) && o != "seed")
       throw ArgumentError(fmt::format("--config gives the shape: --{} does not apply", o));
   }
   if (args.flag_set("builtin") && args.given("config"))
     throw ArgumentError("give at most one of --builtin and --config");
   const std::string arch = args.str("arch");
-  const bool gated = arch == "gla" || arch == "retnet" || arch == "hgrn2";
-  if (arch != "linear_attn" && arch != "transformers_are_rnns" && arch != "based" && !gated)
-    throw ArgumentError(fmt::format("--arch is '{}', expected linear_attn, transformers_are_rnns, "
-                                    "based, gla, retnet or hgrn2", printable(arch)));
-  for (const char* o : {"expand-ratio", "attn-layers", "attn-heads", "attn-kv-heads", "attn-window",
-                        "short-conv", "no-output-gate", "no-lower-bound"})
-    if (!gated && args.given(o))
-      throw ArgumentError(fmt::format("--{} applies to --arch gla, retnet or hgrn2 only", o));
-  for (const char* o : {"la-layers", "window-layers", "la-heads", "feature-dim", "window-size"})
-    if (arch != "based" && args.given(o))
-      throw ArgumentError(fmt::format("--{} applies to --arch based only", o));
-  if (!args.flag_set("builtin") && !args.given("config")) {
-    const char* fla_only[] = {"kv-heads", "expand-k", "expand-v", "normalized", "norm-q",
-                              "norm-k", "tie-feature-maps", "no-affine"};
-    for (const char* o : fla_only)
-      if (arch != "linear_attn" && args.given(o) &&
-          !((arch == "gla" || arch == "retnet") &&
-            (std::string(o) == "kv-heads" || std::string(o) == "expand-k" ||
-             std::string(o) == "expand-v" || std::string(o) == "no-affine")) &&
-          !(arch == "hgrn2" && std::string(o) == "no-affine"))
-        throw ArgumentError(fmt::format("--{} does not apply to --arch {}", o, arch));
-    if (gated && (args.given("feature-map") || args.given("hidden-act")))
-      throw ArgumentError(fmt::format("--feature-map and --hidden-act do not apply to --arch {} (no "
-                                      "feature map, swish)", arch));
-    if (arch == "linear_attn" && args.given("hidden-act"))
-      throw ArgumentError("--hidden-act applies to --arch transformers_are_rnns only (linear_attn "
-                          "uses swish)");
+  const model::Family* family = model::family_for_arch(arch);
+  if (!family)
+    throw ArgumentError(fmt::format("--arch is '{}', expected {}", printable(arch),
+                                    fmt::join(archs, ", ")));
+  // An option of another family does not apply to this one.
+  for (const auto& [name, o] : family_options) {
+    const auto& served = served_by[name];
+    if (args.given(name) && std::find(served.begin(), served.end(), arch) == served.end())
+      throw ArgumentError(fmt::format("--{} does not apply to --arch {}: it applies to --arch {} "
+                                      "only", name, arch, fmt::join(served, ", ")));
   }
   ModelConfig c;
   std::uint64_t seed = static_cast<std::uint64_t>(args.integer("seed", 0, INT64_MAX));
@@ -153,116 +132,25 @@ int run_make_model(int argc, char** argv) {
     seed = kBuiltinSeed;
   } else if (args.given("config")) {
     c = ModelConfig::from_json(read_input(args.str("config"), "--config", 16u << 20), args.str("config"));
-  } else if (arch == "based") {
-    if (args.given("feature-map") || args.given("hidden-act") || args.given("tie-embeddings"))
-      throw ArgumentError("--feature-map, --hidden-act and --tie-embeddings do not apply to --arch "
-                          "based (Taylor map, SwiGLU, tied head)");
-    // A list of layer indices, "1,6,11": digits and commas only; config.json's reader checks
-    // the range and repeats.
-    const auto ids = [&](const char* name) {
-      const std::string v = args.str(name);
-      if (v.find_first_not_of("0123456789,") != std::string::npos || v.find(",,") != std::string::npos ||
-          (!v.empty() && (v.front() == ',' || v.back() == ',')))
-        throw ArgumentError(fmt::format("--{} is '{}', expected layer indices such as 1,6,11", name,
-                                        printable(v)));
-      for (std::size_t i = 0, j; i < v.size(); i = j + 1) {
-        j = v.find(',', i);
-        if (j == std::string::npos) j = v.size();
-        if (j - i > 4)
-          throw ArgumentError(fmt::format("--{}: layer index {} is too large", name, printable(v.substr(i, j - i))));
-      }
-      return "[" + v + "]";
-    };
-    const auto heads = args.integer("heads", 1, 1 << 16);
-    const std::string json = fmt::format(
-        "{{\"model_type\": \"gpt2\", \"vocab_size\": {}, \"n_embd\": {}, \"n_layer\": {}, "
-        "\"n_head\": {}, {}\"rms_norm\": true, \"activation_function\": \"swiglu\", "
-        "\"pad_vocab_size_multiple\": 8, \"alt_mixer_layers\": {}, \"alt_mixer_2_layers\": {}, "
-        "\"mixer\": {{\"_target_\": \"based.models.mixers.convolution.BaseConv\", "
-        "\"use_bias\": true, \"expand_proj\": 4, \"kernel_sizes\": 3}}, "
-        "\"alt_mixer\": {{\"_target_\": \"based.models.mixers.linear_attention.LinearAttention\", "
-        "\"feature_dim\": {}, \"num_heads\": {}}}, "
-        "\"alt_mixer_2\": {{\"_target_\": \"based.models.mixers.slide_attention.SlidingAttention\", "
-        "\"window_size\": {}, \"num_heads\": {}}}}}",
-        args.integer("vocab", 1, 1 << 24), args.integer("hidden", 1, 1 << 20),
-        args.integer("layers", 1, 4096), heads,
-        args.integer("intermediate", 0, 1 << 20) > 0
-            ? fmt::format("\"n_inner\": {}, ", args.integer("intermediate", 0, 1 << 20)) : "",
-        ids("la-layers"), ids("window-layers"), args.integer("feature-dim", 1, 256),
-        args.given("la-heads") ? args.integer("la-heads", 1, 1 << 16) : heads,
-        args.integer("window-size", 1, 1 << 24), heads);
-    c = ModelConfig::from_json(json, "make-model options");
-  } else if (gated) {
-    std::string json = "{";
-    const auto add = [&](const std::string& k, const std::string& v) {
-      json += (json.size() > 1 ? ", " : "") + fmt::format("\"{}\": {}", k, v);
-    };
-    const auto heads = args.integer("heads", 1, 1 << 16);
-    add("model_type", fmt::format("\"{}\"", arch));
-    add("vocab_size", std::to_string(args.integer("vocab", 1, 1 << 24)));
-    add("hidden_size", std::to_string(args.integer("hidden", 1, 1 << 20)));
-    add("num_hidden_layers", std::to_string(args.integer("layers", 1, 4096)));
-    add("tie_word_embeddings", args.flag_set("tie-embeddings") ? "true" : "false");
-    add("elementwise_affine", args.flag_set("no-affine") ? "false" : "true");
-    if (const auto inter = args.integer("intermediate", 0, 1 << 20); inter > 0)
-      add("intermediate_size", std::to_string(inter));
-    if (arch == "hgrn2") {
-      if (args.given("expand-ratio")) add("expand_ratio", std::to_string(args.integer("expand-ratio", 1, 1 << 20)));
-      add("use_lower_bound", args.flag_set("no-lower-bound") ? "false" : "true");
-    } else {
-      add("num_heads", std::to_string(heads));
-      if (args.given("kv-heads")) add("num_kv_heads", std::to_string(args.integer("kv-heads", 1, 1 << 16)));
-      if (args.given("expand-k")) add("expand_k", fmt::format("{}", args.real("expand-k", 1e-6, 1e6)));
-      if (args.given("expand-v")) add("expand_v", fmt::format("{}", args.real("expand-v", 1e-6, 1e6)));
-      add("use_output_gate", args.flag_set("no-output-gate") ? "false" : "true");
-    }
-    if (arch != "retnet") add("use_short_conv", args.flag_set("short-conv") ? "true" : "false");
-    if (args.given("attn-layers")) {
-      const std::string v = args.str("attn-layers");
-      if (v.empty() || v.find_first_not_of("0123456789,") != std::string::npos ||
-          v.find(",,") != std::string::npos || v.front() == ',' || v.back() == ',' || v.size() > 4096)
-        throw ArgumentError(fmt::format("--attn-layers is '{}', expected layer indices such as 1,3",
-                                        printable(v)));
-      const auto ah = args.given("attn-heads") ? args.integer("attn-heads", 1, 1 << 16) : heads;
-      std::string spec = fmt::format("{{\"layers\": [{}], \"num_heads\": {}", v, ah);
-      if (args.given("attn-kv-heads"))
-        spec += fmt::format(", \"num_kv_heads\": {}", args.integer("attn-kv-heads", 1, 1 << 16));
-      if (args.given("attn-window"))
-        spec += fmt::format(", \"window_size\": {}", args.integer("attn-window", 1, 1 << 24));
-      add("attn", spec + "}");
-    } else if (args.given("attn-heads") || args.given("attn-kv-heads") || args.given("attn-window")) {
-      throw ArgumentError("--attn-heads, --attn-kv-heads and --attn-window need --attn-layers");
-    }
-    json += "}";
-    c = ModelConfig::from_json(json, "make-model options");
   } else {
-    std::string json = "{";
-    const auto add = [&](const std::string& k, const std::string& v) {
-      json += (json.size() > 1 ? ", " : "") + fmt::format("\"{}\": {}", k, v);
+    // The family writes config.json from the options; its reader then checks it as any other.
+    class Options final : public model::MakeOptions {
+     public:
+      explicit Options(const Args& a) : a_(a) {}
+      bool given(const char* name) const override { return a_.given(name); }
+      bool flag(const char* name) const override { return a_.flag_set(name); }
+      std::int64_t integer(const char* name, std::int64_t min, std::int64_t max) const override {
+        return a_.integer(name, min, max);
+      }
+      double real(const char* name, double min, double max) const override {
+        return a_.real(name, min, max);
+      }
+      std::string str(const char* name) const override { return a_.str(name); }
+
+     private:
+      const Args& a_;
     };
-    add("model_type", fmt::format("\"{}\"", arch));
-    add("vocab_size", std::to_string(args.integer("vocab", 1, 1 << 24)));
-    add("hidden_size", std::to_string(args.integer("hidden", 1, 1 << 20)));
-    add("num_hidden_layers", std::to_string(args.integer("layers", 1, 4096)));
-    add("num_heads", std::to_string(args.integer("heads", 1, 1 << 16)));
-    add("feature_map", json::quote(args.str("feature-map")));
-    add("tie_word_embeddings", args.flag_set("tie-embeddings") ? "true" : "false");
-    if (const auto inter = args.integer("intermediate", 0, 1 << 20); inter > 0)
-      add("intermediate_size", std::to_string(inter));
-    if (arch == "linear_attn") {
-      if (args.given("kv-heads")) add("num_kv_heads", std::to_string(args.integer("kv-heads", 1, 1 << 16)));
-      if (args.given("expand-k")) add("expand_k", fmt::format("{}", args.real("expand-k", 1e-6, 1e6)));
-      if (args.given("expand-v")) add("expand_v", fmt::format("{}", args.real("expand-v", 1e-6, 1e6)));
-      add("norm_feature_map", args.flag_set("normalized") ? "true" : "false");
-      add("norm_q", args.flag_set("norm-q") ? "true" : "false");
-      add("norm_k", args.flag_set("norm-k") ? "true" : "false");
-      add("tie_feature_map_qk", args.flag_set("tie-feature-maps") ? "true" : "false");
-      add("elementwise_affine", args.flag_set("no-affine") ? "false" : "true");
-    } else if (args.given("hidden-act")) {
-      add("hidden_act", json::quote(args.str("hidden-act")));
-    }
-    json += "}";
-    c = ModelConfig::from_json(json, "make-model options");
+    c = ModelConfig::from_json(family->make_model_config(arch, Options(args)), "make-model options");
   }
   const DType dtype = parse_dtype(args.str("dtype"));
   const int shards = static_cast<int>(args.integer("shards", 1, 4096));
@@ -276,12 +164,9 @@ int run_make_model(int argc, char** argv) {
   check_memory(4.0 * double(params) / shards, "a model of " + std::to_string(params) + " parameters");
   prepare_model_dir(dir, args.flag_set("force"));
   const int files = write_random_model(dir, c, seed, dtype, shards);
-  fmt::print("wrote {}: {} layers, hidden {}, {} heads, feature map {}, {} parameters as {}, "
+  fmt::print("wrote {}: {}, {} layers, hidden {}, {} heads, {} parameters as {}, "
              "{} weight file{}{}, seed {}\n",
-             printable(dir), c.num_hidden_layers, c.hidden_size, c.num_heads,
-             c.architecture == Architecture::kBased ? "taylor (Based)"
-             : c.gated_family() ? (c.qk_activation.empty() ? "none (gated)" : c.qk_activation.c_str())
-                                : ModelConfig::feature_map_name(c.feature_map),
+             printable(dir), c.model_type(), c.num_hidden_layers, c.hidden_size, c.num_heads,
              params, dtype_name(dtype), files,
              files > 1 ? "s" : "",
              files < shards ? fmt::format(" (--shards {}: the model has only {} tensors)", shards, files) : "",
@@ -293,10 +178,10 @@ int run_make_model(int argc, char** argv) {
 int run_convert(int argc, char** argv) {
   Args args("convert",
             "Writes a model directory's weights as one model.safetensors, with its config.json\n"
-            "(and tokenizer.json, if there is one) beside it. For a checkpoint published as\n"
-            "pytorch_model.bin: the archive is read by recur's restricted unpickler, which runs\n"
-            "nothing, the model is loaded (every tensor checked against config.json), and the\n"
-            "tensors it reads are written under the names it reads them by.");
+            "(and tokenizer.json or rwkv_vocab_v20230424.txt, if there is one) beside it. For a\n"
+            "checkpoint published as pytorch_model.bin: the archive is read by recur's restricted\n"
+            "unpickler, which runs nothing, the model is loaded (every tensor checked against\n"
+            "config.json), and the tensors it reads are written under the names it reads them by.");
   args.option("dtype", "", "stored dtype: f32, bf16 or f16 (default: the checkpoint's own, if it "
                            "has one for every tensor, else f32)")
       .flag("force", "replace a model already in OUT")
@@ -343,9 +228,10 @@ int run_convert(int argc, char** argv) {
   write_safetensors((fs::path(out) / "model.safetensors").string(), tensors, dtype,
                     {{"format", "pt"}, {"converted_from", weights->describe()}});
   detail::write_file_atomically((fs::path(out) / "config.json").string(), config_text, "recur convert");
-  if (Tokenizer::present(in))
-    fs::copy_file(fs::path(in) / "tokenizer.json", fs::path(out) / "tokenizer.json",
-                  fs::copy_options::overwrite_existing);
+  // The tokenizer beside the weights: tokenizer.json, or RWKV's world vocabulary.
+  for (const char* name : {"tokenizer.json", "rwkv_vocab_v20230424.txt"})
+    if (fs::is_regular_file(fs::path(in) / name, ec))
+      fs::copy_file(fs::path(in) / name, fs::path(out) / name, fs::copy_options::overwrite_existing);
   fmt::print("wrote {}: {} tensors, {:.2f}M parameters as {}, from {}\n", printable(out),
              tensors.size(), double(model->parameters()) / 1e6, dtype_name(dtype),
              printable(weights->describe()));
@@ -428,7 +314,8 @@ int run_quantize(int argc, char** argv) {
   if (tty) fmt::print(stderr, "\n");
   // Tokenizer files beside the weights, as Hugging Face's layouts name them.
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                           "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json"}) {
+                           "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json",
+                           "rwkv_vocab_v20230424.txt"}) {
     const fs::path from = fs::path(in) / name;
     if (fs::is_regular_file(from, ec))
       fs::copy_file(from, fs::path(out) / name, fs::copy_options::overwrite_existing);

@@ -21,7 +21,7 @@ constexpr const char* kUsage =
     "  score       mean negative log-likelihood and perplexity of a text under a model\n"
     "  serve       an OpenAI-compatible HTTP server with batched decoding (the built-in model\n"
     "              without -m)\n"
-    "  tokenize    text to token ids and back with a model's tokenizer.json\n"
+    "  tokenize    text to token ids and back with a model's tokenizer.json or RWKV vocabulary\n"
     "  template    a conversation through the model's chat template: the prompt it is given\n"
     "  make-model  write a model with random weights, for tests and demos\n"
     "  convert     write a model (a pytorch_model.bin checkpoint, say) as safetensors\n"

@@ -123,8 +123,9 @@ void detail::check_header(const std::string& path, std::uint64_t size, const std
     else if (d == "BF16") t.dtype = DType::kBF16;
     else if (d == "I8") t.dtype = DType::kI8;
     else if (d == "U8") t.dtype = DType::kU8;
-    else fail(path, "tensor '{}': dtype {} is not supported (recur reads F32, F16 and BF16, and I8 "
-              "and U8 as quantized codes)", name, d);
+    else if (d == "I64") t.dtype = DType::kI64;
+    else fail(path, "tensor '{}': dtype {} is not supported (recur reads F32, F16 and BF16, I8 "
+              "and U8 as quantized codes, and I64 as bytes)", name, d);
     if (!shape || !shape->is_array()) fail(path, "tensor '{}': missing or non-array shape", name);
     std::uint64_t elements = 1;
     for (const auto& dim : shape->array()) {
@@ -182,6 +183,7 @@ const char* dtype_name(DType dtype) {
     case DType::kBF16: return "BF16";
     case DType::kI8: return "I8";
     case DType::kU8: return "U8";
+    case DType::kI64: return "I64";
   }
   return "?";
 }
@@ -193,6 +195,7 @@ int dtype_size(DType dtype) {
     case DType::kBF16: return 2;
     case DType::kI8:
     case DType::kU8: return 1;
+    case DType::kI64: return 8;
   }
   return 1;
 }
@@ -294,6 +297,9 @@ std::vector<std::uint8_t> TensorStore::read_bytes(const std::string& name) const
 std::vector<float> TensorStore::read(const std::string& name) const {
   const TensorInfo& t = info(name);
   // Integer codes mean nothing without their scales: widening them would make a wrong model.
+  if (t.dtype == DType::kI64)
+    fail(t.file, "tensor '{}' {} is I64, not a float tensor (F32, F16 or BF16)", name,
+         t.shape_string());
   if (!is_float_dtype(t.dtype))
     fail(t.file, "tensor '{}' {} is {}, the integer codes of a quantized weight, not a float "
          "tensor (F32, F16 or BF16)", name, t.shape_string(), dtype_name(t.dtype));

@@ -197,6 +197,7 @@ void Matmul(const MatmulCall& m, int p0, int p1) {
     case DType::kF16: MultiplyPanels<F16Panel>(m, p0, p1); break;
     case DType::kI8:
     case DType::kU8: break;  // integer codes are quantized matrices, multiplied by quant-inl.h
+    case DType::kI64: break;  // never a matrix: the loader packs only float or quantized weights
   }
 }
 

@@ -13,7 +13,7 @@
 namespace recur {
 
 struct BatchDecoder::Impl {
-  model::Workspace work;            // one row per token
+  std::unique_ptr<model::Scratch> work;  // one row per token
   std::vector<int> tokens;          // the rows' tokens, item after item
   std::vector<int> first_row;       // per item, and one past the last row at the end
   std::vector<std::string> failed;  // per item: why its sequence failed in this call
@@ -37,7 +37,7 @@ void BatchDecoder::set_threads(int threads) {
 }
 
 std::size_t BatchDecoder::bytes() const {
-  return sizeof(*this) + sizeof(Impl) + impl_->work.bytes() +
+  return sizeof(*this) + sizeof(Impl) + (impl_->work ? impl_->work->bytes() : 0) +
          sizeof(int) * (impl_->tokens.capacity() + impl_->first_row.capacity()) +
          sizeof(Item) * impl_->items.capacity();
 }
@@ -92,7 +92,8 @@ int BatchDecoder::run(const std::vector<Item>& items) {
 
   Impl& w = *impl_;
   const int n = static_cast<int>(rows);
-  if (w.work.cap < n) w.work.allocate(model_->config(), model_->impl(), n);
+  const model::Network& net = *model_->impl().network;
+  if (!w.work || w.work->cap < n) w.work = net.make_scratch(n);
   w.tokens.resize(std::size_t(n));
   w.first_row.resize(B + 1);
   if (w.failed.size() < B) w.failed.resize(B);
@@ -106,30 +107,18 @@ int BatchDecoder::run(const std::vector<Item>& items) {
   w.first_row[B] = row;
 
   const ModelConfig& c = model_->config();
-  const Model::Impl& m = model_->impl();
   const int threads = detail::resolve_threads(threads_);
-  model::run_stack(*model_, w.work, w.tokens.data(), n, threads,
-                   [&](std::size_t li, const model::MixerRows& in, int, int nthreads) {
-    const auto& layer = m.layers[li];
-    const model::MixerIo io = model::mixer_io(c, layer);
-    const auto at = [](const float* p, int first, int width) {
-      return p ? p + std::size_t(first) * std::size_t(width) : nullptr;
-    };
+  model::run_stack(*model_, *w.work, w.tokens.data(), n, threads,
+                   [&](std::size_t li, int stage, int nthreads) {
     const auto attend = [&](std::size_t i, int prefill_threads) {
       if (!w.failed[i].empty()) return;  // this sequence's rows mean nothing now
       const int r0 = w.first_row[i], count = items[i].count;
-      model::LayerState& state = items[i].decoder->impl_->states[li];
-      float* out = in.out + std::size_t(r0) * std::size_t(io.out);
-      // Each item's scratch is its own rows' share, so items on other threads never meet.
-      const model::MixerRows mine{at(in.a, r0, io.a), at(in.b, r0, io.b), at(in.c, r0, io.c),
-                                  at(in.d, r0, io.d),
-                                  in.scratch ? in.scratch + std::size_t(r0) * std::size_t(io.scratch) : nullptr,
-                                  out};
+      model::LayerState& state = *items[i].decoder->impl_->states[li];
       try {
-        model::run_mixer(c, layer, state, mine, count, prefill_threads);
+        net.run_sequence(li, stage, *w.work, state, r0, count, prefill_threads);
       } catch (const std::exception& e) {
         w.failed[i] = e.what();
-        std::fill(out, out + std::size_t(count) * std::size_t(io.out), 0.0f);
+        net.clear_sequence(li, stage, *w.work, r0, count);
       }
     };
     // Prefill items one after another, each on every thread; then the one-token items split
@@ -152,16 +141,16 @@ int BatchDecoder::run(const std::vector<Item>& items) {
   const auto d = std::size_t(c.hidden_size);
   for (std::size_t i = 0; i < B; ++i) {
     const auto last = std::size_t(w.first_row[i + 1] - 1);
-    if (last != i) std::memmove(w.work.x.data() + i * d, w.work.x.data() + last * d, sizeof(float) * d);
+    if (last != i) std::memmove(w.work->x.data() + i * d, w.work->x.data() + last * d, sizeof(float) * d);
   }
   const auto V_rows = std::size_t(V);
-  w.work.logits.resize(B * V_rows);
-  model::run_head(*model_, w.work, 0, int(B), w.work.logits.data(), threads, nullptr);
+  w.work->logits.resize(B * V_rows);
+  model::run_head(*model_, *w.work, 0, int(B), w.work->logits.data(), threads, nullptr);
   int n_failed = 0;
   for (std::size_t i = 0; i < B; ++i) {
     Decoder::Impl& dec = *items[i].decoder->impl_;
     auto& why = w.failed[i];
-    const float* logits = w.work.logits.data() + i * V_rows;
+    const float* logits = w.work->logits.data() + i * V_rows;
     if (why.empty()) {
       try {
         detail::check_finite("Decoder", "the LM head's output (logits)", logits, 1, V, V);

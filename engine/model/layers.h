@@ -35,6 +35,9 @@ struct Norm {
              int groups = 1) const;
 };
 
+/// Bytes of a Dense's weights and bias (what one decode step reads of it).
+inline std::size_t dense_bytes(const Dense& d) { return d.w.bytes() + d.bias.size() * sizeof(float); }
+
 /// out[i] = g[i] * sigmoid(g[i]) * u[i] (swish-gated linear unit).
 void swiglu(const float* g, const float* u, float* out, std::int64_t n);
 /// In place: max(x, 0).

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "model/family.h"
 #include "model/model_impl.h"
 #include "recur/error.h"
 #include "util/file.h"
@@ -36,46 +37,26 @@ RandomWeights::RandomWeights(const ModelConfig& config_in, std::uint64_t seed, D
     : seed_(seed), dtype_(dtype) {
   ModelConfig config = config_in;
   config.resolve("RandomWeights");
-  for (auto& entry : model_tensor_shapes(config)) {
-    const std::string& name = entry.first;  // a plain reference: lambdas cannot capture bindings
+  // How each tensor is filled is the family's word (TensorSpec::init), not a rule on names.
+  for (const auto& t : model::family_of(config.architecture).tensors(config)) {
     Spec s;
-    s.shape = entry.second;
-    const auto ends_with = [&](const char* suffix) {
-      const std::string suf(suffix);
-      return name.size() >= suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
+    s.shape = t.shape;
+    const auto fan = [&](std::size_t axis) {
+      return 1.0 / std::sqrt(static_cast<double>(t.shape.at(axis)));
     };
-    if (name == "model.embeddings.weight" ||
-        name == "transformer.embeddings.word_embeddings.weight") {
-      s.init = Spec::Init::kNormal;
-      s.std = 1.0;
-    } else if (ends_with("norm.weight") || ends_with("norm1.weight") ||
-               ends_with("norm2.weight") || ends_with("ln_f.weight")) {
-      s.init = Spec::Init::kNearOne;
-      s.std = 0.1;
-    } else if (entry.second.size() == 1 && ends_with(".weight")) {  // fla's other norms
-      s.init = Spec::Init::kNearOne;
-      s.std = 0.1;
-    } else if (ends_with("_conv1d.weight")) {  // fla's (channels, 1, kernel) short convolutions
-      s.init = Spec::Init::kNormal;
-      s.std = 1.0 / std::sqrt(static_cast<double>(entry.second[2]));
-    } else if (name == "model.lower_bounds") {
-      s.init = Spec::Init::kNormal;
-      s.std = 1.0;
-    } else if (ends_with(".conv.conv.weight")) {  // (channels, 1, kernel): taps near 1/sqrt(K)
-      s.init = Spec::Init::kNormal;
-      s.std = 1.0 / std::sqrt(static_cast<double>(entry.second[2]));
-    } else if (ends_with(".bias")) {
-      s.init = Spec::Init::kSmall;
-      s.std = 0.1;
-    } else if (name.find("feature_map") != std::string::npos &&
-               config.feature_map == ModelFeatureMap::kHedgehog) {
-      s.init = Spec::Init::kIdentityNear;  // the library initialises hedgehog maps to identity
-      s.std = 0.3 / std::sqrt(static_cast<double>(entry.second[1]));
-    } else {
-      s.init = Spec::Init::kNormal;
-      s.std = 1.0 / std::sqrt(static_cast<double>(entry.second[1]));
+    switch (t.init) {
+      case model::Init::kMatrix: s.init = Spec::Init::kNormal; s.std = fan(1); break;
+      case model::Init::kEmbedding:
+      case model::Init::kUnit: s.init = Spec::Init::kNormal; s.std = 1.0; break;
+      case model::Init::kNorm: s.init = Spec::Init::kNearOne; s.std = 0.1; break;
+      case model::Init::kBias: s.init = Spec::Init::kSmall; s.std = 0.1; break;
+      case model::Init::kConv: s.init = Spec::Init::kNormal; s.std = fan(2); break;
+      case model::Init::kIdentity:
+        s.init = Spec::Init::kIdentityNear;
+        s.std = 0.3 / std::sqrt(static_cast<double>(t.shape.at(1)));
+        break;
     }
-    specs_.emplace_back(name, std::move(s));
+    specs_.emplace_back(t.name, std::move(s));
   }
 }
 

@@ -36,7 +36,7 @@ T get(std::string_view in, std::size_t& pos) {
 std::size_t Decoder::Impl::saved_size(int vocab, std::int64_t tokens) const {
   std::size_t n = kHeaderBytes + sizeof(float) * static_cast<std::size_t>(vocab) +
                   kSessionHeaderBytes + 8;
-  for (const auto& s : states) n += 8 + s.raw_size_at(tokens);
+  for (const auto& s : states) n += 8 + s->raw_size_at(tokens);
   return n;
 }
 
@@ -50,7 +50,7 @@ std::string Decoder::save_bytes(const SessionData* session) const {
   // The whole size first, so that the string is allocated once (a state is megabytes, and
   // recur serve saves one as each response finishes).
   std::size_t size = sizeof kMagic + 4 + 4 + 8 + 8 + 4 + 4;
-  for (const auto& s : impl_->states) size += 8 + s.raw_size();
+  for (const auto& s : impl_->states) size += 8 + s->raw_size();
   size += sizeof(float) * static_cast<std::size_t>(impl_->logits.size()) + 4 + 8 + 8 + 8;
   if (session) size += 4 * session->tokens.size();
   std::string out;
@@ -63,7 +63,7 @@ std::string Decoder::save_bytes(const SessionData* session) const {
   put(out, static_cast<std::uint32_t>(model_->config().vocab_size));
   put(out, static_cast<std::uint32_t>(impl_->has_logits ? 1 : 0));
   for (const auto& s : impl_->states) {
-    const auto raw = s.raw_bytes();
+    const auto raw = s->raw_bytes();
     put(out, static_cast<std::uint64_t>(raw.size()));
     out.append(reinterpret_cast<const char*>(raw.data()), raw.size());
   }
@@ -116,7 +116,7 @@ void Decoder::load_bytes(std::string_view in, const std::string& source, Session
   const std::size_t session_at = fixed - Impl::kSessionHeaderBytes - 8;
   const std::size_t logits_at = session_at - sizeof(float) * static_cast<std::size_t>(model_->config().vocab_size);
   std::vector<std::size_t> layer_bytes;
-  for (const auto& s : impl_->states) layer_bytes.push_back(s.raw_size_at(header_tokens));
+  for (const auto& s : impl_->states) layer_bytes.push_back(s->raw_size_at(header_tokens));
 
   if (size < sizeof kMagic + 4) fail(fmt::format("{} bytes is too short for a state file", size));
   if (std::memcmp(in.data(), kMagic, sizeof kMagic) != 0) fail("not a recur state file (bad magic)");
@@ -155,18 +155,18 @@ void Decoder::load_bytes(std::string_view in, const std::string& source, Session
     fail(fmt::format("vocab_size {}, the model has {}", vocab, model_->config().vocab_size));
   if (has_logits > 1 || (has_logits == 1) != (n_tokens > 0))
     fail(fmt::format("has_logits is {} after {} tokens", has_logits, n_tokens));
-  std::vector<model::LayerState> states;
+  std::vector<std::unique_ptr<model::LayerState>> states;
   for (std::size_t i = 0; i < impl_->states.size(); ++i) {
     const auto bytes = get<std::uint64_t>(in, pos);
     if (bytes != layer_bytes[i]) fail(fmt::format("layer {} holds {} bytes, expected {}", i, bytes, layer_bytes[i]));
-    model::LayerState s = model::LayerState::make(model_->impl().layers[i]);
+    std::unique_ptr<model::LayerState> s = model_->impl().network->make_state(i);
     try {
-      s.load_raw_bytes(reinterpret_cast<const unsigned char*>(in.data() + pos), layer_bytes[i]);
+      s->load_raw_bytes(reinterpret_cast<const unsigned char*>(in.data() + pos), layer_bytes[i]);
     } catch (const FormatError& e) {
       fail(fmt::format("layer {}: {}", i, e.what()));
     }
-    if (s.n_tokens() != n_tokens)
-      fail(fmt::format("layer {} has seen {} tokens, the header says {}", i, s.n_tokens(), n_tokens));
+    if (s->n_tokens() != n_tokens)
+      fail(fmt::format("layer {} has seen {} tokens, the header says {}", i, s->n_tokens(), n_tokens));
     pos += layer_bytes[i];
     states.push_back(std::move(s));
   }

@@ -2,6 +2,8 @@
 // the way in; the decoder on the way out. The normalizer, pre-tokenizer and decoder steps are in
 // components.cpp; added tokens, the model, the post-processor and the order of it all are here. Each stage follows what the Hugging Face library does
 // with the same file (docs/tokenizer.md lists the rules and where they are subtle).
+// RWKV's world vocabulary (world_vocab.cpp) takes the place of the whole pipeline: its ids and
+// token bytes fill the same tables, so that decoding, the checks and DecodeStream are shared.
 #include "recur/tokenizer.h"
 
 #include <fmt/format.h>
@@ -16,6 +18,7 @@
 #include "text/bpe.h"
 #include "text/components.h"
 #include "text/unicode.h"
+#include "text/world_vocab.h"
 #include "util/file.h"
 #include "util/json.h"
 
@@ -26,6 +29,7 @@ using text::Piece;
 using text::Reader;
 
 constexpr std::uint64_t kMaxFileBytes = 1ull << 30;  // Gemma-3's is 33 MB; 1 GiB is absurd
+constexpr const char* kWorldEndOfText = "<|endoftext|>";  // the name of RWKV's id 0
 
 // ---------------------------------------------------------------------------------------------
 // Added tokens, found in the text by a trie: at each position the longest token wins, and the
@@ -133,6 +137,8 @@ struct Tokenizer::Impl {
   std::unordered_map<std::string, int> added_ids;
   std::optional<std::int64_t> truncate;  // max_length, with direction
   bool truncate_left = false;
+  // An RWKV world vocabulary, when that is what was loaded: it encodes, and nothing above runs.
+  std::unique_ptr<const text::WorldVocab> world;
 
   void normalize(std::string& s) const {
     normalizers.apply(s);
@@ -192,6 +198,12 @@ struct Tokenizer::Impl {
         bytes += fmt::format(" {:02x}", static_cast<unsigned char>(input[k]));
       throw ArgumentError(fmt::format("[Tokenizer::encode] text: not UTF-8 at byte {} of {} (bytes{})",
                                       bad, input.size(), bytes));
+    }
+    if (world) {  // the reference adds nothing, special or not
+      std::vector<int> ids;
+      ids.reserve(input.size() / 2 + 1);
+      world->encode(input, ids);
+      return ids;
     }
     // 1. Added tokens that match the raw text; 2. the normalizer on each part between them;
     // 3. added tokens that match normalized text.
@@ -264,6 +276,11 @@ struct Tokenizer::Impl {
       check_id(id, "Tokenizer::decode");
       if (skip_special && special[static_cast<std::size_t>(id)]) continue;
       tokens.push_back(decoded_token(id));
+    }
+    if (world) {  // bytes: each ill-formed sequence becomes U+FFFD, as Python's errors="replace"
+      std::string bytes;
+      for (const auto& t : tokens) bytes += t;
+      return text::utf8_lossy(bytes);
     }
     if (!has_decoder) {
       std::string out;
@@ -469,19 +486,44 @@ Tokenizer::~Tokenizer() = default;
 
 bool Tokenizer::present(const std::string& dir) {
   std::error_code ec;
-  return std::filesystem::is_regular_file(std::filesystem::path(dir) / "tokenizer.json", ec);
+  const std::filesystem::path d(dir);
+  return std::filesystem::is_regular_file(d / "tokenizer.json", ec) ||
+         std::filesystem::is_regular_file(d / text::WorldVocab::kFileName, ec);
 }
 
 std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string& path) {
   std::error_code ec;
-  const std::string file = std::filesystem::is_directory(path, ec)
-                               ? (std::filesystem::path(path) / "tokenizer.json").string()
-                               : path;
+  std::string file = path;
+  if (std::filesystem::is_directory(path, ec)) {  // tokenizer.json first, else RWKV's vocabulary
+    const std::filesystem::path json = std::filesystem::path(path) / "tokenizer.json";
+    const std::filesystem::path world = std::filesystem::path(path) / text::WorldVocab::kFileName;
+    file = (!std::filesystem::exists(json, ec) && std::filesystem::exists(world, ec) ? world : json).string();
+  }
   const auto text = detail::read_file(file, kMaxFileBytes);
   if (!text)
     throw FormatError(fmt::format("[Tokenizer] {}: cannot read the file (missing, not a regular "
                                   "file, or over {} bytes)", file, kMaxFileBytes));
+  // A tokenizer.json is an object; every line of RWKV's vocabulary starts with its id (after a
+  // byte-order mark, the vocabulary's reader says why it is refused).
+  const std::size_t first = text->compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;
+  if (text->size() > first && (*text)[first] >= '0' && (*text)[first] <= '9')
+    return from_rwkv_vocab(*text, file);
   return from_json(*text, file);
+}
+
+std::shared_ptr<const Tokenizer> Tokenizer::from_rwkv_vocab(std::string_view vocab_text,
+                                                            const std::string& source) {
+  std::shared_ptr<Tokenizer> tok(new Tokenizer());
+  Impl& t = *tok->impl_;
+  t.source = source;
+  t.world = std::make_unique<const text::WorldVocab>(vocab_text, source);
+  t.id_to_token = t.world->tokens();
+  t.id_to_token[0] = kWorldEndOfText;  // a name to show; it decodes to no text
+  t.decode_form[0] = "";
+  t.has_token.assign(t.id_to_token.size(), 1);
+  t.special.assign(t.id_to_token.size(), 0);
+  t.special[0] = 1;
+  return tok;
 }
 
 std::shared_ptr<const Tokenizer> Tokenizer::from_json(std::string_view json_text,
@@ -529,6 +571,10 @@ std::string Tokenizer::decode(const std::vector<int>& ids, bool skip_special_tok
 int Tokenizer::vocab_size() const { return static_cast<int>(impl_->id_to_token.size()); }
 
 std::optional<int> Tokenizer::token_to_id(std::string_view token) const {
+  if (impl_->world) {
+    if (const auto id = impl_->world->find(token)) return id;
+    return token == kWorldEndOfText ? std::optional<int>(0) : std::nullopt;
+  }
   if (const auto it = impl_->added_ids.find(std::string(token)); it != impl_->added_ids.end())
     return it->second;
   return impl_->bpe->find(token);
@@ -547,6 +593,10 @@ const std::string& Tokenizer::source() const { return impl_->source; }
 
 std::string Tokenizer::describe() const {
   const Impl& t = *impl_;
+  if (t.world)
+    return fmt::format("RWKV world vocabulary, {} ids (id 0 ends a text; the longest token is {} "
+                       "bytes), greedy longest match over bytes; encoding adds nothing",
+                       t.id_to_token.size(), t.world->max_token_bytes());
   const bool byte_level = t.pre_tokenizers.byte_level();
   std::string adds;
   for (const auto& tpl : t.post)

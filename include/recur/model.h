@@ -64,6 +64,13 @@ struct HybridAttentionSpec {
 /// Feature maps a model's config may name.
 enum class ModelFeatureMap { kElu, kRelu, kIdentity, kHedgehog, kT2R, kDpfp, kElementwiseProduct };
 
+/// What a family's configuration adds to ModelConfig's common fields, for families whose
+/// fields live with their module (engine/models/<family>/). Immutable once resolved; shared
+/// between the copies of a ModelConfig.
+struct FamilyConfig {
+  virtual ~FamilyConfig() = default;
+};
+
 /// A model's configuration, as read from config.json, with every derived size resolved.
 struct ModelConfig {
   Architecture architecture = Architecture::kLinearAttn;
@@ -94,6 +101,8 @@ struct ModelConfig {
   /// apart.
   std::string quantization;
   std::string quantization_head;
+  /// The family's own fields (null for the families whose fields are still listed below).
+  std::shared_ptr<const FamilyConfig> family;
 
   // Based only (architecture kBased). hidden_size, num_hidden_layers, intermediate_size,
   // vocab_size, norm_eps come from n_embd, n_layer, n_inner, vocab_size, layer_norm_epsilon.
@@ -152,6 +161,9 @@ struct ModelConfig {
     return architecture == Architecture::kGla || architecture == Architecture::kRetNet ||
            architecture == Architecture::kHgrn2;
   }
+  /// The layout, as config.json's model_type names it ("linear_attn", "gla", ...; "based" for
+  /// Based, whose checkpoints say gpt2).
+  std::string model_type() const;
   /// Names of the feature maps, as config.json spells them.
   static const char* feature_map_name(ModelFeatureMap map);
 };
@@ -246,8 +258,16 @@ class Model {
   const std::string& weight_format() const { return weight_format_; }
   /// A 64-bit fingerprint of the configuration and every weight's value. Saved states carry it.
   std::uint64_t fingerprint() const { return fingerprint_; }
+  /// Lines for logs, each ending in a newline: the model (its layout, layers, sizes and
+  /// parameters, under `label`), and for mixed layouts a sequence's state (its size by mixer,
+  /// and whether it grows).
+  std::string describe(const std::string& label) const;
+  /// Why this model, loaded from `dir` without a tokenizer, cannot take text as bytes (Based's
+  /// checkpoints were trained on GPT-2's ids); "" when bytes are fine.
+  std::string missing_tokenizer(const std::string& dir) const;
 
   struct Impl;
+  /// The loaded form, for the engine's own code (engine/model/model_impl.h); not for users.
   const Impl& impl() const { return *impl_; }
 
  private:

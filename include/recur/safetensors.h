@@ -18,9 +18,11 @@ namespace recur {
 
 /// How a tensor's elements are stored in a file. The integer types hold the codes of quantized
 /// weights; they are never widened to float.
-enum class DType { kF32, kF16, kBF16, kI8, kU8 };
+/// kI64 is read only as bytes: a trainer's counters (torchmetrics' int64 buffers), which a
+/// model leaves out by name; no weight of recur's is I64.
+enum class DType { kF32, kF16, kBF16, kI8, kU8, kI64 };
 
-/// "F32", "F16", "BF16", "I8", "U8" (the names the format uses).
+/// "F32", "F16", "BF16", "I8", "U8", "I64" (the names the format uses).
 const char* dtype_name(DType dtype);
 /// Bytes per element.
 int dtype_size(DType dtype);

@@ -9,6 +9,10 @@
 // special tokens with their single_word, lstrip, rstrip and normalized flags. Anything else is a
 // FormatError at load that names it: recur never tokenizes differently without saying so.
 //
+// It also reads RWKV's world vocabulary (rwkv_vocab_v20230424.txt) and encodes as the reference
+// TRIE_TOKENIZER does: the longest token at each byte. Its id 0 ends a text: it is special,
+// decodes to no text, is named "<|endoftext|>" by id_to_token, and encoding never gives it.
+//
 // A Tokenizer is immutable once loaded; share it between threads.
 #pragma once
 
@@ -23,12 +27,16 @@ namespace recur {
 
 class Tokenizer {
  public:
-  /// Loads `path`: a tokenizer.json file, or a directory that holds one. Throws FormatError
-  /// naming the file and the component it cannot read.
+  /// Loads `path`: a tokenizer.json file or an RWKV world vocabulary, or a directory that holds
+  /// a tokenizer.json or else an rwkv_vocab_v20230424.txt. Throws FormatError naming the file
+  /// and the component (or the line and column) it cannot read.
   static std::shared_ptr<const Tokenizer> load(const std::string& path);
   /// The same from the file's text; `source` names it in messages.
   static std::shared_ptr<const Tokenizer> from_json(std::string_view json, const std::string& source);
-  /// Whether `dir` holds a tokenizer.json.
+  /// The same from the text of an RWKV world vocabulary.
+  static std::shared_ptr<const Tokenizer> from_rwkv_vocab(std::string_view vocab,
+                                                          const std::string& source);
+  /// Whether `dir` holds a tokenizer.json or an rwkv_vocab_v20230424.txt.
   static bool present(const std::string& dir);
 
   ~Tokenizer();
@@ -45,11 +53,13 @@ class Tokenizer {
 
   /// One more than the largest id (the model's vocabulary and the added tokens).
   int vocab_size() const;
-  /// The id of a token string (a vocabulary entry or an added token).
+  /// The id of a token string (a vocabulary entry or an added token; for an RWKV vocabulary,
+  /// the id encoding gives those bytes as one token, and 0 for "<|endoftext|>").
   std::optional<int> token_to_id(std::string_view token) const;
-  /// The token string of an id (throws ArgumentError outside the vocabulary).
+  /// The token string of an id (throws ArgumentError outside the vocabulary); for an RWKV
+  /// vocabulary, the token's bytes, which need not be UTF-8 on their own.
   const std::string& id_to_token(int id) const;
-  /// Whether the id is an added token marked special.
+  /// Whether the id is an added token marked special (for an RWKV vocabulary: id 0).
   bool is_special(int id) const;
   /// Where it was loaded from.
   const std::string& source() const;

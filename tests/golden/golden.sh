@@ -12,6 +12,7 @@
 # - for the models of tests/golden/states: the state committed there, written by the binary of
 #   the day the goldens were taken, loaded and continued for 8 greedy ids, and the SHA-256 of
 #   the state saved after them. An old state must keep loading and continue bit for bit.
+# - make-model's files (config.json and the random weights) for a model of every family.
 # Any difference fails, naming the model and the line.
 set -euo pipefail
 recur="$1" src="$2" mode="${3:-}"
@@ -37,6 +38,25 @@ keep=" la-elu la-gqa-norm tar-gelu la-q4 fla-gla-conv fla-gla-hybrid fla-hgrn2-h
 
 out="$tmp/expected.txt"
 : > "$out"
+# make-model's random weights and config.json, for every family: the files' SHA-256.
+i=0
+while read -r args; do
+  i=$((i + 1))
+  # shellcheck disable=SC2086
+  run make-model "$tmp/made$i" $args > /dev/null
+  echo "make-model $i $args: $(cat "$tmp/made$i"/config.json "$tmp/made$i"/model.safetensors | sha256sum | cut -c1-64)" >> "$out"
+done <<'ARGS'
+--feature-map hedgehog --normalized --kv-heads 2 --dtype bf16
+--feature-map elementwise_product --tie-feature-maps --no-affine
+--feature-map t2r --tie-embeddings
+--feature-map dpfp --dtype f16
+--arch transformers_are_rnns --hidden-act gelu
+--arch based --vocab 300 --hidden 32 --layers 5 --heads 2 --la-layers 1,3 --window-layers 2
+--arch gla --vocab 300 --hidden 32 --layers 3 --heads 4 --kv-heads 2 --short-conv --attn-layers 1 --attn-heads 4 --attn-kv-heads 2
+--arch hgrn2 --vocab 300 --hidden 32 --layers 3 --expand-ratio 8 --short-conv
+--arch retnet --hidden 32 --heads 2 --tie-embeddings --no-output-gate
+--builtin
+ARGS
 for entry in "${models[@]}"; do
   read -r name dir <<< "$entry"
   json=$(run score --json -m "$dir" --token-ids "$tmp/score_ids" --chunk 7 --threads 2)

@@ -5,74 +5,16 @@
 #include <algorithm>
 #include <cmath>
 
-#include "model/fla.h"
-#include "recur/error.h"
+#include "models/fla/fla.h"
 
-namespace recur::fla {
+namespace recur::models::fla {
+
+using model::config_fail;
+using model::describe_json;
+using model::Fields;
+using model::kMaxDim;
+
 namespace {
-
-template <class... Args>
-[[noreturn]] void fail(const std::string& source, fmt::format_string<Args...> f, Args&&... args) {
-  throw FormatError(
-      fmt::format("[ModelConfig] {}: {}", source, fmt::format(f, std::forward<Args>(args)...)));
-}
-
-std::string describe(const json::Value& v) {
-  if (v.is_string()) return json::quote(v.string());
-  if (v.is_number()) return fmt::format("{}", v.number());
-  if (v.is_bool()) return v.boolean() ? "true" : "false";
-  return v.kind_name();
-}
-
-constexpr int kMaxDim = 1 << 20;
-
-// One object's fields; `owner` prefixes names in messages ("attn[1].num_heads").
-class FieldReader {
- public:
-  FieldReader(const json::Value& obj, const std::string& source, std::string owner,
-         std::set<std::string>* used)
-      : obj_(obj), source_(source), owner_(std::move(owner)), used_(used) {}
-  const json::Value* get(const char* name) {
-    if (used_) used_->insert(name);
-    const json::Value* v = obj_.find(name);
-    return v && !v->is_null() ? v : nullptr;
-  }
-  std::string name(const char* field) const {
-    return owner_.empty() ? std::string(field) : owner_ + "." + field;
-  }
-  int integer(const char* n, int fallback, int lo, int hi) {
-    const json::Value* v = get(n);
-    if (!v) return fallback;
-    if (!v->is_integer() || v->integer() < lo || v->integer() > hi)
-      fail(source_, "{} is {}, expected an integer in {} to {}", name(n), describe(*v), lo, hi);
-    return static_cast<int>(v->integer());
-  }
-  double number(const char* n, double fallback, double lo, double hi) {
-    const json::Value* v = get(n);
-    if (!v) return fallback;
-    if (!v->is_number() || !(v->number() >= lo && v->number() <= hi))
-      fail(source_, "{} is {}, expected a number in {} to {}", name(n), describe(*v), lo, hi);
-    return v->number();
-  }
-  bool boolean(const char* n, bool fallback) {
-    const json::Value* v = get(n);
-    if (!v) return fallback;
-    if (!v->is_bool()) fail(source_, "{} is {}, expected true or false", name(n), describe(*v));
-    return v->boolean();
-  }
-  std::string string(const char* n, const std::string& fallback) {
-    const json::Value* v = get(n);
-    if (!v) return fallback;
-    if (!v->is_string()) fail(source_, "{} is {}, expected a string", name(n), describe(*v));
-    return v->string();
-  }
-
- private:
-  const json::Value& obj_;
-  const std::string& source_;
-  std::string owner_;
-  std::set<std::string>* used_;
-};
 
 void read_attn(const json::Value& v, const std::string& source, ModelConfig& c) {
   c.has_attn = true;
@@ -83,53 +25,47 @@ void read_attn(const json::Value& v, const std::string& source, ModelConfig& c) 
   } else if (v.is_array()) {
     for (const auto& e : v.array()) specs.push_back(&e);
   } else {
-    fail(source, "attn is {}, expected an object or a list of objects", v.kind_name());
+    config_fail(source, "attn is {}, expected an object or a list of objects", v.kind_name());
   }
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const std::string owner = c.attn_is_list ? fmt::format("attn[{}]", i) : "attn";
-    if (!specs[i]->is_object()) fail(source, "{} is {}, expected an object", owner, specs[i]->kind_name());
-    std::set<std::string> used;
-    FieldReader f(*specs[i], source, owner, &used);
+    if (!specs[i]->is_object()) config_fail(source, "{} is {}, expected an object", owner, specs[i]->kind_name());
+    Fields f(*specs[i], source, owner);
     HybridAttentionSpec s;
     const json::Value* layers = f.get("layers");
     if (!layers || !layers->is_array())
-      fail(source, "{}.layers is {}, expected a list of layer indices", owner,
+      config_fail(source, "{}.layers is {}, expected a list of layer indices", owner,
            layers ? layers->kind_name() : "missing");
     for (const auto& l : layers->array()) {
       if (!l.is_integer() || l.integer() < 0 || l.integer() >= c.num_hidden_layers)
-        fail(source, "{}.layers holds {}, expected layer indices 0 to num_hidden_layers - 1 = {}",
-             owner, describe(l), c.num_hidden_layers - 1);
+        config_fail(source, "{}.layers holds {}, expected layer indices 0 to num_hidden_layers - 1 = {}",
+             owner, describe_json(l), c.num_hidden_layers - 1);
       const int idx = static_cast<int>(l.integer());
       if (std::find(s.layers.begin(), s.layers.end(), idx) != s.layers.end())
-        fail(source, "{}.layers names layer {} twice", owner, idx);
+        config_fail(source, "{}.layers names layer {} twice", owner, idx);
       for (std::size_t j = 0; j < c.attn.size(); ++j)
         if (std::find(c.attn[j].layers.begin(), c.attn[j].layers.end(), idx) != c.attn[j].layers.end())
-          fail(source, "{}.layers names layer {}, which attn[{}] already has", owner, idx, j);
+          config_fail(source, "{}.layers names layer {}, which attn[{}] already has", owner, idx, j);
       s.layers.push_back(idx);
     }
-    if (!f.get("num_heads")) fail(source, "{}.num_heads is missing", owner);
+    if (!f.get("num_heads")) config_fail(source, "{}.num_heads is missing", owner);
     s.num_heads = f.integer("num_heads", 0, 1, kMaxDim);
     s.num_kv_heads = f.integer("num_kv_heads", s.num_heads, 1, kMaxDim);
     s.qkv_bias = f.boolean("qkv_bias", false);
     s.window_size = f.integer("window_size", 0, 1, 1 << 24);
     if (s.window_size == 1)
-      fail(source, "{}.window_size is 1 (a token attending to itself alone): not supported", owner);
+      config_fail(source, "{}.window_size is 1 (a token attending to itself alone): not supported", owner);
     s.rope_theta = f.number("rope_theta", 10000, 1.0 + 1e-9, 1e12);
-    for (const auto& [key, value] : specs[i]->object()) {
-      (void)value;
-      if (!used.count(key))
-        fail(source, "unknown field '{}.{}': fla's Attention layer is built from layers, num_heads, "
-                     "num_kv_heads, qkv_bias, window_size and rope_theta only", owner, key);
-    }
+    f.reject_unknown({}, "fla's Attention layer is built from layers, num_heads, num_kv_heads, "
+                         "qkv_bias, window_size and rope_theta only");
     c.attn.push_back(std::move(s));
   }
 }
 
 }  // namespace
 
-void read_config(const json::Value& root, const std::string& type, const std::string& source,
-                 ModelConfig& c, std::set<std::string>& used) {
-  FieldReader f(root, source, "", &used);
+void read_config(const json::Value& root, const std::string& type, Fields& f, ModelConfig& c) {
+  const std::string& source = f.source();
   c.architecture = type == "gla" ? Architecture::kGla
                    : type == "retnet" ? Architecture::kRetNet : Architecture::kHgrn2;
   const bool gla = type == "gla", retnet = type == "retnet", hgrn2 = type == "hgrn2";
@@ -146,20 +82,20 @@ void read_config(const json::Value& root, const std::string& type, const std::st
   const std::string mode = f.string("attn_mode", "chunk");
   if (mode != "chunk" && mode != "fused_chunk" && mode != "fused_recurrent" &&
       !(retnet && mode == "parallel"))
-    fail(source, "attn_mode is '{}', expected chunk, fused_chunk or fused_recurrent{}", mode,
+    config_fail(source, "attn_mode is '{}', expected chunk, fused_chunk or fused_recurrent{}", mode,
          retnet ? " or parallel" : "");
   c.hidden_act = f.string("hidden_act", "swish");
   if (c.hidden_act != "swish")
-    fail(source, "hidden_act is '{}'; recur runs fla's GatedMLP with swish only (not powlu)",
+    config_fail(source, "hidden_act is '{}'; recur runs fla's GatedMLP with swish only (not powlu)",
          c.hidden_act);
   // null means no weight, as fla's RMSNorm(elementwise_affine=None).
   if (const json::Value* a = root.find("elementwise_affine"); a && !a->is_null() && !a->is_bool())
-    fail(source, "elementwise_affine is {}, expected true, false or null", describe(*a));
-  used.insert("elementwise_affine");
+    config_fail(source, "elementwise_affine is {}, expected true, false or null", describe_json(*a));
+  f.mark("elementwise_affine");
   const json::Value* affine = root.find("elementwise_affine");
   c.elementwise_affine = !affine ? true : affine->is_bool() ? affine->boolean() : false;
   if (f.get("attnres_block_size"))
-    fail(source, "attnres_block_size is set: fla's attention residuals are not supported");
+    config_fail(source, "attnres_block_size is set: fla's attention residuals are not supported");
   // Read by older configuration classes and by no layer (docs/fla-models.md): accepted, unused.
   f.get("share_conv_kernel");
   f.get("rms_norm_eps");
@@ -172,7 +108,7 @@ void read_config(const json::Value& root, const std::string& type, const std::st
     c.qk_activation = f.string("feature_map", "");
     if (c.qk_activation == "silu") c.qk_activation = "swish";
     if (!c.qk_activation.empty() && c.qk_activation != "relu" && c.qk_activation != "swish")
-      fail(source, "feature_map is '{}', expected null, relu, swish or silu", c.qk_activation);
+      config_fail(source, "feature_map is '{}', expected null, relu, swish or silu", c.qk_activation);
     c.use_output_gate = f.boolean("use_output_gate", true);
   }
   if (gla || hgrn2) {
@@ -186,14 +122,14 @@ void read_config(const json::Value& root, const std::string& type, const std::st
   if (gla) {
     if (const json::Value* v = f.get("clamp_min")) {
       if (!v->is_number() || !std::isfinite(v->number()) || v->number() > 0)
-        fail(source, "clamp_min is {}, expected null or a number <= 0 (a bound on log decays)",
-             describe(*v));
+        config_fail(source, "clamp_min is {}, expected null or a number <= 0 (a bound on log decays)",
+             describe_json(*v));
       c.has_clamp_min = true;
       c.clamp_min = v->number();
     }
     // Read by GLAConfig but passed to no layer: the gk gate is always on, gv never.
-    if (!f.boolean("use_gk", true)) fail(source, "use_gk is false; fla's GLA layer always has its gk gate");
-    if (f.boolean("use_gv", false)) fail(source, "use_gv is true; fla's GLA layer has no gv gate");
+    if (!f.boolean("use_gk", true)) config_fail(source, "use_gk is false; fla's GLA layer always has its gk gate");
+    if (f.boolean("use_gv", false)) config_fail(source, "use_gv is true; fla's GLA layer has no gv gate");
   }
   if (hgrn2) {
     const json::Value* heads = f.get("num_heads");
@@ -201,9 +137,9 @@ void read_config(const json::Value& root, const std::string& type, const std::st
     // HGRN2Config: expand_ratio (default 128) wins; else hidden_size // num_heads. The layer
     // sets num_heads = hidden_size // expand_ratio whatever the config says.
     if (ratio && !(ratio->is_integer() && ratio->integer() >= 1 && ratio->integer() <= kMaxDim))
-      fail(source, "expand_ratio is {}, expected a positive integer", describe(*ratio));
+      config_fail(source, "expand_ratio is {}, expected a positive integer", describe_json(*ratio));
     if (heads && !(heads->is_integer() && heads->integer() >= 1 && heads->integer() <= kMaxDim))
-      fail(source, "num_heads is {}, expected a positive integer", describe(*heads));
+      config_fail(source, "num_heads is {}, expected a positive integer", describe_json(*heads));
     if (ratio)
       c.expand_ratio = static_cast<int>(ratio->integer());
     else if (heads && root.find("expand_ratio"))  // explicitly null
@@ -220,65 +156,65 @@ void resolve(ModelConfig& c, const std::string& source) {
   c.embedding_rows = c.vocab_size;
   if (c.architecture == Architecture::kHgrn2) {
     if (c.expand_ratio < 1 || d % c.expand_ratio != 0)
-      fail(source, "hidden_size {} is not a multiple of expand_ratio {} (the forget gate and the "
+      config_fail(source, "hidden_size {} is not a multiple of expand_ratio {} (the forget gate and the "
                    "lower bounds span hidden_size)", d, c.expand_ratio);
     c.num_heads = d / c.expand_ratio;
     c.num_kv_heads = c.num_heads;
     c.kv_groups = 1;
     c.key_dim = d;
     c.value_dim = d;
-    if (d % c.num_heads != 0) fail(source, "hidden_size {} is not a multiple of the heads {}", d, c.num_heads);
+    if (d % c.num_heads != 0) config_fail(source, "hidden_size {} is not a multiple of the heads {}", d, c.num_heads);
   } else {
     if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;
     if (c.num_kv_heads < 1 || c.num_heads % c.num_kv_heads != 0)
-      fail(source, "num_heads {} is not a multiple of num_kv_heads {}", c.num_heads, c.num_kv_heads);
+      config_fail(source, "num_heads {} is not a multiple of num_kv_heads {}", c.num_heads, c.num_kv_heads);
     c.kv_groups = c.num_heads / c.num_kv_heads;
     const double kd = double(d) * c.expand_k, vd = double(d) * c.expand_v;
     if (!(kd >= 1 && kd <= kMaxDim && vd >= 1 && vd <= kMaxDim))
-      fail(source, "hidden_size * expand_k = {} and hidden_size * expand_v = {} must lie in 1 to {}",
+      config_fail(source, "hidden_size * expand_k = {} and hidden_size * expand_v = {} must lie in 1 to {}",
            kd, vd, kMaxDim);
     c.key_dim = static_cast<int>(kd);  // int(), truncating, as the layers
     c.value_dim = static_cast<int>(vd);
     if (c.key_dim % c.num_heads != 0 || c.value_dim % c.num_heads != 0)
-      fail(source, "key dim {} and value dim {} must be multiples of num_heads {}", c.key_dim,
+      config_fail(source, "key dim {} and value dim {} must be multiples of num_heads {}", c.key_dim,
            c.value_dim, c.num_heads);
   }
   c.head_k_dim = c.key_dim / c.num_heads;
   c.head_v_dim = c.value_dim / c.num_heads;
   if (c.architecture == Architecture::kRetNet && (c.head_k_dim % 2 != 0 || c.head_k_dim > 256))
-    fail(source, "head_k_dim {} must be even (rotary) and at most 256 (MultiScaleRetention's limit)",
+    config_fail(source, "head_k_dim {} must be even (rotary) and at most 256 (MultiScaleRetention's limit)",
          c.head_k_dim);
   if (c.head_k_dim > (1 << 16) || c.head_v_dim > (1 << 16))
-    fail(source, "per-head sizes key {}, value {} exceed the limit of {}", c.head_k_dim, c.head_v_dim,
+    config_fail(source, "per-head sizes key {}, value {} exceed the limit of {}", c.head_k_dim, c.head_v_dim,
          1 << 16);
   c.d_feature = c.head_k_dim;
   c.attn_scale = static_cast<float>(1.0 / std::sqrt(double(c.head_k_dim)));
   if (c.intermediate_size == 0) {
     // GatedMLP: int(hidden * ratio * 2 / 3) rounded up to a multiple of 256.
     const double raw = std::floor(double(d) * c.hidden_ratio * 2.0 / 3.0);
-    if (!(raw >= 1 && raw <= kMaxDim)) fail(source, "hidden_size * hidden_ratio * 2/3 = {} is out of range", raw);
+    if (!(raw >= 1 && raw <= kMaxDim)) config_fail(source, "hidden_size * hidden_ratio * 2/3 = {} is out of range", raw);
     c.intermediate_size = 256 * ((static_cast<int>(raw) + 255) / 256);
   }
-  if (c.conv_size < 1 || c.conv_size > 64) fail(source, "conv_size is {}, expected 1 to 64", c.conv_size);
+  if (c.conv_size < 1 || c.conv_size > 64) config_fail(source, "conv_size is {}, expected 1 to 64", c.conv_size);
   c.mixers.assign(std::size_t(c.num_hidden_layers), MixerKind::kGated);
   c.attn_spec.assign(std::size_t(c.num_hidden_layers), -1);
   for (std::size_t i = 0; i < c.attn.size(); ++i) {
     const auto& s = c.attn[i];
     if (s.num_heads < 1 || d % s.num_heads != 0 || (d / s.num_heads) % 2 != 0)
-      fail(source, "attn: hidden_size {} is not num_heads {} heads of an even width (rotary turns "
+      config_fail(source, "attn: hidden_size {} is not num_heads {} heads of an even width (rotary turns "
                    "pairs)", d, s.num_heads);
     if (s.num_kv_heads < 1 || s.num_heads % s.num_kv_heads != 0)
-      fail(source, "attn: num_heads {} is not a multiple of num_kv_heads {}", s.num_heads, s.num_kv_heads);
+      config_fail(source, "attn: num_heads {} is not a multiple of num_kv_heads {}", s.num_heads, s.num_kv_heads);
     for (const int l : s.layers) {
       if (l < 0 || l >= c.num_hidden_layers || c.attn_spec[std::size_t(l)] != -1)
-        fail(source, "attn: layer {} is out of range or named twice", l);
+        config_fail(source, "attn: layer {} is out of range or named twice", l);
       c.attn_spec[std::size_t(l)] = static_cast<int>(i);
       c.mixers[std::size_t(l)] = MixerKind::kAttention;
     }
   }
 }
 
-std::string to_json_fields(const ModelConfig& c) {
+std::string config_fields(const ModelConfig& c) {
   std::string s;
   const auto add = [&](const char* key, const std::string& value) {
     s += fmt::format("  \"{}\": {},\n", key, value);
@@ -333,4 +269,4 @@ std::string to_json_fields(const ModelConfig& c) {
   return s;
 }
 
-}  // namespace recur::fla
+}  // namespace recur::models::fla

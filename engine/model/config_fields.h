@@ -1,0 +1,64 @@
+// Reading config.json field by field: every family's reader and the common fields go through
+// Fields, which remembers what was read so that an unknown field is refused by name instead of
+// silently ignored, and says which object a field belongs to ("attn[1].num_heads").
+#pragma once
+
+#include <fmt/format.h>
+
+#include <set>
+#include <string>
+#include <utility>
+
+#include "recur/error.h"
+#include "util/json.h"
+
+namespace recur::model {
+
+/// Widths of the model's matrices, and an attention layer's per-head limit.
+constexpr int kMaxDim = 1 << 20;
+constexpr int kMaxHeadDim = 1 << 16;
+
+/// A FormatError "[ModelConfig] SOURCE: message".
+template <class... Args>
+[[noreturn]] void config_fail(const std::string& source, fmt::format_string<Args...> f,
+                              Args&&... args) {
+  throw FormatError(
+      fmt::format("[ModelConfig] {}: {}", source, fmt::format(f, std::forward<Args>(args)...)));
+}
+
+/// A JSON value as a message shows it: "\"x\"", 3, true, "an array".
+std::string describe_json(const json::Value& v);
+
+/// A size computed from config values in double: an int in [1, kMaxDim], or a FormatError.
+int checked_dim(const std::string& source, const char* what, double value);
+
+class Fields {
+ public:
+  /// The fields of `object`; `owner` prefixes names in messages ("" at the top level).
+  Fields(const json::Value& object, const std::string& source, std::string owner = "")
+      : object_(object), source_(source), owner_(std::move(owner)) {}
+
+  /// The field, or null when absent or null; marks it read.
+  const json::Value* get(const char* name);
+  int integer(const char* name, int fallback, int min, int max);
+  double number(const char* name, double fallback, double min, double max);
+  bool boolean(const char* name, bool fallback);
+  std::string string(const char* name, const std::string& fallback);
+  /// Marks a field read without reading it (one the family accepts and ignores).
+  void mark(const std::string& name) { used_.insert(name); }
+  /// Refuses the first field neither read nor in `ignored`, naming it; `why` ends the message.
+  void reject_unknown(const std::set<std::string>& ignored, const char* why) const;
+  /// The name as messages print it: "owner.name".
+  std::string name(const char* field) const {
+    return owner_.empty() ? std::string(field) : owner_ + "." + field;
+  }
+  const std::string& source() const { return source_; }
+
+ private:
+  const json::Value& object_;
+  const std::string& source_;
+  std::string owner_;
+  std::set<std::string> used_;
+};
+
+}  // namespace recur::model

@@ -1,0 +1,133 @@
+// A model family: one module under engine/models/<family>/ that knows its config.json fields,
+// its tensors, and how its blocks are wired; registered once, in engine/models/registry.cpp.
+// Everything generic (config.json's common fields, loading, random weights, quantize, convert,
+// the decoder, the batch decoder, saved states, serve) goes through this interface and never
+// branches on the family. docs/adding-a-model.md says what a new family writes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/config_fields.h"
+#include "recur/model.h"
+
+namespace recur {
+class WeightSource;
+}
+
+namespace recur::model {
+
+class Loader;
+
+/// One tensor of a family's table: its name as checkpoints store it, its shape, and how
+/// make-model's random weights fill it (RandomWeights: seeded, the same on every machine).
+struct TensorSpec {
+  enum class Init {
+    kMatrix,     // normal, std 1/sqrt(shape[1]) (fan in)
+    kEmbedding,  // normal, std 1
+    kNorm,       // 1 + normal * 0.1 (a norm's weight)
+    kBias,       // normal * 0.1
+    kConv,       // normal, std 1/sqrt(shape[2]) (a (channels, 1, kernel) convolution's taps)
+    kUnit,       // normal, std 1 (logits of a softmax, such as HGRN2's lower bounds)
+    kIdentity,   // the identity + normal * 0.3/sqrt(shape[1]) (a map initialised to identity)
+  };
+  std::string name;
+  std::vector<std::int64_t> shape;
+  Init init = Init::kMatrix;
+};
+using Init = TensorSpec::Init;
+
+/// One option of `recur make-model` that a family reads: --NAME, with a default value (a flag
+/// when `flag`), and its help line.
+struct MakeOption {
+  const char* name;
+  const char* fallback;
+  const char* help;
+  bool flag = false;
+  /// The --arch values it applies to (empty: every one of the family's).
+  std::vector<std::string> archs = {};
+};
+
+/// make-model's options as the family sees them (the tool parses and range-checks them).
+class MakeOptions {
+ public:
+  virtual ~MakeOptions() = default;
+  virtual bool given(const char* name) const = 0;
+  virtual bool flag(const char* name) const = 0;
+  virtual std::int64_t integer(const char* name, std::int64_t min, std::int64_t max) const = 0;
+  virtual double real(const char* name, double min, double max) const = 0;
+  virtual std::string str(const char* name) const = 0;
+};
+
+class Family {
+ public:
+  virtual ~Family() = default;
+  /// For messages: "linear_attn", "based", "fla gated".
+  virtual const char* name() const = 0;
+  /// The layout's name as config.json's model_type gives it ("linear_attn", "gla"; "based" for
+  /// Based, whose checkpoints say gpt2).
+  virtual const char* model_type(const ModelConfig& c) const = 0;
+  /// Whether this family reads `architecture`.
+  virtual bool has(Architecture architecture) const = 0;
+  /// Whether config.json, of model_type `type`, is this family's.
+  virtual bool reads(const std::string& type, const json::Value& root) const = 0;
+  /// Reads this family's fields of config.json into `c` (the common ones, eos_token_id and
+  /// quantization_config, are read by ModelConfig::from_json). Every field looked at goes
+  /// through `f`, which refuses the others.
+  virtual void read_config(const std::string& type, const json::Value& root, Fields& f,
+                           ModelConfig& c) const = 0;
+  /// Checks the values and fills the derived sizes (ModelConfig::resolve has checked the common
+  /// ones); FormatError naming `source`.
+  virtual void resolve(ModelConfig& c, const std::string& source) const = 0;
+  /// config.json's fields for `c`, each line "  \"key\": value,\n", model_type first.
+  virtual std::string config_fields(const ModelConfig& c) const = 0;
+  /// Every tensor the configuration has, in a fixed order: what loading, make-model's random
+  /// weights and the fingerprint go by.
+  virtual std::vector<TensorSpec> tensors(const ModelConfig& c) const = 0;
+  /// The name under which the table lists a tensor stored as `name` (the same, unless one
+  /// tensor of the table may be stored under another name too).
+  virtual std::string table_name(const ModelConfig& c, const std::string& name) const {
+    (void)c;
+    return name;
+  }
+  /// Reads every tensor through `L` into `impl`: the embeddings, the final norm, the head and
+  /// the layer stack (impl.network).
+  virtual void load(const ModelConfig& c, const WeightSource& weights, Loader& L,
+                    Model::Impl& impl) const = 0;
+  /// The --arch names `recur make-model` takes for this family (none: make-model does not
+  /// write it).
+  virtual std::vector<std::string> make_model_archs() const { return {}; }
+  /// The make-model options it reads beyond the common ones (vocab, hidden, layers, heads,
+  /// intermediate, tie-embeddings); families may share an option by name.
+  virtual std::vector<MakeOption> make_model_options() const { return {}; }
+  /// config.json for --arch `arch` from the options; ArgumentError names a bad value.
+  virtual std::string make_model_config(const std::string& arch, const MakeOptions& o) const {
+    (void)o;
+    throw ArgumentError("make-model does not write --arch " + arch);
+  }
+  /// Lines for logs, each ending in a newline: "model: LABEL: ..." (the layout, its layers and
+  /// sizes), and "state: ..." (a sequence's state, and whether it grows) where that says more
+  /// than the size alone.
+  virtual std::string describe(const Model& m, const std::string& label) const = 0;
+  /// Why a checkpoint of this family without a tokenizer cannot take text as bytes, naming
+  /// `dir`; "" when bytes are fine.
+  virtual std::string missing_tokenizer(const std::string& dir) const {
+    (void)dir;
+    return "";
+  }
+};
+
+/// The family of a resolved configuration (every Architecture has one).
+const Family& family_of(Architecture architecture);
+/// The family whose config.json this is, or null.
+const Family* family_reading(const std::string& type, const json::Value& root);
+/// The model types every family reads, for messages.
+const char* known_model_types();
+/// Every family, in the registry's order.
+std::vector<const Family*> families();
+/// The family whose make-model --arch is `arch`, or null.
+const Family* family_for_arch(const std::string& arch);
+
+}  // namespace recur::model

@@ -1,0 +1,12 @@
+// The families recur reads, one module each (engine/models/<family>/); registry.cpp lists them.
+#pragma once
+
+#include "model/family.h"
+
+namespace recur::models {
+
+const model::Family& linear_family();  // linear_attn and transformers_are_rnns
+const model::Family& based_family();   // HazyResearch's Based
+const model::Family& fla_family();     // flash-linear-attention's GLA, RetNet, HGRN2
+
+}  // namespace recur::models

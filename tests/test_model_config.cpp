@@ -1,0 +1,151 @@
+// Based's config.json as its checkpoints write it: every refusal names the field it refuses,
+// and the hydra class name the training configs put at the top level is accepted only when it
+// names a known config class.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "recur/error.h"
+#include "recur/model.h"
+
+namespace {
+
+using recur::FormatError;
+using recur::ModelConfig;
+
+// A valid Based config.json (three layers: BaseConv, Taylor attention, a window), its top-level
+// fields in order; `with` replaces a field's raw JSON value, adds it if absent, or removes it
+// when the value is empty.
+std::string based_json(const std::vector<std::pair<std::string, std::string>>& with = {}) {
+  std::vector<std::pair<std::string, std::string>> fields = {
+      {"model_type", "\"gpt2\""},
+      {"vocab_size", "256"},
+      {"n_embd", "32"},
+      {"n_inner", "256"},
+      {"n_layer", "3"},
+      {"n_head", "4"},
+      {"layer_norm_epsilon", "1e-05"},
+      {"rotary_emb_fraction", "1"},
+      {"pad_vocab_size_multiple", "8"},
+      {"rms_norm", "true"},
+      {"activation_function", "\"swiglu\""},
+      {"alt_mixer_layers", "[1]"},
+      {"alt_mixer_2_layers", "[2]"},
+      {"mixer", "{\"_target_\": \"based.models.mixers.convolution.BaseConv\", \"l_max\": 2048, "
+                "\"use_bias\": true, \"expand_proj\": 4, \"kernel_sizes\": 3}"},
+      {"alt_mixer", "{\"_target_\": \"based.models.mixers.linear_attention.LinearAttention\", "
+                    "\"feature_map\": {\"_target_\": \"based.models.mixers.linear_attention."
+                    "TaylorExp\", \"input_dim\": 8}, \"feature_dim\": 8, \"num_heads\": 4}"},
+      {"alt_mixer_2", "{\"_target_\": \"based.models.mixers.slide_attention.SlidingAttention\", "
+                      "\"window_size\": 16, \"num_heads\": 4, \"causal\": true}"},
+      {"tie_word_embeddings", "true"}};
+  for (const auto& [key, value] : with) {
+    bool found = false;
+    for (auto it = fields.begin(); it != fields.end(); ++it) {
+      if (it->first != key) continue;
+      found = true;
+      if (value.empty()) fields.erase(it);
+      else it->second = value;
+      break;
+    }
+    if (!found && !value.empty()) fields.emplace_back(key, value);
+  }
+  std::string out = "{";
+  for (const auto& [key, value] : fields)
+    out += (out.size() > 1 ? ", \"" : "\"") + key + "\": " + value;
+  return out + "}";
+}
+
+ModelConfig read(const std::string& json) {
+  ModelConfig c = ModelConfig::from_json(json, "config.json");
+  c.resolve("config.json");
+  return c;
+}
+
+// The config with `with` applied is refused, and the message holds `names`.
+void refused(const std::vector<std::pair<std::string, std::string>>& with, const std::string& names) {
+  const std::string json = based_json(with);
+  INFO(json);
+  try {
+    read(json);
+    FAIL("accepted");
+  } catch (const FormatError& e) {
+    CHECK_THAT(e.what(), Catch::Contains(names) && Catch::Contains("config.json"));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the Based config of these tests is read, with its three mixers", "[model][based][config]") {
+  const ModelConfig c = read(based_json());
+  CHECK(c.architecture == recur::Architecture::kBased);
+  REQUIRE(c.mixers.size() == 3);
+  CHECK(c.mixers[0] == recur::MixerKind::kShortConv);
+  CHECK(c.mixers[1] == recur::MixerKind::kLinearAttention);
+  CHECK(c.mixers[2] == recur::MixerKind::kWindowAttention);
+}
+
+TEST_CASE("every Based config refusal names what it refuses", "[model][based][config]") {
+  // The model's own fields.
+  refused({{"tie_word_embeddings", "false"}}, "tie_word_embeddings");
+  refused({{"rms_norm", "false"}}, "rms_norm");
+  refused({{"activation_function", "\"gelu_new\""}}, "activation_function is 'gelu_new'");
+  refused({{"mlp_fc1_bias", "true"}}, "mlp_fc1_bias");
+  refused({{"out_proj_bias", "true"}}, "out_proj_bias");
+  refused({{"rotary_emb_fraction", "0.5"}}, "rotary_emb_fraction");
+  refused({{"max_position_embeddings", "2048"}}, "max_position_embeddings");
+  refused({{"rotary_emb_dim", "8"}}, "rotary_emb_dim");
+  refused({{"n_embd", "0"}}, "n_embd");
+  refused({{"n_layer", "5000"}}, "n_layer");
+  refused({{"bogus_field", "1"}}, "bogus_field");
+  // The layer lists.
+  refused({{"alt_mixer_layers", "1"}}, "alt_mixer_layers is");
+  refused({{"alt_mixer_layers", "[3]"}}, "alt_mixer_layers holds 3");
+  refused({{"alt_mixer_layers", "[1, 1]"}}, "names layer 1 twice");
+  refused({{"alt_mixer_2_layers", "[1]"}}, "layer 1 is in both");
+  // The mixers' specs.
+  refused({{"mixer", "[]"}}, "mixer is an array");
+  refused({{"mixer", "{\"_target_\": \"based.models.mixers.convolution.LongConv\"}"}},
+          "mixer._target_ names 'LongConv'");
+  refused({{"mixer", ""}}, "mixer is missing");
+  refused({{"mixer", "{\"_target_\": \"x.BaseConv\", \"expand_proj\": 3}"}}, "mixer.expand_proj is 3");
+  refused({{"mixer", "{\"_target_\": \"x.BaseConv\", \"expand_proj\": 100}"}}, "mixer.expand_proj is 100");
+  refused({{"mixer", "{\"_target_\": \"x.BaseConv\", \"use_bias\": 1}"}}, "mixer.use_bias");
+  refused({{"mixer", "{\"_target_\": \"x.BaseConv\", \"use_cuda\": true}"}}, "mixer.use_cuda");
+  refused({{"mixer", "{\"_target_\": \"x.BaseConv\", \"fused\": true}"}}, "mixer.fused");
+  refused({{"alt_mixer", ""}}, "alt_mixer is missing");
+  refused({{"alt_mixer", "{\"_target_\": \"x.LinearAttention\", \"num_heads\": 4, "
+                         "\"num_key_value_heads\": 2}"}}, "num_key_value_heads");
+  refused({{"alt_mixer", "{\"_target_\": \"x.LinearAttention\", \"feature_map\": "
+                         "{\"_target_\": \"x.PosELU\"}}"}}, "TaylorExp");
+  refused({{"alt_mixer", "{\"_target_\": \"x.LinearAttention\", \"feature_dim\": 8, \"feature_map\": "
+                         "{\"_target_\": \"x.TaylorExp\", \"input_dim\": 4}}"}}, "input_dim");
+  refused({{"alt_mixer", "{\"_target_\": \"x.LinearAttention\", \"feature_dim\": 300}"}},
+          "alt_mixer.feature_dim is 300");
+  refused({{"alt_mixer", "{\"_target_\": \"x.LinearAttention\", \"num_heads\": 3}"}},
+          "alt_mixer.num_heads 3");
+  refused({{"alt_mixer_2", ""}}, "alt_mixer_2 is missing");
+  refused({{"alt_mixer_2", "{\"_target_\": \"x.SlidingAttention\", \"num_heads\": 2}"}},
+          "alt_mixer_2.num_heads");
+  refused({{"alt_mixer_2", "{\"_target_\": \"x.SlidingAttention\", \"causal\": false}"}},
+          "alt_mixer_2.causal");
+  // Derived sizes.
+  refused({{"n_head", "3"}, {"alt_mixer_2", "{\"_target_\": \"x.SlidingAttention\"}"}},
+          "n_embd 32 is not n_head 3 heads");
+  refused({{"n_head", "32"}, {"alt_mixer_2", "{\"_target_\": \"x.SlidingAttention\"}"}},
+          "n_head 32 heads of an even width");
+  refused({{"pad_vocab_size_multiple", "0"}}, "pad_vocab_size_multiple");
+}
+
+TEST_CASE("a Based config's top-level _target_ is accepted when it names a known config class",
+          "[model][based][config]") {
+  // The hydra class name Based's training configs write.
+  const ModelConfig a = read(based_json({{"_target_", "\"based.models.gpt.GPT2MixerConfig\""}}));
+  CHECK(a.architecture == recur::Architecture::kBased);
+  CHECK(a.mixers.size() == 3);
+  CHECK_NOTHROW(read(based_json({{"_target_", "\"transformers.GPT2Config\""}})));
+  refused({{"_target_", "\"based.models.gpt.LlamaConfig\""}}, "_target_ names 'LlamaConfig'");
+  refused({{"_target_", "3"}}, "_target_ is a number");
+}
