@@ -239,49 +239,11 @@ TValue string_filter(const std::string& name, const std::string& s, const CallAr
   refuse("unreachable filter " + name);
 }
 
-}  // namespace
-
-TValue apply_filter(const std::string& name, const TValue& input, const CallArgs& args, Budget& budget) {
-  if (name == "default" || name == "d") {
-    check_arity(args, 2, name, {"default_value", "boolean"});
-    const bool by_truth = arg(args, 1, "boolean", TValue::boolean(false)).truthy();
-    const bool replace = input.is_undefined() || (by_truth && !input.truthy());
-    return replace ? arg(args, 0, "default_value", TValue::string("")) : input;
-  }
-  if (name == "tojson") {
-    if (input.is_list() && !input.is_sequence())
-      refuse(fmt::format("Object of type {} is not JSON serializable", input.type_name()));
-    check_text_bound(input, budget);
-    return tojson(input, args, budget);
-  }
-  if (name == "safe") {
-    check_text_bound(input, budget);
-    return input.is_string() ? input : make_string(to_str(input, budget), budget);  // Markup(str(value))
-  }
-  if (name == "string") {
-    check_text_bound(input, budget);
-    return input.is_string() ? input : make_string(to_str(input, budget), budget);
-  }
-  if (name == "length" || name == "count") return TValue::integer(py_len(input));
-  if (name == "trim" || name == "upper" || name == "lower" || name == "capitalize" || name == "title" ||
-      name == "replace") {
-    // Jinja2 turns the input into a string first (Undefined into "").
-    check_text_bound(input, budget);
-    return string_filter(name, input.is_string() ? input.str() : to_str(input, budget), args, budget);
-  }
-  if (name == "int" || name == "float") {
-    check_arity(args, 2, name, {"default", "base"});
-    const TValue fallback = arg(args, 0, "default", name == "int" ? TValue::integer(0) : TValue::real(0.0));
-    // int(Undefined) raises in Jinja2, whatever the default.
-    if (input.is_undefined()) refuse(fmt::format("{} of an undefined value", name));
-    return to_number(input, name == "int", fallback);
-  }
-  if (name == "abs") {
-    if (input.kind() == TValue::Kind::kFloat) return TValue::real(std::fabs(input.as_double()));
-    const std::int64_t i = want_int(input, "abs");
-    if (i == INT64_MIN) refuse("abs overflows 64 bits");
-    return TValue::integer(i < 0 ? -i : i);
-  }
+// The filters that walk a sequence: items, list, first, last, reverse, join, select, reject,
+// selectattr, rejectattr, map, unique, sum, min, max. `found` is false for any other name.
+TValue sequence_filter(const std::string& name, const TValue& input, const CallArgs& args, Budget& budget,
+                       bool& found) {
+  found = true;
   if (name == "items") {
     // A generator of (key, value) tuples, nothing for Undefined.
     if (input.is_undefined()) return TValue::list({}, TValue::Flavor::kIterator);
@@ -366,6 +328,56 @@ TValue apply_filter(const std::string& name, const TValue& input, const CallArgs
     }
     return best;
   }
+  found = false;
+  return TValue();
+}
+
+}  // namespace
+
+TValue apply_filter(const std::string& name, const TValue& input, const CallArgs& args, Budget& budget) {
+  if (name == "default" || name == "d") {
+    check_arity(args, 2, name, {"default_value", "boolean"});
+    const bool by_truth = arg(args, 1, "boolean", TValue::boolean(false)).truthy();
+    const bool replace = input.is_undefined() || (by_truth && !input.truthy());
+    return replace ? arg(args, 0, "default_value", TValue::string("")) : input;
+  }
+  if (name == "tojson") {
+    if (input.is_list() && !input.is_sequence())
+      refuse(fmt::format("Object of type {} is not JSON serializable", input.type_name()));
+    check_text_bound(input, budget);
+    return tojson(input, args, budget);
+  }
+  if (name == "safe") {
+    check_text_bound(input, budget);
+    return input.is_string() ? input : make_string(to_str(input, budget), budget);  // Markup(str(value))
+  }
+  if (name == "string") {
+    check_text_bound(input, budget);
+    return input.is_string() ? input : make_string(to_str(input, budget), budget);
+  }
+  if (name == "length" || name == "count") return TValue::integer(py_len(input));
+  if (name == "trim" || name == "upper" || name == "lower" || name == "capitalize" || name == "title" ||
+      name == "replace") {
+    // Jinja2 turns the input into a string first (Undefined into "").
+    check_text_bound(input, budget);
+    return string_filter(name, input.is_string() ? input.str() : to_str(input, budget), args, budget);
+  }
+  if (name == "int" || name == "float") {
+    check_arity(args, 2, name, {"default", "base"});
+    const TValue fallback = arg(args, 0, "default", name == "int" ? TValue::integer(0) : TValue::real(0.0));
+    // int(Undefined) raises in Jinja2, whatever the default.
+    if (input.is_undefined()) refuse(fmt::format("{} of an undefined value", name));
+    return to_number(input, name == "int", fallback);
+  }
+  if (name == "abs") {
+    if (input.kind() == TValue::Kind::kFloat) return TValue::real(std::fabs(input.as_double()));
+    const std::int64_t i = want_int(input, "abs");
+    if (i == INT64_MIN) refuse("abs overflows 64 bits");
+    return TValue::integer(i < 0 ? -i : i);
+  }
+  bool found = false;
+  TValue result = sequence_filter(name, input, args, budget, found);
+  if (found) return result;
   refuse(fmt::format("unsupported filter '{}'", name));
 }
 
