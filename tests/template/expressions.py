@@ -1,6 +1,7 @@
-"""Random expressions and loops for the chat-template interpreter, rendered by Jinja2 in
+"""Random expressions, loops and layouts for the chat-template interpreter, rendered by Jinja2 in
 transformers' environment (oracle.py's): operators, filters, tests, methods, slices and Undefined
-mixed at random, over variables of every type. test_template renders each and compares: the same
+mixed at random, over variables of every type, and text between tags with every whitespace
+marker (trim_blocks, lstrip_blocks, -, +). test_template renders each and compares: the same
 text where Jinja2 renders, an error where Jinja2 fails, and an error where recur is stricter by
 design (docs/chat.md: walking Undefined, string formatting with %, integers past 64 bits).
 
@@ -66,7 +67,46 @@ def expression(rng, depth=0):
     return f"(not {expression(rng, depth + 1)})"
 
 
+TEXT = ["", " ", "  ", "\t", "\n", "\n\n", " \n ", "\n  ", "a", "b c", "\n\t x \n", "  y\n", "\r\n", "}", "%", "#"]
+
+
+def tag(rng, body, kind):
+    """A tag with random whitespace markers: {%- -%}, {%+ +%}, {{- -}}, {#- -#}."""
+    left = rng.choice(["", "", "-", "+"] if kind != "{{" else ["", "-"])
+    right = rng.choice(["", "", "-", "+"] if kind != "{{" else ["", "-"])
+    close = {"{%": "%}", "{{": "}}", "{#": "#}"}[kind]
+    return f"{kind}{left} {body} {right}{close}"
+
+
+def layout(rng, depth=0):
+    """Text and tags at random, for whitespace control: trim_blocks, lstrip_blocks, markers."""
+    parts = []
+    for _ in range(rng.randint(1, 6)):
+        parts.append(rng.choice(TEXT))
+        r = rng.random()
+        if r < 0.25:
+            parts.append(tag(rng, rng.choice(["'v'", "n", "missing", "l"]), "{{"))
+        elif r < 0.35:
+            parts.append(tag(rng, "comment", "{#"))
+        elif r < 0.55 and depth < 3:
+            parts += [tag(rng, "if " + rng.choice(["true", "false", "n > 3"]), "{%"), layout(rng, depth + 1)]
+            if rng.random() < 0.5:
+                parts += [tag(rng, "else", "{%"), layout(rng, depth + 1)]
+            parts.append(tag(rng, "endif", "{%"))
+        elif r < 0.7 and depth < 3:
+            parts += [tag(rng, "for i in " + rng.choice(["l", "[]", "'ab'"]), "{%"), layout(rng, depth + 1),
+                      tag(rng, "endfor", "{%")]
+        elif r < 0.8:
+            parts.append(tag(rng, "set q = " + rng.choice(["1", "'s'", "l | length"]), "{%"))
+        elif r < 0.85 and depth < 3:
+            parts += [tag(rng, "set blk", "{%"), layout(rng, depth + 1), tag(rng, "endset", "{%"), "{{ blk }}"]
+    parts.append(rng.choice(TEXT))
+    return "".join(parts)
+
+
 def source(rng):
+    if rng.random() < 0.25:
+        return layout(rng)
     if rng.random() < 0.3:
         seq = rng.choice(["l", "ls", "s", "d", "msgs", "l | reverse", "d | items", "l[::-1]"])
         return "{% for x in " + seq + " %}{{ loop.index }}{{ x }}{{ " + expression(rng) + " }}{% endfor %}"
