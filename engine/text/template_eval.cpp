@@ -100,7 +100,7 @@ class Renderer {
         return Flow::kNormal;
       case StmtKind::kFor: exec_for(s); return Flow::kNormal;
       case StmtKind::kSet: exec_set(s); return Flow::kNormal;
-      case StmtKind::kSetBlock: assign(s.targets[0], TValue::string(capture(s.body))); return Flow::kNormal;
+      case StmtKind::kSetBlock: assign(s.targets[0], TValue::string(capture(s.body, s.pos))); return Flow::kNormal;
       case StmtKind::kMacro: assign(s.macro->name, TValue::macro(s.macro.get())); return Flow::kNormal;
       case StmtKind::kBreak: return Flow::kBreak;
       case StmtKind::kContinue: return Flow::kContinue;
@@ -110,15 +110,22 @@ class Renderer {
   }
 
   // The output of `body`, written aside.
-  std::string capture(const Body& body) {
+  std::string capture(const Body& body, Pos pos) {
     std::string text;
     std::string* saved = out_;
     out_ = &text;
     exec_body(body);
     out_ = saved;
+    try {
+      budget_.allocate(text.size());
+    } catch (const BuiltinError& e) {
+      fail(pos, e.what());
+    }
     return text;
   }
 
+  // What {{ v }} prints. A list or dict goes through the string filter first, which bounds the
+  // size of its repr and refuses a generator, before the text is built.
   std::string text_of(const TValue& v, Pos pos) {
     try {
       if (v.is_list() || v.is_mapping()) apply_filter("string", v, {}, budget_);
