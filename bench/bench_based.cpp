@@ -8,6 +8,7 @@
 #include "bench_common.h"
 #include "recur/isa.h"
 #include "recur/linear_attention.h"
+#include "model/random_weights.h"
 #include "recur/model.h"
 #include "recur/short_conv.h"
 #include "recur/window_attention.h"

@@ -21,6 +21,7 @@
 
 #include "bench_common.h"
 #include "recur/isa.h"
+#include "model/random_weights.h"
 #include "recur/model.h"
 
 namespace {

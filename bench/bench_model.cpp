@@ -21,6 +21,7 @@
 #include "bench_common.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
+#include "model/random_weights.h"
 #include "recur/model.h"
 #include "recur/quantize.h"
 #include "recur/safetensors.h"

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "model/random_weights.h"
 #include "recur/model.h"
 #include "serve/store.h"
 #include "serve/redis.h"  // the library's own Redis client (engine/serve, private)

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "recur/error.h"
+#include "model/random_weights.h"
 #include "recur/model.h"
 #include "support/based_config.h"
 #include "support/quant_model.h"

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "recur/error.h"
+#include "model/random_weights.h"
 #include "recur/model.h"
 #include "recur/safetensors.h"
 #include "support/io_files.h"

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "recur/error.h"
+#include "model/random_weights.h"
 #include "recur/model.h"
 #include "recur/quantize.h"
 #include "recur/safetensors.h"

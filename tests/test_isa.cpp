@@ -20,6 +20,7 @@
 #include "recur/feature_map.h"
 #include "recur/isa.h"
 #include "recur/linear_attention.h"
+#include "model/random_weights.h"
 #include "recur/model.h"
 #include "recur/softmax_attention.h"
 #include "support/each_isa.h"

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "recur/error.h"
+#include "model/random_weights.h"
 #include "recur/model.h"
 #include "recur/sampling.h"
 #include "support/based_config.h"

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "recur/error.h"
+#include "model/random_weights.h"
 #include "recur/model.h"
 #include "recur/sampling.h"
 #include "support/based_config.h"

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "recur/linear_attention.h"
+#include "model/random_weights.h"
 #include "recur/model.h"
 #include "support/model_cases.h"
 #include "util/parallel.h"

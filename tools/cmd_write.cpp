@@ -15,6 +15,7 @@
 #include "model/family.h"
 #include "text_model.h"
 #include "recur/error.h"
+#include "model/random_weights.h"
 #include "recur/model.h"
 #include "recur/quantize.h"
 #include "util/file.h"

@@ -14,6 +14,7 @@
 #include "model/family.h"
 #include "model/loader.h"
 #include "recur/error.h"
+#include "model/random_weights.h"
 
 namespace recur {
 

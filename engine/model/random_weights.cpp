@@ -5,6 +5,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include "model/random_weights.h"
+
 #include "model/family.h"
 #include "model/model_impl.h"
 #include "recur/error.h"

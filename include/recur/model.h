@@ -184,30 +184,6 @@ class WeightSource {
   virtual std::vector<std::uint8_t> read_bytes(const std::string& name) const;
 };
 
-/// Random weights for a configuration, generated from a seed (the same on every machine).
-/// Projections are normal with std 1/sqrt(fan_in); norm weights near 1. With a 16-bit dtype the
-/// values are rounded to it, as if read from a file of that dtype.
-class RandomWeights final : public WeightSource {
- public:
-  RandomWeights(const ModelConfig& config, std::uint64_t seed, DType dtype = DType::kF32);
-  DType dtype(const std::string& name) const override;
-  bool has(const std::string& name) const override;
-  std::vector<std::int64_t> shape(const std::string& name) const override;
-  std::vector<float> read(const std::string& name) const override;
-  std::vector<std::string> names() const override;
-  std::string describe() const override;
-
- private:
-  struct Spec {
-    std::vector<std::int64_t> shape;
-    enum class Init { kNormal, kNearOne, kSmall, kIdentityNear } init;
-    double std;
-  };
-  std::vector<std::pair<std::string, Spec>> specs_;
-  std::uint64_t seed_;
-  DType dtype_;
-};
-
 /// The weights of a model directory: model.safetensors (or its shards with an index), else a
 /// pytorch_model.bin read without running its pickle. Throws FormatError naming the file.
 std::unique_ptr<WeightSource> open_weights(const std::string& dir);
@@ -215,12 +191,6 @@ std::unique_ptr<WeightSource> open_weights(const std::string& dir);
 /// Every tensor a configuration needs, with its shape, in a fixed order.
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> model_tensor_shapes(
     const ModelConfig& config);
-
-/// Writes config.json and the weights (model.safetensors, or `shards` files with an index)
-/// with random values into `dir`, which is created if needed. Returns the number of weight
-/// files written: `shards`, or fewer when the model has fewer tensors than that.
-int write_random_model(const std::string& dir, const ModelConfig& config, std::uint64_t seed,
-                        DType dtype = DType::kF32, int shards = 1);
 
 class Model {
  public:

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "recur/error.h"
+#include "model/random_weights.h"
 #include "recur/model.h"
 #include "serve/api.h"
 #include "text/unicode.h"

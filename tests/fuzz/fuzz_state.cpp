@@ -12,6 +12,7 @@
 #include <string>
 
 #include "recur/error.h"
+#include "model/random_weights.h"
 #include "recur/model.h"
 #include "util/hash.h"
 

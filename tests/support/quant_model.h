@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "model/random_weights.h"
 #include "recur/model.h"
 #include "recur/quantize.h"
 #include "support/temp_dir.h"
