@@ -54,18 +54,24 @@ TextModel open_model(const Args& args) {
         printable(dir)));
   m.model = Model::load(dir);
   m.label = builtin ? "built-in (King James Bible)" : m.model->source();
+  // A bare checkpoint given as a file (BlinkDL's .pth) has its tokenizer beside it.
+  std::error_code ec;
+  const std::string files = std::filesystem::is_regular_file(dir, ec)
+                                ? std::filesystem::path(dir).parent_path().string()
+                                : dir;
+  const std::string here = files.empty() ? "." : files;
   const bool own_tokenizer = args.declared("tokenizer") && args.given("tokenizer");
-  if (own_tokenizer || Tokenizer::present(dir)) {
-    m.tokenizer = Tokenizer::load(own_tokenizer ? args.str("tokenizer") : dir);
+  if (own_tokenizer || Tokenizer::present(here)) {
+    m.tokenizer = Tokenizer::load(own_tokenizer ? args.str("tokenizer") : here);
     if (m.tokenizer->vocab_size() > m.model->config().vocab_size)
       fmt::print(stderr, "warning: the tokenizer has {} ids and the model {}: ids past the "
                          "model's vocabulary will be refused\n",
                  m.tokenizer->vocab_size(), m.model->config().vocab_size);
-  } else if (const std::string why = m.model->missing_tokenizer(printable(dir)); !why.empty()) {
+  } else if (const std::string why = m.model->missing_tokenizer(printable(here)); !why.empty()) {
     m.no_text = why;
   } else {
     for (const char* name : {"tokenizer.model", "vocab.json"}) {
-      if (std::filesystem::exists(std::filesystem::path(dir) / name)) {
+      if (std::filesystem::exists(std::filesystem::path(here) / name)) {
         fmt::print(stderr, "warning: the model ships {} but no tokenizer.json (nor RWKV's "
                            "rwkv_vocab_v20230424.txt), the tokenizer formats recur reads: text "
                            "is fed as bytes, not the ids the model was trained on. Tokenize "
