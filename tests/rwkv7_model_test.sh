@@ -103,6 +103,18 @@ gen -m "$tmp/conv" --load-state "$tmp/s" -n 7 > "$tmp/c"
   fail "h1x64-bf16.pth converted (bf16, layer 0's unused v0/v1/v2) scores other digits"
 echo "rwkv7_model_test: recur convert of a .pth writes a folder with the same digits, and the .pth's state continues there"
 
+# The tokenizer beside a .pth (RWKV's world vocabulary file) is found from the file and from its
+# folder, and convert copies it.
+mkdir "$tmp/tok"
+cp "$m" "$src/tests/world/rwkv_vocab_v20230424.txt" "$tmp/tok/"
+for path in "$tmp/tok/h2x16-f32.pth" "$tmp/tok"; do
+  "$recur" score -m "$path" --token-ids "$ids" > /dev/null 2> "$tmp/err" || { cat "$tmp/err" >&2; fail "recur score -m $path"; }
+  grep -q "^tokenizer: RWKV world vocabulary" "$tmp/err" || fail "-m $path: the world vocabulary beside it was not found: $(cat "$tmp/err")"
+done
+"$recur" convert "$tmp/tok/h2x16-f32.pth" "$tmp/tok-conv" > /dev/null 2> "$tmp/err" || { cat "$tmp/err" >&2; fail "recur convert with a tokenizer"; }
+cmp -s "$tmp/tok/rwkv_vocab_v20230424.txt" "$tmp/tok-conv/rwkv_vocab_v20230424.txt" || fail "convert did not copy the world vocabulary beside the .pth"
+echo "rwkv7_model_test: the world vocabulary beside a .pth is its tokenizer (file or folder), and convert copies it"
+
 # recur quantize to q8: r, k, v, o, the FFN's key and value and the head in q8; the LoRAs,
 # lerps, k_k, k_a, r_k, norms and the embedding stay as stored.
 dtypes() {  # name dtype per line of $1/model.safetensors
@@ -133,7 +145,7 @@ for name in h2x16-f32.pth h2x16-fla; do
         fail "$name q8: chunk $chunk, threads $threads gave other digits"
     done
   done
-  echo "rwkv7_model_test: $name quantized q8 (only $(wc -w <<< "$quantized") big matrices per layer kind in I8): mean NLL $got (float $float, $(relative "$got" "$float") apart), the same digits at chunks 1, 7, 64, 300"
+  echo "rwkv7_model_test: $name quantized q8 (I8: $quantized): mean NLL $got (float $float, $(relative "$got" "$float") apart), the same digits at chunks 1, 7, 64, 300"
 done
 
 # The committed expectations are the reference's own numbers (where PyTorch is installed).

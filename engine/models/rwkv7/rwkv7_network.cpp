@@ -15,6 +15,7 @@
 #include "kernels/dispatch.h"
 #include "models/rwkv7/rwkv7_network.h"
 #include "recur/error.h"
+#include "util/parallel.h"
 
 namespace recur::models::rwkv7 {
 namespace {
@@ -155,10 +156,10 @@ class Network final : public model::Network {
   }
 
   void run_sequence(std::size_t layer, int stage, model::Scratch& scratch,
-                    model::LayerState& state, int first, int count, int) const override {
+                    model::LayerState& state, int first, int count, int threads) const override {
     Rows& w = static_cast<Rows&>(scratch);
     State& st = static_cast<State&>(state);
-    if (stage == kStageRecurrence) return recurrence(st, w, first, count);
+    if (stage == kStageRecurrence) return recurrence(st, w, first, count, threads);
     shift(stage == kStageTimeShift ? st.att_x : st.ffn_x, w, first, count);
     if (stage == kStageTimeShift) st.tokens += count;
     (void)layer;
@@ -194,18 +195,25 @@ class Network final : public model::Network {
   }
 
   // Per head: S = S diag(w) + (S (-kk)) (kk a)^T + v k^T, y = S r, over the sequence's rows.
-  void recurrence(State& st, Rows& w, int first, int count) const {
+  // Heads are independent, so threads may take them in any order (the bytes stay the same); a
+  // single token's walk is too short to hand out.
+  void recurrence(State& st, Rows& w, int first, int count, int threads) const {
+    const std::size_t at = std::size_t(first) * std::size_t(s_.C);
+    const int ranges = count > 1 ? std::min(std::max(threads, 1), s_.H) : 1;
+    detail::parallel_ranges(s_.H, ranges, [&](int begin, int end, int) {
+      for (int h = begin; h < end; ++h) walk_head(st, w, at, h, count);
+    });
+  }
+
+  void walk_head(State& st, Rows& w, std::size_t at, int h, int count) const {
     const int C = s_.C, N = s_.N;
-    const std::size_t at = std::size_t(first) * std::size_t(C);
-    for (int h = 0; h < s_.H; ++h) {
-      const std::size_t o = at + std::size_t(h) * std::size_t(N);
-      const kernels::DeltaHeadView view{st.S.data() + std::size_t(h) * std::size_t(N) * std::size_t(N),
-                                        N, N};
-      const kernels::DeltaInputs in{w.w.data() + o, C, false, w.neg_kk.data() + o, C,
-                                    w.b.data() + o, C, w.k.data() + o, C, w.r.data() + o, C,
-                                    w.v.data() + o, C};
-      kernels::delta_walk_head(view, in, w.y.data() + o, C, count);
-    }
+    const std::size_t o = at + std::size_t(h) * std::size_t(N);
+    const kernels::DeltaHeadView view{st.S.data() + std::size_t(h) * std::size_t(N) * std::size_t(N),
+                                      N, N};
+    const kernels::DeltaInputs in{w.w.data() + o, C, false, w.neg_kk.data() + o, C,
+                                  w.b.data() + o, C, w.k.data() + o, C, w.r.data() + o, C,
+                                  w.v.data() + o, C};
+    kernels::delta_walk_head(view, in, w.y.data() + o, C, count);
   }
 
   // A LoRA: second(act(first(x))) into y (C wide), the middle in w.lo.
