@@ -11,7 +11,7 @@
 # - the .pth and the fla folder of one model agree where the reference says they do;
 # - recur convert of a .pth writes a folder that scores the same digits, and a state saved from
 #   the .pth continues in it;
-# - recur quantize to q8: only the big matrices become q8, the model scores near the float one
+# - recur quantize to q8 and q4: only the big matrices are quantized, the model scores near the float one
 #   and gives the same digits at every chunking;
 # - when PyTorch is there, the reference recomputes every committed expectation.
 #
@@ -115,7 +115,7 @@ done
 cmp -s "$tmp/tok/rwkv_vocab_v20230424.txt" "$tmp/tok-conv/rwkv_vocab_v20230424.txt" || fail "convert did not copy the world vocabulary beside the .pth"
 echo "rwkv7_model_test: the world vocabulary beside a .pth is its tokenizer (file or folder), and convert copies it"
 
-# recur quantize to q8: r, k, v, o, the FFN's key and value and the head in q8; the LoRAs,
+# recur quantize to q8 and q4: r, k, v, o, the FFN's key and value and the head; the LoRAs,
 # lerps, k_k, k_a, r_k, norms and the embedding stay as stored.
 dtypes() {  # name dtype per line of $1/model.safetensors
   /usr/bin/python3 -c 'import json, struct, sys; f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]
@@ -124,28 +124,32 @@ for k, v in sorted(json.loads(f.read(n)).items()):
 }
 kQuantSanity=0.05
 for name in h2x16-f32.pth h2x16-fla; do
-  q="$tmp/q8-$name"
-  "$recur" quantize "$fx/$name" "$q" --type q8 > /dev/null 2> "$tmp/err" ||
-    { cat "$tmp/err" >&2; fail "recur quantize $name --type q8"; }
+ for type in q8 q4; do
+  q="$tmp/$type-$name"
+  "$recur" quantize "$fx/$name" "$q" --type "$type" > /dev/null 2> "$tmp/err" ||
+    { cat "$tmp/err" >&2; fail "recur quantize $name --type $type"; }
+  code=I8
+  [[ $type == q4 ]] && code=U8
   dtypes "$q" > "$tmp/dtypes"
-  quantized=$(awk '$2 == "I8" { print $1 }' "$tmp/dtypes" | sed 's/^\(blocks\|model\.layers\)\.[0-9]*\.//' | sort -u | tr '\n' ' ')
+  quantized=$(awk -v c="$code" '$2 == c { print $1 }' "$tmp/dtypes" | sed 's/^\(blocks\|model\.layers\)\.[0-9]*\.//' | sort -u | tr '\n' ' ')
   case $name in
     *.pth) want="att.key.weight att.output.weight att.receptance.weight att.value.weight ffn.key.weight ffn.value.weight head.weight " ;;
     *) want="attn.k_proj.weight attn.o_proj.weight attn.r_proj.weight attn.v_proj.weight ffn.key.weight ffn.value.weight lm_head.weight " ;;
   esac
-  [[ "$quantized" == "$want" ]] || fail "$name q8: the I8 tensors are '$quantized', expected '$want'"
+  [[ "$quantized" == "$want" ]] || fail "$name $type: the $code tensors are '$quantized', expected '$want'"
   float="${got_nll[$name]}"
   got_json=$(score -m "$q" --token-ids "$ids" --chunk 1 --threads 1)
   got=$(nll "$got_json")
   within "$got" "$float" "$kQuantSanity" ||
-    fail "$name q8: mean NLL $got, the float model's $float (more than $kQuantSanity apart)"
+    fail "$name $type: mean NLL $got, the float model's $float (more than $kQuantSanity apart)"
   for chunk in 7 64 300; do
     for threads in 1 2; do
       [[ "$(score -m "$q" --token-ids "$ids" --chunk "$chunk" --threads "$threads")" == "$got_json" ]] ||
-        fail "$name q8: chunk $chunk, threads $threads gave other digits"
+        fail "$name $type: chunk $chunk, threads $threads gave other digits"
     done
   done
-  echo "rwkv7_model_test: $name quantized q8 (I8: $quantized): mean NLL $got (float $float, $(relative "$got" "$float") apart), the same digits at chunks 1, 7, 64, 300"
+  echo "rwkv7_model_test: $name quantized $type ($code: $quantized): mean NLL $got (float $float, $(relative "$got" "$float") apart), the same digits at chunks 1, 7, 64, 300"
+ done
 done
 
 # The committed expectations are the reference's own numbers (where PyTorch is installed).
