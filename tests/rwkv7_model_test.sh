@@ -152,6 +152,24 @@ for name in h2x16-f32.pth h2x16-fla; do
  done
 done
 
+# make-model --arch rwkv7 writes fla-hub's layout, which reads back (tied or not) and keeps its
+# digits at every chunking.
+for tie in "" --tie-embeddings; do
+  "$recur" make-model "$tmp/made$tie" --arch rwkv7 --vocab 300 --hidden 64 --layers 3 --heads 2 \
+    --lora-ranks 4,3,2,8 $tie > /dev/null 2> "$tmp/err" || { cat "$tmp/err" >&2; fail "make-model --arch rwkv7 $tie"; }
+  grep -q '"decay_low_rank_dim": 4' "$tmp/made$tie/config.json" || fail "make-model's config lacks the ranks"
+  made=$(score -m "$tmp/made$tie" --token-ids "$ids")
+  for chunk in 1 64; do
+    [[ "$(score -m "$tmp/made$tie" --token-ids "$ids" --chunk "$chunk" --threads 2)" == "$made" ]] ||
+      fail "make-model --arch rwkv7 $tie: chunk $chunk gave other digits"
+  done
+done
+if "$recur" make-model "$tmp/bad" --arch rwkv7 --hidden 64 --heads 3 > /dev/null 2> "$tmp/err"; then
+  fail "make-model took 3 heads of a width 64"
+fi
+grep -q "multiple of 16" "$tmp/err" || fail "the refusal of --heads 3 does not say why: $(cat "$tmp/err")"
+echo "rwkv7_model_test: make-model --arch rwkv7 writes a model that reads back, tied or not"
+
 # The committed expectations are the reference's own numbers (where PyTorch is installed).
 if /usr/bin/python3 -c 'import torch' 2> /dev/null; then
   /usr/bin/python3 "$fx/reference.py" --check-expected "$fx/expected.json" > /dev/null ||
