@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "recur/model.h"
-#include "recur/serve/store.h"
+#include "serve/store.h"
 #include "serve/redis.h"  // the library's own Redis client (engine/serve, private)
 
 extern char** environ;

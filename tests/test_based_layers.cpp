@@ -21,6 +21,7 @@
 #include "recur/linear_attention.h"
 #include "recur/short_conv.h"
 #include "recur/window_attention.h"
+#include "attention/rotary.h"
 #include "support/each_isa.h"
 #include "support/reference.h"
 

@@ -245,7 +245,9 @@ TEST_CASE("prefill in any chunking, split and thread count gives step()'s logits
 
       int compared = 0;
       // Three threads for Based (its issue asks 1 to 3); the other layouts were measured on two.
-      const bool based = c.config.architecture == Architecture::kBased || c.config.gated_family();
+      const Architecture a = c.config.architecture;
+      const bool based = a == Architecture::kBased || a == Architecture::kGla ||
+                         a == Architecture::kRetNet || a == Architecture::kHgrn2;
       for (int chunk : {1, 7, 64, T}) {
         for (int threads : {1, 2, 3}) {
           if (threads == 3 && !based) continue;

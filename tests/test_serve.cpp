@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "recur/model.h"
-#include "recur/serve/auth.h"
-#include "recur/serve/engine.h"
-#include "recur/serve/stop.h"
-#include "recur/serve/store.h"
+#include "serve/auth.h"
+#include "serve/engine.h"
+#include "serve/stop.h"
+#include "serve/store.h"
 #include "support/temp_dir.h"
 #include "text/unicode.h"
 

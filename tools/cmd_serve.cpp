@@ -13,9 +13,9 @@
 #include "commands.h"
 #include "recur/error.h"
 #include "serve/api.h"
-#include "recur/serve/auth.h"
-#include "recur/serve/engine.h"
-#include "recur/serve/store.h"
+#include "serve/auth.h"
+#include "serve/engine.h"
+#include "serve/store.h"
 #include "text_model.h"
 #include "util/json.h"
 

@@ -12,6 +12,7 @@ int run_make_model(int argc, char** argv);
 int run_convert(int argc, char** argv);
 int run_quantize(int argc, char** argv);
 int run_tokenize(int argc, char** argv);
+int run_template(int argc, char** argv);
 int run_serve(int argc, char** argv);
 
 }  // namespace recur::cli

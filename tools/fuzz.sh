@@ -38,7 +38,7 @@ fuzz_one() {
 
 # The harnesses run as many at a time as there are cores (each is one process on one core), so
 # SECONDS bounds each of them and the whole run takes about SECONDS times harnesses / cores.
-names=(json config safetensors index state tokenizer world_vocab pytorch request)
+names=(json config safetensors index state tokenizer world_vocab pytorch request template)
 at_once=$(nproc)
 for ((i = 0; i < ${#names[@]}; i += at_once)); do
   batch=("${names[@]:i:at_once}")

@@ -5,7 +5,8 @@
 #include <cstring>
 
 #include "kernels/dispatch.h"
-#include "recur/window_attention.h"  // sincos_fixed
+#include "attention/rotary.h"
+#include "kernels/finite.h"
 #include "util/check.h"
 #include "util/parallel.h"
 

@@ -6,6 +6,7 @@
 
 #include "kernels/gated_kernels.h"
 #include "kernels/linear_kernels.h"
+#include "kernels/finite.h"
 #include "util/check.h"
 #include "util/parallel.h"
 

@@ -7,6 +7,7 @@
 
 #include "attention/input_map.h"
 #include "kernels/linear_kernels.h"
+#include "kernels/finite.h"
 #include "util/check.h"
 #include "util/parallel.h"
 

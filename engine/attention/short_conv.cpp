@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/finite.h"
 #include "util/check.h"
 
 namespace recur {

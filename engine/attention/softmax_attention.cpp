@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "kernels/dispatch.h"
+#include "kernels/finite.h"
 #include "util/check.h"
 #include "util/parallel.h"
 

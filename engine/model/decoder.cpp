@@ -7,6 +7,7 @@
 
 #include "model/decoder_impl.h"
 #include "recur/error.h"
+#include "kernels/finite.h"
 #include "util/check.h"
 #include "util/parallel.h"
 

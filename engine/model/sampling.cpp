@@ -5,6 +5,7 @@
 #include <numeric>
 #include <unordered_set>
 
+#include "kernels/finite.h"
 #include "util/check.h"
 
 namespace recur {

@@ -1,4 +1,4 @@
-#include "recur/serve/auth.h"
+#include "serve/auth.h"
 
 #include <fmt/format.h>
 #include <openssl/crypto.h>

@@ -1,4 +1,4 @@
-#include "recur/serve/engine.h"
+#include "serve/engine.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

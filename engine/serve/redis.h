@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "recur/serve/store.h"
+#include "serve/store.h"
 
 struct redisContext;
 struct redisReply;

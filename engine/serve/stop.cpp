@@ -1,4 +1,4 @@
-#include "recur/serve/stop.h"
+#include "serve/stop.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "recur/serve/store.h"
+#include "serve/store.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -8,7 +8,7 @@
 #include <unordered_set>
 
 #include "recur/error.h"
-#include "recur/serve/auth.h"
+#include "serve/auth.h"
 #include "serve/redis.h"
 #include "util/file.h"
 

@@ -157,12 +157,6 @@ struct ModelConfig {
   /// Checks the values and fills the derived sizes; throws FormatError naming `source`.
   void resolve(const std::string& source);
 
-  bool post_norm() const { return architecture == Architecture::kTransformersAreRnns; }
-  /// GLA, RetNet or HGRN2 (flash-linear-attention's gated models, with their hybrids).
-  bool gated_family() const {
-    return architecture == Architecture::kGla || architecture == Architecture::kRetNet ||
-           architecture == Architecture::kHgrn2;
-  }
   /// The layout, as config.json's model_type names it ("linear_attn", "gla", ...; "based" for
   /// Based, whose checkpoints say gpt2).
   std::string model_type() const;

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "recur/serve/engine.h"
+#include "serve/engine.h"
 
 namespace recur::serve {
 

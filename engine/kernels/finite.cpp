@@ -1,4 +1,4 @@
-#include "util/check.h"
+#include "kernels/finite.h"
 
 #include "kernels/dispatch.h"
 

@@ -21,8 +21,8 @@
 #include "recur/model.h"
 #include "recur/sampling.h"
 #include "recur/tokenizer.h"
-#include "recur/serve/stop.h"
-#include "recur/serve/store.h"
+#include "serve/stop.h"
+#include "serve/store.h"
 
 namespace recur::serve {
 

@@ -1,0 +1,397 @@
+// Chat templates: recur's rendering against Jinja2's on real templates and ours ("[oracle]": the
+// expected texts come from tests/template/oracle.py, which ctest runs first), and the rules that
+// need no reference: refusals with their name and position, the limits, whitespace control and
+// Undefined.
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "recur/chat_template.h"
+#include "recur/error.h"
+#include "util/file.h"
+#include "util/json.h"
+
+namespace {
+
+using recur::ChatTemplate;
+
+// Renders `source` with the variables of `context` (a JSON object).
+std::string render(const std::string& source, const std::string& context = "{}") {
+  return ChatTemplate::parse(source, "t").render_context(context);
+}
+
+// The FormatError's message from parsing `source`, or "" when it parses.
+std::string parse_error(const std::string& source) {
+  try {
+    ChatTemplate::parse(source, "t");
+  } catch (const recur::FormatError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string render_error(const std::string& source, const std::string& context = "{}") {
+  try {
+    render(source, context);
+  } catch (const recur::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("[oracle] every real template and ours renders as Jinja2 renders it, byte for byte", "[oracle]") {
+  const char* dir = std::getenv("RECUR_TEMPLATE_ORACLE");
+  if (dir == nullptr)
+    FAIL("RECUR_TEMPLATE_ORACLE is not set: ctest runs tests/template/oracle.py first and sets it "
+         "to the directory it writes");
+  const auto file = recur::detail::read_file(std::string(dir) + "/cases.jsonl");
+  REQUIRE(file);
+  std::istringstream in(*file);
+  std::map<std::string, ChatTemplate> templates;
+  std::string line;
+  int cases = 0, rendered = 0, refused = 0;
+  while (std::getline(in, line)) {
+    const recur::json::Value c = recur::json::parse(line, "cases.jsonl");
+    const std::string id = c.find("id")->string();
+    const std::string path = c.find("template")->string();
+    if (!templates.count(path)) {
+      if (path.size() > 6 && path.substr(path.size() - 6) == ".jinja") {
+        const auto source = recur::detail::read_file(path);
+        REQUIRE(source);
+        ChatTemplate t = ChatTemplate::parse(*source, path);
+        t.set_special_tokens({{"bos_token", "<s>"}, {"eos_token", "</s>"}});
+        templates.emplace(path, std::move(t));
+      } else {
+        templates.emplace(path, ChatTemplate::load(path));
+      }
+    }
+    const ChatTemplate& t = templates.at(path);
+    const auto content = c.find("content")->string() == "parts" ? recur::ChatContent::kParts : recur::ChatContent::kString;
+    std::string got, error;
+    bool raised = false;
+    try {
+      got = t.render(c.find("messages")->string(), c.find("tools")->string(),
+                     c.find("add_generation_prompt")->boolean(), content, c.find("extra")->string());
+    } catch (const recur::ArgumentError& e) {
+      error = e.what();
+      raised = true;
+    } catch (const recur::FormatError& e) {
+      error = e.what();
+    }
+    INFO(id);
+    if (const recur::json::Value* expected = c.find("expected")) {
+      INFO("recur's error: " << error);
+      REQUIRE(error.empty());
+      if (got != expected->string()) {
+        // The first difference, to read without a diff tool.
+        std::size_t at = 0;
+        while (at < got.size() && at < expected->string().size() && got[at] == expected->string()[at]) ++at;
+        INFO("first difference at byte " << at << ": recur has " << recur::json::quote(got.substr(at, 40))
+                                           << ", Jinja2 " << recur::json::quote(expected->string().substr(at, 40)));
+        CHECK(got == expected->string());
+      }
+      ++rendered;
+    } else if (const recur::json::Value* message = c.find("raise")) {
+      // raise_exception: recur refuses too, as an ArgumentError that carries the message.
+      INFO("recur: " << (error.empty() ? "rendered " + got : error));
+      REQUIRE(raised);
+      CHECK(error.find(message->string()) != std::string::npos);
+      ++refused;
+    } else {
+      // Jinja2 failed otherwise (a type error, an undefined value's attribute): so must recur.
+      INFO("Jinja2: " << c.find("error")->string() << "; recur: " << (error.empty() ? "rendered " + got : error));
+      CHECK(!error.empty());
+      ++refused;
+    }
+    ++cases;
+  }
+  fmt::print("{} cases from {} templates: {} rendered equal, {} refused as Jinja2 refuses\n", cases,
+             templates.size(), rendered, refused);
+  CHECK(cases > 0);
+}
+
+TEST_CASE("[oracle] random expressions render as Jinja2 renders them, and fail where it fails", "[oracle]") {
+  const char* dir = std::getenv("RECUR_TEMPLATE_ORACLE");
+  if (dir == nullptr) FAIL("RECUR_TEMPLATE_ORACLE is not set: ctest runs tests/template/expressions.py first");
+  const auto file = recur::detail::read_file(std::string(dir) + "/expressions.jsonl");
+  REQUIRE(file);
+  // Where recur is stricter than Jinja2 by design (docs/chat.md): walking an undefined value,
+  // string formatting with %, integers past 64 bits.
+  const char* const kStricter[] = {"got undefined", "string formatting with '%'", "integer overflow"};
+  std::istringstream in(*file);
+  std::string line;
+  int cases = 0, equal = 0, failed = 0, stricter = 0;
+  while (std::getline(in, line)) {
+    const recur::json::Value c = recur::json::parse(line, "expressions.jsonl");
+    const std::string source = c.find("source")->string();
+    std::string got, error;
+    try {
+      got = ChatTemplate::parse(source, "t").render_context(c.find("context")->string());
+    } catch (const recur::Error& e) {
+      error = e.what();
+    }
+    INFO(source);
+    ++cases;
+    if (const recur::json::Value* expected = c.find("expected")) {
+      if (error.empty()) {
+        CHECK(got == expected->string());
+        ++equal;
+      } else {
+        INFO("Jinja2 renders " << recur::json::quote(expected->string()) << "; recur: " << error);
+        CHECK(std::any_of(std::begin(kStricter), std::end(kStricter),
+                          [&](const char* p) { return error.find(p) != std::string::npos; }));
+        ++stricter;
+      }
+    } else {
+      INFO("Jinja2: " << c.find("error")->string() << "; recur renders " << recur::json::quote(got));
+      CHECK(!error.empty());
+      ++failed;
+    }
+  }
+  fmt::print("{} random templates: {} rendered equal, {} failed as in Jinja2, {} refused where recur is "
+             "stricter\n", cases, equal, failed, stricter);
+  CHECK(cases > 0);
+}
+
+TEST_CASE("Each construct outside the subset is refused with its name and line:column", "[template]") {
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"{% include 'x.jinja' %}", "t:1:4: unsupported tag 'include'"},
+      {"{% extends 'base' %}", "t:1:4: unsupported tag 'extends'"},
+      {"{% import 'm' as m %}", "t:1:4: unsupported tag 'import'"},
+      {"{% block b %}{% endblock %}", "t:1:4: unsupported tag 'block'"},
+      {"{% call f() %}{% endcall %}", "t:1:4: unsupported tag 'call'"},
+      {"{% filter upper %}x{% endfilter %}", "t:1:4: unsupported tag 'filter'"},
+      {"{% with a = 1 %}{% endwith %}", "t:1:4: unsupported tag 'with'"},
+      {"{% do x.append(1) %}", "t:1:4: unsupported tag 'do'"},
+      {"a\n  {% raw %}{{ x }}{% endraw %}", "t:2:6: unsupported tag 'raw'"},
+      {"{{ x | wordcount }}", "t:1:8: unsupported filter 'wordcount'"},
+      {"{{ x | escape }}", "t:1:8: unsupported filter 'escape'"},
+      {"{{ x is divisibleby3 }}", "t:1:9: unsupported test 'divisibleby3'"},
+      {"{{ messages.append(1) }}", "t:1:12: unsupported method 'append'"},
+      {"{{ loop.cycle('a', 'b') }}", "t:1:8: unsupported method 'cycle'"},
+      {"line one\n{{ cycler('a') }}", "t:2:4: unsupported function 'cycler'"},
+      {"{% for x in y recursive %}{% endfor %}", "t:1:15: unsupported loop option 'recursive'"},
+      {"{% set a, b = 1, 2 %}", "t:1:9: unsupported construct: assignment to several names"},
+      {"{{ f(*args) }}", "t:1:6: unsupported construct: '*' or '**' arguments"},
+      {"{{ x.y() }}", "t:1:5: unsupported method 'y'"},
+      {"{% if x %}a", "t:1:12: the template ends inside a block: expected '{% endif %}'"},
+      {"{% endfor %}", "t:1:4: 'endfor' without its opening tag"},
+      {"{% break %}", "t:1:4: 'break' outside a for loop"},
+      {"{{ 'open }}", "t:1:4: a string literal is not closed"},
+      {"{{ x ? y }}", "t:1:6: unexpected character '?'"},
+  };
+  for (const auto& [source, message] : refused) {
+    INFO(source);
+    const std::string error = parse_error(source);
+    CHECK(error == "[ChatTemplate] " + message);
+  }
+  // Refused while rendering, where only the value's type tells.
+  CHECK(render_error("\n {{ '%s' % 'x' }}") == "[ChatTemplate] t:2:10: unsupported construct: string formatting with '%'");
+  CHECK(render_error("{{ {1: 2} }}") == "[ChatTemplate] t:1:5: unsupported construct: a dict key that is a integer");
+}
+
+TEST_CASE("A template that loops too long is stopped by the step budget", "[template]") {
+  ChatTemplate t = ChatTemplate::parse(
+      "{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(1000) %}{% endfor %}{% endfor %}{% endfor %}", "t");
+  recur::ChatTemplateLimits limits;
+  limits.max_steps = 100000;
+  t.set_limits(limits);
+  try {
+    t.render_context("{}");
+    FAIL("rendered");
+  } catch (const recur::FormatError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("the step budget of 100000 steps is spent"));
+  }
+  // The same loops, smaller, fit the budget: the limit is the budget, not the loops.
+  ChatTemplate small = ChatTemplate::parse("{% for i in range(10) %}{% for j in range(10) %}.{% endfor %}{% endfor %}", "t");
+  small.set_limits(limits);
+  CHECK(small.render_context("{}") == std::string(100, '.'));
+  // A macro that calls itself stops at the call depth.
+  CHECK_THAT(render_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"),
+             Catch::Contains("macro calls nested deeper than 20"));
+}
+
+TEST_CASE("Templates nested too deep to walk safely are refused at parse time", "[template]") {
+  std::string chain = "{{ x";
+  for (int i = 0; i < 200; ++i) chain += ".a";
+  CHECK_THAT(parse_error(chain + " }}"), Catch::Contains("an expression nested deeper than 128 levels"));
+  std::string sum = "{{ 1";
+  for (int i = 0; i < 5000; ++i) sum += " + 1";
+  CHECK_THAT(parse_error(sum + " }}"), Catch::Contains("an expression nested deeper than 128 levels"));
+  CHECK_THAT(parse_error("{{ " + std::string(100, '(') + "1" + std::string(100, ')') + " }}"),
+             Catch::Contains("nesting deeper than 64 levels"));
+  std::string ifs;
+  for (int i = 0; i < 100; ++i) ifs += "{% if true %}";
+  CHECK_THAT(parse_error(ifs), Catch::Contains("nesting deeper than 64 levels"));
+  // Below the caps, the same shapes render.
+  std::string ok = "{{ 0";
+  for (int i = 0; i < 100; ++i) ok += " + 1";
+  CHECK(render(ok + " }}") == "100");
+}
+
+TEST_CASE("Output and values past the byte caps are refused before they are built", "[template]") {
+  recur::ChatTemplateLimits limits;
+  limits.max_bytes = 100000;
+  const auto with_limits = [&](const std::string& source) {
+    ChatTemplate t = ChatTemplate::parse(source, "t");
+    t.set_limits(limits);
+    try {
+      t.render_context("{}");
+    } catch (const recur::FormatError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK_THAT(with_limits("{% for i in range(100) %}{{ 'x' * 2000 }}{% endfor %}"),
+             Catch::Contains("the output passes the cap of 100000 bytes"));
+  // 1e11 bytes are never asked of the allocator: the size is checked first.
+  CHECK_THAT(with_limits("{{ 'x' * 100000000000 }}"), Catch::Contains("passes the cap of 100000 bytes"));
+  CHECK_THAT(with_limits("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"),
+             Catch::Contains("passes the cap of 100000 bytes"));
+  CHECK_THAT(with_limits("{{ [1] * 100000000000 }}"), Catch::Contains("passes the cap of 100000 bytes"));
+  CHECK_THAT(with_limits("{{ range(100000000000) }}"), Catch::Contains("passes the cap of 100000 bytes"));
+  // Empty sequences repeated any number of times cost nothing, and take no time.
+  CHECK(with_limits("{{ '' * 1000000000000000000 }}{{ [] * 1000000000000000000 }}") == "");
+  // Together, the values a rendering builds are capped too (here 200 strings of 9000 bytes).
+  limits.max_allocated_bytes = 1000000;
+  CHECK_THAT(with_limits("{% for i in range(200) %}{% set s = 'y' * 9000 %}{% endfor %}"),
+             Catch::Contains("built more than 1000000 bytes of values"));
+  CHECK(with_limits("{% for i in range(20) %}{% set s = 'y' * 9000 %}{% endfor %}").empty());
+}
+
+TEST_CASE("Whitespace control follows trim_blocks, lstrip_blocks and the - and + markers", "[template]") {
+  // Each expected text is what Jinja2 3.1 gives with trim_blocks=True and lstrip_blocks=True.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{% if true %}\nA\n{% endif %}\nB", "A\nB"},
+      {"  {% if true %}\n  A\n  {% endif %}\n", "  A\n"},
+      {"a  \n {%- if true -%} \n b{% endif %}", "ab"},
+      {"a {{- 'x' -}} b", "axb"},
+      {"  {%+ if true %}x{% endif %}", "  x"},
+      {"{% if true +%}\nx{% endif %}", "\nx"},
+      {"a\n  {# c #}\nb", "a\nb"},
+      {"{{ 'a' }}\nb", "a\nb"},
+      {"x {% if true %}y{% endif %}", "x y"},
+      {"a\n", "a"},
+      {"a\n\n", "a\n"},
+      {"a\r\nb", "a\nb"},
+      {"  {% if true %}a{% endif %}  {% if true %}b{% endif %}\n  {{ \"c\" }}", "a  b  c"},
+      {"{% for x in [1] %}\n  {%- if true %}\n    a\n  {% endif %}\n{% endfor %}", "    a\n"},
+      {"x\n  {%- if true %} y{% endif %}", "x y"},
+      {"{{ x }}  {%- if true %}y{% endif %}", "y"},
+  };
+  for (const auto& [source, expected] : cases) {
+    INFO(recur::json::quote(source));
+    CHECK(render(source) == expected);
+  }
+}
+
+TEST_CASE("Undefined values behave as Jinja2's default Undefined, and fail where it fails", "[template]") {
+  CHECK(render("[{{ missing }}]") == "[]");
+  CHECK(render("{{ missing is defined }} {{ missing is undefined }} {{ m.x is defined }}", R"({"m": {}})") ==
+        "False True False");
+  CHECK(render("{% if missing %}a{% else %}b{% endif %}") == "b");
+  // The global functions are defined names (Llama 3.1's template asks `strftime_now is defined`).
+  CHECK(render("{{ strftime_now is defined }} {{ raise_exception is callable }} {{ cycler_like is defined }}") ==
+        "True True False");
+  CHECK(render("{{ missing | default('d') }} {{ missing | length }} {{ missing ~ 'x' }}") == "d 0 x");
+  CHECK(render("[{{ [1, 2][5] }}] [{{ {'a': 1}.b }}] {{ missing == missing }}") == "[] [] True");
+  CHECK_THAT(render_error("{{ missing.attr }}"), Catch::Contains("t:1:11: 'missing' is undefined, so it has no attribute 'attr'"));
+  CHECK_THAT(render_error("{{ m.a.b }}", R"({"m": {}})"), Catch::Contains("'m.a' is undefined, so it has no attribute 'b'"));
+  CHECK_THAT(render_error("{{ missing['k'] }}"), Catch::Contains("'missing' is undefined, so it has no item 'k'"));
+  CHECK_THAT(render_error("{{ missing.strip() }}"), Catch::Contains("'missing' is undefined, so it has no method 'strip'"));
+  // Stricter than Jinja2, which iterates Undefined as nothing: a loop over a missing value is a
+  // template bug or a missing field, never an empty prompt.
+  CHECK_THAT(render_error("{% for x in missing %}{% endfor %}"), Catch::Contains("a for loop needs a list, a dict or a string, got undefined"));
+  CHECK_THAT(render_error("{{ missing + 'x' }}"), Catch::Contains("unsupported operand types for +: undefined and string"));
+}
+
+TEST_CASE("Values print, compare and serialize as Python and transformers' tojson do", "[template]") {
+  CHECK(render("{{ none }} {{ true }} {{ 1.0 }} {{ 1e20 }} {{ 0.1 + 0.2 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 ** 10 }}") ==
+        "None True 1.0 1e+20 0.30000000000000004 3 -4 2 3.5 1024");
+  CHECK(render("{{ [1, 'a', none, true, 1.5, {'k': \"it's\"}] }}") == "[1, 'a', None, True, 1.5, {'k': \"it's\"}]");
+  CHECK(render("{{ x | tojson }}", R"({"x": {"a": [1, 2.5, null, true], "s": "é\"\n<>&\u0001"}})") ==
+        "{\"a\": [1, 2.5, null, true], \"s\": \"é\\\"\\n<>&\\u0001\"}");
+  CHECK(render("{{ x | tojson(indent=2) }}", R"({"x": {"a": [1], "b": {}}})") == "{\n  \"a\": [\n    1\n  ],\n  \"b\": {}\n}");
+  CHECK(render("{{ 'é😀' | tojson(ensure_ascii=true) }}") == "\"\\u00e9\\ud83d\\ude00\"");
+  CHECK(render("{{ x | tojson(sort_keys=true, separators=[',', ':']) }}", R"({"x": {"b": 1, "a": 2}})") == "{\"a\":2,\"b\":1}");
+  CHECK(render("{{ 1 == 1.0 }} {{ 'a' < 'b' < 'c' }} {{ 3 in [1, 3] }} {{ 'a' in {'a': 1} }} {{ 'bc' in 'abc' }} {{ 2 not in [1] }}") ==
+        "True True True True True True");
+  CHECK(render("{{ range(9223372036854775805, 9223372036854775807) | list }} {{ range(5, -6, -4) | list }} {{ range(3, 3) | list }}") ==
+        "[9223372036854775805, 9223372036854775806] [5, 1, -3] []");
+  CHECK(render("{{ 'abcdef'[::-1] }} {{ 'abcdef'[-2:] }} {{ 'abcdef'[1:-1:2] }} {{ [1, 2, 3, 4][::-2] }} {{ 'héllo'[1] }}") ==
+        "fedcba ef bd [4, 2] é");
+}
+
+TEST_CASE("Lazy results and dict views keep Python's semantics: true, no length, never printed", "[template]") {
+  // map, select, reject, unique, items and reverse return generators in Jinja2: always true,
+  // usable through list, join, first or a loop, but without len() or an index, and printed
+  // only as their address, which recur refuses to print.
+  CHECK(render("{{ x | select('none') | list }} {{ 'yes' if x | select('none') else 'no' }} {{ x | map('string') | join('-') }}",
+               R"({"x": [1, 2]})") == "[] yes 1-2");
+  CHECK(render("{{ (x | reverse | list) }} {{ x | select('odd') | reverse }} [{{ (x | select)[0] }}] {{ x | select | first }}",
+               R"({"x": [1, 2]})") == "[2, 1] [1] [] 1");
+  CHECK_THAT(render_error("{{ x | select }}", R"({"x": [1]})"), Catch::Contains("printing a generator"));
+  CHECK_THAT(render_error("{{ x | select | length }}", R"({"x": [1]})"), Catch::Contains("object of type 'generator' has no len()"));
+  CHECK_THAT(render_error("{{ x | select | last }}", R"({"x": [1]})"), Catch::Contains("'generator' object is not reversible"));
+  CHECK_THAT(render_error("{{ x | select | tojson }}", R"({"x": [1]})"), Catch::Contains("Object of type generator is not JSON serializable"));
+  CHECK(render("{{ d.keys() }} {{ d.items() }} {{ d.values() | length }} {{ d | items | list }} {{ d.items() | last }}", R"({"d": {"a": 1}})") ==
+        "dict_keys(['a']) dict_items([('a', 1)]) 1 [('a', 1)] ('a', 1)");
+  CHECK_THAT(render_error("{{ d.items() | tojson }}", R"({"d": {"a": 1}})"), Catch::Contains("Object of type dict_items is not JSON serializable"));
+  CHECK(render("{{ [1] == (1,) }} {{ (1,) }} {{ [1, 2].index(2) }} {{ [1, 1].count(1) }}") == "False (1,) 1 2");
+}
+
+TEST_CASE("raise_exception is an ArgumentError carrying the template's message and position", "[template]") {
+  try {
+    render("{% if x != 1 %}\n  {{ raise_exception('roles must alternate') }}{% endif %}", R"({"x": 2})");
+    FAIL("rendered");
+  } catch (const recur::ArgumentError& e) {
+    CHECK(std::string(e.what()) == "[ChatTemplate] t:2:6: raise_exception: roles must alternate");
+  }
+}
+
+TEST_CASE("strftime_now formats the local time as strftime does", "[template]") {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char year[16];
+  std::strftime(year, sizeof year, "%Y", &local);
+  CHECK(render("{{ strftime_now('%Y') }}") == year);
+}
+
+TEST_CASE("A model directory's template is found where transformers looks, with its special tokens", "[template]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("recur_template_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto write = [&](const std::string& name, const std::string& text) {
+    recur::detail::write_file_atomically((dir / name).string(), text, "test");
+  };
+  write("tokenizer_config.json", R"({"bos_token": {"__type": "AddedToken", "content": "<B>"}, "eos_token": "<E>",
+    "unk_token": null, "chat_template": [{"name": "default", "template": "{{ bos_token }}D{{ messages | length }}{{ eos_token }}"},
+    {"name": "tool_use", "template": "T{{ tools | length }}"}]})");
+  ChatTemplate t = ChatTemplate::load(dir.string());
+  CHECK(t.has_tool_template());
+  CHECK(t.special_tokens().at("bos_token") == "<B>");
+  CHECK(t.special_tokens().count("unk_token") == 0);
+  CHECK(t.render(R"([{"role": "user", "content": "x"}])") == "<B>D1<E>");
+  CHECK(t.render(R"([{"role": "user", "content": "x"}])", R"([{"type": "function"}])") == "T1");
+  // chat_template.jinja comes first.
+  write("chat_template.jinja", "J{{ messages[0].content }}\n");
+  CHECK(ChatTemplate::load(dir.string()).render(R"([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}])") ==
+        "Ja\nb");
+  CHECK_THROWS_AS(ChatTemplate::load(dir.string()).render(R"([{"role": "user", "content": [{"type": "image_url"}]}])"),
+                  recur::ArgumentError);
+  CHECK_THROWS_AS(ChatTemplate::load(dir.string()).render(R"([{"content": "no role"}])"), recur::ArgumentError);
+  CHECK_THROWS_AS(ChatTemplate::load(dir.string()).render(R"([{"role": "user")"), recur::ArgumentError);
+  std::filesystem::remove_all(dir);
+  CHECK_THROWS_AS(ChatTemplate::load(dir.string()), recur::FormatError);
+}

@@ -1,0 +1,61 @@
+// recur template: a conversation through a model's chat template, printed as the model sees it.
+#include <cstdio>
+
+#include "cli.h"
+#include "commands.h"
+#include "recur/chat_template.h"
+#include "recur/error.h"
+#include "util/json.h"
+
+namespace recur::cli {
+
+int run_template(int argc, char** argv) {
+  Args args("template",
+            "Renders a conversation with a model's own chat template (the Jinja template in\n"
+            "tokenizer_config.json, chat_template.jinja or chat_template.json) and prints the\n"
+            "prompt text the model is given, byte for byte as Hugging Face's transformers renders it.");
+  args.option("model", "", "model directory holding the chat template", 'm')
+      .option("messages", "", "JSON file with the messages: an OpenAI-style array of {\"role\": ..., "
+                              "\"content\": ...} ('-': standard input)")
+      .option("tools", "", "JSON file with the tools: an array of {\"type\": \"function\", \"function\": {...}}")
+      .flag("add-generation-prompt", "end with the start of the assistant's turn, as a request to "
+                                     "the model does")
+      .repeatable("set", "NAME=JSON: one more variable for the template, as apply_chat_template's "
+                         "keyword arguments (--set enable_thinking=false)")
+      .flag("content-parts", "pass a list of content parts to the template as a list (for "
+                             "templates that walk parts, such as Gemma's) instead of joining its "
+                             "text parts with newlines")
+      .footer("Examples:\n"
+              "  echo '[{\"role\": \"user\", \"content\": \"Hello\"}]' > chat.json\n"
+              "  recur template -m DIR --messages chat.json --add-generation-prompt\n"
+              "  recur template -m DIR --messages chat.json --tools tools.json\n"
+              "  recur template -m DIR --messages chat.json --add-generation-prompt --set enable_thinking=false\n"
+              "\n"
+              "A template that uses a Jinja construct recur does not interpret is refused with the\n"
+              "construct's name and line:column; raise_exception in the template (a role order it\n"
+              "refuses, say) is reported with its message. docs/chat.md lists what is supported.");
+  if (!args.parse(argc, argv, 2)) return 0;
+  if (!args.given("model")) throw ArgumentError("give the model: -m DIR");
+  if (!args.given("messages")) throw ArgumentError("give the conversation: --messages FILE.json ('-' for standard input)");
+  if (args.given("tools") && args.str("tools") == "-" && args.str("messages") == "-")
+    throw ArgumentError("--messages and --tools cannot both read standard input");
+  const ChatTemplate chat = ChatTemplate::load(args.str("model"));
+  const std::string messages = read_input(args.str("messages"), "--messages", std::uint64_t(64) << 20);
+  const std::string tools = args.given("tools") ? read_input(args.str("tools"), "--tools", std::uint64_t(64) << 20) : "";
+  std::string extra;
+  for (const std::string& item : args.all("set")) {
+    const std::size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw ArgumentError("--set takes NAME=JSON (e.g. enable_thinking=false), got '" + item + "'");
+    extra += (extra.empty() ? "{" : ",") + json::quote(item.substr(0, eq)) + ":" + item.substr(eq + 1);
+  }
+  if (!extra.empty()) extra += "}";
+  const std::string prompt =
+      chat.render(messages, tools, args.flag_set("add-generation-prompt"),
+                  args.flag_set("content-parts") ? ChatContent::kParts : ChatContent::kString, extra);
+  std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+  flush_stdout();
+  return 0;
+}
+
+}  // namespace recur::cli
