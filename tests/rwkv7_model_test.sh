@@ -168,7 +168,13 @@ if "$recur" make-model "$tmp/bad" --arch rwkv7 --hidden 64 --heads 3 > /dev/null
   fail "make-model took 3 heads of a width 64"
 fi
 grep -q "multiple of 16" "$tmp/err" || fail "the refusal of --heads 3 does not say why: $(cat "$tmp/err")"
-echo "rwkv7_model_test: make-model --arch rwkv7 writes a model that reads back, tied or not"
+# Without its tokenizer, text is refused (bytes would be another model's ids), ids work.
+if "$recur" generate -m "$tmp/made" -p "And God said" -n 2 > /dev/null 2> "$tmp/err"; then
+  fail "text ran through an RWKV-7 model without its tokenizer"
+fi
+grep -q "rwkv_vocab_v20230424.txt" "$tmp/err" && grep -q -- "--tokenizer" "$tmp/err" ||
+  fail "the missing tokenizer's error does not name the world vocabulary and --tokenizer: $(cat "$tmp/err")"
+echo "rwkv7_model_test: make-model --arch rwkv7 writes a model that reads back, tied or not; without a tokenizer text is refused"
 
 # The committed expectations are the reference's own numbers (where PyTorch is installed).
 if /usr/bin/python3 -c 'import torch' 2> /dev/null; then

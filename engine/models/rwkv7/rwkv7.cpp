@@ -223,6 +223,14 @@ class Family final : public model::Family {
     }
     return json + "}";
   }
+  // Published RWKV-7 models read RWKV's world vocabulary (65,536 ids) or, the Pile ones, GPT-NeoX's
+  // tokenizer.json: bytes as ids would be another model's input.
+  std::string missing_tokenizer(const std::string& dir) const override {
+    return fmt::format(
+        "{} holds neither rwkv_vocab_v20230424.txt (RWKV's world vocabulary) nor tokenizer.json: "
+        "pass --tokenizer FILE|DIR, or give and take token ids (--prompt-ids and --ids, "
+        "--token-ids)", dir);
+  }
   std::string describe(const Model& m, const std::string& label) const override {
     const ModelConfig& c = m.config();
     const Rwkv7Config& rc = config_of(c);
