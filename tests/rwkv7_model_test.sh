@@ -88,7 +88,16 @@ gen -m "$m" --load-state "$tmp/s" -n 7 > "$tmp/b"
 [[ "$(cat "$tmp/a" "$tmp/b")" == "$(cat "$tmp/whole")" ]] ||
   fail "saved and continued: $(cat "$tmp/a" "$tmp/b" | tr '\n' ' ') against one run $(tr '\n' ' ' < "$tmp/whole")"
 [[ $(wc -l < "$tmp/whole") == 12 ]] || fail "generate wrote $(wc -l < "$tmp/whole") ids, not 12"
-echo "rwkv7_model_test: a state saved after 5 ids continues as one run of 12: $(tr '\n' ' ' < "$tmp/whole")"
+# Saved under one instruction set, continued under every other: the same ids.
+isas=$("$recur" isa --available)
+first_isa=$(tail -n 1 <<< "$isas")
+RECUR_ISA=$first_isa gen -m "$m" --prompt-ids "$tmp/p.txt" -n 5 --save-state "$tmp/s-isa" > /dev/null
+cmp -s "$tmp/s" "$tmp/s-isa" || fail "the state saved under $first_isa differs from the default's"
+for isa in $isas; do
+  RECUR_ISA=$isa gen -m "$m" --load-state "$tmp/s-isa" -n 7 > "$tmp/b-isa"
+  cmp -s "$tmp/b" "$tmp/b-isa" || fail "the state saved under $first_isa continues otherwise under $isa"
+done
+echo "rwkv7_model_test: a state saved after 5 ids continues as one run of 12: $(tr '\n' ' ' < "$tmp/whole"); saved under $first_isa (the same bytes) and continued under $(tr '\n' ' ' <<< "$isas")"
 
 # recur convert FILE.pth OUT: a folder of safetensors and config.json with the same digits.
 "$recur" convert "$m" "$tmp/conv" > /dev/null 2> "$tmp/err" || { cat "$tmp/err" >&2; fail "recur convert $m"; }
