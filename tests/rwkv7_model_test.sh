@@ -99,6 +99,20 @@ for isa in $isas; do
 done
 echo "rwkv7_model_test: a state saved after 5 ids continues as one run of 12: $(tr '\n' ' ' < "$tmp/whole"); saved under $first_isa (the same bytes) and continued under $(tr '\n' ' ' <<< "$isas")"
 
+# The state is the same size after 100 and after 100,000 tokens (generate's "state:" line), and
+# the scores stay finite.
+for n in 100 100000; do
+  awk -v n="$n" 'NR <= 300 { id[NR] = $1 } END { for (i = 0; i < n; ++i) print id[i % 300 + 1] }' "$ids" > "$tmp/long.txt"
+  gen -m "$m" --prompt-ids "$tmp/long.txt" -n 1 > /dev/null
+  sed -n 's/^state: *\([0-9]*\) bytes.*after \([0-9]*\) tokens.*/\1 \2/p' "$tmp/err" > "$tmp/state-$n"
+  [[ $(cut -d' ' -f2 "$tmp/state-$n") == $((n + 1)) ]] || fail "no state line after $n tokens: $(cat "$tmp/err")"
+done
+[[ $(cut -d' ' -f1 "$tmp/state-100") == $(cut -d' ' -f1 "$tmp/state-100000") ]] ||
+  fail "the state holds $(cat "$tmp/state-100") bytes and tokens, then $(cat "$tmp/state-100000")"
+long_nll=$(nll "$(score -m "$m" --token-ids "$tmp/long.txt" --chunk 256)")
+awk -v a="$long_nll" 'BEGIN { exit !(a > 0 && a < 100) }' || fail "the mean NLL over 100,000 tokens is $long_nll"
+echo "rwkv7_model_test: the state holds $(cut -d' ' -f1 "$tmp/state-100") bytes after 101 tokens and after 100,001; mean NLL over 100,000 tokens $long_nll"
+
 # recur convert FILE.pth OUT: a folder of safetensors and config.json with the same digits.
 "$recur" convert "$m" "$tmp/conv" > /dev/null 2> "$tmp/err" || { cat "$tmp/err" >&2; fail "recur convert $m"; }
 [[ -f "$tmp/conv/config.json" && -f "$tmp/conv/model.safetensors" ]] || fail "convert wrote no folder"
