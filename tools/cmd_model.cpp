@@ -162,7 +162,7 @@ int run_generate(int argc, char** argv) {
             "which stays the same however long the text. Without -m it runs the built-in model,\n"
             "trained on the King James Bible (models/kjv).");
   args.option("model", "", "model directory (config.json, safetensors or pytorch_model.bin, "
-                           "tokenizer.json); default: the built-in model", 'm')
+                           "tokenizer.json), or an RWKV-7 .pth; default: the built-in model", 'm')
       .option("tokenizer", "", "tokenizer.json or rwkv_vocab_v20230424.txt, or a directory that "
                                "holds one, for a model directory without its own (Based's "
                                "checkpoints use GPT-2's)")
@@ -347,7 +347,7 @@ int run_score(int argc, char** argv) {
             "log-likelihood (nats per token) of each token after the first given those before it,\n"
             "the perplexity exp(mean_nll) and, for text, bits per byte. --json prints the numbers\n"
             "with 17 significant digits: the same digits at any --chunk and --threads.");
-  args.option("model", "", "model directory; default: the built-in model", 'm')
+  args.option("model", "", "model directory, or an RWKV-7 .pth; default: the built-in model", 'm')
       .option("tokenizer", "", "tokenizer.json or rwkv_vocab_v20230424.txt, or a directory that "
                                "holds one, for a model directory without its own (Based's "
                                "checkpoints use GPT-2's)")
