@@ -236,3 +236,16 @@ TEST_CASE("an RWKV-7 layer's state refuses bytes of another shape and keeps its 
   // 2C + H N^2 floats, the format and the token count.
   CHECK(state->raw_size() == 4 + (2 * 32 + 2 * 16 * 16) * 4 + 8);
 }
+
+TEST_CASE("an RWKV-7 configuration written out reads back as itself, in either layout",
+          "[rwkv7][model]") {
+  for (const bool blink : {false, true}) {
+    const ModelConfig c = config({}, blink);
+    INFO(c.to_json());
+    const ModelConfig back = ModelConfig::from_json(c.to_json(), "round trip");
+    CHECK(back.to_json() == c.to_json());
+    CHECK(recur::model_tensor_shapes(back) == recur::model_tensor_shapes(c));
+  }
+  // The layouts differ in their names and rules, so they are not the same configuration.
+  CHECK(config({}, true).to_json() != config().to_json());
+}
