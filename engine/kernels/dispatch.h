@@ -17,7 +17,7 @@
 #include "kernels/gated_kernels.h"
 #include "kernels/linear_kernels.h"
 #include "kernels/quant_call.h"
-#include "recur/safetensors.h"
+#include "recur/dtype.h"
 
 namespace recur::kernels {
 

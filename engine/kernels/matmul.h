@@ -20,7 +20,7 @@
 #include <memory>
 
 #include "kernels/quant.h"
-#include "recur/safetensors.h"
+#include "recur/dtype.h"
 
 namespace recur::kernels {
 

@@ -5,7 +5,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/quant_call.h"
 #include "recur/error.h"
-#include "recur/safetensors.h"
+#include "recur/dtype.h"
 #include "util/check.h"
 
 namespace recur::kernels {
