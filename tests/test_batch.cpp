@@ -143,6 +143,20 @@ TEST_CASE("each sequence of a batch gets the bytes it gets alone", "[batch][exac
       check_schedule(model, threads, 31u + std::uint32_t(threads));
     }
   }
+  // RWKV-7: two token shifts and the delta-rule state per item, v_first across the layers.
+  {
+    const ModelConfig r = ModelConfig::from_json(
+        R"({"model_type": "rwkv7", "vocab_size": 300, "hidden_size": 64, "head_dim": 32,
+            "num_hidden_layers": 2, "intermediate_size": 128, "decay_low_rank_dim": 8,
+            "a_low_rank_dim": 8, "v_low_rank_dim": 4, "gate_low_rank_dim": 16})",
+        "rwkv7 config");
+    const auto model = Model::from_weights(r, RandomWeights(r, 3));
+    for (const int threads : {1, 2}) {
+      INFO("rwkv7, threads " << threads);
+      check_schedule(model, threads, 41u + std::uint32_t(threads));
+    }
+    check_schedule(recur::testing::quantized_model(r, 4, "q8"), 2, 9);
+  }
   // The random-weight built-in model (byte vocabulary, its own widths) and 16-bit weights.
   check_schedule(Model::builtin(1), 2, 5);
   const ModelConfig c = small(ModelFeatureMap::kElu, true);

@@ -54,18 +54,24 @@ TextModel open_model(const Args& args) {
         printable(dir)));
   m.model = Model::load(dir);
   m.label = builtin ? "built-in (King James Bible)" : m.model->source();
+  // A bare checkpoint given as a file (BlinkDL's .pth) has its tokenizer beside it.
+  std::error_code ec;
+  const std::string files = std::filesystem::is_regular_file(dir, ec)
+                                ? std::filesystem::path(dir).parent_path().string()
+                                : dir;
+  const std::string here = files.empty() ? "." : files;
   const bool own_tokenizer = args.declared("tokenizer") && args.given("tokenizer");
-  if (own_tokenizer || Tokenizer::present(dir)) {
-    m.tokenizer = Tokenizer::load(own_tokenizer ? args.str("tokenizer") : dir);
+  if (own_tokenizer || Tokenizer::present(here)) {
+    m.tokenizer = Tokenizer::load(own_tokenizer ? args.str("tokenizer") : here);
     if (m.tokenizer->vocab_size() > m.model->config().vocab_size)
       fmt::print(stderr, "warning: the tokenizer has {} ids and the model {}: ids past the "
                          "model's vocabulary will be refused\n",
                  m.tokenizer->vocab_size(), m.model->config().vocab_size);
-  } else if (const std::string why = m.model->missing_tokenizer(printable(dir)); !why.empty()) {
+  } else if (const std::string why = m.model->missing_tokenizer(printable(here)); !why.empty()) {
     m.no_text = why;
   } else {
     for (const char* name : {"tokenizer.model", "vocab.json"}) {
-      if (std::filesystem::exists(std::filesystem::path(dir) / name)) {
+      if (std::filesystem::exists(std::filesystem::path(here) / name)) {
         fmt::print(stderr, "warning: the model ships {} but no tokenizer.json (nor RWKV's "
                            "rwkv_vocab_v20230424.txt), the tokenizer formats recur reads: text "
                            "is fed as bytes, not the ids the model was trained on. Tokenize "
@@ -156,7 +162,7 @@ int run_generate(int argc, char** argv) {
             "which stays the same however long the text. Without -m it runs the built-in model,\n"
             "trained on the King James Bible (models/kjv).");
   args.option("model", "", "model directory (config.json, safetensors or pytorch_model.bin, "
-                           "tokenizer.json); default: the built-in model", 'm')
+                           "tokenizer.json), or an RWKV-7 .pth; default: the built-in model", 'm')
       .option("tokenizer", "", "tokenizer.json or rwkv_vocab_v20230424.txt, or a directory that "
                                "holds one, for a model directory without its own (Based's "
                                "checkpoints use GPT-2's)")
@@ -341,7 +347,7 @@ int run_score(int argc, char** argv) {
             "log-likelihood (nats per token) of each token after the first given those before it,\n"
             "the perplexity exp(mean_nll) and, for text, bits per byte. --json prints the numbers\n"
             "with 17 significant digits: the same digits at any --chunk and --threads.");
-  args.option("model", "", "model directory; default: the built-in model", 'm')
+  args.option("model", "", "model directory, or an RWKV-7 .pth; default: the built-in model", 'm')
       .option("tokenizer", "", "tokenizer.json or rwkv_vocab_v20230424.txt, or a directory that "
                                "holds one, for a model directory without its own (Based's "
                                "checkpoints use GPT-2's)")

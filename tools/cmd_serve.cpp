@@ -250,7 +250,7 @@ int run_serve(int argc, char** argv) {
             "the conversation and pays only for its new tokens. Without -m it serves the built-in\n"
             "model.");
   args.option("model", "", "model directory (config.json, safetensors or pytorch_model.bin, "
-                           "tokenizer.json); default: the built-in model", 'm')
+                           "tokenizer.json), or an RWKV-7 .pth; default: the built-in model", 'm')
       .option("tokenizer", "", "tokenizer.json or rwkv_vocab_v20230424.txt, or a directory that "
                                "holds one, for a model directory without its own (Based's "
                                "checkpoints use GPT-2's)")

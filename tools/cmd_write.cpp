@@ -195,13 +195,16 @@ int run_convert(int argc, char** argv) {
   std::error_code ec;
   if (fs::exists(out, ec) && fs::equivalent(in, out, ec))
     throw ArgumentError("OUT is DIR itself: convert writes a new directory");
-  const std::string config_text = read_input((fs::path(in) / "config.json").string(), "config.json", 16u << 20);
-  const ModelConfig config = ModelConfig::from_json(config_text, (fs::path(in) / "config.json").string());
+  // A directory's config.json is copied as it is; a bare .pth (no config.json) gets the
+  // configuration its tensors give.
+  const ModelFiles files = open_model_files(in);
+  const std::string& config_text = files.config_text;
+  const ModelConfig& config = files.config;
   if (!config.quantization.empty())
     throw ArgumentError(fmt::format("{} is quantized ({}): convert writes float tensors; convert "
                                     "the model it was quantized from", printable(in),
                                     config.quantization));
-  const auto weights = open_weights(in);
+  const auto& weights = files.weights;
   // Loading checks every tensor against the configuration before anything is written.
   const auto model = Model::from_weights(config, *weights);
   std::vector<std::string> names = weights->names();
@@ -230,9 +233,11 @@ int run_convert(int argc, char** argv) {
                     {{"format", "pt"}, {"converted_from", weights->describe()}});
   detail::write_file_atomically((fs::path(out) / "config.json").string(), config_text, "recur convert");
   // The tokenizer beside the weights: tokenizer.json, or RWKV's world vocabulary.
+  const fs::path in_dir = files.bare && fs::is_regular_file(in, ec) ? fs::path(in).parent_path()
+                                                                    : fs::path(in);
   for (const char* name : {"tokenizer.json", "rwkv_vocab_v20230424.txt"})
-    if (fs::is_regular_file(fs::path(in) / name, ec))
-      fs::copy_file(fs::path(in) / name, fs::path(out) / name, fs::copy_options::overwrite_existing);
+    if (fs::is_regular_file(in_dir / name, ec))
+      fs::copy_file(in_dir / name, fs::path(out) / name, fs::copy_options::overwrite_existing);
   fmt::print("wrote {}: {} tensors, {:.2f}M parameters as {}, from {}\n", printable(out),
              tensors.size(), double(model->parameters()) / 1e6, dtype_name(dtype),
              printable(weights->describe()));
@@ -282,17 +287,17 @@ int run_quantize(int argc, char** argv) {
   const std::string in = builtin ? builtin_dir() : args.positional()[0];
   const std::string out = args.positional()[want - 1];
   std::error_code ec;
-  if (!fs::is_directory(in, ec))
-    throw ArgumentError(fmt::format("{} is not a model directory", printable(in)));
+  if (!fs::is_directory(in, ec) && bare_checkpoint(in).empty())
+    throw ArgumentError(fmt::format("{} is not a model directory nor a .pth checkpoint",
+                                    printable(in)));
   if (fs::exists(out, ec) && fs::equivalent(in, out, ec))
     throw ArgumentError("OUT is IN itself: quantize writes a new directory");
-  const std::string config_path = (fs::path(in) / "config.json").string();
-  const ModelConfig config =
-      ModelConfig::from_json(read_input(config_path, "config.json", 16u << 20), config_path);
+  const ModelFiles files = open_model_files(in);
+  const ModelConfig& config = files.config;
   if (!config.quantization.empty())
     throw ArgumentError(fmt::format("{} is already quantized ({}): quantize the model it was "
                                     "made from", printable(in), config.quantization));
-  const auto weights = open_weights(in);
+  const auto& weights = files.weights;
   double elements = 0;
   for (const auto& n : weights->names()) {
     double e = 1;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -78,6 +79,21 @@ class Family {
   /// through `f`, which refuses the others.
   virtual void read_config(const std::string& type, const json::Value& root, Fields& f,
                            ModelConfig& c) const = 0;
+  /// The configuration of a bare checkpoint (a .pth state dict without config.json) whose
+  /// tensors are this family's, every size inferred from their shapes; nullopt when they are
+  /// not. FormatError naming `source` and the tensor when they are this family's but malformed.
+  virtual std::optional<ModelConfig> config_from_weights(const WeightSource& weights,
+                                                         const std::string& source) const {
+    (void)weights;
+    (void)source;
+    return std::nullopt;
+  }
+  /// Sizes the family's layers take from the tensors rather than from config.json (where a
+  /// field may be stale); called before the tensors are read. Default: none.
+  virtual void fit_to_weights(ModelConfig& c, const WeightSource& weights) const {
+    (void)c;
+    (void)weights;
+  }
   /// Checks the values and fills the derived sizes (ModelConfig::resolve has checked the common
   /// ones); FormatError naming `source`.
   virtual void resolve(ModelConfig& c, const std::string& source) const = 0;
@@ -123,6 +139,9 @@ class Family {
 const Family& family_of(Architecture architecture);
 /// The family whose config.json this is, or null.
 const Family* family_reading(const std::string& type, const json::Value& root);
+/// The configuration of a bare checkpoint, from the first family that recognises its tensors;
+/// FormatError naming `source` when none does.
+ModelConfig config_from_weights(const WeightSource& weights, const std::string& source);
 /// The model types every family reads, for messages.
 const char* known_model_types();
 /// Every family, in the registry's order.

@@ -28,16 +28,14 @@ Model::~Model() = default;
 
 
 std::shared_ptr<const Model> Model::load(const std::string& dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    throw FormatError(fmt::format("[Model::load] {} is not a directory", dir));
-  const ModelConfig config = ModelConfig::from_file((fs::path(dir) / "config.json").string());
-  return from_weights(config, *open_weights(dir));
+  const ModelFiles files = open_model_files(dir);
+  return from_weights(files.config, *files.weights);
 }
 
 std::shared_ptr<const Model> Model::from_weights(const ModelConfig& config_in,
                                                  const WeightSource& weights) {
   ModelConfig c = config_in;
+  model::family_of(c.architecture).fit_to_weights(c, weights);
   c.resolve(weights.describe());
   std::shared_ptr<Model> m(new Model());
   m->config_ = c;

@@ -10,6 +10,7 @@
 #include "recur/error.h"
 #include "recur/pytorch.h"
 #include "recur/safetensors.h"
+#include "util/file.h"
 
 namespace recur {
 
@@ -121,6 +122,42 @@ std::vector<std::pair<std::string, std::vector<std::int64_t>>> model_tensor_shap
 std::vector<std::uint8_t> WeightSource::read_bytes(const std::string& name) const {
   throw FormatError(fmt::format("[Model] {}: tensor '{}' is not stored as bytes (only a "
                                 "safetensors file holds quantized weights)", describe(), name));
+}
+
+std::string bare_checkpoint(const std::string& path) {
+  std::error_code ec;
+  const fs::path p(path);
+  if (fs::is_regular_file(p, ec)) return p.extension() == ".pth" ? path : "";
+  if (!fs::is_directory(p, ec) || fs::exists(p / "config.json", ec)) return "";
+  std::vector<std::string> found;
+  for (const auto& e : fs::directory_iterator(p, ec))
+    if (e.is_regular_file(ec) && e.path().extension() == ".pth") found.push_back(e.path().string());
+  if (found.size() > 1)
+    throw FormatError(fmt::format("[Model::load] {} has no config.json and {} .pth files: give "
+                                  "the one to load", path, found.size()));
+  return found.empty() ? "" : found.front();
+}
+
+ModelFiles open_model_files(const std::string& path) {
+  ModelFiles out;
+  const std::string pth = bare_checkpoint(path);
+  if (!pth.empty()) {
+    out.weights = std::make_unique<TorchSource>(TorchCheckpoint::open_file(pth));
+    out.config = model::config_from_weights(*out.weights, pth);
+    out.config_text = out.config.to_json();
+    out.bare = true;
+    return out;
+  }
+  std::error_code ec;
+  if (!fs::is_directory(path, ec))
+    throw FormatError(fmt::format("[Model::load] {} is neither a directory nor a .pth file", path));
+  const std::string config = (fs::path(path) / "config.json").string();
+  const auto text = detail::read_file(config);
+  if (!text) throw FormatError(fmt::format("[ModelConfig] {}: cannot read the file", config));
+  out.config_text = *text;
+  out.config = ModelConfig::from_json(*text, config);
+  out.weights = open_weights(path);
+  return out;
 }
 
 std::unique_ptr<WeightSource> open_weights(const std::string& dir) {

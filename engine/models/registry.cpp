@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "recur/error.h"
+
 namespace recur::model {
 namespace {
 
@@ -14,6 +16,7 @@ const Family* const* families_list() {
       &models::linear_family(),
       &models::based_family(),
       &models::fla_family(),
+      &models::rwkv7_family(),
       nullptr,
   };
   return list;
@@ -46,8 +49,16 @@ const Family* family_for_arch(const std::string& arch) {
   return nullptr;
 }
 
+ModelConfig config_from_weights(const WeightSource& weights, const std::string& source) {
+  for (const Family* const* f = families_list(); *f; ++f)
+    if (auto c = (*f)->config_from_weights(weights, source)) return *c;
+  throw FormatError("[Model] " + source + ": no config.json, and the tensors are no bare "
+                    "checkpoint recur reads (BlinkDL's RWKV-7 .pth: emb.weight, blocks.0.att.r_k, ...)");
+}
+
 const char* known_model_types() {
-  return "linear_attn, transformers_are_rnns, gla, retnet, hgrn2 and Based (gpt2 with alt_mixer)";
+  return "linear_attn, transformers_are_rnns, gla, retnet, hgrn2, rwkv7 and Based (gpt2 with "
+         "alt_mixer)";
 }
 
 }  // namespace recur::model

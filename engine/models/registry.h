@@ -8,5 +8,6 @@ namespace recur::models {
 const model::Family& linear_family();  // linear_attn and transformers_are_rnns
 const model::Family& based_family();   // HazyResearch's Based
 const model::Family& fla_family();     // flash-linear-attention's GLA, RetNet, HGRN2
+const model::Family& rwkv7_family();   // RWKV-7: fla-hub's folders and BlinkDL's .pth
 
 }  // namespace recur::models

@@ -39,6 +39,7 @@ enum class Architecture {
   kGla,                  ///< model_type "gla" (flash-linear-attention's gated linear attention)
   kRetNet,               ///< model_type "retnet" (multi-scale retention)
   kHgrn2,                ///< model_type "hgrn2"
+  kRwkv7,                ///< RWKV-7: model_type "rwkv7" (fla-hub) or BlinkDL's bare .pth
 };
 
 /// What mixes tokens in one layer. Every kind keeps a state of fixed size per sequence.
@@ -49,6 +50,7 @@ enum class MixerKind {
   kGated,            ///< a decayed recurrence (GLA, RetNet, HGRN2), with its short convolutions
   kAttention,        ///< fla's hybrid `attn` layers: causal softmax attention, full (a KV cache
                      ///< that grows with the sequence) or windowed (constant)
+  kDeltaRule,        ///< RWKV-7's time mix: a delta-rule recurrence with its token shifts
 };
 
 /// One entry of an fla config's `attn` block: softmax attention at some layers.
@@ -188,13 +190,31 @@ class WeightSource {
 /// pytorch_model.bin read without running its pickle. Throws FormatError naming the file.
 std::unique_ptr<WeightSource> open_weights(const std::string& dir);
 
+/// The .pth file a model path names without config.json (BlinkDL's bare state dicts): `path`
+/// itself if it is a file ending in .pth, or the one .pth file of a directory that has no
+/// config.json; "" otherwise. FormatError for a directory with no config.json and several .pth.
+std::string bare_checkpoint(const std::string& path);
+
+/// A model's configuration and weights: config.json and model.safetensors / pytorch_model.bin of
+/// a directory, or a bare .pth (bare_checkpoint) whose configuration its tensors give
+/// (Family::config_from_weights). config_text is config.json's text, or the configuration
+/// written out for a bare checkpoint.
+struct ModelFiles {
+  ModelConfig config;
+  std::unique_ptr<WeightSource> weights;
+  std::string config_text;
+  bool bare = false;  ///< a .pth without config.json
+};
+ModelFiles open_model_files(const std::string& path);
+
 /// Every tensor a configuration needs, with its shape, in a fixed order.
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> model_tensor_shapes(
     const ModelConfig& config);
 
 class Model {
  public:
-  /// Loads config.json and the safetensors weights of a model directory.
+  /// Loads config.json and the safetensors weights of a model directory, or a bare .pth
+  /// checkpoint (a file, or a directory holding one and no config.json; bare_checkpoint()).
   static std::shared_ptr<const Model> load(const std::string& dir);
   /// A model from a configuration and a source of weights.
   static std::shared_ptr<const Model> from_weights(const ModelConfig& config,

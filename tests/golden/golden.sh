@@ -5,7 +5,7 @@
 #   tests/golden/golden.sh RECUR SOURCE_DIR            compare with tests/golden/expected.txt
 #   tests/golden/golden.sh RECUR SOURCE_DIR --write    write expected.txt and the saved states
 #
-# For each model (the fixtures of tests/golden/models, tests/fla and tests/based):
+# For each model (the fixtures of tests/golden/models, tests/fla, tests/based and tests/rwkv7):
 # - `score --json` on 120 ids: the tokens, the mean NLL's 17 digits, the bits;
 # - 12 greedy ids after a 40-id prompt, and the SHA-256 of the state saved after them (the
 #   state's bytes, the model's fingerprint in its header, the tokens and the sampler's state);
@@ -33,8 +33,12 @@ models=()
 for d in "$here"/models/*/; do models+=("$(basename "$d") $d"); done
 for d in "$src"/tests/fla/*/; do [[ -f "$d/config.json" ]] && models+=("fla-$(basename "$d") $d"); done
 for name in tiny tiny-bf16; do models+=("based-$name $src/tests/based/$name"); done
+# RWKV-7: BlinkDL's .pth (f32, bf16, f16, layer 0's v0/v1/v2) and fla-hub's folders (both layouts).
+for name in h2x16-f32.pth h2x16-bf16.pth h2x16-f16.pth h1x64-bf16.pth h2x16-fla h1x64-fla-bf16 h2x16-fla-xx-bf16; do
+  models+=("rwkv7-$name $src/tests/rwkv7/$name")
+done
 # The models whose states are committed (tests/golden/states/NAME.state).
-keep=" la-elu la-gqa-norm tar-gelu la-q4 fla-gla-conv fla-gla-hybrid fla-hgrn2-hybrid fla-retnet based-tiny "
+keep=" la-elu la-gqa-norm tar-gelu la-q4 fla-gla-conv fla-gla-hybrid fla-hgrn2-hybrid fla-retnet based-tiny rwkv7-h2x16-f32.pth rwkv7-h1x64-fla-bf16 "
 
 out="$tmp/expected.txt"
 : > "$out"
@@ -56,6 +60,7 @@ done <<'ARGS'
 --arch hgrn2 --vocab 300 --hidden 32 --layers 3 --expand-ratio 8 --short-conv
 --arch retnet --hidden 32 --heads 2 --tie-embeddings --no-output-gate
 --builtin
+--arch rwkv7 --vocab 300 --hidden 32 --layers 2 --heads 2 --lora-ranks 4,3,2,8 --dtype bf16
 ARGS
 for entry in "${models[@]}"; do
   read -r name dir <<< "$entry"

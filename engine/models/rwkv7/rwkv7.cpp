@@ -1,0 +1,259 @@
+// RWKV-7 as a family of recur: reading either layout's tensors into one Stack (rwkv7_network.h)
+// and the Family interface (config.json, .pth, tensor table, description).
+#include "models/rwkv7/rwkv7.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "model/loader.h"
+#include "models/registry.h"
+#include "models/rwkv7/rwkv7_network.h"
+#include "recur/error.h"
+
+namespace recur::models::rwkv7 {
+namespace {
+
+using model::Dense;
+using model::Norm;
+using model::Role;
+using Layout = Rwkv7Config::Layout;
+
+// The transpose of a (rows, cols) row-major matrix.
+std::vector<float> transposed(const std::vector<float>& m, int rows, int cols) {
+  std::vector<float> out(m.size());
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < cols; ++j)
+      out[std::size_t(j) * std::size_t(rows) + std::size_t(i)] =
+          m[std::size_t(i) * std::size_t(cols) + std::size_t(j)];
+  return out;
+}
+
+class Reader {
+ public:
+  Reader(const ModelConfig& c, model::Loader& L)
+      : c_(c), rc_(config_of(c)), n_(names_of(rc_)), L_(L), C_(c.hidden_size) {}
+
+  // A per-channel vector: [1, 1, C] in BlinkDL's layout (and fla's lerps), [C] otherwise.
+  std::vector<float> vec(const std::string& name, bool three_d) {
+    return L_.take(name, three_d ? model::Shape{1, 1, C_} : model::Shape{C_}, "hidden_size");
+  }
+
+  Norm layer_norm(const std::string& name, bool stored, bool bias) {
+    Norm n;
+    n.layer_norm = true;
+    n.dim = C_;
+    n.eps = float(c_.norm_eps);
+    if (stored) {
+      n.weight = vec(name + ".weight", false);
+      if (bias) n.bias = vec(name + ".bias", false);
+    }
+    return n;
+  }
+
+  // A LoRA factor as a Linear (out, in): fla stores it so; BlinkDL stores its transpose.
+  Dense factor(const std::string& name, int out, int in, const char* why) {
+    const model::Shape stored = n_.blink ? model::Shape{in, out} : model::Shape{out, in};
+    std::vector<float> v = L_.take(name, stored, why);
+    if (n_.blink) v = transposed(v, in, out);
+    Dense d;
+    d.w = kernels::PackedMatrix(v.data(), out, in, L_.dtype(name));
+    return d;
+  }
+
+  // LoRA `which` of layer prefix p: first (rank, C), second (C, rank) with its bias.
+  void lora(const std::string& p, char which, int rank, bool bias, Dense& first, Dense& second) {
+    const char* why = "hidden_size and the LoRA's rank";
+    if (n_.blink) {
+      const std::string a = p + "att." + which;
+      if (bias) second.bias = vec(a + "0", true);
+      first = factor(a + "1", rank, C_, why);
+      std::vector<float> b = std::move(second.bias);
+      second = factor(a + "2", C_, rank, why);
+      second.bias = std::move(b);
+    } else {
+      const std::string q = p + "attn." + which + "_lora.lora.";
+      first = factor(q + "0.weight", rank, C_, why);
+      second = factor(q + "2.weight", C_, rank, why);
+      if (bias) second.bias = vec(q + "2.bias", false);
+    }
+  }
+
+  Layer layer(int i) {
+    const std::string p = n_.layer(i), a = p + n_.att, f = p + n_.ffn;
+    const int F = c_.intermediate_size, H = c_.num_heads, N = rc_.head_size;
+    Layer l;
+    l.ln1 = layer_norm(p + n_.ln1, true, rc_.norm_bias);
+    l.ln2 = layer_norm(p + n_.ln2, true, rc_.norm_bias);
+    if (rc_.fused_lerps) {
+      l.mix = L_.take(a + "x_x", {6, C_}, "6 lerps of hidden_size");
+    } else {
+      for (const char* x : {"x_r", "x_w", "x_k", "x_v", "x_a", "x_g"}) {
+        const auto v = vec(a + x, true);
+        l.mix.insert(l.mix.end(), v.begin(), v.end());
+      }
+    }
+    lora(p, 'w', rc_.rank_w, true, l.w1, l.w2);
+    lora(p, 'a', rc_.rank_a, true, l.a1, l.a2);
+    if (i > 0) {
+      lora(p, 'v', rc_.rank_v, true, l.v1, l.v2);
+      l.value_residual = true;
+    } else if (n_.blink) {
+      // Saved by the training code on layer 0 too, absent from some published files; never
+      // used (layer 0 only sets v_first), as every published reader does.
+      for (const char* x : {"v0", "v1", "v2"}) L_.ignore(a + x);
+    }
+    lora(p, 'g', rc_.rank_g, false, l.g1, l.g2);
+    l.k_k = vec(a + "k_k", n_.blink);
+    l.k_a = vec(a + "k_a", n_.blink);
+    l.r_k = L_.take(a + "r_k", {H, N}, "heads, head_dim");
+    const auto proj = [&](const std::string& name) {
+      return model::dense(L_, a + name, C_, C_, false, "hidden_size");
+    };
+    l.r = proj(n_.r);
+    l.k = proj(n_.k);
+    l.v = proj(n_.v);
+    l.o = proj(n_.o);
+    l.lnx_w = vec(a + n_.lnx + ".weight", false);
+    l.lnx_b = vec(a + n_.lnx + ".bias", false);
+    l.ffn_x_k = vec(f + "x_k", n_.blink);
+    l.ffn_key = model::dense(L_, f + "key", F, C_, false, "intermediate_size, hidden_size");
+    l.ffn_value = model::dense(L_, f + "value", C_, F, false, "hidden_size, intermediate_size");
+    return l;
+  }
+
+  void load(Model::Impl& impl) {
+    const int V = c_.vocab_size;
+    Stack s;
+    s.C = C_;
+    s.H = c_.num_heads;
+    s.N = rc_.head_size;
+    s.F = c_.intermediate_size;
+    s.max_rank = std::max({rc_.rank_w, rc_.rank_a, rc_.rank_v, rc_.rank_g});
+    s.lnx_eps = rc_.lnx_eps;
+    s.fla_l2 = rc_.fla_l2;
+    s.ln0 = rc_.ln0;
+    Dense tied;
+    if (c_.tie_word_embeddings) {
+      const model::MatrixWeight table =
+          L_.take_matrix(n_.emb, n_.emb, V, C_, Role::kHead, "vocab_size, hidden_size");
+      impl.embeddings = table.dense_values();
+      L_.accept_tied(n_.head, table, {V, C_});
+      tied.w = table.rows(0, V);
+    } else {
+      impl.embeddings = L_.take(n_.emb, {V, C_}, "vocab_size, hidden_size");
+    }
+    if (rc_.ln0) s.ln0_norm = layer_norm(n_.ln0, rc_.ln0_stored, rc_.norm_bias);
+    for (int i = 0; i < c_.num_hidden_layers; ++i) s.layers.push_back(layer(i));
+    impl.has_final_norm = true;
+    impl.final_norm = layer_norm(n_.ln_out, true, rc_.norm_bias);
+    impl.lm_head = c_.tie_word_embeddings
+                       ? std::move(tied)
+                       : model::dense(L_, n_.head.substr(0, n_.head.size() - 7), V, C_, false,
+                                      "vocab_size, hidden_size", Role::kHead);
+    impl.network = make_network(std::move(s));
+  }
+
+ private:
+  const ModelConfig& c_;
+  const Rwkv7Config& rc_;
+  Names n_;
+  model::Loader& L_;
+  int C_;
+};
+
+class Family final : public model::Family {
+ public:
+  const char* name() const override { return "rwkv7"; }
+  const char* model_type(const ModelConfig&) const override { return "rwkv7"; }
+  bool has(Architecture a) const override { return a == Architecture::kRwkv7; }
+  bool reads(const std::string& type, const json::Value&) const override { return type == "rwkv7"; }
+  void read_config(const std::string&, const json::Value& root, model::Fields& f,
+                   ModelConfig& c) const override {
+    rwkv7::read_config(root, f, c);
+  }
+  void resolve(ModelConfig& c, const std::string& source) const override {
+    rwkv7::resolve(c, source);
+  }
+  std::optional<ModelConfig> config_from_weights(const WeightSource& w,
+                                                 const std::string& source) const override {
+    return rwkv7::config_from_weights(w, source);
+  }
+  void fit_to_weights(ModelConfig& c, const WeightSource& w) const override {
+    rwkv7::fit_to_weights(c, w);
+  }
+  std::string config_fields(const ModelConfig& c) const override { return rwkv7::config_fields(c); }
+  std::vector<model::TensorSpec> tensors(const ModelConfig& c) const override {
+    return tensors_of(c);
+  }
+  void load(const ModelConfig& c, const WeightSource&, model::Loader& L,
+            Model::Impl& impl) const override {
+    Reader(c, L).load(impl);
+  }
+  std::vector<std::string> make_model_archs() const override { return {"rwkv7"}; }
+  std::vector<model::MakeOption> make_model_options() const override {
+    return {{"lora-ranks", "", "RWKV-7's LoRA ranks w,a,v,g (default: fla's 64,64,16,128)", false,
+             {"rwkv7"}}};
+  }
+  // fla-hub's layout; --heads gives head_dim = hidden / heads.
+  std::string make_model_config(const std::string&, const model::MakeOptions& o) const override {
+    const auto hidden = o.integer("hidden", 16, 1 << 20), heads = o.integer("heads", 1, 1 << 16);
+    if (hidden % heads != 0 || (hidden / heads) % 16 != 0)
+      throw ArgumentError(fmt::format("--hidden {} is not --heads {} heads of a multiple of 16 "
+                                      "(the delta-rule kernel's head sizes)", hidden, heads));
+    std::string json = fmt::format(
+        "{{\"model_type\": \"rwkv7\", \"vocab_size\": {}, \"hidden_size\": {}, \"head_dim\": {}, "
+        "\"num_hidden_layers\": {}, \"tie_word_embeddings\": {}",
+        o.integer("vocab", 1, 1 << 24), hidden, hidden / heads, o.integer("layers", 1, 4096),
+        o.flag("tie-embeddings") ? "true" : "false");
+    if (const auto inter = o.integer("intermediate", 0, 1 << 20); inter > 0)
+      json += fmt::format(", \"intermediate_size\": {}", inter);
+    if (o.given("lora-ranks")) {
+      const std::string v = o.str("lora-ranks");
+      int r[4] = {0, 0, 0, 0};
+      char end = 0;
+      if (v.size() > 64 ||
+          std::sscanf(v.c_str(), "%d,%d,%d,%d%c", &r[0], &r[1], &r[2], &r[3], &end) != 4 ||
+          *std::min_element(r, r + 4) < 1 || *std::max_element(r, r + 4) > (1 << 16))
+        throw ArgumentError(fmt::format("--lora-ranks is {}, expected four ranks w,a,v,g such as "
+                                        "64,64,16,128", json::quote(v)));
+      json += fmt::format(", \"decay_low_rank_dim\": {}, \"a_low_rank_dim\": {}, "
+                          "\"v_low_rank_dim\": {}, \"gate_low_rank_dim\": {}", r[0], r[1], r[2], r[3]);
+    }
+    return json + "}";
+  }
+  // Published RWKV-7 models read RWKV's world vocabulary (65,536 ids) or, the Pile ones, GPT-NeoX's
+  // tokenizer.json: bytes as ids would be another model's input.
+  std::string missing_tokenizer(const std::string& dir) const override {
+    return fmt::format(
+        "{} holds neither rwkv_vocab_v20230424.txt (RWKV's world vocabulary) nor tokenizer.json: "
+        "pass --tokenizer FILE|DIR, or give and take token ids (--prompt-ids and --ids, "
+        "--token-ids)", dir);
+  }
+  std::string describe(const Model& m, const std::string& label) const override {
+    const ModelConfig& c = m.config();
+    const Rwkv7Config& rc = config_of(c);
+    return fmt::format(
+        "model: {}: rwkv7 ({} layout), {} layers, hidden {}, {} heads of {}, FFN {}, LoRA ranks "
+        "w {} a {} v {} g {}, vocab {}, {:.2f}M parameters\nstate: {:.2f} MiB at any length (per "
+        "layer two shifted rows and {} matrices of {}x{})\n",
+        label, rc.layout == Layout::kBlink ? "BlinkDL" : "fla", c.num_hidden_layers,
+        c.hidden_size, c.num_heads, rc.head_size, c.intermediate_size, rc.rank_w, rc.rank_a,
+        rc.rank_v, rc.rank_g, c.vocab_size, double(m.parameters()) / 1e6,
+        double(model::new_state_bytes(*m.impl().network)) / double(1 << 20), c.num_heads,
+        rc.head_size, rc.head_size);
+  }
+};
+
+}  // namespace
+}  // namespace recur::models::rwkv7
+
+namespace recur::models {
+
+const model::Family& rwkv7_family() {
+  static const rwkv7::Family family;
+  return family;
+}
+
+}  // namespace recur::models

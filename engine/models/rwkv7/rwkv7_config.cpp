@@ -1,0 +1,329 @@
+// RWKV-7's configuration: fla-hub's config.json field by field (fla/models/rwkv7's configuration
+// class, as fla/layers/rwkv7.py reads it), BlinkDL's .pth with every size from the tensors, and
+// the tensor table of each layout (docs/rwkv7.md, "Tensors").
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "models/rwkv7/rwkv7.h"
+#include "recur/error.h"
+
+namespace recur::models::rwkv7 {
+
+using model::config_fail;
+using model::describe_json;
+using model::Fields;
+using model::kMaxDim;
+using Init = model::TensorSpec::Init;
+using Layout = Rwkv7Config::Layout;
+
+namespace {
+
+constexpr double kBlinkLnxEps = 64e-5;  // nn.GroupNorm(H, C, eps=64e-5) in every BlinkDL v7 file
+constexpr double kBlinkLnEps = 1e-5;    // nn.LayerNorm's default
+
+// BlinkDL's layout in a folder recur wrote from a .pth (convert, quantize): config.json's
+// "checkpoint_layout" says which names the tensors have.
+constexpr const char* kBlinkLayoutName = "blinkdl";
+
+// A tensor's shape, or empty when absent.
+std::vector<std::int64_t> shape_of(const WeightSource& w, const std::string& name) {
+  return w.has(name) ? w.shape(name) : std::vector<std::int64_t>{};
+}
+
+int dim(std::int64_t v) { return v > 0 && v <= kMaxDim ? int(v) : 0; }
+
+}  // namespace
+
+const Rwkv7Config& config_of(const ModelConfig& c) {
+  const auto* rc = dynamic_cast<const Rwkv7Config*>(c.family.get());
+  if (!rc) throw std::logic_error("[Model] internal: an RWKV-7 configuration without its fields");
+  return *rc;
+}
+
+std::string Names::layer(int i) const {
+  return fmt::format(blink ? "blocks.{}." : "model.layers.{}.", i);
+}
+
+Names names_of(const Rwkv7Config& rc) {
+  Names n;
+  n.blink = rc.layout == Layout::kBlink;
+  if (n.blink) {
+    n.emb = "emb.weight";
+    n.ln0 = "blocks.0.ln0";
+    n.ln_out = "ln_out";
+    n.head = "head.weight";
+    n.ln1 = "ln1";
+    n.ln2 = "ln2";
+    n.att = "att.";
+    n.ffn = "ffn.";
+    n.r = "receptance";
+    n.k = "key";
+    n.v = "value";
+    n.o = "output";
+    n.lnx = "ln_x";
+  } else {
+    n.emb = "model.embeddings.weight";
+    n.ln0 = "model.layers.0.pre_norm";
+    n.ln_out = "model.norm";
+    n.head = "lm_head.weight";
+    n.ln1 = "attn_norm";
+    n.ln2 = "ffn_norm";
+    n.att = "attn.";
+    n.ffn = "ffn.";
+    n.r = "r_proj";
+    n.k = "k_proj";
+    n.v = "v_proj";
+    n.o = "o_proj";
+    n.lnx = "g_norm";
+  }
+  return n;
+}
+
+void read_config(const json::Value& root, Fields& f, ModelConfig& c) {
+  const std::string& source = f.source();
+  Rwkv7Config rc;
+  c.architecture = Architecture::kRwkv7;
+  const std::string layout = f.string("checkpoint_layout", "fla");
+  if (layout == kBlinkLayoutName) {
+    rc.layout = Layout::kBlink;
+  } else if (layout != "fla") {
+    config_fail(source, "checkpoint_layout is '{}', expected fla or {}", layout, kBlinkLayoutName);
+  }
+  const bool blink = rc.layout == Layout::kBlink;
+  c.hidden_size = f.integer("hidden_size", 2048, 1, kMaxDim);
+  c.num_hidden_layers = f.integer("num_hidden_layers", 24, 1, 4096);
+  c.vocab_size = f.integer("vocab_size", 32000, 1, 1 << 24);
+  c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
+  // Heads: fla's layer takes head_dim when it is set (num_heads = hidden_size // head_dim) and
+  // then ignores num_heads, which fla's converter leaves stale (its default config's 32).
+  const json::Value* head_dim = root.find("head_dim");
+  const bool head_dim_null = head_dim && head_dim->is_null();
+  const int N = f.integer("head_dim", 64, 1, kMaxDim);
+  const int H = f.integer("num_heads", 0, 1, kMaxDim);
+  if (!head_dim_null) {
+    rc.head_size = N;
+  } else if (H > 0) {
+    if (c.hidden_size % H != 0)
+      config_fail(source, "hidden_size {} is not num_heads {} heads of one size", c.hidden_size, H);
+    rc.head_size = c.hidden_size / H;
+  } else {
+    config_fail(source, "head_dim and num_heads are both null: the head size is unknown");
+  }
+  rc.rank_w = f.integer("decay_low_rank_dim", 64, 1, kMaxDim);
+  rc.rank_a = f.integer("a_low_rank_dim", 64, 1, kMaxDim);
+  rc.rank_v = f.integer("v_low_rank_dim", 16, 1, kMaxDim);
+  rc.rank_g = f.integer("gate_low_rank_dim", 128, 1, kMaxDim);
+  c.intermediate_size = f.integer("intermediate_size", 0, 1, kMaxDim);
+  rc.hidden_ratio = f.number("hidden_ratio", 4, 1e-6, 1e6);
+  c.hidden_ratio = rc.hidden_ratio;
+  rc.max_position_embeddings = f.integer("max_position_embeddings", 2048, 0, 1 << 30);
+  const std::string act = f.string("hidden_act", "sqrelu");
+  if (act != "sqrelu")
+    config_fail(source, "hidden_act is '{}': RWKV-7's channel mix is sqrelu (relu squared)", act);
+  if (const json::Value* attn = f.get("attn"))
+    config_fail(source, "attn is {}: fla's hybrid softmax-attention layers are not RWKV-7",
+                describe_json(*attn));
+  if (const json::Value* vd = f.get("value_dim")) {
+    const auto check = [&](const json::Value& v) {
+      if (!v.is_integer() || v.integer() != c.hidden_size)
+        config_fail(source, "value_dim holds {}, expected hidden_size {} (a wider value, fla's "
+                            "expanded state, is in no published RWKV-7)",
+                    describe_json(v), c.hidden_size);
+    };
+    if (vd->is_array()) {
+      for (const auto& v : vd->array()) check(v);
+    } else {
+      check(*vd);
+    }
+  }
+  f.mark("attn_mode");  // fla's kernel choice (chunked or recurrent): the same model
+  f.mark("_attn_implementation_autoset");
+  if (blink) {
+    c.norm_eps = kBlinkLnEps;
+    rc.lnx_eps = kBlinkLnxEps;
+    rc.fla_l2 = false;
+  } else {
+    c.norm_eps = f.number("norm_eps", 1e-5, 0.0, 1.0);
+    rc.ln0 = f.boolean("norm_first", true);
+    rc.norm_bias = f.boolean("norm_bias", true);
+    rc.fla_l2 = f.boolean("fuse_norm", true);
+  }
+  c.family = std::make_shared<Rwkv7Config>(rc);
+}
+
+void resolve(ModelConfig& c, const std::string& source) {
+  if (!c.family) config_fail(source, "an RWKV-7 configuration without its fields");
+  Rwkv7Config rc = config_of(c);
+  const int C = c.hidden_size, N = rc.head_size;
+  if (N < 1 || C % N != 0)
+    config_fail(source, "hidden_size {} is not a whole number of heads of head_dim {}", C, N);
+  if (N % 16 != 0 || N > (1 << 12))
+    config_fail(source, "head_dim {}: recur's delta-rule kernel takes head sizes that are "
+                        "multiples of 16 up to 4096 (every published RWKV-7 has 64)", N);
+  c.num_heads = C / N;
+  c.num_kv_heads = c.num_heads;
+  if (c.intermediate_size == 0) {
+    // fla: 32 * ceil(hidden_size * hidden_ratio / 32) when intermediate_size is null.
+    const double raw = std::ceil(double(C) * rc.hidden_ratio / 32.0) * 32.0;
+    if (!(raw >= 1 && raw <= kMaxDim))
+      config_fail(source, "hidden_size * hidden_ratio = {} is out of range", raw);
+    c.intermediate_size = int(raw);
+  }
+  for (const int r : {rc.rank_w, rc.rank_a, rc.rank_v, rc.rank_g})
+    if (r < 1 || r > kMaxDim) config_fail(source, "a LoRA rank is {}, expected 1 to {}", r, kMaxDim);
+  if (rc.layout == Layout::kFla) rc.lnx_eps = double(N) * c.norm_eps;  // fla: head_dim * norm_eps
+  if (c.tie_word_embeddings && rc.layout == Layout::kBlink)
+    config_fail(source, "tie_word_embeddings: BlinkDL's layout always has its own head.weight");
+  c.mixers.assign(std::size_t(c.num_hidden_layers), MixerKind::kDeltaRule);
+  c.family = std::make_shared<Rwkv7Config>(rc);
+}
+
+std::string config_fields(const ModelConfig& c) {
+  const Rwkv7Config& rc = config_of(c);
+  std::string s;
+  const auto add = [&](const char* key, const std::string& value) {
+    s += fmt::format("  \"{}\": {},\n", key, value);
+  };
+  const auto num = [](double x) { return fmt::format("{}", x); };
+  const auto boolean = [](bool b) { return std::string(b ? "true" : "false"); };
+  add("model_type", "\"rwkv7\"");
+  if (rc.layout == Layout::kBlink) add("checkpoint_layout", fmt::format("\"{}\"", kBlinkLayoutName));
+  else add("architectures", "[\"RWKV7ForCausalLM\"]");
+  add("vocab_size", num(c.vocab_size));
+  add("hidden_size", num(c.hidden_size));
+  add("head_dim", num(rc.head_size));
+  add("num_hidden_layers", num(c.num_hidden_layers));
+  add("intermediate_size", num(c.intermediate_size));
+  add("hidden_ratio", num(rc.hidden_ratio));
+  add("decay_low_rank_dim", num(rc.rank_w));
+  add("a_low_rank_dim", num(rc.rank_a));
+  add("v_low_rank_dim", num(rc.rank_v));
+  add("gate_low_rank_dim", num(rc.rank_g));
+  add("hidden_act", "\"sqrelu\"");
+  add("max_position_embeddings", num(rc.max_position_embeddings));
+  if (rc.layout == Layout::kFla) {
+    add("norm_eps", num(c.norm_eps));
+    add("norm_first", boolean(rc.ln0));
+    add("norm_bias", boolean(rc.norm_bias));
+    add("fuse_norm", boolean(rc.fla_l2));
+  }
+  return s;
+}
+
+void fit_to_weights(ModelConfig& c, const WeightSource& w) {
+  Rwkv7Config rc = config_of(c);
+  const Names n = names_of(rc);
+  const bool blink = n.blink;
+  const auto emb = shape_of(w, n.emb);
+  if (emb.size() == 2 && dim(emb[0]) && emb[1] == c.hidden_size) c.vocab_size = dim(emb[0]);
+  const std::string l0 = n.layer(0), l1 = n.layer(1);
+  if (const auto f = shape_of(w, l0 + "ffn.key.weight"); f.size() == 2 && dim(f[0]))
+    c.intermediate_size = dim(f[0]);
+  // A LoRA's rank: BlinkDL's first factor is [C, rank], fla's first Linear [rank, C].
+  const auto rank = [&](const std::string& layer, char which, int& out) {
+    const std::string name = blink ? layer + "att." + which + "1"
+                                   : layer + "attn." + which + "_lora.lora.0.weight";
+    const auto s = shape_of(w, name);
+    if (s.size() == 2 && dim(s[blink ? 1 : 0])) out = dim(s[blink ? 1 : 0]);
+  };
+  rank(l0, 'w', rc.rank_w);
+  rank(l0, 'a', rc.rank_a);
+  rank(l0, 'g', rc.rank_g);
+  if (c.num_hidden_layers > 1) rank(l1, 'v', rc.rank_v);  // layer 0 has no value residual
+  if (!blink) {
+    rc.fused_lerps = w.has(l0 + "attn.x_x");
+    rc.ln0_stored = w.has(n.ln0 + ".weight");
+  }
+  c.family = std::make_shared<Rwkv7Config>(rc);
+}
+
+std::optional<ModelConfig> config_from_weights(const WeightSource& w, const std::string& source) {
+  if (!w.has("emb.weight") || !w.has("blocks.0.att.r_k")) return std::nullopt;
+  const auto fail = [&](const std::string& what) -> void {
+    throw FormatError(fmt::format("[Model] {}: {} (BlinkDL's RWKV-7 layout, read by its tensors' "
+                                  "shapes)", source, what));
+  };
+  ModelConfig c;
+  c.architecture = Architecture::kRwkv7;
+  Rwkv7Config rc;
+  rc.layout = Layout::kBlink;
+  const auto emb = w.shape("emb.weight");
+  if (emb.size() != 2 || !dim(emb[0]) || !dim(emb[1]))
+    fail(fmt::format("tensor 'emb.weight' has shape {}, expected [vocab, n_embd]",
+                     shape_string(emb)));
+  c.vocab_size = dim(emb[0]);
+  c.hidden_size = dim(emb[1]);
+  const auto rk = w.shape("blocks.0.att.r_k");
+  if (rk.size() != 2 || !dim(rk[0]) || !dim(rk[1]) || rk[0] * rk[1] != emb[1])
+    fail(fmt::format("tensor 'blocks.0.att.r_k' has shape {}, expected [heads, head_size] with "
+                     "heads * head_size = n_embd {}", shape_string(rk), c.hidden_size));
+  rc.head_size = dim(rk[1]);
+  int L = 0;
+  while (L < 4096 && w.has(fmt::format("blocks.{}.ffn.key.weight", L))) ++L;
+  if (L == 0) fail("no tensor 'blocks.0.ffn.key.weight': no layers");
+  c.num_hidden_layers = L;
+  c.norm_eps = kBlinkLnEps;
+  rc.lnx_eps = kBlinkLnxEps;
+  c.family = std::make_shared<Rwkv7Config>(rc);
+  fit_to_weights(c, w);
+  c.resolve(source);
+  return c;
+}
+
+std::vector<model::TensorSpec> tensors_of(const ModelConfig& c) {
+  const Rwkv7Config& rc = config_of(c);
+  const Names n = names_of(rc);
+  const std::int64_t C = c.hidden_size, V = c.vocab_size, F = c.intermediate_size;
+  const std::int64_t H = c.num_heads, N = rc.head_size;
+  std::vector<model::TensorSpec> out;
+  const std::vector<std::int64_t> vec3{1, 1, C}, vec{C};
+  const auto norm = [&](const std::string& name, bool bias) {
+    out.push_back({name + ".weight", vec, Init::kNorm});
+    if (bias) out.push_back({name + ".bias", vec, Init::kBias});
+  };
+  // A LoRA pair (first factor, second factor, optional bias), as the layout stores it.
+  const auto lora = [&](const std::string& p, char which, std::int64_t r, bool bias) {
+    if (n.blink) {
+      if (bias) out.push_back({p + "att." + which + "0", vec3, Init::kBias});
+      out.push_back({p + "att." + which + "1", {C, r}});
+      out.push_back({p + "att." + which + "2", {r, C}});
+    } else {
+      const std::string q = p + "attn." + which + "_lora.lora.";
+      out.push_back({q + "0.weight", {r, C}});
+      out.push_back({q + "2.weight", {C, r}});
+      if (bias) out.push_back({q + "2.bias", vec, Init::kBias});
+    }
+  };
+  out.push_back({n.emb, {V, C}, Init::kEmbedding});
+  if (rc.ln0 && rc.ln0_stored) norm(n.ln0, rc.norm_bias);
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = n.layer(i), a = p + n.att, f = p + n.ffn;
+    norm(p + n.ln1, rc.norm_bias);
+    norm(p + n.ln2, rc.norm_bias);
+    if (rc.fused_lerps) {
+      out.push_back({a + "x_x", {6, C}, Init::kBias});
+    } else {
+      for (const char* x : {"x_r", "x_w", "x_k", "x_v", "x_a", "x_g"})
+        out.push_back({a + x, vec3, Init::kBias});
+    }
+    lora(p, 'w', rc.rank_w, true);
+    lora(p, 'a', rc.rank_a, true);
+    if (i > 0) lora(p, 'v', rc.rank_v, true);
+    lora(p, 'g', rc.rank_g, false);
+    out.push_back({a + "k_k", n.blink ? vec3 : vec, Init::kBias});
+    out.push_back({a + "k_a", n.blink ? vec3 : vec, Init::kBias});
+    out.push_back({a + "r_k", {H, N}, Init::kBias});
+    for (const std::string* m : {&n.r, &n.k, &n.v, &n.o}) out.push_back({a + *m + ".weight", {C, C}});
+    norm(a + n.lnx, true);
+    out.push_back({f + "x_k", n.blink ? vec3 : vec, Init::kBias});
+    out.push_back({f + "key.weight", {F, C}});
+    out.push_back({f + "value.weight", {C, F}});
+  }
+  norm(n.ln_out, rc.norm_bias);
+  if (!c.tie_word_embeddings) out.push_back({n.head, {V, C}});
+  return out;
+}
+
+}  // namespace recur::models::rwkv7

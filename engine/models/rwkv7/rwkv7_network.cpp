@@ -1,0 +1,326 @@
+// RWKV-7's forward pass over rows (docs/rwkv7.md, "The model"), as tests/rwkv7/reference.py
+// computes it in float64: every row-wise part is a function of its row alone, and three stages
+// depend on the sequence: the time mix's token shift (stage 0), the delta-rule recurrence
+// through kernels::delta_walk_head (stage 1), the channel mix's token shift (stage 2). Every sum
+// across channels goes through the canonical sums (kernels::active().sum / sum_squares), the
+// products through model::Dense, so no byte depends on the instruction set, the chunking or the
+// rows that share a call.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/delta_kernels.h"
+#include "kernels/dispatch.h"
+#include "models/rwkv7/rwkv7_network.h"
+#include "recur/error.h"
+#include "util/parallel.h"
+
+namespace recur::models::rwkv7 {
+namespace {
+
+constexpr int kStageTimeShift = 0, kStageRecurrence = 1, kStageChannelShift = 2;
+const double kExpMinusHalf = std::exp(-0.5);  // the decay's scale, e^-0.5
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// One sequence's state in one layer: the time mix's and the channel mix's previous normed
+// inputs, and S per head, S[h][i][j] with i the value channel and j the key channel (BlinkDL's
+// orientation: a row of S is what the read-out and the removal walk).
+class State final : public model::LayerState {
+ public:
+  static constexpr std::uint32_t kFormat = 1;
+  State(int C, int H, int N)
+      : att_x(std::size_t(C), 0.0f), ffn_x(std::size_t(C), 0.0f),
+        S(std::size_t(H) * std::size_t(N) * std::size_t(N), 0.0f) {}
+  std::vector<float> att_x, ffn_x;  // (C) each
+  std::vector<float> S;             // (H, N, N)
+  std::int64_t tokens = 0;
+
+  std::unique_ptr<model::LayerState> clone() const override {
+    return std::make_unique<State>(*this);
+  }
+  void reset() override {
+    std::fill(att_x.begin(), att_x.end(), 0.0f);
+    std::fill(ffn_x.begin(), ffn_x.end(), 0.0f);
+    std::fill(S.begin(), S.end(), 0.0f);
+    tokens = 0;
+  }
+  std::int64_t n_tokens() const override { return tokens; }
+  std::size_t bytes() const override {
+    return sizeof(*this) + (att_x.capacity() + ffn_x.capacity() + S.capacity()) * sizeof(float);
+  }
+  std::size_t raw_size() const override {
+    return sizeof(std::uint32_t) + floats() * sizeof(float) + sizeof(std::int64_t);
+  }
+  // format (u32), att_x, ffn_x, S, the token count (i64); little-endian hosts.
+  std::vector<unsigned char> raw_bytes() const override {
+    std::vector<unsigned char> out(raw_size());
+    unsigned char* p = out.data();
+    const std::uint32_t format = kFormat;
+    std::memcpy(p, &format, sizeof format);
+    p += sizeof format;
+    for (const auto* v : {&att_x, &ffn_x, &S}) {
+      std::memcpy(p, v->data(), v->size() * sizeof(float));
+      p += v->size() * sizeof(float);
+    }
+    std::memcpy(p, &tokens, sizeof tokens);
+    return out;
+  }
+  void load_raw_bytes(const unsigned char* data, std::size_t size) override {
+    constexpr const char* call = "Rwkv7State::load_raw_bytes";
+    if (size != raw_size())
+      throw FormatError(fmt::format("[{}] {} bytes given, an RWKV-7 layer's state of hidden size "
+                                    "{} has {}", call, size, att_x.size(), raw_size()));
+    std::uint32_t format = 0;
+    std::memcpy(&format, data, sizeof format);
+    if (format != kFormat)
+      throw FormatError(fmt::format("[{}] state format {}, this build reads format {}", call,
+                                    format, kFormat));
+    std::int64_t n = 0;
+    std::memcpy(&n, data + size - sizeof n, sizeof n);
+    if (n < 0) throw FormatError(fmt::format("[{}] the token count is {}", call, n));
+    State incoming = *this;  // checked there first: this state changes only when all is well
+    const unsigned char* p = data + sizeof format;
+    for (auto* v : {&incoming.att_x, &incoming.ffn_x, &incoming.S}) {
+      std::memcpy(v->data(), p, v->size() * sizeof(float));
+      p += v->size() * sizeof(float);
+      for (const float x : *v)
+        if (!std::isfinite(x))
+          throw FormatError(fmt::format("[{}] the state holds a non-finite number", call));
+    }
+    incoming.tokens = n;
+    *this = std::move(incoming);
+  }
+  MixerKind kind() const override { return MixerKind::kDeltaRule; }
+
+ private:
+  std::size_t floats() const { return att_x.size() + ffn_x.size() + S.size(); }
+};
+
+struct Rows : model::Scratch {
+  // prev: the token-shifted normed rows (cap, C); lerp: the six mixed inputs per row (cap, 6C);
+  // r, k, v, w (decay), a (in-context rate), g (gate), kk, neg_kk, b (kk * a), y (the read-out),
+  // v_first (layer 0's v), out (a sublayer's output): (cap, C) each; lo: a LoRA's middle
+  // (cap, max rank); ffn: (cap, F); dot: one head's products (N).
+  std::vector<float> prev, lerp, r, k, v, w, a, g, kk, neg_kk, b, y, v_first, out, lo, ffn, dot;
+  std::size_t bytes() const override {
+    return Scratch::bytes() + model::buffer_bytes({&prev, &lerp, &r, &k, &v, &w, &a, &g, &kk,
+                                                   &neg_kk, &b, &y, &v_first, &out, &lo, &ffn,
+                                                   &dot});
+  }
+};
+
+class Network final : public model::Network {
+ public:
+  explicit Network(Stack stack) : s_(std::move(stack)) {}
+
+  std::size_t n_layers() const override { return s_.layers.size(); }
+
+  std::unique_ptr<model::LayerState> make_state(std::size_t) const override {
+    return std::make_unique<State>(s_.C, s_.H, s_.N);
+  }
+
+  std::unique_ptr<model::Scratch> make_scratch(int rows) const override {
+    auto w = std::make_unique<Rows>();
+    w->cap = rows;
+    const auto n = std::size_t(rows), C = std::size_t(s_.C);
+    for (auto* b : {&w->x, &w->h, &w->prev, &w->r, &w->k, &w->v, &w->w, &w->a, &w->g, &w->kk,
+                    &w->neg_kk, &w->b, &w->y, &w->v_first, &w->out})
+      b->assign(n * C, 0.0f);
+    w->lerp.assign(n * 6 * C, 0.0f);
+    w->lo.assign(n * std::size_t(s_.max_rank), 0.0f);
+    w->ffn.assign(n * std::size_t(s_.F), 0.0f);
+    w->dot.assign(std::size_t(s_.N), 0.0f);
+    return w;
+  }
+
+  void run(model::Scratch& scratch, int n, int threads, model::Attend attend) const override {
+    Rows& w = static_cast<Rows&>(scratch);
+    const int C = s_.C;
+    if (s_.ln0) s_.ln0_norm.apply(w.x.data(), n, C, w.x.data(), C);
+    for (std::size_t li = 0; li < s_.layers.size(); ++li) {
+      const Layer& L = s_.layers[li];
+      L.ln1.apply(w.x.data(), n, C, w.h.data(), C);
+      attend(li, kStageTimeShift, threads);
+      time_mix_inputs(L, li == 0, w, n, threads);
+      attend(li, kStageRecurrence, threads);
+      time_mix_output(L, w, n, threads);
+      model::add_inplace(w.x.data(), w.out.data(), std::int64_t(n) * C);
+      L.ln2.apply(w.x.data(), n, C, w.h.data(), C);
+      attend(li, kStageChannelShift, threads);
+      channel_mix(L, w, n, threads);
+      model::add_inplace(w.x.data(), w.out.data(), std::int64_t(n) * C);
+    }
+  }
+
+  void run_sequence(std::size_t layer, int stage, model::Scratch& scratch,
+                    model::LayerState& state, int first, int count, int threads) const override {
+    Rows& w = static_cast<Rows&>(scratch);
+    State& st = static_cast<State&>(state);
+    if (stage == kStageRecurrence) return recurrence(st, w, first, count, threads);
+    shift(stage == kStageTimeShift ? st.att_x : st.ffn_x, w, first, count);
+    if (stage == kStageTimeShift) st.tokens += count;
+    (void)layer;
+  }
+
+  void clear_sequence(std::size_t, int stage, model::Scratch& scratch, int first,
+                      int count) const override {
+    Rows& w = static_cast<Rows&>(scratch);
+    std::vector<float>& b = stage == kStageRecurrence ? w.y : w.prev;
+    const auto C = std::size_t(s_.C);
+    std::fill(b.data() + std::size_t(first) * C, b.data() + std::size_t(first + count) * C, 0.0f);
+  }
+
+  std::size_t weight_bytes() const override {
+    std::size_t bytes = 0;
+    for (const auto& L : s_.layers)
+      for (const auto* d : {&L.r, &L.k, &L.v, &L.o, &L.w1, &L.w2, &L.a1, &L.a2, &L.v1, &L.v2,
+                            &L.g1, &L.g2, &L.ffn_key, &L.ffn_value})
+        bytes += model::dense_bytes(*d);
+    return bytes;
+  }
+
+ private:
+  // prev[t] = h[t - 1] for the sequence's rows; the first row's from the state, the last row
+  // into it.
+  void shift(std::vector<float>& last, Rows& w, int first, int count) const {
+    const auto C = std::size_t(s_.C);
+    float* prev = w.prev.data() + std::size_t(first) * C;
+    const float* h = w.h.data() + std::size_t(first) * C;
+    std::memcpy(prev, last.data(), C * sizeof(float));
+    if (count > 1) std::memcpy(prev + C, h, std::size_t(count - 1) * C * sizeof(float));
+    std::memcpy(last.data(), h + std::size_t(count - 1) * C, C * sizeof(float));
+  }
+
+  // Per head: S = S diag(w) + (S (-kk)) (kk a)^T + v k^T, y = S r, over the sequence's rows.
+  // Heads are independent, so threads may take them in any order (the bytes stay the same); a
+  // single token's walk is too short to hand out.
+  void recurrence(State& st, Rows& w, int first, int count, int threads) const {
+    const std::size_t at = std::size_t(first) * std::size_t(s_.C);
+    const int ranges = count > 1 ? std::min(std::max(threads, 1), s_.H) : 1;
+    detail::parallel_ranges(s_.H, ranges, [&](int begin, int end, int) {
+      for (int h = begin; h < end; ++h) walk_head(st, w, at, h, count);
+    });
+  }
+
+  void walk_head(State& st, Rows& w, std::size_t at, int h, int count) const {
+    const int C = s_.C, N = s_.N;
+    const std::size_t o = at + std::size_t(h) * std::size_t(N);
+    const kernels::DeltaHeadView view{st.S.data() + std::size_t(h) * std::size_t(N) * std::size_t(N),
+                                      N, N};
+    const kernels::DeltaInputs in{w.w.data() + o, C, false, w.neg_kk.data() + o, C,
+                                  w.b.data() + o, C, w.k.data() + o, C, w.r.data() + o, C,
+                                  w.v.data() + o, C};
+    kernels::delta_walk_head(view, in, w.y.data() + o, C, count);
+  }
+
+  // A LoRA: second(act(first(x))) into y (C wide), the middle in w.lo.
+  template <class Act>
+  void lora(const model::Dense& first, const model::Dense& second, const float* x, int ldx,
+            float* y, Rows& w, int n, int threads, Act act) const {
+    const int r = first.n_out();
+    first.apply(x, n, ldx, w.lo.data(), r, threads);
+    for (std::size_t i = 0; i < std::size_t(n) * std::size_t(r); ++i) w.lo[i] = act(w.lo[i]);
+    second.apply(w.lo.data(), n, r, y, s_.C, threads);
+  }
+
+  // From the normed rows h and their shifted copies prev: r, k, v, the decay w, -kk, kk * a.
+  void time_mix_inputs(const Layer& L, bool first_layer, Rows& w, int n, int threads) const {
+    const int C = s_.C, N = s_.N, C6 = 6 * C;
+    for (int t = 0; t < n; ++t) {
+      const float* x = w.h.data() + std::size_t(t) * std::size_t(C);
+      const float* p = w.prev.data() + std::size_t(t) * std::size_t(C);
+      float* out = w.lerp.data() + std::size_t(t) * std::size_t(C6);
+      for (int m = 0; m < 6; ++m)
+        for (int j = 0; j < C; ++j) {
+          const float d = p[j] - x[j];
+          out[m * C + j] = x[j] + d * L.mix[std::size_t(m * C + j)];
+        }
+    }
+    const float* xl = w.lerp.data();  // xr, xw, xk, xv, xa, xg at offsets 0, C, ..., 5C
+    L.r.apply(xl, n, C6, w.r.data(), C, threads);
+    L.k.apply(xl + 2 * C, n, C6, w.k.data(), C, threads);
+    L.v.apply(xl + 3 * C, n, C6, w.v.data(), C, threads);
+    const auto identity = [](float x) { return x; };
+    lora(L.w1, L.w2, xl + C, C6, w.w.data(), w, n, threads, [](float x) { return std::tanh(x); });
+    lora(L.a1, L.a2, xl + 4 * C, C6, w.a.data(), w, n, threads, identity);
+    lora(L.g1, L.g2, xl + 5 * C, C6, w.g.data(), w, n, threads, sigmoid);
+    if (L.value_residual)  // v + (v_first - v) * sigmoid(v0 + xv v1 v2)
+      lora(L.v1, L.v2, xl + 3 * C, C6, w.out.data(), w, n, threads, identity);
+    const std::size_t total = std::size_t(n) * std::size_t(C);
+    if (first_layer) std::memcpy(w.v_first.data(), w.v.data(), total * sizeof(float));
+    for (std::size_t i = 0; i < total; ++i) {
+      const std::size_t j = i % std::size_t(C);
+      // exp(-e^-0.5 sigmoid(z)), in double from the float z.
+      const double z = double(w.w[i]);
+      w.w[i] = float(std::exp(-kExpMinusHalf / (1.0 + std::exp(-z))));
+      w.a[i] = sigmoid(w.a[i]);
+      if (L.value_residual) w.v[i] = w.v[i] + (w.v_first[i] - w.v[i]) * sigmoid(w.out[i]);
+      w.kk[i] = w.k[i] * L.k_k[j];
+      w.k[i] = w.k[i] * (1.0f + (w.a[i] - 1.0f) * L.k_a[j]);
+    }
+    // kk normalised per head (BlinkDL: x / max(|x|, 1e-12); fla's fuse_norm: x / sqrt(|x|^2 + 1e-6)).
+    for (std::size_t o = 0; o < total; o += std::size_t(N)) {
+      float* kk = w.kk.data() + o;
+      const float ss = kernels::active().sum_squares(kk, N, 0.0f);
+      const float den = s_.fla_l2 ? std::sqrt(ss + 1e-6f) : std::max(std::sqrt(ss), 1e-12f);
+      for (int j = 0; j < N; ++j) {
+        kk[j] = kk[j] / den;
+        w.neg_kk[o + std::size_t(j)] = -kk[j];
+        w.b[o + std::size_t(j)] = kk[j] * w.a[o + std::size_t(j)];
+      }
+    }
+  }
+
+  // out = ((GroupNorm(y) + (sum_head r k r_k) v) * g) Wo^T.
+  void time_mix_output(const Layer& L, Rows& w, int n, int threads) const {
+    const int C = s_.C, N = s_.N;
+    const float inv_n = 1.0f / float(N);
+    const auto eps = float(s_.lnx_eps);
+    for (std::size_t o = 0; o < std::size_t(n) * std::size_t(C); o += std::size_t(N)) {
+      float* y = w.y.data() + o;
+      const std::size_t c0 = o % std::size_t(C);  // the head's first channel
+      const float mean = kernels::active().sum(y, N) * inv_n;
+      const float var = kernels::active().sum_squares(y, N, mean) * inv_n;
+      const float rstd = 1.0f / std::sqrt(var + eps);
+      for (int j = 0; j < N; ++j) {
+        const std::size_t cj = c0 + std::size_t(j);
+        w.dot[std::size_t(j)] = w.r[o + std::size_t(j)] * w.k[o + std::size_t(j)] * L.r_k[cj];
+      }
+      const float bonus = kernels::active().sum(w.dot.data(), N);
+      for (int j = 0; j < N; ++j) {
+        const std::size_t cj = c0 + std::size_t(j);
+        const float normed = (y[j] - mean) * rstd * L.lnx_w[cj] + L.lnx_b[cj];
+        y[j] = (normed + bonus * w.v[o + std::size_t(j)]) * w.g[o + std::size_t(j)];
+      }
+    }
+    L.o.apply(w.y.data(), n, C, w.out.data(), C, threads);
+  }
+
+  // out = relu(xk Wk^T)^2 Wv^T with xk = h + (prev - h) * x_k.
+  void channel_mix(const Layer& L, Rows& w, int n, int threads) const {
+    const int C = s_.C, F = s_.F;
+    for (std::size_t i = 0; i < std::size_t(n) * std::size_t(C); ++i) {
+      const float d = w.prev[i] - w.h[i];
+      w.lerp[i] = w.h[i] + d * L.ffn_x_k[i % std::size_t(C)];
+    }
+    L.ffn_key.apply(w.lerp.data(), n, C, w.ffn.data(), F, threads);
+    for (std::size_t i = 0; i < std::size_t(n) * std::size_t(F); ++i) {
+      const float r = w.ffn[i] > 0.0f ? w.ffn[i] : 0.0f;
+      w.ffn[i] = r * r;
+    }
+    L.ffn_value.apply(w.ffn.data(), n, F, w.out.data(), C, threads);
+  }
+
+  Stack s_;
+};
+
+}  // namespace
+
+std::unique_ptr<model::Network> make_network(Stack stack) {
+  return std::make_unique<Network>(std::move(stack));
+}
+
+}  // namespace recur::models::rwkv7
