@@ -14,6 +14,7 @@
 
 #include "model/family.h"
 #include "model/model_impl.h"
+#include "model/random_weights.h"
 #include "recur/error.h"
 #include "recur/model.h"
 
