@@ -14,5 +14,6 @@ int run_quantize(int argc, char** argv);
 int run_tokenize(int argc, char** argv);
 int run_template(int argc, char** argv);
 int run_serve(int argc, char** argv);
+int run_chat(int argc, char** argv);
 
 }  // namespace recur::cli

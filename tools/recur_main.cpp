@@ -23,6 +23,7 @@ constexpr const char* kUsage =
     "              without -m)\n"
     "  tokenize    text to token ids and back with a model's tokenizer.json or RWKV vocabulary\n"
     "  template    a conversation through the model's chat template: the prompt it is given\n"
+    "  chat        a conversation in the terminal, through the model's chat template\n"
     "  make-model  write a model with random weights, for tests and demos\n"
     "  convert     write a model (a pytorch_model.bin checkpoint, say) as safetensors\n"
     "  quantize    write a model with 8-bit or 4-bit weights (q8, q4)\n"
@@ -58,6 +59,7 @@ int main(int argc, char** argv) {
     if (command == "score") return recur::cli::run_score(argc, argv);
     if (command == "tokenize") return recur::cli::run_tokenize(argc, argv);
     if (command == "template") return recur::cli::run_template(argc, argv);
+    if (command == "chat") return recur::cli::run_chat(argc, argv);
     if (command == "make-model") return recur::cli::run_make_model(argc, argv);
     if (command == "convert") return recur::cli::run_convert(argc, argv);
     if (command == "quantize") return recur::cli::run_quantize(argc, argv);
