@@ -1,0 +1,251 @@
+// recur serve's POST /v1/chat/completions through the official openai client: a small random
+// model (from `recur make-model`) beside a tokenizer.json and a tokenizer_config.json with a
+// ChatML template written here. Checks the reply (streamed and not: the delta shape, the same
+// text), usage and cached_tokens of a continued conversation, a continued conversation's bytes
+// against the same conversation sent whole, an edited history starting fresh, the 400s for bad
+// messages, the API key, and a model without a template refused with 400.
+// Usage: node chat_test.mjs path/to/recur
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import OpenAI from "openai";
+import { check, finish, startServe } from "./harness.mjs";
+
+const recur = path.resolve(process.argv[2] ?? "build/release/tools/recur");
+const KEY = "sk-recur-chat-test";
+const tmp = mkdtempSync(path.join(os.tmpdir(), "recur-chat-serve-"));
+
+// A byte-level BPE tokenizer with one token per ASCII byte and no merges, so that any text the
+// model writes is tokenized again into the very ids it wrote (what lets a kept conversation be
+// a prefix of the next prompt), and ChatML's three special tokens after them.
+function bytesToUnicode() {
+  const bs = [];
+  for (let b = 33; b <= 126; b++) bs.push(b);
+  for (let b = 161; b <= 172; b++) bs.push(b);
+  for (let b = 174; b <= 255; b++) bs.push(b);
+  const cs = [...bs];
+  let n = 0;
+  for (let b = 0; b < 256; b++)
+    if (!bs.includes(b)) { bs.push(b); cs.push(256 + n); n++; }
+  const map = new Map();
+  bs.forEach((b, i) => map.set(b, String.fromCodePoint(cs[i])));
+  return map;
+}
+const byteChar = bytesToUnicode();
+const vocab = {};
+for (let b = 0; b < 128; b++) vocab[byteChar.get(b)] = b;
+const SPECIAL = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"];
+SPECIAL.forEach((t, i) => { vocab[t] = 128 + i; });
+const IM_END = 129;
+const tokenizer = {
+  version: "1.0",
+  added_tokens: SPECIAL.map((content, i) => ({ id: 128 + i, content, single_word: false, lstrip: false,
+                                               rstrip: false, normalized: false, special: true })),
+  normalizer: null,
+  pre_tokenizer: { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: true },
+  post_processor: null,
+  decoder: { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: true },
+  model: { type: "BPE", dropout: null, unk_token: null, continuing_subword_prefix: null,
+           end_of_word_suffix: null, fuse_unk: false, byte_fallback: false, vocab, merges: [] },
+};
+const TEMPLATE =
+  "{% for message in messages %}" +
+  "{% if message.role == 'tool' %}{{ raise_exception('this template has no tool turns') }}{% endif %}" +
+  "<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}" +
+  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+const chatDir = path.join(tmp, "chatml");
+const plainDir = path.join(tmp, "plain");
+for (const dir of [chatDir, plainDir])
+  execFileSync(recur, ["make-model", dir, "--seed", "5", "--vocab", "131", "--hidden", "64", "--layers", "2"],
+               { stdio: ["ignore", "ignore", "inherit"] });
+writeFileSync(path.join(chatDir, "tokenizer.json"), JSON.stringify(tokenizer));
+writeFileSync(path.join(plainDir, "tokenizer.json"), JSON.stringify(tokenizer));
+writeFileSync(path.join(chatDir, "tokenizer_config.json"), JSON.stringify({
+  chat_template: TEMPLATE, eos_token: "<|endoftext|>", bos_token: null,
+}));
+
+const server = await startServe(recur, ["-m", chatDir, "--threads", "2", "--keep-alive", "1", "--api-key", KEY]);
+const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: KEY, maxRetries: 0 });
+const greedy = { model: "chatml", temperature: 0, max_tokens: 24, return_token_ids: true };
+const SYSTEM = { role: "system", content: "You are a test." };
+
+// What ChatML makes of `messages`, as the template above writes it.
+const chatml = (messages) =>
+  messages.map((m) => `<|im_start|>${m.role}\n${m.content}<|im_end|>\n`).join("") + "<|im_start|>assistant\n";
+
+async function status(fn) {
+  try {
+    await fn();
+  } catch (e) {
+    return { status: e.status, message: e.error?.message ?? e.message };
+  }
+  return { status: 200 };
+}
+
+await check("the server found the template's end of turn (<|im_end|>) beside the eos", async () => {
+  assert.match(server.log(), /chat: .*a turn ends at <\|endoftext\|> \(130\), <\|im_end\|> \(129\)/);
+});
+
+await check("a reply's prompt is the template's rendering, and its usage adds up", async () => {
+  const messages = [SYSTEM, { role: "user", content: "Say something." }];
+  const r = await client.chat.completions.create({ ...greedy, messages });
+  assert.equal(r.object, "chat.completion");
+  assert.equal(r.choices.length, 1);
+  assert.equal(r.choices[0].message.role, "assistant");
+  assert.equal(typeof r.choices[0].message.content, "string");
+  assert.ok(["stop", "length"].includes(r.choices[0].finish_reason));
+  // The prompt tokens are the bytes of the rendered text (one token a byte, the special ones one
+  // each), which /v1/completions with the same text confirms.
+  const plain = await client.completions.create({ model: "chatml", prompt: chatml(messages), max_tokens: 24,
+                                                  temperature: 0, return_token_ids: true });
+  assert.deepEqual(r.prompt_token_ids, plain.prompt_token_ids);
+  assert.deepEqual(r.choices[0].token_ids, plain.choices[0].token_ids);
+  assert.equal(r.choices[0].message.content, plain.choices[0].text);
+  assert.equal(r.usage.prompt_tokens, plain.usage.prompt_tokens);
+  assert.equal(r.usage.completion_tokens, r.choices[0].token_ids.length);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+  assert.equal(r.usage.prompt_tokens_details.cached_tokens, 0);
+});
+
+await check("a streamed reply: the role first, content deltas, the finish reason last, the same text", async () => {
+  const messages = [SYSTEM, { role: "user", content: "Stream it." }];
+  const whole = await client.chat.completions.create({ ...greedy, messages });
+  const chunks = [];
+  const stream = await client.chat.completions.create({ ...greedy, messages, stream: true,
+                                                         stream_options: { include_usage: true } });
+  for await (const c of stream) chunks.push(c);
+  assert.ok(chunks.length >= 3, `${chunks.length} chunks`);
+  for (const c of chunks) {
+    assert.equal(c.object, "chat.completion.chunk");
+    assert.equal(c.id, chunks[0].id);
+  }
+  const usage = chunks.pop();
+  assert.deepEqual(usage.choices, []);
+  assert.deepEqual(usage.usage, { ...whole.usage });
+  assert.deepEqual(chunks[0].choices[0].delta, { role: "assistant", content: "" });
+  const last = chunks.at(-1).choices[0];
+  assert.deepEqual(last.delta, {});
+  assert.equal(last.finish_reason, whole.choices[0].finish_reason);
+  let text = "";
+  for (const c of chunks.slice(1, -1)) {
+    assert.equal(c.choices[0].finish_reason, null);
+    assert.equal(c.choices[0].delta.role, undefined);
+    text += c.choices[0].delta.content;
+  }
+  assert.equal(text, whole.choices[0].message.content);
+});
+
+await check("logprobs come in the chat shape, and top_logprobs needs logprobs", async () => {
+  const r = await client.chat.completions.create({ ...greedy, max_tokens: 4, logprobs: true, top_logprobs: 3,
+                                                   messages: [{ role: "user", content: "Hi" }] });
+  const content = r.choices[0].logprobs.content;
+  assert.equal(content.length, r.choices[0].token_ids.filter((id) => id !== IM_END && id !== 130).length);
+  for (const t of content) {
+    assert.equal(t.top_logprobs.length, 3);
+    assert.ok(t.logprob <= 0);
+    // Greedy: the chosen token is the most likely one.
+    assert.equal(t.logprob, t.top_logprobs[0].logprob);
+  }
+  const e = await status(() => client.chat.completions.create({ ...greedy, top_logprobs: 3,
+                                                                messages: [{ role: "user", content: "Hi" }] }));
+  assert.equal(e.status, 400);
+  assert.match(e.message, /top_logprobs/);
+});
+
+// Four turns continued from the kept state, each against the same conversation sent whole.
+await check("a continued conversation costs its new tokens (cached_tokens) and equals it sent whole", async () => {
+  const messages = [SYSTEM];
+  let previous = null, keptTokens = 0;
+  for (const question of ["First question?", "Second one.", "A third\nwith two lines.", "Last."]) {
+    messages.push({ role: "user", content: question });
+    const cont = await client.chat.completions.create({ ...greedy, messages,
+                                                        ...(previous ? { previous_response_id: previous } : {}) });
+    const whole = await client.chat.completions.create({ ...greedy, messages });
+    assert.equal(cont.choices[0].message.content, whole.choices[0].message.content);
+    assert.deepEqual(cont.choices[0].token_ids, whole.choices[0].token_ids);
+    assert.deepEqual(cont.prompt_token_ids, whole.prompt_token_ids);
+    assert.equal(cont.usage.prompt_tokens, whole.usage.prompt_tokens);
+    assert.equal(whole.usage.prompt_tokens_details.cached_tokens, 0);
+    // The kept state holds the last prompt and every token the model wrote after it.
+    assert.equal(cont.usage.prompt_tokens_details.cached_tokens, keptTokens);
+    if (previous) assert.ok(keptTokens > 0 && keptTokens < cont.usage.prompt_tokens);
+    keptTokens = cont.usage.prompt_tokens + cont.usage.completion_tokens;
+    previous = cont.id;
+    messages.push({ role: "assistant", content: cont.choices[0].message.content });
+  }
+});
+
+await check("a history that does not extend the kept conversation starts fresh (cached_tokens 0)", async () => {
+  const first = await client.chat.completions.create({ ...greedy, messages: [SYSTEM, { role: "user", content: "One" }] });
+  const edited = [SYSTEM, { role: "user", content: "One" }, { role: "assistant", content: "not what it said" },
+                  { role: "user", content: "Two" }];
+  const cont = await client.chat.completions.create({ ...greedy, messages: edited, previous_response_id: first.id });
+  const whole = await client.chat.completions.create({ ...greedy, messages: edited });
+  assert.equal(cont.usage.prompt_tokens_details.cached_tokens, 0);
+  assert.deepEqual(cont.choices[0].token_ids, whole.choices[0].token_ids);
+  // A conversation the completions API kept holds no tokens to compare: fresh too.
+  const plain = await client.completions.create({ model: "chatml", prompt: "x", max_tokens: 2 });
+  const after = await client.chat.completions.create({ ...greedy, messages: edited, previous_response_id: plain.id });
+  assert.equal(after.usage.prompt_tokens_details.cached_tokens, 0);
+  assert.deepEqual(after.choices[0].token_ids, whole.choices[0].token_ids);
+});
+
+await check("invalid messages are refused with 400 and the reason", async () => {
+  const cases = [
+    [{ messages: [] }, /empty/],
+    [{}, /'messages' is required/],
+    [{ messages: "hello" }, /must be a list/],
+    [{ messages: [{ role: "robot", content: "hi" }] }, /role 'robot'/],
+    [{ messages: [{ role: "user", content: 3 }] }, /content must be a string or a list of text parts/],
+    [{ messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "x" } }] }] }, /text part/],
+    [{ messages: [{ content: "hi" }] }, /role must be a string/],
+    [{ messages: [{ role: "tool", content: "42", tool_call_id: "a" }] }, /this template has no tool turns/],
+    [{ messages: [{ role: "user", content: "hi" }], n: 2 }, /'n' must be 1/],
+    [{ messages: [{ role: "user", content: "hi" }], tools: [] }, /unrecognized request argument 'tools'/],
+    [{ messages: [{ role: "user", content: "hi" }], max_tokens: 2, max_completion_tokens: 2 }, /not both/],
+  ];
+  for (const [body, why] of cases) {
+    const e = await status(() => client.chat.completions.create({ model: "chatml", ...body }));
+    assert.equal(e.status, 400, JSON.stringify(body));
+    assert.match(e.message, why, JSON.stringify(body));
+  }
+  // Text parts are joined with "\n", as a string content with that newline.
+  const parts = await client.chat.completions.create({ ...greedy, messages: [{ role: "user", content: [
+    { type: "text", text: "a" }, { type: "text", text: "b" }] }] });
+  const string = await client.chat.completions.create({ ...greedy, messages: [{ role: "user", content: "a\nb" }] });
+  assert.deepEqual(parts.prompt_token_ids, string.prompt_token_ids);
+  // max_completion_tokens bounds the reply as max_tokens does.
+  const short = await client.chat.completions.create({ model: "chatml", temperature: 0, max_completion_tokens: 1,
+                                                       ignore_eos: true, messages: [{ role: "user", content: "hi" }] });
+  assert.equal(short.usage.completion_tokens, 1);
+});
+
+await check("the API key is required", async () => {
+  const other = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "sk-wrong", maxRetries: 0 });
+  const e = await status(() => other.chat.completions.create({ ...greedy, messages: [{ role: "user", content: "hi" }] }));
+  assert.equal(e.status, 401);
+  const res = await fetch(`${server.url}/v1/chat/completions`, { method: "POST", body: "{}" });
+  assert.equal(res.status, 401);
+});
+
+server.kill("SIGTERM");
+assert.equal(await server.exited, 0);
+
+await check("a model without a chat template answers 400 naming what is missing", async () => {
+  const plain = await startServe(recur, ["-m", plainDir, "--threads", "1", "--keep-alive", "1"]);
+  const c = new OpenAI({ baseURL: `${plain.url}/v1`, apiKey: "none", maxRetries: 0 });
+  const e = await status(() => c.chat.completions.create({ messages: [{ role: "user", content: "hi" }] }));
+  assert.equal(e.status, 400);
+  assert.match(e.message, /no chat template/);
+  // The completions API still works.
+  const r = await c.completions.create({ prompt: "hi", max_tokens: 2, ignore_eos: true });
+  assert.equal(r.usage.completion_tokens, 2);
+  plain.kill("SIGTERM");
+  assert.equal(await plain.exited, 0);
+});
+
+rmSync(tmp, { recursive: true, force: true });
+finish("recur serve chat");
