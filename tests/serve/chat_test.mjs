@@ -7,65 +7,24 @@
 // Usage: node chat_test.mjs path/to/recur
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import OpenAI from "openai";
+import { IM_END, writeChatTokenizer } from "./chat_fixture.mjs";
 import { check, finish, startServe } from "./harness.mjs";
 
 const recur = path.resolve(process.argv[2] ?? "build/release/tools/recur");
 const KEY = "sk-recur-chat-test";
 const tmp = mkdtempSync(path.join(os.tmpdir(), "recur-chat-serve-"));
 
-// A byte-level BPE tokenizer with one token per ASCII byte and no merges, so that any text the
-// model writes is tokenized again into the very ids it wrote (what lets a kept conversation be
-// a prefix of the next prompt), and ChatML's three special tokens after them.
-function bytesToUnicode() {
-  const bs = [];
-  for (let b = 33; b <= 126; b++) bs.push(b);
-  for (let b = 161; b <= 172; b++) bs.push(b);
-  for (let b = 174; b <= 255; b++) bs.push(b);
-  const cs = [...bs];
-  let n = 0;
-  for (let b = 0; b < 256; b++)
-    if (!bs.includes(b)) { bs.push(b); cs.push(256 + n); n++; }
-  const map = new Map();
-  bs.forEach((b, i) => map.set(b, String.fromCodePoint(cs[i])));
-  return map;
-}
-const byteChar = bytesToUnicode();
-const vocab = {};
-for (let b = 0; b < 128; b++) vocab[byteChar.get(b)] = b;
-const SPECIAL = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"];
-SPECIAL.forEach((t, i) => { vocab[t] = 128 + i; });
-const IM_END = 129;
-const tokenizer = {
-  version: "1.0",
-  added_tokens: SPECIAL.map((content, i) => ({ id: 128 + i, content, single_word: false, lstrip: false,
-                                               rstrip: false, normalized: false, special: true })),
-  normalizer: null,
-  pre_tokenizer: { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: true },
-  post_processor: null,
-  decoder: { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: true },
-  model: { type: "BPE", dropout: null, unk_token: null, continuing_subword_prefix: null,
-           end_of_word_suffix: null, fuse_unk: false, byte_fallback: false, vocab, merges: [] },
-};
-const TEMPLATE =
-  "{% for message in messages %}" +
-  "{% if message.role == 'tool' %}{{ raise_exception('this template has no tool turns') }}{% endif %}" +
-  "<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}" +
-  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
-
 const chatDir = path.join(tmp, "chatml");
 const plainDir = path.join(tmp, "plain");
 for (const dir of [chatDir, plainDir])
   execFileSync(recur, ["make-model", dir, "--seed", "5", "--vocab", "131", "--hidden", "64", "--layers", "2"],
                { stdio: ["ignore", "ignore", "inherit"] });
-writeFileSync(path.join(chatDir, "tokenizer.json"), JSON.stringify(tokenizer));
-writeFileSync(path.join(plainDir, "tokenizer.json"), JSON.stringify(tokenizer));
-writeFileSync(path.join(chatDir, "tokenizer_config.json"), JSON.stringify({
-  chat_template: TEMPLATE, eos_token: "<|endoftext|>", bos_token: null,
-}));
+writeChatTokenizer(chatDir, true);
+writeChatTokenizer(plainDir, false);
 
 const server = await startServe(recur, ["-m", chatDir, "--threads", "2", "--keep-alive", "1", "--api-key", KEY]);
 const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: KEY, maxRetries: 0 });
