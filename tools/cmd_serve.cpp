@@ -326,8 +326,9 @@ sigset_t shutdown_signals() {
 int run_serve(int argc, char** argv) {
   Args args("serve",
             "Serves a model over HTTP with the OpenAI completions API: POST /v1/completions (text\n"
-            "or token ids, max_tokens, temperature, top_p, seed, stop, logprobs, stream), GET\n"
-            "/v1/models, GET /health and GET /metrics (Prometheus). Requests are decoded together\n"
+            "or token ids, max_tokens, temperature, top_p, seed, stop, logprobs, stream), POST\n"
+            "/v1/chat/completions (messages laid out by the model's chat template, or RWKV's world\n"
+            "format), GET /v1/models, GET /health and GET /metrics (Prometheus). Requests are decoded together\n"
             "in one batch that they join and leave between steps; a request's tokens and logprobs\n"
             "are the same bytes whether it runs alone or among 64 others. Each response's final\n"
             "state is kept under its id: a request naming it in \"previous_response_id\" continues\n"
@@ -374,7 +375,9 @@ int run_serve(int argc, char** argv) {
       .footer(
           "Extensions to the OpenAI request: \"previous_response_id\" (continue the conversation a\n"
           "response ended; its prompt is appended after that response's tokens), \"top_k\",\n"
-          "\"ignore_eos\" and \"return_token_ids\". A conversation's state includes every token the model produced, an\n"
+          "\"ignore_eos\" and \"return_token_ids\". A chat request naming a previous reply reuses its kept state\n"
+          "when the rendered prompt extends it (usage.prompt_tokens_details.cached_tokens), and\n"
+          "starts fresh otherwise. A conversation's state includes every token the model produced, an\n"
           "end-of-sequence one and one that completed a stop sequence included, though the text\n"
           "returned ends before them.\n\n"
           "API keys: --api-key, --api-key-file and the RECUR_API_KEY environment variable add up.\n"
