@@ -3,11 +3,12 @@
 // ChatML template written here. Checks the reply (streamed and not: the delta shape, the same
 // text), usage and cached_tokens of a continued conversation, a continued conversation's bytes
 // against the same conversation sent whole, an edited history starting fresh, the 400s for bad
-// messages, the API key, and a model without a template refused with 400.
+// messages, the API key, a model without a template refused with 400, and an RWKV model with
+// the world vocabulary chatting in RWKV's world format.
 // Usage: node chat_test.mjs path/to/recur
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { copyFileSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import OpenAI from "openai";
@@ -204,6 +205,35 @@ await check("a model without a chat template answers 400 naming what is missing"
   assert.equal(r.usage.completion_tokens, 2);
   plain.kill("SIGTERM");
   assert.equal(await plain.exited, 0);
+});
+
+await check("an RWKV world-vocabulary model chats in the world format, a turn ending at a blank line", async () => {
+  const dir = path.join(tmp, "world");
+  execFileSync(recur, ["make-model", dir, "--arch", "rwkv7", "--vocab", "3002", "--hidden", "64", "--layers", "2",
+                       "--seed", "3"], { stdio: ["ignore", "ignore", "inherit"] });
+  copyFileSync(new URL("../world/rwkv_vocab_v20230424.txt", import.meta.url), path.join(dir, "rwkv_vocab_v20230424.txt"));
+  const world = await startServe(recur, ["-m", dir, "--threads", "2", "--keep-alive", "1"]);
+  assert.match(world.log(), /chat: RWKV's world format/);
+  const c = new OpenAI({ baseURL: `${world.url}/v1`, apiKey: "none", maxRetries: 0 });
+  const messages = [{ role: "system", content: " Be brief. " },
+                    { role: "user", content: "Hello\n\n\nthere\r\n\r\nfriend" },
+                    { role: "assistant", content: "Hi." }, { role: "user", content: "Again" }];
+  // The format as RWKV publishes it, written here apart from the server's code.
+  const tidy = (t) => t.replace(/\r\n/g, "\n").replace(/\n+/g, "\n").trim();
+  const label = { system: "System", user: "User", assistant: "Assistant" };
+  const prompt = messages.map((m) => `${label[m.role]}: ${tidy(m.content)}\n\n`).join("") + "Assistant:";
+  const body = { temperature: 0, max_tokens: 12, return_token_ids: true };
+  const chat = await c.chat.completions.create({ ...body, messages });
+  const plain = await c.completions.create({ ...body, prompt, stop: ["\n\n"] });
+  assert.deepEqual(chat.prompt_token_ids, plain.prompt_token_ids);
+  assert.deepEqual(chat.choices[0].token_ids, plain.choices[0].token_ids);
+  assert.equal(chat.choices[0].message.content, plain.choices[0].text);
+  assert.equal(chat.choices[0].finish_reason, plain.choices[0].finish_reason);
+  const e = await status(() => c.chat.completions.create({ messages: [{ role: "developer", content: "x" }] }));
+  assert.equal(e.status, 400);
+  assert.match(e.message, /role 'developer'/);
+  world.kill("SIGTERM");
+  assert.equal(await world.exited, 0);
 });
 
 rmSync(tmp, { recursive: true, force: true });
