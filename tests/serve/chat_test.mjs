@@ -3,17 +3,19 @@
 // ChatML template written here. Checks the reply (streamed and not: the delta shape, the same
 // text), usage and cached_tokens of a continued conversation, a continued conversation's bytes
 // against the same conversation sent whole, an edited history starting fresh, the 400s for bad
-// messages, the API key, a model without a template refused with 400, and an RWKV model with
-// the world vocabulary chatting in RWKV's world format.
+// messages, the API key, a conversation continued on another replica through Redis, a model
+// without a template refused with 400, and an RWKV model with the world vocabulary chatting in
+// RWKV's world format.
 // Usage: node chat_test.mjs path/to/recur
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { copyFileSync, mkdtempSync, rmSync } from "node:fs";
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import OpenAI from "openai";
 import { IM_END, writeChatTokenizer } from "./chat_fixture.mjs";
-import { check, finish, startServe } from "./harness.mjs";
+import { check, finish, sleep, startServe } from "./harness.mjs";
 
 const recur = path.resolve(process.argv[2] ?? "build/release/tools/recur");
 const KEY = "sk-recur-chat-test";
@@ -205,6 +207,47 @@ await check("a model without a chat template answers 400 naming what is missing"
   assert.equal(r.usage.completion_tokens, 2);
   plain.kill("SIGTERM");
   assert.equal(await plain.exited, 0);
+});
+
+async function freePort() {
+  for (;;) {
+    const port = 20000 + Math.floor(Math.random() * 30000);
+    if (await new Promise((resolve) => {
+      const s = net.createServer();
+      s.once("error", () => resolve(false));
+      s.listen(port, "127.0.0.1", () => s.close(() => resolve(true)));
+    })) return port;
+  }
+}
+
+await check("a conversation continues on another replica from the state it kept in Redis", async () => {
+  const redisPort = await freePort();
+  mkdirSync(path.join(tmp, "redis"));
+  execFileSync("redis-server", ["--bind", "127.0.0.1", "--port", String(redisPort), "--dir", path.join(tmp, "redis"),
+                                "--save", "", "--appendonly", "no", "--daemonize", "yes",
+                                "--pidfile", path.join(tmp, "redis.pid"), "--logfile", path.join(tmp, "redis.log")]);
+  const redis = (...args) => execFileSync("redis-cli", ["-p", String(redisPort), ...args]).toString().trim();
+  for (let i = 0; i < 100 && (() => { try { return redis("ping") !== "PONG"; } catch { return true; } })(); i++) await sleep(100);
+  // No memory: every state goes through Redis.
+  const flags = ["-m", chatDir, "--threads", "1", "--keep-alive", "1", "--memory", "0",
+                 "--store", `redis://127.0.0.1:${redisPort}/0`];
+  const [a, b] = await Promise.all([startServe(recur, flags), startServe(recur, flags)]);
+  const ca = new OpenAI({ baseURL: `${a.url}/v1`, apiKey: "none", maxRetries: 0 });
+  const cb = new OpenAI({ baseURL: `${b.url}/v1`, apiKey: "none", maxRetries: 0 });
+  const messages = [SYSTEM, { role: "user", content: "On the first server." }];
+  const first = await ca.chat.completions.create({ ...greedy, messages });
+  messages.push({ role: "assistant", content: first.choices[0].message.content },
+                { role: "user", content: "And on the second." });
+  const cont = await cb.chat.completions.create({ ...greedy, messages, previous_response_id: first.id });
+  const whole = await ca.chat.completions.create({ ...greedy, messages });
+  assert.equal(cont.usage.prompt_tokens_details.cached_tokens, first.usage.total_tokens);
+  assert.deepEqual(cont.choices[0].token_ids, whole.choices[0].token_ids);
+  assert.equal(cont.choices[0].message.content, whole.choices[0].message.content);
+  for (const server of [a, b]) {
+    server.kill("SIGTERM");
+    assert.equal(await server.exited, 0);
+  }
+  try { redis("shutdown", "nosave"); } catch {}
 });
 
 await check("an RWKV world-vocabulary model chats in the world format, a turn ending at a blank line", async () => {
