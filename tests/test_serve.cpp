@@ -381,3 +381,98 @@ TEST_CASE("a kept conversation continues with the state the engine saved", "[ser
   REQUIRE(wait_until([&] { return finished(*broken); }));
   CHECK(broken->error_status == 409);
 }
+
+namespace {
+// A chat-mode request (Request::whole_prompt): greedy, so that its ids depend on the prompt alone.
+std::shared_ptr<Job> chat_request(const std::string& id, std::vector<int> prompt) {
+  auto job = request(id, 4);
+  job->request.prompt = std::move(prompt);
+  job->request.sampler.temperature = 0;
+  job->request.whole_prompt = true;
+  return job;
+}
+std::vector<int> ids_of(Job& job) {
+  std::lock_guard<std::mutex> lock(job.mutex);
+  return job.token_ids;
+}
+}  // namespace
+
+TEST_CASE("a chat turn whose prompt extends the kept tokens prefills only the rest, with the bytes of the whole", "[serve][engine][chat]") {
+  ConversationStore store(nullptr, 1 << 24);
+  Engine engine(recur::Model::builtin(3), nullptr, store, small_engine(2, 8));
+  auto first = chat_request("cmpl-chat1", {'T', 'h', 'e', ' '});
+  REQUIRE(engine.submit(first));
+  REQUIRE(wait_until([&] { return finished(*first); }));
+  REQUIRE(first->error_status == 0);
+  CHECK(first->cached_tokens == 0);
+
+  // The kept state carries its ids: the prompt and every token generated.
+  const auto state = store.get("cmpl-chat1");
+  REQUIRE(state);
+  std::vector<int> kept = first->request.prompt;
+  kept.insert(kept.end(), first->token_ids.begin(), first->token_ids.end());
+  {
+    recur::Decoder d(recur::Model::builtin(3));
+    recur::SessionData session;
+    d.load_bytes(*state, "kept", &session);
+    CHECK(session.tokens == kept);
+    CHECK(d.n_tokens() == std::int64_t(kept.size()));
+  }
+
+  std::vector<int> next = kept;
+  next.push_back('!');
+  next.push_back(' ');
+  auto continued = chat_request("cmpl-chat2", next);
+  continued->request.previous_id = "cmpl-chat1";
+  continued->previous_state = *state;
+  const auto prefilled_before = engine.stats().prompt_tokens;
+  REQUIRE(engine.submit(continued));
+  REQUIRE(wait_until([&] { return finished(*continued); }));
+  CHECK(continued->error_status == 0);
+  CHECK(continued->cached_tokens == std::int64_t(kept.size()));
+  CHECK(continued->prompt_tokens == std::int64_t(next.size()));
+  CHECK(engine.stats().prompt_tokens - prefilled_before == 2);
+
+  auto whole = chat_request("cmpl-chat3", next);
+  REQUIRE(engine.submit(whole));
+  REQUIRE(wait_until([&] { return finished(*whole); }));
+  CHECK(whole->cached_tokens == 0);
+  CHECK(ids_of(*continued) == ids_of(*whole));
+  CHECK(ids_of(*continued).size() == 4);
+
+  // A prompt that does not extend the kept ids starts fresh, with the bytes of the whole.
+  std::vector<int> edited = next;
+  edited[4] = edited[4] == 'x' ? 'y' : 'x';
+  auto fresh = chat_request("cmpl-chat4", edited);
+  fresh->request.previous_id = "cmpl-chat1";
+  fresh->previous_state = *state;
+  auto fresh_whole = chat_request("cmpl-chat5", edited);
+  REQUIRE(engine.submit(fresh));
+  REQUIRE(engine.submit(fresh_whole));
+  REQUIRE(wait_until([&] { return finished(*fresh) && finished(*fresh_whole); }));
+  CHECK(fresh->cached_tokens == 0);
+  CHECK(ids_of(*fresh) == ids_of(*fresh_whole));
+}
+
+TEST_CASE("a chat turn ends at its end ids as at eos, and ignore_eos ignores both", "[serve][engine][chat]") {
+  ConversationStore store(nullptr, 1 << 24);
+  Engine engine(recur::Model::builtin(3), nullptr, store, small_engine(1, 4));
+  // The greedy first token of this prompt, made an end id: the reply ends at once with it.
+  auto probe = chat_request("cmpl-probe", {'T', 'h', 'e', ' '});
+  REQUIRE(engine.submit(probe));
+  REQUIRE(wait_until([&] { return finished(*probe); }));
+  const int first_token = ids_of(*probe).at(0);
+  auto ended = chat_request("cmpl-ended", {'T', 'h', 'e', ' '});
+  ended->request.ignore_eos = false;
+  ended->request.end_ids = {first_token};
+  auto ignored = chat_request("cmpl-ignored", {'T', 'h', 'e', ' '});
+  ignored->request.end_ids = {first_token};  // request() sets ignore_eos
+  REQUIRE(engine.submit(ended));
+  REQUIRE(engine.submit(ignored));
+  REQUIRE(wait_until([&] { return finished(*ended) && finished(*ignored); }));
+  std::lock_guard<std::mutex> lock(ended->mutex);
+  CHECK(ended->finish_reason == "stop");
+  CHECK(ended->token_ids == std::vector<int>{first_token});
+  CHECK(ended->text.empty());
+  CHECK(ids_of(*ignored).size() == 4);
+}

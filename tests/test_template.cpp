@@ -17,6 +17,7 @@
 
 #include "recur/chat_template.h"
 #include "recur/error.h"
+#include "text/world_chat.h"
 #include "util/file.h"
 #include "util/json.h"
 
@@ -394,4 +395,34 @@ TEST_CASE("A model directory's template is found where transformers looks, with 
   CHECK_THROWS_AS(ChatTemplate::load(dir.string()).render(R"([{"role": "user")"), recur::ArgumentError);
   std::filesystem::remove_all(dir);
   CHECK_THROWS_AS(ChatTemplate::load(dir.string()), recur::FormatError);
+}
+
+TEST_CASE("RWKV's world chat format lays out turns with blank lines between them and none inside", "[template][world]") {
+  using recur::text::world_chat_prompt;
+  const std::string messages = R"([{"role": "system", "content": "  Be brief.\n"},
+    {"role": "user", "content": "Hi\n\n\nthere\r\n\r\nfriend"}, {"role": "assistant", "content": " Hello."},
+    {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}])";
+  CHECK(world_chat_prompt(messages, true) ==
+        "System: Be brief.\n\nUser: Hi\nthere\nfriend\n\nAssistant: Hello.\n\nUser: a\nb\n\nAssistant:");
+  CHECK(world_chat_prompt(R"([{"role": "user", "content": "x"}])", false) == "User: x\n\n");
+  CHECK(world_chat_prompt(R"([{"role": "assistant", "content": null}])", false) == "Assistant: \n\n");
+}
+
+TEST_CASE("RWKV's world chat format refuses what it cannot lay out, naming the message", "[template][world]") {
+  using recur::text::world_chat_prompt;
+  const auto refuses = [](const std::string& messages, const std::string& why) {
+    try {
+      world_chat_prompt(messages, true);
+      FAIL("accepted " << messages);
+    } catch (const recur::ArgumentError& e) {
+      CHECK_THAT(e.what(), Catch::Contains(why));
+    }
+  };
+  refuses("[]", "messages is empty");
+  refuses("{}", "must be a list");
+  refuses("[1", "not JSON");
+  refuses(R"([{"role": "user", "content": "a"}, {"role": "tool", "content": "b"}])", "messages[1].role 'tool'");
+  refuses(R"([{"content": "b"}])", "messages[0].role must be a string");
+  refuses(R"([{"role": "user", "content": 3}])", "messages[0].content must be");
+  refuses(R"([{"role": "user", "content": [{"type": "image_url"}]}])", "messages[0].content[0] must be a text part");
 }

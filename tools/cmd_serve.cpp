@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -11,11 +12,13 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "recur/chat_template.h"
 #include "recur/error.h"
 #include "serve/api.h"
 #include "serve/auth.h"
 #include "serve/engine.h"
 #include "serve/store.h"
+#include "text/world_chat.h"
 #include "text_model.h"
 #include "util/json.h"
 
@@ -89,16 +92,18 @@ std::string metrics(const Server& s) {
 
 // Streams a job as server-sent events: a chunk whenever text or tokens arrive, a comment every
 // few seconds while nothing does (so that a client that left is noticed), then the finish.
-void stream(Server& s, const std::shared_ptr<Job>& job, bool include_usage, httplib::Response& res) {
+// The chat API's chunks (`chat`) carry a delta: the role in the first, then the content, and
+// the finish reason in a last chunk of its own.
+void stream(Server& s, const std::shared_ptr<Job>& job, bool include_usage, bool chat, httplib::Response& res) {
   struct Progress {
     std::size_t text = 0, tokens = 0, ids = 0;
-    bool ended = false;
+    bool ended = false, started = false;
   };
   auto sent = std::make_shared<Progress>();
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [&s, job, include_usage, sent](std::size_t, httplib::DataSink& sink) {
+      [&s, job, include_usage, chat, sent](std::size_t, httplib::DataSink& sink) {
         std::string out;
         {
           std::unique_lock<std::mutex> lock(job->mutex);
@@ -111,6 +116,22 @@ void stream(Server& s, const std::shared_ptr<Job>& job, bool include_usage, http
           if (job->error_status) {
             out = "data: " + serve::error_json(job->error_message, job->error_type) + "\n\n";
             sent->ended = true;
+          } else if (chat && (news || job->finished)) {
+            if (!sent->started)
+              out = "data: " + serve::chat_chunk_json(*job, s.served, *s.engine, true, 0, 0, "") + "\n\n";
+            sent->started = true;
+            if (news)
+              out += "data: " + serve::chat_chunk_json(*job, s.served, *s.engine, false, sent->text,
+                                                        sent->tokens, "") + "\n\n";
+            if (job->finished) {
+              out += "data: " + serve::chat_chunk_json(*job, s.served, *s.engine, false, job->text.size(),
+                                                        job->tokens.size(), job->finish_reason) + "\n\n";
+              if (include_usage) out += "data: " + serve::chat_usage_chunk_json(*job, s.served) + "\n\n";
+              sent->ended = true;
+            }
+            sent->text = job->text.size();
+            sent->tokens = job->tokens.size();
+            sent->ids = job->token_ids.size();
           } else if (news || job->finished) {
             out = "data: " + serve::chunk_json(*job, s.served, *s.engine, sent->text, sent->tokens,
                                                 sent->ids, job->finished ? job->finish_reason : "") + "\n\n";
@@ -140,13 +161,14 @@ void stream(Server& s, const std::shared_ptr<Job>& job, bool include_usage, http
       });
 }
 
-void completions(Server& s, const httplib::Request& req, httplib::Response& res) {
+// POST /v1/completions, and /v1/chat/completions with `chat`.
+void completions(Server& s, const httplib::Request& req, httplib::Response& res, bool chat) {
   serve::Completion c;
   // Authorized by the pre-routing handler; the tag again, for the conversation's owner.
   const std::string owner = s.keys.authorize(req.get_header_value("Authorization")).value_or("");
   std::string previous_state;
   try {
-    c = serve::parse_completion(req.body, s.served);
+    c = chat ? serve::parse_chat_completion(req.body, s.served) : serve::parse_completion(req.body, s.served);
     // Read now, on this HTTP thread: the engine's thread never waits for the store. Another
     // key's conversation is "no such conversation", as an unknown id is.
     if (!c.request.previous_id.empty()) {
@@ -186,7 +208,7 @@ void completions(Server& s, const httplib::Request& req, httplib::Response& res)
   }
   if (c.stream) {
     ++s.responding;  // until the stream's releaser runs
-    stream(s, job, c.include_usage, res);
+    stream(s, job, c.include_usage, chat, res);
     return;
   }
   std::unique_lock<std::mutex> lock(job->mutex);
@@ -195,7 +217,69 @@ void completions(Server& s, const httplib::Request& req, httplib::Response& res)
     send_error(res, job->error_status, job->error_message, job->error_type);
     return;
   }
-  res.set_content(serve::completion_json(*job, s.served, *s.engine), "application/json");
+  res.set_content(chat ? serve::chat_completion_json(*job, s.served, *s.engine)
+                       : serve::completion_json(*job, s.served, *s.engine),
+                  "application/json");
+}
+
+// The ids that end an assistant's turn besides the config's eos: the tokenizer's eos_token, and
+// the first special token the template writes after an assistant's reply (<|im_end|>,
+// <|eot_id|>, <end_of_turn>), found by rendering a short conversation.
+std::vector<int> turn_end_ids(const ChatTemplate& chat, const Tokenizer& tokenizer) {
+  std::vector<int> ids;
+  const auto add = [&](int id) {
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  };
+  if (const auto eos = chat.special_tokens().find("eos_token"); eos != chat.special_tokens().end())
+    if (const auto id = tokenizer.token_to_id(eos->second)) add(*id);
+  constexpr std::string_view kReply = "recur-reply-marker";
+  try {
+    const std::string text = chat.render(
+        R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"recur-reply-marker"}])", {}, false);
+    const std::size_t at = text.rfind(kReply);
+    if (at != std::string::npos)
+      for (const int id : tokenizer.encode(text.substr(at + kReply.size()), false))
+        if (tokenizer.is_special(id)) {
+          add(id);
+          break;
+        }
+  } catch (const Error&) {
+    // A template that refuses this conversation (one that needs a system turn, say): the
+    // eos ids alone end a turn.
+  }
+  return ids;
+}
+
+// What POST /v1/chat/completions renders with: the model directory's chat template, else RWKV's
+// world format for a world vocabulary, else nothing (the endpoint then answers 400, saying why).
+void setup_chat(serve::ServedModel& served, const Args& args, const TextModel& tm) {
+  std::string dir = args.given("model") ? args.str("model") : tm.random ? "" : builtin_dir();
+  if (!dir.empty() && !std::filesystem::is_directory(dir)) dir = std::filesystem::path(dir).parent_path().string();
+  std::string why = "no model directory";
+  if (!dir.empty()) {
+    try {
+      served.chat_template = std::make_shared<const ChatTemplate>(ChatTemplate::load(dir));
+    } catch (const Error& e) {
+      why = e.what();
+    }
+  }
+  if (served.chat_template) {
+    if (tm.tokenizer) served.chat_end_ids = turn_end_ids(*served.chat_template, *tm.tokenizer);
+    std::string names;
+    for (const int id : served.chat_end_ids)
+      names += fmt::format("{}{} ({})", names.empty() ? "" : ", ", printable(tm.tokenizer->id_to_token(id)), id);
+    fmt::print(stderr, "chat: {}; a turn ends at {}\n", served.chat_template->name(),
+               names.empty() ? std::string("the model's eos") : names + " or the model's eos");
+  } else if (tm.tokenizer && tm.tokenizer->world_vocabulary()) {
+    served.world_chat = true;
+    served.chat_stop = {std::string(text::kWorldChatTurnEnd)};
+    fmt::print(stderr, "chat: RWKV's world format (User: / Assistant:, a turn ends at a blank line)\n");
+  } else {
+    served.no_chat = fmt::format(
+        "this model has no chat template, so /v1/chat/completions cannot lay out the messages (use "
+        "/v1/completions with text): {}", why);
+    fmt::print(stderr, "chat: none (no chat template: {})\n", why);
+  }
 }
 
 // "90", "90s", "15m", "2h", "7d" as seconds.
@@ -242,8 +326,9 @@ sigset_t shutdown_signals() {
 int run_serve(int argc, char** argv) {
   Args args("serve",
             "Serves a model over HTTP with the OpenAI completions API: POST /v1/completions (text\n"
-            "or token ids, max_tokens, temperature, top_p, seed, stop, logprobs, stream), GET\n"
-            "/v1/models, GET /health and GET /metrics (Prometheus). Requests are decoded together\n"
+            "or token ids, max_tokens, temperature, top_p, seed, stop, logprobs, stream), POST\n"
+            "/v1/chat/completions (messages laid out by the model's chat template, or RWKV's world\n"
+            "format), GET /v1/models, GET /health and GET /metrics (Prometheus). Requests are decoded together\n"
             "in one batch that they join and leave between steps; a request's tokens and logprobs\n"
             "are the same bytes whether it runs alone or among 64 others. Each response's final\n"
             "state is kept under its id: a request naming it in \"previous_response_id\" continues\n"
@@ -290,7 +375,9 @@ int run_serve(int argc, char** argv) {
       .footer(
           "Extensions to the OpenAI request: \"previous_response_id\" (continue the conversation a\n"
           "response ended; its prompt is appended after that response's tokens), \"top_k\",\n"
-          "\"ignore_eos\" and \"return_token_ids\". A conversation's state includes every token the model produced, an\n"
+          "\"ignore_eos\" and \"return_token_ids\". A chat request naming a previous reply reuses its kept state\n"
+          "when the rendered prompt extends it (usage.prompt_tokens_details.cached_tokens), and\n"
+          "starts fresh otherwise. A conversation's state includes every token the model produced, an\n"
           "end-of-sequence one and one that completed a stop sequence included, though the text\n"
           "returned ends before them.\n\n"
           "API keys: --api-key, --api-key-file and the RECUR_API_KEY environment variable add up.\n"
@@ -364,6 +451,7 @@ int run_serve(int argc, char** argv) {
                       ? "recur-kjv"
                       : std::filesystem::path(args.str("model")).lexically_normal().filename().string();
   if (s.served.name.empty()) s.served.name = "recur";
+  setup_chat(s.served, args, tm);
   s.started = unix_seconds();
   if (!tm.tokenizer && tm.model->config().vocab_size < ByteTokenizer::kVocab)
     fmt::print(stderr, "warning: the model has {} ids and no tokenizer.json: send prompts as token ids\n",
@@ -391,7 +479,7 @@ int run_serve(int argc, char** argv) {
     if (!res.body.empty()) return;
     const int status = res.status;
     const std::string message = status == 413   ? "the request body is larger than --max-body"
-                                : status == 404 ? "no such endpoint (POST /v1/completions, GET /v1/models, /health, /metrics)"
+                                : status == 404 ? "no such endpoint (POST /v1/completions, /v1/chat/completions, GET /v1/models, /health, /metrics)"
                                 : status == 405 ? "method not allowed on this endpoint"
                                 : status == 400 ? "the request could not be read: malformed HTTP, or not "
                                                   "sent in full within --read-timeout"
@@ -425,7 +513,10 @@ int run_serve(int argc, char** argv) {
     return httplib::Server::HandlerResponse::Handled;
   });
   http.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res) {
-    completions(s, req, res);
+    completions(s, req, res, false);
+  });
+  http.Post("/v1/chat/completions", [&s](const httplib::Request& req, httplib::Response& res) {
+    completions(s, req, res, true);
   });
   http.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
     res.set_content(fmt::format(R"({{"object":"list","data":[{}]}})", model_json(s)), "application/json");

@@ -36,6 +36,7 @@ struct Engine::Slot {
   text::Utf8Stream bytes;              // without one: bytes to UTF-8, U+FFFD for what is not
   StopSequences stop;                  // holds back text that may begin a stop sequence
   std::string failure;                 // set by the parallel sampling or saving, handled after it
+  std::vector<int> history;            // whole_prompt: the tokens of the state before this turn's
 
   Slot(std::shared_ptr<const Model> model, const DecoderOptions& o) : decoder(std::move(model), o) {}
 };
@@ -144,27 +145,49 @@ void Engine::release(Slot& slot) {
   slot.sampler.reset();
   slot.stop.reset({});
   slot.bytes.finish();
+  slot.history.clear();
 }
 
 void Engine::admit(Slot& slot, std::shared_ptr<Job> job) {
   slot.job = std::move(job);
   const Request& r = slot.job->request;
   slot.decoder.reset();
+  slot.history.clear();
+  std::size_t cached = 0;
   if (!r.previous_id.empty()) {
+    SessionData session;
     try {
-      slot.decoder.load_bytes(slot.job->previous_state, "conversation " + r.previous_id);
+      slot.decoder.load_bytes(slot.job->previous_state, "conversation " + r.previous_id, &session);
     } catch (const std::exception& e) {
       fail(slot, 409, "invalid_request_error", fmt::format("previous_response_id '{}' cannot be continued: {}", r.previous_id, e.what()));
       return;
     }
     // The decoder holds it now; the job need not.
     std::string().swap(slot.job->previous_state);
+    if (r.whole_prompt) {
+      // The kept state serves only a prompt that extends it token for token (a state kept by
+      // the completions API holds no tokens, and an edited history does not extend it).
+      const auto& kept = session.tokens;
+      const bool extends = !kept.empty() && std::int64_t(kept.size()) == slot.decoder.n_tokens() &&
+                           kept.size() <= r.prompt.size() &&
+                           std::equal(kept.begin(), kept.end(), r.prompt.begin());
+      if (extends) {
+        cached = kept.size();
+      } else {
+        slot.decoder.reset();
+      }
+    }
   }
   if (r.prompt.empty() && slot.decoder.n_tokens() == 0) {
     fail(slot, 400, "invalid_request_error", "the prompt is empty and no conversation is continued");
     return;
   }
-  slot.todo = r.prompt;
+  if (r.whole_prompt) {
+    slot.history = r.prompt;
+    slot.todo.assign(r.prompt.begin() + std::ptrdiff_t(cached), r.prompt.end());
+  } else {
+    slot.todo = r.prompt;
+  }
   slot.done = 0;
   slot.generated = 0;
   slot.sampler.emplace(r.sampler);
@@ -176,11 +199,14 @@ void Engine::admit(Slot& slot, std::shared_ptr<Job> job) {
     const std::size_t context = std::min<std::size_t>(r.prompt.size(), 8);
     for (std::size_t i = r.prompt.size() - context; i < r.prompt.size(); ++i) slot.stream->put(r.prompt[i]);
   }
-  publish(*slot.job, [&](Job& j) { j.prompt_tokens = std::int64_t(r.prompt.size()); });
+  publish(*slot.job, [&](Job& j) {
+    j.prompt_tokens = std::int64_t(r.prompt.size());
+    j.cached_tokens = std::int64_t(cached);
+  });
   slot.phase = Slot::Phase::kPrefill;
   std::lock_guard<std::mutex> lock(mutex_);
   ++stats_.requests_admitted;
-  stats_.prompt_tokens += std::int64_t(r.prompt.size());
+  stats_.prompt_tokens += std::int64_t(slot.todo.size());
 }
 
 // The text a new token releases, and whether it ends the request. Runs on worker threads, one
@@ -190,7 +216,8 @@ bool Engine::after_token(Slot& slot, int token) {
   const Request& r = job.request;
   ++slot.generated;
   const auto& eos = model_->config().eos_token_ids;
-  if (!r.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
+  if (!r.ignore_eos && (std::find(eos.begin(), eos.end(), token) != eos.end() ||
+                        std::find(r.end_ids.begin(), r.end_ids.end(), token) != r.end_ids.end())) {
     // What the text stream still holds (a cut-short character) may complete a stop sequence.
     std::string rest = slot.stop.put(slot.stream ? slot.stream->finish() : slot.bytes.finish());
     rest += slot.stop.finish();
@@ -264,7 +291,16 @@ void Engine::finish(const std::vector<Slot*>& slots) {
     for (int i = begin; i < end; ++i) {
       Slot& s = *slots[std::size_t(i)];
       try {
-        keeps[std::size_t(i)].bytes = s.decoder.save_bytes();
+        if (s.job->request.whole_prompt) {
+          // The tokens go with the state, so that the next turn can tell whether its prompt
+          // extends them. The job's ids are written on the engine's thread alone (this one).
+          SessionData session;
+          session.tokens = s.history;
+          session.tokens.insert(session.tokens.end(), s.job->token_ids.begin(), s.job->token_ids.end());
+          keeps[std::size_t(i)].bytes = s.decoder.save_bytes(&session);
+        } else {
+          keeps[std::size_t(i)].bytes = s.decoder.save_bytes();
+        }
       } catch (const std::exception& e) {
         s.failure = e.what();
       }

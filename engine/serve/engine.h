@@ -36,6 +36,14 @@ struct Request {
   int logprobs = -1;  ///< alternatives to list per token; -1: no logprobs
   bool ignore_eos = false;
   bool return_token_ids = false;  ///< the response lists the prompt's and the completion's ids
+  /// More ids that end the response as an end-of-sequence id does (a chat template's end of
+  /// turn, <|im_end|>); ignore_eos ignores them too.
+  std::vector<int> end_ids;
+  /// The chat API's mode: `prompt` is the whole conversation, and the kept state's tokens (saved
+  /// with it, see SessionData) are reused only when they begin `prompt`: then only the rest is
+  /// prefilled; otherwise the conversation starts fresh from `prompt`. The state kept at the
+  /// end holds its tokens too.
+  bool whole_prompt = false;
 };
 
 /// One generated token as the response reports it.
@@ -66,6 +74,7 @@ struct Job {
   int error_status = 0;       ///< non-zero: failed, with the HTTP status a front end answers
   std::string error_type, error_message;
   std::int64_t prompt_tokens = 0;
+  std::int64_t cached_tokens = 0;      ///< prompt tokens taken from the kept state (whole_prompt)
   std::int64_t completion_tokens = 0;  ///< tokens sampled, an end-of-sequence one included
   std::vector<int> token_ids;          ///< every token sampled, an end-of-sequence one included
 

@@ -585,6 +585,8 @@ const std::string& Tokenizer::id_to_token(int id) const {
   return impl_->id_to_token[static_cast<std::size_t>(id)];
 }
 
+bool Tokenizer::world_vocabulary() const { return impl_->world != nullptr; }
+
 bool Tokenizer::is_special(int id) const {
   return id >= 0 && id < vocab_size() && impl_->special[static_cast<std::size_t>(id)];
 }

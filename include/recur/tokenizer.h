@@ -61,6 +61,9 @@ class Tokenizer {
   const std::string& id_to_token(int id) const;
   /// Whether the id is an added token marked special (for an RWKV vocabulary: id 0).
   bool is_special(int id) const;
+  /// Whether it is an RWKV world vocabulary (whose models chat in a format of their own, see
+  /// docs/chat.md).
+  bool world_vocabulary() const;
   /// Where it was loaded from.
   const std::string& source() const;
   /// One line for logs: the model, the vocabulary, what the post-processor adds.

@@ -1,5 +1,6 @@
 // Request bodies (serve::parse_completion: what POST /v1/completions runs on the body it was
-// sent), every field, for the byte-level model. A body is refused with ApiError or accepted as
+// sent; serve::parse_chat_completion: what POST /v1/chat/completions runs, with a ChatML
+// template), every field, for the byte-level model. A body is refused with ApiError or accepted as
 // a Request within the limits; anything else (a crash, another exception, an accepted request
 // outside them) is a finding.
 #include <cstddef>
@@ -8,6 +9,7 @@
 #include <memory>
 #include <string_view>
 
+#include "recur/chat_template.h"
 #include "recur/error.h"
 #include "model/random_weights.h"
 #include "recur/model.h"
@@ -16,7 +18,38 @@
 
 namespace {
 
-recur::serve::ServedModel g_served;
+recur::serve::ServedModel g_served, g_chat;
+
+// A request the parser accepted must be within the limits.
+void check(const recur::serve::Completion& c, const recur::serve::ServedModel& served) {
+  const recur::serve::Request& r = c.request;
+  if (r.prompt.empty() && r.previous_id.empty()) std::abort();
+  for (const int id : r.prompt)
+    if (id < 0 || id >= served.model->config().vocab_size) std::abort();
+  if (r.max_tokens < 0 || r.max_tokens > served.max_tokens_limit) std::abort();
+  std::size_t stop_bytes = 0;
+  for (const auto& s : r.stop) {
+    if (s.empty() || recur::text::invalid_utf8_at(s) != std::string_view::npos) std::abort();
+    stop_bytes += s.size();
+  }
+  if (stop_bytes > served.max_stop_bytes) std::abort();
+  if (!r.previous_id.empty() && !recur::serve::valid_conversation_id(r.previous_id)) std::abort();
+  if (r.logprobs > served.max_logprobs || (c.include_usage && !c.stream)) std::abort();
+}
+
+// Parses `body` with `parse`; a refusal must be a 4xx with an error object of valid UTF-8.
+template <typename Parse>
+void run(std::string_view body, const recur::serve::ServedModel& served, Parse parse) {
+  recur::serve::Completion c;
+  try {
+    c = parse(body, served);
+  } catch (const recur::serve::ApiError& e) {
+    const std::string json = recur::serve::error_json(e.what(), e.type, e.param);
+    if (e.status < 400 || e.status > 499 || recur::text::invalid_utf8_at(json) != std::string_view::npos) std::abort();
+    return;
+  }
+  check(c, served);
+}
 
 }  // namespace
 
@@ -32,32 +65,17 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   g_served.name = "recur-random";
   g_served.max_tokens_limit = 1 << 20;
   g_served.max_stop_bytes = 4096;
+  g_chat = g_served;
+  g_chat.chat_template = std::make_shared<const recur::ChatTemplate>(recur::ChatTemplate::parse(
+      "{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('no tools') }}{% endif %}"
+      "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+      "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}", "fuzz"));
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data), size);
-  recur::serve::Completion c;
-  try {
-    c = recur::serve::parse_completion(body, g_served);
-  } catch (const recur::serve::ApiError& e) {
-    // OpenAI's error object, valid UTF-8 whatever the body held.
-    const std::string json = recur::serve::error_json(e.what(), e.type, e.param);
-    if (e.status < 400 || e.status > 499 || recur::text::invalid_utf8_at(json) != std::string_view::npos) std::abort();
-    return 0;
-  }
-  const recur::serve::Request& r = c.request;
-  if (r.prompt.empty() && r.previous_id.empty()) std::abort();
-  for (const int id : r.prompt)
-    if (id < 0 || id >= g_served.model->config().vocab_size) std::abort();
-  if (r.max_tokens < 0 || r.max_tokens > g_served.max_tokens_limit) std::abort();
-  std::size_t stop_bytes = 0;
-  for (const auto& s : r.stop) {
-    if (s.empty() || recur::text::invalid_utf8_at(s) != std::string_view::npos) std::abort();
-    stop_bytes += s.size();
-  }
-  if (stop_bytes > g_served.max_stop_bytes) std::abort();
-  if (!r.previous_id.empty() && !recur::serve::valid_conversation_id(r.previous_id)) std::abort();
-  if (r.logprobs > g_served.max_logprobs || (c.include_usage && !c.stream)) std::abort();
+  run(body, g_served, recur::serve::parse_completion);
+  run(body, g_chat, recur::serve::parse_chat_completion);
   return 0;
 }

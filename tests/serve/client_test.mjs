@@ -184,7 +184,7 @@ await check("errors: OpenAI's error objects with the right status and a message 
   const big = await post(server, JSON.stringify({ prompt: "x".repeat(70000) }));
   assert.equal(big.status, 413);
   assert.match((await big.json()).error.message, /max-body/);
-  const nowhere = await fetch(`${server.url}/v1/chat/completions`, { method: "POST", body: "{}", headers: auth });
+  const nowhere = await fetch(`${server.url}/v1/embeddings`, { method: "POST", body: "{}", headers: auth });
   assert.equal(nowhere.status, 404);
   const models = await client.models.list();
   assert.deepEqual(models.data.map((m) => m.id), [MODEL]);

@@ -49,6 +49,7 @@ export function startServe(recur, args) {
         resolve(child);
       }
     });
+    child.log = () => log;  // what it wrote to standard error so far
     child.exited = new Promise((r) => child.on("exit", (code, sig) => r(code ?? sig)));
     child.on("error", reject);
   });

@@ -52,7 +52,59 @@ std::string usage_json(const Job& job) {
                      job.prompt_tokens, completion, job.prompt_tokens + completion);
 }
 
+// The chat API's logprobs: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
+std::string chat_logprobs_json(const Job& job, const Engine& engine, std::size_t from, std::size_t to) {
+  if (job.request.logprobs < 0) return "null";
+  std::string content;
+  for (std::size_t i = from; i < to; ++i) {
+    const Token& t = job.tokens[i];
+    std::string tops;
+    for (std::size_t k = 0; k < t.top.size(); ++k)
+      tops += fmt::format(R"({}{{"token":{},"logprob":{},"bytes":null}})", k ? "," : "",
+                          quote(engine.token_text(t.top[k].first)), number(t.top[k].second));
+    content += fmt::format(R"({}{{"token":{},"logprob":{},"bytes":null,"top_logprobs":[{}]}})",
+                           i == from ? "" : ",", quote(t.text), number(t.logprob), tops);
+  }
+  return fmt::format(R"({{"content":[{}]}})", content);
+}
+
+std::string chat_usage_json(const Job& job) {
+  const std::int64_t completion = job.completion_tokens;
+  return fmt::format(
+      R"({{"prompt_tokens":{},"completion_tokens":{},"total_tokens":{},"prompt_tokens_details":{{"cached_tokens":{}}}}})",
+      job.prompt_tokens, completion, job.prompt_tokens + completion, job.cached_tokens);
+}
+
 }  // namespace
+
+std::string chat_completion_json(const Job& job, const ServedModel& served, const Engine& engine) {
+  return fmt::format(
+      R"({{"id":{},"object":"chat.completion","created":{},"model":{},"choices":[{{"index":0,"message":{{"role":"assistant","content":{}}},"logprobs":{},"finish_reason":{}{}}}],"usage":{}}})",
+      quote(job.id), job.created, quote(served.name), quote(job.text),
+      chat_logprobs_json(job, engine, 0, job.tokens.size()), quote(job.finish_reason),
+      token_ids_json(job, 0, true), chat_usage_json(job));
+}
+
+std::string chat_chunk_json(const Job& job, const ServedModel& served, const Engine& engine, bool first,
+                            std::size_t text_from, std::size_t token_from, const std::string& finish_reason) {
+  // The first chunk holds the role alone, as OpenAI's does; the last (with the finish reason)
+  // may hold nothing.
+  const std::string delta = first ? R"("role":"assistant","content":"")"
+                            : finish_reason.empty() || text_from < job.text.size()
+                                ? R"("content":)" + quote(job.text.substr(text_from))
+                                : std::string();
+  if (first) token_from = job.tokens.size();
+  return fmt::format(
+      R"({{"id":{},"object":"chat.completion.chunk","created":{},"model":{},"choices":[{{"index":0,"delta":{{{}}},"logprobs":{},"finish_reason":{}}}]}})",
+      quote(job.id), job.created, quote(served.name), delta,
+      token_from < job.tokens.size() ? chat_logprobs_json(job, engine, token_from, job.tokens.size()) : "null",
+      finish_reason.empty() ? "null" : quote(finish_reason));
+}
+
+std::string chat_usage_chunk_json(const Job& job, const ServedModel& served) {
+  return fmt::format(R"({{"id":{},"object":"chat.completion.chunk","created":{},"model":{},"choices":[],"usage":{}}})",
+                     quote(job.id), job.created, quote(served.name), chat_usage_json(job));
+}
 
 std::string completion_json(const Job& job, const ServedModel& served, const Engine& engine) {
   return fmt::format(

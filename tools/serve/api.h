@@ -8,6 +8,10 @@
 
 #include "serve/engine.h"
 
+namespace recur {
+class ChatTemplate;
+}
+
 namespace recur::serve {
 
 /// A request the API refuses: the HTTP status and OpenAI's error object fields.
@@ -30,6 +34,13 @@ struct ServedModel {
   std::int64_t max_tokens_limit = 1 << 20;
   int max_logprobs = 20;
   std::size_t max_stop_bytes = 4096;  ///< the total length of a request's stop sequences
+
+  // The chat API (POST /v1/chat/completions).
+  std::shared_ptr<const ChatTemplate> chat_template;  ///< null: none
+  bool world_chat = false;       ///< no template, but RWKV's world format (text/world_chat.h)
+  std::string no_chat;           ///< why there is neither: the 400's message
+  std::vector<int> chat_end_ids;      ///< ids that end a turn besides eos (<|im_end|>)
+  std::vector<std::string> chat_stop;  ///< text that ends a turn ("\n\n" in the world format)
 };
 
 struct Completion {
@@ -41,6 +52,10 @@ struct Completion {
 /// Parses and checks a POST /v1/completions body; throws ApiError naming the field.
 Completion parse_completion(std::string_view body, const ServedModel& served);
 
+/// Parses and checks a POST /v1/chat/completions body, renders its messages into the prompt;
+/// throws ApiError naming the field (a message the template refuses: its reason).
+Completion parse_chat_completion(std::string_view body, const ServedModel& served);
+
 /// The whole response of a finished job.
 std::string completion_json(const Job& job, const ServedModel& served, const Engine& engine);
 
@@ -51,5 +66,14 @@ std::string chunk_json(const Job& job, const ServedModel& served, const Engine& 
                        const std::string& finish_reason);
 /// The last chunk with usage only (stream_options.include_usage).
 std::string usage_chunk_json(const Job& job, const ServedModel& served);
+
+/// The chat API's whole response (object "chat.completion").
+std::string chat_completion_json(const Job& job, const ServedModel& served, const Engine& engine);
+/// One streamed "chat.completion.chunk": the role alone (`first`), or the content and logprobs
+/// after `text_from` and `token_from`, and the finish reason when given.
+std::string chat_chunk_json(const Job& job, const ServedModel& served, const Engine& engine, bool first,
+                            std::size_t text_from, std::size_t token_from, const std::string& finish_reason);
+/// The chat stream's last chunk with usage only.
+std::string chat_usage_chunk_json(const Job& job, const ServedModel& served);
 
 }  // namespace recur::serve

@@ -8,7 +8,9 @@
 #include <cmath>
 #include <random>
 
+#include "recur/chat_template.h"
 #include "recur/error.h"
+#include "text/world_chat.h"
 #include "text/unicode.h"
 #include "util/json.h"
 
@@ -17,6 +19,8 @@ namespace recur::serve {
 namespace {
 
 using json::quote;
+
+constexpr std::int64_t kChatMaxTokens = 4096;  // a chat reply's max_tokens when not given
 
 ApiError bad(const std::string& param, const std::string& message) {
   return ApiError(400, "invalid_request_error", param, message);
@@ -69,6 +73,186 @@ std::vector<int> encode(const std::string& text, const ServedModel& served, bool
   }
 }
 
+// The fields both APIs share: the model, what is refused, the conversation continued.
+void check_common(const json::Value& body, const ServedModel& served, Request& r) {
+  if (const auto* v = field(body, "model")) {
+    if (!v->is_string()) throw bad("model", "'model' must be a string");
+    if (v->string() != served.name)
+      throw ApiError(404, "not_found_error", "model",
+                     fmt::format("the model '{}' does not exist here; this server runs '{}'",
+                                 v->string(), served.name));
+  }
+  // Options that would change what the model computes in ways this server does not offer are
+  // refused, not ignored.
+  for (const char* p : {"n", "best_of"})
+    if (const auto* v = field(body, p); v && !(v->is_integer() && v->integer() == 1))
+      throw bad(p, fmt::format("'{}' must be 1: this server returns one completion per request", p));
+  for (const char* p : {"presence_penalty", "frequency_penalty"})
+    if (const auto* v = field(body, p); v && real(*v, p, -2, 2) != 0.0)
+      throw bad(p, fmt::format("'{}' is not supported (only 0)", p));
+  if (const auto* v = field(body, "logit_bias"); v && !(v->is_object() && v->object().empty()))
+    throw bad("logit_bias", "'logit_bias' is not supported");
+  if (const auto* v = field(body, "user"); v && !v->is_string()) throw bad("user", "'user' must be a string");
+
+  if (const auto* v = field(body, "previous_response_id")) {
+    if (!v->is_string() || !valid_conversation_id(v->string()))
+      throw bad("previous_response_id", "'previous_response_id' must be an id this server returned");
+    r.previous_id = v->string();
+  }
+}
+
+// How tokens are chosen and when they stop.
+void check_sampling(const json::Value& body, const ServedModel& served, Request& r) {
+  if (const auto* v = field(body, "max_tokens")) r.max_tokens = integer(*v, "max_tokens", 0, served.max_tokens_limit);
+  SamplerOptions& s = r.sampler;
+  s.temperature = 1.0f;  // OpenAI's defaults
+  s.top_p = 1.0f;
+  s.top_k = 0;
+  if (const auto* v = field(body, "temperature")) s.temperature = float(real(*v, "temperature", 0, 1e6));
+  if (const auto* v = field(body, "top_p")) {
+    const double p = real(*v, "top_p", 0, 1);
+    if (p <= 0) throw bad("top_p", "'top_p' must be above 0");
+    s.top_p = float(p);
+  }
+  if (const auto* v = field(body, "top_k")) s.top_k = int(integer(*v, "top_k", 0, 1 << 24));
+  if (const auto* v = field(body, "seed")) {
+    s.seed = std::uint64_t(integer(*v, "seed", INT64_MIN, INT64_MAX));
+  } else {
+    static thread_local std::mt19937_64 rng(std::random_device{}());
+    s.seed = rng();  // unseeded requests differ, as OpenAI's do
+  }
+  if (const auto* v = field(body, "stop")) {
+    if (v->is_string()) {
+      r.stop.push_back(v->string());
+    } else if (v->is_array()) {
+      if (v->array().size() > 16) throw bad("stop", "'stop' holds at most 16 sequences");
+      for (const auto& x : v->array()) {
+        if (!x.is_string()) throw bad("stop", "'stop' must be a string or an array of strings");
+        r.stop.push_back(x.string());
+      }
+    } else {
+      throw bad("stop", "'stop' must be a string or an array of strings");
+    }
+    std::size_t total = 0;
+    for (const auto& x : r.stop) {
+      if (x.empty()) throw bad("stop", "a stop sequence is empty");
+      total += x.size();
+    }
+    // Each generated token compares the held-back text with every stop sequence: their total
+    // length bounds that work.
+    if (total > served.max_stop_bytes)
+      throw bad("stop", fmt::format("the stop sequences hold {} bytes, at most {} are allowed",
+                                    total, served.max_stop_bytes));
+  }
+}
+
+// What the response holds and how it is sent.
+void check_response(const json::Value& body, Completion& c) {
+  Request& r = c.request;
+  if (const auto* v = field(body, "ignore_eos")) r.ignore_eos = boolean(*v, "ignore_eos");
+  if (const auto* v = field(body, "return_token_ids")) r.return_token_ids = boolean(*v, "return_token_ids");
+  if (const auto* v = field(body, "stream")) c.stream = boolean(*v, "stream");
+  if (const auto* v = field(body, "stream_options")) {
+    if (!v->is_object()) throw bad("stream_options", "'stream_options' must be an object");
+    if (!c.stream) throw bad("stream_options", "'stream_options' is only allowed with 'stream': true");
+    for (const auto& [key, value] : v->object()) {
+      if (key != "include_usage") throw bad("stream_options", fmt::format("unrecognized stream option '{}'", key));
+      c.include_usage = boolean(value, "stream_options.include_usage");
+    }
+  }
+}
+
+// JSON text of a parsed value (the messages, checked, for the template).
+void write_json(const json::Value& v, std::string& out) {
+  if (v.is_null()) {
+    out += "null";
+  } else if (v.is_bool()) {
+    out += v.boolean() ? "true" : "false";
+  } else if (v.is_integer()) {
+    out += std::to_string(v.integer());
+  } else if (v.is_number()) {
+    out += fmt::format("{}", v.number());
+  } else if (v.is_string()) {
+    out += quote(v.string());
+  } else if (v.is_array()) {
+    out += '[';
+    for (std::size_t i = 0; i < v.array().size(); ++i) {
+      if (i) out += ',';
+      write_json(v.array()[i], out);
+    }
+    out += ']';
+  } else {
+    out += '{';
+    bool first = true;
+    for (const auto& [key, value] : v.object()) {
+      if (!first) out += ',';
+      first = false;
+      out += quote(key);
+      out += ':';
+      write_json(value, out);
+    }
+    out += '}';
+  }
+}
+
+// The messages as a chat template takes them: a non-empty list of objects with a known role and
+// a content that is a string, null, or a list of text parts. Other members (name, tool_calls,
+// ...) pass through to the template.
+std::string check_messages(const json::Value* messages) {
+  if (!messages) throw bad("messages", "'messages' is required (a list of {\"role\", \"content\"} objects)");
+  if (!messages->is_array())
+    throw bad("messages", fmt::format("'messages' must be a list, not {}", messages->kind_name()));
+  if (messages->array().empty()) throw bad("messages", "'messages' is empty: a chat needs at least one message");
+  for (std::size_t i = 0; i < messages->array().size(); ++i) {
+    const json::Value& m = messages->array()[i];
+    if (!m.is_object())
+      throw bad("messages", fmt::format("messages[{}] must be an object, not {}", i, m.kind_name()));
+    const json::Value* role = m.find("role");
+    if (!role || !role->is_string())
+      throw bad("messages", fmt::format("messages[{}].role must be a string (system, developer, user, "
+                                        "assistant or tool)", i));
+    const std::string& r = role->string();
+    if (r != "system" && r != "developer" && r != "user" && r != "assistant" && r != "tool")
+      throw bad("messages", fmt::format("messages[{}].role '{}' is not one of system, developer, user, "
+                                        "assistant, tool", i, r));
+    const json::Value* content = m.find("content");
+    if (!content || content->is_null()) {
+      if (r != "assistant")
+        throw bad("messages", fmt::format("messages[{}].content is required for a {} message", i, r));
+    } else if (content->is_array()) {
+      for (std::size_t k = 0; k < content->array().size(); ++k) {
+        const json::Value& part = content->array()[k];
+        const json::Value* type = part.is_object() ? part.find("type") : nullptr;
+        const json::Value* text = part.is_object() ? part.find("text") : nullptr;
+        if (!type || !type->is_string() || type->string() != "text" || !text || !text->is_string())
+          throw bad("messages", fmt::format("messages[{}].content[{}] must be a text part ({{\"type\": "
+                                            "\"text\", \"text\": \"...\"}}): this server takes text only",
+                                            i, k));
+      }
+    } else if (!content->is_string()) {
+      throw bad("messages", fmt::format("messages[{}].content must be a string or a list of text parts, "
+                                        "not {}", i, content->kind_name()));
+    }
+  }
+  std::string out;
+  write_json(*messages, out);
+  return out;
+}
+
+// The prompt text of checked messages: the model's chat template with add_generation_prompt, or
+// RWKV's world format.
+std::string chat_prompt(const std::string& messages, const ServedModel& served) {
+  try {
+    if (served.chat_template) return served.chat_template->render(messages, {}, true);
+    if (served.world_chat) return text::world_chat_prompt(messages, true);
+  } catch (const ArgumentError& e) {
+    throw bad("messages", fmt::format("the chat template refused the messages: {}", e.what()));
+  } catch (const FormatError& e) {
+    throw bad("messages", fmt::format("the chat template failed on the messages: {}", e.what()));
+  }
+  throw bad("messages", served.no_chat.empty() ? "this model has no chat template" : served.no_chat);
+}
+
 }  // namespace
 
 std::string error_json(const std::string& message, const std::string& type, const std::string& param,
@@ -114,34 +298,7 @@ Completion parse_completion(std::string_view text, const ServedModel& served) {
 
   Completion c;
   Request& r = c.request;
-  if (const auto* v = field(body, "model")) {
-    if (!v->is_string()) throw bad("model", "'model' must be a string");
-    if (v->string() != served.name)
-      throw ApiError(404, "not_found_error", "model",
-                     fmt::format("the model '{}' does not exist here; this server runs '{}'",
-                                 v->string(), served.name));
-  }
-  // Options that would change what the model computes in ways this server does not offer are
-  // refused, not ignored.
-  for (const char* p : {"n", "best_of"})
-    if (const auto* v = field(body, p); v && !(v->is_integer() && v->integer() == 1))
-      throw bad(p, fmt::format("'{}' must be 1: this server returns one completion per request", p));
-  if (const auto* v = field(body, "echo"); v && boolean(*v, "echo"))
-    throw bad("echo", "'echo' is not supported: the response holds the completion only");
-  for (const char* p : {"presence_penalty", "frequency_penalty"})
-    if (const auto* v = field(body, p); v && real(*v, p, -2, 2) != 0.0)
-      throw bad(p, fmt::format("'{}' is not supported (only 0)", p));
-  if (const auto* v = field(body, "logit_bias"); v && !(v->is_object() && v->object().empty()))
-    throw bad("logit_bias", "'logit_bias' is not supported");
-  if (const auto* v = field(body, "suffix"); v)
-    throw bad("suffix", "'suffix' is not supported");
-  if (const auto* v = field(body, "user"); v && !v->is_string()) throw bad("user", "'user' must be a string");
-
-  if (const auto* v = field(body, "previous_response_id")) {
-    if (!v->is_string() || !valid_conversation_id(v->string()))
-      throw bad("previous_response_id", "'previous_response_id' must be an id this server returned");
-    r.previous_id = v->string();
-  }
+  check_common(body, served, r);
   const bool continuing = !r.previous_id.empty();
 
   const json::Value* prompt = field(body, "prompt");
@@ -170,62 +327,69 @@ Completion parse_completion(std::string_view text, const ServedModel& served) {
   } else {
     throw bad("prompt", fmt::format("'prompt' must be a string or an array of token ids, not {}", prompt->kind_name()));
   }
+  if (const auto* v = field(body, "echo"); v && boolean(*v, "echo"))
+    throw bad("echo", "'echo' is not supported: the response holds the completion only");
+  if (const auto* v = field(body, "suffix"); v)
+    throw bad("suffix", "'suffix' is not supported");
   if (r.prompt.empty() && !continuing) throw bad("prompt", "the prompt is empty");
 
-  if (const auto* v = field(body, "max_tokens")) r.max_tokens = integer(*v, "max_tokens", 0, served.max_tokens_limit);
-  SamplerOptions& s = r.sampler;
-  s.temperature = 1.0f;  // OpenAI's defaults
-  s.top_p = 1.0f;
-  s.top_k = 0;
-  if (const auto* v = field(body, "temperature")) s.temperature = float(real(*v, "temperature", 0, 1e6));
-  if (const auto* v = field(body, "top_p")) {
-    const double p = real(*v, "top_p", 0, 1);
-    if (p <= 0) throw bad("top_p", "'top_p' must be above 0");
-    s.top_p = float(p);
-  }
-  if (const auto* v = field(body, "top_k")) s.top_k = int(integer(*v, "top_k", 0, 1 << 24));
-  if (const auto* v = field(body, "seed")) {
-    s.seed = std::uint64_t(integer(*v, "seed", INT64_MIN, INT64_MAX));
-  } else {
-    static thread_local std::mt19937_64 rng(std::random_device{}());
-    s.seed = rng();  // unseeded requests differ, as OpenAI's do
-  }
-  if (const auto* v = field(body, "stop")) {
-    if (v->is_string()) {
-      r.stop.push_back(v->string());
-    } else if (v->is_array()) {
-      if (v->array().size() > 16) throw bad("stop", "'stop' holds at most 16 sequences");
-      for (const auto& x : v->array()) {
-        if (!x.is_string()) throw bad("stop", "'stop' must be a string or an array of strings");
-        r.stop.push_back(x.string());
-      }
-    } else {
-      throw bad("stop", "'stop' must be a string or an array of strings");
-    }
-    std::size_t total = 0;
-    for (const auto& x : r.stop) {
-      if (x.empty()) throw bad("stop", "a stop sequence is empty");
-      total += x.size();
-    }
-    // Each generated token compares the held-back text with every stop sequence: their total
-    // length bounds that work.
-    if (total > served.max_stop_bytes)
-      throw bad("stop", fmt::format("the stop sequences hold {} bytes, at most {} are allowed",
-                                    total, served.max_stop_bytes));
-  }
+  check_sampling(body, served, r);
   if (const auto* v = field(body, "logprobs"))
     r.logprobs = int(integer(*v, "logprobs", 0, served.max_logprobs));
-  if (const auto* v = field(body, "ignore_eos")) r.ignore_eos = boolean(*v, "ignore_eos");
-  if (const auto* v = field(body, "return_token_ids")) r.return_token_ids = boolean(*v, "return_token_ids");
-  if (const auto* v = field(body, "stream")) c.stream = boolean(*v, "stream");
-  if (const auto* v = field(body, "stream_options")) {
-    if (!v->is_object()) throw bad("stream_options", "'stream_options' must be an object");
-    if (!c.stream) throw bad("stream_options", "'stream_options' is only allowed with 'stream': true");
-    for (const auto& [key, value] : v->object()) {
-      if (key != "include_usage") throw bad("stream_options", fmt::format("unrecognized stream option '{}'", key));
-      c.include_usage = boolean(value, "stream_options.include_usage");
-    }
+  check_response(body, c);
+  return c;
+}
+
+Completion parse_chat_completion(std::string_view text, const ServedModel& served) {
+  json::Value body;
+  try {
+    body = json::parse(text, "request body");
+  } catch (const FormatError& e) {
+    throw bad("", fmt::format("the body is not valid JSON: {}", e.what()));
   }
+  if (!body.is_object()) throw bad("", fmt::format("the body must be a JSON object, not {}", body.kind_name()));
+  if (const std::size_t at = text::invalid_utf8_at(text); at != std::string::npos)
+    throw bad("", "the body is " + not_utf8(text, at));
+  static const char* const known[] = {
+      "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
+      "seed", "stop", "logprobs", "top_logprobs", "stream", "stream_options", "n", "presence_penalty",
+      "frequency_penalty", "logit_bias", "user", "previous_response_id", "ignore_eos", "return_token_ids"};
+  for (const auto& [key, value] : body.object()) {
+    bool ok = false;
+    for (const char* k : known) ok |= key == k;
+    if (!ok) throw bad(key, fmt::format("unrecognized request argument '{}'", key));
+  }
+  Completion c;
+  Request& r = c.request;
+  r.whole_prompt = true;
+  check_common(body, served, r);
+  // A reply runs to its end of turn; the bound keeps a model that never ends one from running
+  // to --max-tokens-limit.
+  r.max_tokens = std::min<std::int64_t>(kChatMaxTokens, served.max_tokens_limit);
+  const std::string messages = check_messages(field(body, "messages"));
+  if (!served.chat_template && !served.world_chat)
+    throw bad("messages", served.no_chat.empty() ? "this model has no chat template" : served.no_chat);
+  check_sampling(body, served, r);
+  if (const auto* v = field(body, "max_completion_tokens")) {
+    if (field(body, "max_tokens")) throw bad("max_completion_tokens", "give 'max_tokens' or 'max_completion_tokens', not both");
+    r.max_tokens = integer(*v, "max_completion_tokens", 0, served.max_tokens_limit);
+  }
+  bool logprobs = false;
+  if (const auto* v = field(body, "logprobs")) logprobs = boolean(*v, "logprobs");
+  if (const auto* v = field(body, "top_logprobs")) {
+    const int top = int(integer(*v, "top_logprobs", 0, served.max_logprobs));
+    if (!logprobs) throw bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    r.logprobs = top;
+  } else if (logprobs) {
+    r.logprobs = 0;
+  }
+  check_response(body, c);
+  // The whole conversation, as the template lays it out; the tokenizer adds nothing (the
+  // template writes its own BOS), as transformers' apply_chat_template(tokenize=True) does.
+  r.prompt = encode(chat_prompt(messages, served), served, false);
+  if (r.prompt.empty()) throw bad("messages", "the chat template rendered an empty prompt");
+  r.end_ids = served.chat_end_ids;
+  r.stop.insert(r.stop.end(), served.chat_stop.begin(), served.chat_stop.end());
   return c;
 }
 
