@@ -72,3 +72,13 @@ wait_for "^state: [1-9][0-9]* tokens run" 30
 tmux send-keys -t "$session" "/quit" Enter
 wait_for "CHAT-ENDED" 30
 echo "chat_test: in tmux a typed message streams, Ctrl-C stops the reply and the chat goes on"
+
+# An RWKV-7 model with the world vocabulary chats in RWKV's built-in world format.
+"$recur" make-model "$tmp/rwkv" --arch rwkv7 --vocab 3002 --hidden 64 --heads 1 --layers 2 > /dev/null
+cp "$src/tests/world/rwkv_vocab_v20230424.txt" "$tmp/rwkv/"
+printf 'Hello there\nAnd again\n/stats\n' |
+  "$recur" chat -m "$tmp/rwkv" --greedy -n 12 --threads 1 > "$tmp/world" 2> "$tmp/err" ||
+  fail "recur chat on an RWKV-7 world model: $(cat "$tmp/err")"
+grep -q "chat format: RWKV's world format" "$tmp/err" || fail "not the world format: $(cat "$tmp/err")"
+grep -q "^state: [1-9][0-9]* tokens run" "$tmp/world" || fail "no /stats after two world turns: $(cat "$tmp/world")"
+echo "chat_test: an RWKV-7 world model chats in the world format"

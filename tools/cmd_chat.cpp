@@ -25,6 +25,7 @@
 #include "recur/model.h"
 #include "recur/sampling.h"
 #include "recur/tokenizer.h"
+#include "text/world_chat.h"
 
 namespace recur::cli {
 namespace {
@@ -48,16 +49,19 @@ std::string messages_json(const std::vector<Message>& messages) {
 // The conversation, the ids its state holds and what the last turns cost.
 class Chat {
  public:
-  Chat(const TextModel& tm, ChatTemplate tmpl, const DecoderOptions& options,
+  // `tmpl` null: RWKV's world format (text/world_chat.h), whose turns end in "\n\n".
+  Chat(const TextModel& tm, std::optional<ChatTemplate> tmpl, const DecoderOptions& options,
        const SamplerOptions& so, std::int64_t max_tokens, std::string system)
       : tm_(tm), template_(std::move(tmpl)), decoder_(tm.model, options), sampler_(so),
         max_tokens_(max_tokens), system_(std::move(system)) {
     eos_ = tm.model->config().eos_token_ids;
     // The template's end of turn (eos_token in tokenizer_config.json, e.g. <|im_end|>) ends a
     // reply as the config's eos ids do.
-    const auto& special = template_.special_tokens();
-    if (const auto it = special.find("eos_token"); it != special.end())
-      if (const auto id = tm.tokenizer->token_to_id(it->second)) eos_.push_back(*id);
+    if (template_) {
+      const auto& special = template_->special_tokens();
+      if (const auto it = special.find("eos_token"); it != special.end())
+        if (const auto id = tm.tokenizer->token_to_id(it->second)) eos_.push_back(*id);
+    }
     reset();
   }
 
@@ -71,7 +75,9 @@ class Chat {
   // One turn: the user's text in, the reply streamed to stdout.
   void turn(const std::string& text) {
     messages_.push_back({"user", text});
-    const std::string prompt = template_.render(messages_json(messages_), {}, true);
+    const std::string conversation = messages_json(messages_);
+    const std::string prompt = template_ ? template_->render(conversation, {}, true)
+                                         : text::world_chat_prompt(conversation, true);
     const std::vector<int> want = tm_.tokenizer->encode(prompt, false);
     // Only what extends the ids already run is prefilled; a prompt that does not extend them
     // (the template rewrote an earlier turn) starts the state again from its first id.
@@ -108,6 +114,11 @@ class Chat {
       const std::string piece = stream.put(token);
       reply += piece;
       out.put(piece);
+      // The world format's turn ends at a blank line.
+      if (!template_ && reply.size() >= text::kWorldChatTurnEnd.size() &&
+          reply.compare(reply.size() - text::kWorldChatTurnEnd.size(), std::string::npos,
+                        text::kWorldChatTurnEnd) == 0)
+        break;
     }
     const std::string rest = stream.finish();
     reply += rest;
@@ -171,7 +182,7 @@ class Chat {
 
  private:
   const TextModel& tm_;
-  ChatTemplate template_;
+  std::optional<ChatTemplate> template_;
   Decoder decoder_;
   Sampler sampler_;
   std::int64_t max_tokens_;
@@ -228,10 +239,15 @@ int run_chat(int argc, char** argv) {
     throw ArgumentError("recur chat needs the model's tokenizer (tokenizer.json) and chat template");
   const std::string dir = args.given("model") ? args.str("model") : builtin_dir();
   const std::filesystem::path dir_path(dir);
-  ChatTemplate tmpl = ChatTemplate::load(std::filesystem::is_directory(dir_path)
-                                             ? dir
-                                             : dir_path.parent_path().string());
-  fmt::print(stderr, "chat template: {}\n", tmpl.name());
+  std::optional<ChatTemplate> tmpl;
+  if (tm.tokenizer->world_vocabulary()) {
+    fmt::print(stderr, "chat format: RWKV's world format (User: ... Assistant: ..., built in)\n");
+  } else {
+    tmpl = ChatTemplate::load(std::filesystem::is_directory(dir_path)
+                                  ? dir
+                                  : dir_path.parent_path().string());
+    fmt::print(stderr, "chat template: {}\n", tmpl->name());
+  }
   Chat chat(tm, std::move(tmpl), options, so, max_tokens, args.str("system"));
   const bool terminal = ::isatty(STDIN_FILENO) != 0;
   if (terminal) fmt::print(stderr, "Type a message; /quit ends, /stats, /save FILE, /load FILE, /reset.\n");
