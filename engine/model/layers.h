@@ -38,6 +38,12 @@ struct Norm {
 /// Bytes of a Dense's weights and bias (what one decode step reads of it).
 inline std::size_t dense_bytes(const Dense& d) { return d.w.bytes() + d.bias.size() * sizeof(float); }
 
+/// The SwiGLU MLP of a pre-norm block, as every family with one runs it:
+/// x += down(silu(gate(norm(x))) * up(norm(x))), over n rows of width d. h (n, d), g and u
+/// (n, gate's width) and a (n, d) are scratch.
+void swiglu_mlp(const Norm& norm, const Dense& gate, const Dense& up, const Dense& down, float* x,
+                float* h, float* g, float* u, float* a, int n, int d, int threads);
+
 /// out[i] = g[i] * sigmoid(g[i]) * u[i] (swish-gated linear unit).
 void swiglu(const float* g, const float* u, float* out, std::int64_t n);
 /// In place: max(x, 0).

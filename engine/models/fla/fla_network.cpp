@@ -320,7 +320,7 @@ class Network final : public model::Network {
   void run(model::Scratch& scratch, int n, int threads, model::Attend attend) const override {
     Rows& w = static_cast<Rows&>(scratch);
     const ModelConfig& c = c_;
-    const int d = c.hidden_size, I = c.intermediate_size;
+    const int d = c.hidden_size;
     const auto rows = std::int64_t(n);
     for (std::size_t li = 0; li < layers.size(); ++li) {
       const auto& L = layers[li];
@@ -353,12 +353,8 @@ class Network final : public model::Network {
       }
       L.o.apply(w.o.data(), n, io.out, w.a.data(), d, threads);
       model::add_inplace(w.x.data(), w.a.data(), rows * d);
-      L.mlp_norm.apply(w.x.data(), n, d, w.h.data(), d);
-      L.gate.apply(w.h.data(), n, d, w.g.data(), I, threads);
-      L.up.apply(w.h.data(), n, d, w.u.data(), I, threads);
-      model::swiglu(w.g.data(), w.u.data(), w.g.data(), rows * I);
-      L.down.apply(w.g.data(), n, I, w.a.data(), d, threads);
-      model::add_inplace(w.x.data(), w.a.data(), rows * d);
+      model::swiglu_mlp(L.mlp_norm, L.gate, L.up, L.down, w.x.data(), w.h.data(), w.g.data(),
+                        w.u.data(), w.a.data(), n, d, threads);
     }
   }
 

@@ -156,12 +156,8 @@ class Network final : public model::Network {
       L.o.apply(w.o.data(), n, c.value_dim, w.a.data(), d, threads);
       model::add_inplace(w.x.data(), w.a.data(), std::int64_t(n) * d);
       if (pre_norm) {
-        L.mlp_norm.apply(w.x.data(), n, d, w.h.data(), d);
-        L.gate.apply(w.h.data(), n, d, w.g.data(), I, threads);
-        L.up.apply(w.h.data(), n, d, w.u.data(), I, threads);
-        model::swiglu(w.g.data(), w.u.data(), w.g.data(), std::int64_t(n) * I);
-        L.down.apply(w.g.data(), n, I, w.a.data(), d, threads);
-        model::add_inplace(w.x.data(), w.a.data(), std::int64_t(n) * d);
+        model::swiglu_mlp(L.mlp_norm, L.gate, L.up, L.down, w.x.data(), w.h.data(), w.g.data(),
+                          w.u.data(), w.a.data(), n, d, threads);
       } else {
         L.attn_norm.apply(w.x.data(), n, d, w.x.data(), d);
         L.fc1.apply(w.x.data(), n, d, w.g.data(), I, threads);
