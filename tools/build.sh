@@ -65,8 +65,9 @@ $needs_oracle && ! command -v npm > /dev/null && packages+=(nodejs npm)
 # the chat templates' oracle is Jinja2 (tests/template); recur chat's test drives a terminal
 # with tmux.
 $needs_oracle && packages+=(redis-server nginx python3-numpy python3-jinja2 tmux)
-# The release test job recomputes the fla fixtures' float64 expectations (tests/fla) with PyTorch.
-[[ "$job" == test ]] && packages+=(python3-torch)
+# The release test job recomputes the fla fixtures' float64 expectations (tests/fla) with PyTorch,
+# and drives recur serve's chat page in Debian's chromium.
+[[ "$job" == test ]] && packages+=(python3-torch chromium)
 # The fla models' benchmark runs PyTorch beside recur, with OpenBLAS as a user would install it.
 [[ "$job" == bench && "${1:-}" =~ ^(fla|rwkv7)$ ]] && packages+=(python3-torch libopenblas0-pthread)
 bash tools/packages.sh "${packages[@]}"

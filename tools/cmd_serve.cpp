@@ -17,6 +17,7 @@
 #include "serve/api.h"
 #include "serve/auth.h"
 #include "serve/engine.h"
+#include "serve/page.h"
 #include "serve/store.h"
 #include "text/world_chat.h"
 #include "text_model.h"
@@ -49,6 +50,8 @@ struct Server {
   serve::Engine* engine = nullptr;
   serve::ApiKeys keys;
   std::int64_t started = 0;
+  std::size_t state_bytes = 0;  // a new conversation's state
+  bool state_grows = false;     // a full-attention layer's cache grows with each token
   std::atomic<std::int64_t> http_requests{0}, rejected_full{0}, rejected_bad{0}, disconnects{0},
       unauthorized{0};
   std::atomic<int> responding{0};  // completions whose response is not fully written yet
@@ -298,9 +301,13 @@ long parse_duration(const std::string& text, const std::string& option) {
   return value * scale;
 }
 
+// OpenAI's model object, and recur's own member: a new conversation's state (what the chat
+// page shows).
 std::string model_json(const Server& s) {
-  return fmt::format(R"({{"id":{},"object":"model","created":{},"owned_by":"recur"}})",
-                     json::quote(s.served.name), s.started);
+  return fmt::format(R"({{"id":{},"object":"model","created":{},"owned_by":"recur",)"
+                     R"("recur":{{"state_bytes":{},"state_grows":{}}}}})",
+                     json::quote(s.served.name), s.started, s.state_bytes,
+                     s.state_grows ? "true" : "false");
 }
 
 // cpp-httplib 0.11 listens with a backlog of 5 connections: a burst of clients beyond that has
@@ -443,6 +450,11 @@ int run_serve(int argc, char** argv) {
   s.store = &store;
   s.keys = std::move(keys);
   s.served.model = tm.model;
+  {
+    const Decoder probe(tm.model, DecoderOptions{1, 1});
+    s.state_bytes = probe.state_bytes();
+    s.state_grows = probe.state_grows();
+  }
   s.served.tokenizer = tm.tokenizer;
   s.served.max_tokens_limit = args.integer("max-tokens-limit", 1, std::int64_t(1) << 40);
   s.served.name = args.given("name") ? args.str("name")
@@ -526,6 +538,10 @@ int run_serve(int argc, char** argv) {
       return send_error(res, 404, fmt::format("the model '{}' does not exist here", std::string(req.matches[1])),
                         "not_found_error", "model");
     res.set_content(model_json(s), "application/json");
+  });
+  // The chat page, outside /v1/: it asks for the API key itself and sends it with each request.
+  http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(serve::kChatPage, "text/html; charset=utf-8");
   });
   http.Get("/health", [&s](const httplib::Request&, httplib::Response& res) {
     if (s.engine->draining()) return send_error(res, 503, "shutting down", "server_error");

@@ -75,6 +75,12 @@ std::size_t Decoder::state_bytes(MixerKind kind) const {
   return n;
 }
 
+bool Decoder::state_grows() const {
+  for (const auto& s : impl_->states)
+    if (s->grows()) return true;
+  return false;
+}
+
 std::size_t Decoder::state_bytes() const {
   std::size_t n = 0;
   for (const auto& s : impl_->states) n += s->raw_size();

@@ -333,6 +333,9 @@ class Decoder {
   std::size_t state_bytes() const;
   /// The same for the layers of one mixer kind alone.
   std::size_t state_bytes(MixerKind kind) const;
+  /// Whether the state grows with the sequence (a full softmax layer's KV cache); every other
+  /// layer's is the same size at any length.
+  bool state_grows() const;
 
   /// Writes the state to `path`: versioned, checksummed, tagged with the model's fingerprint,
   /// with the session if one is given. The file is written beside `path` and renamed over it,
