@@ -22,6 +22,8 @@ run "$build/tests/test_isa"
 run "$build/tests/test_matmul"
 run "$build/tests/test_quant"
 run "$build/tests/test_gated_attention" --warn NoTests "[exactness],[isa],[gates]"
+# The delta rule's update (RWKV-7, Gated DeltaNet): NEON's bytes against the scalar order.
+run "$build/tests/test_delta" --warn NoTests "[exactness]"
 run "$build/tests/test_model" --warn NoTests "prefill in any chunking*"
 run "$build/tests/test_model" --warn NoTests "[state]"
 run "$build/tests/test_io"
