@@ -430,9 +430,10 @@ TEST_CASE("bad sizes and pointers are refused, naming the call and the sizes, st
   CHECK(first_difference(S, S_before) != -1);
 }
 
-// DESIGN.md 3.10: the decay bounds S, so one float32 level should not drift as the sums of 3.3
-// do. Over 2^20 tokens of one RWKV-7-like head (d 64), the worst relative error of y against the
-// float64 recurrence, per window, printed at powers of 4 and bounded at the end.
+// The decay bounds S, so one float32 level should not drift as linear attention's undecayed sums
+// do (docs/design.md, "Why the state has two levels"). Over 2^20 tokens of one RWKV-7-like head
+// (d 64), the worst relative error of y against the float64 recurrence, per window, printed at
+// powers of 4 and bounded at the end.
 TEST_CASE("a million tokens of the delta walk stay within the stated error of float64",
           "[.][delta][fidelity]") {
   constexpr int dk = 64, dv = 64, kBlock = 4096;
