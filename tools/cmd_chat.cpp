@@ -224,12 +224,7 @@ int run_chat(int argc, char** argv) {
               "  /quit        end (so does the end of input)\n"
               "Ctrl-C during a reply stops the reply and keeps the conversation.");
   if (!args.parse(argc, argv, 2)) return 0;
-  SamplerOptions so;
-  so.temperature = args.flag_set("greedy") ? 0.0f : static_cast<float>(args.real("temperature", 0, 1e6));
-  so.top_k = static_cast<int>(args.integer("top-k", 0, 1 << 24));
-  so.top_p = static_cast<float>(args.real("top-p", 1e-9, 1.0));
-  so.repetition_penalty = static_cast<float>(args.real("repetition-penalty", 1e-6, 1e6));
-  so.seed = static_cast<std::uint64_t>(args.integer("seed", 0, INT64_MAX));
+  const SamplerOptions so = sampler_options(args);
   const std::int64_t max_tokens = args.integer("tokens", 1, 1 << 24);
   const DecoderOptions options = decoder_options(args);
 

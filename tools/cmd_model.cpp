@@ -109,6 +109,16 @@ void describe_model(const TextModel& tm) {
     fmt::print(stderr, "model: random weights (seed {}), so its text is noise\n", kBuiltinSeed);
 }
 
+SamplerOptions sampler_options(const Args& args) {
+  SamplerOptions so;
+  so.temperature = args.flag_set("greedy") ? 0.0f : static_cast<float>(args.real("temperature", 0, 1e6));
+  so.top_k = static_cast<int>(args.integer("top-k", 0, 1 << 24));
+  so.top_p = static_cast<float>(args.real("top-p", 1e-9, 1.0));
+  so.repetition_penalty = static_cast<float>(args.real("repetition-penalty", 1e-6, 1e6));
+  so.seed = static_cast<std::uint64_t>(args.integer("seed", 0, INT64_MAX));
+  return so;
+}
+
 DecoderOptions decoder_options(const Args& args) {
   DecoderOptions o;
   o.chunk = static_cast<int>(args.integer("chunk", 1, 1 << 16));
@@ -166,12 +176,7 @@ int run_generate(int argc, char** argv) {
           "writes beside the file and renames it over, so a failed save leaves the old file; it\n"
           "replaces only a regular file and follows a symbolic link to its target.");
   if (!args.parse(argc, argv, 2)) return 0;
-  SamplerOptions so;
-  so.temperature = args.flag_set("greedy") ? 0.0f : static_cast<float>(args.real("temperature", 0, 1e6));
-  so.top_k = static_cast<int>(args.integer("top-k", 0, 1 << 24));
-  so.top_p = static_cast<float>(args.real("top-p", 1e-9, 1.0));
-  so.repetition_penalty = static_cast<float>(args.real("repetition-penalty", 1e-6, 1e6));
-  so.seed = static_cast<std::uint64_t>(args.integer("seed", 0, INT64_MAX));
+  const SamplerOptions so = sampler_options(args);
   const auto n_new = args.integer("tokens", 0, 1LL << 40);
   const DecoderOptions options = decoder_options(args);
   const bool loading = args.given("load-state");

@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "text/unicode.h"
 #include "recur/model.h"
+#include "recur/sampling.h"
 #include "recur/tokenizer.h"
 
 namespace recur::cli {
@@ -29,6 +30,8 @@ struct TextModel {
   void require_text() const;
 };
 
+/// --greedy or --temperature, --top-k, --top-p, --repetition-penalty and --seed as SamplerOptions.
+SamplerOptions sampler_options(const Args& args);
 /// --chunk and --threads as DecoderOptions.
 DecoderOptions decoder_options(const Args& args);
 
