@@ -17,14 +17,17 @@ constexpr int kPad = 16;
 constexpr int P = CausalState::kPageSlots;
 int padded(int n) { return (n + kPad - 1) / kPad * kPad; }
 
-// GPT-NeoX's rotation of one head's row, then times `scale`: each multiply and add rounded on
-// its own (no contraction in this tree), as WindowAttention rotates.
-void rotate(const float* x, const float* c, const float* s, int half, float scale, float* out) {
+// GPT-NeoX's rotation of one head's row (d wide, its first 2 * half dimensions turned), then
+// times `scale`: each multiply and add rounded on its own (no contraction in this tree), as
+// WindowAttention rotates.
+void rotate(const float* x, const float* c, const float* s, int half, int d, float scale,
+            float* out) {
   for (int i = 0; i < half; ++i) {
     const float x1 = x[i], x2 = x[i + half];
     out[i] = (x1 * c[i] - x2 * s[i]) * scale;
     out[i + half] = (x2 * c[i] + x1 * s[i]) * scale;
   }
+  for (int i = 2 * half; i < d; ++i) out[i] = x[i] * scale;
 }
 
 // What one query needs besides the state: a page of scores, the weights of every visible key,
@@ -178,12 +181,16 @@ CausalAttention::CausalAttention(const CausalAttentionConfig& config) : config_(
     detail::throw_argument(call, "rope_theta is {}, expected a finite number > 1", c.rope_theta);
   if (!std::isfinite(c.scale) || c.scale < 0.0f)
     detail::throw_argument(call, "scale is {}, expected a finite number >= 0 (0: default)", c.scale);
+  if (c.rotary_dim < 0 || c.rotary_dim > c.d_head || c.rotary_dim % 2 != 0)
+    detail::throw_argument(call, "rotary_dim is {}, expected an even number from 0 (all) to d_head "
+                                 "{}", c.rotary_dim, c.d_head);
   scale_ = c.scale != 0.0f ? c.scale : static_cast<float>(1.0 / std::sqrt(double(c.d_head)));
-  const int half = c.d_head / 2;
+  const int rot = c.rotary_dim > 0 ? c.rotary_dim : c.d_head;
+  const int half = rot / 2;
   inv_freq_.resize(std::size_t(half));
   for (int i = 0; i < half; ++i)
     inv_freq_[std::size_t(i)] = static_cast<float>(
-        1.0 / std::pow(double(c.rope_theta), 2.0 * double(i) / double(c.d_head)));
+        1.0 / std::pow(double(c.rope_theta), 2.0 * double(i) / double(rot)));
 }
 
 CausalState CausalAttention::make_state() const {
@@ -283,7 +290,7 @@ void CausalAttention::step(CausalState& state, ConstVectorRef q, ConstVectorRef 
     if (state.weights_.size() < std::size_t(pos + 1))
       state.weights_.resize(std::max<std::size_t>(std::size_t(pos + 1), 2 * state.weights_.size()));
   }
-  const int half = d / 2, dp = state.d_padded_;
+  const int half = int(inv_freq_.size()), dp = state.d_padded_;
   float* cos_t = state.workspace_.data();
   float* sin_t = cos_t + half;
   float* qs = sin_t + half;
@@ -293,7 +300,7 @@ void CausalAttention::step(CausalState& state, ConstVectorRef q, ConstVectorRef 
   rotary(pos, cos_t, sin_t);
   const std::int64_t slot = window > 0 ? pos % (window + 1) : pos;
   for (int g = 0; g < Hkv; ++g) {
-    rotate(k.data() + g * d, cos_t, sin_t, half, 1.0f, kr);
+    rotate(k.data() + g * d, cos_t, sin_t, half, d, 1.0f, kr);
     float* kc = state.keys(std::size_t(slot / P), g);
     for (int i = 0; i < d; ++i) kc[std::size_t(i) * P + std::size_t(slot % P)] = kr[i];
     std::memcpy(state.values(std::size_t(slot / P), g) + std::size_t(slot % P) * std::size_t(dp),
@@ -301,7 +308,7 @@ void CausalAttention::step(CausalState& state, ConstVectorRef q, ConstVectorRef 
   }
   const kernels::Kernels& kern = kernels::active();
   for (int h = 0; h < H; ++h) {
-    rotate(q.data() + h * d, cos_t, sin_t, half, scale_, qs);
+    rotate(q.data() + h * d, cos_t, sin_t, half, d, scale_, qs);
     attend_one(kern, state, h / G, d, dp, window, qs, pos, w, out.data() + h * d,
                &CausalAccess::keys, &CausalAccess::values);
   }
@@ -336,7 +343,7 @@ void CausalAttention::prefill(CausalState& state, const ConstMatrixRef& Q, const
     if (state.weights_.size() < std::size_t(pos0 + T))
       state.weights_.resize(std::max<std::size_t>(std::size_t(pos0 + T), 2 * state.weights_.size()));
   }
-  const int half = d / 2, dp = state.d_padded_;
+  const int half = int(inv_freq_.size()), dp = state.d_padded_;
   const int chunk = int(std::min<Eigen::Index>(options.chunk, T));
   const int threads = std::min(detail::resolve_threads(options.threads), Hkv);
   const std::size_t visible = window > 0 ? std::size_t(window + 1) : std::size_t(pos0 + T);
@@ -363,13 +370,13 @@ void CausalAttention::prefill(CausalState& state, const ConstMatrixRef& Q, const
           const float* c = cos_t + std::size_t(t * half);
           const float* s = sin_t + std::size_t(t * half);
           const std::int64_t slot = window > 0 ? pos % (window + 1) : pos;
-          rotate(K.data() + row * K.outerStride() + g * d, c, s, half, 1.0f, kr);
+          rotate(K.data() + row * K.outerStride() + g * d, c, s, half, d, 1.0f, kr);
           float* kc = state.keys(std::size_t(slot / P), g);
           for (int i = 0; i < d; ++i) kc[std::size_t(i) * P + std::size_t(slot % P)] = kr[i];
           std::memcpy(state.values(std::size_t(slot / P), g) + std::size_t(slot % P) * std::size_t(dp),
                       V.data() + row * V.outerStride() + g * d, sizeof(float) * std::size_t(d));
           for (int h = g * G; h < (g + 1) * G; ++h) {
-            rotate(Q.data() + row * Q.outerStride() + h * d, c, s, half, scale_, qs);
+            rotate(Q.data() + row * Q.outerStride() + h * d, c, s, half, d, scale_, qs);
             attend_one(kern, state, g, d, dp, window, qs, pos, w, O.data() + row * O.outerStride() + h * d,
                        &CausalAccess::keys, &CausalAccess::values);
           }

@@ -17,6 +17,7 @@ const Family* const* families_list() {
       &models::based_family(),
       &models::fla_family(),
       &models::rwkv7_family(),
+      &models::gdn_family(),
       nullptr,
   };
   return list;
@@ -57,8 +58,8 @@ ModelConfig config_from_weights(const WeightSource& weights, const std::string& 
 }
 
 const char* known_model_types() {
-  return "linear_attn, transformers_are_rnns, gla, retnet, hgrn2, rwkv7 and Based (gpt2 with "
-         "alt_mixer)";
+  return "linear_attn, transformers_are_rnns, gla, retnet, hgrn2, rwkv7, qwen3_5, qwen3_5_text, "
+         "gated_deltanet and Based (gpt2 with alt_mixer)";
 }
 
 }  // namespace recur::model

@@ -29,7 +29,10 @@ struct CausalAttentionConfig {
   /// 0: full attention over every earlier token (the state grows). Else the previous tokens a
   /// token sees (flash-attn's window (window, 0); fla's window_size is this plus one).
   int window = 0;
-  float rope_theta = 10000.0f;  ///< pair i turns by pos * rope_theta^(-2i / d_head)
+  float rope_theta = 10000.0f;  ///< pair i turns by pos * rope_theta^(-2i / rotary_dim)
+  /// The leading dimensions rotary turns (even, at most d_head; 0: all of them): pairs
+  /// (i, i + rotary_dim / 2), the rest pass unturned (Qwen3.5's partial rotary).
+  int rotary_dim = 0;
   float scale = 0.0f;           ///< multiplies q . k; 0 picks d_head^-1/2
 };
 

@@ -40,6 +40,9 @@ enum class Architecture {
   kRetNet,               ///< model_type "retnet" (multi-scale retention)
   kHgrn2,                ///< model_type "hgrn2"
   kRwkv7,                ///< RWKV-7: model_type "rwkv7" (fla-hub) or BlinkDL's bare .pth
+  kQwen35,               ///< Qwen3.5's text model: model_type "qwen3_5" (its text_config) or
+                         ///< "qwen3_5_text"; Gated DeltaNet and gated full attention
+  kGatedDeltaNet,        ///< model_type "gated_deltanet" or "delta_net" (flash-linear-attention)
 };
 
 /// What mixes tokens in one layer. Every kind keeps a state of fixed size per sequence.
@@ -50,7 +53,8 @@ enum class MixerKind {
   kGated,            ///< a decayed recurrence (GLA, RetNet, HGRN2), with its short convolutions
   kAttention,        ///< fla's hybrid `attn` layers: causal softmax attention, full (a KV cache
                      ///< that grows with the sequence) or windowed (constant)
-  kDeltaRule,        ///< RWKV-7's time mix: a delta-rule recurrence with its token shifts
+  kDeltaRule,        ///< a delta-rule recurrence: RWKV-7's time mix with its token shifts,
+                     ///< Gated DeltaNet with its short convolutions
 };
 
 /// One entry of an fla config's `attn` block: softmax attention at some layers.

@@ -1,0 +1,307 @@
+// The Gated DeltaNet models as a family of recur: reading Qwen3.5's and fla's tensors into one
+// Stack (gdn_network.h), and the Family interface (config.json, tensor table, make-model,
+// description). docs/qwen35.md.
+#include "models/gdn/gdn.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/loader.h"
+#include "models/gdn/gdn_network.h"
+#include "models/registry.h"
+#include "recur/error.h"
+
+namespace recur::models::gdn {
+namespace {
+
+using model::Dense;
+using model::Norm;
+using model::Role;
+using Layout = GdnConfig::Layout;
+
+int round16(int n) { return (n + 15) / 16 * 16; }
+
+class Reader {
+ public:
+  Reader(const ModelConfig& c, model::Loader& L)
+      : c_(c), g_(config_of(c)), n_(names_of(g_)), L_(L), d_(c.hidden_size) {}
+
+  // An RMSNorm over `dim`: Qwen's zero-centred ones (`zero_centred`) multiply by 1 + w, which
+  // is rounded to float once here, as the reference rounds 1.0 + w.float().
+  Norm rms(const std::string& name, int dim, bool zero_centred, const char* why) {
+    Norm n;
+    n.dim = dim;
+    n.eps = float(c_.norm_eps);
+    n.weight = L_.take(name, {dim}, why);
+    if (zero_centred)
+      for (float& w : n.weight) w = 1.0f + w;
+    return n;
+  }
+
+  Dense dense(const std::string& name, int n_out, int k_in, const char* why) {
+    return model::dense(L_, name, n_out, k_in, false, why);
+  }
+
+  std::unique_ptr<ShortConvolution> conv(const std::string& name, int channels) {
+    const auto taps = L_.take(name, {channels, 1, g_.conv_size},
+                              "the convolution's channels, 1, its kernel size");
+    return std::make_unique<ShortConvolution>(
+        Eigen::Map<const RowMatrix>(taps.data(), channels, g_.conv_size));
+  }
+
+  GdnMixer mixer(const std::string& a) {
+    GdnMixer m;
+    m.Hk = g_.n_k_heads;
+    m.Hv = g_.n_v_heads;
+    m.d_k = g_.d_k;
+    m.d_v = g_.d_v;
+    m.d_kp = round16(g_.d_k);
+    const int K = m.Hk * m.d_k, V = m.Hv * m.d_v, W = m.conv_width();
+    m.gate = g_.use_gate;
+    m.neg_eigval = g_.allow_neg_eigval;
+    if (g_.qwen()) {
+      m.in_proj.push_back(dense(a + "in_proj_qkv", W, d_, "2 key widths + value width, hidden_size"));
+      m.in_col = {0};
+      m.z = dense(a + "in_proj_z", V, d_, "value heads * value head size, hidden_size");
+      m.b = dense(a + "in_proj_b", m.Hv, d_, "value heads, hidden_size");
+      m.a = dense(a + "in_proj_a", m.Hv, d_, "value heads, hidden_size");
+      m.convs.push_back(conv(a + "conv1d.weight", W));
+      m.conv_col = {0};
+    } else {
+      m.in_proj.push_back(dense(a + "q_proj", K, d_, "num_heads * head_dim, hidden_size"));
+      m.in_proj.push_back(dense(a + "k_proj", K, d_, "num_heads * head_dim, hidden_size"));
+      m.in_proj.push_back(dense(a + "v_proj", V, d_, "value heads * head_v_dim, hidden_size"));
+      m.in_col = {0, K, 2 * K};
+      m.a = dense(a + "a_proj", m.Hv, d_, "value heads, hidden_size");
+      m.b = dense(a + "b_proj", m.Hv, d_, "value heads, hidden_size");
+      if (g_.use_conv) {
+        m.convs.push_back(conv(a + "q_conv1d.weight", K));
+        m.convs.push_back(conv(a + "k_conv1d.weight", K));
+        m.convs.push_back(conv(a + "v_conv1d.weight", V));
+        m.conv_col = {0, K, 2 * K};
+      }
+      if (m.gate) m.z = dense(a + "g_proj", V, d_, "value heads * head_v_dim, hidden_size");
+      // fla's layers of early 2025 kept a parameter D that their forward pass never read.
+      L_.ignore(a + "D");
+    }
+    const auto A_log = L_.take(a + "A_log", {m.Hv}, "value heads");
+    m.dt_bias = L_.take(a + "dt_bias", {m.Hv}, "value heads");
+    for (const float x : A_log) m.neg_A.push_back(float(-std::exp(double(x))));
+    m.out_norm = rms(a + (g_.qwen() ? "norm.weight" : "o_norm.weight"), m.d_v, false,
+                     "the value head size");
+    m.out = dense(a + (g_.qwen() ? "out_proj" : "o_proj"), d_, V, "hidden_size, value width");
+    return m;
+  }
+
+  GatedAttentionLayer attention(const std::string& a) {
+    GatedAttentionLayer A;
+    A.H = g_.n_heads;
+    A.Hkv = g_.n_kv_heads;
+    A.d = g_.head_dim;
+    const int hd = A.H * A.d, kv = A.Hkv * A.d;
+    A.q = dense(a + "q_proj", 2 * hd, d_, "2 * num_attention_heads * head_dim, hidden_size");
+    A.k = dense(a + "k_proj", kv, d_, "num_key_value_heads * head_dim, hidden_size");
+    A.v = dense(a + "v_proj", kv, d_, "num_key_value_heads * head_dim, hidden_size");
+    A.o = dense(a + "o_proj", d_, hd, "hidden_size, num_attention_heads * head_dim");
+    A.q_norm = rms(a + "q_norm.weight", A.d, true, "head_dim");
+    A.k_norm = rms(a + "k_norm.weight", A.d, true, "head_dim");
+    CausalAttentionConfig ac;
+    ac.n_heads = A.H;
+    ac.n_kv_heads = A.Hkv;
+    ac.d_head = A.d;
+    ac.rope_theta = float(g_.rope_theta);
+    ac.rotary_dim = g_.rotary_dim();
+    A.attention = std::make_unique<CausalAttention>(ac);
+    return A;
+  }
+
+  void load(const WeightSource& weights, Model::Impl& impl) {
+    const int V = c_.vocab_size, I = c_.intermediate_size;
+    const bool qwen = g_.qwen();
+    Stack s;
+    s.hidden = d_;
+    s.intermediate = I;
+    Dense tied;
+    if (c_.tie_word_embeddings) {
+      const model::MatrixWeight table =
+          L_.take_matrix(n_.emb, n_.emb, V, d_, Role::kHead, "vocab_size, hidden_size");
+      impl.embeddings = table.dense_values();
+      L_.accept_tied(n_.head, table, {V, d_});
+      tied.w = table.rows(0, V);
+    } else {
+      impl.embeddings = L_.take(n_.emb, {V, d_}, "vocab_size, hidden_size");
+    }
+    for (int i = 0; i < c_.num_hidden_layers; ++i) {
+      const std::string p = n_.layer(i);
+      Layer l;
+      l.attention = c_.mixers[std::size_t(i)] == MixerKind::kAttention;
+      l.mixer_norm = rms(p + (qwen ? "input_layernorm.weight" : "attn_norm.weight"), d_, qwen,
+                         "hidden_size");
+      if (l.attention) l.attn = attention(p + "self_attn.");
+      else l.gdn = mixer(p + (qwen ? "linear_attn." : "attn."));
+      l.mlp_norm = rms(p + (qwen ? "post_attention_layernorm.weight" : "mlp_norm.weight"), d_,
+                       qwen, "hidden_size");
+      l.gate = dense(p + "mlp.gate_proj", I, d_, "intermediate_size, hidden_size");
+      l.up = dense(p + "mlp.up_proj", I, d_, "intermediate_size, hidden_size");
+      l.down = dense(p + "mlp.down_proj", d_, I, "hidden_size, intermediate_size");
+      s.layers.push_back(std::move(l));
+    }
+    impl.has_final_norm = true;
+    impl.final_norm = rms(n_.final_norm, d_, qwen, "hidden_size");
+    impl.lm_head = c_.tie_word_embeddings
+                       ? std::move(tied)
+                       : model::dense(L_, "lm_head", V, d_, false, "vocab_size, hidden_size",
+                                      Role::kHead);
+    // The multimodal checkpoint's vision tower and multi-token-prediction head: skipped by
+    // name; any other tensor the table does not list is refused by the loader.
+    if (g_.layout == Layout::kQwen35)
+      for (const auto& name : weights.names())
+        if (name.rfind("model.visual.", 0) == 0 || name.rfind("mtp.", 0) == 0) L_.ignore(name);
+    if (g_.layout == Layout::kQwen35Text)
+      for (const auto& name : weights.names())
+        if (name.rfind("mtp.", 0) == 0) L_.ignore(name);
+    impl.network = make_network(std::move(s));
+  }
+
+ private:
+  const ModelConfig& c_;
+  const GdnConfig& g_;
+  Names n_;
+  model::Loader& L_;
+  int d_;
+};
+
+std::string bool_json(bool b) { return b ? "true" : "false"; }
+
+class Family final : public model::Family {
+ public:
+  const char* name() const override { return "gated deltanet"; }
+  const char* model_type(const ModelConfig& c) const override {
+    switch (config_of(c).layout) {
+      case Layout::kQwen35: return "qwen3_5";
+      case Layout::kQwen35Text: return "qwen3_5_text";
+      default: return "gated_deltanet";
+    }
+  }
+  bool has(Architecture a) const override {
+    return a == Architecture::kQwen35 || a == Architecture::kGatedDeltaNet;
+  }
+  bool reads(const std::string& type, const json::Value&) const override {
+    return type == "qwen3_5" || type == "qwen3_5_text" || type == "gated_deltanet";
+  }
+  void read_config(const std::string& type, const json::Value& root, model::Fields& f,
+                   ModelConfig& c) const override {
+    gdn::read_config(type, root, f, c);
+  }
+  void resolve(ModelConfig& c, const std::string& source) const override { gdn::resolve(c, source); }
+  std::string config_fields(const ModelConfig& c) const override { return gdn::config_fields(c); }
+  std::vector<model::TensorSpec> tensors(const ModelConfig& c) const override {
+    return tensors_of(c);
+  }
+  void load(const ModelConfig& c, const WeightSource& weights, model::Loader& L,
+            Model::Impl& impl) const override {
+    Reader(c, L).load(weights, impl);
+  }
+
+  std::vector<std::string> make_model_archs() const override { return {"qwen35", "gated_deltanet"}; }
+  std::vector<model::MakeOption> make_model_options() const override {
+    const std::vector<std::string> both = {"qwen35", "gated_deltanet"}, qwen = {"qwen35"},
+                                   fla = {"gated_deltanet"};
+    return {{"gdn-k-heads", "", "Gated DeltaNet key heads (default: --heads)", false, qwen},
+            {"gdn-v-heads", "", "Gated DeltaNet value heads (default: twice the key heads for "
+                                "qwen35, the key heads for gated_deltanet)", false, both},
+            {"gdn-head-dim", "", "Gated DeltaNet key head size (default 16)", false, both},
+            {"gdn-v-dim", "", "Gated DeltaNet value head size (default: the key head size; "
+                              "gated_deltanet: twice it)", false, both},
+            {"head-dim", "", "the full-attention layers' head size (default hidden / heads)",
+             false, qwen},
+            {"attn-kv-heads", "", "the full-attention layers' kv heads (default: as many as "
+                                  "heads)", false, qwen},
+            {"full-attention-interval", "4", "every N-th layer is full attention", false, qwen},
+            {"partial-rotary", "0.25", "the rotary fraction of the attention head", false, qwen},
+            {"text-only", nullptr, "the text model's layout (qwen3_5_text) instead of the "
+                                   "multimodal one", true, qwen},
+            {"no-output-gate", nullptr, "no output gate (use_output_gate / use_gate false)", true,
+             fla},
+            {"gdn-no-conv", nullptr, "no short convolutions (use_short_conv false)", true, fla},
+            {"allow-neg-eigval", nullptr, "beta in (0, 2) (allow_neg_eigval)", true, fla}};
+  }
+  std::string make_model_config(const std::string& arch, const model::MakeOptions& o) const override {
+    const auto hidden = o.integer("hidden", 1, 1 << 20), heads = o.integer("heads", 1, 1 << 16);
+    const auto vocab = o.integer("vocab", 1, 1 << 24), layers = o.integer("layers", 1, 4096);
+    const auto inter = o.integer("intermediate", 0, 1 << 20);
+    const auto dk = o.given("gdn-head-dim") ? o.integer("gdn-head-dim", 1, 1 << 16) : 16;
+    if (arch == "gated_deltanet") {
+      const auto hv = o.given("gdn-v-heads") ? o.integer("gdn-v-heads", 1, 1 << 16) : heads;
+      const auto dv = o.given("gdn-v-dim") ? o.integer("gdn-v-dim", 1, 1 << 16) : 2 * dk;
+      std::string json = fmt::format(
+          "{{\"model_type\": \"gated_deltanet\", \"vocab_size\": {}, \"hidden_size\": {}, "
+          "\"num_hidden_layers\": {}, \"num_heads\": {}, \"num_v_heads\": {}, \"head_dim\": {}, "
+          "\"expand_v\": {}, \"use_gate\": {}, \"use_short_conv\": {}, \"allow_neg_eigval\": {}, "
+          "\"tie_word_embeddings\": {}",
+          vocab, hidden, layers, heads, hv, dk, double(dv) / double(dk),
+          bool_json(!o.flag("no-output-gate")), bool_json(!o.flag("gdn-no-conv")),
+          bool_json(o.flag("allow-neg-eigval")), bool_json(o.flag("tie-embeddings")));
+      if (inter > 0) json += fmt::format(", \"intermediate_size\": {}", inter);
+      return json + "}";
+    }
+    const auto hk = o.given("gdn-k-heads") ? o.integer("gdn-k-heads", 1, 1 << 16) : heads;
+    const auto hv = o.given("gdn-v-heads") ? o.integer("gdn-v-heads", 1, 1 << 16) : 2 * hk;
+    const auto dv = o.given("gdn-v-dim") ? o.integer("gdn-v-dim", 1, 1 << 16) : dk;
+    if (!o.given("head-dim") && hidden % heads != 0)
+      throw ArgumentError(fmt::format("--hidden {} is not --heads {} heads of one size: give "
+                                      "--head-dim", hidden, heads));
+    const auto hd = o.given("head-dim") ? o.integer("head-dim", 2, 1 << 16) : hidden / heads;
+    const auto kv = o.given("attn-kv-heads") ? o.integer("attn-kv-heads", 1, 1 << 16) : heads;
+    const auto every = o.integer("full-attention-interval", 1, 4096);
+    std::string text = fmt::format(
+        "\"vocab_size\": {}, \"hidden_size\": {}, \"intermediate_size\": {}, "
+        "\"num_hidden_layers\": {}, \"num_attention_heads\": {}, \"num_key_value_heads\": {}, "
+        "\"head_dim\": {}, \"linear_num_key_heads\": {}, \"linear_num_value_heads\": {}, "
+        "\"linear_key_head_dim\": {}, \"linear_value_head_dim\": {}, "
+        "\"full_attention_interval\": {}, \"rope_parameters\": {{\"rope_type\": \"default\", "
+        "\"rope_theta\": 10000000, \"partial_rotary_factor\": {}}}, \"tie_word_embeddings\": {}",
+        vocab, hidden, inter > 0 ? inter : 3 * hidden, layers, heads, kv, hd, hk, hv, dk, dv,
+        every, o.real("partial-rotary", 1e-6, 1.0), bool_json(o.flag("tie-embeddings")));
+    if (o.flag("text-only")) return "{\"model_type\": \"qwen3_5_text\", " + text + "}";
+    return "{\"model_type\": \"qwen3_5\", \"tie_word_embeddings\": " +
+           bool_json(o.flag("tie-embeddings")) + ", \"text_config\": {" + text + "}}";
+  }
+
+  std::string describe(const Model& m, const std::string& label) const override {
+    const ModelConfig& c = m.config();
+    const GdnConfig& g = config_of(c);
+    const auto n_attn = std::count(c.mixers.begin(), c.mixers.end(), MixerKind::kAttention);
+    // A full-attention layer's KV cache: a key and a value per kv head per token.
+    const std::size_t grow = std::size_t(n_attn) * 2 * std::size_t(g.n_kv_heads) *
+                             std::size_t(g.head_dim) * sizeof(float);
+    return fmt::format(
+        "model: {}: {}, {} layers ({} Gated DeltaNet: {} key heads of {}, {} value heads of {}; "
+        "{} gated full attention{}), hidden {}, MLP {}, vocab {}, {:.2f}M parameters\n"
+        "state: {:.2f} MiB{}\n",
+        label, model_type(c), c.num_hidden_layers, c.num_hidden_layers - n_attn, g.n_k_heads,
+        g.d_k, g.n_v_heads, g.d_v, n_attn,
+        n_attn ? fmt::format(": {} heads ({} kv) of {}, rotary {}", g.n_heads, g.n_kv_heads,
+                             g.head_dim, g.rotary_dim())
+               : std::string(),
+        c.hidden_size, c.intermediate_size, c.vocab_size, double(m.parameters()) / 1e6,
+        double(model::new_state_bytes(*m.impl().network)) / double(1 << 20),
+        grow ? fmt::format(" at the start, and the full-attention layers' KV cache adds {} bytes "
+                           "every token (conversations' memory counts it)", grow)
+             : std::string(" at any length"));
+  }
+};
+
+}  // namespace
+}  // namespace recur::models::gdn
+
+namespace recur::models {
+
+const model::Family& gdn_family() {
+  static const gdn::Family family;
+  return family;
+}
+
+}  // namespace recur::models

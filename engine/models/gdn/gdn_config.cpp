@@ -1,0 +1,398 @@
+// The Gated DeltaNet models' configuration: Qwen3.5's config.json (transformers'
+// Qwen3_5Config: the text model's fields inside text_config, or a text-only Qwen3_5TextConfig),
+// fla's gated_deltanet config (fla/models/gated_deltanet), and the tensor table of each layout
+// (docs/qwen35.md, "Tensors").
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "models/gdn/gdn.h"
+#include "recur/error.h"
+
+namespace recur::models::gdn {
+
+using model::config_fail;
+using model::describe_json;
+using model::Fields;
+using model::kMaxDim;
+using Init = model::TensorSpec::Init;
+using Layout = GdnConfig::Layout;
+
+namespace {
+
+constexpr int kMaxHeads = 1 << 16;
+
+// text_config's fields that change nothing recur computes: identity, training switches, the
+// multi-token-prediction head (whose tensors the loader skips by name), special tokens.
+const std::set<std::string> kQwenIgnored = {
+    "model_type", "dtype", "torch_dtype", "bos_token_id", "pad_token_id", "initializer_range",
+    "use_cache", "attention_dropout", "mtp_num_hidden_layers", "mtp_use_dedicated_embeddings",
+    "transformers_version", "_name_or_path", "architectures", "output_router_logits"};
+
+// Qwen's rope: theta and the rotary fraction from rope_parameters (transformers 5) or
+// rope_scaling / the top-level fields (older files). Text-only positions make the multimodal
+// sections (mrope_section, mrope_interleaved) one ordinary rotary: every section turns by the
+// same position.
+void read_rope(Fields& t, const std::string& source, GdnConfig& g) {
+  g.rope_theta = t.number("rope_theta", 10000000, 1.0 + 1e-9, 1e12);
+  g.partial_rotary_factor = t.number("partial_rotary_factor", 0.25, 1e-9, 1.0);
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    const json::Value* rp = t.get(key);
+    if (!rp) continue;
+    if (!rp->is_object()) config_fail(source, "text_config.{} is {}, expected an object", key, describe_json(*rp));
+    Fields r(*rp, source, std::string("text_config.") + key);
+    std::string type = r.string("rope_type", "");
+    if (type.empty()) type = r.string("type", "default");
+    if (type != "default" && type != "mrope")
+      config_fail(source, "text_config.{}.rope_type is '{}': recur runs Qwen3.5's default rotary "
+                          "(no scaling)", key, type);
+    g.rope_theta = r.number("rope_theta", g.rope_theta, 1.0 + 1e-9, 1e12);
+    g.partial_rotary_factor = r.number("partial_rotary_factor", g.partial_rotary_factor, 1e-9, 1.0);
+    r.mark("mrope_section");
+    r.mark("mrope_interleaved");
+    r.reject_unknown({}, "recur does not know what it changes in the rotary embedding");
+  }
+}
+
+void read_qwen(const std::string& type, const json::Value& root, Fields& top, ModelConfig& c,
+               GdnConfig& g) {
+  const std::string& source = top.source();
+  const json::Value* text = &root;
+  std::string owner;
+  bool tie_top = false, has_tie_top = false;
+  if (type == "qwen3_5") {
+    g.layout = Layout::kQwen35;
+    text = top.get("text_config");
+    if (!text || !text->is_object())
+      config_fail(source, "model_type qwen3_5 without a text_config object");
+    owner = "text_config";
+    // The vision tower's settings: its tensors are skipped by name, text runs without it.
+    for (const char* k : {"vision_config", "image_token_id", "video_token_id",
+                          "vision_start_token_id", "vision_end_token_id"})
+      top.mark(k);
+    if (root.find("tie_word_embeddings")) {
+      has_tie_top = true;
+      tie_top = top.boolean("tie_word_embeddings", false);
+    }
+  } else {
+    g.layout = Layout::kQwen35Text;
+  }
+  Fields own(*text, source, owner);
+  Fields& t = type == "qwen3_5" ? own : top;
+  c.vocab_size = t.integer("vocab_size", 248320, 1, 1 << 24);
+  c.hidden_size = t.integer("hidden_size", 4096, 1, kMaxDim);
+  c.intermediate_size = t.integer("intermediate_size", 12288, 1, kMaxDim);
+  c.num_hidden_layers = t.integer("num_hidden_layers", 32, 1, 4096);
+  g.n_heads = t.integer("num_attention_heads", 16, 1, kMaxHeads);
+  g.n_kv_heads = t.integer("num_key_value_heads", 4, 1, kMaxHeads);
+  g.head_dim = t.integer("head_dim", 256, 2, model::kMaxHeadDim);
+  c.norm_eps = t.number("rms_norm_eps", 1e-6, 0.0, 1.0);
+  g.max_position_embeddings = t.integer("max_position_embeddings", 32768, 0, 1 << 30);
+  g.conv_size = t.integer("linear_conv_kernel_dim", 4, 1, 64);
+  g.d_k = t.integer("linear_key_head_dim", 128, 1, model::kMaxHeadDim);
+  g.d_v = t.integer("linear_value_head_dim", 128, 1, model::kMaxHeadDim);
+  g.n_k_heads = t.integer("linear_num_key_heads", 16, 1, kMaxHeads);
+  g.n_v_heads = t.integer("linear_num_value_heads", 32, 1, kMaxHeads);
+  const bool tie_text = t.boolean("tie_word_embeddings", false);
+  if (has_tie_top && root.find("text_config")->find("tie_word_embeddings") && tie_text != tie_top)
+    config_fail(source, "tie_word_embeddings is {} but text_config.tie_word_embeddings is {}",
+                tie_top, tie_text);
+  c.tie_word_embeddings = has_tie_top ? tie_top : tie_text;
+  const std::string act = t.string("hidden_act", "silu");
+  if (act != "silu" && act != "swish")
+    config_fail(source, "{} is '{}': Qwen3.5's MLP and convolution use silu", t.name("hidden_act"), act);
+  if (t.boolean("attention_bias", false))
+    config_fail(source, "{} is true: no Qwen3.5 has biases in its attention projections",
+                t.name("attention_bias"));
+  if (!t.boolean("attn_output_gate", true))
+    config_fail(source, "{} is false: Qwen3.5's attention always has its output gate",
+                t.name("attn_output_gate"));
+  read_rope(t, source, g);
+  // layer_types, or the schedule its absence means: full attention every
+  // full_attention_interval-th layer (the last of each group).
+  const int interval = t.integer("full_attention_interval", 4, 1, 4096);
+  c.mixers.clear();
+  if (const json::Value* lt = t.get("layer_types")) {
+    if (!lt->is_array() || lt->array().size() != std::size_t(c.num_hidden_layers))
+      config_fail(source, "{} is {}, expected {} entries (num_hidden_layers)", t.name("layer_types"),
+                  describe_json(*lt), c.num_hidden_layers);
+    for (const auto& v : lt->array()) {
+      if (v.is_string() && v.string() == "linear_attention") c.mixers.push_back(MixerKind::kDeltaRule);
+      else if (v.is_string() && v.string() == "full_attention") c.mixers.push_back(MixerKind::kAttention);
+      else
+        config_fail(source, "{} holds {}, expected linear_attention or full_attention",
+                    t.name("layer_types"), describe_json(v));
+    }
+  } else {
+    for (int i = 0; i < c.num_hidden_layers; ++i)
+      c.mixers.push_back((i + 1) % interval ? MixerKind::kDeltaRule : MixerKind::kAttention);
+  }
+  // The text model's end-of-sequence ids, when the file's top level gives none.
+  if (type == "qwen3_5") {
+    if (const json::Value* eos = t.get("eos_token_id"); eos && !root.find("eos_token_id")) {
+      const auto add = [&](const json::Value& v) {
+        if (!v.is_integer() || v.integer() < 0 || v.integer() >= c.vocab_size)
+          config_fail(source, "text_config.eos_token_id holds {}, expected ids below vocab_size {}",
+                      describe_json(v), c.vocab_size);
+        c.eos_token_ids.push_back(int(v.integer()));
+      };
+      if (eos->is_array()) {
+        for (const auto& v : eos->array()) add(v);
+      } else {
+        add(*eos);
+      }
+    }
+    own.reject_unknown(kQwenIgnored, "recur does not know what it changes in the model, so it "
+                                     "will not guess");
+  } else {
+    for (const char* k : {"mtp_num_hidden_layers", "mtp_use_dedicated_embeddings", "attention_dropout"})
+      top.mark(k);
+  }
+}
+
+void read_fla(const json::Value& root, Fields& f, ModelConfig& c, GdnConfig& g) {
+  const std::string& source = f.source();
+  g.layout = Layout::kFla;
+  c.vocab_size = f.integer("vocab_size", 32000, 1, 1 << 24);
+  c.hidden_size = f.integer("hidden_size", 2048, 1, kMaxDim);
+  c.num_hidden_layers = f.integer("num_hidden_layers", 21, 1, 4096);
+  c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
+  c.norm_eps = f.number("norm_eps", 1e-6, 0.0, 1.0);
+  c.intermediate_size = f.integer("intermediate_size", 0, 1, kMaxDim);
+  g.hidden_ratio = f.number("hidden_ratio", 4, 1e-6, 1e6);
+  g.expand_v = f.number("expand_v", 2, 1e-6, 1e6);
+  g.d_k = f.integer("head_dim", 256, 1, model::kMaxHeadDim);
+  g.n_k_heads = f.integer("num_heads", 6, 1, kMaxHeads);
+  g.n_v_heads = f.integer("num_v_heads", g.n_k_heads, 1, kMaxHeads);
+  g.use_gate = f.boolean("use_gate", true);
+  g.use_conv = f.boolean("use_short_conv", true);
+  g.allow_neg_eigval = f.boolean("allow_neg_eigval", false);
+  g.conv_size = f.integer("conv_size", 4, 1, 64);
+  g.max_position_embeddings = f.integer("max_position_embeddings", 2048, 0, 1 << 30);
+  const std::string act = f.string("hidden_act", "swish");
+  if (act != "swish" && act != "silu")
+    config_fail(source, "hidden_act is '{}': fla's GatedMLP here is swish", act);
+  if (const json::Value* attn = f.get("attn"))
+    config_fail(source, "attn is {}: fla's hybrid softmax-attention layers in a gated_deltanet "
+                        "model are not read yet", describe_json(*attn));
+  if (const json::Value* b = f.get("attnres_block_size"))
+    config_fail(source, "attnres_block_size is {}: fla's attention residuals are not read",
+                describe_json(*b));
+  // fla's kernel choices and fused training ops: the same model.
+  for (const char* k : {"attn_mode", "fuse_norm", "fuse_swiglu", "fuse_cross_entropy",
+                        "fuse_linear_cross_entropy", "use_l2warp", "_attn_implementation_autoset"})
+    f.mark(k);
+  (void)root;
+  const double dv = double(g.d_k) * g.expand_v;
+  if (std::abs(dv - std::round(dv)) > 1e-5 * dv || dv < 1 || dv > model::kMaxHeadDim)
+    config_fail(source, "head_dim {} * expand_v {} = {} is not a whole head size", g.d_k,
+                g.expand_v, dv);
+  g.d_v = int(std::round(dv));
+  c.mixers.assign(std::size_t(c.num_hidden_layers), MixerKind::kDeltaRule);
+}
+
+}  // namespace
+
+const GdnConfig& config_of(const ModelConfig& c) {
+  const auto* g = dynamic_cast<const GdnConfig*>(c.family.get());
+  if (!g) throw std::logic_error("[Model] internal: a Gated DeltaNet configuration without its fields");
+  return *g;
+}
+
+std::string Names::layer(int i) const { return fmt::format("{}layers.{}.", body, i); }
+
+Names names_of(const GdnConfig& g) {
+  Names n;
+  n.qwen = g.qwen();
+  n.body = g.layout == Layout::kQwen35 ? "model.language_model." : "model.";
+  n.emb = n.body + (n.qwen ? "embed_tokens.weight" : "embeddings.weight");
+  n.final_norm = n.body + "norm.weight";
+  n.head = "lm_head.weight";
+  return n;
+}
+
+void read_config(const std::string& type, const json::Value& root, Fields& f, ModelConfig& c) {
+  GdnConfig g;
+  if (type == "gated_deltanet") {
+    c.architecture = Architecture::kGatedDeltaNet;
+    read_fla(root, f, c, g);
+  } else {
+    c.architecture = Architecture::kQwen35;
+    read_qwen(type, root, f, c, g);
+  }
+  c.family = std::make_shared<GdnConfig>(g);
+}
+
+void resolve(ModelConfig& c, const std::string& source) {
+  if (!c.family) config_fail(source, "a Gated DeltaNet configuration without its fields");
+  GdnConfig g = config_of(c);
+  if (g.n_v_heads % g.n_k_heads != 0)
+    config_fail(source, "{} value heads are not a multiple of {} key heads", g.n_v_heads,
+                g.n_k_heads);
+  if (c.mixers.size() != std::size_t(c.num_hidden_layers))
+    config_fail(source, "{} layer types for {} layers", c.mixers.size(), c.num_hidden_layers);
+  if (std::int64_t(g.n_k_heads) * g.d_k > kMaxDim || std::int64_t(g.n_v_heads) * g.d_v > kMaxDim)
+    config_fail(source, "the Gated DeltaNet widths ({} x {} keys, {} x {} values) are out of range",
+                g.n_k_heads, g.d_k, g.n_v_heads, g.d_v);
+  if (g.layout == Layout::kFla && c.intermediate_size == 0) {
+    // fla's GatedMLP: 2/3 of hidden_size * hidden_ratio, rounded up to a multiple of 256.
+    const double raw = std::floor(double(c.hidden_size) * g.hidden_ratio * 2.0 / 3.0);
+    const double width = 256.0 * std::ceil(raw / 256.0);
+    if (!(width >= 1 && width <= kMaxDim))
+      config_fail(source, "the MLP width from hidden_ratio {} is out of range", g.hidden_ratio);
+    c.intermediate_size = int(width);
+  }
+  if (g.qwen()) {
+    if (g.n_heads % g.n_kv_heads != 0)
+      config_fail(source, "num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                  g.n_heads, g.n_kv_heads);
+    if (g.head_dim % 2 != 0 || std::int64_t(g.n_heads) * 2 * g.head_dim > kMaxDim)
+      config_fail(source, "head_dim {} with {} heads: expected an even size within range",
+                  g.head_dim, g.n_heads);
+    const double rot = double(g.head_dim) * g.partial_rotary_factor;
+    if (g.rotary_dim() < 2 || g.rotary_dim() % 2 != 0 || std::abs(rot - double(g.rotary_dim())) > 1e-9)
+      config_fail(source, "head_dim {} * partial_rotary_factor {} = {}: expected an even number",
+                  g.head_dim, g.partial_rotary_factor, rot);
+  }
+  c.num_heads = g.n_v_heads;
+  c.num_kv_heads = g.n_v_heads;
+  c.family = std::make_shared<GdnConfig>(g);
+}
+
+std::string config_fields(const ModelConfig& c) {
+  const GdnConfig& g = config_of(c);
+  const auto num = [](double x) { return fmt::format("{}", x); };
+  const auto boolean = [](bool b) { return std::string(b ? "true" : "false"); };
+  std::string s;
+  const auto add = [&](const char* key, const std::string& value) {
+    s += fmt::format("  \"{}\": {},\n", key, value);
+  };
+  if (g.layout == Layout::kFla) {
+    add("model_type", "\"gated_deltanet\"");
+    add("vocab_size", num(c.vocab_size));
+    add("hidden_size", num(c.hidden_size));
+    add("num_hidden_layers", num(c.num_hidden_layers));
+    add("num_heads", num(g.n_k_heads));
+    add("num_v_heads", num(g.n_v_heads));
+    add("head_dim", num(g.d_k));
+    add("expand_v", num(g.expand_v));
+    add("intermediate_size", num(c.intermediate_size));
+    add("hidden_ratio", num(g.hidden_ratio));
+    add("hidden_act", "\"swish\"");
+    add("norm_eps", num(c.norm_eps));
+    add("use_gate", boolean(g.use_gate));
+    add("use_short_conv", boolean(g.use_conv));
+    add("allow_neg_eigval", boolean(g.allow_neg_eigval));
+    add("conv_size", num(g.conv_size));
+    add("max_position_embeddings", num(g.max_position_embeddings));
+    return s;
+  }
+  std::string text = "{";
+  const auto put = [&](const char* key, const std::string& value) {
+    text += fmt::format("{}\"{}\": {}", text.size() > 1 ? ", " : "", key, value);
+  };
+  put("vocab_size", num(c.vocab_size));
+  put("hidden_size", num(c.hidden_size));
+  put("intermediate_size", num(c.intermediate_size));
+  put("num_hidden_layers", num(c.num_hidden_layers));
+  put("num_attention_heads", num(g.n_heads));
+  put("num_key_value_heads", num(g.n_kv_heads));
+  put("head_dim", num(g.head_dim));
+  put("hidden_act", "\"silu\"");
+  put("rms_norm_eps", num(c.norm_eps));
+  put("max_position_embeddings", num(g.max_position_embeddings));
+  put("linear_conv_kernel_dim", num(g.conv_size));
+  put("linear_key_head_dim", num(g.d_k));
+  put("linear_value_head_dim", num(g.d_v));
+  put("linear_num_key_heads", num(g.n_k_heads));
+  put("linear_num_value_heads", num(g.n_v_heads));
+  std::string types = "[";
+  for (std::size_t i = 0; i < c.mixers.size(); ++i)
+    types += fmt::format("{}\"{}\"", i ? ", " : "",
+                         c.mixers[i] == MixerKind::kAttention ? "full_attention" : "linear_attention");
+  put("layer_types", types + "]");
+  put("rope_parameters", fmt::format("{{\"rope_type\": \"default\", \"rope_theta\": {}, "
+                                     "\"partial_rotary_factor\": {}}}",
+                                     num(g.rope_theta), num(g.partial_rotary_factor)));
+  text += "}";
+  if (g.layout == Layout::kQwen35Text) {
+    add("model_type", "\"qwen3_5_text\"");
+    // The text model's fields at the top level: the same object without its braces.
+    s += "  " + text.substr(1, text.size() - 2) + ",\n";
+    return s;
+  }
+  add("model_type", "\"qwen3_5\"");
+  add("architectures", "[\"Qwen3_5ForConditionalGeneration\"]");
+  add("text_config", text);
+  return s;
+}
+
+std::vector<model::TensorSpec> tensors_of(const ModelConfig& c) {
+  const GdnConfig& g = config_of(c);
+  const Names n = names_of(g);
+  const std::int64_t d = c.hidden_size, V = c.vocab_size, I = c.intermediate_size;
+  const std::int64_t K = std::int64_t(g.n_k_heads) * g.d_k, Vw = std::int64_t(g.n_v_heads) * g.d_v;
+  const std::int64_t Hv = g.n_v_heads, taps = g.conv_size;
+  // Qwen's zero-centred norms store w of (1 + w): random ones near 0.
+  const Init zc = n.qwen ? Init::kBias : Init::kNorm;
+  std::vector<model::TensorSpec> out;
+  out.push_back({n.emb, {V, d}, Init::kEmbedding});
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = n.layer(i);
+    const bool attention = c.mixers[std::size_t(i)] == MixerKind::kAttention;
+    if (n.qwen) {
+      out.push_back({p + "input_layernorm.weight", {d}, zc});
+      if (attention) {
+        const std::int64_t hd = g.head_dim, q = std::int64_t(g.n_heads) * hd;
+        const std::int64_t kv = std::int64_t(g.n_kv_heads) * hd;
+        const std::string a = p + "self_attn.";
+        out.push_back({a + "q_proj.weight", {2 * q, d}});
+        out.push_back({a + "k_proj.weight", {kv, d}});
+        out.push_back({a + "v_proj.weight", {kv, d}});
+        out.push_back({a + "o_proj.weight", {d, q}});
+        out.push_back({a + "q_norm.weight", {hd}, zc});
+        out.push_back({a + "k_norm.weight", {hd}, zc});
+      } else {
+        const std::string a = p + "linear_attn.";
+        out.push_back({a + "in_proj_qkv.weight", {2 * K + Vw, d}});
+        out.push_back({a + "in_proj_z.weight", {Vw, d}});
+        out.push_back({a + "in_proj_b.weight", {Hv, d}});
+        out.push_back({a + "in_proj_a.weight", {Hv, d}});
+        out.push_back({a + "conv1d.weight", {2 * K + Vw, 1, taps}, Init::kConv});
+        out.push_back({a + "dt_bias", {Hv}, Init::kBias});
+        out.push_back({a + "A_log", {Hv}, Init::kBias});
+        out.push_back({a + "norm.weight", {g.d_v}, Init::kNorm});
+        out.push_back({a + "out_proj.weight", {d, Vw}});
+      }
+      out.push_back({p + "post_attention_layernorm.weight", {d}, zc});
+    } else {
+      const std::string a = p + "attn.";
+      out.push_back({p + "attn_norm.weight", {d}, Init::kNorm});
+      out.push_back({a + "q_proj.weight", {K, d}});
+      out.push_back({a + "k_proj.weight", {K, d}});
+      out.push_back({a + "v_proj.weight", {Vw, d}});
+      out.push_back({a + "a_proj.weight", {Hv, d}});
+      out.push_back({a + "b_proj.weight", {Hv, d}});
+      out.push_back({a + "A_log", {Hv}, Init::kBias});
+      out.push_back({a + "dt_bias", {Hv}, Init::kBias});
+      if (g.use_conv) {
+        out.push_back({a + "q_conv1d.weight", {K, 1, taps}, Init::kConv});
+        out.push_back({a + "k_conv1d.weight", {K, 1, taps}, Init::kConv});
+        out.push_back({a + "v_conv1d.weight", {Vw, 1, taps}, Init::kConv});
+      }
+      if (g.use_gate) out.push_back({a + "g_proj.weight", {Vw, d}});
+      out.push_back({a + "o_norm.weight", {g.d_v}, Init::kNorm});
+      out.push_back({a + "o_proj.weight", {d, Vw}});
+      out.push_back({p + "mlp_norm.weight", {d}, Init::kNorm});
+    }
+    out.push_back({p + "mlp.gate_proj.weight", {I, d}});
+    out.push_back({p + "mlp.up_proj.weight", {I, d}});
+    out.push_back({p + "mlp.down_proj.weight", {d, I}});
+  }
+  out.push_back({n.final_norm, {d}, zc});
+  if (!c.tie_word_embeddings) out.push_back({n.head, {V, d}});
+  return out;
+}
+
+}  // namespace recur::models::gdn

@@ -1,0 +1,386 @@
+// The Gated DeltaNet models' forward pass over rows (docs/qwen35.md): pre-norm blocks
+// x += mixer(norm(x)); x += mlp(norm(x)), the mixer a Gated DeltaNet or (Qwen3.5) gated full
+// attention. Each layer has one stage that depends on the sequence: the Gated DeltaNet's
+// convolution and recurrence (through kernels::delta_walk_head, token by token in its one order),
+// or the attention's KV cache. Everything else is a function of one row, its sums through the
+// canonical kernels, so no byte depends on the chunking, the threads or the instruction set.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/delta_kernels.h"
+#include "kernels/dispatch.h"
+#include "models/gdn/gdn_network.h"
+#include "recur/error.h"
+#include "recur/gated_attention.h"
+#include "util/parallel.h"
+
+namespace recur::models::gdn {
+namespace {
+
+constexpr int kStageMixer = 0;
+
+// A Gated DeltaNet layer's state for one sequence: the convolutions' past inputs and S per value
+// head, (d_v, d_kp) row-major (row i: what value channel i remembers; the padding columns stay
+// zero), and the tokens seen.
+class GdnState final : public model::LayerState {
+ public:
+  static constexpr std::uint32_t kFormat = 1;
+  GdnState(std::vector<ShortConvState> convs, std::size_t s_floats)
+      : convs_(std::move(convs)), S(s_floats, 0.0f) {}
+  std::vector<ShortConvState> convs_;
+  std::vector<float> S;  // (Hv, d_v, d_kp)
+  std::int64_t tokens = 0;
+
+  std::unique_ptr<model::LayerState> clone() const override {
+    std::vector<ShortConvState> c;
+    for (const auto& x : convs_) c.push_back(x.clone());
+    auto out = std::make_unique<GdnState>(std::move(c), 0);
+    out->S = S;
+    out->tokens = tokens;
+    return out;
+  }
+  void reset() override {
+    for (auto& c : convs_) c.reset();
+    std::fill(S.begin(), S.end(), 0.0f);
+    tokens = 0;
+  }
+  std::int64_t n_tokens() const override { return tokens; }
+  std::size_t bytes() const override {
+    std::size_t n = sizeof(*this) + S.capacity() * sizeof(float);
+    for (const auto& c : convs_) n += c.bytes();
+    return n;
+  }
+  std::size_t raw_size() const override {
+    std::size_t n = sizeof(std::uint32_t) + S.size() * sizeof(float) + sizeof(std::int64_t);
+    for (const auto& c : convs_) n += c.raw_size();
+    return n;
+  }
+  // format (u32), each convolution's raw bytes, S, the token count (i64); little-endian hosts.
+  std::vector<unsigned char> raw_bytes() const override {
+    std::vector<unsigned char> out(sizeof(std::uint32_t));
+    const std::uint32_t format = kFormat;
+    std::memcpy(out.data(), &format, sizeof format);
+    for (const auto& c : convs_) {
+      const auto r = c.raw_bytes();
+      out.insert(out.end(), r.begin(), r.end());
+    }
+    const auto* s = reinterpret_cast<const unsigned char*>(S.data());
+    out.insert(out.end(), s, s + S.size() * sizeof(float));
+    const auto* t = reinterpret_cast<const unsigned char*>(&tokens);
+    out.insert(out.end(), t, t + sizeof tokens);
+    return out;
+  }
+  void load_raw_bytes(const unsigned char* data, std::size_t size) override {
+    constexpr const char* call = "GdnState::load_raw_bytes";
+    if (size != raw_size())
+      throw FormatError(fmt::format("[{}] {} bytes given, this Gated DeltaNet layer's state ({} "
+                                    "floats of S, {} convolutions) has {}", call, size, S.size(),
+                                    convs_.size(), raw_size()));
+    std::uint32_t format = 0;
+    std::memcpy(&format, data, sizeof format);
+    if (format != kFormat)
+      throw FormatError(fmt::format("[{}] state format {}, this build reads format {}", call,
+                                    format, kFormat));
+    std::int64_t n = 0;
+    std::memcpy(&n, data + size - sizeof n, sizeof n);
+    if (n < 0) throw FormatError(fmt::format("[{}] the token count is {}", call, n));
+    // Into copies first, so that a failure leaves this state as it was.
+    std::size_t at = sizeof format;
+    std::vector<ShortConvState> convs;
+    for (const auto& c : convs_) {
+      ShortConvState copy = c.clone();
+      copy.load_raw_bytes(data + at, copy.raw_size());
+      if (copy.n_tokens() != n)
+        throw FormatError(fmt::format("[{}] a convolution has seen {} tokens, the recurrence {}",
+                                      call, copy.n_tokens(), n));
+      at += copy.raw_size();
+      convs.push_back(std::move(copy));
+    }
+    std::vector<float> s(S.size());
+    std::memcpy(s.data(), data + at, s.size() * sizeof(float));
+    for (const float x : s)
+      if (!std::isfinite(x))
+        throw FormatError(fmt::format("[{}] the state holds a non-finite number", call));
+    convs_ = std::move(convs);
+    S = std::move(s);
+    tokens = n;
+  }
+  MixerKind kind() const override { return MixerKind::kDeltaRule; }
+};
+
+struct Rows : model::Scratch {
+  // a: a sublayer's output (cap, hidden); g, u: the MLP's (cap, intermediate).
+  // Gated DeltaNet: qkv, conv (cap, 2K + V); z, vb (beta v), y (the read-out) (cap, V);
+  // ba: b then a (cap, 2 Hv); alpha (cap, Hv); qn, kn (cap, Hk d_kp); bb: -alpha beta k
+  // (cap, Hv d_kp).
+  // Attention: qg (cap, 2 H d); q, gate, o (cap, H d); k, v (cap, Hkv d).
+  std::vector<float> a, g, u, qkv, conv, z, vb, y, ba, alpha, qn, kn, bb;
+  std::vector<float> qg, q, gate, o, k, v;
+  std::size_t bytes() const override {
+    return Scratch::bytes() + model::buffer_bytes({&a, &g, &u, &qkv, &conv, &z, &vb, &y, &ba,
+                                                   &alpha, &qn, &kn, &bb, &qg, &q, &gate, &o,
+                                                   &k, &v});
+  }
+};
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// torch's softplus (beta 1, threshold 20), in double.
+double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
+
+// x / sqrt(|x|^2 + 1e-6) over n floats into y (fla's and transformers' l2norm), times scale.
+void l2_normalise(const float* x, float* y, int n, float scale) {
+  const float ss = kernels::active().sum_squares(x, n, 0.0f);
+  const float inv = 1.0f / std::sqrt(ss + 1e-6f);
+  for (int j = 0; j < n; ++j) y[j] = x[j] * inv * scale;
+}
+
+class Network final : public model::Network {
+ public:
+  explicit Network(Stack stack) : s_(std::move(stack)) {}
+
+  std::size_t n_layers() const override { return s_.layers.size(); }
+
+  std::unique_ptr<model::LayerState> make_state(std::size_t layer) const override {
+    const Layer& l = s_.layers[layer];
+    if (l.attention)
+      return std::make_unique<model::MixerState<CausalState>>(l.attn.attention->make_state(),
+                                                              MixerKind::kAttention);
+    const GdnMixer& m = l.gdn;
+    std::vector<ShortConvState> convs;
+    for (const auto& c : m.convs) convs.push_back(c->make_state());
+    return std::make_unique<GdnState>(
+        std::move(convs), std::size_t(m.Hv) * std::size_t(m.d_v) * std::size_t(m.d_kp));
+  }
+
+  std::unique_ptr<model::Scratch> make_scratch(int rows) const override {
+    auto w = std::make_unique<Rows>();
+    w->cap = rows;
+    const auto n = std::size_t(rows);
+    const auto sized = [&](std::vector<float>& b, std::size_t width) {
+      if (b.size() < n * width) b.assign(n * width, 0.0f);
+    };
+    for (auto* b : {&w->x, &w->h, &w->a}) sized(*b, std::size_t(s_.hidden));
+    sized(w->g, std::size_t(s_.intermediate));
+    sized(w->u, std::size_t(s_.intermediate));
+    for (const auto& l : s_.layers) {
+      if (l.attention) {
+        const auto hd = std::size_t(l.attn.H) * std::size_t(l.attn.d);
+        const auto kv = std::size_t(l.attn.Hkv) * std::size_t(l.attn.d);
+        sized(w->qg, 2 * hd);
+        for (auto* b : {&w->q, &w->gate, &w->o}) sized(*b, hd);
+        sized(w->k, kv);
+        sized(w->v, kv);
+        continue;
+      }
+      const GdnMixer& m = l.gdn;
+      const auto V = std::size_t(m.Hv) * std::size_t(m.d_v);
+      sized(w->qkv, std::size_t(m.conv_width()));
+      sized(w->conv, std::size_t(m.conv_width()));
+      for (auto* b : {&w->z, &w->vb, &w->y}) sized(*b, V);
+      sized(w->ba, 2 * std::size_t(m.Hv));
+      sized(w->alpha, std::size_t(m.Hv));
+      sized(w->qn, std::size_t(m.Hk) * std::size_t(m.d_kp));
+      sized(w->kn, std::size_t(m.Hk) * std::size_t(m.d_kp));
+      sized(w->bb, std::size_t(m.Hv) * std::size_t(m.d_kp));
+    }
+    return w;
+  }
+
+  void run(model::Scratch& scratch, int n, int threads, model::Attend attend) const override {
+    Rows& w = static_cast<Rows&>(scratch);
+    const int d = s_.hidden;
+    const auto rows = std::int64_t(n);
+    for (std::size_t li = 0; li < s_.layers.size(); ++li) {
+      const Layer& L = s_.layers[li];
+      L.mixer_norm.apply(w.x.data(), n, d, w.h.data(), d);
+      if (L.attention) {
+        attention_inputs(L.attn, w, n, threads);
+        attend(li, kStageMixer, threads);
+        const GatedAttentionLayer& A = L.attn;
+        const std::int64_t total = rows * A.H * A.d;
+        for (std::int64_t i = 0; i < total; ++i) w.o[std::size_t(i)] *= sigmoid(w.gate[std::size_t(i)]);
+        A.o.apply(w.o.data(), n, A.H * A.d, w.a.data(), d, threads);
+      } else {
+        const GdnMixer& m = L.gdn;
+        const int W = m.conv_width(), V = m.Hv * m.d_v;
+        for (std::size_t j = 0; j < m.in_proj.size(); ++j)
+          m.in_proj[j].apply(w.h.data(), n, d, w.qkv.data() + m.in_col[j], W, threads);
+        if (m.gate) m.z.apply(w.h.data(), n, d, w.z.data(), V, threads);
+        m.b.apply(w.h.data(), n, d, w.ba.data(), 2 * m.Hv, threads);
+        m.a.apply(w.h.data(), n, d, w.ba.data() + m.Hv, 2 * m.Hv, threads);
+        attend(li, kStageMixer, threads);
+        // The output norm per value head, gated by silu(z): norm(y) * z * sigmoid(z).
+        m.out_norm.apply(w.y.data(), n, V, w.y.data(), V, m.Hv);
+        if (m.gate) model::swiglu(w.z.data(), w.y.data(), w.y.data(), rows * V);
+        m.out.apply(w.y.data(), n, V, w.a.data(), d, threads);
+      }
+      model::add_inplace(w.x.data(), w.a.data(), rows * d);
+      model::swiglu_mlp(L.mlp_norm, L.gate, L.up, L.down, w.x.data(), w.h.data(), w.g.data(),
+                        w.u.data(), w.a.data(), n, d, threads);
+    }
+  }
+
+  void run_sequence(std::size_t layer, int stage, model::Scratch& scratch,
+                    model::LayerState& state, int first, int count, int threads) const override {
+    (void)stage;
+    Rows& w = static_cast<Rows&>(scratch);
+    const Layer& L = s_.layers[layer];
+    if (L.attention) return attention(L.attn, model::state_of<CausalState>(state), w, first, count, threads);
+    gated_delta(L.gdn, static_cast<GdnState&>(state), w, first, count, threads);
+  }
+
+  void clear_sequence(std::size_t layer, int, model::Scratch& scratch, int first,
+                      int count) const override {
+    Rows& w = static_cast<Rows&>(scratch);
+    const Layer& L = s_.layers[layer];
+    std::vector<float>& b = L.attention ? w.o : w.y;
+    const auto width = L.attention ? std::size_t(L.attn.H) * std::size_t(L.attn.d)
+                                   : std::size_t(L.gdn.Hv) * std::size_t(L.gdn.d_v);
+    std::fill(b.data() + std::size_t(first) * width, b.data() + std::size_t(first + count) * width,
+              0.0f);
+  }
+
+  std::size_t weight_bytes() const override {
+    std::size_t bytes = 0;
+    for (const auto& L : s_.layers) {
+      for (const auto* d : {&L.gate, &L.up, &L.down, &L.attn.q, &L.attn.k, &L.attn.v, &L.attn.o,
+                            &L.gdn.z, &L.gdn.b, &L.gdn.a, &L.gdn.out})
+        bytes += model::dense_bytes(*d);
+      for (const auto& d : L.gdn.in_proj) bytes += model::dense_bytes(d);
+    }
+    return bytes;
+  }
+
+ private:
+  // q and its gate split from q_proj's rows, q and k normalised per head, v.
+  void attention_inputs(const GatedAttentionLayer& A, Rows& w, int n, int threads) const {
+    const int d = s_.hidden, hd = A.H * A.d, kv = A.Hkv * A.d;
+    A.q.apply(w.h.data(), n, d, w.qg.data(), 2 * hd, threads);
+    A.k.apply(w.h.data(), n, d, w.k.data(), kv, threads);
+    A.v.apply(w.h.data(), n, d, w.v.data(), kv, threads);
+    const auto step = std::size_t(A.d);
+    for (int t = 0; t < n; ++t)
+      for (int h = 0; h < A.H; ++h) {
+        const float* src = w.qg.data() + std::size_t(t) * std::size_t(2 * hd) + 2 * std::size_t(h) * step;
+        const std::size_t at = std::size_t(t) * std::size_t(hd) + std::size_t(h) * step;
+        std::memcpy(w.q.data() + at, src, step * sizeof(float));
+        std::memcpy(w.gate.data() + at, src + step, step * sizeof(float));
+      }
+    A.q_norm.apply(w.q.data(), n, hd, w.q.data(), hd, A.H);
+    A.k_norm.apply(w.k.data(), n, kv, w.k.data(), kv, A.Hkv);
+  }
+
+  void attention(const GatedAttentionLayer& A, CausalState& st, Rows& w, int first, int count,
+                 int threads) const {
+    using CMap = Eigen::Map<const RowMatrix>;
+    const int hd = A.H * A.d, kv = A.Hkv * A.d;
+    const float* q = w.q.data() + std::size_t(first) * std::size_t(hd);
+    const float* k = w.k.data() + std::size_t(first) * std::size_t(kv);
+    const float* v = w.v.data() + std::size_t(first) * std::size_t(kv);
+    float* o = w.o.data() + std::size_t(first) * std::size_t(hd);
+    if (count == 1) {
+      Eigen::Map<Eigen::VectorXf> out(o, hd);
+      A.attention->step(st, Eigen::Map<const Eigen::VectorXf>(q, hd),
+                        Eigen::Map<const Eigen::VectorXf>(k, kv),
+                        Eigen::Map<const Eigen::VectorXf>(v, kv), out);
+    } else {
+      Eigen::Map<RowMatrix> O(o, count, hd);
+      A.attention->prefill(st, CMap(q, count, hd), CMap(k, count, kv), CMap(v, count, kv), O,
+                           PrefillOptions{count, threads});
+    }
+  }
+
+  // The Gated DeltaNet over one sequence's rows: the convolutions (or SiLU alone), the per-row
+  // inputs of the delta rule, and the walk of every value head.
+  void gated_delta(const GdnMixer& m, GdnState& st, Rows& w, int first, int count,
+                   int threads) const {
+    using CMap = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
+    using Map = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
+    const int W = m.conv_width(), K = m.Hk * m.d_k, V = m.Hv * m.d_v;
+    const int Kp = m.Hk * m.d_kp, Vp = m.Hv * m.d_kp;
+    const auto row0 = std::size_t(first);
+    const float* in = w.qkv.data() + row0 * std::size_t(W);
+    float* conv = w.conv.data() + row0 * std::size_t(W);
+    if (m.convs.empty()) {
+      std::memcpy(conv, in, std::size_t(count) * std::size_t(W) * sizeof(float));
+    } else {
+      for (std::size_t j = 0; j < m.convs.size(); ++j) {
+        const ShortConvolution& c = *m.convs[j];
+        const int col = m.conv_col[j], ch = c.channels();
+        if (count == 1) {
+          Eigen::Map<Eigen::VectorXf> y(conv + col, ch);
+          c.step(st.convs_[j], Eigen::Map<const Eigen::VectorXf>(in + col, ch), y);
+        } else {
+          Map Y(conv + col, count, ch, Eigen::OuterStride<>(W));
+          c.prefill(st.convs_[j], CMap(in + col, count, ch, Eigen::OuterStride<>(W)), Y);
+        }
+      }
+    }
+    gates::silu(conv, conv, std::int64_t(count) * W);
+    const float q_scale = float(1.0 / std::sqrt(double(m.d_k)));
+    const int G = m.Hv / m.Hk;
+    for (int t = 0; t < count; ++t) {
+      const std::size_t r = row0 + std::size_t(t);
+      const float* row = conv + std::size_t(t) * std::size_t(W);
+      float* qn = w.qn.data() + r * std::size_t(Kp);
+      float* kn = w.kn.data() + r * std::size_t(Kp);
+      for (int h = 0; h < m.Hk; ++h) {
+        l2_normalise(row + h * m.d_k, qn + h * m.d_kp, m.d_k, q_scale);
+        l2_normalise(row + K + h * m.d_k, kn + h * m.d_kp, m.d_k, 1.0f);
+      }
+      const float* ba = w.ba.data() + r * std::size_t(2 * m.Hv);
+      const float* v = row + 2 * K;
+      float* vb = w.vb.data() + r * std::size_t(V);
+      float* bb = w.bb.data() + r * std::size_t(Vp);
+      float* alpha = w.alpha.data() + r * std::size_t(m.Hv);
+      for (int h = 0; h < m.Hv; ++h) {
+        float beta = sigmoid(ba[h]);
+        if (m.neg_eigval) beta *= 2.0f;
+        // g = -exp(A_log) softplus(a + dt_bias); alpha = exp(g), in double, rounded once.
+        const double g = double(m.neg_A[std::size_t(h)]) *
+                         softplus(double(ba[m.Hv + h]) + double(m.dt_bias[std::size_t(h)]));
+        alpha[h] = float(std::exp(g));
+        const float c = -(alpha[h] * beta);
+        const float* k = kn + (h / G) * m.d_kp;
+        for (int j = 0; j < m.d_k; ++j) bb[h * m.d_kp + j] = c * k[j];
+        for (int j = 0; j < m.d_v; ++j) vb[h * m.d_v + j] = beta * v[h * m.d_v + j];
+      }
+    }
+    // Heads are independent: threads take them in any order and the bytes stay the same; a
+    // single token's walk is too short to hand out.
+    const int ranges = count > 1 ? std::min(std::max(threads, 1), m.Hv) : 1;
+    detail::parallel_ranges(m.Hv, ranges, [&](int begin, int end, int) {
+      for (int h = begin; h < end; ++h) {
+        const int kh = h / G;
+        const kernels::DeltaHeadView view{
+            st.S.data() + std::size_t(h) * std::size_t(m.d_v) * std::size_t(m.d_kp), m.d_kp, m.d_v};
+        const float* kn = w.kn.data() + row0 * std::size_t(Kp) + std::size_t(kh * m.d_kp);
+        const float* qn = w.qn.data() + row0 * std::size_t(Kp) + std::size_t(kh * m.d_kp);
+        const kernels::DeltaInputs x{
+            w.alpha.data() + row0 * std::size_t(m.Hv) + std::size_t(h), m.Hv, true,
+            kn, Kp,
+            w.bb.data() + row0 * std::size_t(Vp) + std::size_t(h * m.d_kp), Vp,
+            kn, Kp,
+            qn, Kp,
+            w.vb.data() + row0 * std::size_t(V) + std::size_t(h * m.d_v), V};
+        kernels::delta_walk_head(view, x, w.y.data() + row0 * std::size_t(V) + std::size_t(h * m.d_v),
+                                 V, count);
+      }
+    });
+    st.tokens += count;
+  }
+
+  Stack s_;
+};
+
+}  // namespace
+
+std::unique_ptr<model::Network> make_network(Stack stack) {
+  return std::make_unique<Network>(std::move(stack));
+}
+
+}  // namespace recur::models::gdn

@@ -1,0 +1,63 @@
+// The Gated DeltaNet models' layer stack as loaded (gdn.cpp fills it, gdn_network.cpp runs it):
+// the Gated DeltaNet mixer, Qwen3.5's gated full attention, the SwiGLU MLP.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/layers.h"
+#include "model/network.h"
+#include "recur/causal_attention.h"
+#include "recur/short_conv.h"
+
+namespace recur::models::gdn {
+
+/// One Gated DeltaNet mixer (docs/qwen35.md, "The mixer"). q, k and v come out of the
+/// projections side by side in one row of conv_width = 2 K + V floats (K = Hk d_k, V = Hv d_v):
+/// Qwen's in_proj_qkv writes all three, fla's q_proj, k_proj, v_proj each its block.
+struct GdnMixer {
+  int Hk = 0, Hv = 0, d_k = 0, d_v = 0;
+  int d_kp = 0;  // d_k rounded up to 16, the delta kernel's chains: the padding stays zero
+  std::vector<model::Dense> in_proj;  // Qwen: in_proj_qkv (2K + V, hidden); fla: q, k, v
+  std::vector<int> in_col;            // the first column each writes in the (2K + V) row
+  model::Dense z, b, a, out;          // z: (V, hidden), none without the gate; b, a: (Hv,
+                                      // hidden); out: (hidden, V)
+  // Depthwise causal convolutions with SiLU over columns [conv_col, conv_col + width) of the
+  // row: Qwen's one over all 2K + V, fla's three (q, k, v); none: SiLU alone (fla without
+  // short convolutions).
+  std::vector<std::unique_ptr<ShortConvolution>> convs;
+  std::vector<int> conv_col;
+  std::vector<float> neg_A;    // (Hv): -exp(A_log), in double then rounded once
+  std::vector<float> dt_bias;  // (Hv)
+  model::Norm out_norm;        // RMSNorm over d_v, per value head, with its weight
+  bool gate = true;            // out_norm(o) * silu(z)
+  bool neg_eigval = false;     // beta = 2 sigmoid(b)
+  int conv_width() const { return 2 * Hk * d_k + Hv * d_v; }
+};
+
+/// Qwen3.5's gated full attention: q_proj gives a query and a gate per head, q and k are
+/// normalised per head (zero-centred weights, stored as 1 + w), partial rotary, grouped kv heads,
+/// the output times sigmoid(gate).
+struct GatedAttentionLayer {
+  int H = 0, Hkv = 0, d = 0;
+  model::Dense q, k, v, o;          // q: (2 H d, hidden), rows per head: d of query, d of gate
+  model::Norm q_norm, k_norm;       // over d, weights 1 + w
+  std::unique_ptr<CausalAttention> attention;
+};
+
+struct Layer {
+  bool attention = false;
+  model::Norm mixer_norm, mlp_norm;  // over hidden (Qwen: weights 1 + w)
+  GdnMixer gdn;
+  GatedAttentionLayer attn;
+  model::Dense gate, up, down;       // the SwiGLU MLP
+};
+
+struct Stack {
+  int hidden = 0, intermediate = 0;
+  std::vector<Layer> layers;
+};
+
+std::unique_ptr<model::Network> make_network(Stack stack);
+
+}  // namespace recur::models::gdn
