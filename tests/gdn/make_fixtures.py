@@ -123,6 +123,9 @@ VARIANTS = [
     ("value head h reads key head h mod Hk (tiled, llama.cpp's reordered layout read as HF's)", "tile-heads"),
     ("norms read as plain w instead of (1 + w) (Qwen only)", "plain-norms"),
     ("no sigmoid output gate in Qwen's attention", "no-attn-gate"),
+    ("Qwen's q_proj read as all query rows then all gate rows (not per head)", "split-qgate"),
+    ("rotary over the whole head_dim (partial_rotary_factor ignored)", "full-rope"),
+    ("the gated output norm read as (1 + w)", "zc-gated-norm"),
 ]
 
 
@@ -145,17 +148,19 @@ def sensitivity():
                 m.variants = set()
             rows.append(row)
         # numeric details, by editing the loaded model
-        for label, edit in [
-            ("l2norm eps 1e-6 -> 0", lambda L: L.update(l2eps=0.0)),
-            ("gated norm eps -> 1e-5", lambda L: L.update(eps=1e-5)),
-            ("no decay (g = 0)", lambda L: L.update(decay=False)),
-            ("beta not doubled (allow_neg_eigval ignored)", lambda L: L.update(neg_eigval=False)),
+        for label, kind, edit in [
+            ("l2norm eps 1e-6 -> 0", "delta", lambda L: L.update(l2eps=0.0)),
+            ("gated norm eps -> 1e-5", "delta", lambda L: L.update(eps=1e-5)),
+            ("no decay (g = 0)", "delta", lambda L: L.update(decay=False)),
+            ("beta not doubled (allow_neg_eigval ignored)", "delta", lambda L: L.update(neg_eigval=False)),
+            ("rope_theta 1e7 <-> 1e4 (Qwen attention)", "qwen_attn",
+             lambda L: L.update(theta=1e4 if L["theta"] > 1e5 else 1e7)),
         ]:
             row = [label]
             for name, _, _ in FIXTURES:
                 m = reference.load_model(os.path.join(tmp, name))[0]
                 for L in m.layers:
-                    if L["kind"] == "delta":
+                    if L["kind"] == kind:
                         edit(L)
                 row.append(f"{abs(m.nll(ids)[0] - base[name]) / base[name]:.2g}")
             rows.append(row)

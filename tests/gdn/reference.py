@@ -497,7 +497,7 @@ class Model:
             o, st["S"] = delta_rule_chunked(q, k, v, g, beta, st["S"], self.chunk)
         else:
             o, st["S"] = delta_rule(q, k, v, g, beta, st["S"])
-        o = rms(o, L["eps"]) * L["onorm"]
+        o = rms(o, L["eps"]) * ((1.0 + L["onorm"]) if "zc-gated-norm" in self.variants else L["onorm"])
         if "z" in L:
             o = o * silu(linear(x, L["z"]).view(T, Hv, dv))
         return linear(o.reshape(T, Hv * dv), L["o"])
@@ -505,13 +505,18 @@ class Model:
     def qwen_attn(self, L, x, st):
         T = x.shape[0]
         H, KV, hd = L["H"], L["KV"], L["hd"]
-        qg = linear(x, L["q"]).view(T, H, 2 * hd)  # per head: hd query channels, then hd gate channels
-        q, gate = qg[..., :hd], qg[..., hd:].reshape(T, H * hd)
+        qg = linear(x, L["q"])
+        if "split-qgate" in self.variants:  # the misreading: all query rows, then all gate rows
+            q, gate = qg[:, :H * hd].reshape(T, H, hd), qg[:, H * hd:]
+        else:  # per head: hd query channels, then hd gate channels
+            qg = qg.view(T, H, 2 * hd)
+            q, gate = qg[..., :hd], qg[..., hd:].reshape(T, H * hd)
         q = self.norm(q, L["q_norm"], L["eps"])
         k = self.norm(linear(x, L["k"]).view(T, KV, hd), L["k_norm"], L["eps"])
         v = linear(x, L["v"]).view(T, KV, hd)
         pos = torch.arange(T) + st["pos"]
-        q, k = rope_half(q, L["theta"], pos, L["rot"]), rope_half(k, L["theta"], pos, L["rot"])
+        rot = hd if "full-rope" in self.variants else L["rot"]
+        q, k = rope_half(q, L["theta"], pos, rot), rope_half(k, L["theta"], pos, rot)
         G = H // KV
         st["k"] = torch.cat([st["k"], k.repeat_interleave(G, dim=1)], dim=0)
         st["v"] = torch.cat([st["v"], v.repeat_interleave(G, dim=1)], dim=0)
