@@ -95,6 +95,30 @@ class Reader {
     return m;
   }
 
+  // fla's softmax attention layer (fla/layers/attn.py): head_dim = hidden / num_heads, rotary
+  // over all of it, the window as flash-attn's (window_size - 1, 0).
+  GatedAttentionLayer fla_attention(const std::string& a, const FlaAttnSpec& s) {
+    GatedAttentionLayer A;
+    A.gated = false;
+    A.H = s.num_heads;
+    A.Hkv = s.num_kv_heads;
+    A.d = d_ / s.num_heads;
+    const int kv = A.Hkv * A.d;
+    A.q = model::dense(L_, a + "q_proj", d_, d_, s.qkv_bias, "hidden_size");
+    A.k = model::dense(L_, a + "k_proj", kv, d_, s.qkv_bias, "attn num_kv_heads * head_dim, hidden_size");
+    A.v = model::dense(L_, a + "v_proj", kv, d_, s.qkv_bias, "attn num_kv_heads * head_dim, hidden_size");
+    A.o = dense(a + "o_proj", d_, d_, "hidden_size");
+    L_.ignore(a + "rotary.inv_freq");
+    CausalAttentionConfig ac;
+    ac.n_heads = A.H;
+    ac.n_kv_heads = A.Hkv;
+    ac.d_head = A.d;
+    ac.window = s.window_size > 0 ? s.window_size - 1 : 0;
+    ac.rope_theta = float(s.rope_theta);
+    A.attention = std::make_unique<CausalAttention>(ac);
+    return A;
+  }
+
   GatedAttentionLayer attention(const std::string& a) {
     GatedAttentionLayer A;
     A.H = g_.n_heads;
@@ -139,7 +163,9 @@ class Reader {
       l.attention = c_.mixers[std::size_t(i)] == MixerKind::kAttention;
       l.mixer_norm = rms(p + (qwen ? "input_layernorm.weight" : "attn_norm.weight"), d_, qwen,
                          "hidden_size");
-      if (l.attention) l.attn = attention(p + "self_attn.");
+      if (l.attention && qwen) l.attn = attention(p + "self_attn.");
+      else if (l.attention)
+        l.attn = fla_attention(p + "attn.", g_.attn[std::size_t(g_.attn_of[std::size_t(i)])]);
       else l.gdn = mixer(p + (qwen ? "linear_attn." : "attn."));
       l.mlp_norm = rms(p + (qwen ? "post_attention_layernorm.weight" : "mlp_norm.weight"), d_,
                        qwen, "hidden_size");
@@ -275,17 +301,23 @@ class Family final : public model::Family {
     const GdnConfig& g = config_of(c);
     const auto n_attn = std::count(c.mixers.begin(), c.mixers.end(), MixerKind::kAttention);
     // A full-attention layer's KV cache: a key and a value per kv head per token.
-    const std::size_t grow = std::size_t(n_attn) * 2 * std::size_t(g.n_kv_heads) *
-                             std::size_t(g.head_dim) * sizeof(float);
+    std::size_t grow = 0;
+    if (g.qwen())
+      grow = std::size_t(n_attn) * 2 * std::size_t(g.n_kv_heads) * std::size_t(g.head_dim) *
+             sizeof(float);
+    for (const auto& s : g.attn)
+      if (s.window_size == 0)
+        grow += s.layers.size() * 2 * std::size_t(s.num_kv_heads) *
+                std::size_t(c.hidden_size / s.num_heads) * sizeof(float);
     return fmt::format(
         "model: {}: {}, {} layers ({} Gated DeltaNet: {} key heads of {}, {} value heads of {}; "
-        "{} gated full attention{}), hidden {}, MLP {}, vocab {}, {:.2f}M parameters\n"
+        "{} {}attention{}), hidden {}, MLP {}, vocab {}, {:.2f}M parameters\n"
         "state: {:.2f} MiB{}\n",
         label, model_type(c), c.num_hidden_layers, c.num_hidden_layers - n_attn, g.n_k_heads,
-        g.d_k, g.n_v_heads, g.d_v, n_attn,
-        n_attn ? fmt::format(": {} heads ({} kv) of {}, rotary {}", g.n_heads, g.n_kv_heads,
-                             g.head_dim, g.rotary_dim())
-               : std::string(),
+        g.d_k, g.n_v_heads, g.d_v, n_attn, g.qwen() ? "gated full " : "softmax ",
+        n_attn && g.qwen() ? fmt::format(": {} heads ({} kv) of {}, rotary {}", g.n_heads,
+                                         g.n_kv_heads, g.head_dim, g.rotary_dim())
+                           : std::string(),
         c.hidden_size, c.intermediate_size, c.vocab_size, double(m.parameters()) / 1e6,
         double(model::new_state_bytes(*m.impl().network)) / double(1 << 20),
         grow ? fmt::format(" at the start, and the full-attention layers' KV cache adds {} bytes "

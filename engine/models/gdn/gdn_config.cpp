@@ -28,7 +28,9 @@ constexpr int kMaxHeads = 1 << 16;
 const std::set<std::string> kQwenIgnored = {
     "model_type", "dtype", "torch_dtype", "bos_token_id", "pad_token_id", "initializer_range",
     "use_cache", "attention_dropout", "mtp_num_hidden_layers", "mtp_use_dedicated_embeddings",
-    "transformers_version", "_name_or_path", "architectures", "output_router_logits"};
+    "transformers_version", "_name_or_path", "architectures", "output_router_logits",
+    // The recurrent state's dtype in other engines: recur's is float32 whatever it says.
+    "mamba_ssm_dtype"};
 
 // Qwen's rope: theta and the rotary fraction from rope_parameters (transformers 5) or
 // rope_scaling / the top-level fields (older files). Text-only positions make the multimodal
@@ -69,7 +71,8 @@ void read_qwen(const std::string& type, const json::Value& root, Fields& top, Mo
     owner = "text_config";
     // The vision tower's settings: its tensors are skipped by name, text runs without it.
     for (const char* k : {"vision_config", "image_token_id", "video_token_id",
-                          "vision_start_token_id", "vision_end_token_id"})
+                          "vision_start_token_id", "vision_end_token_id", "video_start_token_id",
+                          "video_end_token_id"})
       top.mark(k);
     if (root.find("tie_word_embeddings")) {
       has_tie_top = true;
@@ -146,8 +149,47 @@ void read_qwen(const std::string& type, const json::Value& root, Fields& top, Mo
     own.reject_unknown(kQwenIgnored, "recur does not know what it changes in the model, so it "
                                      "will not guess");
   } else {
-    for (const char* k : {"mtp_num_hidden_layers", "mtp_use_dedicated_embeddings", "attention_dropout"})
+    for (const char* k : {"mtp_num_hidden_layers", "mtp_use_dedicated_embeddings",
+                          "attention_dropout", "mamba_ssm_dtype"})
       top.mark(k);
+  }
+}
+
+// fla's `attn` block, as fla/models/utils reads it: layers, heads, kv heads, qkv_bias,
+// window_size, rope_theta.
+void read_fla_attn(const json::Value& v, const std::string& source, int n_layers, GdnConfig& g) {
+  g.attn_is_list = v.is_array();
+  std::vector<const json::Value*> specs;
+  if (v.is_object()) specs.push_back(&v);
+  else if (v.is_array())
+    for (const auto& e : v.array()) specs.push_back(&e);
+  else
+    config_fail(source, "attn is {}, expected an object or a list of objects", describe_json(v));
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const std::string owner = g.attn_is_list ? fmt::format("attn[{}]", i) : "attn";
+    if (!specs[i]->is_object())
+      config_fail(source, "{} is {}, expected an object", owner, describe_json(*specs[i]));
+    Fields f(*specs[i], source, owner);
+    FlaAttnSpec s;
+    const json::Value* layers = f.get("layers");
+    if (!layers || !layers->is_array())
+      config_fail(source, "{}.layers is {}, expected a list of layer indices", owner,
+                  layers ? describe_json(*layers) : "missing");
+    for (const auto& l : layers->array()) {
+      if (!l.is_integer() || l.integer() < 0 || l.integer() >= n_layers)
+        config_fail(source, "{}.layers holds {}, expected layer indices 0 to {}", owner,
+                    describe_json(l), n_layers - 1);
+      s.layers.push_back(int(l.integer()));
+    }
+    if (!f.get("num_heads")) config_fail(source, "{}.num_heads is missing", owner);
+    s.num_heads = f.integer("num_heads", 0, 1, kMaxHeads);
+    s.num_kv_heads = f.integer("num_kv_heads", s.num_heads, 1, kMaxHeads);
+    s.qkv_bias = f.boolean("qkv_bias", false);
+    s.window_size = f.integer("window_size", 0, 2, 1 << 24);
+    s.rope_theta = f.number("rope_theta", 10000, 1.0 + 1e-9, 1e12);
+    f.reject_unknown({}, "fla's Attention layer is built from layers, num_heads, num_kv_heads, "
+                         "qkv_bias, window_size and rope_theta only");
+    g.attn.push_back(std::move(s));
   }
 }
 
@@ -173,9 +215,7 @@ void read_fla(const json::Value& root, Fields& f, ModelConfig& c, GdnConfig& g) 
   const std::string act = f.string("hidden_act", "swish");
   if (act != "swish" && act != "silu")
     config_fail(source, "hidden_act is '{}': fla's GatedMLP here is swish", act);
-  if (const json::Value* attn = f.get("attn"))
-    config_fail(source, "attn is {}: fla's hybrid softmax-attention layers in a gated_deltanet "
-                        "model are not read yet", describe_json(*attn));
+  if (const json::Value* attn = f.get("attn")) read_fla_attn(*attn, source, c.num_hidden_layers, g);
   if (const json::Value* b = f.get("attnres_block_size"))
     config_fail(source, "attnres_block_size is {}: fla's attention residuals are not read",
                 describe_json(*b));
@@ -190,6 +230,8 @@ void read_fla(const json::Value& root, Fields& f, ModelConfig& c, GdnConfig& g) 
                 g.expand_v, dv);
   g.d_v = int(std::round(dv));
   c.mixers.assign(std::size_t(c.num_hidden_layers), MixerKind::kDeltaRule);
+  for (const auto& s : g.attn)
+    for (const int l : s.layers) c.mixers[std::size_t(l)] = MixerKind::kAttention;
 }
 
 }  // namespace
@@ -243,6 +285,21 @@ void resolve(ModelConfig& c, const std::string& source) {
       config_fail(source, "the MLP width from hidden_ratio {} is out of range", g.hidden_ratio);
     c.intermediate_size = int(width);
   }
+  g.attn_of.assign(std::size_t(c.num_hidden_layers), -1);
+  for (std::size_t i = 0; i < g.attn.size(); ++i) {
+    const FlaAttnSpec& s = g.attn[i];
+    if (c.hidden_size % s.num_heads != 0 || (c.hidden_size / s.num_heads) % 2 != 0)
+      config_fail(source, "attn: hidden_size {} is not num_heads {} heads of an even width (rotary "
+                          "turns pairs)", c.hidden_size, s.num_heads);
+    if (s.num_heads % s.num_kv_heads != 0)
+      config_fail(source, "attn: num_heads {} is not a multiple of num_kv_heads {}", s.num_heads,
+                  s.num_kv_heads);
+    for (const int l : s.layers) {
+      if (l < 0 || l >= c.num_hidden_layers || g.attn_of[std::size_t(l)] != -1)
+        config_fail(source, "attn: layer {} is out of range or named twice", l);
+      g.attn_of[std::size_t(l)] = int(i);
+    }
+  }
   if (g.qwen()) {
     if (g.n_heads % g.n_kv_heads != 0)
       config_fail(source, "num_attention_heads {} is not a multiple of num_key_value_heads {}",
@@ -286,6 +343,20 @@ std::string config_fields(const ModelConfig& c) {
     add("allow_neg_eigval", boolean(g.allow_neg_eigval));
     add("conv_size", num(g.conv_size));
     add("max_position_embeddings", num(g.max_position_embeddings));
+    if (!g.attn.empty()) {
+      std::string a = g.attn_is_list ? "[" : "";
+      for (std::size_t i = 0; i < g.attn.size(); ++i) {
+        const FlaAttnSpec& sp = g.attn[i];
+        std::string layers;
+        for (std::size_t j = 0; j < sp.layers.size(); ++j)
+          layers += (j ? ", " : "") + std::to_string(sp.layers[j]);
+        a += fmt::format("{}{{\"layers\": [{}], \"num_heads\": {}, \"num_kv_heads\": {}, "
+                         "\"qkv_bias\": {}, \"window_size\": {}, \"rope_theta\": {}}}",
+                         i ? ", " : "", layers, sp.num_heads, sp.num_kv_heads, boolean(sp.qkv_bias),
+                         sp.window_size > 0 ? num(sp.window_size) : "null", num(sp.rope_theta));
+      }
+      add("attn", a + (g.attn_is_list ? "]" : ""));
+    }
     return s;
   }
   std::string text = "{";
@@ -369,6 +440,22 @@ std::vector<model::TensorSpec> tensors_of(const ModelConfig& c) {
     } else {
       const std::string a = p + "attn.";
       out.push_back({p + "attn_norm.weight", {d}, Init::kNorm});
+      if (attention) {
+        const FlaAttnSpec& s = g.attn[std::size_t(g.attn_of[std::size_t(i)])];
+        const std::int64_t kv = std::int64_t(s.num_kv_heads) * (d / s.num_heads);
+        out.push_back({a + "q_proj.weight", {d, d}});
+        if (s.qkv_bias) out.push_back({a + "q_proj.bias", {d}, Init::kBias});
+        out.push_back({a + "k_proj.weight", {kv, d}});
+        if (s.qkv_bias) out.push_back({a + "k_proj.bias", {kv}, Init::kBias});
+        out.push_back({a + "v_proj.weight", {kv, d}});
+        if (s.qkv_bias) out.push_back({a + "v_proj.bias", {kv}, Init::kBias});
+        out.push_back({a + "o_proj.weight", {d, d}});
+        out.push_back({p + "mlp_norm.weight", {d}, Init::kNorm});
+        out.push_back({p + "mlp.gate_proj.weight", {I, d}});
+        out.push_back({p + "mlp.up_proj.weight", {I, d}});
+        out.push_back({p + "mlp.down_proj.weight", {d, I}});
+        continue;
+      }
       out.push_back({a + "q_proj.weight", {K, d}});
       out.push_back({a + "k_proj.weight", {K, d}});
       out.push_back({a + "v_proj.weight", {Vw, d}});

@@ -202,7 +202,9 @@ class Network final : public model::Network {
         attend(li, kStageMixer, threads);
         const GatedAttentionLayer& A = L.attn;
         const std::int64_t total = rows * A.H * A.d;
-        for (std::int64_t i = 0; i < total; ++i) w.o[std::size_t(i)] *= sigmoid(w.gate[std::size_t(i)]);
+        if (A.gated)
+          for (std::int64_t i = 0; i < total; ++i)
+            w.o[std::size_t(i)] *= sigmoid(w.gate[std::size_t(i)]);
         A.o.apply(w.o.data(), n, A.H * A.d, w.a.data(), d, threads);
       } else {
         const GdnMixer& m = L.gdn;
@@ -259,9 +261,10 @@ class Network final : public model::Network {
   // q and its gate split from q_proj's rows, q and k normalised per head, v.
   void attention_inputs(const GatedAttentionLayer& A, Rows& w, int n, int threads) const {
     const int d = s_.hidden, hd = A.H * A.d, kv = A.Hkv * A.d;
-    A.q.apply(w.h.data(), n, d, w.qg.data(), 2 * hd, threads);
     A.k.apply(w.h.data(), n, d, w.k.data(), kv, threads);
     A.v.apply(w.h.data(), n, d, w.v.data(), kv, threads);
+    if (!A.gated) return A.q.apply(w.h.data(), n, d, w.q.data(), hd, threads);
+    A.q.apply(w.h.data(), n, d, w.qg.data(), 2 * hd, threads);
     const auto step = std::size_t(A.d);
     for (int t = 0; t < n; ++t)
       for (int h = 0; h < A.H; ++h) {

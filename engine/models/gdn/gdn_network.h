@@ -37,10 +37,13 @@ struct GdnMixer {
 
 /// Qwen3.5's gated full attention: q_proj gives a query and a gate per head, q and k are
 /// normalised per head (zero-centred weights, stored as 1 + w), partial rotary, grouped kv heads,
-/// the output times sigmoid(gate).
+/// the output times sigmoid(gate). Without `gated`: fla's softmax attention layer (q_proj gives
+/// the query alone, no norms, rotary on the whole head, perhaps a window).
 struct GatedAttentionLayer {
   int H = 0, Hkv = 0, d = 0;
+  bool gated = true;
   model::Dense q, k, v, o;          // q: (2 H d, hidden), rows per head: d of query, d of gate
+                                    // (without the gate: (H d, hidden))
   model::Norm q_norm, k_norm;       // over d, weights 1 + w
   std::unique_ptr<CausalAttention> attention;
 };
