@@ -59,7 +59,7 @@ ModelConfig config_from_weights(const WeightSource& weights, const std::string& 
 
 const char* known_model_types() {
   return "linear_attn, transformers_are_rnns, gla, retnet, hgrn2, rwkv7, qwen3_5, qwen3_5_text, "
-         "gated_deltanet and Based (gpt2 with alt_mixer)";
+         "gated_deltanet, delta_net and Based (gpt2 with alt_mixer)";
 }
 
 }  // namespace recur::model

@@ -61,6 +61,10 @@ class Reader {
     const int K = m.Hk * m.d_k, V = m.Hv * m.d_v, W = m.conv_width();
     m.gate = g_.use_gate;
     m.neg_eigval = g_.allow_neg_eigval;
+    m.decay = g_.decay();
+    m.use_beta = g_.use_beta;
+    m.qk_activation = int(g_.qk_activation);
+    m.sum_norm = g_.qk_sum_norm;
     if (g_.qwen()) {
       m.in_proj.push_back(dense(a + "in_proj_qkv", W, d_, "2 key widths + value width, hidden_size"));
       m.in_col = {0};
@@ -69,26 +73,31 @@ class Reader {
       m.a = dense(a + "in_proj_a", m.Hv, d_, "value heads, hidden_size");
       m.convs.push_back(conv(a + "conv1d.weight", W));
       m.conv_col = {0};
+      m.conv_silu = {true};
     } else {
       m.in_proj.push_back(dense(a + "q_proj", K, d_, "num_heads * head_dim, hidden_size"));
       m.in_proj.push_back(dense(a + "k_proj", K, d_, "num_heads * head_dim, hidden_size"));
       m.in_proj.push_back(dense(a + "v_proj", V, d_, "value heads * head_v_dim, hidden_size"));
       m.in_col = {0, K, 2 * K};
-      m.a = dense(a + "a_proj", m.Hv, d_, "value heads, hidden_size");
-      m.b = dense(a + "b_proj", m.Hv, d_, "value heads, hidden_size");
+      if (m.decay) m.a = dense(a + "a_proj", m.Hv, d_, "value heads, hidden_size");
+      if (m.use_beta) m.b = dense(a + "b_proj", m.Hv, d_, "value heads, hidden_size");
       if (g_.use_conv) {
         m.convs.push_back(conv(a + "q_conv1d.weight", K));
         m.convs.push_back(conv(a + "k_conv1d.weight", K));
         m.convs.push_back(conv(a + "v_conv1d.weight", V));
         m.conv_col = {0, K, 2 * K};
+        const bool qk_silu = m.qk_activation == 0;
+        m.conv_silu = {qk_silu, qk_silu, true};
       }
       if (m.gate) m.z = dense(a + "g_proj", V, d_, "value heads * head_v_dim, hidden_size");
       // fla's layers of early 2025 kept a parameter D that their forward pass never read.
       L_.ignore(a + "D");
     }
-    const auto A_log = L_.take(a + "A_log", {m.Hv}, "value heads");
-    m.dt_bias = L_.take(a + "dt_bias", {m.Hv}, "value heads");
-    for (const float x : A_log) m.neg_A.push_back(float(-std::exp(double(x))));
+    if (m.decay) {
+      const auto A_log = L_.take(a + "A_log", {m.Hv}, "value heads");
+      m.dt_bias = L_.take(a + "dt_bias", {m.Hv}, "value heads");
+      for (const float x : A_log) m.neg_A.push_back(float(-std::exp(double(x))));
+    }
     m.out_norm = rms(a + (g_.qwen() ? "norm.weight" : "o_norm.weight"), m.d_v, false,
                      "the value head size");
     m.out = dense(a + (g_.qwen() ? "out_proj" : "o_proj"), d_, V, "hidden_size, value width");
@@ -208,6 +217,7 @@ class Family final : public model::Family {
     switch (config_of(c).layout) {
       case Layout::kQwen35: return "qwen3_5";
       case Layout::kQwen35Text: return "qwen3_5_text";
+      case Layout::kFlaDelta: return "delta_net";
       default: return "gated_deltanet";
     }
   }
@@ -215,7 +225,8 @@ class Family final : public model::Family {
     return a == Architecture::kQwen35 || a == Architecture::kGatedDeltaNet;
   }
   bool reads(const std::string& type, const json::Value&) const override {
-    return type == "qwen3_5" || type == "qwen3_5_text" || type == "gated_deltanet";
+    return type == "qwen3_5" || type == "qwen3_5_text" || type == "gated_deltanet" ||
+           type == "delta_net";
   }
   void read_config(const std::string& type, const json::Value& root, model::Fields& f,
                    ModelConfig& c) const override {

@@ -29,7 +29,10 @@ struct GdnConfig final : FamilyConfig {
     kQwen35,      // model_type "qwen3_5": text_config inside, names under model.language_model.
     kQwen35Text,  // model_type "qwen3_5_text": the text model alone, names under model.
     kFla,         // model_type "gated_deltanet": model.layers.i.attn.*, model.embeddings
+    kFlaDelta,    // model_type "delta_net": fla's names, no decay (a_proj, A_log, dt_bias)
   };
+  /// fla delta_net's activation of q and k (gated_deltanet's is silu).
+  enum class QkActivation { kSilu, kRelu, kElu, kIdentity };
   Layout layout = Layout::kQwen35;
   // The Gated DeltaNet layers: key heads (q and k), value heads (a multiple of them: value head
   // h reads key head h / (n_v_heads / n_k_heads)), their widths, the convolution.
@@ -39,6 +42,12 @@ struct GdnConfig final : FamilyConfig {
   bool conv_bias = false;       // fla: conv_bias
   bool use_gate = true;         // fla: use_gate, the SiLU(z)-gated output norm (Qwen: always)
   bool allow_neg_eigval = false;  // fla: beta = 2 sigmoid(b)
+  // delta_net: q and k through qk_activation, then the l2 norm or (qk_norm "sum") x / sum(x);
+  // beta = sigmoid(b) (use_beta) or 1.
+  QkActivation qk_activation = QkActivation::kSilu;
+  bool qk_sum_norm = false;
+  bool use_beta = true;
+  double expand_k = 1;      // delta_net: d_k = hidden_size * expand_k / num_heads
   // The full-attention layers (Qwen3.5): heads, kv heads, head size, the rotary part of it.
   int n_heads = 16, n_kv_heads = 4, head_dim = 256;
   double partial_rotary_factor = 0.25;
@@ -53,7 +62,8 @@ struct GdnConfig final : FamilyConfig {
   std::vector<int> attn_of;  // derived: per layer, its entry of attn, or -1
 
   int rotary_dim() const { return int(double(head_dim) * partial_rotary_factor); }
-  bool qwen() const { return layout != Layout::kFla; }
+  bool qwen() const { return layout == Layout::kQwen35 || layout == Layout::kQwen35Text; }
+  bool decay() const { return layout != Layout::kFlaDelta; }
 };
 
 const GdnConfig& config_of(const ModelConfig& c);

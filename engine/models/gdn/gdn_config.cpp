@@ -193,9 +193,21 @@ void read_fla_attn(const json::Value& v, const std::string& source, int n_layers
   }
 }
 
-void read_fla(const json::Value& root, Fields& f, ModelConfig& c, GdnConfig& g) {
+// delta_net's head sizes: hidden_size * expand_k (expand_v) split over num_heads, as fla's int()
+// of the product and its floor division.
+int delta_head(const std::string& source, int hidden, double expand, int heads, const char* what) {
+  const double width = std::floor(double(hidden) * expand);
+  if (!(width >= 1 && width <= kMaxDim) || int(width) % heads != 0)
+    config_fail(source, "hidden_size {} * {} = {} is not num_heads {} heads of one size", hidden,
+                what, width, heads);
+  return int(width) / heads;
+}
+
+void read_fla(const std::string& type, const json::Value& root, Fields& f, ModelConfig& c,
+              GdnConfig& g) {
   const std::string& source = f.source();
-  g.layout = Layout::kFla;
+  const bool delta = type == "delta_net";
+  g.layout = delta ? Layout::kFlaDelta : Layout::kFla;
   c.vocab_size = f.integer("vocab_size", 32000, 1, 1 << 24);
   c.hidden_size = f.integer("hidden_size", 2048, 1, kMaxDim);
   c.num_hidden_layers = f.integer("num_hidden_layers", 21, 1, 4096);
@@ -203,11 +215,30 @@ void read_fla(const json::Value& root, Fields& f, ModelConfig& c, GdnConfig& g) 
   c.norm_eps = f.number("norm_eps", 1e-6, 0.0, 1.0);
   c.intermediate_size = f.integer("intermediate_size", 0, 1, kMaxDim);
   g.hidden_ratio = f.number("hidden_ratio", 4, 1e-6, 1e6);
-  g.expand_v = f.number("expand_v", 2, 1e-6, 1e6);
-  g.d_k = f.integer("head_dim", 256, 1, model::kMaxHeadDim);
-  g.n_k_heads = f.integer("num_heads", 6, 1, kMaxHeads);
-  g.n_v_heads = f.integer("num_v_heads", g.n_k_heads, 1, kMaxHeads);
-  g.use_gate = f.boolean("use_gate", true);
+  g.expand_v = f.number("expand_v", delta ? 1 : 2, 1e-6, 1e6);
+  if (delta) {
+    g.expand_k = f.number("expand_k", 1, 1e-6, 1e6);
+    g.n_k_heads = g.n_v_heads = f.integer("num_heads", 16, 1, kMaxHeads);
+    g.d_k = delta_head(source, c.hidden_size, g.expand_k, g.n_k_heads, "expand_k");
+    g.d_v = delta_head(source, c.hidden_size, g.expand_v, g.n_k_heads, "expand_v");
+    g.use_beta = f.boolean("use_beta", true);
+    f.mark("use_output_norm");  // fla's DeltaNet layer has its o_norm whatever this says
+    const std::string act = f.string("qk_activation", "silu");
+    if (act == "silu") g.qk_activation = GdnConfig::QkActivation::kSilu;
+    else if (act == "relu") g.qk_activation = GdnConfig::QkActivation::kRelu;
+    else if (act == "elu") g.qk_activation = GdnConfig::QkActivation::kElu;
+    else if (act == "identity") g.qk_activation = GdnConfig::QkActivation::kIdentity;
+    else config_fail(source, "qk_activation is '{}', expected silu, relu, elu or identity", act);
+    const std::string norm = f.string("qk_norm", "l2");
+    if (norm != "l2" && norm != "sum")
+      config_fail(source, "qk_norm is '{}', expected l2 or sum", norm);
+    g.qk_sum_norm = norm == "sum";
+  } else {
+    g.d_k = f.integer("head_dim", 256, 1, model::kMaxHeadDim);
+    g.n_k_heads = f.integer("num_heads", 6, 1, kMaxHeads);
+    g.n_v_heads = f.integer("num_v_heads", g.n_k_heads, 1, kMaxHeads);
+  }
+  g.use_gate = f.boolean("use_gate", !delta);
   g.use_conv = f.boolean("use_short_conv", true);
   g.allow_neg_eigval = f.boolean("allow_neg_eigval", false);
   g.conv_size = f.integer("conv_size", 4, 1, 64);
@@ -224,11 +255,13 @@ void read_fla(const json::Value& root, Fields& f, ModelConfig& c, GdnConfig& g) 
                         "fuse_linear_cross_entropy", "use_l2warp", "_attn_implementation_autoset"})
     f.mark(k);
   (void)root;
-  const double dv = double(g.d_k) * g.expand_v;
-  if (std::abs(dv - std::round(dv)) > 1e-5 * dv || dv < 1 || dv > model::kMaxHeadDim)
-    config_fail(source, "head_dim {} * expand_v {} = {} is not a whole head size", g.d_k,
-                g.expand_v, dv);
-  g.d_v = int(std::round(dv));
+  if (!delta) {
+    const double dv = double(g.d_k) * g.expand_v;
+    if (std::abs(dv - std::round(dv)) > 1e-5 * dv || dv < 1 || dv > model::kMaxHeadDim)
+      config_fail(source, "head_dim {} * expand_v {} = {} is not a whole head size", g.d_k,
+                  g.expand_v, dv);
+    g.d_v = int(std::round(dv));
+  }
   c.mixers.assign(std::size_t(c.num_hidden_layers), MixerKind::kDeltaRule);
   for (const auto& s : g.attn)
     for (const int l : s.layers) c.mixers[std::size_t(l)] = MixerKind::kAttention;
@@ -256,9 +289,9 @@ Names names_of(const GdnConfig& g) {
 
 void read_config(const std::string& type, const json::Value& root, Fields& f, ModelConfig& c) {
   GdnConfig g;
-  if (type == "gated_deltanet") {
+  if (type == "gated_deltanet" || type == "delta_net") {
     c.architecture = Architecture::kGatedDeltaNet;
-    read_fla(root, f, c, g);
+    read_fla(type, root, f, c, g);
   } else {
     c.architecture = Architecture::kQwen35;
     read_qwen(type, root, f, c, g);
@@ -277,7 +310,7 @@ void resolve(ModelConfig& c, const std::string& source) {
   if (std::int64_t(g.n_k_heads) * g.d_k > kMaxDim || std::int64_t(g.n_v_heads) * g.d_v > kMaxDim)
     config_fail(source, "the Gated DeltaNet widths ({} x {} keys, {} x {} values) are out of range",
                 g.n_k_heads, g.d_k, g.n_v_heads, g.d_v);
-  if (g.layout == Layout::kFla && c.intermediate_size == 0) {
+  if (!g.qwen() && c.intermediate_size == 0) {
     // fla's GatedMLP: 2/3 of hidden_size * hidden_ratio, rounded up to a multiple of 256.
     const double raw = std::floor(double(c.hidden_size) * g.hidden_ratio * 2.0 / 3.0);
     const double width = 256.0 * std::ceil(raw / 256.0);
@@ -325,14 +358,23 @@ std::string config_fields(const ModelConfig& c) {
   const auto add = [&](const char* key, const std::string& value) {
     s += fmt::format("  \"{}\": {},\n", key, value);
   };
-  if (g.layout == Layout::kFla) {
-    add("model_type", "\"gated_deltanet\"");
+  if (!g.qwen()) {
+    const bool delta = g.layout == Layout::kFlaDelta;
+    add("model_type", delta ? "\"delta_net\"" : "\"gated_deltanet\"");
     add("vocab_size", num(c.vocab_size));
     add("hidden_size", num(c.hidden_size));
     add("num_hidden_layers", num(c.num_hidden_layers));
     add("num_heads", num(g.n_k_heads));
-    add("num_v_heads", num(g.n_v_heads));
-    add("head_dim", num(g.d_k));
+    if (delta) {
+      static const char* const kActs[] = {"silu", "relu", "elu", "identity"};
+      add("expand_k", num(g.expand_k));
+      add("use_beta", boolean(g.use_beta));
+      add("qk_activation", fmt::format("\"{}\"", kActs[int(g.qk_activation)]));
+      add("qk_norm", g.qk_sum_norm ? "\"sum\"" : "\"l2\"");
+    } else {
+      add("num_v_heads", num(g.n_v_heads));
+      add("head_dim", num(g.d_k));
+    }
     add("expand_v", num(g.expand_v));
     add("intermediate_size", num(c.intermediate_size));
     add("hidden_ratio", num(g.hidden_ratio));
@@ -459,10 +501,12 @@ std::vector<model::TensorSpec> tensors_of(const ModelConfig& c) {
       out.push_back({a + "q_proj.weight", {K, d}});
       out.push_back({a + "k_proj.weight", {K, d}});
       out.push_back({a + "v_proj.weight", {Vw, d}});
-      out.push_back({a + "a_proj.weight", {Hv, d}});
-      out.push_back({a + "b_proj.weight", {Hv, d}});
-      out.push_back({a + "A_log", {Hv}, Init::kBias});
-      out.push_back({a + "dt_bias", {Hv}, Init::kBias});
+      if (g.decay()) out.push_back({a + "a_proj.weight", {Hv, d}});
+      if (g.use_beta) out.push_back({a + "b_proj.weight", {Hv, d}});
+      if (g.decay()) {
+        out.push_back({a + "A_log", {Hv}, Init::kBias});
+        out.push_back({a + "dt_bias", {Hv}, Init::kBias});
+      }
       if (g.use_conv) {
         out.push_back({a + "q_conv1d.weight", {K, 1, taps}, Init::kConv});
         out.push_back({a + "k_conv1d.weight", {K, 1, taps}, Init::kConv});

@@ -131,11 +131,25 @@ float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 // torch's softplus (beta 1, threshold 20), in double.
 double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
 
-// x / sqrt(|x|^2 + 1e-6) over n floats into y (fla's and transformers' l2norm), times scale.
-void l2_normalise(const float* x, float* y, int n, float scale) {
-  const float ss = kernels::active().sum_squares(x, n, 0.0f);
+// One head's q or k (d_k floats) into y, times scale: delta_net's activation (relu, elu + 1)
+// first, then x / sqrt(|x|^2 + 1e-6) (fla's and transformers' l2norm) or x / sum(x).
+void normalise(const GdnMixer& m, const float* x, float* y, float scale) {
+  const int n = m.d_k;
+  if (m.qk_activation == 1) {
+    for (int j = 0; j < n; ++j) y[j] = x[j] > 0.0f ? x[j] : 0.0f;
+  } else if (m.qk_activation == 2) {  // torch's elu (expm1 below 0), then + 1
+    for (int j = 0; j < n; ++j) y[j] = (x[j] > 0.0f ? x[j] : float(std::expm1(double(x[j])))) + 1.0f;
+  } else {
+    std::memcpy(y, x, std::size_t(n) * sizeof(float));
+  }
+  if (m.sum_norm) {
+    const float sum = kernels::active().sum(y, n);
+    for (int j = 0; j < n; ++j) y[j] = y[j] / sum * scale;
+    return;
+  }
+  const float ss = kernels::active().sum_squares(y, n, 0.0f);
   const float inv = 1.0f / std::sqrt(ss + 1e-6f);
-  for (int j = 0; j < n; ++j) y[j] = x[j] * inv * scale;
+  for (int j = 0; j < n; ++j) y[j] = y[j] * inv * scale;
 }
 
 class Network final : public model::Network {
@@ -212,8 +226,8 @@ class Network final : public model::Network {
         for (std::size_t j = 0; j < m.in_proj.size(); ++j)
           m.in_proj[j].apply(w.h.data(), n, d, w.qkv.data() + m.in_col[j], W, threads);
         if (m.gate) m.z.apply(w.h.data(), n, d, w.z.data(), V, threads);
-        m.b.apply(w.h.data(), n, d, w.ba.data(), 2 * m.Hv, threads);
-        m.a.apply(w.h.data(), n, d, w.ba.data() + m.Hv, 2 * m.Hv, threads);
+        if (m.use_beta) m.b.apply(w.h.data(), n, d, w.ba.data(), 2 * m.Hv, threads);
+        if (m.decay) m.a.apply(w.h.data(), n, d, w.ba.data() + m.Hv, 2 * m.Hv, threads);
         attend(li, kStageMixer, threads);
         // The output norm per value head, gated by silu(z): norm(y) * z * sigmoid(z).
         m.out_norm.apply(w.y.data(), n, V, w.y.data(), V, m.Hv);
@@ -308,8 +322,15 @@ class Network final : public model::Network {
     const auto row0 = std::size_t(first);
     const float* in = w.qkv.data() + row0 * std::size_t(W);
     float* conv = w.conv.data() + row0 * std::size_t(W);
+    const bool qk_silu = m.qk_activation == 0;
     if (m.convs.empty()) {
+      // No convolutions: SiLU on v, and on q and k when that is their activation.
       std::memcpy(conv, in, std::size_t(count) * std::size_t(W) * sizeof(float));
+      for (int t = 0; t < count; ++t) {
+        float* row = conv + std::size_t(t) * std::size_t(W);
+        if (qk_silu) gates::silu(row, row, 2 * K);
+        gates::silu(row + 2 * K, row + 2 * K, V);
+      }
     } else {
       for (std::size_t j = 0; j < m.convs.size(); ++j) {
         const ShortConvolution& c = *m.convs[j];
@@ -321,9 +342,13 @@ class Network final : public model::Network {
           Map Y(conv + col, count, ch, Eigen::OuterStride<>(W));
           c.prefill(st.convs_[j], CMap(in + col, count, ch, Eigen::OuterStride<>(W)), Y);
         }
+        if (m.conv_silu[j])
+          for (int t = 0; t < count; ++t) {
+            float* x = conv + std::size_t(t) * std::size_t(W) + std::size_t(col);
+            gates::silu(x, x, ch);
+          }
       }
     }
-    gates::silu(conv, conv, std::int64_t(count) * W);
     const float q_scale = float(1.0 / std::sqrt(double(m.d_k)));
     const int G = m.Hv / m.Hk;
     for (int t = 0; t < count; ++t) {
@@ -332,8 +357,8 @@ class Network final : public model::Network {
       float* qn = w.qn.data() + r * std::size_t(Kp);
       float* kn = w.kn.data() + r * std::size_t(Kp);
       for (int h = 0; h < m.Hk; ++h) {
-        l2_normalise(row + h * m.d_k, qn + h * m.d_kp, m.d_k, q_scale);
-        l2_normalise(row + K + h * m.d_k, kn + h * m.d_kp, m.d_k, 1.0f);
+        normalise(m, row + h * m.d_k, qn + h * m.d_kp, q_scale);
+        normalise(m, row + K + h * m.d_k, kn + h * m.d_kp, 1.0f);
       }
       const float* ba = w.ba.data() + r * std::size_t(2 * m.Hv);
       const float* v = row + 2 * K;
@@ -341,12 +366,16 @@ class Network final : public model::Network {
       float* bb = w.bb.data() + r * std::size_t(Vp);
       float* alpha = w.alpha.data() + r * std::size_t(m.Hv);
       for (int h = 0; h < m.Hv; ++h) {
-        float beta = sigmoid(ba[h]);
+        float beta = m.use_beta ? sigmoid(ba[h]) : 1.0f;
         if (m.neg_eigval) beta *= 2.0f;
         // g = -exp(A_log) softplus(a + dt_bias); alpha = exp(g), in double, rounded once.
-        const double g = double(m.neg_A[std::size_t(h)]) *
-                         softplus(double(ba[m.Hv + h]) + double(m.dt_bias[std::size_t(h)]));
-        alpha[h] = float(std::exp(g));
+        if (m.decay) {
+          const double g = double(m.neg_A[std::size_t(h)]) *
+                           softplus(double(ba[m.Hv + h]) + double(m.dt_bias[std::size_t(h)]));
+          alpha[h] = float(std::exp(g));
+        } else {
+          alpha[h] = 1.0f;
+        }
         const float c = -(alpha[h] * beta);
         const float* k = kn + (h / G) * m.d_kp;
         for (int j = 0; j < m.d_k; ++j) bb[h * m.d_kp + j] = c * k[j];

@@ -27,11 +27,19 @@ struct GdnMixer {
   // short convolutions).
   std::vector<std::unique_ptr<ShortConvolution>> convs;
   std::vector<int> conv_col;
+  std::vector<bool> conv_silu;  // per convolution: SiLU after it (delta_net: v's alone unless
+                                // qk_activation is silu)
   std::vector<float> neg_A;    // (Hv): -exp(A_log), in double then rounded once
   std::vector<float> dt_bias;  // (Hv)
   model::Norm out_norm;        // RMSNorm over d_v, per value head, with its weight
   bool gate = true;            // out_norm(o) * silu(z)
   bool neg_eigval = false;     // beta = 2 sigmoid(b)
+  bool decay = true;           // false (delta_net): alpha = 1, no a, A_log, dt_bias
+  bool use_beta = true;        // false (delta_net): beta = 1, no b
+  // delta_net: q and k after the convolution: 0 silu (done with it), 1 relu, 2 elu + 1,
+  // 3 identity; then x / sum(x) instead of the l2 norm.
+  int qk_activation = 0;
+  bool sum_norm = false;
   int conv_width() const { return 2 * Hk * d_k + Hv * d_v; }
 };
 
