@@ -1,0 +1,324 @@
+// The Gated DeltaNet models (engine/models/gdn): Qwen3.5's hybrid of Gated DeltaNet and gated
+// full attention, fla's gated_deltanet (with its softmax layers) and delta_net, on random
+// weights: prefill gives the bytes of stepping at every chunking, thread count and instruction
+// set; a saved state continues as one run; bad input and bad state bytes are refused with the
+// state unchanged; the multimodal checkpoint's extra tensors are skipped by name and any other
+// refused; the attention layers' KV cache counts in the state's size. The scores against the
+// float64 reference are tests/gdn_model_test.sh's.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <limits>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/model_impl.h"
+#include "model/random_weights.h"
+#include "recur/error.h"
+#include "recur/model.h"
+#include "support/each_isa.h"
+
+namespace {
+
+using recur::ArgumentError;
+using recur::Decoder;
+using recur::DecoderOptions;
+using recur::FormatError;
+using recur::Model;
+using recur::ModelConfig;
+using recur::RandomWeights;
+using recur::WeightSource;
+using Catch::Matchers::Contains;
+using Shape = std::vector<std::int64_t>;
+
+// Qwen3.5 as the Hub ships it (text_config inside the multimodal config): layers G A G A with
+// 2 key heads of 24 (padded to 32 inside the kernel) over 4 value heads of 16, attention 4 heads
+// over 2 kv heads of 16 with rotary on 4 dims.
+const char* const kQwenHybrid = R"({
+  "model_type": "qwen3_5", "architectures": ["Qwen3_5ForConditionalGeneration"],
+  "tie_word_embeddings": false, "image_token_id": 90, "vision_config": {"depth": 1},
+  "text_config": {"model_type": "qwen3_5_text", "vocab_size": 96, "hidden_size": 32,
+    "intermediate_size": 48, "num_hidden_layers": 4, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 16, "rms_norm_eps": 1e-6, "hidden_act": "silu",
+    "layer_types": ["linear_attention", "full_attention", "linear_attention", "full_attention"],
+    "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 24,
+    "linear_value_head_dim": 16, "linear_conv_kernel_dim": 4, "attn_output_gate": true,
+    "mamba_ssm_dtype": "float32",
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000000,
+                        "partial_rotary_factor": 0.25, "mrope_section": [1, 1, 0],
+                        "mrope_interleaved": true}}})";
+
+// fla's gated_deltanet with a softmax layer at 1, no convolutions, no gate, allow_neg_eigval.
+const char* const kFlaHybrid = R"({
+  "model_type": "gated_deltanet", "vocab_size": 96, "hidden_size": 32, "num_hidden_layers": 3,
+  "num_heads": 2, "num_v_heads": 4, "head_dim": 16, "expand_v": 1, "use_gate": false,
+  "use_short_conv": false, "allow_neg_eigval": true, "intermediate_size": 48,
+  "attn": {"layers": [1], "num_heads": 4, "num_kv_heads": 2}})";
+
+// fla's delta_net: no decay, relu on q and k, the sum norm, short convolutions, a gate.
+const char* const kFlaDelta = R"({
+  "model_type": "delta_net", "vocab_size": 96, "hidden_size": 32, "num_hidden_layers": 2,
+  "num_heads": 2, "expand_k": 1, "expand_v": 1, "use_gate": true, "use_beta": true,
+  "qk_activation": "relu", "qk_norm": "sum", "intermediate_size": 48})";
+
+ModelConfig config(const char* json) { return ModelConfig::from_json(json, "config.json"); }
+
+// Tensors in memory, copied from another source and then edited.
+class Tensors final : public WeightSource {
+ public:
+  explicit Tensors(const WeightSource& from) {
+    for (const auto& n : from.names()) t_[n] = {from.shape(n), from.read(n)};
+  }
+  bool has(const std::string& name) const override { return t_.count(name) != 0; }
+  Shape shape(const std::string& name) const override { return t_.at(name).first; }
+  std::vector<float> read(const std::string& name) const override { return t_.at(name).second; }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    for (const auto& [n, v] : t_) out.push_back(n);
+    return out;
+  }
+  std::string describe() const override { return "test tensors"; }
+  void drop(const std::string& name) { t_.erase(name); }
+  void put(const std::string& name, Shape shape, float value = 0.1f) {
+    std::size_t n = 1;
+    for (auto d : shape) n *= std::size_t(d);
+    t_[name] = {std::move(shape), std::vector<float>(n, value)};
+  }
+
+ private:
+  std::map<std::string, std::pair<Shape, std::vector<float>>> t_;
+};
+
+std::shared_ptr<const Model> model_of(const char* json) {
+  const ModelConfig c = config(json);
+  return Model::from_weights(c, RandomWeights(c, 11));
+}
+
+std::vector<int> tokens(int n) {
+  std::vector<int> out;
+  std::uint32_t x = 12345;
+  for (int i = 0; i < n; ++i) {
+    x = x * 1103515245u + 12345u;
+    out.push_back(int((x >> 16) % 96u));
+  }
+  return out;
+}
+
+// Every token's logits and then the state, as bytes.
+struct Run {
+  std::vector<float> logits;
+  std::string state;
+};
+
+Run stepped(const std::shared_ptr<const Model>& m, const std::vector<int>& ids) {
+  Decoder d(m, DecoderOptions{1, 1});
+  Run r;
+  for (const int t : ids) {
+    const auto l = d.step(t);
+    r.logits.insert(r.logits.end(), l.data(), l.data() + l.size());
+  }
+  r.state = d.save_bytes();
+  return r;
+}
+
+Run prefilled(const std::shared_ptr<const Model>& m, const std::vector<int>& ids, int chunk,
+              int threads) {
+  Decoder d(m, DecoderOptions{chunk, threads});
+  Run r;
+  const auto vocab = std::size_t(m->config().vocab_size);
+  d.prefill(ids, {}, [&](std::int64_t, const float* l) { r.logits.insert(r.logits.end(), l, l + vocab); });
+  r.state = d.save_bytes();
+  return r;
+}
+
+bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("a Gated DeltaNet model's prefill gives the bytes of stepping at every chunk size, "
+          "thread count and instruction set", "[gdn][model][exactness]") {
+  const std::vector<int> ids = tokens(300);
+  for (const char* json : {kQwenHybrid, kFlaHybrid, kFlaDelta}) {
+    const auto m = model_of(json);
+    INFO(m->config().model_type());
+    recur::test::for_each_isa([&](const std::string& isa) {
+      INFO("isa " << isa);
+      const Run want = stepped(m, ids);
+      for (const int chunk : {1, 7, 64, 300})
+        for (const int threads : {1, 2, 3}) {
+          INFO("chunk " << chunk << ", threads " << threads);
+          const Run got = prefilled(m, ids, chunk, threads);
+          CHECK(same_bytes(got.logits, want.logits));
+          CHECK(got.state == want.state);
+        }
+    });
+  }
+}
+
+TEST_CASE("a Gated DeltaNet model gives the scalar target's bytes under every instruction set",
+          "[gdn][model][exactness]") {
+  const std::vector<int> ids = tokens(100);
+  for (const char* json : {kQwenHybrid, kFlaHybrid, kFlaDelta}) {
+    const auto m = model_of(json);
+    std::map<std::string, Run> runs;
+    recur::test::for_each_isa([&](const std::string& isa) { runs[isa] = prefilled(m, ids, 64, 2); });
+    REQUIRE(runs.count("scalar"));
+    for (const auto& [isa, r] : runs) {
+      INFO(m->config().model_type() << " under " << isa);
+      CHECK(same_bytes(r.logits, runs["scalar"].logits));
+      CHECK(r.state == runs["scalar"].state);
+    }
+  }
+}
+
+TEST_CASE("a saved Gated DeltaNet state continues with the bytes of one run", "[gdn][model]") {
+  const std::vector<int> ids = tokens(200);
+  const std::vector<int> head(ids.begin(), ids.begin() + 137), tail(ids.begin() + 137, ids.end());
+  for (const char* json : {kQwenHybrid, kFlaHybrid, kFlaDelta}) {
+    const auto m = model_of(json);
+    INFO(m->config().model_type());
+    Decoder one(m, DecoderOptions{16, 1});
+    one.prefill(ids);
+    Decoder first(m, DecoderOptions{16, 1});
+    first.prefill(head);
+    const std::string saved = first.save_bytes();
+    Decoder second(m, DecoderOptions{5, 2});
+    second.load_bytes(saved, "saved");
+    second.prefill(tail);
+    CHECK(second.save_bytes() == one.save_bytes());
+    const auto a = one.logits(), b = second.logits();
+    CHECK(std::memcmp(a.data(), b.data(), std::size_t(a.size()) * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("a bad token is refused and leaves the Gated DeltaNet state as it was", "[gdn][model]") {
+  const auto m = model_of(kQwenHybrid);
+  Decoder d(m, DecoderOptions{8, 1});
+  d.prefill(tokens(20));
+  const std::string before = d.save_bytes();
+  CHECK_THROWS_AS(d.prefill({3, 4, 96, 5}), ArgumentError);
+  CHECK_THROWS_AS(d.step(-1), ArgumentError);
+  CHECK(d.save_bytes() == before);
+  CHECK(d.n_tokens() == 20);
+}
+
+TEST_CASE("a Gated DeltaNet layer's state refuses bytes of another shape or a NaN and keeps its own",
+          "[gdn][model]") {
+  const auto m = model_of(kQwenHybrid);
+  const auto& net = *m->impl().network;
+  auto state = net.make_state(0);
+  auto other = net.make_state(0);
+  CHECK(state->kind() == recur::MixerKind::kDeltaRule);
+  // One conv (2 * 48 + 64 channels, 3 past inputs, its token count), S of 4 heads of 16 x 32
+  // (d_k 24 padded to 32), the format and the token count.
+  CHECK(state->raw_size() == 4 + (3 * 160 * 4 + 8) + 4 * 16 * 32 * 4 + 8);
+  std::vector<unsigned char> bytes = state->raw_bytes();
+  REQUIRE(bytes.size() == state->raw_size());
+  const float one = 1.0f;
+  std::memcpy(bytes.data() + 4 + 3 * 160 * 4 + 8 + 4, &one, sizeof one);  // an entry of S
+  const auto before = other->raw_bytes();
+  CHECK_THROWS_AS(other->load_raw_bytes(bytes.data(), bytes.size() - 4), FormatError);
+  CHECK(other->raw_bytes() == before);
+  std::vector<unsigned char> nan = bytes;
+  const float bad = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(nan.data() + 4 + 3 * 160 * 4 + 8 + 8, &bad, sizeof bad);
+  CHECK_THROWS_WITH(other->load_raw_bytes(nan.data(), nan.size()), Contains("non-finite"));
+  CHECK(other->raw_bytes() == before);
+  std::vector<unsigned char> counts = bytes;  // the recurrence says 5 tokens, the conv 0
+  const std::int64_t five = 5;
+  std::memcpy(counts.data() + counts.size() - 8, &five, sizeof five);
+  CHECK_THROWS_WITH(other->load_raw_bytes(counts.data(), counts.size()), Contains("tokens"));
+  CHECK(other->raw_bytes() == before);
+  other->load_raw_bytes(bytes.data(), bytes.size());
+  CHECK(other->raw_bytes() == bytes);
+}
+
+TEST_CASE("the attention layers' KV cache counts in a Qwen3.5 state, the Gated DeltaNet layers' "
+          "stays constant", "[gdn][model]") {
+  const auto hybrid = model_of(kQwenHybrid);
+  Decoder d(hybrid, DecoderOptions{64, 1});
+  d.prefill(tokens(10));
+  const std::size_t at10 = d.state_bytes(recur::MixerKind::kAttention);
+  const std::size_t delta10 = d.state_bytes(recur::MixerKind::kDeltaRule);
+  d.prefill(tokens(100));
+  CHECK(d.state_grows());
+  // Two attention layers, a key and a value of 2 kv heads of 16 floats per token.
+  CHECK(d.state_bytes(recur::MixerKind::kAttention) - at10 == 100u * 2 * 2 * 2 * 16 * 4);
+  CHECK(d.state_bytes(recur::MixerKind::kDeltaRule) == delta10);
+  const auto pure = model_of(kFlaDelta);
+  Decoder p(pure, DecoderOptions{64, 1});
+  p.prefill(tokens(10));
+  const std::size_t bytes10 = p.state_bytes();
+  p.prefill(tokens(200));
+  CHECK_FALSE(p.state_grows());
+  CHECK(p.state_bytes() == bytes10);
+}
+
+TEST_CASE("a Qwen3.5 checkpoint's vision and multi-token-prediction tensors are skipped by name, "
+          "any other unknown tensor refused by name", "[gdn][model]") {
+  const ModelConfig c = config(kQwenHybrid);
+  Tensors w{RandomWeights(c, 3)};
+  w.put("model.visual.blocks.0.attn.qkv.weight", {6, 4});
+  w.put("mtp.fc.weight", {4, 4});
+  const auto m = Model::from_weights(c, w);
+  Tensors other = w;
+  other.put("model.language_model.layers.0.linear_attn.extra", {4});
+  CHECK_THROWS_WITH(Model::from_weights(c, other),
+                    Contains("model.language_model.layers.0.linear_attn.extra"));
+  Tensors missing = w;
+  missing.drop("model.language_model.layers.2.linear_attn.A_log");
+  CHECK_THROWS_WITH(Model::from_weights(c, missing), Contains("linear_attn.A_log"));
+  // fla's early-2025 attn.D is accepted by name in fla's layout, and nowhere else.
+  const ModelConfig f = config(kFlaHybrid);
+  Tensors fw{RandomWeights(f, 3)};
+  fw.put("model.layers.0.attn.D", {2});
+  CHECK_NOTHROW(Model::from_weights(f, fw));
+  fw.put("model.layers.0.attn.E", {2});
+  CHECK_THROWS_WITH(Model::from_weights(f, fw), Contains("model.layers.0.attn.E"));
+}
+
+TEST_CASE("a Gated DeltaNet config the model cannot run is refused, naming the field",
+          "[gdn][model]") {
+  const auto refusal = [](const std::string& json) {
+    try {
+      ModelConfig::from_json(json, "config.json");
+    } catch (const FormatError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(read)");
+  };
+  std::string q = kQwenHybrid;
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::string s = q;
+    const auto at = s.find(from);
+    REQUIRE(at != std::string::npos);
+    return s.replace(at, from.size(), to);
+  };
+  CHECK_THAT(refusal(with("\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"")),
+             Contains("text_config.hidden_act"));
+  CHECK_THAT(refusal(with("\"rope_type\": \"default\"", "\"rope_type\": \"yarn\"")),
+             Contains("yarn"));
+  CHECK_THAT(refusal(with("\"attn_output_gate\": true", "\"attn_output_gate\": true, \"sliding\": 3")),
+             Contains("text_config.sliding"));
+  CHECK_THAT(refusal(with("\"linear_num_value_heads\": 4", "\"linear_num_value_heads\": 3")),
+             Contains("value heads"));
+  CHECK_THAT(refusal(with("\"partial_rotary_factor\": 0.25", "\"partial_rotary_factor\": 0.3")),
+             Contains("partial_rotary_factor"));
+  CHECK_THAT(refusal(with("\"layer_types\": [\"linear_attention\", ", "\"layer_types\": [")),
+             Contains("layer_types"));
+  CHECK_THAT(refusal(R"({"model_type": "delta_net", "qk_norm": "l1"})"), Contains("qk_norm"));
+}
+
+TEST_CASE("a Gated DeltaNet configuration written out reads back as itself", "[gdn][model]") {
+  for (const char* json : {kQwenHybrid, kFlaHybrid, kFlaDelta}) {
+    const ModelConfig c = config(json);
+    INFO(c.to_json());
+    const ModelConfig back = ModelConfig::from_json(c.to_json(), "round trip");
+    CHECK(back.to_json() == c.to_json());
+    CHECK(recur::model_tensor_shapes(back) == recur::model_tensor_shapes(c));
+  }
+}
