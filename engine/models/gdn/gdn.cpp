@@ -307,6 +307,14 @@ class Family final : public model::Family {
            bool_json(o.flag("tie-embeddings")) + ", \"text_config\": {" + text + "}}";
   }
 
+  // Qwen3.5 reads its byte-level BPE (tokenizer.json, 248,320 ids), fla's hub checkpoints
+  // Llama's or Mistral's: bytes as ids would be another model's input.
+  std::string missing_tokenizer(const std::string& dir) const override {
+    return fmt::format("{} holds no tokenizer.json (the model's vocabulary): pass --tokenizer "
+                       "FILE|DIR, or give and take token ids (--prompt-ids and --ids, "
+                       "--token-ids)", dir);
+  }
+
   std::string describe(const Model& m, const std::string& label) const override {
     const ModelConfig& c = m.config();
     const GdnConfig& g = config_of(c);
