@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "model/model_impl.h"
+#include "recur/causal_attention.h"
 #include "model/random_weights.h"
 #include "recur/error.h"
 #include "recur/model.h"
@@ -321,4 +322,56 @@ TEST_CASE("a Gated DeltaNet configuration written out reads back as itself", "[g
     CHECK(back.to_json() == c.to_json());
     CHECK(recur::model_tensor_shapes(back) == recur::model_tensor_shapes(c));
   }
+}
+
+TEST_CASE("attention's rotary over all of d_head is the default, and a partial rotary turns only "
+          "its channels", "[gdn][attention]") {
+  const auto run = [](int rotary_dim, const recur::RowMatrix& Q, const recur::RowMatrix& K,
+                      const recur::RowMatrix& V) {
+    recur::CausalAttentionConfig c;
+    c.n_heads = 2;
+    c.n_kv_heads = 1;
+    c.d_head = 16;
+    c.rope_theta = 100.0f;
+    c.rotary_dim = rotary_dim;
+    const recur::CausalAttention a(c);
+    auto st = a.make_state();
+    recur::RowMatrix O(Q.rows(), Q.cols());
+    a.prefill(st, Q, K, V, O);
+    return O;
+  };
+  recur::RowMatrix Q = recur::RowMatrix::Random(9, 32), K = recur::RowMatrix::Random(9, 16),
+                   V = recur::RowMatrix::Random(9, 16);
+  const recur::RowMatrix full = run(0, Q, K, V);
+  CHECK(std::memcmp(run(16, Q, K, V).data(), full.data(), sizeof(float) * 9 * 32) == 0);
+  // With the first 4 channels of q and k zero, a rotary over those 4 turns nothing, and the
+  // other channels pass unturned: a query and key that are the same at every position score
+  // alike at every position, unlike under the full rotary.
+  for (int t = 0; t < 9; ++t) {
+    for (int j = 0; j < 4; ++j) K(t, j) = 0.0f;
+    for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < 4; ++j) Q(t, h * 16 + j) = 0.0f;
+  }
+  recur::RowMatrix Qs = Q, Ks = K;  // every row the same: positions alone could tell them apart
+  for (int t = 1; t < 9; ++t) {
+    Qs.row(t) = Q.row(0);
+    Ks.row(t) = K.row(0);
+  }
+  const recur::RowMatrix same = run(4, Qs, Ks, V);
+  // Identical queries and keys at every position: each token attends uniformly to the values so
+  // far, whatever the position, since nothing is turned.
+  for (int t = 0; t < 9; ++t)
+    for (int c = 0; c < 16; ++c) {
+      float mean = 0.0f;
+      for (int u = 0; u <= t; ++u) mean += V(u, c);
+      mean /= float(t + 1);
+      CHECK(same(t, c) == Approx(mean).epsilon(1e-5));
+    }
+  CHECK(std::memcmp(run(0, Qs, Ks, V).data(), same.data(), sizeof(float) * 9 * 32) != 0);
+  recur::CausalAttentionConfig bad;
+  bad.d_head = 16;
+  bad.rotary_dim = 5;
+  CHECK_THROWS_AS(recur::CausalAttention(bad), ArgumentError);
+  bad.rotary_dim = 18;
+  CHECK_THROWS_WITH(recur::CausalAttention(bad), Contains("rotary_dim"));
 }
