@@ -68,6 +68,13 @@ FIXTURES = [
       "use_gate": False, "seed": 6},
      "fla delta_net with its defaults (no decay, silu + l2 on q and k, beta, short convolutions, "
      "no output gate): 2 heads, dk 16, dv 32"),
+    ("qwen35-hub-mixed",
+     {"kind": "qwen35", "layers": "LLLF", "Hk": 2, "Hv": 4, "dk": 16, "dv": 32, "heads": 4,
+      "kv_heads": 1, "head_dim": 16, "tie": True, "dtype": "bf16", "intermediate": 48,
+      "f32_tensors": ["linear_attn.A_log", "linear_attn.norm.weight"], "gain": 4.0, "seed": 10},
+     "Qwen3.5 as the 0.8B/2B checkpoints are stored: multimodal, tied, bfloat16 except "
+     "linear_attn.A_log and linear_attn.norm.weight in float32 (mixed dtypes in one file); "
+     "2 key heads of 16 over 4 value heads of 32; attention 4 heads over 1 kv head, head_dim 16"),
 ]
 PREFIXES = [2, 17, 64, 200]
 GREEDY = 16

@@ -191,6 +191,13 @@ class Tensors:
         return skipped
 
 
+def tied_copy(t, name, m, tie):
+    """A tied checkpoint may still carry the head; accepted only when it equals the embedding."""
+    if tie and t.has(name):
+        if not torch.equal(t(name, tuple(m.embed.shape)), m.embed):
+            raise ValueError(f"tie_word_embeddings is true but {name} differs from the embedding")
+
+
 # --------------------------------------------------------------------------------------------
 # Qwen3.5 (transformers' qwen3_5: Qwen3_5ForConditionalGeneration / Qwen3_5ForCausalLM)
 
@@ -257,6 +264,7 @@ class QwenBuilder:
         m.final_norm = t(prefix + "norm.weight", (D,))
         m.head = m.embed if tie else t("lm_head.weight", (V, D))
         m.tied = tie
+        tied_copy(t, "lm_head.weight", m, tie)
         I = int(text["intermediate_size"])
         H, KV = int(text["num_attention_heads"]), int(text["num_key_value_heads"])
         hd = int(text.get("head_dim") or D // H)
@@ -362,6 +370,7 @@ class FlaBuilder:
         tie = bool(c["tie_word_embeddings"])
         m.head = m.embed if tie else t("lm_head.weight", (V, D))
         m.tied = tie
+        tied_copy(t, "lm_head.weight", m, tie)
         I = mlp_width(D, c["hidden_ratio"], c["intermediate_size"])
         specs = attn_specs(c["attn"], L)
         if mt == "gated_deltanet":
