@@ -5,8 +5,6 @@ and the reader's refusals. Prints one line per check; exit status 1 if any fails
 import collections
 import json
 import math
-import os
-import tempfile
 
 import torch
 
