@@ -68,6 +68,20 @@ FIXTURES = [
       "use_gate": False, "seed": 6},
      "fla delta_net with its defaults (no decay, silu + l2 on q and k, beta, short convolutions, "
      "no output gate): 2 heads, dk 16, dv 32"),
+    ("qwen35-hub-mixed",
+     {"kind": "qwen35", "layers": "LLLF", "Hk": 2, "Hv": 4, "dk": 16, "dv": 32, "heads": 4,
+      "kv_heads": 1, "head_dim": 16, "tie": True, "dtype": "bf16", "intermediate": 48,
+      "f32_tensors": ["linear_attn.A_log", "linear_attn.norm.weight"], "gain": 4.0, "seed": 10},
+     "Qwen3.5 as the 0.8B/2B checkpoints are stored: multimodal, tied, bfloat16 except "
+     "linear_attn.A_log and linear_attn.norm.weight in float32 (mixed dtypes in one file); "
+     "2 key heads of 16 over 4 value heads of 32; attention 4 heads over 1 kv head, head_dim 16"),
+    ("qwen35-sharded",
+     {"kind": "qwen35", "layers": "LLF", "Hk": 1, "Hv": 2, "dk": 16, "dv": 16, "heads": 2,
+      "kv_heads": 2, "head_dim": 16, "intermediate": 32, "dtype": "bf16", "shards": 3, "seed": 11},
+     "Qwen3.5 in three safetensors shards with model.safetensors.index.json (the larger "
+     "checkpoints' form; the vision and mtp tensors in the last shard), bfloat16, untied; "
+     "layers linear, linear, full; 1 key head over 2 value heads of 16; attention 2 heads, 2 kv "
+     "heads (no grouping), head_dim 16"),
 ]
 PREFIXES = [2, 17, 64, 200]
 GREEDY = 16
@@ -184,7 +198,7 @@ def main():
             ids, exp_json, nll_txt = generate(tmp)
             bad = []
             for name, _, _ in FIXTURES:
-                for f in ("config.json", "model.safetensors"):
+                for f in sorted(os.listdir(os.path.join(tmp, name))):
                     with open(os.path.join(tmp, name, f), "rb") as x, open(os.path.join(HERE, name, f), "rb") as y:
                         if x.read() != y.read():
                             bad.append(f"{name}/{f}")

@@ -34,12 +34,12 @@ TORCH_DTYPE = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
 QWEN_DEFAULTS = dict(hidden=64, vocab=300, layers="LLLF", intermediate=64, Hk=2, Hv=4, dk=16, dv=16,
                      conv=4, heads=2, kv_heads=1, head_dim=32, rope_theta=10000000.0, prf=0.25,
                      eps=1e-6, tie=False, multimodal=True, extras=True, dtype="f32", seed=0,
-                     logit_std=3.0, gain=1.0)
+                     logit_std=3.0, gain=1.0, f32_tensors=(), shards=1)
 FLA_DEFAULTS = dict(hidden=64, vocab=300, layers=2, intermediate=64, heads=2, v_heads=None,
                     head_dim=16, expand_k=0.5, expand_v=1.0, use_gate=True, short_conv=True,
                     neg_eigval=False, with_D=False, old_config=False, qk_activation="silu",
                     qk_norm="l2", use_beta=True, attn=None, tie=False, eps=1e-6, dtype="f32",
-                    seed=0, logit_std=3.0, gain=1.0)
+                    seed=0, logit_std=3.0, gain=1.0, f32_tensors=(), shards=1)
 
 
 class Draw:
@@ -275,9 +275,37 @@ def write(out_dir, spec):
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
         f.write("\n")
+    w = cast(s, w)
+    if s["shards"] == 1:
+        write_safetensors(os.path.join(out_dir, "model.safetensors"), w, {"format": "pt"})
+        return
+    # As transformers' save_pretrained shards: tensors in module order, a new file when the
+    # running size passes total / shards; model.safetensors.index.json maps each name to its file.
+    total = sum(t.numel() * t.element_size() for t in w.values())
+    n = s["shards"]
+    parts, size = [collections.OrderedDict()], 0
+    for k, t in w.items():
+        if size >= total * len(parts) / n and len(parts) < n:
+            parts.append(collections.OrderedDict())
+        parts[-1][k] = t
+        size += t.numel() * t.element_size()
+    weight_map = {}
+    for j, part in enumerate(parts):
+        fname = f"model-{j + 1:05d}-of-{n:05d}.safetensors"
+        write_safetensors(os.path.join(out_dir, fname), part, {"format": "pt"})
+        weight_map.update({k: fname for k in part})
+    with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}, f, indent=2)
+        f.write("\n")
+
+
+def cast(s, w):
+    """The weights in the spec's dtype, except those whose names end with one of
+    spec["f32_tensors"] (Qwen3.5's published bf16 checkpoints keep linear_attn.A_log and
+    linear_attn.norm.weight in float32)."""
     dt = DTYPES[s["dtype"]]
-    write_safetensors(os.path.join(out_dir, "model.safetensors"),
-                      collections.OrderedDict((k, v.to(dt)) for k, v in w.items()), {"format": "pt"})
+    keep = tuple(s["f32_tensors"])
+    return collections.OrderedDict((k, v if keep and k.endswith(keep) else v.to(dt)) for k, v in w.items())
 
 
 if __name__ == "__main__":

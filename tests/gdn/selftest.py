@@ -5,8 +5,6 @@ and the reader's refusals. Prints one line per check; exit status 1 if any fails
 import collections
 import json
 import math
-import os
-import tempfile
 
 import torch
 
@@ -236,6 +234,14 @@ def refusals(c):
     bad = json.loads(json.dumps(cfg))
     bad["text_config"]["linear_num_value_heads"] = 3
     c.refused("value heads not a multiple of key heads", with_(bad), "multiple")
+    tcfg, tw = make_model.build(dict(spec, tie=True))
+    tw2 = collections.OrderedDict(tw)
+    tw2["lm_head.weight"] = tw["model.language_model.embed_tokens.weight"].clone()
+    R.build_model(tcfg, tw2)
+    c.close("tied: an lm_head.weight equal to the embedding is accepted (and used by nothing)", 0.0, 0)
+    tw2["lm_head.weight"] = tw2["lm_head.weight"] * 1.5
+    c.refused("tied: an lm_head.weight that differs from the embedding", lambda: R.build_model(tcfg, tw2),
+              "differs")
     fcfg, fw = make_model.build({"kind": "gated_deltanet", "layers": 1, "with_D": True, "seed": 32})
     R.build_model(fcfg, fw)
     fw2 = collections.OrderedDict(fw)
