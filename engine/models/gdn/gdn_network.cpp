@@ -28,34 +28,34 @@ constexpr int kStageMixer = 0;
 class GdnState final : public model::LayerState {
  public:
   static constexpr std::uint32_t kFormat = 1;
-  GdnState(std::vector<ShortConvState> convs, std::size_t s_floats)
-      : convs_(std::move(convs)), S(s_floats, 0.0f) {}
-  std::vector<ShortConvState> convs_;
+  GdnState(std::vector<ShortConvState> conv_states, std::size_t s_floats)
+      : convs(std::move(conv_states)), S(s_floats, 0.0f) {}
+  std::vector<ShortConvState> convs;
   std::vector<float> S;  // (Hv, d_v, d_kp)
   std::int64_t tokens = 0;
 
   std::unique_ptr<model::LayerState> clone() const override {
     std::vector<ShortConvState> c;
-    for (const auto& x : convs_) c.push_back(x.clone());
+    for (const auto& x : convs) c.push_back(x.clone());
     auto out = std::make_unique<GdnState>(std::move(c), 0);
     out->S = S;
     out->tokens = tokens;
     return out;
   }
   void reset() override {
-    for (auto& c : convs_) c.reset();
+    for (auto& c : convs) c.reset();
     std::fill(S.begin(), S.end(), 0.0f);
     tokens = 0;
   }
   std::int64_t n_tokens() const override { return tokens; }
   std::size_t bytes() const override {
     std::size_t n = sizeof(*this) + S.capacity() * sizeof(float);
-    for (const auto& c : convs_) n += c.bytes();
+    for (const auto& c : convs) n += c.bytes();
     return n;
   }
   std::size_t raw_size() const override {
     std::size_t n = sizeof(std::uint32_t) + S.size() * sizeof(float) + sizeof(std::int64_t);
-    for (const auto& c : convs_) n += c.raw_size();
+    for (const auto& c : convs) n += c.raw_size();
     return n;
   }
   // format (u32), each convolution's raw bytes, S, the token count (i64); little-endian hosts.
@@ -63,7 +63,7 @@ class GdnState final : public model::LayerState {
     std::vector<unsigned char> out(sizeof(std::uint32_t));
     const std::uint32_t format = kFormat;
     std::memcpy(out.data(), &format, sizeof format);
-    for (const auto& c : convs_) {
+    for (const auto& c : convs) {
       const auto r = c.raw_bytes();
       out.insert(out.end(), r.begin(), r.end());
     }
@@ -78,7 +78,7 @@ class GdnState final : public model::LayerState {
     if (size != raw_size())
       throw FormatError(fmt::format("[{}] {} bytes given, this Gated DeltaNet layer's state ({} "
                                     "floats of S, {} convolutions) has {}", call, size, S.size(),
-                                    convs_.size(), raw_size()));
+                                    convs.size(), raw_size()));
     std::uint32_t format = 0;
     std::memcpy(&format, data, sizeof format);
     if (format != kFormat)
@@ -89,22 +89,22 @@ class GdnState final : public model::LayerState {
     if (n < 0) throw FormatError(fmt::format("[{}] the token count is {}", call, n));
     // Into copies first, so that a failure leaves this state as it was.
     std::size_t at = sizeof format;
-    std::vector<ShortConvState> convs;
-    for (const auto& c : convs_) {
+    std::vector<ShortConvState> loaded;
+    for (const auto& c : convs) {
       ShortConvState copy = c.clone();
       copy.load_raw_bytes(data + at, copy.raw_size());
       if (copy.n_tokens() != n)
         throw FormatError(fmt::format("[{}] a convolution has seen {} tokens, the recurrence {}",
                                       call, copy.n_tokens(), n));
       at += copy.raw_size();
-      convs.push_back(std::move(copy));
+      loaded.push_back(std::move(copy));
     }
     std::vector<float> s(S.size());
     std::memcpy(s.data(), data + at, s.size() * sizeof(float));
     for (const float x : s)
       if (!std::isfinite(x))
         throw FormatError(fmt::format("[{}] the state holds a non-finite number", call));
-    convs_ = std::move(convs);
+    convs = std::move(loaded);
     S = std::move(s);
     tokens = n;
   }
@@ -337,10 +337,10 @@ class Network final : public model::Network {
         const int col = m.conv_col[j], ch = c.channels();
         if (count == 1) {
           Eigen::Map<Eigen::VectorXf> y(conv + col, ch);
-          c.step(st.convs_[j], Eigen::Map<const Eigen::VectorXf>(in + col, ch), y);
+          c.step(st.convs[j], Eigen::Map<const Eigen::VectorXf>(in + col, ch), y);
         } else {
           Map Y(conv + col, count, ch, Eigen::OuterStride<>(W));
-          c.prefill(st.convs_[j], CMap(in + col, count, ch, Eigen::OuterStride<>(W)), Y);
+          c.prefill(st.convs[j], CMap(in + col, count, ch, Eigen::OuterStride<>(W)), Y);
         }
         if (m.conv_silu[j])
           for (int t = 0; t < count; ++t) {
