@@ -617,7 +617,7 @@ DecodeStream::DecodeStream(std::shared_ptr<const Tokenizer> tokenizer, bool skip
     : tokenizer_(std::move(tokenizer)), skip_special_(skip_special_tokens) {}
 
 std::string DecodeStream::put(int id) {
-  const Tokenizer::Impl& t = tokenizer_->impl();
+  const Tokenizer::Impl& t = *tokenizer_->impl_;
   t.check_id(id, "DecodeStream::put");
   // A skipped special token is no part of the text: decode() drops it before the decoders run,
   // so it must not take the place of the context token either (a Strip would strip twice).

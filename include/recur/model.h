@@ -32,6 +32,10 @@
 
 namespace recur {
 
+namespace model {
+struct ModelAccess;  // the engine's way to a Model's loaded form (engine/model/model_impl.h)
+}
+
 enum class Architecture {
   kLinearAttn,           ///< model_type "linear_attn" (flash-linear-attention)
   kTransformersAreRnns,  ///< model_type "transformers_are_rnns" (the paper's post-norm model)
@@ -250,11 +254,11 @@ class Model {
   /// checkpoints were trained on GPT-2's ids); "" when bytes are fine.
   std::string missing_tokenizer(const std::string& dir) const;
 
+  /// The loaded form: opaque here, defined and reached in the engine (engine/model/model_impl.h).
   struct Impl;
-  /// The loaded form, for the engine's own code (engine/model/model_impl.h); not for users.
-  const Impl& impl() const { return *impl_; }
 
  private:
+  friend struct model::ModelAccess;
   Model();
   ModelConfig config_;
   std::string source_;

@@ -390,7 +390,7 @@ class Family final : public model::Family {
   std::string describe(const Model& m, const std::string& label) const override {
     const ModelConfig& c = m.config();
     const auto count = [&](MixerKind k) { return std::count(c.mixers.begin(), c.mixers.end(), k); };
-    const model::Network& net = *m.impl().network;
+    const model::Network& net = *model::impl_of(m).network;
     const auto mib = [&](MixerKind k) { return double(model::new_state_bytes(net, &k)) / double(1 << 20); };
     return fmt::format("model: {}: based, {} layers ({} BaseConv, {} Taylor linear attention, {} "
                        "sliding window of {} tokens), hidden {}, vocab {}, {:.2f}M parameters\n"

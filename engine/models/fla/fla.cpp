@@ -339,7 +339,7 @@ class Family final : public model::Family {
         c.num_hidden_layers, c.num_hidden_layers - n_attn, n_attn, c.hidden_size, c.num_heads,
         c.num_kv_heads != c.num_heads ? fmt::format(" ({} kv)", c.num_kv_heads) : "",
         c.vocab_size, double(m.parameters()) / 1e6,
-        double(model::new_state_bytes(*m.impl().network)) / double(1 << 20),
+        double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20),
         grow ? fmt::format(" at the start, and the full-attention layers' KV cache adds {} bytes "
                            "every token (conversations' memory counts it)", grow)
              : std::string(" at any length"));
