@@ -176,21 +176,20 @@ void ModelConfig::resolve(const std::string& source) {
 
 std::string ModelConfig::to_json() const {
   std::string s = "{\n";
-  const auto add = [&](const char* key, const std::string& value) {
-    s += fmt::format("  \"{}\": {},\n", key, value);
-  };
   s += model::family_of(architecture).config_fields(*this);
+  model::FieldWriter w;
   if (!quantization.empty())
-    add("quantization_config",
-        fmt::format("{{\"quant_method\": \"recur\", \"format\": {}, \"block_size\": 32, "
-                    "\"scale_dtype\": \"float16\", \"head_format\": {}}}",
-                    json::quote(quantization), json::quote(quantization_head)));
+    w.add("quantization_config",
+          fmt::format("{{\"quant_method\": \"recur\", \"format\": {}, \"block_size\": 32, "
+                      "\"scale_dtype\": \"float16\", \"head_format\": {}}}",
+                      json::quote(quantization), json::quote(quantization_head)));
   if (!eos_token_ids.empty()) {
     std::string ids;
     for (std::size_t i = 0; i < eos_token_ids.size(); ++i)
       ids += (i ? ", " : "") + std::to_string(eos_token_ids[i]);
-    add("eos_token_id", eos_token_ids.size() == 1 ? ids : "[" + ids + "]");
+    w.add("eos_token_id", eos_token_ids.size() == 1 ? ids : "[" + ids + "]");
   }
+  s += w.text();
   s += fmt::format("  \"tie_word_embeddings\": {}\n}}\n", tie_word_embeddings ? "true" : "false");
   return s;
 }

@@ -230,47 +230,43 @@ void resolve(ModelConfig& c, const std::string& source) {
 }
 
 std::string config_fields(const ModelConfig& c) {
-  std::string s;
-  const auto add = [&](const char* key, const std::string& value) {
-    s += fmt::format("  \"{}\": {},\n", key, value);
-  };
-  const auto num = [](double x) { return fmt::format("{}", x); };
-  const auto boolean = [](bool b) { return std::string(b ? "true" : "false"); };
+  model::FieldWriter w;
   // The published checkpoints' layout: a GPT2Config with Based's mixer specs.
   const auto list = [](const std::vector<int>& v) {
     std::string out = "[";
     for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
     return out + "]";
   };
-  add("model_type", "\"gpt2\"");
-  add("architectures", "[\"GPTLMHeadModel\"]");
-  add("vocab_size", num(c.vocab_size));
-  add("n_embd", num(c.hidden_size));
-  add("n_inner", num(c.intermediate_size));
-  add("n_layer", num(c.num_hidden_layers));
-  add("n_head", num(c.window_heads));
-  add("layer_norm_epsilon", num(c.norm_eps));
-  add("rotary_emb_base", num(c.rope_theta));
-  add("rotary_emb_fraction", "1");
-  add("max_position_embeddings", "0");
-  add("pad_vocab_size_multiple", num(c.pad_vocab_multiple));
-  add("rms_norm", "true");
-  add("activation_function", "\"swiglu\"");
-  add("residual_in_fp32", "true");
-  add("alt_mixer_layers", list(c.linear_layers));
-  add("alt_mixer_2_layers", list(c.window_layers));
-  add("mixer", fmt::format("{{\"_target_\": \"based.models.mixers.convolution.BaseConv\", "
-                           "\"l_max\": 2048, \"use_bias\": {}, \"expand_proj\": {}, "
-                           "\"kernel_sizes\": {}}}", boolean(c.conv_bias), c.conv_expand, c.conv_kernel));
-  add("alt_mixer", fmt::format("{{\"_target_\": \"based.models.mixers.linear_attention.LinearAttention\", "
-                               "\"l_max\": 2048, \"feature_map\": {{\"_target_\": "
-                               "\"based.models.mixers.linear_attention.TaylorExp\", \"input_dim\": {}}}, "
-                               "\"feature_dim\": {}, \"num_heads\": {}}}",
-                               c.la_feature_dim, c.la_feature_dim, c.la_heads));
-  add("alt_mixer_2", fmt::format("{{\"_target_\": \"based.models.mixers.slide_attention.SlidingAttention\", "
-                                 "\"window_size\": {}, \"num_heads\": {}, \"causal\": true}}",
-                                 c.window_size, c.window_heads));
-  return s;
+  w.add("model_type", "\"gpt2\"");
+  w.add("architectures", "[\"GPTLMHeadModel\"]");
+  w.number("vocab_size", c.vocab_size);
+  w.number("n_embd", c.hidden_size);
+  w.number("n_inner", c.intermediate_size);
+  w.number("n_layer", c.num_hidden_layers);
+  w.number("n_head", c.window_heads);
+  w.number("layer_norm_epsilon", c.norm_eps);
+  w.number("rotary_emb_base", c.rope_theta);
+  w.add("rotary_emb_fraction", "1");
+  w.add("max_position_embeddings", "0");
+  w.number("pad_vocab_size_multiple", c.pad_vocab_multiple);
+  w.add("rms_norm", "true");
+  w.add("activation_function", "\"swiglu\"");
+  w.add("residual_in_fp32", "true");
+  w.add("alt_mixer_layers", list(c.linear_layers));
+  w.add("alt_mixer_2_layers", list(c.window_layers));
+  w.add("mixer", fmt::format("{{\"_target_\": \"based.models.mixers.convolution.BaseConv\", "
+                             "\"l_max\": 2048, \"use_bias\": {}, \"expand_proj\": {}, "
+                             "\"kernel_sizes\": {}}}",
+                             model::config_bool(c.conv_bias), c.conv_expand, c.conv_kernel));
+  w.add("alt_mixer", fmt::format("{{\"_target_\": \"based.models.mixers.linear_attention.LinearAttention\", "
+                                 "\"l_max\": 2048, \"feature_map\": {{\"_target_\": "
+                                 "\"based.models.mixers.linear_attention.TaylorExp\", \"input_dim\": {}}}, "
+                                 "\"feature_dim\": {}, \"num_heads\": {}}}",
+                                 c.la_feature_dim, c.la_feature_dim, c.la_heads));
+  w.add("alt_mixer_2", fmt::format("{{\"_target_\": \"based.models.mixers.slide_attention.SlidingAttention\", "
+                                   "\"window_size\": {}, \"num_heads\": {}, \"causal\": true}}",
+                                   c.window_size, c.window_heads));
+  return w.text();
 }
 
 }  // namespace recur::models::based

@@ -215,42 +215,38 @@ void resolve(ModelConfig& c, const std::string& source) {
 }
 
 std::string config_fields(const ModelConfig& c) {
-  std::string s;
-  const auto add = [&](const char* key, const std::string& value) {
-    s += fmt::format("  \"{}\": {},\n", key, value);
-  };
-  const auto num = [](double x) { return fmt::format("{}", x); };
-  const auto boolean = [](bool b) { return std::string(b ? "true" : "false"); };
+  model::FieldWriter w;
   const bool gla = c.architecture == Architecture::kGla, retnet = c.architecture == Architecture::kRetNet;
-  add("model_type", gla ? "\"gla\"" : retnet ? "\"retnet\"" : "\"hgrn2\"");
-  add("architectures", gla ? "[\"GLAForCausalLM\"]" : retnet ? "[\"RetNetForCausalLM\"]"
-                                                              : "[\"HGRN2ForCausalLM\"]");
-  add("attn_mode", "\"chunk\"");
-  add("vocab_size", num(c.vocab_size));
-  add("hidden_size", num(c.hidden_size));
-  add("num_hidden_layers", num(c.num_hidden_layers));
-  add("intermediate_size", num(c.intermediate_size));
-  add("hidden_act", "\"swish\"");
-  add("norm_eps", num(c.norm_eps));
-  add("elementwise_affine", boolean(c.elementwise_affine));
-  add("fuse_norm", boolean(c.fuse_norm));
-  add("max_position_embeddings", num(c.max_position_embeddings));
+  w.add("model_type", gla ? "\"gla\"" : retnet ? "\"retnet\"" : "\"hgrn2\"");
+  w.add("architectures", gla      ? "[\"GLAForCausalLM\"]"
+                         : retnet ? "[\"RetNetForCausalLM\"]"
+                                  : "[\"HGRN2ForCausalLM\"]");
+  w.add("attn_mode", "\"chunk\"");
+  w.number("vocab_size", c.vocab_size);
+  w.number("hidden_size", c.hidden_size);
+  w.number("num_hidden_layers", c.num_hidden_layers);
+  w.number("intermediate_size", c.intermediate_size);
+  w.add("hidden_act", "\"swish\"");
+  w.number("norm_eps", c.norm_eps);
+  w.boolean("elementwise_affine", c.elementwise_affine);
+  w.boolean("fuse_norm", c.fuse_norm);
+  w.number("max_position_embeddings", c.max_position_embeddings);
   if (c.architecture == Architecture::kHgrn2) {
-    add("expand_ratio", num(c.expand_ratio));
-    add("use_lower_bound", boolean(c.use_lower_bound));
+    w.number("expand_ratio", c.expand_ratio);
+    w.boolean("use_lower_bound", c.use_lower_bound);
   } else {
-    add("num_heads", num(c.num_heads));
-    add("num_kv_heads", num(c.num_kv_heads));
-    add("expand_k", num(c.expand_k));
-    add("expand_v", num(c.expand_v));
-    add("use_output_gate", boolean(c.use_output_gate));
-    add("feature_map", c.qk_activation.empty() ? "null" : json::quote(c.qk_activation));
+    w.number("num_heads", c.num_heads);
+    w.number("num_kv_heads", c.num_kv_heads);
+    w.number("expand_k", c.expand_k);
+    w.number("expand_v", c.expand_v);
+    w.boolean("use_output_gate", c.use_output_gate);
+    w.add("feature_map", c.qk_activation.empty() ? "null" : json::quote(c.qk_activation));
   }
   if (c.architecture != Architecture::kRetNet) {
-    add("use_short_conv", boolean(c.use_short_conv));
-    add("conv_size", num(c.conv_size));
+    w.boolean("use_short_conv", c.use_short_conv);
+    w.number("conv_size", c.conv_size);
   }
-  if (gla) add("clamp_min", c.has_clamp_min ? num(c.clamp_min) : "null");
+  if (gla) w.add("clamp_min", c.has_clamp_min ? model::config_number(c.clamp_min) : "null");
   if (c.has_attn) {
     std::string a = c.attn_is_list ? "[" : "";
     for (std::size_t i = 0; i < c.attn.size(); ++i) {
@@ -260,13 +256,15 @@ std::string config_fields(const ModelConfig& c) {
         layers += (j ? ", " : "") + std::to_string(sp.layers[j]);
       a += fmt::format("{}{{\"layers\": [{}], \"num_heads\": {}, \"num_kv_heads\": {}, \"qkv_bias\": "
                        "{}, \"window_size\": {}, \"rope_theta\": {}}}",
-                       i ? ", " : "", layers, sp.num_heads, sp.num_kv_heads, boolean(sp.qkv_bias),
-                       sp.window_size > 0 ? num(sp.window_size) : "null", num(sp.rope_theta));
+                       i ? ", " : "", layers, sp.num_heads, sp.num_kv_heads,
+                       model::config_bool(sp.qkv_bias),
+                       sp.window_size > 0 ? model::config_number(sp.window_size) : "null",
+                       model::config_number(sp.rope_theta));
     }
     if (c.attn_is_list) a += "]";
-    add("attn", a);
+    w.add("attn", a);
   }
-  return s;
+  return w.text();
 }
 
 }  // namespace recur::models::fla

@@ -148,45 +148,40 @@ void resolve(ModelConfig& c, const std::string& source) {
 }
 
 std::string config_fields(const ModelConfig& c) {
-  std::string s;
-  const auto add = [&](const char* key, const std::string& value) {
-    s += fmt::format("  \"{}\": {},\n", key, value);
-  };
-  const auto num = [](double x) { return fmt::format("{}", x); };
-  const auto boolean = [](bool b) { return std::string(b ? "true" : "false"); };
+  model::FieldWriter w;
   if (c.architecture == Architecture::kLinearAttn) {
-    add("model_type", "\"linear_attn\"");
-    add("architectures", "[\"LinearAttentionForCausalLM\"]");
-    add("attn_mode", "\"fused_chunk\"");
-    add("vocab_size", num(c.vocab_size));
-    add("hidden_size", num(c.hidden_size));
-    add("num_hidden_layers", num(c.num_hidden_layers));
-    add("num_heads", num(c.num_heads));
-    add("num_kv_heads", num(c.num_kv_heads));
-    add("expand_k", num(c.expand_k));
-    add("expand_v", num(c.expand_v));
-    add("intermediate_size", num(c.intermediate_size));
-    add("hidden_act", json::quote(c.hidden_act));
-    add("feature_map", json::quote(ModelConfig::feature_map_name(c.feature_map)));
-    add("tie_feature_map_qk", boolean(c.tie_feature_map_qk));
-    add("norm_q", boolean(c.norm_q));
-    add("norm_k", boolean(c.norm_k));
-    add("norm_feature_map", boolean(c.norm_feature_map));
-    add("elementwise_affine", boolean(c.elementwise_affine));
-    add("norm_eps", num(c.norm_eps));
+    w.add("model_type", "\"linear_attn\"");
+    w.add("architectures", "[\"LinearAttentionForCausalLM\"]");
+    w.add("attn_mode", "\"fused_chunk\"");
+    w.number("vocab_size", c.vocab_size);
+    w.number("hidden_size", c.hidden_size);
+    w.number("num_hidden_layers", c.num_hidden_layers);
+    w.number("num_heads", c.num_heads);
+    w.number("num_kv_heads", c.num_kv_heads);
+    w.number("expand_k", c.expand_k);
+    w.number("expand_v", c.expand_v);
+    w.number("intermediate_size", c.intermediate_size);
+    w.string("hidden_act", c.hidden_act);
+    w.string("feature_map", ModelConfig::feature_map_name(c.feature_map));
+    w.boolean("tie_feature_map_qk", c.tie_feature_map_qk);
+    w.boolean("norm_q", c.norm_q);
+    w.boolean("norm_k", c.norm_k);
+    w.boolean("norm_feature_map", c.norm_feature_map);
+    w.boolean("elementwise_affine", c.elementwise_affine);
+    w.number("norm_eps", c.norm_eps);
   } else {
-    add("model_type", "\"transformers_are_rnns\"");
-    add("vocab_size", num(c.vocab_size));
-    add("hidden_size", num(c.hidden_size));
-    add("num_hidden_layers", num(c.num_hidden_layers));
-    add("num_heads", num(c.num_heads));
-    add("intermediate_size", num(c.intermediate_size));
-    add("hidden_act", json::quote(c.hidden_act));
-    add("feature_map", json::quote(ModelConfig::feature_map_name(c.feature_map)));
-    add("norm_eps", num(c.norm_eps));
-    add("attn_eps", num(c.attn_eps));
+    w.add("model_type", "\"transformers_are_rnns\"");
+    w.number("vocab_size", c.vocab_size);
+    w.number("hidden_size", c.hidden_size);
+    w.number("num_hidden_layers", c.num_hidden_layers);
+    w.number("num_heads", c.num_heads);
+    w.number("intermediate_size", c.intermediate_size);
+    w.string("hidden_act", c.hidden_act);
+    w.string("feature_map", ModelConfig::feature_map_name(c.feature_map));
+    w.number("norm_eps", c.norm_eps);
+    w.number("attn_eps", c.attn_eps);
   }
-  return s;
+  return w.text();
 }
 
 }  // namespace recur::models::linear
