@@ -286,8 +286,7 @@ int run_generate(int argc, char** argv) {
   fmt::print(stderr, "decode:  {} tokens in {:.3f} s = {:.1f} tokens/s{}\n", generated, decode_s,
              double(generated) / std::max(decode_s, 1e-9),
              ended ? " (stopped at the end-of-sequence id)" : "");
-  bool full_cache = false;  // a full softmax layer's KV cache grows; every other state does not
-  for (const auto& s : decoder.model().config().attn) full_cache = full_cache || s.window_size == 0;
+  const bool full_cache = decoder.state_grows();  // a full softmax layer's KV cache
   fmt::print(stderr, "state:   {} bytes ({}) after {} tokens; {} (weights {}, {} per token)\n",
              decoder.state_bytes(), human_bytes(double(decoder.state_bytes())), decoder.n_tokens(),
              full_cache ? "the full-attention layers' KV cache grows with every token, the rest "

@@ -57,16 +57,6 @@ enum class MixerKind {
   kDeltaRule,        ///< RWKV-7's time mix: a delta-rule recurrence with its token shifts
 };
 
-/// One entry of an fla config's `attn` block: softmax attention at some layers.
-struct HybridAttentionSpec {
-  std::vector<int> layers;
-  int num_heads = 0;
-  int num_kv_heads = 0;  ///< 0: num_heads
-  bool qkv_bias = false;
-  int window_size = 0;   ///< 0: full attention; else a token sees window_size - 1 before it
-  double rope_theta = 10000;
-};
-
 /// Feature maps a model's config may name.
 enum class ModelFeatureMap { kElu, kRelu, kIdentity, kHedgehog, kT2R, kDpfp, kElementwiseProduct };
 
@@ -107,49 +97,20 @@ struct ModelConfig {
   /// apart.
   std::string quantization;
   std::string quantization_head;
-  /// The family's own fields (null for the families whose fields are still listed below).
+  /// The family's own fields (engine/models/<family>/): Based's, GLA / RetNet / HGRN2's and
+  /// RWKV-7's; null for linear_attn and the paper's model, whose fields are still listed here.
+  /// config.json is the public way to set them (from_json); null before resolve() means the
+  /// family's defaults.
   std::shared_ptr<const FamilyConfig> family;
 
-  // Based only (architecture kBased). hidden_size, num_hidden_layers, intermediate_size,
-  // vocab_size, norm_eps come from n_embd, n_layer, n_inner, vocab_size, layer_norm_epsilon.
-  std::vector<MixerKind> mixers;  ///< per layer; resolve() fills it for the other layouts
-  std::vector<int> linear_layers;  ///< alt_mixer_layers: Taylor linear attention
-  std::vector<int> window_layers;  ///< alt_mixer_2_layers: sliding-window attention
-  int la_heads = 16;               ///< alt_mixer.num_heads
-  int la_feature_dim = 16;         ///< alt_mixer.feature_dim (q, k per head, before the map)
-  int window_size = 256;           ///< alt_mixer_2.window_size: a token sees window_size / 2 before it
-  int window_heads = 16;           ///< n_head
-  double rope_theta = 10000;       ///< rotary_emb_base
-  int conv_kernel = 3;             ///< mixer.kernel_size
-  int conv_expand = 4;             ///< mixer.expand_proj: in_proj is hidden -> expand * hidden
-  bool conv_bias = true;           ///< mixer.use_bias: in_proj and out_proj have biases
-  int pad_vocab_multiple = 8;      ///< the embedding has vocab_size rounded up to this many rows
-  int embedding_rows = 0;          ///< derived: vocab_size rounded up (the logits are vocab_size)
-
-  // flash-linear-attention's gated models (kGla, kRetNet, kHgrn2); docs/fla-models.md.
-  bool use_short_conv = false;  ///< GLA, HGRN2: short convolutions on q, k, v (RetNet's block
-                                ///< ignores the field)
-  int conv_size = 4;
-  bool use_output_gate = true;  ///< GLA, RetNet: g_proj and the swish-gated output norm
-  std::string qk_activation;    ///< GLA, RetNet: feature_map on q and k ("", "relu" or "swish")
-  bool has_clamp_min = false;   ///< GLA: clamp_min is set
-  double clamp_min = 0;
-  bool fuse_norm = true;        ///< names the output norm (g_norm_swish_gate or g_norm)
-  int expand_ratio = 128;       ///< HGRN2: the forget gate's width per head
-  bool use_lower_bound = true;  ///< HGRN2: the per-layer lower bounds of the forget gate
-  int max_position_embeddings = 2048;
-  /// The `attn` block: a dict is one spec, a list several (attn_is_list remembers which).
-  std::vector<HybridAttentionSpec> attn;
-  bool has_attn = false, attn_is_list = false;
-  static constexpr int kGateLowRankDim = 16;        ///< GLA's gk_proj rank (fixed in the layer)
-  static constexpr double kGateLogitNormalizer = 16;  ///< GLA's divisor of logsigmoid
+  /// What mixes tokens in each layer; resolve() fills it from the family's fields.
+  std::vector<MixerKind> mixers;
 
   // Derived (filled by resolve()).
   int key_dim = 0, value_dim = 0;        ///< q and o widths: hidden_size * expand_k / expand_v
   int head_k_dim = 0, head_v_dim = 0;    ///< per head
   int kv_groups = 1;                     ///< num_heads / num_kv_heads
   int d_feature = 0;                     ///< per head, after the feature map
-  std::vector<int> attn_spec;            ///< fla: per layer, its entry of `attn`, or -1
   float attn_scale = 1.0f;               ///< multiplies phi(q)
 
   /// Parses a config.json text; `source` names it in messages. Unknown fields, unsupported

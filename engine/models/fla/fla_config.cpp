@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <stdexcept>
+#include <utility>
 
 #include "models/fla/fla.h"
 
@@ -16,9 +19,9 @@ using model::kMaxDim;
 
 namespace {
 
-void read_attn(const json::Value& v, const std::string& source, ModelConfig& c) {
-  c.has_attn = true;
-  c.attn_is_list = v.is_array();
+void read_attn(const json::Value& v, const std::string& source, int n_layers, FlaConfig& fc) {
+  fc.has_attn = true;
+  fc.attn_is_list = v.is_array();
   std::vector<const json::Value*> specs;
   if (v.is_object()) {
     specs.push_back(&v);
@@ -28,7 +31,7 @@ void read_attn(const json::Value& v, const std::string& source, ModelConfig& c) 
     config_fail(source, "attn is {}, expected an object or a list of objects", v.kind_name());
   }
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    const std::string owner = c.attn_is_list ? fmt::format("attn[{}]", i) : "attn";
+    const std::string owner = fc.attn_is_list ? fmt::format("attn[{}]", i) : "attn";
     if (!specs[i]->is_object()) config_fail(source, "{} is {}, expected an object", owner, specs[i]->kind_name());
     Fields f(*specs[i], source, owner);
     HybridAttentionSpec s;
@@ -37,14 +40,14 @@ void read_attn(const json::Value& v, const std::string& source, ModelConfig& c) 
       config_fail(source, "{}.layers is {}, expected a list of layer indices", owner,
            layers ? layers->kind_name() : "missing");
     for (const auto& l : layers->array()) {
-      if (!l.is_integer() || l.integer() < 0 || l.integer() >= c.num_hidden_layers)
+      if (!l.is_integer() || l.integer() < 0 || l.integer() >= n_layers)
         config_fail(source, "{}.layers holds {}, expected layer indices 0 to num_hidden_layers - 1 = {}",
-             owner, describe_json(l), c.num_hidden_layers - 1);
+             owner, describe_json(l), n_layers - 1);
       const int idx = static_cast<int>(l.integer());
       if (std::find(s.layers.begin(), s.layers.end(), idx) != s.layers.end())
         config_fail(source, "{}.layers names layer {} twice", owner, idx);
-      for (std::size_t j = 0; j < c.attn.size(); ++j)
-        if (std::find(c.attn[j].layers.begin(), c.attn[j].layers.end(), idx) != c.attn[j].layers.end())
+      for (std::size_t j = 0; j < fc.attn.size(); ++j)
+        if (std::find(fc.attn[j].layers.begin(), fc.attn[j].layers.end(), idx) != fc.attn[j].layers.end())
           config_fail(source, "{}.layers names layer {}, which attn[{}] already has", owner, idx, j);
       s.layers.push_back(idx);
     }
@@ -58,17 +61,24 @@ void read_attn(const json::Value& v, const std::string& source, ModelConfig& c) 
     s.rope_theta = f.number("rope_theta", 10000, 1.0 + 1e-9, 1e12);
     f.reject_unknown({}, "fla's Attention layer is built from layers, num_heads, num_kv_heads, "
                          "qkv_bias, window_size and rope_theta only");
-    c.attn.push_back(std::move(s));
+    fc.attn.push_back(std::move(s));
   }
 }
 
 }  // namespace
+
+const FlaConfig& config_of(const ModelConfig& c) {
+  const auto* fc = dynamic_cast<const FlaConfig*>(c.family.get());
+  if (!fc) throw std::logic_error("[Model] internal: a gated fla configuration without its fields");
+  return *fc;
+}
 
 void read_config(const json::Value& root, const std::string& type, Fields& f, ModelConfig& c) {
   const std::string& source = f.source();
   c.architecture = type == "gla" ? Architecture::kGla
                    : type == "retnet" ? Architecture::kRetNet : Architecture::kHgrn2;
   const bool gla = type == "gla", retnet = type == "retnet", hgrn2 = type == "hgrn2";
+  FlaConfig fc;
   // Defaults are each configuration class's own (they differ between the three).
   c.hidden_size = f.integer("hidden_size", 2048, 1, kMaxDim);
   c.num_hidden_layers = f.integer("num_hidden_layers", 24, 1, 4096);
@@ -77,8 +87,8 @@ void read_config(const json::Value& root, const std::string& type, Fields& f, Mo
   c.norm_eps = f.number("norm_eps", 1e-6, 0.0, 1.0);
   c.hidden_ratio = f.number("hidden_ratio", retnet ? 2 : 4, 1e-6, 1e6);
   c.intermediate_size = f.integer("intermediate_size", 0, 1, kMaxDim);
-  c.max_position_embeddings = f.integer("max_position_embeddings", 2048, 0, 1 << 30);
-  c.fuse_norm = f.boolean("fuse_norm", true);
+  fc.max_position_embeddings = f.integer("max_position_embeddings", 2048, 0, 1 << 30);
+  fc.fuse_norm = f.boolean("fuse_norm", true);
   const std::string mode = f.string("attn_mode", "chunk");
   if (mode != "chunk" && mode != "fused_chunk" && mode != "fused_recurrent" &&
       !(retnet && mode == "parallel"))
@@ -105,15 +115,15 @@ void read_config(const json::Value& root, const std::string& type, Fields& f, Mo
     c.num_heads = f.integer("num_heads", gla ? 4 : 8, 1, kMaxDim);
     c.num_kv_heads = f.integer("num_kv_heads", 0, 1, kMaxDim);
     // ACT2FN[feature_map] on q and k, after the convolutions and before rotary.
-    c.qk_activation = f.string("feature_map", "");
-    if (c.qk_activation == "silu") c.qk_activation = "swish";
-    if (!c.qk_activation.empty() && c.qk_activation != "relu" && c.qk_activation != "swish")
-      config_fail(source, "feature_map is '{}', expected null, relu, swish or silu", c.qk_activation);
-    c.use_output_gate = f.boolean("use_output_gate", true);
+    fc.qk_activation = f.string("feature_map", "");
+    if (fc.qk_activation == "silu") fc.qk_activation = "swish";
+    if (!fc.qk_activation.empty() && fc.qk_activation != "relu" && fc.qk_activation != "swish")
+      config_fail(source, "feature_map is '{}', expected null, relu, swish or silu", fc.qk_activation);
+    fc.use_output_gate = f.boolean("use_output_gate", true);
   }
   if (gla || hgrn2) {
-    c.use_short_conv = f.boolean("use_short_conv", false);
-    c.conv_size = f.integer("conv_size", 4, 1, 64);
+    fc.use_short_conv = f.boolean("use_short_conv", false);
+    fc.conv_size = f.integer("conv_size", 4, 1, 64);
   } else {
     // MultiScaleRetention is built without them (fla/models/retnet/modeling_retnet.py).
     f.get("use_short_conv");
@@ -124,8 +134,8 @@ void read_config(const json::Value& root, const std::string& type, Fields& f, Mo
       if (!v->is_number() || !std::isfinite(v->number()) || v->number() > 0)
         config_fail(source, "clamp_min is {}, expected null or a number <= 0 (a bound on log decays)",
              describe_json(*v));
-      c.has_clamp_min = true;
-      c.clamp_min = v->number();
+      fc.has_clamp_min = true;
+      fc.clamp_min = v->number();
     }
     // Read by GLAConfig but passed to no layer: the gk gate is always on, gv never.
     if (!f.boolean("use_gk", true)) config_fail(source, "use_gk is false; fla's GLA layer always has its gk gate");
@@ -141,24 +151,29 @@ void read_config(const json::Value& root, const std::string& type, Fields& f, Mo
     if (heads && !(heads->is_integer() && heads->integer() >= 1 && heads->integer() <= kMaxDim))
       config_fail(source, "num_heads is {}, expected a positive integer", describe_json(*heads));
     if (ratio)
-      c.expand_ratio = static_cast<int>(ratio->integer());
+      fc.expand_ratio = static_cast<int>(ratio->integer());
     else if (heads && root.find("expand_ratio"))  // explicitly null
-      c.expand_ratio = c.hidden_size / static_cast<int>(heads->integer());
+      fc.expand_ratio = c.hidden_size / static_cast<int>(heads->integer());
     else
-      c.expand_ratio = 128;
-    c.use_lower_bound = f.boolean("use_lower_bound", true);
+      fc.expand_ratio = 128;
+    fc.use_lower_bound = f.boolean("use_lower_bound", true);
   }
-  if (const json::Value* a = f.get("attn")) read_attn(*a, source, c);
+  if (const json::Value* a = f.get("attn")) read_attn(*a, source, c.num_hidden_layers, fc);
+  c.family = std::make_shared<FlaConfig>(std::move(fc));
 }
 
 void resolve(ModelConfig& c, const std::string& source) {
+  // A configuration built in code without the family's fields takes their defaults.
+  const auto* given = dynamic_cast<const FlaConfig*>(c.family.get());
+  if (c.family && !given)
+    config_fail(source, "a GLA, RetNet or HGRN2 configuration holds another family's fields");
+  FlaConfig fc = given ? *given : FlaConfig{};
   const int d = c.hidden_size;
-  c.embedding_rows = c.vocab_size;
   if (c.architecture == Architecture::kHgrn2) {
-    if (c.expand_ratio < 1 || d % c.expand_ratio != 0)
+    if (fc.expand_ratio < 1 || d % fc.expand_ratio != 0)
       config_fail(source, "hidden_size {} is not a multiple of expand_ratio {} (the forget gate and the "
-                   "lower bounds span hidden_size)", d, c.expand_ratio);
-    c.num_heads = d / c.expand_ratio;
+                   "lower bounds span hidden_size)", d, fc.expand_ratio);
+    c.num_heads = d / fc.expand_ratio;
     c.num_kv_heads = c.num_heads;
     c.kv_groups = 1;
     c.key_dim = d;
@@ -195,26 +210,28 @@ void resolve(ModelConfig& c, const std::string& source) {
     if (!(raw >= 1 && raw <= kMaxDim)) config_fail(source, "hidden_size * hidden_ratio * 2/3 = {} is out of range", raw);
     c.intermediate_size = 256 * ((static_cast<int>(raw) + 255) / 256);
   }
-  if (c.conv_size < 1 || c.conv_size > 64) config_fail(source, "conv_size is {}, expected 1 to 64", c.conv_size);
+  if (fc.conv_size < 1 || fc.conv_size > 64) config_fail(source, "conv_size is {}, expected 1 to 64", fc.conv_size);
   c.mixers.assign(std::size_t(c.num_hidden_layers), MixerKind::kGated);
-  c.attn_spec.assign(std::size_t(c.num_hidden_layers), -1);
-  for (std::size_t i = 0; i < c.attn.size(); ++i) {
-    const auto& s = c.attn[i];
+  fc.attn_spec.assign(std::size_t(c.num_hidden_layers), -1);
+  for (std::size_t i = 0; i < fc.attn.size(); ++i) {
+    const auto& s = fc.attn[i];
     if (s.num_heads < 1 || d % s.num_heads != 0 || (d / s.num_heads) % 2 != 0)
       config_fail(source, "attn: hidden_size {} is not num_heads {} heads of an even width (rotary turns "
                    "pairs)", d, s.num_heads);
     if (s.num_kv_heads < 1 || s.num_heads % s.num_kv_heads != 0)
       config_fail(source, "attn: num_heads {} is not a multiple of num_kv_heads {}", s.num_heads, s.num_kv_heads);
     for (const int l : s.layers) {
-      if (l < 0 || l >= c.num_hidden_layers || c.attn_spec[std::size_t(l)] != -1)
+      if (l < 0 || l >= c.num_hidden_layers || fc.attn_spec[std::size_t(l)] != -1)
         config_fail(source, "attn: layer {} is out of range or named twice", l);
-      c.attn_spec[std::size_t(l)] = static_cast<int>(i);
+      fc.attn_spec[std::size_t(l)] = static_cast<int>(i);
       c.mixers[std::size_t(l)] = MixerKind::kAttention;
     }
   }
+  c.family = std::make_shared<FlaConfig>(std::move(fc));
 }
 
 std::string config_fields(const ModelConfig& c) {
+  const FlaConfig& fc = config_of(c);
   model::FieldWriter w;
   const bool gla = c.architecture == Architecture::kGla, retnet = c.architecture == Architecture::kRetNet;
   w.add("model_type", gla ? "\"gla\"" : retnet ? "\"retnet\"" : "\"hgrn2\"");
@@ -229,28 +246,28 @@ std::string config_fields(const ModelConfig& c) {
   w.add("hidden_act", "\"swish\"");
   w.number("norm_eps", c.norm_eps);
   w.boolean("elementwise_affine", c.elementwise_affine);
-  w.boolean("fuse_norm", c.fuse_norm);
-  w.number("max_position_embeddings", c.max_position_embeddings);
+  w.boolean("fuse_norm", fc.fuse_norm);
+  w.number("max_position_embeddings", fc.max_position_embeddings);
   if (c.architecture == Architecture::kHgrn2) {
-    w.number("expand_ratio", c.expand_ratio);
-    w.boolean("use_lower_bound", c.use_lower_bound);
+    w.number("expand_ratio", fc.expand_ratio);
+    w.boolean("use_lower_bound", fc.use_lower_bound);
   } else {
     w.number("num_heads", c.num_heads);
     w.number("num_kv_heads", c.num_kv_heads);
     w.number("expand_k", c.expand_k);
     w.number("expand_v", c.expand_v);
-    w.boolean("use_output_gate", c.use_output_gate);
-    w.add("feature_map", c.qk_activation.empty() ? "null" : json::quote(c.qk_activation));
+    w.boolean("use_output_gate", fc.use_output_gate);
+    w.add("feature_map", fc.qk_activation.empty() ? "null" : json::quote(fc.qk_activation));
   }
   if (c.architecture != Architecture::kRetNet) {
-    w.boolean("use_short_conv", c.use_short_conv);
-    w.number("conv_size", c.conv_size);
+    w.boolean("use_short_conv", fc.use_short_conv);
+    w.number("conv_size", fc.conv_size);
   }
-  if (gla) w.add("clamp_min", c.has_clamp_min ? model::config_number(c.clamp_min) : "null");
-  if (c.has_attn) {
-    std::string a = c.attn_is_list ? "[" : "";
-    for (std::size_t i = 0; i < c.attn.size(); ++i) {
-      const auto& sp = c.attn[i];
+  if (gla) w.add("clamp_min", fc.has_clamp_min ? model::config_number(fc.clamp_min) : "null");
+  if (fc.has_attn) {
+    std::string a = fc.attn_is_list ? "[" : "";
+    for (std::size_t i = 0; i < fc.attn.size(); ++i) {
+      const auto& sp = fc.attn[i];
       std::string layers;
       for (std::size_t j = 0; j < sp.layers.size(); ++j)
         layers += (j ? ", " : "") + std::to_string(sp.layers[j]);
@@ -261,7 +278,7 @@ std::string config_fields(const ModelConfig& c) {
                        sp.window_size > 0 ? model::config_number(sp.window_size) : "null",
                        model::config_number(sp.rope_theta));
     }
-    if (c.attn_is_list) a += "]";
+    if (fc.attn_is_list) a += "]";
     w.add("attn", a);
   }
   return w.text();

@@ -93,7 +93,6 @@ void read_config(const std::string& type, const json::Value& root, model::Fields
 
 void resolve(ModelConfig& c, const std::string& source) {
   c.mixers.assign(std::size_t(c.num_hidden_layers), MixerKind::kLinearAttention);
-  c.embedding_rows = c.vocab_size;
   if (c.architecture == Architecture::kLinearAttn) {
     if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;
     if (c.num_kv_heads < 1 || c.num_heads % c.num_kv_heads != 0)
