@@ -25,7 +25,8 @@ struct Ring {
 Ring ring_at(std::vector<float>& keys, std::vector<float>& values, int d, int dp, int slots,
              int slots_padded, int head) {
   const auto h = static_cast<std::size_t>(head);
-  const std::size_t key_floats = static_cast<std::size_t>(d) * static_cast<std::size_t>(slots_padded);
+  const std::size_t key_floats =
+      static_cast<std::size_t>(d) * static_cast<std::size_t>(slots_padded);
   const std::size_t value_floats = static_cast<std::size_t>(slots) * static_cast<std::size_t>(dp);
   return Ring{keys.data() + h * key_floats, values.data() + h * value_floats, d, dp, slots,
               slots_padded};
@@ -306,8 +307,8 @@ void WindowAttention::prefill(WindowState& state, const ConstMatrixRef& Q,
         rotary(pos0 + b0 + t, cos_t + static_cast<std::size_t>(t * half),
                sin_t + static_cast<std::size_t>(t * half));
       for (int h = h0; h < h1; ++h) {
-        const Ring r = ring_at(state.keys_, state.values_, state.d_head_, state.d_padded_, state.slots_,
-                               state.slots_padded_, h);
+        const Ring r = ring_at(state.keys_, state.values_, state.d_head_, state.d_padded_,
+                               state.slots_, state.slots_padded_, h);
         const Eigen::Index col = Eigen::Index(h) * d;
         for (int t = 0; t < n; ++t) {
           const Eigen::Index row = b0 + t;

@@ -57,7 +57,7 @@ enum class MixerKind {
   kDeltaRule,        ///< RWKV-7's time mix: a delta-rule recurrence with its token shifts
 };
 
-/// Feature maps a model's config may name.
+/// Feature maps linear_attn's config.json may name (its family's fields hold one).
 enum class ModelFeatureMap { kElu, kRelu, kIdentity, kHedgehog, kT2R, kDpfp, kElementwiseProduct };
 
 /// What a family's configuration adds to ModelConfig's common fields, for families whose
@@ -75,19 +75,9 @@ struct ModelConfig {
   int num_hidden_layers = 24;
   int num_heads = 4;
   int num_kv_heads = 0;        ///< 0 in a config means num_heads; resolved here
-  double expand_k = 1.0;
-  double expand_v = 1.0;
   int intermediate_size = 0;   ///< resolved from hidden_ratio when the config gives none
   double hidden_ratio = 4;
-  std::string hidden_act = "swish";
-  ModelFeatureMap feature_map = ModelFeatureMap::kElementwiseProduct;
-  bool tie_feature_map_qk = false;
-  bool norm_q = false;
-  bool norm_k = false;
-  bool norm_feature_map = false;  ///< the normalized form
-  bool elementwise_affine = true;  ///< the per-head output norm has a weight
   double norm_eps = 1e-6;
-  double attn_eps = 1e-10;         ///< added to the denominator in the normalized form
   bool tie_word_embeddings = false;
   /// End-of-sequence ids (eos_token_id, a number or a list); generation stops at one.
   std::vector<int> eos_token_ids;
@@ -97,21 +87,14 @@ struct ModelConfig {
   /// apart.
   std::string quantization;
   std::string quantization_head;
-  /// The family's own fields (engine/models/<family>/): Based's, GLA / RetNet / HGRN2's and
-  /// RWKV-7's; null for linear_attn and the paper's model, whose fields are still listed here.
-  /// config.json is the public way to set them (from_json); null before resolve() means the
-  /// family's defaults.
+  /// The family's own fields (engine/models/<family>/: the feature maps and widths of
+  /// linear_attn and the paper's model, Based's mixer schedule, GLA / RetNet / HGRN2's gates and
+  /// hybrid layers, RWKV-7's ranks): opaque here; config.json is the public way to set them
+  /// (from_json). Null before resolve() means the family's defaults (RWKV-7 has none).
   std::shared_ptr<const FamilyConfig> family;
 
   /// What mixes tokens in each layer; resolve() fills it from the family's fields.
   std::vector<MixerKind> mixers;
-
-  // Derived (filled by resolve()).
-  int key_dim = 0, value_dim = 0;        ///< q and o widths: hidden_size * expand_k / expand_v
-  int head_k_dim = 0, head_v_dim = 0;    ///< per head
-  int kv_groups = 1;                     ///< num_heads / num_kv_heads
-  int d_feature = 0;                     ///< per head, after the feature map
-  float attn_scale = 1.0f;               ///< multiplies phi(q)
 
   /// Parses a config.json text; `source` names it in messages. Unknown fields, unsupported
   /// values and contradictions throw FormatError naming the field.
@@ -125,8 +108,6 @@ struct ModelConfig {
   /// The layout, as config.json's model_type names it ("linear_attn", "gla", ...; "based" for
   /// Based, whose checkpoints say gpt2).
   std::string model_type() const;
-  /// Names of the feature maps, as config.json spells them.
-  static const char* feature_map_name(ModelFeatureMap map);
 };
 
 /// Where a model's tensors come from: files, or values generated in memory.

@@ -16,6 +16,8 @@
 namespace recur::models::based {
 namespace {
 
+constexpr float kLinearEps = 1e-12f;  // the Taylor layer's denominator eps in the published code
+
 using model::Dense;
 using model::Norm;
 using model::Role;
@@ -71,7 +73,7 @@ class Network final : public model::Network {
     const auto n = static_cast<std::size_t>(rows);
     const auto sz = [](int width) { return static_cast<std::size_t>(width); };
     const int d = c.hidden_size, di = d_inner();
-    const int qk = std::max(c.key_dim, d);
+    const int qk = std::max(config_of(c).key_dim, d);
     for (auto* b : {&w->x, &w->h, &w->a, &w->v}) b->assign(n * sz(d), 0.0f);
     w->q.assign(n * sz(qk), 0.0f);
     w->k.assign(n * sz(qk), 0.0f);
@@ -101,8 +103,8 @@ class Network final : public model::Network {
           L.out_proj.apply(w.o.data(), n, di, w.a.data(), d, threads);
           break;
         case MixerKind::kLinearAttention:
-          L.q.apply(w.h.data(), n, d, w.q.data(), c.key_dim, threads);
-          L.k.apply(w.h.data(), n, d, w.k.data(), c.key_dim, threads);
+          L.q.apply(w.h.data(), n, d, w.q.data(), config_of(c).key_dim, threads);
+          L.k.apply(w.h.data(), n, d, w.k.data(), config_of(c).key_dim, threads);
           L.v.apply(w.h.data(), n, d, w.v.data(), d, threads);
           attend(li, 0, threads);
           L.out_proj.apply(w.o.data(), n, d, w.a.data(), d, threads);
@@ -150,7 +152,7 @@ class Network final : public model::Network {
         return;
       }
       case MixerKind::kLinearAttention: {
-        const int kd = c_.key_dim;
+        const int kd = config_of(c_).key_dim;
         float* out = w.o.data() + std::size_t(first) * std::size_t(d);
         LinearState& s = model::state_of<LinearState>(state);
         if (count == 1) {
@@ -236,8 +238,8 @@ class Family final : public model::Family {
           if (bc.conv_bias) out.push_back({p + "mixer.out_proj.bias", {d}, Init::kBias});
           break;
         case MixerKind::kLinearAttention:
-          out.push_back({p + "mixer.proj_q.weight", {c.key_dim, d}});
-          out.push_back({p + "mixer.proj_k.weight", {c.key_dim, d}});
+          out.push_back({p + "mixer.proj_q.weight", {bc.key_dim, d}});
+          out.push_back({p + "mixer.proj_k.weight", {bc.key_dim, d}});
           out.push_back({p + "mixer.proj_v.weight", {d, d}});
           out.push_back({p + "mixer.out_proj.weight", {d, d}});
           break;
@@ -294,18 +296,18 @@ class Family final : public model::Family {
           break;
         }
         case MixerKind::kLinearAttention: {
-          layer.q = model::dense(L, p + "mixer.proj_q", c.key_dim, d, false, "num_heads * feature_dim, n_embd");
-          layer.k = model::dense(L, p + "mixer.proj_k", c.key_dim, d, false, "num_heads * feature_dim, n_embd");
+          layer.q = model::dense(L, p + "mixer.proj_q", bc.key_dim, d, false, "num_heads * feature_dim, n_embd");
+          layer.k = model::dense(L, p + "mixer.proj_k", bc.key_dim, d, false, "num_heads * feature_dim, n_embd");
           layer.v = model::dense(L, p + "mixer.proj_v", d, d, false, "n_embd");
           layer.out_proj = model::dense(L, p + "mixer.out_proj", d, d, false, "n_embd");
           LinearAttentionConfig ac;
           ac.n_heads = bc.la_heads;
           ac.d_key = bc.la_feature_dim;
-          ac.d_value = c.head_v_dim;
+          ac.d_value = d / bc.la_heads;
           ac.feature_map = FeatureMapKind::kTaylor;
           ac.normalized = true;
           ac.scale = 1.0f;
-          ac.eps = static_cast<float>(c.attn_eps);
+          ac.eps = kLinearEps;
           layer.attention = std::make_unique<LinearAttention>(ac);
           break;
         }

@@ -26,7 +26,9 @@ struct BasedConfig final : FamilyConfig {
   int conv_expand = 4;             // mixer.expand_proj: in_proj is hidden -> expand * hidden
   bool conv_bias = true;           // mixer.use_bias: in_proj and out_proj have biases
   int pad_vocab_multiple = 8;      // the embedding has vocab_size rounded up to this many rows
-  int embedding_rows = 0;          // derived: vocab_size rounded up (the logits are vocab_size)
+  // Derived (resolve()).
+  int embedding_rows = 0;          // vocab_size rounded up (the logits are vocab_size)
+  int key_dim = 0;                 // a Taylor layer's q and k width: la_heads * la_feature_dim
 };
 
 /// Based's fields of a configuration (its family's part); logic_error when it holds another's.

@@ -201,7 +201,8 @@ void read_config(const json::Value& root, Fields& f, ModelConfig& c) {
 void resolve(ModelConfig& c, const std::string& source) {
   // A configuration built in code without Based's fields takes their defaults.
   const auto* given = dynamic_cast<const BasedConfig*>(c.family.get());
-  if (c.family && !given) config_fail(source, "a Based configuration holds another family's fields");
+  if (c.family && !given)
+    config_fail(source, "a Based configuration holds another family's fields");
   BasedConfig b = given ? *given : BasedConfig{};
   const int d = c.hidden_size;
   if (b.window_heads < 1 || d % b.window_heads != 0 || (d / b.window_heads) % 2 != 0)
@@ -233,15 +234,7 @@ void resolve(ModelConfig& c, const std::string& source) {
                                      std::ceil(double(c.vocab_size) / double(b.pad_vocab_multiple)));
   c.num_heads = b.la_heads;
   c.num_kv_heads = b.la_heads;
-  c.kv_groups = 1;
-  c.key_dim = b.la_heads * b.la_feature_dim;
-  c.value_dim = d;
-  c.head_k_dim = b.la_feature_dim;
-  c.head_v_dim = d / b.la_heads;
-  c.d_feature = 1 + b.la_feature_dim + b.la_feature_dim * b.la_feature_dim;
-  c.attn_scale = 1.0f;
-  c.attn_eps = 1e-12;  // LinearAttention's eps in the published layer
-  c.norm_feature_map = true;
+  b.key_dim = b.la_heads * b.la_feature_dim;
   c.tie_word_embeddings = true;
   c.family = std::make_shared<BasedConfig>(std::move(b));
 }

@@ -24,8 +24,9 @@ std::string out_norm_name(const ModelConfig& c) {
 }
 
 Widths gated_widths(const ModelConfig& c) {
+  const FlaConfig& fc = config_of(c);
   if (c.architecture == Architecture::kHgrn2) return {c.hidden_size, c.hidden_size, c.hidden_size};
-  return {c.key_dim, c.key_dim / c.kv_groups, c.value_dim / c.kv_groups};
+  return {fc.key_dim, fc.key_dim / fc.kv_groups, fc.value_dim / fc.kv_groups};
 }
 
 
@@ -63,14 +64,14 @@ std::vector<model::TensorSpec> tensors_of(const ModelConfig& c) {
       if (fc.use_short_conv)
         for (const char* n : {"q", "f", "i"})
           out.push_back({p + "attn." + n + "_conv1d.weight", {d, 1, K}, Init::kConv});
-      if (c.elementwise_affine) out.push_back({p + "attn.g_norm.weight", {d}, Init::kNorm});
+      if (fc.elementwise_affine) out.push_back({p + "attn.g_norm.weight", {d}, Init::kNorm});
       out.push_back({p + "attn.o_proj.weight", {d, d}});
     } else {
       const Widths w = gated_widths(c);
       out.push_back({p + "attn.q_proj.weight", {w.q, d}});
       out.push_back({p + "attn.k_proj.weight", {w.k, d}});
       out.push_back({p + "attn.v_proj.weight", {w.v, d}});
-      if (fc.use_output_gate) out.push_back({p + "attn.g_proj.weight", {c.value_dim, d}});
+      if (fc.use_output_gate) out.push_back({p + "attn.g_proj.weight", {fc.value_dim, d}});
       if (fc.use_short_conv && c.architecture == Architecture::kGla) {
         out.push_back({p + "attn.q_conv1d.weight", {w.q, 1, K}, Init::kConv});
         out.push_back({p + "attn.k_conv1d.weight", {w.k, 1, K}, Init::kConv});
@@ -82,8 +83,8 @@ std::vector<model::TensorSpec> tensors_of(const ModelConfig& c) {
         out.push_back({p + "attn.gk_proj.1.weight", {w.k, r}});
         out.push_back({p + "attn.gk_proj.1.bias", {w.k}, Init::kBias});
       }
-      out.push_back({p + "attn.o_proj.weight", {d, c.value_dim}});
-      if (c.elementwise_affine) out.push_back({p + out_norm_name(c) + ".weight", {c.head_v_dim}, Init::kNorm});
+      out.push_back({p + "attn.o_proj.weight", {d, fc.value_dim}});
+      if (fc.elementwise_affine) out.push_back({p + out_norm_name(c) + ".weight", {fc.head_v_dim}, Init::kNorm});
     }
     out.push_back({p + "mlp_norm.weight", {d}, Init::kNorm});
     out.push_back({p + "mlp.gate_proj.weight", {I, d}});
@@ -175,7 +176,7 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
         layer.conv_k = conv(p + "attn.f_conv1d", d, "hidden_size, 1, conv_size");
         layer.conv_v = conv(p + "attn.i_conv1d", d, "hidden_size, 1, conv_size");
       }
-      layer.head_norm = norm(p + "attn.g_norm", d, c.elementwise_affine, "hidden_size");
+      layer.head_norm = norm(p + "attn.g_norm", d, fc.elementwise_affine, "hidden_size");
       layer.o = model::dense(ld, p + "attn.o_proj", d, d, false, "hidden_size");
       if (!bounds.empty() && i > 0) {
         layer.lower_bound.resize(std::size_t(d));
@@ -188,7 +189,7 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
       layer.q = model::dense(ld, p + "attn.q_proj", w.q, d, false, "key_dim, hidden_size");
       layer.k = model::dense(ld, p + "attn.k_proj", w.k, d, false, "key_dim / kv groups, hidden_size");
       layer.v = model::dense(ld, p + "attn.v_proj", w.v, d, false, "value_dim / kv groups, hidden_size");
-      if (fc.use_output_gate) layer.g_proj = model::dense(ld, p + "attn.g_proj", c.value_dim, d, false, "value_dim, hidden_size");
+      if (fc.use_output_gate) layer.g_proj = model::dense(ld, p + "attn.g_proj", fc.value_dim, d, false, "value_dim, hidden_size");
       if (fc.use_short_conv && gla) {
         layer.conv_q = conv(p + "attn.q_conv1d", w.q, "key_dim, 1, conv_size");
         layer.conv_k = conv(p + "attn.k_conv1d", w.k, "key_dim / kv groups, 1, conv_size");
@@ -199,22 +200,22 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
         layer.gk0 = model::dense(ld, p + "attn.gk_proj.0", rk, d, false, "gate_low_rank_dim 16, hidden_size");
         layer.gk1 = model::dense(ld, p + "attn.gk_proj.1", w.k, rk, true, "key_dim / kv groups, 16");
       }
-      layer.o = model::dense(ld, p + "attn.o_proj", d, c.value_dim, false, "hidden_size, value_dim");
-      layer.head_norm = norm(p + out_norm_name(c), c.head_v_dim, c.elementwise_affine, "head_v_dim");
+      layer.o = model::dense(ld, p + "attn.o_proj", d, fc.value_dim, false, "hidden_size, value_dim");
+      layer.head_norm = norm(p + out_norm_name(c), fc.head_v_dim, fc.elementwise_affine, "head_v_dim");
       if (!gla) {
         ld.ignore(p + "attn.rotary.inv_freq");
-        const int half = c.head_k_dim / 2;
+        const int half = fc.head_k_dim / 2;
         for (int j = 0; j < half; ++j)  // fla's RotaryEmbedding(dim=head_k_dim), base 10000, in float
           layer.rope_inv_freq.push_back(static_cast<float>(
-              1.0 / std::pow(10000.0, 2.0 * double(j) / double(c.head_k_dim))));
+              1.0 / std::pow(10000.0, 2.0 * double(j) / double(fc.head_k_dim))));
       }
     }
     if (layer.mixer == MixerKind::kGated) {
       GatedAttentionConfig gc;
       gc.n_heads = c.num_heads;
-      gc.d_key = c.head_k_dim;
-      gc.d_value = c.head_v_dim;
-      gc.scale = c.attn_scale;  // head_k_dim^-1/2, the kernels' default
+      gc.d_key = fc.head_k_dim;
+      gc.d_value = fc.head_v_dim;
+      gc.scale = fc.attn_scale;  // head_k_dim^-1/2, the kernels' default
       if (c.architecture == Architecture::kRetNet) {  // gamma_h = 1 - 2^(-5 - h)
         gc.decay = DecayKind::kPerHead;
         gc.head_decay = gates::retnet_decays(c.num_heads);

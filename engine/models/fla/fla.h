@@ -22,6 +22,9 @@ struct HybridAttentionSpec {
 
 /// What GLA, RetNet and HGRN2 add to ModelConfig's common fields (docs/fla-models.md).
 struct FlaConfig final : FamilyConfig {
+  double expand_k = 1.0;  // GLA, RetNet: key width hidden_size * expand_k
+  double expand_v = 1.0;  // GLA, RetNet: value width hidden_size * expand_v
+  bool elementwise_affine = true;  // the per-head output norm has a weight
   bool use_short_conv = false;  // GLA, HGRN2: short convolutions on q, k, v (RetNet's block
                                 // ignores the field)
   int conv_size = 4;
@@ -36,7 +39,12 @@ struct FlaConfig final : FamilyConfig {
   /// The `attn` block: a dict is one spec, a list several (attn_is_list remembers which).
   std::vector<HybridAttentionSpec> attn;
   bool has_attn = false, attn_is_list = false;
-  std::vector<int> attn_spec;  // derived: per layer, its entry of `attn`, or -1
+  // Derived (resolve()).
+  std::vector<int> attn_spec;          // per layer, its entry of `attn`, or -1
+  int key_dim = 0, value_dim = 0;      // q and o widths
+  int head_k_dim = 0, head_v_dim = 0;  // per head
+  int kv_groups = 1;                   // num_heads / num_kv_heads
+  float attn_scale = 1.0f;             // multiplies q: head_k_dim^-1/2
   static constexpr int kGateLowRankDim = 16;          // GLA's gk_proj rank (fixed in the layer)
   static constexpr double kGateLogitNormalizer = 16;  // GLA's divisor of logsigmoid
 };

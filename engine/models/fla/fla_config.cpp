@@ -94,24 +94,24 @@ void read_config(const json::Value& root, const std::string& type, Fields& f, Mo
       !(retnet && mode == "parallel"))
     config_fail(source, "attn_mode is '{}', expected chunk, fused_chunk or fused_recurrent{}", mode,
          retnet ? " or parallel" : "");
-  c.hidden_act = f.string("hidden_act", "swish");
-  if (c.hidden_act != "swish")
+  const std::string act = f.string("hidden_act", "swish");
+  if (act != "swish")
     config_fail(source, "hidden_act is '{}'; recur runs fla's GatedMLP with swish only (not powlu)",
-         c.hidden_act);
+                act);
   // null means no weight, as fla's RMSNorm(elementwise_affine=None).
   if (const json::Value* a = root.find("elementwise_affine"); a && !a->is_null() && !a->is_bool())
     config_fail(source, "elementwise_affine is {}, expected true, false or null", describe_json(*a));
   f.mark("elementwise_affine");
   const json::Value* affine = root.find("elementwise_affine");
-  c.elementwise_affine = !affine ? true : affine->is_bool() ? affine->boolean() : false;
+  fc.elementwise_affine = !affine ? true : affine->is_bool() ? affine->boolean() : false;
   if (f.get("attnres_block_size"))
     config_fail(source, "attnres_block_size is set: fla's attention residuals are not supported");
   // Read by older configuration classes and by no layer (docs/fla-models.md): accepted, unused.
   f.get("share_conv_kernel");
   f.get("rms_norm_eps");
   if (gla || retnet) {
-    c.expand_k = f.number("expand_k", gla ? 0.5 : 1.0, 1e-6, 1e6);
-    c.expand_v = f.number("expand_v", gla ? 1.0 : 2.0, 1e-6, 1e6);
+    fc.expand_k = f.number("expand_k", gla ? 0.5 : 1.0, 1e-6, 1e6);
+    fc.expand_v = f.number("expand_v", gla ? 1.0 : 2.0, 1e-6, 1e6);
     c.num_heads = f.integer("num_heads", gla ? 4 : 8, 1, kMaxDim);
     c.num_kv_heads = f.integer("num_kv_heads", 0, 1, kMaxDim);
     // ACT2FN[feature_map] on q and k, after the convolutions and before rotary.
@@ -168,6 +168,9 @@ void resolve(ModelConfig& c, const std::string& source) {
   if (c.family && !given)
     config_fail(source, "a GLA, RetNet or HGRN2 configuration holds another family's fields");
   FlaConfig fc = given ? *given : FlaConfig{};
+  if (!(fc.expand_k > 0 && fc.expand_k <= 1e6 && fc.expand_v > 0 && fc.expand_v <= 1e6))
+    config_fail(source, "expand_k {} and expand_v {} must lie in (0, 1e6]", fc.expand_k,
+                fc.expand_v);
   const int d = c.hidden_size;
   if (c.architecture == Architecture::kHgrn2) {
     if (fc.expand_ratio < 1 || d % fc.expand_ratio != 0)
@@ -175,35 +178,34 @@ void resolve(ModelConfig& c, const std::string& source) {
                    "lower bounds span hidden_size)", d, fc.expand_ratio);
     c.num_heads = d / fc.expand_ratio;
     c.num_kv_heads = c.num_heads;
-    c.kv_groups = 1;
-    c.key_dim = d;
-    c.value_dim = d;
+    fc.kv_groups = 1;
+    fc.key_dim = d;
+    fc.value_dim = d;
     if (d % c.num_heads != 0) config_fail(source, "hidden_size {} is not a multiple of the heads {}", d, c.num_heads);
   } else {
     if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;
     if (c.num_kv_heads < 1 || c.num_heads % c.num_kv_heads != 0)
       config_fail(source, "num_heads {} is not a multiple of num_kv_heads {}", c.num_heads, c.num_kv_heads);
-    c.kv_groups = c.num_heads / c.num_kv_heads;
-    const double kd = double(d) * c.expand_k, vd = double(d) * c.expand_v;
+    fc.kv_groups = c.num_heads / c.num_kv_heads;
+    const double kd = double(d) * fc.expand_k, vd = double(d) * fc.expand_v;
     if (!(kd >= 1 && kd <= kMaxDim && vd >= 1 && vd <= kMaxDim))
       config_fail(source, "hidden_size * expand_k = {} and hidden_size * expand_v = {} must lie in 1 to {}",
            kd, vd, kMaxDim);
-    c.key_dim = static_cast<int>(kd);  // int(), truncating, as the layers
-    c.value_dim = static_cast<int>(vd);
-    if (c.key_dim % c.num_heads != 0 || c.value_dim % c.num_heads != 0)
-      config_fail(source, "key dim {} and value dim {} must be multiples of num_heads {}", c.key_dim,
-           c.value_dim, c.num_heads);
+    fc.key_dim = static_cast<int>(kd);  // int(), truncating, as the layers
+    fc.value_dim = static_cast<int>(vd);
+    if (fc.key_dim % c.num_heads != 0 || fc.value_dim % c.num_heads != 0)
+      config_fail(source, "key dim {} and value dim {} must be multiples of num_heads {}", fc.key_dim,
+           fc.value_dim, c.num_heads);
   }
-  c.head_k_dim = c.key_dim / c.num_heads;
-  c.head_v_dim = c.value_dim / c.num_heads;
-  if (c.architecture == Architecture::kRetNet && (c.head_k_dim % 2 != 0 || c.head_k_dim > 256))
+  fc.head_k_dim = fc.key_dim / c.num_heads;
+  fc.head_v_dim = fc.value_dim / c.num_heads;
+  if (c.architecture == Architecture::kRetNet && (fc.head_k_dim % 2 != 0 || fc.head_k_dim > 256))
     config_fail(source, "head_k_dim {} must be even (rotary) and at most 256 (MultiScaleRetention's limit)",
-         c.head_k_dim);
-  if (c.head_k_dim > (1 << 16) || c.head_v_dim > (1 << 16))
-    config_fail(source, "per-head sizes key {}, value {} exceed the limit of {}", c.head_k_dim, c.head_v_dim,
+         fc.head_k_dim);
+  if (fc.head_k_dim > (1 << 16) || fc.head_v_dim > (1 << 16))
+    config_fail(source, "per-head sizes key {}, value {} exceed the limit of {}", fc.head_k_dim, fc.head_v_dim,
          1 << 16);
-  c.d_feature = c.head_k_dim;
-  c.attn_scale = static_cast<float>(1.0 / std::sqrt(double(c.head_k_dim)));
+  fc.attn_scale = static_cast<float>(1.0 / std::sqrt(double(fc.head_k_dim)));
   if (c.intermediate_size == 0) {
     // GatedMLP: int(hidden * ratio * 2 / 3) rounded up to a multiple of 256.
     const double raw = std::floor(double(d) * c.hidden_ratio * 2.0 / 3.0);
@@ -245,7 +247,7 @@ std::string config_fields(const ModelConfig& c) {
   w.number("intermediate_size", c.intermediate_size);
   w.add("hidden_act", "\"swish\"");
   w.number("norm_eps", c.norm_eps);
-  w.boolean("elementwise_affine", c.elementwise_affine);
+  w.boolean("elementwise_affine", fc.elementwise_affine);
   w.boolean("fuse_norm", fc.fuse_norm);
   w.number("max_position_embeddings", fc.max_position_embeddings);
   if (c.architecture == Architecture::kHgrn2) {
@@ -254,8 +256,8 @@ std::string config_fields(const ModelConfig& c) {
   } else {
     w.number("num_heads", c.num_heads);
     w.number("num_kv_heads", c.num_kv_heads);
-    w.number("expand_k", c.expand_k);
-    w.number("expand_v", c.expand_v);
+    w.number("expand_k", fc.expand_k);
+    w.number("expand_v", fc.expand_v);
     w.boolean("use_output_gate", fc.use_output_gate);
     w.add("feature_map", fc.qk_activation.empty() ? "null" : json::quote(fc.qk_activation));
   }

@@ -150,8 +150,8 @@ MixerIo mixer_io(const ModelConfig& c, const Layer& layer) {
   if (gla && fc.use_short_conv) scratch += w.q + w.k + w.v;
   if (!gla) scratch += w.q + w.k;  // RetNet: q and k after rotary
   if (!fc.qk_activation.empty()) scratch += w.q + w.k;
-  if (c.kv_groups > 1) scratch += c.key_dim + c.value_dim + (gla ? c.key_dim : 0);
-  return {w.q, w.k, w.v, gla ? w.k : 0, scratch, c.value_dim};
+  if (fc.kv_groups > 1) scratch += fc.key_dim + fc.value_dim + (gla ? fc.key_dim : 0);
+  return {w.q, w.k, w.v, gla ? w.k : 0, scratch, fc.value_dim};
 }
 
 void run_mixer(const ModelConfig& c, const Layer& layer, model::LayerState& state,
@@ -242,26 +242,26 @@ void run_mixer(const ModelConfig& c, const Layer& layer, model::LayerState& stat
   if (c.architecture == Architecture::kRetNet) {
     float* qr = take(io.a);
     float* kr = take(io.b);
-    rotate_rows(q, qr, n, c.num_heads, c.head_k_dim, pos0, layer.rope_inv_freq);
-    rotate_rows(k, kr, n, c.num_kv_heads, c.head_k_dim, pos0, layer.rope_inv_freq);
+    rotate_rows(q, qr, n, c.num_heads, fc.head_k_dim, pos0, layer.rope_inv_freq);
+    rotate_rows(k, kr, n, c.num_kv_heads, fc.head_k_dim, pos0, layer.rope_inv_freq);
     q = qr;
     k = kr;
   }
-  if (c.kv_groups > 1) {
-    const int G = c.kv_groups, Hkv = c.num_kv_heads;
-    float* kf = take(c.key_dim);
-    float* vf = take(c.value_dim);
-    repeat_heads(k, kf, n, Hkv, G, c.head_k_dim);
-    repeat_heads(v, vf, n, Hkv, G, c.head_v_dim);
+  if (fc.kv_groups > 1) {
+    const int G = fc.kv_groups, Hkv = c.num_kv_heads;
+    float* kf = take(fc.key_dim);
+    float* vf = take(fc.value_dim);
+    repeat_heads(k, kf, n, Hkv, G, fc.head_k_dim);
+    repeat_heads(v, vf, n, Hkv, G, fc.head_v_dim);
     k = kf;
     v = vf;
     if (alpha) {
-      float* af = take(c.key_dim);
-      repeat_heads(alpha, af, n, Hkv, G, c.head_k_dim);
+      float* af = take(fc.key_dim);
+      repeat_heads(alpha, af, n, Hkv, G, fc.head_k_dim);
       alpha = af;
     }
   }
-  const int kd = c.key_dim, vd = c.value_dim;
+  const int kd = fc.key_dim, vd = fc.value_dim;
   if (n == 1) {
     Eigen::Map<Eigen::VectorXf> o(rows.out, vd);
     const Eigen::VectorXf empty;
@@ -298,11 +298,12 @@ class Network final : public model::Network {
 
   std::unique_ptr<model::Scratch> make_scratch(int rows) const override {
     const ModelConfig& c = c_;
+    const FlaConfig& fc = config_of(c);
     auto w = std::make_unique<Rows>();
     w->cap = rows;
     const auto n = std::size_t(rows);
     const int d = c.hidden_size;
-    int width = std::max({d, c.key_dim, c.value_dim});
+    int width = std::max({d, fc.key_dim, fc.value_dim});
     int scratch = 0;
     for (const auto& l : layers) {
       const MixerIo io = mixer_io(c, l);
@@ -347,10 +348,10 @@ class Network final : public model::Network {
         if (c.architecture == Architecture::kHgrn2) {
           L.head_norm.apply(w.o.data(), n, d, w.o.data(), d, 1);
         } else {
-          L.head_norm.apply(w.o.data(), n, c.value_dim, w.o.data(), c.value_dim, c.num_heads);
+          L.head_norm.apply(w.o.data(), n, fc.value_dim, w.o.data(), fc.value_dim, c.num_heads);
           if (fc.use_output_gate) {  // norm(o) * swish(g): the swish-gated unit with g as its gate
-            L.g_proj.apply(w.h.data(), n, d, w.gate.data(), c.value_dim, threads);
-            model::swiglu(w.gate.data(), w.o.data(), w.o.data(), rows * c.value_dim);
+            L.g_proj.apply(w.h.data(), n, d, w.gate.data(), fc.value_dim, threads);
+            model::swiglu(w.gate.data(), w.o.data(), w.o.data(), rows * fc.value_dim);
           }
         }
       }
