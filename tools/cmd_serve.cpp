@@ -328,19 +328,8 @@ sigset_t shutdown_signals() {
   return set;
 }
 
-}  // namespace
-
-int run_serve(int argc, char** argv) {
-  Args args("serve",
-            "Serves a model over HTTP with the OpenAI completions API: POST /v1/completions (text\n"
-            "or token ids, max_tokens, temperature, top_p, seed, stop, logprobs, stream), POST\n"
-            "/v1/chat/completions (messages laid out by the model's chat template, or RWKV's world\n"
-            "format), GET /v1/models, GET /health and GET /metrics (Prometheus). Requests are decoded together\n"
-            "in one batch that they join and leave between steps; a request's tokens and logprobs\n"
-            "are the same bytes whether it runs alone or among 64 others. Each response's final\n"
-            "state is kept under its id: a request naming it in \"previous_response_id\" continues\n"
-            "the conversation and pays only for its new tokens. Without -m it serves the built-in\n"
-            "model.");
+// serve's options; what each does is in its help line.
+void declare_serve_options(Args& args) {
   args.option("model", "", "model directory (config.json, safetensors or pytorch_model.bin, "
                            "tokenizer.json), or an RWKV-7 .pth; default: the built-in model", 'm')
       .option("tokenizer", "", "tokenizer.json or rwkv_vocab_v20230424.txt, or a directory that "
@@ -392,97 +381,82 @@ int run_serve(int argc, char** argv) {
           "A conversation continues only with the key that made it.\n\n"
           "SIGTERM or SIGINT: stop accepting, let running requests finish (up to --grace seconds),\n"
           "write the conversations to --state-dir, exit 0.");
-  if (!args.parse(argc, argv, 2)) return 0;
-  const auto port = static_cast<int>(args.integer("port", 0, 65535));
-  serve::EngineOptions eo;
-  eo.threads = threads_option(args);
-  eo.chunk = static_cast<int>(args.integer("chunk", 1, 1 << 16));
-  eo.max_batch = static_cast<int>(args.integer("max-batch", 1, 4096));
-  eo.max_queue = static_cast<int>(args.integer("queue", 0, 1 << 16));
-  const auto max_body = static_cast<std::size_t>(args.integer("max-body", 1024, std::int64_t(1) << 32));
-  const auto read_timeout = args.integer("read-timeout", 1, 3600);
-  const auto write_timeout = args.integer("write-timeout", 1, 3600);
-  const auto keep_alive = args.integer("keep-alive", 1, 3600);
-  const auto memory = static_cast<std::size_t>(args.integer("memory", 0, std::int64_t(1) << 50));
-  const double grace = args.real("grace", 0, 86400);
+}
 
+// --api-key, --api-key-file and RECUR_API_KEY, which add up.
+serve::ApiKeys read_api_keys(const Args& args) {
   serve::ApiKeys keys;
   for (const auto& k : args.all("api-key")) keys.add(k, "--api-key");
   if (args.given("api-key-file"))
     keys.add_lines(read_input(args.str("api-key-file"), "--api-key-file", 1 << 20), "--api-key-file " + args.str("api-key-file"));
   if (const char* k = std::getenv("RECUR_API_KEY"); k && *k) keys.add(k, "RECUR_API_KEY");
+  return keys;
+}
 
-  // Blocked before any thread starts, so that every thread inherits the mask.
-  const sigset_t signals = shutdown_signals();
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
-
-  // The store first: a Redis that cannot be reached stops the server before the model loads.
+// The conversation store (Redis, a directory or memory alone), said on stderr; a Redis that
+// cannot be reached is an Error that says what to do.
+std::unique_ptr<serve::ConversationStore> open_store(const Args& args, std::size_t memory) {
   serve::StoreOptions so;
   so.memory_budget = memory;
   so.dir = args.str("state-dir");
   so.redis_url = args.str("store");
   so.ttl_seconds = parse_duration(args.str("ttl"), "--ttl");
-  std::unique_ptr<serve::ConversationStore> store_owner;
+  std::unique_ptr<serve::ConversationStore> store;
   try {
-    store_owner = std::make_unique<serve::ConversationStore>(so);
+    store = std::make_unique<serve::ConversationStore>(so);
   } catch (const serve::StoreUnavailable& e) {
     throw Error(fmt::format("{}: start redis-server there, or give --store another address", e.what()));
   }
-  serve::ConversationStore& store = *store_owner;
-  {
-    const auto st = store.stats();
-    if (store.redis())
-      fmt::print(stderr, "conversations: in {} (expiry {}), up to {} cached in memory\n", store.describe(),
-                 so.ttl_seconds ? fmt::format("{} s", so.ttl_seconds) : std::string("none"),
-                 human_bytes(double(memory)));
-    else if (!store.dir().empty())
-      fmt::print(stderr, "conversations: up to {} in memory, then {} ({} there now)\n",
-                 human_bytes(double(memory)), printable(store.dir()), st.disk_count);
-    else
-      fmt::print(stderr, "conversations: up to {} in memory, none kept past it or past a restart "
-                         "(--state-dir or --store keeps them)\n", human_bytes(double(memory)));
-  }
-  const TextModel tm = open_model(args);
-  tm.require_text();
-  describe_model(tm);
-  Server s;
-  s.store = &store;
-  s.keys = std::move(keys);
-  s.served.model = tm.model;
-  {
-    const Decoder probe(tm.model, DecoderOptions{1, 1});
-    s.state_bytes = probe.state_bytes();
-    s.state_grows = probe.state_grows();
-  }
-  s.served.tokenizer = tm.tokenizer;
-  s.served.max_tokens_limit = args.integer("max-tokens-limit", 1, std::int64_t(1) << 40);
-  s.served.name = args.given("name") ? args.str("name")
-                  : tm.random        ? "recur-random"
-                  : !args.given("model")
-                      ? "recur-kjv"
-                      : std::filesystem::path(args.str("model")).lexically_normal().filename().string();
-  if (s.served.name.empty()) s.served.name = "recur";
-  setup_chat(s.served, args, tm);
-  s.started = unix_seconds();
-  if (!tm.tokenizer && tm.model->config().vocab_size < ByteTokenizer::kVocab)
-    fmt::print(stderr, "warning: the model has {} ids and no tokenizer.json: send prompts as token ids\n",
-               tm.model->config().vocab_size);
+  const auto st = store->stats();
+  if (store->redis())
+    fmt::print(stderr, "conversations: in {} (expiry {}), up to {} cached in memory\n", store->describe(),
+               so.ttl_seconds ? fmt::format("{} s", so.ttl_seconds) : std::string("none"),
+               human_bytes(double(memory)));
+  else if (!store->dir().empty())
+    fmt::print(stderr, "conversations: up to {} in memory, then {} ({} there now)\n",
+               human_bytes(double(memory)), printable(store->dir()), st.disk_count);
+  else
+    fmt::print(stderr, "conversations: up to {} in memory, none kept past it or past a restart "
+                       "(--state-dir or --store keeps them)\n", human_bytes(double(memory)));
+  return store;
+}
 
-  serve::Engine engine(tm.model, tm.tokenizer, store, eo);
-  s.engine = &engine;
+// The model's name in the API: --name, else recur-random, recur-kjv or the directory's name.
+std::string served_name(const Args& args, const TextModel& tm) {
+  std::string name = args.given("name") ? args.str("name")
+                     : tm.random        ? "recur-random"
+                     : !args.given("model")
+                         ? "recur-kjv"
+                         : std::filesystem::path(args.str("model")).lexically_normal().filename().string();
+  if (name.empty()) name = "recur";
+  return name;
+}
 
-  HttpServer http;
+// The HTTP server's limits (read with the other options, so that a bad one stops the server
+// before anything loads).
+struct HttpLimits {
+  std::size_t max_body;
+  std::int64_t read_timeout, write_timeout, keep_alive;  // seconds
+};
+
+HttpLimits http_limits(const Args& args) {
+  return {static_cast<std::size_t>(args.integer("max-body", 1024, std::int64_t(1) << 32)),
+          args.integer("read-timeout", 1, 3600), args.integer("write-timeout", 1, 3600),
+          args.integer("keep-alive", 1, 3600)};
+}
+
+// The HTTP server's limits, its log line per request, and the JSON bodies of its own errors.
+void configure_http(HttpServer& http, Server& s, const HttpLimits& limits, bool verbose,
+                    const serve::EngineOptions& eo) {
   // One HTTP thread per connection: every running and waiting request, and a few more for
   // /health and /metrics while the queue is full.
   const auto http_threads = static_cast<std::size_t>(eo.max_batch + eo.max_queue + 8);
   http.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
-  http.set_payload_max_length(max_body);
-  http.set_read_timeout(static_cast<time_t>(read_timeout), 0);
-  http.set_write_timeout(static_cast<time_t>(write_timeout), 0);
-  http.set_keep_alive_timeout(static_cast<time_t>(keep_alive));
+  http.set_payload_max_length(limits.max_body);
+  http.set_read_timeout(static_cast<time_t>(limits.read_timeout), 0);
+  http.set_write_timeout(static_cast<time_t>(limits.write_timeout), 0);
+  http.set_keep_alive_timeout(static_cast<time_t>(limits.keep_alive));
   http.set_tcp_nodelay(true);
-  const bool verbose = args.flag_set("verbose");
   http.set_logger([&s, verbose](const httplib::Request& req, const httplib::Response& res) {
     ++s.http_requests;
     if (verbose || res.status >= 500) spdlog::info("{} {} {}", req.method, req.path, res.status);
@@ -509,6 +483,10 @@ int run_serve(int argc, char** argv) {
     spdlog::error("request failed: {}", what);
     send_error(res, 500, what, "server_error");
   });
+}
+
+// The API key check and the endpoints.
+void route(HttpServer& http, Server& s) {
   // Keys guard everything but /health (load balancers probe it without one).
   http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
     if (!s.keys.enabled() || (req.path.rfind("/v1/", 0) != 0 && req.path != "/metrics"))
@@ -551,19 +529,13 @@ int run_serve(int argc, char** argv) {
     res.set_content(metrics(s), "text/plain; version=0.0.4");
   });
 
-  const std::string host = args.str("host");
-  const int bound = port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
-  if (bound < 0)
-    throw Error(fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)",
-                            printable(host), port));
-  http.widen_backlog(1024);
-  const std::string instance = args.given("instance") ? args.str("instance") : fmt::format("{}:{}", host, bound);
-  http.set_default_headers({{"X-Recur-Instance", instance}});
-  fmt::print(stderr, "listening on http://{}:{} as model '{}' (kernels {}, up to {} at once, {} waiting; {})\n",
-             host, bound, s.served.name, kernels_line(false), eo.max_batch, eo.max_queue,
-             s.keys.enabled() ? fmt::format("{} API key{}", s.keys.size(), s.keys.size() == 1 ? "" : "s")
-                              : std::string("no API key: anyone who can reach the port may use it"));
+}
 
+// Serves until listen() ends or SIGTERM / SIGINT arrives; after a signal, running requests get
+// `grace` seconds and their handlers finish writing before the server stops. Whether listen()
+// succeeded.
+bool serve_until_stopped(HttpServer& http, Server& s, serve::Engine& engine,
+                         const sigset_t& signals, double grace) {
   std::atomic<bool> stopping{false};
   std::thread watcher([&] {
     int sig = 0;
@@ -587,6 +559,11 @@ int run_serve(int argc, char** argv) {
   }
   watcher.join();
   engine.join();
+  return listened;
+}
+
+// Writes the conversations kept in memory to the directory or Redis, and says how many.
+void persist_conversations(serve::ConversationStore& store) {
   const auto saved = store.persist();
   const auto st = store.stats();
   if (store.redis())
@@ -596,6 +573,83 @@ int run_serve(int argc, char** argv) {
     spdlog::info("stopped: {} conversations written to {} ({} there in all)", saved,
                  store.dir().empty() ? std::string("nowhere (no --state-dir)") : printable(store.dir()),
                  st.disk_count);
+}
+
+}  // namespace
+
+int run_serve(int argc, char** argv) {
+  Args args("serve",
+            "Serves a model over HTTP with the OpenAI completions API: POST /v1/completions (text\n"
+            "or token ids, max_tokens, temperature, top_p, seed, stop, logprobs, stream), POST\n"
+            "/v1/chat/completions (messages laid out by the model's chat template, or RWKV's world\n"
+            "format), GET /v1/models, GET /health and GET /metrics (Prometheus). Requests are decoded together\n"
+            "in one batch that they join and leave between steps; a request's tokens and logprobs\n"
+            "are the same bytes whether it runs alone or among 64 others. Each response's final\n"
+            "state is kept under its id: a request naming it in \"previous_response_id\" continues\n"
+            "the conversation and pays only for its new tokens. Without -m it serves the built-in\n"
+            "model.");
+  declare_serve_options(args);
+  if (!args.parse(argc, argv, 2)) return 0;
+  const auto port = static_cast<int>(args.integer("port", 0, 65535));
+  serve::EngineOptions eo;
+  eo.threads = threads_option(args);
+  eo.chunk = static_cast<int>(args.integer("chunk", 1, 1 << 16));
+  eo.max_batch = static_cast<int>(args.integer("max-batch", 1, 4096));
+  eo.max_queue = static_cast<int>(args.integer("queue", 0, 1 << 16));
+  const HttpLimits limits = http_limits(args);
+  const auto memory = static_cast<std::size_t>(args.integer("memory", 0, std::int64_t(1) << 50));
+  const double grace = args.real("grace", 0, 86400);
+  serve::ApiKeys keys = read_api_keys(args);
+
+  // Blocked before any thread starts, so that every thread inherits the mask.
+  const sigset_t signals = shutdown_signals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  // The store first: a Redis that cannot be reached stops the server before the model loads.
+  const std::unique_ptr<serve::ConversationStore> store = open_store(args, memory);
+  const TextModel tm = open_model(args);
+  tm.require_text();
+  describe_model(tm);
+  Server s;
+  s.store = store.get();
+  s.keys = std::move(keys);
+  s.served.model = tm.model;
+  {
+    const Decoder probe(tm.model, DecoderOptions{1, 1});
+    s.state_bytes = probe.state_bytes();
+    s.state_grows = probe.state_grows();
+  }
+  s.served.tokenizer = tm.tokenizer;
+  s.served.max_tokens_limit = args.integer("max-tokens-limit", 1, std::int64_t(1) << 40);
+  s.served.name = served_name(args, tm);
+  setup_chat(s.served, args, tm);
+  s.started = unix_seconds();
+  if (!tm.tokenizer && tm.model->config().vocab_size < ByteTokenizer::kVocab)
+    fmt::print(stderr, "warning: the model has {} ids and no tokenizer.json: send prompts as token ids\n",
+               tm.model->config().vocab_size);
+
+  serve::Engine engine(tm.model, tm.tokenizer, *store, eo);
+  s.engine = &engine;
+
+  HttpServer http;
+  configure_http(http, s, limits, args.flag_set("verbose"), eo);
+  route(http, s);
+  const std::string host = args.str("host");
+  const int bound = port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
+  if (bound < 0)
+    throw Error(fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)",
+                            printable(host), port));
+  http.widen_backlog(1024);
+  const std::string instance = args.given("instance") ? args.str("instance") : fmt::format("{}:{}", host, bound);
+  http.set_default_headers({{"X-Recur-Instance", instance}});
+  fmt::print(stderr, "listening on http://{}:{} as model '{}' (kernels {}, up to {} at once, {} waiting; {})\n",
+             host, bound, s.served.name, kernels_line(false), eo.max_batch, eo.max_queue,
+             s.keys.enabled() ? fmt::format("{} API key{}", s.keys.size(), s.keys.size() == 1 ? "" : "s")
+                              : std::string("no API key: anyone who can reach the port may use it"));
+
+  const bool listened = serve_until_stopped(http, s, engine, signals, grace);
+  persist_conversations(*store);
   return listened ? 0 : 1;
 }
 
