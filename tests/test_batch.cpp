@@ -18,6 +18,7 @@
 #include "support/fla_gated_config.h"
 
 using namespace recur;
+using recur::models::linear::ModelFeatureMap;
 
 namespace {
 

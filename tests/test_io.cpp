@@ -23,6 +23,7 @@
 #include "util/json.h"
 
 using namespace recur;
+using recur::models::linear::ModelFeatureMap;
 using recur::testing::expect_format_error;
 using recur::testing::raw_file;
 using recur::testing::TempDir;

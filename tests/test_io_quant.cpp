@@ -19,6 +19,7 @@
 #include "util/file.h"
 
 using namespace recur;
+using recur::models::linear::ModelFeatureMap;
 using recur::testing::expect_format_error;
 using recur::testing::raw_file;
 using recur::testing::TempDir;

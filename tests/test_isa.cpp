@@ -299,7 +299,7 @@ TEST_CASE("every instruction set gives the same bytes: the softmax KV cache", "[
 TEST_CASE("every instruction set gives the same bytes: models, and states that move between them",
           "[isa][exactness][model]") {
   using recur::Architecture;
-  using recur::ModelFeatureMap;
+  using recur::models::linear::ModelFeatureMap;
   struct Case {
     const char* name;
     recur::ModelConfig c;

@@ -21,6 +21,7 @@
 #include "support/temp_dir.h"
 
 using namespace recur;
+using recur::models::linear::ModelFeatureMap;
 using recur::testing::quantized_model;
 using recur::testing::small_based;
 using recur::testing::TempDir;

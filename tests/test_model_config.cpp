@@ -180,12 +180,12 @@ TEST_CASE("changing a family's fields in one copy of a configuration leaves the 
   const ModelConfig a = ModelConfig::from_json(
       R"({"model_type": "linear_attn", "hidden_size": 32, "num_heads": 2})", "cfg.json");
   ModelConfig b = a;
-  linear::edit(b).feature_map = recur::ModelFeatureMap::kRelu;
+  linear::edit(b).feature_map = recur::models::linear::ModelFeatureMap::kRelu;
   linear::edit(b).expand_v = 2.0;
   b.resolve("in code");
-  CHECK(linear::config_of(a).feature_map == recur::ModelFeatureMap::kElementwiseProduct);
+  CHECK(linear::config_of(a).feature_map == recur::models::linear::ModelFeatureMap::kElementwiseProduct);
   CHECK(linear::config_of(a).value_dim == 32);
-  CHECK(linear::config_of(b).feature_map == recur::ModelFeatureMap::kRelu);
+  CHECK(linear::config_of(b).feature_map == recur::models::linear::ModelFeatureMap::kRelu);
   CHECK(linear::config_of(b).value_dim == 64);
   CHECK(a.to_json() != b.to_json());
   // A configuration built in code without the family's fields takes the defaults config.json's

@@ -21,6 +21,7 @@
 #include "util/parallel.h"
 
 using namespace recur;
+using recur::models::linear::ModelFeatureMap;
 using recur::testing::random_tokens;
 
 namespace {

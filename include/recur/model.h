@@ -57,9 +57,6 @@ enum class MixerKind {
   kDeltaRule,        ///< RWKV-7's time mix: a delta-rule recurrence with its token shifts
 };
 
-/// Feature maps linear_attn's config.json may name (its family's fields hold one).
-enum class ModelFeatureMap { kElu, kRelu, kIdentity, kHedgehog, kT2R, kDpfp, kElementwiseProduct };
-
 /// What a family's configuration adds to ModelConfig's common fields, for families whose
 /// fields live with their module (engine/models/<family>/). Immutable once resolved; shared
 /// between the copies of a ModelConfig.

@@ -60,7 +60,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   c.hidden_size = 16;
   c.num_hidden_layers = 1;
   c.num_heads = 2;
-  recur::models::linear::edit(c).feature_map = recur::ModelFeatureMap::kElu;
+  recur::models::linear::edit(c).feature_map = recur::models::linear::ModelFeatureMap::kElu;
   c.intermediate_size = 32;
   g_served.model = recur::Model::from_weights(c, recur::RandomWeights(c, 1));
   g_served.name = "recur-random";

@@ -27,7 +27,7 @@ recur::ModelConfig tiny() {
   c.hidden_size = 16;
   c.num_hidden_layers = 2;
   c.num_heads = 2;
-  recur::models::linear::edit(c).feature_map = recur::ModelFeatureMap::kElu;
+  recur::models::linear::edit(c).feature_map = recur::models::linear::ModelFeatureMap::kElu;
   recur::models::linear::edit(c).norm_feature_map = true;
   c.intermediate_size = 32;
   return c;

@@ -11,6 +11,8 @@
 
 namespace recur::testing {
 
+using models::linear::ModelFeatureMap;
+
 #if defined(__SANITIZE_ADDRESS__)
 inline constexpr bool kSanitized = true;
 #else

@@ -11,6 +11,8 @@
 namespace recur::testing {
 namespace {
 
+using models::linear::ModelFeatureMap;
+
 using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Vec = Eigen::VectorXd;
 

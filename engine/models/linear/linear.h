@@ -10,6 +10,9 @@
 
 namespace recur::models::linear {
 
+/// Feature maps linear_attn's config.json may name.
+enum class ModelFeatureMap { kElu, kRelu, kIdentity, kHedgehog, kT2R, kDpfp, kElementwiseProduct };
+
 /// What linear_attn and the paper's model add to ModelConfig's common fields.
 struct LinearConfig final : FamilyConfig {
   double expand_k = 1.0;  // key width hidden_size * expand_k
