@@ -57,22 +57,60 @@ const std::set<std::string> kBasedIgnored = {
     "prenorm", "parallel_block", "parallel_block_tied_norm", "rotary_emb_scale_base",
     "rotary_emb_interleaved", "use_alibi", "alibi_bias"};
 
-}  // namespace
+// A mixer spec of Based's config (mixer, alt_mixer, alt_mixer_2), read field by field: each
+// names its hydra class, and a field recur does not know is refused by name.
+class MixerSpecs {
+ public:
+  explicit MixerSpecs(Fields& f) : f_(f), source_(f.source()) {}
+  // The spec `name`, or null when absent; its class must be `expected`.
+  const json::Value* spec(const char* name, const char* expected) {
+    const json::Value* v = f_.get(name);
+    if (!v) return nullptr;
+    if (!v->is_object()) config_fail(source_, "{} is {}, expected an object", name, v->kind_name());
+    const std::string cls = target_class(*v);
+    if (cls != expected)
+      config_fail(source_, "{}._target_ names '{}', expected a {} (the mixer Based's checkpoints use)",
+           name, cls, expected);
+    return v;
+  }
+  // A field of a spec (which may be null), or null when absent or null.
+  static const json::Value* sub(const json::Value* v, const char* name) {
+    const json::Value* x = v ? v->find(name) : nullptr;
+    return x && !x->is_null() ? x : nullptr;
+  }
+  int int_in(const json::Value* v, const char* owner, const char* name, int fallback, int lo,
+             int hi) const {
+    const json::Value* x = sub(v, name);
+    if (!x) return fallback;
+    if (!x->is_integer() || x->integer() < lo || x->integer() > hi)
+      config_fail(source_, "{}.{} is {}, expected an integer in {} to {}", owner, name,
+           x->is_number() ? fmt::format("{}", x->number()) : x->kind_name(), lo, hi);
+    return static_cast<int>(x->integer());
+  }
+  // Refuses a field of `v` not in `keys`.
+  void known(const json::Value* v, const char* owner, std::initializer_list<const char*> keys) const {
+    if (!v) return;
+    for (const auto& [key, value] : v->object()) {
+      (void)value;
+      bool ok = false;
+      for (const char* k : keys) ok = ok || key == k;
+      if (!ok)
+        config_fail(source_, "unknown field '{}.{}': recur does not know what it changes in the model",
+             owner, key);
+    }
+  }
+  const std::string& source() const { return source_; }
 
-const BasedConfig& config_of(const ModelConfig& c) {
-  const auto* b = dynamic_cast<const BasedConfig*>(c.family.get());
-  if (!b) throw std::logic_error("[Model] internal: a Based configuration without its fields");
-  return *b;
-}
+ private:
+  Fields& f_;
+  const std::string& source_;
+};
 
-// Based's fields (model_type "gpt2" with alt_mixer, as the published checkpoints have them, or
-// "based"). Each mixer spec is read field by field; a value the published model does not use
-// (another mixer class, biases where it has none, a partial rotary) is refused by name.
-void read_config(const json::Value& root, Fields& f, ModelConfig& c) {
+// The GPT-2 config's own fields: the sizes, and what Based's checkpoints all have (RMSNorm, a
+// SwiGLU MLP, tied embeddings, rotary over the whole head, no biases), refused otherwise.
+void read_gpt2_fields(const json::Value& root, Fields& f, ModelConfig& c, BasedConfig& b) {
   const std::string& source = f.source();
   constexpr int kMax = kMaxDim;
-  BasedConfig b;
-  c.architecture = Architecture::kBased;
   // The hydra class name Based's training configs write at the top level: a GPT-2 config class,
   // which the fields below describe; any other class would mean other fields.
   if (const json::Value* t = f.get("_target_")) {
@@ -106,96 +144,97 @@ void read_config(const json::Value& root, Fields& f, ModelConfig& c) {
     config_fail(source, "max_position_embeddings is not 0: Based has no learned position embedding");
   if (f.integer("rotary_emb_dim", 0, 0, kMax) != 0)
     config_fail(source, "rotary_emb_dim is set; Based derives it from rotary_emb_fraction");
+}
+
+// mixer: BaseConv, the layers in neither list.
+void read_conv_spec(MixerSpecs& m, const ModelConfig& c, BasedConfig& b) {
+  const std::string& source = m.source();
+  // kernel_sizes (plural) is what the training configs say; the published
+  // code reads kernel_size and falls back to 3 (docs/based.md).
+  const json::Value* conv = m.spec("mixer", "BaseConv");
+  if (!conv && b.linear_layers.size() + b.window_layers.size() < std::size_t(c.num_hidden_layers))
+    config_fail(source, "mixer is missing: the layers not in alt_mixer_layers or alt_mixer_2_layers need it");
+  m.known(conv, "mixer", {"_target_", "l_max", "use_bias", "expand_proj", "kernel_sizes",
+                          "kernel_size", "implicit_long_conv", "use_cuda"});
+  b.conv_expand = m.int_in(conv, "mixer", "expand_proj", 4, 2, 64);
+  if (b.conv_expand % 2 != 0) config_fail(source, "mixer.expand_proj is {}, expected an even number", b.conv_expand);
+  const int ks = m.int_in(conv, "mixer", "kernel_sizes", 3, 1, 64);
+  b.conv_kernel = m.int_in(conv, "mixer", "kernel_size", ks, 1, 64);
+  if (const json::Value* bias = m.sub(conv, "use_bias")) {
+    if (!bias->is_bool())
+      config_fail(source, "mixer.use_bias is {}, expected true or false", bias->kind_name());
+    b.conv_bias = bias->boolean();
+  }
+  if (const json::Value* u = m.sub(conv, "use_cuda"); u && u->is_bool() && u->boolean())
+    config_fail(source, "mixer.use_cuda is true: that variant's convolution has a bias and a fused "
+                 "activation that the published checkpoints do not use");
+}
+
+// alt_mixer: Taylor linear attention, the layers of alt_mixer_layers.
+void read_linear_spec(MixerSpecs& m, BasedConfig& b) {
+  const std::string& source = m.source();
+  constexpr int kMax = kMaxDim;
+  const json::Value* la = m.spec("alt_mixer", "LinearAttention");
+  if (!la && !b.linear_layers.empty()) config_fail(source, "alt_mixer is missing but alt_mixer_layers is set");
+  m.known(la, "alt_mixer", {"_target_", "l_max", "feature_map", "feature_dim", "num_heads",
+                            "num_key_value_heads", "parallel_implementation", "eps", "causal",
+                            "train_view", "feature_name", "mem_save"});
+  b.la_heads = m.int_in(la, "alt_mixer", "num_heads", 16, 1, kMax);
+  b.la_feature_dim = m.int_in(la, "alt_mixer", "feature_dim", 16, 1, 256);
+  if (m.int_in(la, "alt_mixer", "num_key_value_heads", b.la_heads, 1, kMax) != b.la_heads)
+    config_fail(source, "alt_mixer.num_key_value_heads differs from num_heads; Based's layers have as many");
+  if (const json::Value* fm = m.sub(la, "feature_map")) {
+    if (!fm->is_object() || target_class(*fm) != "TaylorExp")
+      config_fail(source, "alt_mixer.feature_map is not a TaylorExp; Based's checkpoints use the Taylor map");
+    m.known(fm, "alt_mixer.feature_map", {"_target_", "input_dim", "head_dim_idx", "temp", "eps"});
+    if (m.int_in(fm, "alt_mixer.feature_map", "input_dim", b.la_feature_dim, 1, 256) != b.la_feature_dim)
+      config_fail(source, "alt_mixer.feature_map.input_dim differs from alt_mixer.feature_dim");
+  }
+}
+
+// alt_mixer_2: sliding-window attention, the layers of alt_mixer_2_layers.
+void read_window_spec(MixerSpecs& m, BasedConfig& b) {
+  const std::string& source = m.source();
+  constexpr int kMax = kMaxDim;
+  const json::Value* win = m.spec("alt_mixer_2", "SlidingAttention");
+  if (!win && !b.window_layers.empty()) config_fail(source, "alt_mixer_2 is missing but alt_mixer_2_layers is set");
+  m.known(win, "alt_mixer_2", {"_target_", "window_size", "num_heads", "causal", "l_max",
+                               "do_update", "dropout"});
+  b.window_size = m.int_in(win, "alt_mixer_2", "window_size", 256, 1, 1 << 24);
+  if (m.int_in(win, "alt_mixer_2", "num_heads", b.window_heads, 1, kMax) != b.window_heads)
+    config_fail(source, "alt_mixer_2.num_heads differs from n_head; the published code uses n_head");
+  if (const json::Value* causal = m.sub(win, "causal"); causal && !(causal->is_bool() && causal->boolean()))
+    config_fail(source, "alt_mixer_2.causal is not true");
+}
+
+}  // namespace
+
+const BasedConfig& config_of(const ModelConfig& c) {
+  const auto* b = dynamic_cast<const BasedConfig*>(c.family.get());
+  if (!b) throw std::logic_error("[Model] internal: a Based configuration without its fields");
+  return *b;
+}
+
+// Based's fields (model_type "gpt2" with alt_mixer, as the published checkpoints have them, or
+// "based"). Each mixer spec is read field by field; a value the published model does not use
+// (another mixer class, biases where it has none, a partial rotary) is refused by name.
+void read_config(const json::Value& root, Fields& f, ModelConfig& c) {
+  const std::string& source = f.source();
+  BasedConfig b;
+  c.architecture = Architecture::kBased;
+  read_gpt2_fields(root, f, c, b);
   b.linear_layers = layer_list(f, source, "alt_mixer_layers", c.num_hidden_layers);
   b.window_layers = layer_list(f, source, "alt_mixer_2_layers", c.num_hidden_layers);
   for (const int l : b.linear_layers)
     if (std::find(b.window_layers.begin(), b.window_layers.end(), l) != b.window_layers.end())
       config_fail(source, "layer {} is in both alt_mixer_layers and alt_mixer_2_layers", l);
-
-  const auto spec = [&](const char* name, const char* expected) -> const json::Value* {
-    const json::Value* v = f.get(name);
-    if (!v) return nullptr;
-    if (!v->is_object()) config_fail(source, "{} is {}, expected an object", name, v->kind_name());
-    const std::string cls = target_class(*v);
-    if (cls != expected)
-      config_fail(source, "{}._target_ names '{}', expected a {} (the mixer Based's checkpoints use)",
-           name, cls, expected);
-    return v;
-  };
-  const auto sub = [&](const json::Value* v, const char* name) -> const json::Value* {
-    const json::Value* x = v ? v->find(name) : nullptr;
-    return x && !x->is_null() ? x : nullptr;
-  };
-  const auto int_in = [&](const json::Value* v, const char* owner, const char* name, int fallback,
-                          int lo, int hi) {
-    const json::Value* x = sub(v, name);
-    if (!x) return fallback;
-    if (!x->is_integer() || x->integer() < lo || x->integer() > hi)
-      config_fail(source, "{}.{} is {}, expected an integer in {} to {}", owner, name,
-           x->is_number() ? fmt::format("{}", x->number()) : x->kind_name(), lo, hi);
-    return static_cast<int>(x->integer());
-  };
-  const auto known = [&](const json::Value* v, const char* owner, std::initializer_list<const char*> keys) {
-    if (!v) return;
-    for (const auto& [key, value] : v->object()) {
-      (void)value;
-      bool ok = false;
-      for (const char* k : keys) ok = ok || key == k;
-      if (!ok)
-        config_fail(source, "unknown field '{}.{}': recur does not know what it changes in the model",
-             owner, key);
-    }
-  };
-  // mixer: BaseConv. kernel_sizes (plural) is what the training configs say; the published
-  // code reads kernel_size and falls back to 3 (docs/based.md).
-  const json::Value* conv = spec("mixer", "BaseConv");
-  if (!conv && b.linear_layers.size() + b.window_layers.size() < std::size_t(c.num_hidden_layers))
-    config_fail(source, "mixer is missing: the layers not in alt_mixer_layers or alt_mixer_2_layers need it");
-  known(conv, "mixer", {"_target_", "l_max", "use_bias", "expand_proj", "kernel_sizes",
-                        "kernel_size", "implicit_long_conv", "use_cuda"});
-  b.conv_expand = int_in(conv, "mixer", "expand_proj", 4, 2, 64);
-  if (b.conv_expand % 2 != 0) config_fail(source, "mixer.expand_proj is {}, expected an even number", b.conv_expand);
-  const int ks = int_in(conv, "mixer", "kernel_sizes", 3, 1, 64);
-  b.conv_kernel = int_in(conv, "mixer", "kernel_size", ks, 1, 64);
-  if (const json::Value* bias = sub(conv, "use_bias")) {
-    if (!bias->is_bool())
-      config_fail(source, "mixer.use_bias is {}, expected true or false", bias->kind_name());
-    b.conv_bias = bias->boolean();
-  }
-  if (const json::Value* u = sub(conv, "use_cuda"); u && u->is_bool() && u->boolean())
-    config_fail(source, "mixer.use_cuda is true: that variant's convolution has a bias and a fused "
-                 "activation that the published checkpoints do not use");
-  // alt_mixer: Taylor linear attention.
-  const json::Value* la = spec("alt_mixer", "LinearAttention");
-  if (!la && !b.linear_layers.empty()) config_fail(source, "alt_mixer is missing but alt_mixer_layers is set");
-  known(la, "alt_mixer", {"_target_", "l_max", "feature_map", "feature_dim", "num_heads",
-                          "num_key_value_heads", "parallel_implementation", "eps", "causal",
-                          "train_view", "feature_name", "mem_save"});
-  b.la_heads = int_in(la, "alt_mixer", "num_heads", 16, 1, kMax);
-  b.la_feature_dim = int_in(la, "alt_mixer", "feature_dim", 16, 1, 256);
-  if (int_in(la, "alt_mixer", "num_key_value_heads", b.la_heads, 1, kMax) != b.la_heads)
-    config_fail(source, "alt_mixer.num_key_value_heads differs from num_heads; Based's layers have as many");
-  if (const json::Value* fm = sub(la, "feature_map")) {
-    if (!fm->is_object() || target_class(*fm) != "TaylorExp")
-      config_fail(source, "alt_mixer.feature_map is not a TaylorExp; Based's checkpoints use the Taylor map");
-    known(fm, "alt_mixer.feature_map", {"_target_", "input_dim", "head_dim_idx", "temp", "eps"});
-    if (int_in(fm, "alt_mixer.feature_map", "input_dim", b.la_feature_dim, 1, 256) != b.la_feature_dim)
-      config_fail(source, "alt_mixer.feature_map.input_dim differs from alt_mixer.feature_dim");
-  }
-  // alt_mixer_2: sliding-window attention.
-  const json::Value* win = spec("alt_mixer_2", "SlidingAttention");
-  if (!win && !b.window_layers.empty()) config_fail(source, "alt_mixer_2 is missing but alt_mixer_2_layers is set");
-  known(win, "alt_mixer_2", {"_target_", "window_size", "num_heads", "causal", "l_max",
-                             "do_update", "dropout"});
-  b.window_size = int_in(win, "alt_mixer_2", "window_size", 256, 1, 1 << 24);
-  if (int_in(win, "alt_mixer_2", "num_heads", b.window_heads, 1, kMax) != b.window_heads)
-    config_fail(source, "alt_mixer_2.num_heads differs from n_head; the published code uses n_head");
-  if (const json::Value* causal = sub(win, "causal"); causal && !(causal->is_bool() && causal->boolean()))
-    config_fail(source, "alt_mixer_2.causal is not true");
+  MixerSpecs m(f);
+  read_conv_spec(m, c, b);
+  read_linear_spec(m, b);
+  read_window_spec(m, b);
   for (const auto& name : kBasedIgnored) f.mark(name);
   c.family = std::make_shared<BasedConfig>(std::move(b));
 }
-
 
 // Based's derived sizes and its layer schedule.
 void resolve(ModelConfig& c, const std::string& source) {
