@@ -65,20 +65,10 @@ void read_attn(const json::Value& v, const std::string& source, int n_layers, Fl
   }
 }
 
-}  // namespace
-
-const FlaConfig& config_of(const ModelConfig& c) {
-  const auto* fc = dynamic_cast<const FlaConfig*>(c.family.get());
-  if (!fc) throw std::logic_error("[Model] internal: a gated fla configuration without its fields");
-  return *fc;
-}
-
-void read_config(const json::Value& root, const std::string& type, Fields& f, ModelConfig& c) {
+// The fields the three share: sizes, the MLP, the norms, the kernel choice.
+void read_shared_fields(const json::Value& root, Fields& f, bool retnet, ModelConfig& c,
+                        FlaConfig& fc) {
   const std::string& source = f.source();
-  c.architecture = type == "gla" ? Architecture::kGla
-                   : type == "retnet" ? Architecture::kRetNet : Architecture::kHgrn2;
-  const bool gla = type == "gla", retnet = type == "retnet", hgrn2 = type == "hgrn2";
-  FlaConfig fc;
   // Defaults are each configuration class's own (they differ between the three).
   c.hidden_size = f.integer("hidden_size", 2048, 1, kMaxDim);
   c.num_hidden_layers = f.integer("num_hidden_layers", 24, 1, 4096);
@@ -109,19 +99,27 @@ void read_config(const json::Value& root, const std::string& type, Fields& f, Mo
   // Read by older configuration classes and by no layer (docs/fla-models.md): accepted, unused.
   f.get("share_conv_kernel");
   f.get("rms_norm_eps");
-  if (gla || retnet) {
-    fc.expand_k = f.number("expand_k", gla ? 0.5 : 1.0, 1e-6, 1e6);
-    fc.expand_v = f.number("expand_v", gla ? 1.0 : 2.0, 1e-6, 1e6);
-    c.num_heads = f.integer("num_heads", gla ? 4 : 8, 1, kMaxDim);
-    c.num_kv_heads = f.integer("num_kv_heads", 0, 1, kMaxDim);
-    // ACT2FN[feature_map] on q and k, after the convolutions and before rotary.
-    fc.qk_activation = f.string("feature_map", "");
-    if (fc.qk_activation == "silu") fc.qk_activation = "swish";
-    if (!fc.qk_activation.empty() && fc.qk_activation != "relu" && fc.qk_activation != "swish")
-      config_fail(source, "feature_map is '{}', expected null, relu, swish or silu", fc.qk_activation);
-    fc.use_output_gate = f.boolean("use_output_gate", true);
-  }
-  if (gla || hgrn2) {
+}
+
+// GLA's and RetNet's heads, widths, q/k activation and output gate.
+void read_heads(Fields& f, bool gla, ModelConfig& c, FlaConfig& fc) {
+  const std::string& source = f.source();
+  fc.expand_k = f.number("expand_k", gla ? 0.5 : 1.0, 1e-6, 1e6);
+  fc.expand_v = f.number("expand_v", gla ? 1.0 : 2.0, 1e-6, 1e6);
+  c.num_heads = f.integer("num_heads", gla ? 4 : 8, 1, kMaxDim);
+  c.num_kv_heads = f.integer("num_kv_heads", 0, 1, kMaxDim);
+  // ACT2FN[feature_map] on q and k, after the convolutions and before rotary.
+  fc.qk_activation = f.string("feature_map", "");
+  if (fc.qk_activation == "silu") fc.qk_activation = "swish";
+  if (!fc.qk_activation.empty() && fc.qk_activation != "relu" && fc.qk_activation != "swish")
+    config_fail(source, "feature_map is '{}', expected null, relu, swish or silu", fc.qk_activation);
+  fc.use_output_gate = f.boolean("use_output_gate", true);
+}
+
+// Short convolutions: GLA's and HGRN2's (RetNet's block is built without them and ignores the
+// fields).
+void read_convolutions(Fields& f, bool has_conv, FlaConfig& fc) {
+  if (has_conv) {
     fc.use_short_conv = f.boolean("use_short_conv", false);
     fc.conv_size = f.integer("conv_size", 4, 1, 64);
   } else {
@@ -129,36 +127,62 @@ void read_config(const json::Value& root, const std::string& type, Fields& f, Mo
     f.get("use_short_conv");
     f.get("conv_size");
   }
-  if (gla) {
-    if (const json::Value* v = f.get("clamp_min")) {
-      if (!v->is_number() || !std::isfinite(v->number()) || v->number() > 0)
-        config_fail(source, "clamp_min is {}, expected null or a number <= 0 (a bound on log decays)",
-             describe_json(*v));
-      fc.has_clamp_min = true;
-      fc.clamp_min = v->number();
-    }
-    // Read by GLAConfig but passed to no layer: the gk gate is always on, gv never.
-    if (!f.boolean("use_gk", true)) config_fail(source, "use_gk is false; fla's GLA layer always has its gk gate");
-    if (f.boolean("use_gv", false)) config_fail(source, "use_gv is true; fla's GLA layer has no gv gate");
+}
+
+// GLA's bound on log decays and the gate switches its layer ignores.
+void read_gla_gates(Fields& f, FlaConfig& fc) {
+  const std::string& source = f.source();
+  if (const json::Value* v = f.get("clamp_min")) {
+    if (!v->is_number() || !std::isfinite(v->number()) || v->number() > 0)
+      config_fail(source, "clamp_min is {}, expected null or a number <= 0 (a bound on log decays)",
+           describe_json(*v));
+    fc.has_clamp_min = true;
+    fc.clamp_min = v->number();
   }
-  if (hgrn2) {
-    const json::Value* heads = f.get("num_heads");
-    const json::Value* ratio = f.get("expand_ratio");
-    // HGRN2Config: expand_ratio (default 128) wins; else hidden_size // num_heads. The layer
-    // sets num_heads = hidden_size // expand_ratio whatever the config says.
-    if (ratio && !(ratio->is_integer() && ratio->integer() >= 1 && ratio->integer() <= kMaxDim))
-      config_fail(source, "expand_ratio is {}, expected a positive integer", describe_json(*ratio));
-    if (heads && !(heads->is_integer() && heads->integer() >= 1 && heads->integer() <= kMaxDim))
-      config_fail(source, "num_heads is {}, expected a positive integer", describe_json(*heads));
-    if (ratio)
-      fc.expand_ratio = static_cast<int>(ratio->integer());
-    else if (heads && root.find("expand_ratio"))  // explicitly null
-      fc.expand_ratio = c.hidden_size / static_cast<int>(heads->integer());
-    else
-      fc.expand_ratio = 128;
-    fc.use_lower_bound = f.boolean("use_lower_bound", true);
-  }
-  if (const json::Value* a = f.get("attn")) read_attn(*a, source, c.num_hidden_layers, fc);
+  // Read by GLAConfig but passed to no layer: the gk gate is always on, gv never.
+  if (!f.boolean("use_gk", true)) config_fail(source, "use_gk is false; fla's GLA layer always has its gk gate");
+  if (f.boolean("use_gv", false)) config_fail(source, "use_gv is true; fla's GLA layer has no gv gate");
+}
+
+// HGRN2's heads: hidden_size / expand_ratio, from expand_ratio or num_heads; its lower bounds.
+void read_hgrn2_heads(const json::Value& root, Fields& f, const ModelConfig& c, FlaConfig& fc) {
+  const std::string& source = f.source();
+  const json::Value* heads = f.get("num_heads");
+  const json::Value* ratio = f.get("expand_ratio");
+  // HGRN2Config: expand_ratio (default 128) wins; else hidden_size // num_heads. The layer
+  // sets num_heads = hidden_size // expand_ratio whatever the config says.
+  if (ratio && !(ratio->is_integer() && ratio->integer() >= 1 && ratio->integer() <= kMaxDim))
+    config_fail(source, "expand_ratio is {}, expected a positive integer", describe_json(*ratio));
+  if (heads && !(heads->is_integer() && heads->integer() >= 1 && heads->integer() <= kMaxDim))
+    config_fail(source, "num_heads is {}, expected a positive integer", describe_json(*heads));
+  if (ratio)
+    fc.expand_ratio = static_cast<int>(ratio->integer());
+  else if (heads && root.find("expand_ratio"))  // explicitly null
+    fc.expand_ratio = c.hidden_size / static_cast<int>(heads->integer());
+  else
+    fc.expand_ratio = 128;
+  fc.use_lower_bound = f.boolean("use_lower_bound", true);
+}
+
+}  // namespace
+
+const FlaConfig& config_of(const ModelConfig& c) {
+  const auto* fc = dynamic_cast<const FlaConfig*>(c.family.get());
+  if (!fc) throw std::logic_error("[Model] internal: a gated fla configuration without its fields");
+  return *fc;
+}
+
+void read_config(const json::Value& root, const std::string& type, Fields& f, ModelConfig& c) {
+  c.architecture = type == "gla" ? Architecture::kGla
+                   : type == "retnet" ? Architecture::kRetNet : Architecture::kHgrn2;
+  const bool gla = type == "gla", retnet = type == "retnet", hgrn2 = type == "hgrn2";
+  FlaConfig fc;
+  read_shared_fields(root, f, retnet, c, fc);
+  if (gla || retnet) read_heads(f, gla, c, fc);
+  read_convolutions(f, gla || hgrn2, fc);
+  if (gla) read_gla_gates(f, fc);
+  if (hgrn2) read_hgrn2_heads(root, f, c, fc);
+  if (const json::Value* a = f.get("attn")) read_attn(*a, f.source(), c.num_hidden_layers, fc);
   c.family = std::make_shared<FlaConfig>(std::move(fc));
 }
 
