@@ -9,6 +9,7 @@
 #include "recur/isa.h"
 #include "recur/linear_attention.h"
 #include "model/random_weights.h"
+#include "models/based/based.h"
 #include "recur/model.h"
 #include "recur/short_conv.h"
 #include "recur/window_attention.h"
@@ -148,17 +149,19 @@ const recur::ModelConfig& based_360m() {
     recur::ModelConfig m;
     m.architecture = recur::Architecture::kBased;
     m.vocab_size = 50257;
-    m.pad_vocab_multiple = 8;
     m.hidden_size = 1024;
     m.num_hidden_layers = 27;
-    m.window_heads = 16;
-    m.la_heads = 16;
-    m.la_feature_dim = 16;
-    m.window_size = 256;
     m.intermediate_size = 2048;
-    m.linear_layers = {1, 6, 11, 16, 21};
-    m.window_layers = {2, 7, 12, 17, 22};
     m.norm_eps = 1e-5;
+    auto b = std::make_shared<recur::models::based::BasedConfig>();
+    b->pad_vocab_multiple = 8;
+    b->window_heads = 16;
+    b->la_heads = 16;
+    b->la_feature_dim = 16;
+    b->window_size = 256;
+    b->linear_layers = {1, 6, 11, 16, 21};
+    b->window_layers = {2, 7, 12, 17, 22};
+    m.family = b;
     m.resolve("based-360m");
     return m;
   }();

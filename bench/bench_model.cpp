@@ -22,6 +22,7 @@
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "model/random_weights.h"
+#include "models/linear/linear.h"
 #include "recur/model.h"
 #include "recur/quantize.h"
 #include "recur/safetensors.h"
@@ -217,11 +218,13 @@ void BM_ModelPrefill(benchmark::State& state) {
     benchmark::DoNotOptimize(dec.prefill(prompt).data());
   }
   const auto& c = bench_config();
+  const auto& lc = recur::models::linear::config_of(c);
   // Matrix FLOP per token (projections, feature maps, MLP); the head runs once per call.
   const double per_token =
       2.0 * c.num_hidden_layers *
-      (double(c.hidden_size) * (c.key_dim + c.key_dim + c.value_dim + c.value_dim) +
-       3.0 * c.hidden_size * c.intermediate_size + 4.0 * c.num_heads * c.head_k_dim * c.head_k_dim);
+      (double(c.hidden_size) * (lc.key_dim + lc.key_dim + lc.value_dim + lc.value_dim) +
+       3.0 * c.hidden_size * c.intermediate_size +
+       4.0 * c.num_heads * lc.head_k_dim * lc.head_k_dim);
   const double n = static_cast<double>(state.iterations()) * T;
   state.counters["tokens/s"] = benchmark::Counter(n, benchmark::Counter::kIsRate);
   state.counters["of_peak"] = benchmark::Counter(
@@ -282,9 +285,10 @@ std::vector<recur::kernels::PackedMatrix> bench_matrices(int format, bool gate_o
   if (gate_only) {
     shapes.emplace_back(c.intermediate_size, c.hidden_size);
   } else {
+    const auto& lc = recur::models::linear::config_of(c);
     for (int l = 0; l < c.num_hidden_layers; ++l) {
-      shapes.insert(shapes.end(), {{c.key_dim, c.hidden_size}, {c.key_dim, c.hidden_size},
-                                   {c.value_dim, c.hidden_size}, {c.hidden_size, c.value_dim},
+      shapes.insert(shapes.end(), {{lc.key_dim, c.hidden_size}, {lc.key_dim, c.hidden_size},
+                                   {lc.value_dim, c.hidden_size}, {c.hidden_size, lc.value_dim},
                                    {c.intermediate_size, c.hidden_size},
                                    {c.intermediate_size, c.hidden_size},
                                    {c.hidden_size, c.intermediate_size}});

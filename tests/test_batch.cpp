@@ -11,12 +11,14 @@
 
 #include "recur/error.h"
 #include "model/random_weights.h"
+#include "models/linear/linear.h"
 #include "recur/model.h"
 #include "support/based_config.h"
 #include "support/quant_model.h"
 #include "support/fla_gated_config.h"
 
 using namespace recur;
+using recur::models::linear::ModelFeatureMap;
 
 namespace {
 
@@ -27,8 +29,9 @@ ModelConfig small(ModelFeatureMap map, bool normalized, int kv_heads = 0) {
   c.num_hidden_layers = 2;
   c.num_heads = 4;
   c.num_kv_heads = kv_heads;
-  c.feature_map = map;
-  c.norm_feature_map = normalized;
+  auto& l = models::linear::edit(c);
+  l.feature_map = map;
+  l.norm_feature_map = normalized;
   c.intermediate_size = 96;
   return c;
 }
@@ -260,7 +263,7 @@ TEST_CASE("an overflow fails its own sequence and no other", "[batch]") {
   // The paper's post-norm model feeds the embedding to the projections unnormalized.
   ModelConfig c = small(ModelFeatureMap::kElu, true);
   c.architecture = Architecture::kTransformersAreRnns;
-  c.hidden_act = "relu";
+  models::linear::edit(c).hidden_act = "relu";
   const auto model = Model::from_weights(c, OneBadToken(c, 5));
   Decoder alone(model, {8, 1});
   CHECK_THROWS_AS(alone.step(5), NumericError);  // the token does overflow alone

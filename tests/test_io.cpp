@@ -14,6 +14,7 @@
 
 #include "recur/error.h"
 #include "model/random_weights.h"
+#include "models/linear/linear.h"
 #include "recur/model.h"
 #include "recur/safetensors.h"
 #include "support/io_files.h"
@@ -22,6 +23,7 @@
 #include "util/json.h"
 
 using namespace recur;
+using recur::models::linear::ModelFeatureMap;
 using recur::testing::expect_format_error;
 using recur::testing::raw_file;
 using recur::testing::TempDir;
@@ -209,8 +211,8 @@ TEST_CASE("config.json: the library's fields, defaults and formulas", "[io][conf
   CHECK(d.num_hidden_layers == 24);
   CHECK(d.num_heads == 4);
   CHECK(d.num_kv_heads == 4);
-  CHECK(d.feature_map == ModelFeatureMap::kElementwiseProduct);
-  CHECK_FALSE(d.norm_feature_map);
+  CHECK(models::linear::config_of(d).feature_map == ModelFeatureMap::kElementwiseProduct);
+  CHECK_FALSE(models::linear::config_of(d).norm_feature_map);
   CHECK(d.norm_eps == 1e-6);
   CHECK(d.vocab_size == 32000);
   CHECK_FALSE(d.tie_word_embeddings);
@@ -219,19 +221,20 @@ TEST_CASE("config.json: the library's fields, defaults and formulas", "[io][conf
   CHECK(parse(", \"hidden_size\": 512").intermediate_size == 1536);
   CHECK(parse(", \"hidden_size\": 512, \"intermediate_size\": 1000").intermediate_size == 1000);
   // scale = d_feature^-1/2 after the map; normalized eps 1e-10.
+  using models::linear::config_of;
   const ModelConfig h = parse(", \"hidden_size\": 256, \"num_heads\": 4, \"feature_map\": \"hedgehog\"");
-  CHECK(h.head_k_dim == 64);
-  CHECK(h.d_feature == 128);
-  CHECK(h.attn_scale == static_cast<float>(1.0 / std::sqrt(128.0)));
-  CHECK(h.attn_eps == 1e-10);
-  CHECK(parse(", \"hidden_size\": 256, \"feature_map\": \"dpfp\"").d_feature == 8 * 64);
+  CHECK(config_of(h).head_k_dim == 64);
+  CHECK(config_of(h).d_feature == 128);
+  CHECK(config_of(h).attn_scale == static_cast<float>(1.0 / std::sqrt(128.0)));
+  CHECK(config_of(h).attn_eps == 1e-10);
+  CHECK(config_of(parse(", \"hidden_size\": 256, \"feature_map\": \"dpfp\"")).d_feature == 8 * 64);
   const ModelConfig g = parse(", \"hidden_size\": 256, \"num_heads\": 8, \"num_kv_heads\": 2, \"expand_k\": 0.5, \"expand_v\": 2");
-  CHECK(g.key_dim == 128);
-  CHECK(g.value_dim == 512);
-  CHECK(g.kv_groups == 4);
-  CHECK(g.head_k_dim == 16);
-  CHECK(g.head_v_dim == 64);
-  CHECK_FALSE(parse(", \"elementwise_affine\": null").elementwise_affine);
+  CHECK(config_of(g).key_dim == 128);
+  CHECK(config_of(g).value_dim == 512);
+  CHECK(config_of(g).kv_groups == 4);
+  CHECK(config_of(g).head_k_dim == 16);
+  CHECK(config_of(g).head_v_dim == 64);
+  CHECK_FALSE(config_of(parse(", \"elementwise_affine\": null")).elementwise_affine);
   // Fields that do not change inference are accepted.
   CHECK_NOTHROW(parse(", \"fuse_norm\": true, \"architectures\": [\"LinearAttentionForCausalLM\"], "
                       "\"torch_dtype\": \"bfloat16\", \"bos_token_id\": 1, \"attn_mode\": \"chunk\""));
@@ -341,8 +344,8 @@ TEST_CASE("json: strict parsing", "[io][json]") {
 TEST_CASE("tied feature maps may be stored under the q name, the k name or both", "[io][config]") {
   ModelConfig c = Model::builtin_config();
   c.num_hidden_layers = 1;
-  c.feature_map = ModelFeatureMap::kT2R;
-  c.tie_feature_map_qk = true;
+  models::linear::edit(c).feature_map = ModelFeatureMap::kT2R;
+  models::linear::edit(c).tie_feature_map_qk = true;
   TempDir dir;
   write_random_model(dir.str(), c, 1);
   const auto reference = Model::load(dir.str());
@@ -458,8 +461,8 @@ TEST_CASE("config.json: sizes whose products overflow are a FormatError, never u
   ModelConfig c = Model::builtin_config();
   c.hidden_size = 1 << 20;
   c.num_heads = 1;
-  c.feature_map = ModelFeatureMap::kDpfp;
-  c.expand_k = 300;
+  models::linear::edit(c).feature_map = ModelFeatureMap::kDpfp;
+  models::linear::edit(c).expand_k = 300;
   CHECK_THROWS_AS(c.resolve("code"), FormatError);
 }
 

@@ -10,6 +10,7 @@
 
 #include "recur/error.h"
 #include "model/random_weights.h"
+#include "models/linear/linear.h"
 #include "recur/model.h"
 #include "recur/quantize.h"
 #include "recur/safetensors.h"
@@ -18,6 +19,7 @@
 #include "util/file.h"
 
 using namespace recur;
+using recur::models::linear::ModelFeatureMap;
 using recur::testing::expect_format_error;
 using recur::testing::raw_file;
 using recur::testing::TempDir;
@@ -34,8 +36,8 @@ ModelConfig small_quant_config() {
   c.hidden_size = 64;
   c.num_hidden_layers = 1;
   c.num_heads = 2;
-  c.feature_map = ModelFeatureMap::kHedgehog;
-  c.norm_feature_map = true;
+  models::linear::edit(c).feature_map = ModelFeatureMap::kHedgehog;
+  models::linear::edit(c).norm_feature_map = true;
   c.intermediate_size = 80;
   c.tie_word_embeddings = true;
   return c;

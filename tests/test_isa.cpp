@@ -21,6 +21,7 @@
 #include "recur/isa.h"
 #include "recur/linear_attention.h"
 #include "model/random_weights.h"
+#include "models/linear/linear.h"
 #include "recur/model.h"
 #include "recur/softmax_attention.h"
 #include "support/each_isa.h"
@@ -298,7 +299,7 @@ TEST_CASE("every instruction set gives the same bytes: the softmax KV cache", "[
 TEST_CASE("every instruction set gives the same bytes: models, and states that move between them",
           "[isa][exactness][model]") {
   using recur::Architecture;
-  using recur::ModelFeatureMap;
+  using recur::models::linear::ModelFeatureMap;
   struct Case {
     const char* name;
     recur::ModelConfig c;
@@ -312,12 +313,12 @@ TEST_CASE("every instruction set gives the same bytes: models, and states that m
     c.hidden_size = 64;
     c.num_hidden_layers = 2;
     c.num_heads = 4;
-    c.feature_map = ModelFeatureMap::kElu;
-    c.norm_feature_map = true;
+    recur::models::linear::edit(c).feature_map = ModelFeatureMap::kElu;
+    recur::models::linear::edit(c).norm_feature_map = true;
     c.intermediate_size = 96;
     cases.push_back({"linear_attn, elu, float32", c, recur::DType::kF32});
     cases.push_back({"linear_attn, elu, bfloat16", c, recur::DType::kBF16});
-    c.feature_map = ModelFeatureMap::kHedgehog;
+    recur::models::linear::edit(c).feature_map = ModelFeatureMap::kHedgehog;
     cases.push_back({"linear_attn, hedgehog, float16", c, recur::DType::kF16});
     recur::ModelConfig p;
     p.architecture = Architecture::kTransformersAreRnns;  // layer norms and gelu
@@ -326,10 +327,11 @@ TEST_CASE("every instruction set gives the same bytes: models, and states that m
     p.num_hidden_layers = 2;
     p.num_heads = 4;
     p.intermediate_size = 128;
-    p.hidden_act = "gelu";
-    p.feature_map = ModelFeatureMap::kElu;
-    p.norm_feature_map = true;
-    p.elementwise_affine = false;
+    auto& l = recur::models::linear::edit(p);
+    l.hidden_act = "gelu";
+    l.feature_map = ModelFeatureMap::kElu;
+    l.norm_feature_map = true;
+    l.elementwise_affine = false;
     cases.push_back({"transformers_are_rnns, float32", p, recur::DType::kF32});
   }
   std::vector<int> prompt;

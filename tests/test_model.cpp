@@ -9,6 +9,8 @@
 
 #include "recur/error.h"
 #include "model/random_weights.h"
+#include "models/fla/fla.h"
+#include "models/linear/linear.h"
 #include "recur/model.h"
 #include "recur/sampling.h"
 #include "support/based_config.h"
@@ -19,6 +21,7 @@
 #include "support/temp_dir.h"
 
 using namespace recur;
+using recur::models::linear::ModelFeatureMap;
 using recur::testing::quantized_model;
 using recur::testing::small_based;
 using recur::testing::TempDir;
@@ -43,12 +46,13 @@ ModelConfig small_paper(const char* act) {
   c.num_hidden_layers = 2;
   c.num_heads = 4;
   c.intermediate_size = 128;
-  c.hidden_act = act;
-  c.feature_map = ModelFeatureMap::kElu;
-  c.norm_feature_map = true;
   c.norm_eps = 1e-5;
-  c.attn_eps = 1e-6;
-  c.elementwise_affine = false;
+  auto& l = models::linear::edit(c);
+  l.hidden_act = act;
+  l.feature_map = ModelFeatureMap::kElu;
+  l.norm_feature_map = true;
+  l.attn_eps = 1e-6;
+  l.elementwise_affine = false;
   return c;
 }
 
@@ -79,21 +83,22 @@ std::vector<Case> all_cases() {
                    small_fla(ModelFeatureMap::kElementwiseProduct, false)});
   {
     Case c{"hedgehog, tied q/k maps, norm_q and norm_k", small_fla(ModelFeatureMap::kHedgehog, true)};
-    c.config.tie_feature_map_qk = true;
-    c.config.norm_q = c.config.norm_k = true;
+    auto& l = models::linear::edit(c.config);
+    l.tie_feature_map_qk = true;
+    l.norm_q = l.norm_k = true;
     cases.push_back(c);
   }
   {
     Case c{"elu, grouped kv heads (4 q, 2 kv), expand_k 0.5, expand_v 2",
            small_fla(ModelFeatureMap::kElu, true)};
     c.config.num_kv_heads = 2;
-    c.config.expand_k = 0.5;
-    c.config.expand_v = 2.0;
+    models::linear::edit(c.config).expand_k = 0.5;
+    models::linear::edit(c.config).expand_v = 2.0;
     cases.push_back(c);
   }
   {
     Case c{"t2r, no output-norm weight, tied embeddings", small_fla(ModelFeatureMap::kT2R, true)};
-    c.config.elementwise_affine = false;
+    models::linear::edit(c.config).elementwise_affine = false;
     c.config.tie_word_embeddings = true;
     cases.push_back(c);
   }
@@ -478,8 +483,10 @@ TEST_CASE("fla configs: unknown, unsupported and contradictory fields are refuse
   // What fla ignores is accepted: RetNet's short convolutions, GLA's use_gk, old norm names.
   CHECK_NOTHROW(recur::testing::fla_gated("\"model_type\": \"retnet\", \"num_heads\": 2, "
                                           "\"use_short_conv\": true, \"rms_norm_eps\": 1e-6"));
-  CHECK(!recur::testing::fla_gated("\"model_type\": \"retnet\", \"num_heads\": 2, "
-                                   "\"use_short_conv\": true").use_short_conv);
+  CHECK(!recur::models::fla::config_of(
+              recur::testing::fla_gated("\"model_type\": \"retnet\", \"num_heads\": 2, "
+                                        "\"use_short_conv\": true"))
+              .use_short_conv);
 }
 
 TEST_CASE("the decoder's memory does not grow with the sequence", "[model]") {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "recur/error.h"
+#include "models/linear/linear.h"
 #include "recur/model.h"
 
 namespace {
@@ -148,4 +149,51 @@ TEST_CASE("a Based config's top-level _target_ is accepted when it names a known
   CHECK_NOTHROW(read(based_json({{"_target_", "\"transformers.GPT2Config\""}})));
   refused({{"_target_", "\"based.models.gpt.LlamaConfig\""}}, "_target_ names 'LlamaConfig'");
   refused({{"_target_", "3"}}, "_target_ is a number");
+}
+
+TEST_CASE("a configuration whose own fields are another family's is refused, naming its source",
+          "[model][config]") {
+  // Each family's fields live in ModelConfig::family; switching the architecture of a
+  // configuration read for another family leaves fields that mean nothing to the new one.
+  const std::pair<const char*, recur::Architecture> cases[] = {
+      {R"({"model_type": "linear_attn", "hidden_size": 32, "num_heads": 2})",
+       recur::Architecture::kBased},
+      {R"({"model_type": "linear_attn", "hidden_size": 32, "num_heads": 2})",
+       recur::Architecture::kGla},
+      {R"({"model_type": "gla", "hidden_size": 32, "num_heads": 2})",
+       recur::Architecture::kLinearAttn},
+  };
+  for (const auto& [json, other] : cases) {
+    INFO(json);
+    ModelConfig c = ModelConfig::from_json(json, "cfg.json");
+    c.architecture = other;
+    CHECK_THROWS_AS(c.resolve("in code"), FormatError);
+    CHECK_THROWS_WITH(c.resolve("in code"),
+                      Catch::Matchers::Contains("in code") &&
+                          Catch::Matchers::Contains("another family's fields"));
+  }
+}
+
+TEST_CASE("changing a family's fields in one copy of a configuration leaves the other as it was",
+          "[model][config]") {
+  namespace linear = recur::models::linear;
+  const ModelConfig a = ModelConfig::from_json(
+      R"({"model_type": "linear_attn", "hidden_size": 32, "num_heads": 2})", "cfg.json");
+  ModelConfig b = a;
+  linear::edit(b).feature_map = recur::models::linear::ModelFeatureMap::kRelu;
+  linear::edit(b).expand_v = 2.0;
+  b.resolve("in code");
+  CHECK(linear::config_of(a).feature_map == recur::models::linear::ModelFeatureMap::kElementwiseProduct);
+  CHECK(linear::config_of(a).value_dim == 32);
+  CHECK(linear::config_of(b).feature_map == recur::models::linear::ModelFeatureMap::kRelu);
+  CHECK(linear::config_of(b).value_dim == 64);
+  CHECK(a.to_json() != b.to_json());
+  // A configuration built in code without the family's fields takes the defaults config.json's
+  // reader would: the same text as the config.json that names none of them.
+  ModelConfig bare;
+  bare.architecture = recur::Architecture::kLinearAttn;
+  bare.hidden_size = 32;
+  bare.num_heads = 2;
+  bare.resolve("in code");
+  CHECK(bare.to_json() == a.to_json());
 }

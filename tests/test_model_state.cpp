@@ -23,6 +23,7 @@
 #include "util/hash.h"
 
 using namespace recur;
+using recur::models::linear::ModelFeatureMap;
 using recur::testing::kSanitized;
 using recur::testing::quantized_model;
 using recur::testing::random_tokens;

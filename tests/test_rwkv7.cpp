@@ -216,8 +216,8 @@ TEST_CASE("an RWKV-7 layer's state refuses bytes of another shape and keeps its 
           "[rwkv7][model]") {
   const ModelConfig c = config();
   const auto m = Model::from_weights(c, random_tensors(c));
-  auto state = m->impl().network->make_state(1);
-  auto other = m->impl().network->make_state(1);
+  auto state = recur::model::impl_of(*m).network->make_state(1);
+  auto other = recur::model::impl_of(*m).network->make_state(1);
   // A state's bytes with an entry of att_x changed: the other state loads them; a wrong size
   // or a NaN is refused and leaves it as it was.
   std::vector<unsigned char> bytes = state->raw_bytes();

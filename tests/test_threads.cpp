@@ -15,11 +15,13 @@
 
 #include "recur/linear_attention.h"
 #include "model/random_weights.h"
+#include "models/linear/linear.h"
 #include "recur/model.h"
 #include "support/model_cases.h"
 #include "util/parallel.h"
 
 using namespace recur;
+using recur::models::linear::ModelFeatureMap;
 using recur::testing::random_tokens;
 
 namespace {
@@ -40,8 +42,8 @@ std::shared_ptr<const Model> small_model() {
   c.hidden_size = 80;
   c.num_hidden_layers = 2;
   c.num_heads = 5;
-  c.feature_map = ModelFeatureMap::kHedgehog;
-  c.norm_feature_map = true;
+  models::linear::edit(c).feature_map = ModelFeatureMap::kHedgehog;
+  models::linear::edit(c).norm_feature_map = true;
   c.intermediate_size = 96;
   return Model::from_weights(c, RandomWeights(c, 11));
 }

@@ -64,134 +64,111 @@ std::vector<std::int64_t> log_points(std::int64_t n, std::int64_t window) {
   return points;
 }
 
-}  // namespace
+// The stack's shape and the run's length.
+struct Stack {
+  int layers, heads, d_head;
+  std::int64_t tokens, window;
+};
 
-int run_bench(int argc, char** argv) {
-  Args args("bench",
-            "Streams tokens through a stack of linear-attention layers and through a stack of\n"
-            "softmax layers with KV caches, and measures, at log-spaced contexts, the median\n"
-            "latency per token, the resident memory and the bytes held. Writes a CSV (impl,\n"
-            "context, ns_per_token, rss_bytes, state_bytes) and an SVG plot, and prints a summary.\n"
-            "The KV caches are filled between timed windows by appending keys and values.");
-  args.option("tokens", "1M", "tokens to stream (K, M, G: powers of 1024)", 'n')
-      .option("layers", "12", "layers in the stack")
-      .option("heads", "8", "heads per layer")
-      .option("d-head", "64", "size of a head (keys, values; d_feature for the linear run)")
-      .option("kv-cap", "4G", "stop the KV run when its caches would exceed this many bytes")
-      .option("window", "32", "steps timed at each context (the median is reported)")
-      .option("out", "recur-bench", "output prefix: writes PREFIX.csv and PREFIX.svg")
-      .flag("skip-kv", "run only the linear stack");
-  if (!args.parse(argc, argv, 2)) return 0;
-  const std::int64_t n = args.integer("tokens", 128, 1LL << 32);
-  const int L = static_cast<int>(args.integer("layers", 1, 1024));
-  const int H = static_cast<int>(args.integer("heads", 1, 1024));
-  const int d = static_cast<int>(args.integer("d-head", 1, 1024));
-  const std::int64_t cap = args.integer("kv-cap", 1 << 20, 1LL << 40);
-  const std::int64_t window = args.integer("window", 1, 4096);
-  const std::string out = args.str("out");
-  if (window >= n) throw ArgumentError(fmt::format("--window {} must be below --tokens {}", window, n));
-  // Refuse up front what this machine cannot hold, and outputs that cannot be written.
-  const double linear_bytes = 16.0 * L * H * double(d + 16) * double(d + 16);
-  check_memory(linear_bytes, fmt::format("{} layers of {} heads x d_head {}", L, H, d));
-  if (!args.flag_set("skip-kv")) check_memory(double(cap), fmt::format("--kv-cap {}", human_bytes(double(cap))));
-  check_output(out + ".csv", "--out");
-  check_output(out + ".svg", "--out");
-  const auto points = log_points(n, window);
-  const Eigen::Index width = Eigen::Index(H) * d;
-  const Pool pool(width, 1);
-  std::vector<Row> rows;
-  Eigen::VectorXf o(width);
-
-  // ---- linear: every token through step()
-  {
-    LinearAttentionConfig c;
-    c.n_heads = H;
-    c.d_key = c.d_value = d;
-    const LinearAttention layer(c);
-    std::vector<LinearState> states;
-    for (int l = 0; l < L; ++l) states.push_back(layer.make_state());
-    std::int64_t state_bytes = 0;
-    for (const auto& s : states) state_bytes += static_cast<std::int64_t>(s.bytes());
-    fmt::print(stderr, "linear: {} layers x {} heads x d {}, {} tokens, state {}\n", L, H, d, n,
-               human_bytes(double(state_bytes)));
-    Progress progress("linear", n);
-    std::size_t next = 0;
-    std::vector<double> times;
-    for (std::int64_t t = 0; t < n; ++t) {
-      const bool timed = next < points.size() && t >= points[next] && t < points[next] + window;
-      const double t0 = timed ? now_seconds() : 0.0;
-      for (int l = 0; l < L; ++l) {
-        const auto r = pool.row(t, l);
-        layer.step(states[std::size_t(l)], pool.Q.row(r).transpose(), pool.K.row(r).transpose(),
-                   pool.V.row(r).transpose(), o);
-      }
-      if (timed) {
-        times.push_back(1e9 * (now_seconds() - t0));
-        if (t + 1 == points[next] + window) {
-          rows.push_back({"linear", points[next], median(times), resident_bytes(), state_bytes});
-          times.clear();
-          ++next;
-        }
-      }
-      if ((t & 1023) == 0) progress.update(t);
+// The linear stack: every token through step(), a row at the end of each timed window.
+void run_linear(const Stack& st, const Pool& pool, const std::vector<std::int64_t>& points,
+                std::vector<Row>& rows) {
+  const int L = st.layers, H = st.heads, d = st.d_head;
+  const std::int64_t n = st.tokens, window = st.window;
+  Eigen::VectorXf o(Eigen::Index(H) * d);
+  LinearAttentionConfig c;
+  c.n_heads = H;
+  c.d_key = c.d_value = d;
+  const LinearAttention layer(c);
+  std::vector<LinearState> states;
+  for (int l = 0; l < L; ++l) states.push_back(layer.make_state());
+  std::int64_t state_bytes = 0;
+  for (const auto& s : states) state_bytes += static_cast<std::int64_t>(s.bytes());
+  fmt::print(stderr, "linear: {} layers x {} heads x d {}, {} tokens, state {}\n", L, H, d, n,
+             human_bytes(double(state_bytes)));
+  Progress progress("linear", n);
+  std::size_t next = 0;
+  std::vector<double> times;
+  for (std::int64_t t = 0; t < n; ++t) {
+    const bool timed = next < points.size() && t >= points[next] && t < points[next] + window;
+    const double t0 = timed ? now_seconds() : 0.0;
+    for (int l = 0; l < L; ++l) {
+      const auto r = pool.row(t, l);
+      layer.step(states[std::size_t(l)], pool.Q.row(r).transpose(), pool.K.row(r).transpose(),
+                 pool.V.row(r).transpose(), o);
     }
-    progress.finish();
+    if (timed) {
+      times.push_back(1e9 * (now_seconds() - t0));
+      if (t + 1 == points[next] + window) {
+        rows.push_back({"linear", points[next], median(times), resident_bytes(), state_bytes});
+        times.clear();
+        ++next;
+      }
+    }
+    if ((t & 1023) == 0) progress.update(t);
   }
+  progress.finish();
+}
 
-  // ---- softmax with KV caches: appended up to each point, then a timed window of steps
-  if (!args.flag_set("skip-kv")) {
-    SoftmaxAttentionConfig c;
-    c.n_heads = H;
-    c.d_head = d;
-    const SoftmaxAttention layer(c);
-    std::vector<KVCache> caches;
-    for (int l = 0; l < L; ++l) caches.push_back(layer.make_cache());
-    const double per_token = 2.0 * L * H * d * double(sizeof(float));
-    fmt::print(stderr, "kv: {} bytes per token, cap {}\n", per_token, human_bytes(double(cap)));
-    Progress progress("kv", points.empty() ? 0 : points.back() + window);
-    std::int64_t filled = 0;
-    for (const std::int64_t point : points) {
-      if (double(point + window) * per_token > double(cap)) {
-        fmt::print(stderr, "kv: stopping before context {}: the caches would pass --kv-cap\n", point);
-        break;
-      }
-      while (filled < point) {  // append in pool-sized pieces
-        const Eigen::Index a = filled % kPool;
-        const Eigen::Index m = std::min<Eigen::Index>(kPool - a, point - filled);
-        for (int l = 0; l < L; ++l)
-          layer.append(caches[std::size_t(l)], pool.K.middleRows(a, m), pool.V.middleRows(a, m));
-        filled += m;
-        progress.update(filled);
-      }
-      std::vector<double> times;
-      for (std::int64_t t = filled; t < filled + window; ++t) {
-        const double t0 = now_seconds();
-        for (int l = 0; l < L; ++l) {
-          const auto r = pool.row(t, l);
-          layer.step(caches[std::size_t(l)], pool.Q.row(r).transpose(), pool.K.row(r).transpose(),
-                     pool.V.row(r).transpose(), o);
-        }
-        times.push_back(1e9 * (now_seconds() - t0));
-      }
-      filled += window;
-      std::int64_t bytes = 0;
-      for (const auto& cache : caches) bytes += static_cast<std::int64_t>(cache.bytes());
-      rows.push_back({"kv", point, median(times), resident_bytes(), bytes});
+// The softmax stack: its KV caches appended up to each point, then a timed window of steps;
+// it stops before the caches would pass `cap` bytes.
+void run_kv(const Stack& st, std::int64_t cap, const Pool& pool,
+            const std::vector<std::int64_t>& points, std::vector<Row>& rows) {
+  const int L = st.layers, H = st.heads, d = st.d_head;
+  const std::int64_t window = st.window;
+  Eigen::VectorXf o(Eigen::Index(H) * d);
+  SoftmaxAttentionConfig c;
+  c.n_heads = H;
+  c.d_head = d;
+  const SoftmaxAttention layer(c);
+  std::vector<KVCache> caches;
+  for (int l = 0; l < L; ++l) caches.push_back(layer.make_cache());
+  const double per_token = 2.0 * L * H * d * double(sizeof(float));
+  fmt::print(stderr, "kv: {} bytes per token, cap {}\n", per_token, human_bytes(double(cap)));
+  Progress progress("kv", points.empty() ? 0 : points.back() + window);
+  std::int64_t filled = 0;
+  for (const std::int64_t point : points) {
+    if (double(point + window) * per_token > double(cap)) {
+      fmt::print(stderr, "kv: stopping before context {}: the caches would pass --kv-cap\n", point);
+      break;
+    }
+    while (filled < point) {  // append in pool-sized pieces
+      const Eigen::Index a = filled % kPool;
+      const Eigen::Index m = std::min<Eigen::Index>(kPool - a, point - filled);
+      for (int l = 0; l < L; ++l)
+        layer.append(caches[std::size_t(l)], pool.K.middleRows(a, m), pool.V.middleRows(a, m));
+      filled += m;
       progress.update(filled);
     }
-    progress.finish();
+    std::vector<double> times;
+    for (std::int64_t t = filled; t < filled + window; ++t) {
+      const double t0 = now_seconds();
+      for (int l = 0; l < L; ++l) {
+        const auto r = pool.row(t, l);
+        layer.step(caches[std::size_t(l)], pool.Q.row(r).transpose(), pool.K.row(r).transpose(),
+                   pool.V.row(r).transpose(), o);
+      }
+      times.push_back(1e9 * (now_seconds() - t0));
+    }
+    filled += window;
+    std::int64_t bytes = 0;
+    for (const auto& cache : caches) bytes += static_cast<std::int64_t>(cache.bytes());
+    rows.push_back({"kv", point, median(times), resident_bytes(), bytes});
+    progress.update(filled);
   }
+  progress.finish();
+}
 
-  // ---- CSV
-  {
-    std::string csv = "impl,context,ns_per_token,rss_bytes,state_bytes\n";
-    for (const auto& r : rows)
-      csv += fmt::format("{},{},{:.1f},{},{}\n", r.impl, r.context, r.ns_per_token, r.rss_bytes,
-                         r.state_bytes);
-    detail::write_file_atomically(out + ".csv", csv, "recur bench");
-  }
+void write_csv(const std::string& out, const std::vector<Row>& rows) {
+  std::string csv = "impl,context,ns_per_token,rss_bytes,state_bytes\n";
+  for (const auto& r : rows)
+    csv += fmt::format("{},{},{:.1f},{},{}\n", r.impl, r.context, r.ns_per_token, r.rss_bytes,
+                       r.state_bytes);
+  detail::write_file_atomically(out + ".csv", csv, "recur bench");
+}
 
-  // ---- plot
+// Latency and memory against the context, a line per stack (and resident memory dashed).
+void write_plot(const std::string& out, const Stack& st, const std::vector<Row>& rows) {
   std::vector<Series> latency, memory;
   for (const char* impl : {"linear", "kv"}) {
     Series lat{impl == std::string("linear") ? "linear attention" : "softmax + KV cache",
@@ -212,10 +189,17 @@ int run_bench(int argc, char** argv) {
     memory.push_back(rss);
   }
   write_svg(out + ".svg",
-            fmt::format("{} layers x {} heads x d_head {}, one token at a time", L, H, d),
+            fmt::format("{} layers x {} heads x d_head {}, one token at a time", st.layers,
+                        st.heads, st.d_head),
             {Panel{"latency per token (us)", latency}, Panel{"memory (MiB)", memory}});
 
-  // ---- summary
+}
+
+// The table of both stacks by context, and what it says: where linear is faster, by how much
+// at 64K and at the longest context, and how the memory grew.
+void print_summary(const Stack& st, const std::vector<Row>& rows) {
+  const int L = st.layers, H = st.heads, d = st.d_head;
+  const std::int64_t window = st.window;
   std::map<std::int64_t, const Row*> lin, kv;
   for (const auto& r : rows) (r.impl == "linear" ? lin : kv)[r.context] = &r;
   fmt::print("\n{:>10} {:>14} {:>14} {:>8} {:>12} {:>12}\n", "context", "linear us/tok",
@@ -272,6 +256,49 @@ int run_bench(int argc, char** argv) {
                last.context, last.context, last.ns_per_token / first->ns_per_token,
                first->context);
   }
+}
+
+}  // namespace
+
+int run_bench(int argc, char** argv) {
+  Args args("bench",
+            "Streams tokens through a stack of linear-attention layers and through a stack of\n"
+            "softmax layers with KV caches, and measures, at log-spaced contexts, the median\n"
+            "latency per token, the resident memory and the bytes held. Writes a CSV (impl,\n"
+            "context, ns_per_token, rss_bytes, state_bytes) and an SVG plot, and prints a summary.\n"
+            "The KV caches are filled between timed windows by appending keys and values.");
+  args.option("tokens", "1M", "tokens to stream (K, M, G: powers of 1024)", 'n')
+      .option("layers", "12", "layers in the stack")
+      .option("heads", "8", "heads per layer")
+      .option("d-head", "64", "size of a head (keys, values; d_feature for the linear run)")
+      .option("kv-cap", "4G", "stop the KV run when its caches would exceed this many bytes")
+      .option("window", "32", "steps timed at each context (the median is reported)")
+      .option("out", "recur-bench", "output prefix: writes PREFIX.csv and PREFIX.svg")
+      .flag("skip-kv", "run only the linear stack");
+  if (!args.parse(argc, argv, 2)) return 0;
+  const std::int64_t n = args.integer("tokens", 128, 1LL << 32);
+  const int L = static_cast<int>(args.integer("layers", 1, 1024));
+  const int H = static_cast<int>(args.integer("heads", 1, 1024));
+  const int d = static_cast<int>(args.integer("d-head", 1, 1024));
+  const std::int64_t cap = args.integer("kv-cap", 1 << 20, 1LL << 40);
+  const std::int64_t window = args.integer("window", 1, 4096);
+  const std::string out = args.str("out");
+  if (window >= n) throw ArgumentError(fmt::format("--window {} must be below --tokens {}", window, n));
+  // Refuse up front what this machine cannot hold, and outputs that cannot be written.
+  const double linear_bytes = 16.0 * L * H * double(d + 16) * double(d + 16);
+  check_memory(linear_bytes, fmt::format("{} layers of {} heads x d_head {}", L, H, d));
+  if (!args.flag_set("skip-kv")) check_memory(double(cap), fmt::format("--kv-cap {}", human_bytes(double(cap))));
+  check_output(out + ".csv", "--out");
+  check_output(out + ".svg", "--out");
+  const auto points = log_points(n, window);
+  const Stack st{L, H, d, n, window};
+  const Pool pool(Eigen::Index(H) * d, 1);
+  std::vector<Row> rows;
+  run_linear(st, pool, points, rows);
+  if (!args.flag_set("skip-kv")) run_kv(st, cap, pool, points, rows);
+  write_csv(out, rows);
+  write_plot(out, st, rows);
+  print_summary(st, rows);
   fmt::print("wrote {}.csv and {}.svg\n", printable(out), printable(out));
   flush_stdout();
   return 0;

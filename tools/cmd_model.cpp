@@ -127,12 +127,10 @@ DecoderOptions decoder_options(const Args& args) {
 }
 
 
-int run_generate(int argc, char** argv) {
-  Args args("generate",
-            "Prefills the prompt in chunks, then streams generated text to stdout token by token.\n"
-            "Progress and figures go to stderr: prefill and decode tokens/s and the state's size,\n"
-            "which stays the same however long the text. Without -m it runs the built-in model,\n"
-            "trained on the King James Bible (models/kjv).");
+namespace {
+
+// generate's options; what each does is in its help line.
+void declare_generate_options(Args& args) {
   args.option("model", "", "model directory (config.json, safetensors or pytorch_model.bin, "
                            "tokenizer.json), or an RWKV-7 .pth; default: the built-in model", 'm')
       .option("tokenizer", "", "tokenizer.json or rwkv_vocab_v20230424.txt, or a directory that "
@@ -175,6 +173,137 @@ int run_generate(int argc, char** argv) {
           "never interrupted (the prompt, if any, is then encoded without a BOS). --save-state\n"
           "writes beside the file and renames it over, so a failed save leaves the old file; it\n"
           "replaces only a regular file and follows a symbolic link to its target.");
+}
+
+// The prompt: its text (--prompt-file, --prompt, else a default unless ids are given or a state
+// continues) into `text`, and its ids (--prompt-ids, else the text through the tokenizer or as
+// bytes). ArgumentError when text is read or written and the model cannot take it.
+std::vector<int> read_prompt(const Args& args, const TextModel& tm, bool loading,
+                             std::string& text) {
+  const bool ids_in = args.given("prompt-ids"), ids_out = args.flag_set("ids");
+  const std::string fallback_prompt = args.given("model") || tm.random ? "The quick brown fox"
+                                                                       : "And it came to pass";
+  text = args.given("prompt-file") ? read_input(args.str("prompt-file"), "--prompt-file")
+         : args.given("prompt")    ? args.str("prompt")
+         : ids_in || loading       ? std::string()
+                                   : fallback_prompt;
+  // Text is read when a prompt is encoded and written unless --ids: only then does a model
+  // without a tokenizer need the byte-level one (a continuation with --ids reads and writes none).
+  const bool reads_text = !ids_in && !text.empty();
+  if (!tm.tokenizer && tm.model->config().vocab_size < ByteTokenizer::kVocab &&
+      (reads_text || !ids_out))
+    throw ArgumentError(fmt::format("the model's vocabulary has {} ids, fewer than the 256 the "
+                                    "byte-level tokenizer needs: use --prompt-ids and --ids",
+                                    tm.model->config().vocab_size));
+  if (reads_text || !ids_out) tm.require_text();
+  // A continuation gets no second BOS.
+  const bool add_special = !loading && !args.flag_set("no-special");
+  return ids_in        ? read_token_ids(args.str("prompt-ids"), "--prompt-ids")
+         : tm.tokenizer ? tm.tokenizer->encode(text, add_special)
+                        : ByteTokenizer().encode(text);
+}
+
+// Where generated tokens go: ids one per line (--ids), else text through the tokenizer's stream
+// or as bytes (an id past the bytes as <|id|>).
+class TokenWriter {
+ public:
+  TokenWriter(const TextModel& tm, bool ids, bool raw) : ids_(ids), out_(raw) {
+    if (tm.tokenizer && !ids_) stream_.emplace(tm.tokenizer);
+  }
+  // Generated text is decoded as a stream whose context is the last tokens before it, so that
+  // a decoder that treats the first token specially (a stripped leading space) does not.
+  void context(const std::vector<int>& history) {
+    if (!stream_) return;
+    const std::size_t n = std::min<std::size_t>(history.size(), 8);
+    for (std::size_t i = history.size() - n; i < history.size(); ++i) stream_->put(history[i]);
+  }
+  // Text that is not generated (the prompt); only when ids are not written.
+  void text(const std::string& bytes) { out_.put(bytes); }
+  void token(int id) {
+    if (ids_) {
+      std::fprintf(stdout, "%d\n", id);
+      flush_stdout();
+    } else if (stream_) {
+      out_.put(stream_->put(id));
+    } else if (id >= ByteTokenizer::kVocab) {
+      ++beyond_bytes_;
+      out_.put(fmt::format("<|{}|>", id));
+    } else {
+      out_.put(ByteTokenizer().decode(id));
+    }
+  }
+  void finish() {
+    if (!ids_) {
+      if (stream_) out_.put(stream_->finish());
+      out_.finish();
+      std::fputc('\n', stdout);
+    }
+    flush_stdout();
+  }
+  // Ids written as <|id|> because a byte-level model has more ids than bytes.
+  std::int64_t beyond_bytes() const { return beyond_bytes_; }
+
+ private:
+  bool ids_;
+  TextSink out_;
+  std::optional<DecodeStream> stream_;
+  std::int64_t beyond_bytes_ = 0;
+};
+
+struct Generated {
+  std::int64_t count = 0;
+  bool ended = false;  // at an end-of-sequence id
+};
+
+// Samples up to n_new tokens after the decoder's logits, each written and then stepped.
+Generated generate(Decoder& decoder, Sampler& sampler, std::vector<int>& history,
+                   std::int64_t n_new, bool stop_at_eos, TokenWriter& out) {
+  const auto& eos = decoder.model().config().eos_token_ids;
+  Generated g;
+  for (; g.count < n_new; ++g.count) {
+    const int token = sampler.sample(decoder.logits(), history);
+    if (stop_at_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
+      g.ended = true;
+      break;
+    }
+    history.push_back(token);
+    out.token(token);
+    decoder.step(token);
+  }
+  return g;
+}
+
+// The figures on stderr after a run: prefill and decode speed, and the state's size.
+void print_figures(const Decoder& decoder, std::int64_t n_prompt, double prefill_s,
+                   const Generated& g, double decode_s) {
+  const DecoderOptions& options = decoder.options();
+  fmt::print(stderr, "prefill: {} tokens in {:.3f} s = {:.0f} tokens/s (chunk {}, threads {}, kernels {})\n",
+             n_prompt, prefill_s, double(n_prompt) / std::max(prefill_s, 1e-9), options.chunk,
+             options.threads == 0 ? std::string("all") : std::to_string(options.threads),
+             kernels_line(false));
+  fmt::print(stderr, "decode:  {} tokens in {:.3f} s = {:.1f} tokens/s{}\n", g.count, decode_s,
+             double(g.count) / std::max(decode_s, 1e-9),
+             g.ended ? " (stopped at the end-of-sequence id)" : "");
+  const Model& model = decoder.model();
+  // A full softmax layer's KV cache grows (fla's hybrids, Qwen3.5); every other state does not.
+  const bool full_cache = decoder.state_grows();
+  fmt::print(stderr, "state:   {} bytes ({}) after {} tokens; {} (weights {}, {} per token)\n",
+             decoder.state_bytes(), human_bytes(double(decoder.state_bytes())), decoder.n_tokens(),
+             full_cache ? "the full-attention layers' KV cache grows with every token, the rest "
+                          "is the same at any length"
+                        : "the same at any length",
+             model.weight_format(), human_bytes(double(model.weight_bytes_per_token())));
+}
+
+}  // namespace
+
+int run_generate(int argc, char** argv) {
+  Args args("generate",
+            "Prefills the prompt in chunks, then streams generated text to stdout token by token.\n"
+            "Progress and figures go to stderr: prefill and decode tokens/s and the state's size,\n"
+            "which stays the same however long the text. Without -m it runs the built-in model,\n"
+            "trained on the King James Bible (models/kjv).");
+  declare_generate_options(args);
   if (!args.parse(argc, argv, 2)) return 0;
   const SamplerOptions so = sampler_options(args);
   const auto n_new = args.integer("tokens", 0, 1LL << 40);
@@ -184,33 +313,12 @@ int run_generate(int argc, char** argv) {
   Sampler sampler(so);
 
   const TextModel tm = open_model(args);
-  const auto& model = tm.model;
   describe_model(tm);
   if (args.flag_set("verbose")) fmt::print(stderr, "{}\n", kernels_line(true));
-  const auto& tokenizer = tm.tokenizer;
-  const bool ids_in = args.given("prompt-ids"), ids_out = args.flag_set("ids");
-  const std::string fallback_prompt = args.given("model") || tm.random ? "The quick brown fox"
-                                                                       : "And it came to pass";
-  const std::string prompt = args.given("prompt-file") ? read_input(args.str("prompt-file"), "--prompt-file")
-                             : args.given("prompt")    ? args.str("prompt")
-                             : ids_in || loading       ? std::string()
-                                                       : fallback_prompt;
-  // Text is read when a prompt is encoded and written unless --ids: only then does a model
-  // without a tokenizer need the byte-level one (a continuation with --ids reads and writes none).
-  const bool reads_text = !ids_in && !prompt.empty();
-  if (!tokenizer && model->config().vocab_size < ByteTokenizer::kVocab && (reads_text || !ids_out))
-    throw ArgumentError(fmt::format("the model's vocabulary has {} ids, fewer than the 256 the "
-                                    "byte-level tokenizer needs: use --prompt-ids and --ids",
-                                    model->config().vocab_size));
-  if (reads_text || !ids_out) tm.require_text();
-  // A continuation gets no second BOS.
-  const bool add_special = !loading && !args.flag_set("no-special");
-  const std::vector<int> prompt_ids =
-      ids_in      ? read_token_ids(args.str("prompt-ids"), "--prompt-ids")
-      : tokenizer ? tokenizer->encode(prompt, add_special)
-                  : ByteTokenizer().encode(prompt);
+  std::string prompt;
+  const std::vector<int> prompt_ids = read_prompt(args, tm, loading, prompt);
 
-  Decoder decoder(model, options);
+  Decoder decoder(tm.model, options);
   std::vector<int> history;  // every token so far: the repetition penalty's context
   if (loading) {
     SessionData session;
@@ -224,16 +332,11 @@ int run_generate(int argc, char** argv) {
     throw ArgumentError("the prompt is empty and no state was loaded: nothing to continue from");
   history.insert(history.end(), prompt_ids.begin(), prompt_ids.end());
 
-  TextSink out(args.flag_set("raw"));
-  // Generated text is decoded as a stream whose context is the last tokens before it, so that
-  // a decoder that treats the first token specially (a stripped leading space) does not.
-  std::optional<DecodeStream> stream;
-  if (tokenizer && !ids_out) {
-    stream.emplace(tokenizer);
-    const std::size_t context = std::min<std::size_t>(history.size(), 8);
-    for (std::size_t i = history.size() - context; i < history.size(); ++i) stream->put(history[i]);
-  }
-  if (!ids_out) out.put(ids_in && tokenizer ? tokenizer->decode(prompt_ids) : prompt);
+  const bool ids_out = args.flag_set("ids");
+  TokenWriter out(tm, ids_out, args.flag_set("raw"));
+  out.context(history);
+  if (!ids_out)
+    out.text(args.given("prompt-ids") && tm.tokenizer ? tm.tokenizer->decode(prompt_ids) : prompt);
   const auto n_prompt = static_cast<std::int64_t>(prompt_ids.size());
   Progress progress("prefill", n_prompt);
   double t0 = now_seconds();
@@ -246,57 +349,16 @@ int run_generate(int argc, char** argv) {
   if (n_prompt > options.chunk) progress.finish();
   const double prefill_s = now_seconds() - t0;
 
-  const auto& eos = model->config().eos_token_ids;
-  const bool stop_at_eos = !args.flag_set("ignore-eos");
-  std::int64_t generated = 0, beyond_bytes = 0;
-  bool ended = false;
   t0 = now_seconds();
-  for (; generated < n_new; ++generated) {
-    const int token = sampler.sample(decoder.logits(), history);
-    if (stop_at_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
-      ended = true;
-      break;
-    }
-    history.push_back(token);
-    if (ids_out) {
-      std::fprintf(stdout, "%d\n", token);
-      flush_stdout();
-    } else if (stream) {
-      out.put(stream->put(token));
-    } else if (token >= ByteTokenizer::kVocab) {
-      ++beyond_bytes;
-      out.put(fmt::format("<|{}|>", token));
-    } else {
-      out.put(ByteTokenizer().decode(token));
-    }
-    decoder.step(token);
-  }
+  const Generated g =
+      generate(decoder, sampler, history, n_new, !args.flag_set("ignore-eos"), out);
   const double decode_s = now_seconds() - t0;
-  if (!ids_out) {
-    if (stream) out.put(stream->finish());
-    out.finish();
-    std::fputc('\n', stdout);
-  }
-  flush_stdout();
+  out.finish();
 
-  fmt::print(stderr, "prefill: {} tokens in {:.3f} s = {:.0f} tokens/s (chunk {}, threads {}, kernels {})\n",
-             n_prompt, prefill_s, double(n_prompt) / std::max(prefill_s, 1e-9), options.chunk,
-             options.threads == 0 ? std::string("all") : std::to_string(options.threads),
-             kernels_line(false));
-  fmt::print(stderr, "decode:  {} tokens in {:.3f} s = {:.1f} tokens/s{}\n", generated, decode_s,
-             double(generated) / std::max(decode_s, 1e-9),
-             ended ? " (stopped at the end-of-sequence id)" : "");
-  // A full softmax layer's KV cache grows (fla's hybrids, Qwen3.5); every other state does not.
-  const bool full_cache = decoder.state_grows();
-  fmt::print(stderr, "state:   {} bytes ({}) after {} tokens; {} (weights {}, {} per token)\n",
-             decoder.state_bytes(), human_bytes(double(decoder.state_bytes())), decoder.n_tokens(),
-             full_cache ? "the full-attention layers' KV cache grows with every token, the rest "
-                          "is the same at any length"
-                        : "the same at any length",
-             model->weight_format(), human_bytes(double(model->weight_bytes_per_token())));
-  if (beyond_bytes > 0)
+  print_figures(decoder, n_prompt, prefill_s, g, decode_s);
+  if (out.beyond_bytes() > 0)
     fmt::print(stderr, "warning: {} generated ids were outside the byte range and are written as "
-                       "<|id|>; use --ids to read ids\n", beyond_bytes);
+                       "<|id|>; use --ids to read ids\n", out.beyond_bytes());
   if (args.given("save-state")) {
     SessionData session;
     session.tokens = history;

@@ -17,213 +17,16 @@
 #include "serve/api.h"
 #include "serve/auth.h"
 #include "serve/engine.h"
-#include "serve/page.h"
 #include "serve/store.h"
 #include "text/world_chat.h"
 #include "text_model.h"
 #include "util/json.h"
 
-// Last: it brings <resolv.h>, whose _res macro breaks Eigen's headers when they come after it.
-#include <httplib.h>
+// Last (it includes httplib.h, whose <resolv.h> breaks Eigen's headers when they come after it).
+#include "serve/routes.h"
 
 namespace recur::cli {
 namespace {
-
-using serve::ApiError;
-using serve::Job;
-
-std::int64_t unix_seconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-void send_error(httplib::Response& res, int status, const std::string& message,
-                const std::string& type, const std::string& param = "", const std::string& code = "") {
-  res.status = status;
-  res.set_content(serve::error_json(message, type, param, code), "application/json");
-}
-
-// Everything the handlers share.
-struct Server {
-  serve::ServedModel served;
-  serve::ConversationStore* store = nullptr;
-  serve::Engine* engine = nullptr;
-  serve::ApiKeys keys;
-  std::int64_t started = 0;
-  std::size_t state_bytes = 0;  // a new conversation's state
-  bool state_grows = false;     // a full-attention layer's cache grows with each token
-  std::atomic<std::int64_t> http_requests{0}, rejected_full{0}, rejected_bad{0}, disconnects{0},
-      unauthorized{0};
-  std::atomic<int> responding{0};  // completions whose response is not fully written yet
-};
-
-std::string metrics(const Server& s) {
-  const auto e = s.engine->stats();
-  const auto st = s.store->stats();
-  std::string out;
-  const auto metric = [&](const char* name, const char* type, const char* help, double value) {
-    out += fmt::format("# HELP {0} {1}\n# TYPE {0} {2}\n{0} {3}\n", name, help, type, value);
-  };
-  metric("recur_http_requests_total", "counter", "HTTP requests received", double(s.http_requests));
-  metric("recur_requests_admitted_total", "counter", "completions that started running", double(e.requests_admitted));
-  metric("recur_requests_finished_total", "counter", "completions that finished", double(e.requests_finished));
-  metric("recur_requests_cancelled_total", "counter", "completions whose client went away", double(e.requests_cancelled));
-  metric("recur_requests_failed_total", "counter", "completions that ended in an error", double(e.requests_failed));
-  metric("recur_requests_rejected_full_total", "counter", "requests refused with 429 (queue full)", double(s.rejected_full));
-  metric("recur_requests_rejected_invalid_total", "counter", "requests refused as malformed (4xx)", double(s.rejected_bad));
-  metric("recur_requests_unauthorized_total", "counter", "requests refused with 401 (no key, or a wrong one)", double(s.unauthorized));
-  metric("recur_prompt_tokens_total", "counter", "prompt tokens prefilled", double(e.prompt_tokens));
-  metric("recur_generated_tokens_total", "counter", "tokens generated", double(e.generated_tokens));
-  metric("recur_batch_steps_total", "counter", "batched decode steps", double(e.batch_steps));
-  metric("recur_batch_rows_total", "counter", "sequences stepped, summed over the batched steps", double(e.batch_rows));
-  metric("recur_batch_size", "gauge", "sequences in the last batched step", double(e.last_batch));
-  metric("recur_requests_running", "gauge", "completions holding a slot", double(e.running));
-  metric("recur_queue_length", "gauge", "completions waiting for a slot", double(e.waiting));
-  metric("recur_conversations_memory", "gauge", "conversation states held in memory", double(st.memory_count));
-  metric("recur_conversations_disk", "gauge", "conversation states in the state directory", double(st.disk_count));
-  metric("recur_conversations_dropped_total", "counter", "states pushed out of memory with no directory to go to", double(st.dropped));
-  metric("recur_conversation_bytes", "gauge", "bytes of conversation states held in memory", double(st.memory_bytes));
-  metric("recur_store_reads_total", "counter", "states read from the directory or Redis", double(st.reads));
-  metric("recur_store_writes_total", "counter", "states written to the directory or Redis", double(st.writes));
-  metric("recur_store_errors_total", "counter", "calls to the directory or Redis that failed", double(st.errors));
-  metric("recur_store_pending", "gauge", "states waiting in memory for Redis to come back", double(st.pending));
-  metric("recur_store_up", "gauge", "1 while the conversation store answers", st.up ? 1.0 : 0.0);
-  metric("recur_slot_bytes", "gauge", "bytes held by the running slots' decoders and the batch", double(s.engine->active_bytes()));
-  metric("recur_resident_bytes", "gauge", "resident set size of the process", double(resident_bytes()));
-  return out;
-}
-
-// Streams a job as server-sent events: a chunk whenever text or tokens arrive, a comment every
-// few seconds while nothing does (so that a client that left is noticed), then the finish.
-// The chat API's chunks (`chat`) carry a delta: the role in the first, then the content, and
-// the finish reason in a last chunk of its own.
-void stream(Server& s, const std::shared_ptr<Job>& job, bool include_usage, bool chat, httplib::Response& res) {
-  struct Progress {
-    std::size_t text = 0, tokens = 0, ids = 0;
-    bool ended = false, started = false;
-  };
-  auto sent = std::make_shared<Progress>();
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [&s, job, include_usage, chat, sent](std::size_t, httplib::DataSink& sink) {
-        std::string out;
-        {
-          std::unique_lock<std::mutex> lock(job->mutex);
-          job->changed.wait_for(lock, std::chrono::seconds(5), [&] {
-            return job->finished || job->text.size() > sent->text || job->tokens.size() > sent->tokens ||
-                   job->token_ids.size() > sent->ids;
-          });
-          const bool news = job->text.size() > sent->text || job->tokens.size() > sent->tokens ||
-                            job->token_ids.size() > sent->ids;
-          if (job->error_status) {
-            out = "data: " + serve::error_json(job->error_message, job->error_type) + "\n\n";
-            sent->ended = true;
-          } else if (chat && (news || job->finished)) {
-            if (!sent->started)
-              out = "data: " + serve::chat_chunk_json(*job, s.served, *s.engine, true, 0, 0, "") + "\n\n";
-            sent->started = true;
-            if (news)
-              out += "data: " + serve::chat_chunk_json(*job, s.served, *s.engine, false, sent->text,
-                                                        sent->tokens, "") + "\n\n";
-            if (job->finished) {
-              out += "data: " + serve::chat_chunk_json(*job, s.served, *s.engine, false, job->text.size(),
-                                                        job->tokens.size(), job->finish_reason) + "\n\n";
-              if (include_usage) out += "data: " + serve::chat_usage_chunk_json(*job, s.served) + "\n\n";
-              sent->ended = true;
-            }
-            sent->text = job->text.size();
-            sent->tokens = job->tokens.size();
-            sent->ids = job->token_ids.size();
-          } else if (news || job->finished) {
-            out = "data: " + serve::chunk_json(*job, s.served, *s.engine, sent->text, sent->tokens,
-                                                sent->ids, job->finished ? job->finish_reason : "") + "\n\n";
-            sent->text = job->text.size();
-            sent->tokens = job->tokens.size();
-            sent->ids = job->token_ids.size();
-            if (job->finished) {
-              if (include_usage) out += "data: " + serve::usage_chunk_json(*job, s.served) + "\n\n";
-              sent->ended = true;
-            }
-          } else {
-            out = ": waiting\n\n";
-          }
-        }
-        if (sent->ended) out += "data: [DONE]\n\n";
-        if (!sink.write(out.data(), out.size())) {
-          job->cancelled = true;
-          ++s.disconnects;
-          return false;
-        }
-        if (sent->ended) sink.done();
-        return true;
-      },
-      [&s, job](bool success) {
-        if (!success) job->cancelled = true;
-        --s.responding;
-      });
-}
-
-// POST /v1/completions, and /v1/chat/completions with `chat`.
-void completions(Server& s, const httplib::Request& req, httplib::Response& res, bool chat) {
-  serve::Completion c;
-  // Authorized by the pre-routing handler; the tag again, for the conversation's owner.
-  const std::string owner = s.keys.authorize(req.get_header_value("Authorization")).value_or("");
-  std::string previous_state;
-  try {
-    c = chat ? serve::parse_chat_completion(req.body, s.served) : serve::parse_completion(req.body, s.served);
-    // Read now, on this HTTP thread: the engine's thread never waits for the store. Another
-    // key's conversation is "no such conversation", as an unknown id is.
-    if (!c.request.previous_id.empty()) {
-      auto state = s.store->get(c.request.previous_id, owner);
-      if (!state)
-        throw ApiError(404, "not_found_error", "previous_response_id",
-                       fmt::format("previous_response_id '{}': no such conversation is kept here",
-                                   c.request.previous_id));
-      previous_state = std::move(*state);
-    }
-  } catch (const serve::StoreUnavailable& e) {
-    send_error(res, 503, fmt::format("previous_response_id '{}' cannot be continued now: {} (new "
-                                     "conversations still run)", c.request.previous_id, e.what()),
-               "server_error", "previous_response_id");
-    return;
-  } catch (const ApiError& e) {
-    ++s.rejected_bad;
-    send_error(res, e.status, e.what(), e.type, e.param);
-    return;
-  }
-  auto job = std::make_shared<Job>();
-  job->request = std::move(c.request);
-  job->id = serve::new_response_id();
-  job->owner = owner;
-  job->previous_state = std::move(previous_state);
-  job->created = unix_seconds();
-  if (!s.engine->submit(job)) {
-    if (s.engine->draining()) {
-      send_error(res, 503, "the server is shutting down", "server_error");
-    } else {
-      ++s.rejected_full;
-      res.set_header("Retry-After", "1");
-      send_error(res, 429, fmt::format("the queue is full ({} requests wait); retry later",
-                                       s.engine->options().max_queue), "rate_limit_error");
-    }
-    return;
-  }
-  if (c.stream) {
-    ++s.responding;  // until the stream's releaser runs
-    stream(s, job, c.include_usage, chat, res);
-    return;
-  }
-  std::unique_lock<std::mutex> lock(job->mutex);
-  job->changed.wait(lock, [&] { return job->finished; });
-  if (job->error_status) {
-    send_error(res, job->error_status, job->error_message, job->error_type);
-    return;
-  }
-  res.set_content(chat ? serve::chat_completion_json(*job, s.served, *s.engine)
-                       : serve::completion_json(*job, s.served, *s.engine),
-                  "application/json");
-}
 
 // The ids that end an assistant's turn besides the config's eos: the tokenizer's eos_token, and
 // the first special token the template writes after an assistant's reply (<|im_end|>,
@@ -301,23 +104,6 @@ long parse_duration(const std::string& text, const std::string& option) {
   return value * scale;
 }
 
-// OpenAI's model object, and recur's own member: a new conversation's state (what the chat
-// page shows).
-std::string model_json(const Server& s) {
-  return fmt::format(R"({{"id":{},"object":"model","created":{},"owned_by":"recur",)"
-                     R"("recur":{{"state_bytes":{},"state_grows":{}}}}})",
-                     json::quote(s.served.name), s.started, s.state_bytes,
-                     s.state_grows ? "true" : "false");
-}
-
-// cpp-httplib 0.11 listens with a backlog of 5 connections: a burst of clients beyond that has
-// its connections dropped and retried a second later. Linux lets listen() be called again on a
-// listening socket to widen its queue.
-class HttpServer : public httplib::Server {
- public:
-  void widen_backlog(int connections) { ::listen(svr_sock_, connections); }
-};
-
 // SIGTERM and SIGINT are blocked in every thread and taken by one that waits for them: the
 // handler may then do anything (log, stop the server), which a signal handler may not.
 sigset_t shutdown_signals() {
@@ -328,19 +114,8 @@ sigset_t shutdown_signals() {
   return set;
 }
 
-}  // namespace
-
-int run_serve(int argc, char** argv) {
-  Args args("serve",
-            "Serves a model over HTTP with the OpenAI completions API: POST /v1/completions (text\n"
-            "or token ids, max_tokens, temperature, top_p, seed, stop, logprobs, stream), POST\n"
-            "/v1/chat/completions (messages laid out by the model's chat template, or RWKV's world\n"
-            "format), GET /v1/models, GET /health and GET /metrics (Prometheus). Requests are decoded together\n"
-            "in one batch that they join and leave between steps; a request's tokens and logprobs\n"
-            "are the same bytes whether it runs alone or among 64 others. Each response's final\n"
-            "state is kept under its id: a request naming it in \"previous_response_id\" continues\n"
-            "the conversation and pays only for its new tokens. Without -m it serves the built-in\n"
-            "model.");
+// serve's options; what each does is in its help line.
+void declare_serve_options(Args& args) {
   args.option("model", "", "model directory (config.json, safetensors or pytorch_model.bin, "
                            "tokenizer.json), or an RWKV-7 .pth; default: the built-in model", 'm')
       .option("tokenizer", "", "tokenizer.json or rwkv_vocab_v20230424.txt, or a directory that "
@@ -392,178 +167,70 @@ int run_serve(int argc, char** argv) {
           "A conversation continues only with the key that made it.\n\n"
           "SIGTERM or SIGINT: stop accepting, let running requests finish (up to --grace seconds),\n"
           "write the conversations to --state-dir, exit 0.");
-  if (!args.parse(argc, argv, 2)) return 0;
-  const auto port = static_cast<int>(args.integer("port", 0, 65535));
-  serve::EngineOptions eo;
-  eo.threads = threads_option(args);
-  eo.chunk = static_cast<int>(args.integer("chunk", 1, 1 << 16));
-  eo.max_batch = static_cast<int>(args.integer("max-batch", 1, 4096));
-  eo.max_queue = static_cast<int>(args.integer("queue", 0, 1 << 16));
-  const auto max_body = static_cast<std::size_t>(args.integer("max-body", 1024, std::int64_t(1) << 32));
-  const auto read_timeout = args.integer("read-timeout", 1, 3600);
-  const auto write_timeout = args.integer("write-timeout", 1, 3600);
-  const auto keep_alive = args.integer("keep-alive", 1, 3600);
-  const auto memory = static_cast<std::size_t>(args.integer("memory", 0, std::int64_t(1) << 50));
-  const double grace = args.real("grace", 0, 86400);
+}
 
+// --api-key, --api-key-file and RECUR_API_KEY, which add up.
+serve::ApiKeys read_api_keys(const Args& args) {
   serve::ApiKeys keys;
   for (const auto& k : args.all("api-key")) keys.add(k, "--api-key");
   if (args.given("api-key-file"))
     keys.add_lines(read_input(args.str("api-key-file"), "--api-key-file", 1 << 20), "--api-key-file " + args.str("api-key-file"));
   if (const char* k = std::getenv("RECUR_API_KEY"); k && *k) keys.add(k, "RECUR_API_KEY");
+  return keys;
+}
 
-  // Blocked before any thread starts, so that every thread inherits the mask.
-  const sigset_t signals = shutdown_signals();
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
-
-  // The store first: a Redis that cannot be reached stops the server before the model loads.
+// The conversation store (Redis, a directory or memory alone), said on stderr; a Redis that
+// cannot be reached is an Error that says what to do.
+std::unique_ptr<serve::ConversationStore> open_store(const Args& args, std::size_t memory) {
   serve::StoreOptions so;
   so.memory_budget = memory;
   so.dir = args.str("state-dir");
   so.redis_url = args.str("store");
   so.ttl_seconds = parse_duration(args.str("ttl"), "--ttl");
-  std::unique_ptr<serve::ConversationStore> store_owner;
+  std::unique_ptr<serve::ConversationStore> store;
   try {
-    store_owner = std::make_unique<serve::ConversationStore>(so);
+    store = std::make_unique<serve::ConversationStore>(so);
   } catch (const serve::StoreUnavailable& e) {
     throw Error(fmt::format("{}: start redis-server there, or give --store another address", e.what()));
   }
-  serve::ConversationStore& store = *store_owner;
-  {
-    const auto st = store.stats();
-    if (store.redis())
-      fmt::print(stderr, "conversations: in {} (expiry {}), up to {} cached in memory\n", store.describe(),
-                 so.ttl_seconds ? fmt::format("{} s", so.ttl_seconds) : std::string("none"),
-                 human_bytes(double(memory)));
-    else if (!store.dir().empty())
-      fmt::print(stderr, "conversations: up to {} in memory, then {} ({} there now)\n",
-                 human_bytes(double(memory)), printable(store.dir()), st.disk_count);
-    else
-      fmt::print(stderr, "conversations: up to {} in memory, none kept past it or past a restart "
-                         "(--state-dir or --store keeps them)\n", human_bytes(double(memory)));
-  }
-  const TextModel tm = open_model(args);
-  tm.require_text();
-  describe_model(tm);
-  Server s;
-  s.store = &store;
-  s.keys = std::move(keys);
-  s.served.model = tm.model;
-  {
-    const Decoder probe(tm.model, DecoderOptions{1, 1});
-    s.state_bytes = probe.state_bytes();
-    s.state_grows = probe.state_grows();
-  }
-  s.served.tokenizer = tm.tokenizer;
-  s.served.max_tokens_limit = args.integer("max-tokens-limit", 1, std::int64_t(1) << 40);
-  s.served.name = args.given("name") ? args.str("name")
-                  : tm.random        ? "recur-random"
-                  : !args.given("model")
-                      ? "recur-kjv"
-                      : std::filesystem::path(args.str("model")).lexically_normal().filename().string();
-  if (s.served.name.empty()) s.served.name = "recur";
-  setup_chat(s.served, args, tm);
-  s.started = unix_seconds();
-  if (!tm.tokenizer && tm.model->config().vocab_size < ByteTokenizer::kVocab)
-    fmt::print(stderr, "warning: the model has {} ids and no tokenizer.json: send prompts as token ids\n",
-               tm.model->config().vocab_size);
+  const auto st = store->stats();
+  if (store->redis())
+    fmt::print(stderr, "conversations: in {} (expiry {}), up to {} cached in memory\n", store->describe(),
+               so.ttl_seconds ? fmt::format("{} s", so.ttl_seconds) : std::string("none"),
+               human_bytes(double(memory)));
+  else if (!store->dir().empty())
+    fmt::print(stderr, "conversations: up to {} in memory, then {} ({} there now)\n",
+               human_bytes(double(memory)), printable(store->dir()), st.disk_count);
+  else
+    fmt::print(stderr, "conversations: up to {} in memory, none kept past it or past a restart "
+                       "(--state-dir or --store keeps them)\n", human_bytes(double(memory)));
+  return store;
+}
 
-  serve::Engine engine(tm.model, tm.tokenizer, store, eo);
-  s.engine = &engine;
+// The model's name in the API: --name, else recur-random, recur-kjv or the directory's name.
+std::string served_name(const Args& args, const TextModel& tm) {
+  std::string name = args.given("name") ? args.str("name")
+                     : tm.random        ? "recur-random"
+                     : !args.given("model")
+                         ? "recur-kjv"
+                         : std::filesystem::path(args.str("model")).lexically_normal().filename().string();
+  if (name.empty()) name = "recur";
+  return name;
+}
 
-  HttpServer http;
-  // One HTTP thread per connection: every running and waiting request, and a few more for
-  // /health and /metrics while the queue is full.
-  const auto http_threads = static_cast<std::size_t>(eo.max_batch + eo.max_queue + 8);
-  http.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
-  http.set_payload_max_length(max_body);
-  http.set_read_timeout(static_cast<time_t>(read_timeout), 0);
-  http.set_write_timeout(static_cast<time_t>(write_timeout), 0);
-  http.set_keep_alive_timeout(static_cast<time_t>(keep_alive));
-  http.set_tcp_nodelay(true);
-  const bool verbose = args.flag_set("verbose");
-  http.set_logger([&s, verbose](const httplib::Request& req, const httplib::Response& res) {
-    ++s.http_requests;
-    if (verbose || res.status >= 500) spdlog::info("{} {} {}", req.method, req.path, res.status);
-  });
-  http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const int status = res.status;
-    const std::string message = status == 413   ? "the request body is larger than --max-body"
-                                : status == 404 ? "no such endpoint (POST /v1/completions, /v1/chat/completions, GET /v1/models, /health, /metrics)"
-                                : status == 405 ? "method not allowed on this endpoint"
-                                : status == 400 ? "the request could not be read: malformed HTTP, or not "
-                                                  "sent in full within --read-timeout"
-                                                : fmt::format("HTTP error {}", status);
-    send_error(res, status, message, status == 404 ? "not_found_error" : "invalid_request_error");
-  });
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "unknown error";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    spdlog::error("request failed: {}", what);
-    send_error(res, 500, what, "server_error");
-  });
-  // Keys guard everything but /health (load balancers probe it without one).
-  http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
-    if (!s.keys.enabled() || (req.path.rfind("/v1/", 0) != 0 && req.path != "/metrics"))
-      return httplib::Server::HandlerResponse::Unhandled;
-    if (s.keys.authorize(req.get_header_value("Authorization"))) return httplib::Server::HandlerResponse::Unhandled;
-    ++s.unauthorized;
-    res.set_header("WWW-Authenticate", "Bearer");
-    const bool sent = req.has_header("Authorization");
-    send_error(res, 401,
-               sent ? "Incorrect API key provided. The server expects Authorization: Bearer KEY with "
-                      "one of its keys."
-                    : "You didn't provide an API key. Send it as Authorization: Bearer KEY.",
-               "invalid_request_error", "", "invalid_api_key");
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  http.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res) {
-    completions(s, req, res, false);
-  });
-  http.Post("/v1/chat/completions", [&s](const httplib::Request& req, httplib::Response& res) {
-    completions(s, req, res, true);
-  });
-  http.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
-    res.set_content(fmt::format(R"({{"object":"list","data":[{}]}})", model_json(s)), "application/json");
-  });
-  http.Get(R"(/v1/models/(.+))", [&s](const httplib::Request& req, httplib::Response& res) {
-    if (req.matches[1] != s.served.name)
-      return send_error(res, 404, fmt::format("the model '{}' does not exist here", std::string(req.matches[1])),
-                        "not_found_error", "model");
-    res.set_content(model_json(s), "application/json");
-  });
-  // The chat page, outside /v1/: it asks for the API key itself and sends it with each request.
-  http.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(serve::kChatPage, "text/html; charset=utf-8");
-  });
-  http.Get("/health", [&s](const httplib::Request&, httplib::Response& res) {
-    if (s.engine->draining()) return send_error(res, 503, "shutting down", "server_error");
-    res.set_content(R"({"status":"ok"})", "application/json");
-  });
-  http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics(s), "text/plain; version=0.0.4");
-  });
+// The HTTP server's limits, read with the other options so that a bad one stops the server
+// before anything loads.
+HttpLimits http_limits(const Args& args) {
+  return {static_cast<std::size_t>(args.integer("max-body", 1024, std::int64_t(1) << 32)),
+          args.integer("read-timeout", 1, 3600), args.integer("write-timeout", 1, 3600),
+          args.integer("keep-alive", 1, 3600)};
+}
 
-  const std::string host = args.str("host");
-  const int bound = port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
-  if (bound < 0)
-    throw Error(fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)",
-                            printable(host), port));
-  http.widen_backlog(1024);
-  const std::string instance = args.given("instance") ? args.str("instance") : fmt::format("{}:{}", host, bound);
-  http.set_default_headers({{"X-Recur-Instance", instance}});
-  fmt::print(stderr, "listening on http://{}:{} as model '{}' (kernels {}, up to {} at once, {} waiting; {})\n",
-             host, bound, s.served.name, kernels_line(false), eo.max_batch, eo.max_queue,
-             s.keys.enabled() ? fmt::format("{} API key{}", s.keys.size(), s.keys.size() == 1 ? "" : "s")
-                              : std::string("no API key: anyone who can reach the port may use it"));
-
+// Serves until listen() ends or SIGTERM / SIGINT arrives; after a signal, running requests get
+// `grace` seconds and their handlers finish writing before the server stops. Whether listen()
+// succeeded.
+bool serve_until_stopped(HttpServer& http, Server& s, serve::Engine& engine,
+                         const sigset_t& signals, double grace) {
   std::atomic<bool> stopping{false};
   std::thread watcher([&] {
     int sig = 0;
@@ -587,6 +254,11 @@ int run_serve(int argc, char** argv) {
   }
   watcher.join();
   engine.join();
+  return listened;
+}
+
+// Writes the conversations kept in memory to the directory or Redis, and says how many.
+void persist_conversations(serve::ConversationStore& store) {
   const auto saved = store.persist();
   const auto st = store.stats();
   if (store.redis())
@@ -596,6 +268,83 @@ int run_serve(int argc, char** argv) {
     spdlog::info("stopped: {} conversations written to {} ({} there in all)", saved,
                  store.dir().empty() ? std::string("nowhere (no --state-dir)") : printable(store.dir()),
                  st.disk_count);
+}
+
+}  // namespace
+
+int run_serve(int argc, char** argv) {
+  Args args("serve",
+            "Serves a model over HTTP with the OpenAI completions API: POST /v1/completions (text\n"
+            "or token ids, max_tokens, temperature, top_p, seed, stop, logprobs, stream), POST\n"
+            "/v1/chat/completions (messages laid out by the model's chat template, or RWKV's world\n"
+            "format), GET /v1/models, GET /health and GET /metrics (Prometheus). Requests are decoded together\n"
+            "in one batch that they join and leave between steps; a request's tokens and logprobs\n"
+            "are the same bytes whether it runs alone or among 64 others. Each response's final\n"
+            "state is kept under its id: a request naming it in \"previous_response_id\" continues\n"
+            "the conversation and pays only for its new tokens. Without -m it serves the built-in\n"
+            "model.");
+  declare_serve_options(args);
+  if (!args.parse(argc, argv, 2)) return 0;
+  const auto port = static_cast<int>(args.integer("port", 0, 65535));
+  serve::EngineOptions eo;
+  eo.threads = threads_option(args);
+  eo.chunk = static_cast<int>(args.integer("chunk", 1, 1 << 16));
+  eo.max_batch = static_cast<int>(args.integer("max-batch", 1, 4096));
+  eo.max_queue = static_cast<int>(args.integer("queue", 0, 1 << 16));
+  const HttpLimits limits = http_limits(args);
+  const auto memory = static_cast<std::size_t>(args.integer("memory", 0, std::int64_t(1) << 50));
+  const double grace = args.real("grace", 0, 86400);
+  serve::ApiKeys keys = read_api_keys(args);
+
+  // Blocked before any thread starts, so that every thread inherits the mask.
+  const sigset_t signals = shutdown_signals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  // The store first: a Redis that cannot be reached stops the server before the model loads.
+  const std::unique_ptr<serve::ConversationStore> store = open_store(args, memory);
+  const TextModel tm = open_model(args);
+  tm.require_text();
+  describe_model(tm);
+  Server s;
+  s.store = store.get();
+  s.keys = std::move(keys);
+  s.served.model = tm.model;
+  {
+    const Decoder probe(tm.model, DecoderOptions{1, 1});
+    s.state_bytes = probe.state_bytes();
+    s.state_grows = probe.state_grows();
+  }
+  s.served.tokenizer = tm.tokenizer;
+  s.served.max_tokens_limit = args.integer("max-tokens-limit", 1, std::int64_t(1) << 40);
+  s.served.name = served_name(args, tm);
+  setup_chat(s.served, args, tm);
+  s.started = unix_seconds();
+  if (!tm.tokenizer && tm.model->config().vocab_size < ByteTokenizer::kVocab)
+    fmt::print(stderr, "warning: the model has {} ids and no tokenizer.json: send prompts as token ids\n",
+               tm.model->config().vocab_size);
+
+  serve::Engine engine(tm.model, tm.tokenizer, *store, eo);
+  s.engine = &engine;
+
+  HttpServer http;
+  configure_http(http, s, limits, args.flag_set("verbose"), eo);
+  route(http, s);
+  const std::string host = args.str("host");
+  const int bound = port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
+  if (bound < 0)
+    throw Error(fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)",
+                            printable(host), port));
+  http.widen_backlog(1024);
+  const std::string instance = args.given("instance") ? args.str("instance") : fmt::format("{}:{}", host, bound);
+  http.set_default_headers({{"X-Recur-Instance", instance}});
+  fmt::print(stderr, "listening on http://{}:{} as model '{}' (kernels {}, up to {} at once, {} waiting; {})\n",
+             host, bound, s.served.name, kernels_line(false), eo.max_batch, eo.max_queue,
+             s.keys.enabled() ? fmt::format("{} API key{}", s.keys.size(), s.keys.size() == 1 ? "" : "s")
+                              : std::string("no API key: anyone who can reach the port may use it"));
+
+  const bool listened = serve_until_stopped(http, s, engine, signals, grace);
+  persist_conversations(*store);
   return listened ? 0 : 1;
 }
 

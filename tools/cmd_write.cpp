@@ -57,28 +57,30 @@ void prepare_model_dir(const std::string& dir, bool force) {
   }
 }
 
-}  // namespace
-
-int run_make_model(int argc, char** argv) {
-  Args args("make-model",
-            "Writes a model with random weights (config.json + model.safetensors, or shards with\n"
-            "model.safetensors.index.json) in the layout `recur generate -m DIR` reads. For tests\n"
-            "and demos: the weights are random, so is the text.");
-  // The families' own options, each declared once, its help naming the --arch values it serves.
-  std::vector<std::string> archs;
-  std::map<std::string, model::MakeOption> family_options;
+// make-model's options that families declare, each once, with the --arch values it serves.
+struct FamilyOptions {
+  std::vector<std::string> archs;  // every family's --arch values, in the registry's order
+  std::map<std::string, model::MakeOption> options;
   std::map<std::string, std::vector<std::string>> served_by;
+};
+
+FamilyOptions family_options() {
+  FamilyOptions fo;
   for (const model::Family* f : model::families()) {
     const auto names = f->make_model_archs();
-    archs.insert(archs.end(), names.begin(), names.end());
+    fo.archs.insert(fo.archs.end(), names.begin(), names.end());
     for (const auto& o : f->make_model_options()) {
-      family_options.emplace(o.name, o);
-      auto& list = served_by[o.name];
+      fo.options.emplace(o.name, o);
+      auto& list = fo.served_by[o.name];
       const auto& served = o.archs.empty() ? names : o.archs;
       list.insert(list.end(), served.begin(), served.end());
     }
   }
-  args.option("arch", "linear_attn", fmt::format("{}", fmt::join(archs, ", ")))
+  return fo;
+}
+
+void declare_make_model_options(Args& args, const FamilyOptions& fo) {
+  args.option("arch", "linear_attn", fmt::format("{}", fmt::join(fo.archs, ", ")))
       .option("config", "", "take the configuration from this config.json")
       .option("vocab", "256", "vocabulary size")
       .option("hidden", "64", "hidden size (d_model)")
@@ -89,8 +91,8 @@ int run_make_model(int argc, char** argv) {
       .option("shards", "1", "files to split the weights over (more than 1 writes an index)")
       .option("seed", "1", "seed of the random weights")
       .flag("tie-embeddings", "the LM head reuses the embedding matrix");
-  for (const auto& [name, o] : family_options) {
-    const std::string help = fmt::format("{}: {}", fmt::join(served_by[name], ", "), o.help);
+  for (const auto& [name, o] : fo.options) {
+    const std::string help = fmt::format("{}: {}", fmt::join(fo.served_by.at(name), ", "), o.help);
     if (o.flag) args.flag(name, help);
     else args.option(name, o.fallback, help);
   }
@@ -100,12 +102,14 @@ int run_make_model(int argc, char** argv) {
       .positionals(1, "DIR")
       .footer("DIR is created if needed. A DIR that already holds a model is refused unless\n"
               "--force. Files are written beside their final names and renamed into place.");
-  if (!args.parse(argc, argv, 2)) return 0;
-  if (args.positional().empty()) throw ArgumentError("give the directory to write: recur make-model DIR");
-  const std::string dir = args.positional()[0];
+}
+
+// The shape comes from one place: --builtin, --config, or the shape options of --arch's family.
+// Returns that family; ArgumentError for an option that does not apply.
+const model::Family& check_shape_options(const Args& args, const FamilyOptions& fo) {
   std::vector<std::string> shape_options = {"arch", "vocab", "hidden", "layers", "heads",
                                             "intermediate", "tie-embeddings", "seed"};
-  for (const auto& [name, o] : family_options) shape_options.push_back(name);
+  for (const auto& [name, o] : fo.options) shape_options.push_back(name);
   for (const auto& o : shape_options) {
     if (args.flag_set("builtin") && args.given(o))
       throw ArgumentError(fmt::format("--builtin writes the built-in model as it is: --{} does not apply", o));
@@ -118,41 +122,61 @@ int run_make_model(int argc, char** argv) {
   const model::Family* family = model::family_for_arch(arch);
   if (!family)
     throw ArgumentError(fmt::format("--arch is '{}', expected {}", printable(arch),
-                                    fmt::join(archs, ", ")));
+                                    fmt::join(fo.archs, ", ")));
   // An option of another family does not apply to this one.
-  for (const auto& [name, o] : family_options) {
-    const auto& served = served_by[name];
+  for (const auto& [name, o] : fo.options) {
+    const auto& served = fo.served_by.at(name);
     if (args.given(name) && std::find(served.begin(), served.end(), arch) == served.end())
       throw ArgumentError(fmt::format("--{} does not apply to --arch {}: it applies to --arch {} "
                                       "only", name, arch, fmt::join(served, ", ")));
   }
-  ModelConfig c;
-  std::uint64_t seed = static_cast<std::uint64_t>(args.integer("seed", 0, INT64_MAX));
-  if (args.flag_set("builtin")) {
-    c = Model::builtin_config();
-    seed = kBuiltinSeed;
-  } else if (args.given("config")) {
-    c = ModelConfig::from_json(read_input(args.str("config"), "--config", 16u << 20), args.str("config"));
-  } else {
-    // The family writes config.json from the options; its reader then checks it as any other.
-    class Options final : public model::MakeOptions {
-     public:
-      explicit Options(const Args& a) : a_(a) {}
-      bool given(const char* name) const override { return a_.given(name); }
-      bool flag(const char* name) const override { return a_.flag_set(name); }
-      std::int64_t integer(const char* name, std::int64_t min, std::int64_t max) const override {
-        return a_.integer(name, min, max);
-      }
-      double real(const char* name, double min, double max) const override {
-        return a_.real(name, min, max);
-      }
-      std::string str(const char* name) const override { return a_.str(name); }
+  return *family;
+}
 
-     private:
-      const Args& a_;
-    };
-    c = ModelConfig::from_json(family->make_model_config(arch, Options(args)), "make-model options");
+// make-model's options as a family reads them.
+class ArgsMakeOptions final : public model::MakeOptions {
+ public:
+  explicit ArgsMakeOptions(const Args& a) : a_(a) {}
+  bool given(const char* name) const override { return a_.given(name); }
+  bool flag(const char* name) const override { return a_.flag_set(name); }
+  std::int64_t integer(const char* name, std::int64_t min, std::int64_t max) const override {
+    return a_.integer(name, min, max);
   }
+  double real(const char* name, double min, double max) const override {
+    return a_.real(name, min, max);
+  }
+  std::string str(const char* name) const override { return a_.str(name); }
+
+ private:
+  const Args& a_;
+};
+
+// The configuration to write: the built-in model's, --config's, or the one the family writes
+// from the options (its reader then checks it as any other).
+ModelConfig make_model_config(const Args& args, const model::Family& family) {
+  if (args.flag_set("builtin")) return Model::builtin_config();
+  if (args.given("config"))
+    return ModelConfig::from_json(read_input(args.str("config"), "--config", 16u << 20), args.str("config"));
+  return ModelConfig::from_json(family.make_model_config(args.str("arch"), ArgsMakeOptions(args)),
+                                "make-model options");
+}
+
+}  // namespace
+
+int run_make_model(int argc, char** argv) {
+  Args args("make-model",
+            "Writes a model with random weights (config.json + model.safetensors, or shards with\n"
+            "model.safetensors.index.json) in the layout `recur generate -m DIR` reads. For tests\n"
+            "and demos: the weights are random, so is the text.");
+  const FamilyOptions fo = family_options();
+  declare_make_model_options(args, fo);
+  if (!args.parse(argc, argv, 2)) return 0;
+  if (args.positional().empty()) throw ArgumentError("give the directory to write: recur make-model DIR");
+  const std::string dir = args.positional()[0];
+  const model::Family& family = check_shape_options(args, fo);
+  std::uint64_t seed = static_cast<std::uint64_t>(args.integer("seed", 0, INT64_MAX));
+  if (args.flag_set("builtin")) seed = kBuiltinSeed;
+  const ModelConfig c = make_model_config(args, family);
   const DType dtype = parse_dtype(args.str("dtype"));
   const int shards = static_cast<int>(args.integer("shards", 1, 4096));
   std::int64_t params = 0;

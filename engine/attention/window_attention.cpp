@@ -12,15 +12,25 @@
 
 namespace recur {
 
+namespace {
+
 // One head's ring and the layout it is read with.
-struct WindowRing {
+struct Ring {
   float* keys;    // (d, slots_padded): column = slot
   float* values;  // (slots, dp): row = slot
   int d, dp, slots, slots_padded;
 };
-using Ring = WindowRing;
 
-namespace {
+// Head `head`'s ring in a state's keys (n_heads, d, slots_padded) and values (n_heads, slots, dp).
+Ring ring_at(std::vector<float>& keys, std::vector<float>& values, int d, int dp, int slots,
+             int slots_padded, int head) {
+  const auto h = static_cast<std::size_t>(head);
+  const std::size_t key_floats =
+      static_cast<std::size_t>(d) * static_cast<std::size_t>(slots_padded);
+  const std::size_t value_floats = static_cast<std::size_t>(slots) * static_cast<std::size_t>(dp);
+  return Ring{keys.data() + h * key_floats, values.data() + h * value_floats, d, dp, slots,
+              slots_padded};
+}
 
 // Key columns and value rows are padded to whole vectors of the widest target (16 lanes).
 constexpr int kPad = 16;
@@ -185,14 +195,6 @@ WindowAttention::WindowAttention(const WindowAttentionConfig& config) : config_(
         1.0 / std::pow(double(config.rope_theta), 2.0 * double(i) / double(config.d_head)));
 }
 
-WindowRing WindowAttention::ring(WindowState& s, int head) {
-  const auto h = static_cast<std::size_t>(head);
-  return WindowRing{
-      s.keys_.data() + h * static_cast<std::size_t>(s.d_head_) * static_cast<std::size_t>(s.slots_padded_),
-      s.values_.data() + h * static_cast<std::size_t>(s.slots_) * static_cast<std::size_t>(s.d_padded_),
-      s.d_head_, s.d_padded_, s.slots_, s.slots_padded_};
-}
-
 WindowState WindowAttention::make_state() const {
   return WindowState(config_.n_heads, config_.d_head, config_.window);
 }
@@ -245,7 +247,10 @@ void WindowAttention::step(WindowState& state, ConstVectorRef q, ConstVectorRef 
   for (int h = 0; h < H; ++h) {
     rotate(k.data() + h * d, cos_t, sin_t, half, 1.0f, kr);
     rotate(q.data() + h * d, cos_t, sin_t, half, scale_, qs);
-    attend(kern, ring(state, h), qs, kr, v.data() + h * d, pos, scratch, out.data() + h * d);
+    attend(kern,
+           ring_at(state.keys_, state.values_, state.d_head_, state.d_padded_, state.slots_,
+                   state.slots_padded_, h),
+           qs, kr, v.data() + h * d, pos, scratch, out.data() + h * d);
   }
   ++state.n_tokens_;
 }
@@ -302,7 +307,8 @@ void WindowAttention::prefill(WindowState& state, const ConstMatrixRef& Q,
         rotary(pos0 + b0 + t, cos_t + static_cast<std::size_t>(t * half),
                sin_t + static_cast<std::size_t>(t * half));
       for (int h = h0; h < h1; ++h) {
-        const Ring r = ring(state, h);
+        const Ring r = ring_at(state.keys_, state.values_, state.d_head_, state.d_padded_,
+                               state.slots_, state.slots_padded_, h);
         const Eigen::Index col = Eigen::Index(h) * d;
         for (int t = 0; t < n; ++t) {
           const Eigen::Index row = b0 + t;

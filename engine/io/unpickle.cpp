@@ -100,6 +100,9 @@ class Unpickler {
   std::vector<TorchTensorInfo> run();
 
  private:
+  bool value_opcode();
+  bool structure_opcode();
+  std::vector<TorchTensorInfo> state_dict() const;
   template <class... Args>
   [[noreturn]] void fail_at(std::size_t at, fmt::format_string<Args...> f, Args&&... args) const {
     fail(file_, "{} offset {}: {}", entry_, at, fmt::format(f, std::forward<Args>(args)...));
@@ -138,6 +141,7 @@ class Unpickler {
     return make(std::move(o));
   }
   Object& at(Ref r) { return objects_[r]; }
+  const Object& at(Ref r) const { return objects_[r]; }
 
   std::size_t frame_base() const { return marks_.empty() ? 0 : marks_.back(); }
   void need(std::size_t n) const {
@@ -446,148 +450,169 @@ std::vector<TorchTensorInfo> Unpickler::run() {
   if (p_.size() > kMaxPickleBytes)
     fail(file_, "{} has {} bytes, more than the limit of {}", entry_, p_.size(), kMaxPickleBytes);
   if (p_.empty()) fail(file_, "{} is empty", entry_);
-  bool stopped = false;
-  while (!stopped) {
+  for (;;) {
     if (pos_ >= p_.size())
       fail_at(pos_, "the pickle ends without STOP");
     op_at_ = pos_;
     op_ = static_cast<unsigned char>(p_[pos_++]);
-    switch (op_) {
-      case 0x80: {  // PROTO
-        const std::uint64_t v = take_le(1);
-        if (v < 2 || v > 5) fail_at(op_at_, "pickle protocol {} (torch.save writes 2)", v);
-        break;
-      }
-      case 0x95: {  // FRAME: a hint for buffered reading, which a whole pickle in memory needs not
-        const std::uint64_t n = take_le(8);
-        if (n > p_.size() - pos_)
-          fail_at(op_at_, "FRAME of {} bytes, only {} are left", n, p_.size() - pos_);
-        break;
-      }
-      case '}': push(make_kind(Kind::kDict)); break;
-      case ']': push(make_kind(Kind::kList)); break;
-      case ')': push(make_tuple({})); break;
-      case '(':
-        if (marks_.size() >= kMaxMarks)
-          fail_at(op_at_, "MARKs nest deeper than {} levels (a state dict needs 3)", kMaxMarks);
-        marks_.push_back(stack_.size());
-        break;
-      case 'X': push(make_string(take_le(4))); break;
-      case 0x8c: push(make_string(take_le(1))); break;
-      case 0x8d: push(make_string(take_le(8))); break;
-      case 'J': {
-        const auto u = static_cast<std::uint32_t>(take_le(4));
-        std::int32_t v;
-        std::memcpy(&v, &u, sizeof v);
-        push(make_int(v));
-        break;
-      }
-      case 'K': push(make_int(static_cast<std::int64_t>(take_le(1)))); break;
-      case 'M': push(make_int(static_cast<std::int64_t>(take_le(2)))); break;
-      case 0x8a: {  // LONG1: n bytes, little-endian two's complement
-        const std::uint64_t n = take_le(1);
-        if (n > 8) fail_at(op_at_, "LONG1 of {} bytes: a state dict's integers fit 64 bits", n);
-        std::uint64_t u = take_le(static_cast<std::size_t>(n));
-        if (n > 0 && n < 8 && (u >> (8 * n - 1)) != 0) u |= ~std::uint64_t(0) << (8 * n);  // sign
-        std::int64_t v;
-        std::memcpy(&v, &u, sizeof v);
-        push(make_int(v));
-        break;
-      }
-      case 'G': {  // BINFLOAT: big-endian
-        const unsigned char* b = take(8);
-        std::uint64_t u = 0;
-        for (int i = 0; i < 8; ++i) u = (u << 8) | b[i];
-        Object o;
-        o.kind = Kind::kFloat;
-        std::memcpy(&o.number, &u, sizeof u);
-        push(make(std::move(o)));
-        break;
-      }
-      case 0x88: push(make_int(1, Kind::kBool)); break;
-      case 0x89: push(make_int(0, Kind::kBool)); break;
-      case 'N': push(make_kind(Kind::kNone)); break;
-      case 't': push(make_tuple(pop_mark())); break;
-      case 0x85: {
-        const Ref a = pop();
-        push(make_tuple({a}));
-        break;
-      }
-      case 0x86: {
-        need(2);
-        const Ref b = pop(), a = pop();
-        push(make_tuple({a, b}));
-        break;
-      }
-      case 0x87: {
-        need(3);
-        const Ref c = pop(), b = pop(), a = pop();
-        push(make_tuple({a, b, c}));
-        break;
-      }
-      case 's': {
-        need(3);
-        const Ref value = pop(), key = pop();
-        set_items(top(), {key, value});
-        break;
-      }
-      case 'u': {
-        const std::vector<Ref> items = pop_mark();
-        set_items(top(), items);
-        break;
-      }
-      case 'a': {
-        need(2);
-        const Ref item = pop();
-        append(top(), {item});
-        break;
-      }
-      case 'e': {
-        const std::vector<Ref> items = pop_mark();
-        append(top(), items);
-        break;
-      }
-      case 'q': memo_put(take_le(1)); break;
-      case 'r': memo_put(take_le(4)); break;
-      case 0x94: memo_put(memo_.size()); break;
-      case 'h': memo_get(take_le(1)); break;
-      case 'j': memo_get(take_le(4)); break;
-      case 'c': {
-        const std::string module = take_line();
-        const std::string name = take_line();
-        push(global(module, name));
-        break;
-      }
-      case 0x93: {  // STACK_GLOBAL
-        need(2);
-        const Ref name = pop(), module = pop();
-        if (at(module).kind != Kind::kString || at(name).kind != Kind::kString)
-          fail_at(op_at_, "STACK_GLOBAL of {} and {}, not two strings", kind_name(at(module).kind),
-                  kind_name(at(name).kind));
-        push(global(at(module).text, at(name).text));
-        break;
-      }
-      case 'R': need(2); reduce(); break;
-      case 'b': {
-        // Module.state_dict() sets _metadata on the OrderedDict (module versions), which pickle
-        // writes as BUILD with a dict. recur has no use for it and sets nothing.
-        need(2);
-        const Ref state = pop();
-        const Ref target = top();
-        if (at(target).kind != Kind::kDict || at(state).kind != Kind::kDict)
-          fail_at(op_at_, "BUILD of {} with {}: only a state dict's _metadata is allowed",
-                  kind_name(at(target).kind), kind_name(at(state).kind));
-        break;
-      }
-      case 'Q': persistent_id(); break;
-      case '.': stopped = true; break;
-      default: {
-        const char* name = pickle_opcode_name(op_);
-        if (name) fail_at(op_at_, "opcode {} (0x{:02x}) {}", name, op_, kNoCode);
-        fail_at(op_at_, "byte 0x{:02x} is not a pickle opcode", op_);
-      }
-    }
+    if (op_ == '.') break;  // STOP
+    if (value_opcode() || structure_opcode()) continue;
+    const char* name = pickle_opcode_name(op_);
+    if (name) fail_at(op_at_, "opcode {} (0x{:02x}) {}", name, op_, kNoCode);
+    fail_at(op_at_, "byte 0x{:02x} is not a pickle opcode", op_);
   }
+  return state_dict();
+}
+
+// The opcodes that push a value (a number, a string, an empty container, a MARK) or only frame
+// the pickle; false for any other.
+bool Unpickler::value_opcode() {
+  switch (op_) {
+    case 0x80: {  // PROTO
+      const std::uint64_t v = take_le(1);
+      if (v < 2 || v > 5) fail_at(op_at_, "pickle protocol {} (torch.save writes 2)", v);
+      break;
+    }
+    case 0x95: {  // FRAME: a hint for buffered reading, which a whole pickle in memory needs not
+      const std::uint64_t n = take_le(8);
+      if (n > p_.size() - pos_)
+        fail_at(op_at_, "FRAME of {} bytes, only {} are left", n, p_.size() - pos_);
+      break;
+    }
+    case '}': push(make_kind(Kind::kDict)); break;
+    case ']': push(make_kind(Kind::kList)); break;
+    case ')': push(make_tuple({})); break;
+    case '(':
+      if (marks_.size() >= kMaxMarks)
+        fail_at(op_at_, "MARKs nest deeper than {} levels (a state dict needs 3)", kMaxMarks);
+      marks_.push_back(stack_.size());
+      break;
+    case 'X': push(make_string(take_le(4))); break;
+    case 0x8c: push(make_string(take_le(1))); break;
+    case 0x8d: push(make_string(take_le(8))); break;
+    case 'J': {
+      const auto u = static_cast<std::uint32_t>(take_le(4));
+      std::int32_t v;
+      std::memcpy(&v, &u, sizeof v);
+      push(make_int(v));
+      break;
+    }
+    case 'K': push(make_int(static_cast<std::int64_t>(take_le(1)))); break;
+    case 'M': push(make_int(static_cast<std::int64_t>(take_le(2)))); break;
+    case 0x8a: {  // LONG1: n bytes, little-endian two's complement
+      const std::uint64_t n = take_le(1);
+      if (n > 8) fail_at(op_at_, "LONG1 of {} bytes: a state dict's integers fit 64 bits", n);
+      std::uint64_t u = take_le(static_cast<std::size_t>(n));
+      if (n > 0 && n < 8 && (u >> (8 * n - 1)) != 0) u |= ~std::uint64_t(0) << (8 * n);  // sign
+      std::int64_t v;
+      std::memcpy(&v, &u, sizeof v);
+      push(make_int(v));
+      break;
+    }
+    case 'G': {  // BINFLOAT: big-endian
+      const unsigned char* b = take(8);
+      std::uint64_t u = 0;
+      for (int i = 0; i < 8; ++i) u = (u << 8) | b[i];
+      Object o;
+      o.kind = Kind::kFloat;
+      std::memcpy(&o.number, &u, sizeof u);
+      push(make(std::move(o)));
+      break;
+    }
+    case 0x88: push(make_int(1, Kind::kBool)); break;
+    case 0x89: push(make_int(0, Kind::kBool)); break;
+    case 'N': push(make_kind(Kind::kNone)); break;
+    default:
+      return false;
+  }
+  return true;
+}
+
+// The opcodes that build containers from the stack, use the memo, name globals and call them
+// (REDUCE, BUILD, PERSID); false for any other.
+bool Unpickler::structure_opcode() {
+  switch (op_) {
+    case 't': push(make_tuple(pop_mark())); break;
+    case 0x85: {
+      const Ref a = pop();
+      push(make_tuple({a}));
+      break;
+    }
+    case 0x86: {
+      need(2);
+      const Ref b = pop(), a = pop();
+      push(make_tuple({a, b}));
+      break;
+    }
+    case 0x87: {
+      need(3);
+      const Ref c = pop(), b = pop(), a = pop();
+      push(make_tuple({a, b, c}));
+      break;
+    }
+    case 's': {
+      need(3);
+      const Ref value = pop(), key = pop();
+      set_items(top(), {key, value});
+      break;
+    }
+    case 'u': {
+      const std::vector<Ref> items = pop_mark();
+      set_items(top(), items);
+      break;
+    }
+    case 'a': {
+      need(2);
+      const Ref item = pop();
+      append(top(), {item});
+      break;
+    }
+    case 'e': {
+      const std::vector<Ref> items = pop_mark();
+      append(top(), items);
+      break;
+    }
+    case 'q': memo_put(take_le(1)); break;
+    case 'r': memo_put(take_le(4)); break;
+    case 0x94: memo_put(memo_.size()); break;
+    case 'h': memo_get(take_le(1)); break;
+    case 'j': memo_get(take_le(4)); break;
+    case 'c': {
+      const std::string module = take_line();
+      const std::string name = take_line();
+      push(global(module, name));
+      break;
+    }
+    case 0x93: {  // STACK_GLOBAL
+      need(2);
+      const Ref name = pop(), module = pop();
+      if (at(module).kind != Kind::kString || at(name).kind != Kind::kString)
+        fail_at(op_at_, "STACK_GLOBAL of {} and {}, not two strings", kind_name(at(module).kind),
+                kind_name(at(name).kind));
+      push(global(at(module).text, at(name).text));
+      break;
+    }
+    case 'R': need(2); reduce(); break;
+    case 'b': {
+      // Module.state_dict() sets _metadata on the OrderedDict (module versions), which pickle
+      // writes as BUILD with a dict. recur has no use for it and sets nothing.
+      need(2);
+      const Ref state = pop();
+      const Ref target = top();
+      if (at(target).kind != Kind::kDict || at(state).kind != Kind::kDict)
+        fail_at(op_at_, "BUILD of {} with {}: only a state dict's _metadata is allowed",
+                kind_name(at(target).kind), kind_name(at(state).kind));
+      break;
+    }
+    case 'Q': persistent_id(); break;
+    default:
+      return false;
+  }
+  return true;
+}
+
+// After STOP: the pickle's one value, a dict of tensors, as the tensors' descriptions.
+std::vector<TorchTensorInfo> Unpickler::state_dict() const {
   if (!marks_.empty()) fail_at(op_at_, "STOP with {} MARKs still open", marks_.size());
   if (stack_.size() != 1)
     fail_at(op_at_, "STOP with {} values on the stack, expected the state dict alone",

@@ -93,7 +93,7 @@ int BatchDecoder::run(const std::vector<Item>& items) {
 
   Impl& w = *impl_;
   const int n = static_cast<int>(rows);
-  const model::Network& net = *model_->impl().network;
+  const model::Network& net = *model::impl_of(*model_).network;
   if (!w.work || w.work->cap < n) w.work = net.make_scratch(n);
   w.tokens.resize(std::size_t(n));
   w.first_row.resize(B + 1);

@@ -20,20 +20,6 @@ using model::kMaxDim;
 
 namespace {
 
-struct FeatureMapName {
-  ModelFeatureMap map;
-  const char* name;
-};
-constexpr FeatureMapName kFeatureMaps[] = {
-    {ModelFeatureMap::kElu, "elu"},
-    {ModelFeatureMap::kRelu, "relu"},
-    {ModelFeatureMap::kIdentity, "identity"},
-    {ModelFeatureMap::kHedgehog, "hedgehog"},
-    {ModelFeatureMap::kT2R, "t2r"},
-    {ModelFeatureMap::kDpfp, "dpfp"},
-    {ModelFeatureMap::kElementwiseProduct, "elementwise_product"},
-};
-
 // Fields of a Hugging Face config that describe training, saving or tooling, not the forward
 // pass. They are accepted and ignored.
 const std::set<std::string> kIgnored = {
@@ -93,12 +79,6 @@ void read_quantization(const json::Value& q, const std::string& source, ModelCon
 }
 
 }  // namespace
-
-const char* ModelConfig::feature_map_name(ModelFeatureMap map) {
-  for (const auto& f : kFeatureMaps)
-    if (f.map == map) return f.name;
-  return "?";
-}
 
 std::string ModelConfig::model_type() const {
   return model::family_of(architecture).model_type(*this);
@@ -167,30 +147,27 @@ void ModelConfig::resolve(const std::string& source) {
                         "{}, num_heads {}, num_kv_heads {}, intermediate_size {})",
                 vocab_size, hidden_size, num_hidden_layers, num_heads, num_kv_heads,
                 intermediate_size);
-  if (!(expand_k > 0 && expand_k <= 1e6 && expand_v > 0 && expand_v <= 1e6 && hidden_ratio > 0 &&
-        hidden_ratio <= 1e6))
-    config_fail(source, "expand_k {}, expand_v {} and hidden_ratio {} must lie in (0, 1e6]",
-                expand_k, expand_v, hidden_ratio);
+  if (!(hidden_ratio > 0 && hidden_ratio <= 1e6))
+    config_fail(source, "hidden_ratio {} must lie in (0, 1e6]", hidden_ratio);
   model::family_of(architecture).resolve(*this, source);
 }
 
 std::string ModelConfig::to_json() const {
   std::string s = "{\n";
-  const auto add = [&](const char* key, const std::string& value) {
-    s += fmt::format("  \"{}\": {},\n", key, value);
-  };
   s += model::family_of(architecture).config_fields(*this);
+  model::FieldWriter w;
   if (!quantization.empty())
-    add("quantization_config",
-        fmt::format("{{\"quant_method\": \"recur\", \"format\": {}, \"block_size\": 32, "
-                    "\"scale_dtype\": \"float16\", \"head_format\": {}}}",
-                    json::quote(quantization), json::quote(quantization_head)));
+    w.add("quantization_config",
+          fmt::format("{{\"quant_method\": \"recur\", \"format\": {}, \"block_size\": 32, "
+                      "\"scale_dtype\": \"float16\", \"head_format\": {}}}",
+                      json::quote(quantization), json::quote(quantization_head)));
   if (!eos_token_ids.empty()) {
     std::string ids;
     for (std::size_t i = 0; i < eos_token_ids.size(); ++i)
       ids += (i ? ", " : "") + std::to_string(eos_token_ids[i]);
-    add("eos_token_id", eos_token_ids.size() == 1 ? ids : "[" + ids + "]");
+    w.add("eos_token_id", eos_token_ids.size() == 1 ? ids : "[" + ids + "]");
   }
+  s += w.text();
   s += fmt::format("  \"tie_word_embeddings\": {}\n}}\n", tie_word_embeddings ? "true" : "false");
   return s;
 }

@@ -32,6 +32,28 @@ std::string describe_json(const json::Value& v);
 /// A size computed from config values in double: an int in [1, kMaxDim], or a FormatError.
 int checked_dim(const std::string& source, const char* what, double value);
 
+/// A number as config.json's writers print it: fmt's shortest form that reads back exactly
+/// ("32000", "0.5", "1e-06").
+inline std::string config_number(double x) { return fmt::format("{}", x); }
+inline std::string config_bool(bool b) { return b ? "true" : "false"; }
+
+/// Writes a family's part of config.json (Family::config_fields), a line per field:
+/// "  \"key\": value,\n", in the order written.
+class FieldWriter {
+ public:
+  /// A field whose value is already JSON text (a list, an object, a quoted literal, null).
+  void add(const char* key, const std::string& value) {
+    text_ += fmt::format("  \"{}\": {},\n", key, value);
+  }
+  void number(const char* key, double x) { add(key, config_number(x)); }
+  void boolean(const char* key, bool b) { add(key, config_bool(b)); }
+  void string(const char* key, const std::string& s) { add(key, json::quote(s)); }
+  const std::string& text() const { return text_; }
+
+ private:
+  std::string text_;
+};
+
 class Fields {
  public:
   /// The fields of `object`; `owner` prefixes names in messages ("" at the top level).

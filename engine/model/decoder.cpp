@@ -18,7 +18,7 @@ Decoder::Decoder(std::shared_ptr<const Model> model, const DecoderOptions& optio
   constexpr const char* call = "Decoder";
   if (!model_) detail::throw_argument(call, "the model is null");
   detail::check_prefill_options(call, options.chunk, options.threads);
-  const model::Network& net = *model_->impl().network;
+  const model::Network& net = *model::impl_of(*model_).network;
   for (std::size_t i = 0; i < net.n_layers(); ++i) impl_->states.push_back(net.make_state(i));
   impl_->logits = Eigen::VectorXf::Zero(model_->config().vocab_size);
   impl_->work = net.make_scratch(options.chunk);
@@ -39,7 +39,7 @@ Decoder Decoder::clone() const {
   impl->has_logits = impl_->has_logits;
   impl->logits = impl_->logits;
   impl->broken = impl_->broken;
-  impl->work = model_->impl().network->make_scratch(options_.chunk);
+  impl->work = model::impl_of(*model_).network->make_scratch(options_.chunk);
   return Decoder(model_, options_, std::move(impl));
 }
 
@@ -60,7 +60,7 @@ void Decoder::reset() {
 void Decoder::set_options(const DecoderOptions& options) {
   detail::check_prefill_options("Decoder::set_options", options.chunk, options.threads);
   if (options.chunk != impl_->work->cap)
-    impl_->work = model_->impl().network->make_scratch(options.chunk);
+    impl_->work = model::impl_of(*model_).network->make_scratch(options.chunk);
   options_ = options;
 }
 
@@ -116,7 +116,7 @@ namespace model {
 
 void run_stack(const Model& model, Scratch& s, const int* tokens, int n, int threads,
                Attend attend) {
-  const Model::Impl& m = model.impl();
+  const Model::Impl& m = impl_of(model);
   const auto d = std::size_t(model.config().hidden_size);
   for (int t = 0; t < n; ++t)
     std::memcpy(s.x.data() + std::size_t(t) * d, m.embeddings.data() + std::size_t(tokens[t]) * d,
@@ -126,7 +126,7 @@ void run_stack(const Model& model, Scratch& s, const int* tokens, int n, int thr
 
 void run_head(const Model& model, Scratch& w, int first, int n, float* out, int threads,
               const char* call) {
-  const Model::Impl& m = model.impl();
+  const Model::Impl& m = impl_of(model);
   const int d = model.config().hidden_size, V = model.config().vocab_size;
   const int rows = n - first;
   const float* top = w.x.data() + std::size_t(first) * std::size_t(d);
@@ -144,7 +144,7 @@ void run_head(const Model& model, Scratch& w, int first, int n, float* out, int 
 
 void Decoder::run_layers(const int* tokens, int n, int head) {
   const ModelConfig& c = model_->config();
-  const model::Network& net = *model_->impl().network;
+  const model::Network& net = *model::impl_of(*model_).network;
   Impl& w = *impl_;
   const int threads = detail::resolve_threads(options_.threads);
   model::run_stack(*model_, *w.work, tokens, n, threads,

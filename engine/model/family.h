@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -134,6 +135,17 @@ class Family {
     return "";
   }
 };
+
+/// A family's fields of `c` to change: a copy of those `c` holds (F's defaults when it holds no
+/// F), which `c` then holds alone, so that no other copy of the configuration changes with it.
+template <class F>
+F& edit_family(ModelConfig& c) {
+  const auto* held = dynamic_cast<const F*>(c.family.get());
+  auto fresh = std::make_shared<F>(held ? *held : F{});
+  F& fields = *fresh;
+  c.family = std::move(fresh);
+  return fields;
+}
 
 /// The family of a resolved configuration (every Architecture has one).
 const Family& family_of(Architecture architecture);

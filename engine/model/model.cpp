@@ -58,17 +58,12 @@ std::shared_ptr<const Model> Model::from_weights(const ModelConfig& config_in,
 }
 
 ModelConfig Model::builtin_config() {
-  ModelConfig c;
-  c.architecture = Architecture::kLinearAttn;
-  c.vocab_size = 256;
-  c.hidden_size = 256;
-  c.num_hidden_layers = 4;
-  c.num_heads = 4;
-  c.feature_map = ModelFeatureMap::kElu;
-  c.norm_feature_map = true;
-  c.intermediate_size = 0;
-  c.resolve("built-in model");
-  return c;
+  // Its config.json, so that the generic code names no family.
+  return ModelConfig::from_json(
+      R"({"model_type": "linear_attn", "vocab_size": 256, "hidden_size": 256,
+          "num_hidden_layers": 4, "num_heads": 4, "feature_map": "elu",
+          "norm_feature_map": true})",
+      "built-in model");
 }
 
 std::shared_ptr<const Model> Model::builtin(std::uint64_t seed) {

@@ -37,4 +37,16 @@ struct Model::Impl {
   std::vector<TensorUse> tensors;  // every tensor read, in the order read
 };
 
+namespace model {
+
+/// The one way in to a Model's loaded form, for the engine's code (the decoders, saved states,
+/// quantize, a family's describe); the public header keeps it private.
+struct ModelAccess {
+  static const Model::Impl& impl(const Model& m) { return *m.impl_; }
+};
+
+inline const Model::Impl& impl_of(const Model& m) { return ModelAccess::impl(m); }
+
+}  // namespace model
+
 }  // namespace recur

@@ -54,7 +54,7 @@ QuantizeReport write_quantized_model(const std::string& dir, const ModelConfig& 
   // Loading checks every tensor against the configuration, and says which tensors are the
   // forward pass's matrices, under which names.
   const auto model = Model::from_weights(config, weights);
-  const auto& uses = model->impl().tensors;
+  const auto& uses = model::impl_of(*model).tensors;
 
   QuantizeReport report;
   std::vector<Stored> out;

@@ -159,7 +159,7 @@ void Decoder::load_bytes(std::string_view in, const std::string& source, Session
   for (std::size_t i = 0; i < impl_->states.size(); ++i) {
     const auto bytes = get<std::uint64_t>(in, pos);
     if (bytes != layer_bytes[i]) fail(fmt::format("layer {} holds {} bytes, expected {}", i, bytes, layer_bytes[i]));
-    std::unique_ptr<model::LayerState> s = model_->impl().network->make_state(i);
+    std::unique_ptr<model::LayerState> s = model::impl_of(*model_).network->make_state(i);
     try {
       s->load_raw_bytes(reinterpret_cast<const unsigned char*>(in.data() + pos), layer_bytes[i]);
     } catch (const FormatError& e) {

@@ -1,7 +1,9 @@
 // The tokenizer.json pipeline: added tokens, normalizer, pre-tokenizer, BPE, post-processor on
 // the way in; the decoder on the way out. The normalizer, pre-tokenizer and decoder steps are in
-// components.cpp; added tokens, the model, the post-processor and the order of it all are here. Each stage follows what the Hugging Face library does
-// with the same file (docs/tokenizer.md lists the rules and where they are subtle).
+// components.cpp, the matching of added tokens in added_tokens.cpp; reading the model, the added
+// tokens and the post-processor, and the order of it all, are here. Each stage follows what the
+// Hugging Face library does with the same file (docs/tokenizer.md lists the rules and where
+// they are subtle).
 // RWKV's world vocabulary (world_vocab.cpp) takes the place of the whole pipeline: its ids and
 // token bytes fill the same tables, so that decoding, the checks and DecodeStream are shared.
 #include "recur/tokenizer.h"
@@ -12,9 +14,9 @@
 #include <filesystem>
 #include <unordered_map>
 #include <unordered_set>
-#include <tuple>
 
 #include "recur/error.h"
+#include "text/added_tokens.h"
 #include "text/bpe.h"
 #include "text/components.h"
 #include "text/unicode.h"
@@ -25,79 +27,14 @@
 namespace recur {
 namespace {
 
+using text::AddedMatcher;
+using text::AddedToken;
+using text::Part;
 using text::Piece;
 using text::Reader;
 
 constexpr std::uint64_t kMaxFileBytes = 1ull << 30;  // Gemma-3's is 33 MB; 1 GiB is absurd
 constexpr const char* kWorldEndOfText = "<|endoftext|>";  // the name of RWKV's id 0
-
-// ---------------------------------------------------------------------------------------------
-// Added tokens, found in the text by a trie: at each position the longest token wins, and the
-// leftmost match goes first (the library's Aho-Corasick in LeftmostLongest mode).
-
-struct AddedToken {
-  int id;
-  std::string content;  // as matched: normalized first for tokens with normalized: true
-  bool single_word, lstrip, rstrip, normalized, special;
-};
-
-class AddedMatcher {
- public:
-  void add(const std::string& text, int token) {
-    if (text.empty()) return;
-    if (nodes_.empty()) nodes_.emplace_back();
-    first_[static_cast<unsigned char>(text[0])] = true;
-    int n = 0;
-    for (const char c : text) {
-      const auto it = nodes_[static_cast<std::size_t>(n)].next.find(c);
-      if (it != nodes_[static_cast<std::size_t>(n)].next.end()) {
-        n = it->second;
-      } else {
-        const int m = static_cast<int>(nodes_.size());
-        nodes_[static_cast<std::size_t>(n)].next.emplace(c, m);
-        nodes_.emplace_back();
-        n = m;
-      }
-    }
-    if (nodes_[static_cast<std::size_t>(n)].token < 0) nodes_[static_cast<std::size_t>(n)].token = token;
-  }
-  bool empty() const { return nodes_.empty(); }
-  // The leftmost-longest match at or after `from`: (start, end, token), or token -1.
-  std::tuple<std::size_t, std::size_t, int> find(std::string_view s, std::size_t from) const {
-    for (std::size_t i = from; i < s.size(); ++i) {
-      if (!first_[static_cast<unsigned char>(s[i])]) continue;
-      int n = 0, best = -1;
-      std::size_t best_end = 0;
-      for (std::size_t k = i; k < s.size(); ++k) {
-        const auto& next = nodes_[static_cast<std::size_t>(n)].next;
-        const auto it = next.find(s[k]);
-        if (it == next.end()) break;
-        n = it->second;
-        if (nodes_[static_cast<std::size_t>(n)].token >= 0) {
-          best = nodes_[static_cast<std::size_t>(n)].token;
-          best_end = k + 1;
-        }
-      }
-      if (best >= 0) return {i, best_end, best};
-    }
-    return {s.size(), s.size(), -1};
-  }
-
- private:
-  struct Node {
-    std::unordered_map<char, int> next;
-    int token = -1;  // index into the added tokens
-  };
-  std::vector<Node> nodes_;
-  bool first_[256] = {};
-};
-
-// A part of the input: text still to tokenize, or an added token already found.
-struct Part {
-  std::string text;
-  int added = -1;  // index of the added token, or -1
-  bool at_start = false;
-};
 
 struct Template {
   // For each item: a fixed list of ids, or the sequence (empty ids and is_sequence).
@@ -144,53 +81,6 @@ struct Tokenizer::Impl {
     normalizers.apply(s);
   }
 
-  // Splits `part` at the added tokens `matcher` finds, as the library's find_matches.
-  void split_added(const Part& part, const AddedMatcher& matcher, std::vector<Part>& out) const {
-    const std::string& s = part.text;
-    std::size_t done = 0, from = 0;
-    for (;;) {
-      std::size_t start = 0, stop = 0;
-      int index = -1;
-      std::tie(start, stop, index) = matcher.find(s, from);
-      if (index < 0) break;
-      from = stop;
-      const AddedToken& t = added[static_cast<std::size_t>(index)];
-      if (t.single_word) {
-        const auto word_before = [&] {
-          if (start == 0) return false;
-          std::size_t k = start - 1;
-          while (k > 0 && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
-          const char32_t c = text::code_point(s, k);
-          return text::is_alphanumeric(c) || c == '_';
-        };
-        const auto word_after = [&] {
-          if (stop >= s.size()) return false;
-          const char32_t c = text::code_point(s, stop);
-          return text::is_alphanumeric(c) || c == '_';
-        };
-        if (word_before() || word_after()) continue;
-      }
-      if (t.lstrip) {
-        std::size_t k = start;
-        while (k > done) {
-          std::size_t j = k - 1;
-          while (j > 0 && (static_cast<unsigned char>(s[j]) & 0xC0) == 0x80) --j;
-          if (!text::is_whitespace(text::code_point(s, j))) break;
-          k = j;
-        }
-        start = k;
-      }
-      if (t.rstrip)
-        while (stop < s.size() && text::is_whitespace(text::code_point(s, stop)))
-          stop += text::char_len(static_cast<unsigned char>(s[stop]));
-      if (done < start) out.push_back({s.substr(done, start - done), -1, part.at_start && done == 0});
-      out.push_back({s.substr(start, stop - start), index, false});
-      done = stop;
-      from = std::max(from, stop);
-    }
-    if (done < s.size() || s.empty()) out.push_back({s.substr(done), -1, part.at_start && done == 0});
-  }
-
   std::vector<int> encode(std::string_view input, bool add_special) const {
     if (const std::size_t bad = text::invalid_utf8_at(input); bad != std::string_view::npos) {
       std::string bytes;
@@ -205,12 +95,18 @@ struct Tokenizer::Impl {
       world->encode(input, ids);
       return ids;
     }
-    // 1. Added tokens that match the raw text; 2. the normalizer on each part between them;
-    // 3. added tokens that match normalized text.
+    std::vector<int> ids = tokenize(split_and_normalize(input), input.size());
+    post_process(ids, add_special);
+    return ids;
+  }
+
+  // 1. Added tokens that match the raw text; 2. the normalizer on each part between them;
+  // 3. added tokens that match normalized text.
+  std::vector<Part> split_and_normalize(std::string_view input) const {
     std::vector<Part> parts, normalized_parts;
     const Part whole{std::string(input), -1, true};
     if (raw_matcher.empty()) parts.push_back(whole);
-    else split_added(whole, raw_matcher, parts);
+    else split_added(whole, raw_matcher, added, parts);
     for (Part& p : parts) {
       if (p.added >= 0) {
         normalized_parts.push_back(std::move(p));
@@ -218,14 +114,19 @@ struct Tokenizer::Impl {
       }
       normalize(p.text);
       if (normalized_matcher.empty()) normalized_parts.push_back(std::move(p));
-      else split_added(p, normalized_matcher, normalized_parts);
+      else split_added(p, normalized_matcher, added, normalized_parts);
     }
-    // 4. Pre-tokenize and 5. run the model on each piece. Repeated words are looked up once.
+    return normalized_parts;
+  }
+
+  // 4. Pre-tokenize and 5. run the model on each part that is not an added token. Repeated
+  // words are looked up once. `input_bytes` sizes the first allocation.
+  std::vector<int> tokenize(const std::vector<Part>& parts, std::size_t input_bytes) const {
     std::vector<int> ids;
-    ids.reserve(input.size() / 3 + 8);
+    ids.reserve(input_bytes / 3 + 8);
     std::unordered_map<std::string, std::vector<int>> cache;
     std::vector<Piece> pieces;
-    for (const Part& p : normalized_parts) {
+    for (const Part& p : parts) {
       if (p.added >= 0) {
         ids.push_back(added[static_cast<std::size_t>(p.added)].id);
         continue;
@@ -244,7 +145,11 @@ struct Tokenizer::Impl {
         ids.insert(ids.end(), it->second.begin(), it->second.end());
       }
     }
-    // 6. Truncation, leaving room for what the post-processor adds; 7. the post-processor.
+    return ids;
+  }
+
+  // 6. Truncation, leaving room for what the post-processor adds; 7. the post-processor.
+  void post_process(std::vector<int>& ids, bool add_special) const {
     if (truncate) {
       std::int64_t room = *truncate;
       if (add_special)
@@ -266,7 +171,6 @@ struct Tokenizer::Impl {
         ids = std::move(out);
       }
     }
-    return ids;
   }
 
   std::string decode(const std::vector<int>& ids, bool skip_special) const {
@@ -617,7 +521,7 @@ DecodeStream::DecodeStream(std::shared_ptr<const Tokenizer> tokenizer, bool skip
     : tokenizer_(std::move(tokenizer)), skip_special_(skip_special_tokens) {}
 
 std::string DecodeStream::put(int id) {
-  const Tokenizer::Impl& t = tokenizer_->impl();
+  const Tokenizer::Impl& t = *tokenizer_->impl_;
   t.check_id(id, "DecodeStream::put");
   // A skipped special token is no part of the text: decode() drops it before the decoders run,
   // so it must not take the place of the context token either (a Strip would strip twice).

@@ -32,6 +32,10 @@
 
 namespace recur {
 
+namespace model {
+struct ModelAccess;  // the engine's way to a Model's loaded form (engine/model/model_impl.h)
+}
+
 enum class Architecture {
   kLinearAttn,           ///< model_type "linear_attn" (flash-linear-attention)
   kTransformersAreRnns,  ///< model_type "transformers_are_rnns" (the paper's post-norm model)
@@ -57,19 +61,6 @@ enum class MixerKind {
                      ///< Gated DeltaNet with its short convolutions
 };
 
-/// One entry of an fla config's `attn` block: softmax attention at some layers.
-struct HybridAttentionSpec {
-  std::vector<int> layers;
-  int num_heads = 0;
-  int num_kv_heads = 0;  ///< 0: num_heads
-  bool qkv_bias = false;
-  int window_size = 0;   ///< 0: full attention; else a token sees window_size - 1 before it
-  double rope_theta = 10000;
-};
-
-/// Feature maps a model's config may name.
-enum class ModelFeatureMap { kElu, kRelu, kIdentity, kHedgehog, kT2R, kDpfp, kElementwiseProduct };
-
 /// What a family's configuration adds to ModelConfig's common fields, for families whose
 /// fields live with their module (engine/models/<family>/). Immutable once resolved; shared
 /// between the copies of a ModelConfig.
@@ -85,19 +76,9 @@ struct ModelConfig {
   int num_hidden_layers = 24;
   int num_heads = 4;
   int num_kv_heads = 0;        ///< 0 in a config means num_heads; resolved here
-  double expand_k = 1.0;
-  double expand_v = 1.0;
   int intermediate_size = 0;   ///< resolved from hidden_ratio when the config gives none
   double hidden_ratio = 4;
-  std::string hidden_act = "swish";
-  ModelFeatureMap feature_map = ModelFeatureMap::kElementwiseProduct;
-  bool tie_feature_map_qk = false;
-  bool norm_q = false;
-  bool norm_k = false;
-  bool norm_feature_map = false;  ///< the normalized form
-  bool elementwise_affine = true;  ///< the per-head output norm has a weight
   double norm_eps = 1e-6;
-  double attn_eps = 1e-10;         ///< added to the denominator in the normalized form
   bool tie_word_embeddings = false;
   /// End-of-sequence ids (eos_token_id, a number or a list); generation stops at one.
   std::vector<int> eos_token_ids;
@@ -107,50 +88,14 @@ struct ModelConfig {
   /// apart.
   std::string quantization;
   std::string quantization_head;
-  /// The family's own fields (null for the families whose fields are still listed below).
+  /// The family's own fields (engine/models/<family>/: the feature maps and widths of
+  /// linear_attn and the paper's model, Based's mixer schedule, GLA / RetNet / HGRN2's gates and
+  /// hybrid layers, RWKV-7's ranks): opaque here; config.json is the public way to set them
+  /// (from_json). Null before resolve() means the family's defaults (RWKV-7 has none).
   std::shared_ptr<const FamilyConfig> family;
 
-  // Based only (architecture kBased). hidden_size, num_hidden_layers, intermediate_size,
-  // vocab_size, norm_eps come from n_embd, n_layer, n_inner, vocab_size, layer_norm_epsilon.
-  std::vector<MixerKind> mixers;  ///< per layer; resolve() fills it for the other layouts
-  std::vector<int> linear_layers;  ///< alt_mixer_layers: Taylor linear attention
-  std::vector<int> window_layers;  ///< alt_mixer_2_layers: sliding-window attention
-  int la_heads = 16;               ///< alt_mixer.num_heads
-  int la_feature_dim = 16;         ///< alt_mixer.feature_dim (q, k per head, before the map)
-  int window_size = 256;           ///< alt_mixer_2.window_size: a token sees window_size / 2 before it
-  int window_heads = 16;           ///< n_head
-  double rope_theta = 10000;       ///< rotary_emb_base
-  int conv_kernel = 3;             ///< mixer.kernel_size
-  int conv_expand = 4;             ///< mixer.expand_proj: in_proj is hidden -> expand * hidden
-  bool conv_bias = true;           ///< mixer.use_bias: in_proj and out_proj have biases
-  int pad_vocab_multiple = 8;      ///< the embedding has vocab_size rounded up to this many rows
-  int embedding_rows = 0;          ///< derived: vocab_size rounded up (the logits are vocab_size)
-
-  // flash-linear-attention's gated models (kGla, kRetNet, kHgrn2); docs/fla-models.md.
-  bool use_short_conv = false;  ///< GLA, HGRN2: short convolutions on q, k, v (RetNet's block
-                                ///< ignores the field)
-  int conv_size = 4;
-  bool use_output_gate = true;  ///< GLA, RetNet: g_proj and the swish-gated output norm
-  std::string qk_activation;    ///< GLA, RetNet: feature_map on q and k ("", "relu" or "swish")
-  bool has_clamp_min = false;   ///< GLA: clamp_min is set
-  double clamp_min = 0;
-  bool fuse_norm = true;        ///< names the output norm (g_norm_swish_gate or g_norm)
-  int expand_ratio = 128;       ///< HGRN2: the forget gate's width per head
-  bool use_lower_bound = true;  ///< HGRN2: the per-layer lower bounds of the forget gate
-  int max_position_embeddings = 2048;
-  /// The `attn` block: a dict is one spec, a list several (attn_is_list remembers which).
-  std::vector<HybridAttentionSpec> attn;
-  bool has_attn = false, attn_is_list = false;
-  static constexpr int kGateLowRankDim = 16;        ///< GLA's gk_proj rank (fixed in the layer)
-  static constexpr double kGateLogitNormalizer = 16;  ///< GLA's divisor of logsigmoid
-
-  // Derived (filled by resolve()).
-  int key_dim = 0, value_dim = 0;        ///< q and o widths: hidden_size * expand_k / expand_v
-  int head_k_dim = 0, head_v_dim = 0;    ///< per head
-  int kv_groups = 1;                     ///< num_heads / num_kv_heads
-  int d_feature = 0;                     ///< per head, after the feature map
-  std::vector<int> attn_spec;            ///< fla: per layer, its entry of `attn`, or -1
-  float attn_scale = 1.0f;               ///< multiplies phi(q)
+  /// What mixes tokens in each layer; resolve() fills it from the family's fields.
+  std::vector<MixerKind> mixers;
 
   /// Parses a config.json text; `source` names it in messages. Unknown fields, unsupported
   /// values and contradictions throw FormatError naming the field.
@@ -164,8 +109,6 @@ struct ModelConfig {
   /// The layout, as config.json's model_type names it ("linear_attn", "gla", ...; "based" for
   /// Based, whose checkpoints say gpt2).
   std::string model_type() const;
-  /// Names of the feature maps, as config.json spells them.
-  static const char* feature_map_name(ModelFeatureMap map);
 };
 
 /// Where a model's tensors come from: files, or values generated in memory.
@@ -254,11 +197,11 @@ class Model {
   /// checkpoints were trained on GPT-2's ids); "" when bytes are fine.
   std::string missing_tokenizer(const std::string& dir) const;
 
+  /// The loaded form: opaque here, defined and reached in the engine (engine/model/model_impl.h).
   struct Impl;
-  /// The loaded form, for the engine's own code (engine/model/model_impl.h); not for users.
-  const Impl& impl() const { return *impl_; }
 
  private:
+  friend struct model::ModelAccess;
   Model();
   ModelConfig config_;
   std::string source_;

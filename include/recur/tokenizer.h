@@ -69,10 +69,11 @@ class Tokenizer {
   /// One line for logs: the model, the vocabulary, what the post-processor adds.
   std::string describe() const;
 
+  /// Opaque here; defined in the engine (engine/text/).
   struct Impl;
-  const Impl& impl() const { return *impl_; }
 
  private:
+  friend class DecodeStream;  // reads the vocabulary's decoders through impl_
   Tokenizer();
   std::unique_ptr<Impl> impl_;
 };

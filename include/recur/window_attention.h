@@ -31,7 +31,6 @@ struct WindowAttentionConfig {
 };
 
 class WindowAttention;
-struct WindowRing;
 
 /// The state of one window layer for one sequence: per head, the last window + 1 keys (rotated)
 /// and values in a ring, and the count of tokens seen (the next token's absolute position).
@@ -122,7 +121,6 @@ class WindowAttention {
 
  private:
   void check_state(const WindowState& state, const char* call) const;
-  static WindowRing ring(WindowState& state, int head);
 
   WindowAttentionConfig config_;
   float scale_ = 1.0f;

@@ -1,9 +1,24 @@
-// Steps one linear-attention layer through three tokens and prints the last output's sum.
+// Steps one linear-attention layer through three tokens and prints the last output's sum; and
+// sets a model family's own fields the public way, through config.json text (a family's fields
+// live in the engine, opaque to users), and reads them back from to_json().
 #include <cstdio>
+#include <string>
 
 #include "recur/linear_attention.h"
+#include "recur/model.h"
 
 int main() {
+  const recur::ModelConfig gla = recur::ModelConfig::from_json(
+      R"({"model_type": "gla", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2,
+          "num_heads": 2, "use_short_conv": true, "conv_size": 3})",
+      "consumer");
+  const std::string written = gla.to_json();
+  if (written.find("\"use_short_conv\": true") == std::string::npos ||
+      written.find("\"conv_size\": 3") == std::string::npos) {
+    std::fprintf(stderr, "the GLA fields did not come back:\n%s", written.c_str());
+    return 1;
+  }
+
   recur::LinearAttentionConfig config;
   config.n_heads = 2;
   config.d_key = 8;

@@ -12,6 +12,7 @@
 #include "recur/chat_template.h"
 #include "recur/error.h"
 #include "model/random_weights.h"
+#include "models/linear/linear.h"
 #include "recur/model.h"
 #include "serve/api.h"
 #include "text/unicode.h"
@@ -59,7 +60,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   c.hidden_size = 16;
   c.num_hidden_layers = 1;
   c.num_heads = 2;
-  c.feature_map = recur::ModelFeatureMap::kElu;
+  recur::models::linear::edit(c).feature_map = recur::models::linear::ModelFeatureMap::kElu;
   c.intermediate_size = 32;
   g_served.model = recur::Model::from_weights(c, recur::RandomWeights(c, 1));
   g_served.name = "recur-random";

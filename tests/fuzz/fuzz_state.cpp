@@ -13,6 +13,7 @@
 
 #include "recur/error.h"
 #include "model/random_weights.h"
+#include "models/linear/linear.h"
 #include "recur/model.h"
 #include "util/hash.h"
 
@@ -26,8 +27,8 @@ recur::ModelConfig tiny() {
   c.hidden_size = 16;
   c.num_hidden_layers = 2;
   c.num_heads = 2;
-  c.feature_map = recur::ModelFeatureMap::kElu;
-  c.norm_feature_map = true;
+  recur::models::linear::edit(c).feature_map = recur::models::linear::ModelFeatureMap::kElu;
+  recur::models::linear::edit(c).norm_feature_map = true;
   c.intermediate_size = 32;
   return c;
 }

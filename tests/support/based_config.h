@@ -3,6 +3,9 @@
 // a vocabulary of 301 ids padded to 304 rows.
 #pragma once
 
+#include <memory>
+
+#include "models/based/based.h"
 #include "recur/model.h"
 
 namespace recur::testing {
@@ -13,14 +16,16 @@ inline ModelConfig small_based() {
   c.vocab_size = 301;
   c.hidden_size = 32;
   c.num_hidden_layers = 6;
-  c.window_heads = 4;
-  c.la_heads = 4;
-  c.la_feature_dim = 8;
-  c.window_size = 16;
-  c.linear_layers = {1, 4};
-  c.window_layers = {2, 5};
   c.intermediate_size = 64;
   c.norm_eps = 1e-5;
+  auto b = std::make_shared<models::based::BasedConfig>();
+  b->window_heads = 4;
+  b->la_heads = 4;
+  b->la_feature_dim = 8;
+  b->window_size = 16;
+  b->linear_layers = {1, 4};
+  b->window_layers = {2, 5};
+  c.family = b;
   return c;
 }
 

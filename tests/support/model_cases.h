@@ -6,9 +6,12 @@
 #include <random>
 #include <vector>
 
+#include "models/linear/linear.h"
 #include "recur/model.h"
 
 namespace recur::testing {
+
+using models::linear::ModelFeatureMap;
 
 #if defined(__SANITIZE_ADDRESS__)
 inline constexpr bool kSanitized = true;
@@ -24,8 +27,9 @@ inline ModelConfig small_fla(ModelFeatureMap map, bool normalized) {
   c.hidden_size = 64;
   c.num_hidden_layers = 2;
   c.num_heads = 4;
-  c.feature_map = map;
-  c.norm_feature_map = normalized;
+  auto& l = models::linear::edit(c);
+  l.feature_map = map;
+  l.norm_feature_map = normalized;
   c.intermediate_size = 96;
   return c;
 }

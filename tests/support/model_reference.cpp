@@ -4,11 +4,14 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "models/linear/linear.h"
 #include "recur/model.h"
 #include "recur/safetensors.h"
 
 namespace recur::testing {
 namespace {
+
+using models::linear::ModelFeatureMap;
 
 using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Vec = Eigen::VectorXd;
@@ -112,8 +115,8 @@ struct FeatureMapRef {
   }
 };
 
-FeatureMapRef load_map(const Weights& w, const ModelConfig& c, const std::string& prefix,
-                       bool norm_sum) {
+FeatureMapRef load_map(const Weights& w, const models::linear::LinearConfig& c,
+                       const std::string& prefix, bool norm_sum) {
   FeatureMapRef f;
   f.kind = c.feature_map;
   f.norm_sum = norm_sum;
@@ -135,13 +138,14 @@ FeatureMapRef load_map(const Weights& w, const ModelConfig& c, const std::string
 
 RowMatrixD reference_logits(const std::string& dir, const std::vector<int>& tokens) {
   const ModelConfig c = ModelConfig::from_file((std::filesystem::path(dir) / "config.json").string());
+  const models::linear::LinearConfig& lc = models::linear::config_of(c);
   const Weights w(dir);
   const auto T = static_cast<Eigen::Index>(tokens.size());
   const Mat E = w.matrix("model.embeddings.weight");
   Mat x(T, c.hidden_size);
   for (Eigen::Index t = 0; t < T; ++t) x.row(t) = E.row(tokens[static_cast<std::size_t>(t)]);
   const bool fla = c.architecture == Architecture::kLinearAttn;
-  const int H = c.num_heads, dk = c.head_k_dim, dv = c.head_v_dim, G = c.kv_groups;
+  const int H = c.num_heads, dk = lc.head_k_dim, dv = lc.head_v_dim, G = lc.kv_groups;
 
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
@@ -163,15 +167,15 @@ RowMatrixD reference_logits(const std::string& dir, const std::vector<int>& toke
       V = linear(h, w.matrix(p + "attn.v_proj.weight"), &bv);
     }
     std::string q_prefix = p + "attn.feature_map_q.", k_prefix = p + "attn.feature_map_k.";
-    if (c.tie_feature_map_qk) {
+    if (lc.tie_feature_map_qk) {
       const bool q_stored = w.has(q_prefix + "layer.weight") || w.has(q_prefix + "layer1.weight");
       if (!q_stored) q_prefix = k_prefix;
       k_prefix = q_prefix;
     }
-    const FeatureMapRef phi_q = load_map(w, c, q_prefix, c.norm_q);
-    const FeatureMapRef phi_k = load_map(w, c, k_prefix, c.norm_k);
-    const double s = fla ? 1.0 / std::sqrt(double(c.d_feature)) : 1.0;
-    Mat O(T, c.value_dim);
+    const FeatureMapRef phi_q = load_map(w, lc, q_prefix, lc.norm_q);
+    const FeatureMapRef phi_k = load_map(w, lc, k_prefix, lc.norm_k);
+    const double s = fla ? 1.0 / std::sqrt(double(lc.d_feature)) : 1.0;
+    Mat O(T, lc.value_dim);
     for (int head = 0; head < H; ++head) {
       const int kvh = head / G;
       std::vector<Vec> fq(static_cast<std::size_t>(T)), fk(static_cast<std::size_t>(T));
@@ -187,11 +191,11 @@ RowMatrixD reference_logits(const std::string& dir, const std::vector<int>& toke
           num += a * V.row(u).segment(kvh * dv, dv).transpose();
           den += a;
         }
-        Vec o = c.norm_feature_map ? Vec(num / (den + c.attn_eps)) : num;
+        Vec o = lc.norm_feature_map ? Vec(num / (den + lc.attn_eps)) : num;
         if (fla) {
           const double rstd = 1.0 / std::sqrt(o.squaredNorm() / double(dv) + c.norm_eps);
           o *= rstd;
-          if (c.elementwise_affine) o = o.cwiseProduct(w.vector(p + "attn.norm.weight"));
+          if (lc.elementwise_affine) o = o.cwiseProduct(w.vector(p + "attn.norm.weight"));
         }
         O.row(t).segment(head * dv, dv) = o.transpose();
       }
@@ -210,7 +214,7 @@ RowMatrixD reference_logits(const std::string& dir, const std::vector<int>& toke
                      w.vector(p + "attn_norm.weight"), w.vector(p + "attn_norm.bias"), c.norm_eps);
       const Vec b1 = w.vector(p + "mlp.fc1.bias"), b2 = w.vector(p + "mlp.fc2.bias");
       Mat a = linear(x, w.matrix(p + "mlp.fc1.weight"), &b1);
-      if (c.hidden_act == "gelu")
+      if (lc.hidden_act == "gelu")
         a = a.unaryExpr([](double v) { return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))); });
       else
         a = a.cwiseMax(0.0);

@@ -16,6 +16,8 @@
 namespace recur::models::based {
 namespace {
 
+constexpr float kLinearEps = 1e-12f;  // the Taylor layer's denominator eps in the published code
+
 using model::Dense;
 using model::Norm;
 using model::Role;
@@ -71,7 +73,7 @@ class Network final : public model::Network {
     const auto n = static_cast<std::size_t>(rows);
     const auto sz = [](int width) { return static_cast<std::size_t>(width); };
     const int d = c.hidden_size, di = d_inner();
-    const int qk = std::max(c.key_dim, d);
+    const int qk = std::max(config_of(c).key_dim, d);
     for (auto* b : {&w->x, &w->h, &w->a, &w->v}) b->assign(n * sz(d), 0.0f);
     w->q.assign(n * sz(qk), 0.0f);
     w->k.assign(n * sz(qk), 0.0f);
@@ -101,8 +103,8 @@ class Network final : public model::Network {
           L.out_proj.apply(w.o.data(), n, di, w.a.data(), d, threads);
           break;
         case MixerKind::kLinearAttention:
-          L.q.apply(w.h.data(), n, d, w.q.data(), c.key_dim, threads);
-          L.k.apply(w.h.data(), n, d, w.k.data(), c.key_dim, threads);
+          L.q.apply(w.h.data(), n, d, w.q.data(), config_of(c).key_dim, threads);
+          L.k.apply(w.h.data(), n, d, w.k.data(), config_of(c).key_dim, threads);
           L.v.apply(w.h.data(), n, d, w.v.data(), d, threads);
           attend(li, 0, threads);
           L.out_proj.apply(w.o.data(), n, d, w.a.data(), d, threads);
@@ -150,7 +152,7 @@ class Network final : public model::Network {
         return;
       }
       case MixerKind::kLinearAttention: {
-        const int kd = c_.key_dim;
+        const int kd = config_of(c_).key_dim;
         float* out = w.o.data() + std::size_t(first) * std::size_t(d);
         LinearState& s = model::state_of<LinearState>(state);
         if (count == 1) {
@@ -197,7 +199,7 @@ class Network final : public model::Network {
   }
 
  private:
-  int d_inner() const { return c_.conv_expand * c_.hidden_size / 2; }
+  int d_inner() const { return config_of(c_).conv_expand * c_.hidden_size / 2; }
   ModelConfig c_;
 };
 
@@ -219,24 +221,25 @@ class Family final : public model::Family {
   std::string config_fields(const ModelConfig& c) const override { return based::config_fields(c); }
 
   std::vector<model::TensorSpec> tensors(const ModelConfig& c) const override {
+    const BasedConfig& bc = config_of(c);
     std::vector<model::TensorSpec> out;
     const std::int64_t d = c.hidden_size, Hm = c.intermediate_size;
-    const std::int64_t di = std::int64_t(c.conv_expand) * d / 2;
-    out.push_back({"transformer.embeddings.word_embeddings.weight", {c.embedding_rows, d}, Init::kEmbedding});
+    const std::int64_t di = std::int64_t(bc.conv_expand) * d / 2;
+    out.push_back({"transformer.embeddings.word_embeddings.weight", {bc.embedding_rows, d}, Init::kEmbedding});
     for (int i = 0; i < c.num_hidden_layers; ++i) {
       const std::string p = fmt::format("transformer.layers.{}.", i);
       out.push_back({p + "norm1.weight", {d}, Init::kNorm});
       switch (c.mixers[std::size_t(i)]) {
         case MixerKind::kShortConv:
           out.push_back({p + "mixer.in_proj.weight", {2 * di, d}});
-          if (c.conv_bias) out.push_back({p + "mixer.in_proj.bias", {2 * di}, Init::kBias});
-          out.push_back({p + "mixer.conv.conv.weight", {di, 1, c.conv_kernel}, Init::kConv});
+          if (bc.conv_bias) out.push_back({p + "mixer.in_proj.bias", {2 * di}, Init::kBias});
+          out.push_back({p + "mixer.conv.conv.weight", {di, 1, bc.conv_kernel}, Init::kConv});
           out.push_back({p + "mixer.out_proj.weight", {d, di}});
-          if (c.conv_bias) out.push_back({p + "mixer.out_proj.bias", {d}, Init::kBias});
+          if (bc.conv_bias) out.push_back({p + "mixer.out_proj.bias", {d}, Init::kBias});
           break;
         case MixerKind::kLinearAttention:
-          out.push_back({p + "mixer.proj_q.weight", {c.key_dim, d}});
-          out.push_back({p + "mixer.proj_k.weight", {c.key_dim, d}});
+          out.push_back({p + "mixer.proj_q.weight", {bc.key_dim, d}});
+          out.push_back({p + "mixer.proj_k.weight", {bc.key_dim, d}});
           out.push_back({p + "mixer.proj_v.weight", {d, d}});
           out.push_back({p + "mixer.out_proj.weight", {d, d}});
           break;
@@ -255,17 +258,18 @@ class Family final : public model::Family {
 
   void load(const ModelConfig& c, const WeightSource& weights, model::Loader& L,
             Model::Impl& impl) const override {
+    const BasedConfig& bc = config_of(c);
     const int d = c.hidden_size, Hm = c.intermediate_size;
-    const int di = c.conv_expand * d / 2;
+    const int di = bc.conv_expand * d / 2;
     const auto eps = static_cast<float>(c.norm_eps);
-    const Shape emb_shape{c.embedding_rows, d};
+    const Shape emb_shape{bc.embedding_rows, d};
     auto net = std::make_unique<Network>(c);
     // The head is tied to the embedding; a checkpoint holds it under either name, or both.
     const std::string emb = "transformer.embeddings.word_embeddings.weight", head = "lm_head.weight";
     const model::MatrixWeight table =
         weights.has(emb)
-            ? L.take_matrix(emb, emb, c.embedding_rows, d, Role::kHead, "vocab_size padded, n_embd")
-            : L.take_matrix(head, emb, c.embedding_rows, d, Role::kHead,
+            ? L.take_matrix(emb, emb, bc.embedding_rows, d, Role::kHead, "vocab_size padded, n_embd")
+            : L.take_matrix(head, emb, bc.embedding_rows, d, Role::kHead,
                             "vocab_size padded, n_embd (the tied head)");
     if (weights.has(emb)) L.accept_tied(head, table, emb_shape);
     impl.embeddings = table.dense_values();
@@ -280,30 +284,30 @@ class Family final : public model::Family {
           const std::string in = p + "mixer.in_proj.weight";
           const auto w = L.take_matrix(in, in, 2 * di, d, Role::kMatrix, "expand_proj * n_embd, n_embd");
           std::vector<float> b;
-          if (c.conv_bias) b = L.take(p + "mixer.in_proj.bias", {2 * di}, "expand_proj * n_embd");
+          if (bc.conv_bias) b = L.take(p + "mixer.in_proj.bias", {2 * di}, "expand_proj * n_embd");
           layer.in_u1 = rows_of(w, b, 0, di);
           layer.in_u2 = rows_of(w, b, di, di);
-          const auto taps = L.take(p + "mixer.conv.conv.weight", {di, 1, c.conv_kernel},
+          const auto taps = L.take(p + "mixer.conv.conv.weight", {di, 1, bc.conv_kernel},
                                    "expand_proj * n_embd / 2, 1, kernel_size");
           layer.conv = std::make_unique<ShortConvolution>(
-              Eigen::Map<const RowMatrix>(taps.data(), di, c.conv_kernel));
-          layer.out_proj = model::dense(L, p + "mixer.out_proj", d, di, c.conv_bias,
+              Eigen::Map<const RowMatrix>(taps.data(), di, bc.conv_kernel));
+          layer.out_proj = model::dense(L, p + "mixer.out_proj", d, di, bc.conv_bias,
                                         "n_embd, expand_proj * n_embd / 2");
           break;
         }
         case MixerKind::kLinearAttention: {
-          layer.q = model::dense(L, p + "mixer.proj_q", c.key_dim, d, false, "num_heads * feature_dim, n_embd");
-          layer.k = model::dense(L, p + "mixer.proj_k", c.key_dim, d, false, "num_heads * feature_dim, n_embd");
+          layer.q = model::dense(L, p + "mixer.proj_q", bc.key_dim, d, false, "num_heads * feature_dim, n_embd");
+          layer.k = model::dense(L, p + "mixer.proj_k", bc.key_dim, d, false, "num_heads * feature_dim, n_embd");
           layer.v = model::dense(L, p + "mixer.proj_v", d, d, false, "n_embd");
           layer.out_proj = model::dense(L, p + "mixer.out_proj", d, d, false, "n_embd");
           LinearAttentionConfig ac;
-          ac.n_heads = c.la_heads;
-          ac.d_key = c.la_feature_dim;
-          ac.d_value = c.head_v_dim;
+          ac.n_heads = bc.la_heads;
+          ac.d_key = bc.la_feature_dim;
+          ac.d_value = d / bc.la_heads;
           ac.feature_map = FeatureMapKind::kTaylor;
           ac.normalized = true;
           ac.scale = 1.0f;
-          ac.eps = static_cast<float>(c.attn_eps);
+          ac.eps = kLinearEps;
           layer.attention = std::make_unique<LinearAttention>(ac);
           break;
         }
@@ -315,10 +319,10 @@ class Family final : public model::Family {
           layer.v = rows_of(w, {}, 2 * d, d);
           layer.out_proj = model::dense(L, p + "mixer.out_proj", d, d, false, "n_embd");
           WindowAttentionConfig wc;
-          wc.n_heads = c.window_heads;
-          wc.d_head = d / c.window_heads;
-          wc.window = c.window_size / 2;  // flash-attn's window (window_size // 2, 0)
-          wc.rope_theta = static_cast<float>(c.rope_theta);
+          wc.n_heads = bc.window_heads;
+          wc.d_head = d / bc.window_heads;
+          wc.window = bc.window_size / 2;  // flash-attn's window (window_size // 2, 0)
+          wc.rope_theta = static_cast<float>(bc.rope_theta);
           layer.window = std::make_unique<WindowAttention>(wc);
           break;
         }
@@ -389,8 +393,9 @@ class Family final : public model::Family {
 
   std::string describe(const Model& m, const std::string& label) const override {
     const ModelConfig& c = m.config();
+    const BasedConfig& bc = config_of(c);
     const auto count = [&](MixerKind k) { return std::count(c.mixers.begin(), c.mixers.end(), k); };
-    const model::Network& net = *m.impl().network;
+    const model::Network& net = *model::impl_of(m).network;
     const auto mib = [&](MixerKind k) { return double(model::new_state_bytes(net, &k)) / double(1 << 20); };
     return fmt::format("model: {}: based, {} layers ({} BaseConv, {} Taylor linear attention, {} "
                        "sliding window of {} tokens), hidden {}, vocab {}, {:.2f}M parameters\n"
@@ -398,7 +403,7 @@ class Family final : public model::Family {
                        "{:.2f} MiB in the windows: {:.2f} MiB at any length\n",
                        label, c.num_hidden_layers, count(MixerKind::kShortConv),
                        count(MixerKind::kLinearAttention), count(MixerKind::kWindowAttention),
-                       c.window_size / 2 + 1, c.hidden_size, c.vocab_size,
+                       bc.window_size / 2 + 1, c.hidden_size, c.vocab_size,
                        double(m.parameters()) / 1e6, mib(MixerKind::kShortConv),
                        mib(MixerKind::kLinearAttention), mib(MixerKind::kWindowAttention),
                        double(model::new_state_bytes(net)) / double(1 << 20));

@@ -5,10 +5,34 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "model/family.h"
 
 namespace recur::models::based {
+
+/// What Based adds to ModelConfig's common fields (hidden_size, num_hidden_layers,
+/// intermediate_size, vocab_size and norm_eps come from n_embd, n_layer, n_inner, vocab_size and
+/// layer_norm_epsilon; ModelConfig::mixers holds the schedule below, layer by layer).
+struct BasedConfig final : FamilyConfig {
+  std::vector<int> linear_layers;  // alt_mixer_layers: Taylor linear attention
+  std::vector<int> window_layers;  // alt_mixer_2_layers: sliding-window attention
+  int la_heads = 16;               // alt_mixer.num_heads
+  int la_feature_dim = 16;         // alt_mixer.feature_dim (q, k per head, before the map)
+  int window_size = 256;           // alt_mixer_2.window_size: a token sees window_size / 2 before it
+  int window_heads = 16;           // n_head
+  double rope_theta = 10000;       // rotary_emb_base
+  int conv_kernel = 3;             // mixer.kernel_size
+  int conv_expand = 4;             // mixer.expand_proj: in_proj is hidden -> expand * hidden
+  bool conv_bias = true;           // mixer.use_bias: in_proj and out_proj have biases
+  int pad_vocab_multiple = 8;      // the embedding has vocab_size rounded up to this many rows
+  // Derived (resolve()).
+  int embedding_rows = 0;          // vocab_size rounded up (the logits are vocab_size)
+  int key_dim = 0;                 // a Taylor layer's q and k width: la_heads * la_feature_dim
+};
+
+/// Based's fields of a configuration (its family's part); logic_error when it holds another's.
+const BasedConfig& config_of(const ModelConfig& c);
 
 // based_config.cpp
 void read_config(const json::Value& root, model::Fields& f, ModelConfig& c);

@@ -3,7 +3,10 @@
 // derived sizes and layer schedule; the lines make-model writes. docs/based.md.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <set>
+#include <stdexcept>
+#include <utility>
 
 #include "models/based/based.h"
 
@@ -54,15 +57,60 @@ const std::set<std::string> kBasedIgnored = {
     "prenorm", "parallel_block", "parallel_block_tied_norm", "rotary_emb_scale_base",
     "rotary_emb_interleaved", "use_alibi", "alibi_bias"};
 
-}  // namespace
+// A mixer spec of Based's config (mixer, alt_mixer, alt_mixer_2), read field by field: each
+// names its hydra class, and a field recur does not know is refused by name.
+class MixerSpecs {
+ public:
+  explicit MixerSpecs(Fields& f) : f_(f), source_(f.source()) {}
+  // The spec `name`, or null when absent; its class must be `expected`.
+  const json::Value* spec(const char* name, const char* expected) {
+    const json::Value* v = f_.get(name);
+    if (!v) return nullptr;
+    if (!v->is_object()) config_fail(source_, "{} is {}, expected an object", name, v->kind_name());
+    const std::string cls = target_class(*v);
+    if (cls != expected)
+      config_fail(source_, "{}._target_ names '{}', expected a {} (the mixer Based's checkpoints use)",
+           name, cls, expected);
+    return v;
+  }
+  // A field of a spec (which may be null), or null when absent or null.
+  static const json::Value* sub(const json::Value* v, const char* name) {
+    const json::Value* x = v ? v->find(name) : nullptr;
+    return x && !x->is_null() ? x : nullptr;
+  }
+  int int_in(const json::Value* v, const char* owner, const char* name, int fallback, int lo,
+             int hi) const {
+    const json::Value* x = sub(v, name);
+    if (!x) return fallback;
+    if (!x->is_integer() || x->integer() < lo || x->integer() > hi)
+      config_fail(source_, "{}.{} is {}, expected an integer in {} to {}", owner, name,
+           x->is_number() ? fmt::format("{}", x->number()) : x->kind_name(), lo, hi);
+    return static_cast<int>(x->integer());
+  }
+  // Refuses a field of `v` not in `keys`.
+  void known(const json::Value* v, const char* owner, std::initializer_list<const char*> keys) const {
+    if (!v) return;
+    for (const auto& [key, value] : v->object()) {
+      (void)value;
+      bool ok = false;
+      for (const char* k : keys) ok = ok || key == k;
+      if (!ok)
+        config_fail(source_, "unknown field '{}.{}': recur does not know what it changes in the model",
+             owner, key);
+    }
+  }
+  const std::string& source() const { return source_; }
 
-// Based's fields (model_type "gpt2" with alt_mixer, as the published checkpoints have them, or
-// "based"). Each mixer spec is read field by field; a value the published model does not use
-// (another mixer class, biases where it has none, a partial rotary) is refused by name.
-void read_config(const json::Value& root, Fields& f, ModelConfig& c) {
+ private:
+  Fields& f_;
+  const std::string& source_;
+};
+
+// The GPT-2 config's own fields: the sizes, and what Based's checkpoints all have (RMSNorm, a
+// SwiGLU MLP, tied embeddings, rotary over the whole head, no biases), refused otherwise.
+void read_gpt2_fields(const json::Value& root, Fields& f, ModelConfig& c, BasedConfig& b) {
   const std::string& source = f.source();
   constexpr int kMax = kMaxDim;
-  c.architecture = Architecture::kBased;
   // The hydra class name Based's training configs write at the top level: a GPT-2 config class,
   // which the fields below describe; any other class would mean other fields.
   if (const json::Value* t = f.get("_target_")) {
@@ -74,13 +122,13 @@ void read_config(const json::Value& root, Fields& f, ModelConfig& c) {
   }
   c.hidden_size = f.integer("n_embd", 768, 1, kMax);
   c.num_hidden_layers = f.integer("n_layer", 12, 1, 4096);
-  c.window_heads = f.integer("n_head", 12, 1, kMax);
-  c.num_heads = c.window_heads;
+  b.window_heads = f.integer("n_head", 12, 1, kMax);
+  c.num_heads = b.window_heads;
   c.vocab_size = f.integer("vocab_size", 50257, 1, 1 << 24);
   c.intermediate_size = f.integer("n_inner", 0, 1, kMax);
   c.norm_eps = f.number("layer_norm_epsilon", 1e-5, 0.0, 1.0);
-  c.rope_theta = f.number("rotary_emb_base", 10000, 1.0, 1e12);
-  c.pad_vocab_multiple = f.integer("pad_vocab_size_multiple", 1, 1, 1 << 16);
+  b.rope_theta = f.number("rotary_emb_base", 10000, 1.0, 1e12);
+  b.pad_vocab_multiple = f.integer("pad_vocab_size_multiple", 1, 1, 1 << 16);
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", true);
   if (!c.tie_word_embeddings)
     config_fail(source, "tie_word_embeddings is false; Based ties its head to the embedding");
@@ -96,181 +144,179 @@ void read_config(const json::Value& root, Fields& f, ModelConfig& c) {
     config_fail(source, "max_position_embeddings is not 0: Based has no learned position embedding");
   if (f.integer("rotary_emb_dim", 0, 0, kMax) != 0)
     config_fail(source, "rotary_emb_dim is set; Based derives it from rotary_emb_fraction");
-  c.linear_layers = layer_list(f, source, "alt_mixer_layers", c.num_hidden_layers);
-  c.window_layers = layer_list(f, source, "alt_mixer_2_layers", c.num_hidden_layers);
-  for (const int l : c.linear_layers)
-    if (std::find(c.window_layers.begin(), c.window_layers.end(), l) != c.window_layers.end())
-      config_fail(source, "layer {} is in both alt_mixer_layers and alt_mixer_2_layers", l);
-
-  const auto spec = [&](const char* name, const char* expected) -> const json::Value* {
-    const json::Value* v = f.get(name);
-    if (!v) return nullptr;
-    if (!v->is_object()) config_fail(source, "{} is {}, expected an object", name, v->kind_name());
-    const std::string cls = target_class(*v);
-    if (cls != expected)
-      config_fail(source, "{}._target_ names '{}', expected a {} (the mixer Based's checkpoints use)",
-           name, cls, expected);
-    return v;
-  };
-  const auto sub = [&](const json::Value* v, const char* name) -> const json::Value* {
-    const json::Value* x = v ? v->find(name) : nullptr;
-    return x && !x->is_null() ? x : nullptr;
-  };
-  const auto int_in = [&](const json::Value* v, const char* owner, const char* name, int fallback,
-                          int lo, int hi) {
-    const json::Value* x = sub(v, name);
-    if (!x) return fallback;
-    if (!x->is_integer() || x->integer() < lo || x->integer() > hi)
-      config_fail(source, "{}.{} is {}, expected an integer in {} to {}", owner, name,
-           x->is_number() ? fmt::format("{}", x->number()) : x->kind_name(), lo, hi);
-    return static_cast<int>(x->integer());
-  };
-  const auto known = [&](const json::Value* v, const char* owner, std::initializer_list<const char*> keys) {
-    if (!v) return;
-    for (const auto& [key, value] : v->object()) {
-      (void)value;
-      bool ok = false;
-      for (const char* k : keys) ok = ok || key == k;
-      if (!ok)
-        config_fail(source, "unknown field '{}.{}': recur does not know what it changes in the model",
-             owner, key);
-    }
-  };
-  // mixer: BaseConv. kernel_sizes (plural) is what the training configs say; the published
-  // code reads kernel_size and falls back to 3 (docs/based.md).
-  const json::Value* conv = spec("mixer", "BaseConv");
-  if (!conv && c.linear_layers.size() + c.window_layers.size() < std::size_t(c.num_hidden_layers))
-    config_fail(source, "mixer is missing: the layers not in alt_mixer_layers or alt_mixer_2_layers need it");
-  known(conv, "mixer", {"_target_", "l_max", "use_bias", "expand_proj", "kernel_sizes",
-                        "kernel_size", "implicit_long_conv", "use_cuda"});
-  c.conv_expand = int_in(conv, "mixer", "expand_proj", 4, 2, 64);
-  if (c.conv_expand % 2 != 0) config_fail(source, "mixer.expand_proj is {}, expected an even number", c.conv_expand);
-  const int ks = int_in(conv, "mixer", "kernel_sizes", 3, 1, 64);
-  c.conv_kernel = int_in(conv, "mixer", "kernel_size", ks, 1, 64);
-  if (const json::Value* b = sub(conv, "use_bias")) {
-    if (!b->is_bool()) config_fail(source, "mixer.use_bias is {}, expected true or false", b->kind_name());
-    c.conv_bias = b->boolean();
-  }
-  if (const json::Value* u = sub(conv, "use_cuda"); u && u->is_bool() && u->boolean())
-    config_fail(source, "mixer.use_cuda is true: that variant's convolution has a bias and a fused "
-                 "activation that the published checkpoints do not use");
-  // alt_mixer: Taylor linear attention.
-  const json::Value* la = spec("alt_mixer", "LinearAttention");
-  if (!la && !c.linear_layers.empty()) config_fail(source, "alt_mixer is missing but alt_mixer_layers is set");
-  known(la, "alt_mixer", {"_target_", "l_max", "feature_map", "feature_dim", "num_heads",
-                          "num_key_value_heads", "parallel_implementation", "eps", "causal",
-                          "train_view", "feature_name", "mem_save"});
-  c.la_heads = int_in(la, "alt_mixer", "num_heads", 16, 1, kMax);
-  c.la_feature_dim = int_in(la, "alt_mixer", "feature_dim", 16, 1, 256);
-  if (int_in(la, "alt_mixer", "num_key_value_heads", c.la_heads, 1, kMax) != c.la_heads)
-    config_fail(source, "alt_mixer.num_key_value_heads differs from num_heads; Based's layers have as many");
-  if (const json::Value* fm = sub(la, "feature_map")) {
-    if (!fm->is_object() || target_class(*fm) != "TaylorExp")
-      config_fail(source, "alt_mixer.feature_map is not a TaylorExp; Based's checkpoints use the Taylor map");
-    known(fm, "alt_mixer.feature_map", {"_target_", "input_dim", "head_dim_idx", "temp", "eps"});
-    if (int_in(fm, "alt_mixer.feature_map", "input_dim", c.la_feature_dim, 1, 256) != c.la_feature_dim)
-      config_fail(source, "alt_mixer.feature_map.input_dim differs from alt_mixer.feature_dim");
-  }
-  // alt_mixer_2: sliding-window attention.
-  const json::Value* win = spec("alt_mixer_2", "SlidingAttention");
-  if (!win && !c.window_layers.empty()) config_fail(source, "alt_mixer_2 is missing but alt_mixer_2_layers is set");
-  known(win, "alt_mixer_2", {"_target_", "window_size", "num_heads", "causal", "l_max",
-                             "do_update", "dropout"});
-  c.window_size = int_in(win, "alt_mixer_2", "window_size", 256, 1, 1 << 24);
-  if (int_in(win, "alt_mixer_2", "num_heads", c.window_heads, 1, kMax) != c.window_heads)
-    config_fail(source, "alt_mixer_2.num_heads differs from n_head; the published code uses n_head");
-  if (const json::Value* causal = sub(win, "causal"); causal && !(causal->is_bool() && causal->boolean()))
-    config_fail(source, "alt_mixer_2.causal is not true");
-  for (const auto& name : kBasedIgnored) f.mark(name);
 }
 
+// mixer: BaseConv, the layers in neither list.
+void read_conv_spec(MixerSpecs& m, const ModelConfig& c, BasedConfig& b) {
+  const std::string& source = m.source();
+  // kernel_sizes (plural) is what the training configs say; the published
+  // code reads kernel_size and falls back to 3 (docs/based.md).
+  const json::Value* conv = m.spec("mixer", "BaseConv");
+  if (!conv && b.linear_layers.size() + b.window_layers.size() < std::size_t(c.num_hidden_layers))
+    config_fail(source, "mixer is missing: the layers not in alt_mixer_layers or alt_mixer_2_layers need it");
+  m.known(conv, "mixer", {"_target_", "l_max", "use_bias", "expand_proj", "kernel_sizes",
+                          "kernel_size", "implicit_long_conv", "use_cuda"});
+  b.conv_expand = m.int_in(conv, "mixer", "expand_proj", 4, 2, 64);
+  if (b.conv_expand % 2 != 0) config_fail(source, "mixer.expand_proj is {}, expected an even number", b.conv_expand);
+  const int ks = m.int_in(conv, "mixer", "kernel_sizes", 3, 1, 64);
+  b.conv_kernel = m.int_in(conv, "mixer", "kernel_size", ks, 1, 64);
+  if (const json::Value* bias = m.sub(conv, "use_bias")) {
+    if (!bias->is_bool())
+      config_fail(source, "mixer.use_bias is {}, expected true or false", bias->kind_name());
+    b.conv_bias = bias->boolean();
+  }
+  if (const json::Value* u = m.sub(conv, "use_cuda"); u && u->is_bool() && u->boolean())
+    config_fail(source, "mixer.use_cuda is true: that variant's convolution has a bias and a fused "
+                 "activation that the published checkpoints do not use");
+}
+
+// alt_mixer: Taylor linear attention, the layers of alt_mixer_layers.
+void read_linear_spec(MixerSpecs& m, BasedConfig& b) {
+  const std::string& source = m.source();
+  constexpr int kMax = kMaxDim;
+  const json::Value* la = m.spec("alt_mixer", "LinearAttention");
+  if (!la && !b.linear_layers.empty()) config_fail(source, "alt_mixer is missing but alt_mixer_layers is set");
+  m.known(la, "alt_mixer", {"_target_", "l_max", "feature_map", "feature_dim", "num_heads",
+                            "num_key_value_heads", "parallel_implementation", "eps", "causal",
+                            "train_view", "feature_name", "mem_save"});
+  b.la_heads = m.int_in(la, "alt_mixer", "num_heads", 16, 1, kMax);
+  b.la_feature_dim = m.int_in(la, "alt_mixer", "feature_dim", 16, 1, 256);
+  if (m.int_in(la, "alt_mixer", "num_key_value_heads", b.la_heads, 1, kMax) != b.la_heads)
+    config_fail(source, "alt_mixer.num_key_value_heads differs from num_heads; Based's layers have as many");
+  if (const json::Value* fm = m.sub(la, "feature_map")) {
+    if (!fm->is_object() || target_class(*fm) != "TaylorExp")
+      config_fail(source, "alt_mixer.feature_map is not a TaylorExp; Based's checkpoints use the Taylor map");
+    m.known(fm, "alt_mixer.feature_map", {"_target_", "input_dim", "head_dim_idx", "temp", "eps"});
+    if (m.int_in(fm, "alt_mixer.feature_map", "input_dim", b.la_feature_dim, 1, 256) != b.la_feature_dim)
+      config_fail(source, "alt_mixer.feature_map.input_dim differs from alt_mixer.feature_dim");
+  }
+}
+
+// alt_mixer_2: sliding-window attention, the layers of alt_mixer_2_layers.
+void read_window_spec(MixerSpecs& m, BasedConfig& b) {
+  const std::string& source = m.source();
+  constexpr int kMax = kMaxDim;
+  const json::Value* win = m.spec("alt_mixer_2", "SlidingAttention");
+  if (!win && !b.window_layers.empty()) config_fail(source, "alt_mixer_2 is missing but alt_mixer_2_layers is set");
+  m.known(win, "alt_mixer_2", {"_target_", "window_size", "num_heads", "causal", "l_max",
+                               "do_update", "dropout"});
+  b.window_size = m.int_in(win, "alt_mixer_2", "window_size", 256, 1, 1 << 24);
+  if (m.int_in(win, "alt_mixer_2", "num_heads", b.window_heads, 1, kMax) != b.window_heads)
+    config_fail(source, "alt_mixer_2.num_heads differs from n_head; the published code uses n_head");
+  if (const json::Value* causal = m.sub(win, "causal"); causal && !(causal->is_bool() && causal->boolean()))
+    config_fail(source, "alt_mixer_2.causal is not true");
+}
+
+}  // namespace
+
+const BasedConfig& config_of(const ModelConfig& c) {
+  const auto* b = dynamic_cast<const BasedConfig*>(c.family.get());
+  if (!b) throw std::logic_error("[Model] internal: a Based configuration without its fields");
+  return *b;
+}
+
+// Based's fields (model_type "gpt2" with alt_mixer, as the published checkpoints have them, or
+// "based"). Each mixer spec is read field by field; a value the published model does not use
+// (another mixer class, biases where it has none, a partial rotary) is refused by name.
+void read_config(const json::Value& root, Fields& f, ModelConfig& c) {
+  const std::string& source = f.source();
+  BasedConfig b;
+  c.architecture = Architecture::kBased;
+  read_gpt2_fields(root, f, c, b);
+  b.linear_layers = layer_list(f, source, "alt_mixer_layers", c.num_hidden_layers);
+  b.window_layers = layer_list(f, source, "alt_mixer_2_layers", c.num_hidden_layers);
+  for (const int l : b.linear_layers)
+    if (std::find(b.window_layers.begin(), b.window_layers.end(), l) != b.window_layers.end())
+      config_fail(source, "layer {} is in both alt_mixer_layers and alt_mixer_2_layers", l);
+  MixerSpecs m(f);
+  read_conv_spec(m, c, b);
+  read_linear_spec(m, b);
+  read_window_spec(m, b);
+  for (const auto& name : kBasedIgnored) f.mark(name);
+  c.family = std::make_shared<BasedConfig>(std::move(b));
+}
 
 // Based's derived sizes and its layer schedule.
 void resolve(ModelConfig& c, const std::string& source) {
+  // A configuration built in code without Based's fields takes their defaults.
+  const auto* given = dynamic_cast<const BasedConfig*>(c.family.get());
+  if (c.family && !given)
+    config_fail(source, "a Based configuration holds another family's fields");
+  BasedConfig b = given ? *given : BasedConfig{};
   const int d = c.hidden_size;
-  if (c.window_heads < 1 || d % c.window_heads != 0 || (d / c.window_heads) % 2 != 0)
+  if (b.window_heads < 1 || d % b.window_heads != 0 || (d / b.window_heads) % 2 != 0)
     config_fail(source, "n_embd {} is not n_head {} heads of an even width (rotary turns pairs)", d,
-         c.window_heads);
-  if (c.la_heads < 1 || d % c.la_heads != 0)
-    config_fail(source, "n_embd {} is not a multiple of alt_mixer.num_heads {}", d, c.la_heads);
-  if (c.la_feature_dim < 1 || c.la_feature_dim > 256)
-    config_fail(source, "alt_mixer.feature_dim is {}, expected 1 to 256", c.la_feature_dim);
-  if (c.conv_expand < 2 || c.conv_expand % 2 != 0 || c.conv_kernel < 1 || c.window_size < 1 ||
-      c.pad_vocab_multiple < 1)
+         b.window_heads);
+  if (b.la_heads < 1 || d % b.la_heads != 0)
+    config_fail(source, "n_embd {} is not a multiple of alt_mixer.num_heads {}", d, b.la_heads);
+  if (b.la_feature_dim < 1 || b.la_feature_dim > 256)
+    config_fail(source, "alt_mixer.feature_dim is {}, expected 1 to 256", b.la_feature_dim);
+  if (b.conv_expand < 2 || b.conv_expand % 2 != 0 || b.conv_kernel < 1 || b.window_size < 1 ||
+      b.pad_vocab_multiple < 1)
     config_fail(source, "mixer.expand_proj {} (even, >= 2), kernel size {}, window_size {} and "
-                 "pad_vocab_size_multiple {} must be positive", c.conv_expand, c.conv_kernel,
-         c.window_size, c.pad_vocab_multiple);
-  for (const auto* list : {&c.linear_layers, &c.window_layers})
+                 "pad_vocab_size_multiple {} must be positive", b.conv_expand, b.conv_kernel,
+         b.window_size, b.pad_vocab_multiple);
+  for (const auto* list : {&b.linear_layers, &b.window_layers})
     for (const int l : *list)
       if (l < 0 || l >= c.num_hidden_layers)
         config_fail(source, "layer index {} is outside 0 to n_layer - 1 = {}", l, c.num_hidden_layers - 1);
   c.mixers.assign(std::size_t(c.num_hidden_layers), MixerKind::kShortConv);
-  for (const int l : c.linear_layers) c.mixers[std::size_t(l)] = MixerKind::kLinearAttention;
-  for (const int l : c.window_layers) c.mixers[std::size_t(l)] = MixerKind::kWindowAttention;
+  for (const int l : b.linear_layers) c.mixers[std::size_t(l)] = MixerKind::kLinearAttention;
+  for (const int l : b.window_layers) c.mixers[std::size_t(l)] = MixerKind::kWindowAttention;
   if (c.intermediate_size == 0)  // GatedMlp: n_inner, else 8/3 of the width
     c.intermediate_size = checked_dim(source, "8/3 n_embd", std::floor(8.0 * d / 3.0));
   // GatedMlp rounds the width up to a multiple of 256, whatever n_inner says.
   c.intermediate_size = checked_dim(source, "n_inner rounded up to 256",
                                     256.0 * std::ceil(double(c.intermediate_size) / 256.0));
-  c.embedding_rows = checked_dim(source, "vocab_size rounded up to pad_vocab_size_multiple",
-                                 double(c.pad_vocab_multiple) *
-                                     std::ceil(double(c.vocab_size) / double(c.pad_vocab_multiple)));
-  c.num_heads = c.la_heads;
-  c.num_kv_heads = c.la_heads;
-  c.kv_groups = 1;
-  c.key_dim = c.la_heads * c.la_feature_dim;
-  c.value_dim = d;
-  c.head_k_dim = c.la_feature_dim;
-  c.head_v_dim = d / c.la_heads;
-  c.d_feature = 1 + c.la_feature_dim + c.la_feature_dim * c.la_feature_dim;
-  c.attn_scale = 1.0f;
-  c.attn_eps = 1e-12;  // LinearAttention's eps in the published layer
-  c.norm_feature_map = true;
+  b.embedding_rows = checked_dim(source, "vocab_size rounded up to pad_vocab_size_multiple",
+                                 double(b.pad_vocab_multiple) *
+                                     std::ceil(double(c.vocab_size) / double(b.pad_vocab_multiple)));
+  c.num_heads = b.la_heads;
+  c.num_kv_heads = b.la_heads;
+  b.key_dim = b.la_heads * b.la_feature_dim;
   c.tie_word_embeddings = true;
+  c.family = std::make_shared<BasedConfig>(std::move(b));
 }
 
 std::string config_fields(const ModelConfig& c) {
-  std::string s;
-  const auto add = [&](const char* key, const std::string& value) {
-    s += fmt::format("  \"{}\": {},\n", key, value);
-  };
-  const auto num = [](double x) { return fmt::format("{}", x); };
-  const auto boolean = [](bool b) { return std::string(b ? "true" : "false"); };
+  const BasedConfig& b = config_of(c);
+  model::FieldWriter w;
   // The published checkpoints' layout: a GPT2Config with Based's mixer specs.
   const auto list = [](const std::vector<int>& v) {
     std::string out = "[";
     for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
     return out + "]";
   };
-  add("model_type", "\"gpt2\"");
-  add("architectures", "[\"GPTLMHeadModel\"]");
-  add("vocab_size", num(c.vocab_size));
-  add("n_embd", num(c.hidden_size));
-  add("n_inner", num(c.intermediate_size));
-  add("n_layer", num(c.num_hidden_layers));
-  add("n_head", num(c.window_heads));
-  add("layer_norm_epsilon", num(c.norm_eps));
-  add("rotary_emb_base", num(c.rope_theta));
-  add("rotary_emb_fraction", "1");
-  add("max_position_embeddings", "0");
-  add("pad_vocab_size_multiple", num(c.pad_vocab_multiple));
-  add("rms_norm", "true");
-  add("activation_function", "\"swiglu\"");
-  add("residual_in_fp32", "true");
-  add("alt_mixer_layers", list(c.linear_layers));
-  add("alt_mixer_2_layers", list(c.window_layers));
-  add("mixer", fmt::format("{{\"_target_\": \"based.models.mixers.convolution.BaseConv\", "
-                           "\"l_max\": 2048, \"use_bias\": {}, \"expand_proj\": {}, "
-                           "\"kernel_sizes\": {}}}", boolean(c.conv_bias), c.conv_expand, c.conv_kernel));
-  add("alt_mixer", fmt::format("{{\"_target_\": \"based.models.mixers.linear_attention.LinearAttention\", "
-                               "\"l_max\": 2048, \"feature_map\": {{\"_target_\": "
-                               "\"based.models.mixers.linear_attention.TaylorExp\", \"input_dim\": {}}}, "
-                               "\"feature_dim\": {}, \"num_heads\": {}}}",
-                               c.la_feature_dim, c.la_feature_dim, c.la_heads));
-  add("alt_mixer_2", fmt::format("{{\"_target_\": \"based.models.mixers.slide_attention.SlidingAttention\", "
-                                 "\"window_size\": {}, \"num_heads\": {}, \"causal\": true}}",
-                                 c.window_size, c.window_heads));
-  return s;
+  w.add("model_type", "\"gpt2\"");
+  w.add("architectures", "[\"GPTLMHeadModel\"]");
+  w.number("vocab_size", c.vocab_size);
+  w.number("n_embd", c.hidden_size);
+  w.number("n_inner", c.intermediate_size);
+  w.number("n_layer", c.num_hidden_layers);
+  w.number("n_head", b.window_heads);
+  w.number("layer_norm_epsilon", c.norm_eps);
+  w.number("rotary_emb_base", b.rope_theta);
+  w.add("rotary_emb_fraction", "1");
+  w.add("max_position_embeddings", "0");
+  w.number("pad_vocab_size_multiple", b.pad_vocab_multiple);
+  w.add("rms_norm", "true");
+  w.add("activation_function", "\"swiglu\"");
+  w.add("residual_in_fp32", "true");
+  w.add("alt_mixer_layers", list(b.linear_layers));
+  w.add("alt_mixer_2_layers", list(b.window_layers));
+  w.add("mixer", fmt::format("{{\"_target_\": \"based.models.mixers.convolution.BaseConv\", "
+                             "\"l_max\": 2048, \"use_bias\": {}, \"expand_proj\": {}, "
+                             "\"kernel_sizes\": {}}}",
+                             model::config_bool(b.conv_bias), b.conv_expand, b.conv_kernel));
+  w.add("alt_mixer", fmt::format("{{\"_target_\": \"based.models.mixers.linear_attention.LinearAttention\", "
+                                 "\"l_max\": 2048, \"feature_map\": {{\"_target_\": "
+                                 "\"based.models.mixers.linear_attention.TaylorExp\", \"input_dim\": {}}}, "
+                                 "\"feature_dim\": {}, \"num_heads\": {}}}",
+                                 b.la_feature_dim, b.la_feature_dim, b.la_heads));
+  w.add("alt_mixer_2", fmt::format("{{\"_target_\": \"based.models.mixers.slide_attention.SlidingAttention\", "
+                                   "\"window_size\": {}, \"num_heads\": {}, \"causal\": true}}",
+                                   b.window_size, b.window_heads));
+  return w.text();
 }
 
 }  // namespace recur::models::based

@@ -18,13 +18,15 @@ namespace recur::models::fla {
 std::string prefix(int i) { return fmt::format("model.layers.{}.", i); }
 
 std::string out_norm_name(const ModelConfig& c) {
+  const FlaConfig& fc = config_of(c);
   if (c.architecture == Architecture::kHgrn2) return "attn.g_norm";
-  return c.use_output_gate && c.fuse_norm ? "attn.g_norm_swish_gate" : "attn.g_norm";
+  return fc.use_output_gate && fc.fuse_norm ? "attn.g_norm_swish_gate" : "attn.g_norm";
 }
 
 Widths gated_widths(const ModelConfig& c) {
+  const FlaConfig& fc = config_of(c);
   if (c.architecture == Architecture::kHgrn2) return {c.hidden_size, c.hidden_size, c.hidden_size};
-  return {c.key_dim, c.key_dim / c.kv_groups, c.value_dim / c.kv_groups};
+  return {fc.key_dim, fc.key_dim / fc.kv_groups, fc.value_dim / fc.kv_groups};
 }
 
 
@@ -35,17 +37,18 @@ using model::Shape;
 using Init = model::TensorSpec::Init;
 
 std::vector<model::TensorSpec> tensors_of(const ModelConfig& c) {
+  const FlaConfig& fc = config_of(c);
   std::vector<model::TensorSpec> out;
   const std::int64_t d = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
-  const std::int64_t K = c.conv_size;
+  const std::int64_t K = fc.conv_size;
   out.push_back({"model.embeddings.weight", {V, d}, Init::kEmbedding});
-  if (c.architecture == Architecture::kHgrn2 && c.use_lower_bound)
+  if (c.architecture == Architecture::kHgrn2 && fc.use_lower_bound)
     out.push_back({"model.lower_bounds", {c.num_hidden_layers, d}, Init::kUnit});
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = prefix(i);
     out.push_back({p + "attn_norm.weight", {d}, Init::kNorm});
     if (c.mixers[std::size_t(i)] == MixerKind::kAttention) {
-      const auto& s = c.attn[std::size_t(c.attn_spec[std::size_t(i)])];
+      const auto& s = fc.attn[std::size_t(fc.attn_spec[std::size_t(i)])];
       const std::int64_t kv = std::int64_t(s.num_kv_heads) * (d / s.num_heads);
       out.push_back({p + "attn.q_proj.weight", {d, d}});
       if (s.qkv_bias) out.push_back({p + "attn.q_proj.bias", {d}, Init::kBias});
@@ -58,30 +61,30 @@ std::vector<model::TensorSpec> tensors_of(const ModelConfig& c) {
       out.push_back({p + "attn.q_proj.weight", {d, d}});
       out.push_back({p + "attn.f_proj.weight", {d, d}});
       out.push_back({p + "attn.i_proj.weight", {d, d}});
-      if (c.use_short_conv)
+      if (fc.use_short_conv)
         for (const char* n : {"q", "f", "i"})
           out.push_back({p + "attn." + n + "_conv1d.weight", {d, 1, K}, Init::kConv});
-      if (c.elementwise_affine) out.push_back({p + "attn.g_norm.weight", {d}, Init::kNorm});
+      if (fc.elementwise_affine) out.push_back({p + "attn.g_norm.weight", {d}, Init::kNorm});
       out.push_back({p + "attn.o_proj.weight", {d, d}});
     } else {
       const Widths w = gated_widths(c);
       out.push_back({p + "attn.q_proj.weight", {w.q, d}});
       out.push_back({p + "attn.k_proj.weight", {w.k, d}});
       out.push_back({p + "attn.v_proj.weight", {w.v, d}});
-      if (c.use_output_gate) out.push_back({p + "attn.g_proj.weight", {c.value_dim, d}});
-      if (c.use_short_conv && c.architecture == Architecture::kGla) {
+      if (fc.use_output_gate) out.push_back({p + "attn.g_proj.weight", {fc.value_dim, d}});
+      if (fc.use_short_conv && c.architecture == Architecture::kGla) {
         out.push_back({p + "attn.q_conv1d.weight", {w.q, 1, K}, Init::kConv});
         out.push_back({p + "attn.k_conv1d.weight", {w.k, 1, K}, Init::kConv});
         out.push_back({p + "attn.v_conv1d.weight", {w.v, 1, K}, Init::kConv});
       }
       if (c.architecture == Architecture::kGla) {
-        const std::int64_t r = ModelConfig::kGateLowRankDim;
+        const std::int64_t r = FlaConfig::kGateLowRankDim;
         out.push_back({p + "attn.gk_proj.0.weight", {r, d}});
         out.push_back({p + "attn.gk_proj.1.weight", {w.k, r}});
         out.push_back({p + "attn.gk_proj.1.bias", {w.k}, Init::kBias});
       }
-      out.push_back({p + "attn.o_proj.weight", {d, c.value_dim}});
-      if (c.elementwise_affine) out.push_back({p + out_norm_name(c) + ".weight", {c.head_v_dim}, Init::kNorm});
+      out.push_back({p + "attn.o_proj.weight", {d, fc.value_dim}});
+      if (fc.elementwise_affine) out.push_back({p + out_norm_name(c) + ".weight", {fc.head_v_dim}, Init::kNorm});
     }
     out.push_back({p + "mlp_norm.weight", {d}, Init::kNorm});
     out.push_back({p + "mlp.gate_proj.weight", {I, d}});
@@ -95,6 +98,7 @@ std::vector<model::TensorSpec> tensors_of(const ModelConfig& c) {
 
 void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
                std::vector<Layer>& layers) {
+  const FlaConfig& fc = config_of(c);
   const int d = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, L = c.num_hidden_layers;
   const auto eps = static_cast<float>(c.norm_eps);
   const auto norm = [&](const std::string& name, int dim, bool affine, const char* why) {
@@ -105,9 +109,9 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
     return n;
   };
   const auto conv = [&](const std::string& name, int channels, const char* why) {
-    const auto taps = ld.take(name + ".weight", {channels, 1, c.conv_size}, why);
+    const auto taps = ld.take(name + ".weight", {channels, 1, fc.conv_size}, why);
     return std::make_unique<ShortConvolution>(
-        Eigen::Map<const RowMatrix>(taps.data(), channels, c.conv_size));
+        Eigen::Map<const RowMatrix>(taps.data(), channels, fc.conv_size));
   };
   // A tied embedding is the head's matrix too (quantized with it); an untied one is only
   // gathered, a row per token, and stays as stored.
@@ -126,7 +130,7 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
   // HGRN2's lower bounds: softmax over the layers per channel, its running sum, minus the first
   // layer's share (so layer 0 has none), in double, as the model computes them once per forward.
   std::vector<double> bounds;
-  if (c.architecture == Architecture::kHgrn2 && c.use_lower_bound) {
+  if (c.architecture == Architecture::kHgrn2 && fc.use_lower_bound) {
     const auto raw = ld.take("model.lower_bounds", {L, d}, "num_hidden_layers, hidden_size");
     bounds.assign(std::size_t(L) * std::size_t(d), 0.0);
     for (int j = 0; j < d; ++j) {
@@ -149,7 +153,7 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
     layer.mixer = c.mixers[std::size_t(i)];
     layer.attn_norm = norm(p + "attn_norm", d, true, "hidden_size");
     if (layer.mixer == MixerKind::kAttention) {
-      const auto& s = c.attn[std::size_t(c.attn_spec[std::size_t(i)])];
+      const auto& s = fc.attn[std::size_t(fc.attn_spec[std::size_t(i)])];
       const int dh = d / s.num_heads, kv = s.num_kv_heads * dh;
       layer.q = model::dense(ld, p + "attn.q_proj", d, d, s.qkv_bias, "hidden_size");
       layer.k = model::dense(ld, p + "attn.k_proj", kv, d, s.qkv_bias, "attn num_kv_heads * head_dim, hidden_size");
@@ -167,12 +171,12 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
       layer.q = model::dense(ld, p + "attn.q_proj", d, d, false, "hidden_size");
       layer.k = model::dense(ld, p + "attn.f_proj", d, d, false, "hidden_size");
       layer.v = model::dense(ld, p + "attn.i_proj", d, d, false, "hidden_size");
-      if (c.use_short_conv) {
+      if (fc.use_short_conv) {
         layer.conv_q = conv(p + "attn.q_conv1d", d, "hidden_size, 1, conv_size");
         layer.conv_k = conv(p + "attn.f_conv1d", d, "hidden_size, 1, conv_size");
         layer.conv_v = conv(p + "attn.i_conv1d", d, "hidden_size, 1, conv_size");
       }
-      layer.head_norm = norm(p + "attn.g_norm", d, c.elementwise_affine, "hidden_size");
+      layer.head_norm = norm(p + "attn.g_norm", d, fc.elementwise_affine, "hidden_size");
       layer.o = model::dense(ld, p + "attn.o_proj", d, d, false, "hidden_size");
       if (!bounds.empty() && i > 0) {
         layer.lower_bound.resize(std::size_t(d));
@@ -185,33 +189,33 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
       layer.q = model::dense(ld, p + "attn.q_proj", w.q, d, false, "key_dim, hidden_size");
       layer.k = model::dense(ld, p + "attn.k_proj", w.k, d, false, "key_dim / kv groups, hidden_size");
       layer.v = model::dense(ld, p + "attn.v_proj", w.v, d, false, "value_dim / kv groups, hidden_size");
-      if (c.use_output_gate) layer.g_proj = model::dense(ld, p + "attn.g_proj", c.value_dim, d, false, "value_dim, hidden_size");
-      if (c.use_short_conv && gla) {
+      if (fc.use_output_gate) layer.g_proj = model::dense(ld, p + "attn.g_proj", fc.value_dim, d, false, "value_dim, hidden_size");
+      if (fc.use_short_conv && gla) {
         layer.conv_q = conv(p + "attn.q_conv1d", w.q, "key_dim, 1, conv_size");
         layer.conv_k = conv(p + "attn.k_conv1d", w.k, "key_dim / kv groups, 1, conv_size");
         layer.conv_v = conv(p + "attn.v_conv1d", w.v, "value_dim / kv groups, 1, conv_size");
       }
       if (gla) {
-        const int rk = ModelConfig::kGateLowRankDim;
+        const int rk = FlaConfig::kGateLowRankDim;
         layer.gk0 = model::dense(ld, p + "attn.gk_proj.0", rk, d, false, "gate_low_rank_dim 16, hidden_size");
         layer.gk1 = model::dense(ld, p + "attn.gk_proj.1", w.k, rk, true, "key_dim / kv groups, 16");
       }
-      layer.o = model::dense(ld, p + "attn.o_proj", d, c.value_dim, false, "hidden_size, value_dim");
-      layer.head_norm = norm(p + out_norm_name(c), c.head_v_dim, c.elementwise_affine, "head_v_dim");
+      layer.o = model::dense(ld, p + "attn.o_proj", d, fc.value_dim, false, "hidden_size, value_dim");
+      layer.head_norm = norm(p + out_norm_name(c), fc.head_v_dim, fc.elementwise_affine, "head_v_dim");
       if (!gla) {
         ld.ignore(p + "attn.rotary.inv_freq");
-        const int half = c.head_k_dim / 2;
+        const int half = fc.head_k_dim / 2;
         for (int j = 0; j < half; ++j)  // fla's RotaryEmbedding(dim=head_k_dim), base 10000, in float
           layer.rope_inv_freq.push_back(static_cast<float>(
-              1.0 / std::pow(10000.0, 2.0 * double(j) / double(c.head_k_dim))));
+              1.0 / std::pow(10000.0, 2.0 * double(j) / double(fc.head_k_dim))));
       }
     }
     if (layer.mixer == MixerKind::kGated) {
       GatedAttentionConfig gc;
       gc.n_heads = c.num_heads;
-      gc.d_key = c.head_k_dim;
-      gc.d_value = c.head_v_dim;
-      gc.scale = c.attn_scale;  // head_k_dim^-1/2, the kernels' default
+      gc.d_key = fc.head_k_dim;
+      gc.d_value = fc.head_v_dim;
+      gc.scale = fc.attn_scale;  // head_k_dim^-1/2, the kernels' default
       if (c.architecture == Architecture::kRetNet) {  // gamma_h = 1 - 2^(-5 - h)
         gc.decay = DecayKind::kPerHead;
         gc.head_decay = gates::retnet_decays(c.num_heads);
@@ -325,10 +329,11 @@ class Family final : public model::Family {
 
   std::string describe(const Model& m, const std::string& label) const override {
     const ModelConfig& c = m.config();
+    const FlaConfig& fc = config_of(c);
     const auto n_attn = std::count(c.mixers.begin(), c.mixers.end(), MixerKind::kAttention);
     // A full layer's KV cache: a key and a value per kv head per token (the rest is constant).
     std::size_t grow = 0;
-    for (const auto& s : c.attn)
+    for (const auto& s : fc.attn)
       if (s.window_size == 0)
         grow += s.layers.size() * 2 * std::size_t(s.num_kv_heads) *
                 std::size_t(c.hidden_size / s.num_heads) * sizeof(float);
@@ -339,7 +344,7 @@ class Family final : public model::Family {
         c.num_hidden_layers, c.num_hidden_layers - n_attn, n_attn, c.hidden_size, c.num_heads,
         c.num_kv_heads != c.num_heads ? fmt::format(" ({} kv)", c.num_kv_heads) : "",
         c.vocab_size, double(m.parameters()) / 1e6,
-        double(model::new_state_bytes(*m.impl().network)) / double(1 << 20),
+        double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20),
         grow ? fmt::format(" at the start, and the full-attention layers' KV cache adds {} bytes "
                            "every token (conversations' memory counts it)", grow)
              : std::string(" at any length"));

@@ -4,10 +4,53 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "model/family.h"
 
 namespace recur::models::fla {
+
+/// One entry of an fla config's `attn` block: softmax attention at some layers.
+struct HybridAttentionSpec {
+  std::vector<int> layers;
+  int num_heads = 0;
+  int num_kv_heads = 0;  // 0: num_heads
+  bool qkv_bias = false;
+  int window_size = 0;   // 0: full attention; else a token sees window_size - 1 before it
+  double rope_theta = 10000;
+};
+
+/// What GLA, RetNet and HGRN2 add to ModelConfig's common fields (docs/fla-models.md).
+struct FlaConfig final : FamilyConfig {
+  double expand_k = 1.0;  // GLA, RetNet: key width hidden_size * expand_k
+  double expand_v = 1.0;  // GLA, RetNet: value width hidden_size * expand_v
+  bool elementwise_affine = true;  // the per-head output norm has a weight
+  bool use_short_conv = false;  // GLA, HGRN2: short convolutions on q, k, v (RetNet's block
+                                // ignores the field)
+  int conv_size = 4;
+  bool use_output_gate = true;  // GLA, RetNet: g_proj and the swish-gated output norm
+  std::string qk_activation;    // GLA, RetNet: feature_map on q and k ("", "relu" or "swish")
+  bool has_clamp_min = false;   // GLA: clamp_min is set
+  double clamp_min = 0;
+  bool fuse_norm = true;        // names the output norm (g_norm_swish_gate or g_norm)
+  int expand_ratio = 128;       // HGRN2: the forget gate's width per head
+  bool use_lower_bound = true;  // HGRN2: the per-layer lower bounds of the forget gate
+  int max_position_embeddings = 2048;
+  /// The `attn` block: a dict is one spec, a list several (attn_is_list remembers which).
+  std::vector<HybridAttentionSpec> attn;
+  bool has_attn = false, attn_is_list = false;
+  // Derived (resolve()).
+  std::vector<int> attn_spec;          // per layer, its entry of `attn`, or -1
+  int key_dim = 0, value_dim = 0;      // q and o widths
+  int head_k_dim = 0, head_v_dim = 0;  // per head
+  int kv_groups = 1;                   // num_heads / num_kv_heads
+  float attn_scale = 1.0f;             // multiplies q: head_k_dim^-1/2
+  static constexpr int kGateLowRankDim = 16;          // GLA's gk_proj rank (fixed in the layer)
+  static constexpr double kGateLogitNormalizer = 16;  // GLA's divisor of logsigmoid
+};
+
+/// The gated models' fields of a configuration; logic_error when it holds another family's.
+const FlaConfig& config_of(const ModelConfig& c);
 
 // fla_config.cpp
 /// Reads the fields of model_type `type` ("gla", "retnet", "hgrn2") into `c`.

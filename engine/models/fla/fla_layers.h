@@ -8,6 +8,7 @@
 
 #include "model/layers.h"
 #include "model/network.h"
+#include "models/fla/fla.h"
 #include "recur/causal_attention.h"
 #include "recur/gated_attention.h"
 #include "recur/model.h"

@@ -136,25 +136,27 @@ class GatedLayerState final : public model::LayerState {
 };
 
 MixerIo mixer_io(const ModelConfig& c, const Layer& layer) {
+  const FlaConfig& fc = config_of(c);
   const int d = c.hidden_size;
   if (layer.mixer == MixerKind::kAttention) {
     const int kv = layer.causal->config().n_kv_heads * layer.causal->config().d_head;
     return {d, kv, kv, 0, 0, d};
   }
   if (c.architecture == Architecture::kHgrn2)  // conv outputs, then q, k and alpha
-    return {d, d, d, 0, (c.use_short_conv ? 3 * d : 0) + 3 * d, d};
+    return {d, d, d, 0, (fc.use_short_conv ? 3 * d : 0) + 3 * d, d};
   const Widths w = gated_widths(c);
   const bool gla = c.architecture == Architecture::kGla;
   int scratch = 0;
-  if (gla && c.use_short_conv) scratch += w.q + w.k + w.v;
+  if (gla && fc.use_short_conv) scratch += w.q + w.k + w.v;
   if (!gla) scratch += w.q + w.k;  // RetNet: q and k after rotary
-  if (!c.qk_activation.empty()) scratch += w.q + w.k;
-  if (c.kv_groups > 1) scratch += c.key_dim + c.value_dim + (gla ? c.key_dim : 0);
-  return {w.q, w.k, w.v, gla ? w.k : 0, scratch, c.value_dim};
+  if (!fc.qk_activation.empty()) scratch += w.q + w.k;
+  if (fc.kv_groups > 1) scratch += fc.key_dim + fc.value_dim + (gla ? fc.key_dim : 0);
+  return {w.q, w.k, w.v, gla ? w.k : 0, scratch, fc.value_dim};
 }
 
 void run_mixer(const ModelConfig& c, const Layer& layer, model::LayerState& state,
                const MixerRows& rows, int n, int threads) {
+  const FlaConfig& fc = config_of(c);
   using CMap = Eigen::Map<const RowMatrix>;
   using Map = Eigen::Map<RowMatrix>;
   const MixerIo io = mixer_io(c, layer);
@@ -205,11 +207,11 @@ void run_mixer(const ModelConfig& c, const Layer& layer, model::LayerState& stat
     k = outp[1];
     v = outp[2];
   }
-  if (!c.qk_activation.empty()) {  // fla's feature_map: ACT2FN on q and k, elementwise
+  if (!fc.qk_activation.empty()) {  // fla's feature_map: ACT2FN on q and k, elementwise
     float* qf = take(io.a);
     float* kf = take(io.b);
     const std::int64_t nq = std::int64_t(n) * io.a, nk = std::int64_t(n) * io.b;
-    if (c.qk_activation == "relu") {
+    if (fc.qk_activation == "relu") {
       for (std::int64_t i = 0; i < nq; ++i) qf[i] = q[i] > 0.0f ? q[i] : 0.0f;
       for (std::int64_t i = 0; i < nk; ++i) kf[i] = k[i] > 0.0f ? k[i] : 0.0f;
     } else {
@@ -240,26 +242,26 @@ void run_mixer(const ModelConfig& c, const Layer& layer, model::LayerState& stat
   if (c.architecture == Architecture::kRetNet) {
     float* qr = take(io.a);
     float* kr = take(io.b);
-    rotate_rows(q, qr, n, c.num_heads, c.head_k_dim, pos0, layer.rope_inv_freq);
-    rotate_rows(k, kr, n, c.num_kv_heads, c.head_k_dim, pos0, layer.rope_inv_freq);
+    rotate_rows(q, qr, n, c.num_heads, fc.head_k_dim, pos0, layer.rope_inv_freq);
+    rotate_rows(k, kr, n, c.num_kv_heads, fc.head_k_dim, pos0, layer.rope_inv_freq);
     q = qr;
     k = kr;
   }
-  if (c.kv_groups > 1) {
-    const int G = c.kv_groups, Hkv = c.num_kv_heads;
-    float* kf = take(c.key_dim);
-    float* vf = take(c.value_dim);
-    repeat_heads(k, kf, n, Hkv, G, c.head_k_dim);
-    repeat_heads(v, vf, n, Hkv, G, c.head_v_dim);
+  if (fc.kv_groups > 1) {
+    const int G = fc.kv_groups, Hkv = c.num_kv_heads;
+    float* kf = take(fc.key_dim);
+    float* vf = take(fc.value_dim);
+    repeat_heads(k, kf, n, Hkv, G, fc.head_k_dim);
+    repeat_heads(v, vf, n, Hkv, G, fc.head_v_dim);
     k = kf;
     v = vf;
     if (alpha) {
-      float* af = take(c.key_dim);
-      repeat_heads(alpha, af, n, Hkv, G, c.head_k_dim);
+      float* af = take(fc.key_dim);
+      repeat_heads(alpha, af, n, Hkv, G, fc.head_k_dim);
       alpha = af;
     }
   }
-  const int kd = c.key_dim, vd = c.value_dim;
+  const int kd = fc.key_dim, vd = fc.value_dim;
   if (n == 1) {
     Eigen::Map<Eigen::VectorXf> o(rows.out, vd);
     const Eigen::VectorXf empty;
@@ -296,11 +298,12 @@ class Network final : public model::Network {
 
   std::unique_ptr<model::Scratch> make_scratch(int rows) const override {
     const ModelConfig& c = c_;
+    const FlaConfig& fc = config_of(c);
     auto w = std::make_unique<Rows>();
     w->cap = rows;
     const auto n = std::size_t(rows);
     const int d = c.hidden_size;
-    int width = std::max({d, c.key_dim, c.value_dim});
+    int width = std::max({d, fc.key_dim, fc.value_dim});
     int scratch = 0;
     for (const auto& l : layers) {
       const MixerIo io = mixer_io(c, l);
@@ -310,7 +313,7 @@ class Network final : public model::Network {
     for (auto* b : {&w->x, &w->h, &w->a}) b->assign(n * std::size_t(d), 0.0f);
     for (auto* b : {&w->q, &w->k, &w->v, &w->o, &w->gate, &w->alpha})
       b->assign(n * std::size_t(width), 0.0f);
-    w->gk.assign(n * std::size_t(ModelConfig::kGateLowRankDim), 0.0f);
+    w->gk.assign(n * std::size_t(FlaConfig::kGateLowRankDim), 0.0f);
     w->mixer.assign(n * std::size_t(scratch), 0.0f);
     w->g.assign(n * std::size_t(c.intermediate_size), 0.0f);
     w->u.assign(n * std::size_t(c.intermediate_size), 0.0f);
@@ -320,6 +323,7 @@ class Network final : public model::Network {
   void run(model::Scratch& scratch, int n, int threads, model::Attend attend) const override {
     Rows& w = static_cast<Rows&>(scratch);
     const ModelConfig& c = c_;
+    const FlaConfig& fc = config_of(c);
     const int d = c.hidden_size;
     const auto rows = std::int64_t(n);
     for (std::size_t li = 0; li < layers.size(); ++li) {
@@ -331,12 +335,12 @@ class Network final : public model::Network {
       L.v.apply(w.h.data(), n, d, w.v.data(), io.c, threads);
       if (gla_gate(L)) {
         // gk = gk_proj(h): the low-rank pair; then exp(max(logsigmoid(gk) / 16, clamp_min)).
-        const int rk = ModelConfig::kGateLowRankDim;
+        const int rk = FlaConfig::kGateLowRankDim;
         L.gk0.apply(w.h.data(), n, d, w.gk.data(), rk, threads);
         L.gk1.apply(w.gk.data(), n, rk, w.alpha.data(), io.d, threads);
         gates::gla_decay(w.alpha.data(), w.alpha.data(), rows * io.d,
-                         static_cast<float>(ModelConfig::kGateLogitNormalizer),
-                         c.has_clamp_min ? static_cast<float>(c.clamp_min)
+                         static_cast<float>(FlaConfig::kGateLogitNormalizer),
+                         fc.has_clamp_min ? static_cast<float>(fc.clamp_min)
                                          : -std::numeric_limits<float>::infinity());
       }
       attend(li, 0, threads);
@@ -344,10 +348,10 @@ class Network final : public model::Network {
         if (c.architecture == Architecture::kHgrn2) {
           L.head_norm.apply(w.o.data(), n, d, w.o.data(), d, 1);
         } else {
-          L.head_norm.apply(w.o.data(), n, c.value_dim, w.o.data(), c.value_dim, c.num_heads);
-          if (c.use_output_gate) {  // norm(o) * swish(g): the swish-gated unit with g as its gate
-            L.g_proj.apply(w.h.data(), n, d, w.gate.data(), c.value_dim, threads);
-            model::swiglu(w.gate.data(), w.o.data(), w.o.data(), rows * c.value_dim);
+          L.head_norm.apply(w.o.data(), n, fc.value_dim, w.o.data(), fc.value_dim, c.num_heads);
+          if (fc.use_output_gate) {  // norm(o) * swish(g): the swish-gated unit with g as its gate
+            L.g_proj.apply(w.h.data(), n, d, w.gate.data(), fc.value_dim, threads);
+            model::swiglu(w.gate.data(), w.o.data(), w.o.data(), rows * fc.value_dim);
           }
         }
       }

@@ -338,7 +338,7 @@ class Family final : public model::Family {
                                          g.n_kv_heads, g.head_dim, g.rotary_dim())
                            : std::string(),
         c.hidden_size, c.intermediate_size, c.vocab_size, double(m.parameters()) / 1e6,
-        double(model::new_state_bytes(*m.impl().network)) / double(1 << 20),
+        double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20),
         grow ? fmt::format(" at the start, and the full-attention layers' KV cache adds {} bytes "
                            "every token (conversations' memory counts it)", grow)
              : std::string(" at any length"));

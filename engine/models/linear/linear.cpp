@@ -23,8 +23,9 @@ using Init = model::TensorSpec::Init;
 // Names of one feature map's parameters (under attn.feature_map_q / _k), with shapes.
 void feature_map_tensors(const ModelConfig& c, const std::string& prefix,
                          std::vector<model::TensorSpec>& out) {
-  const std::int64_t d = c.head_k_dim;
-  switch (c.feature_map) {
+  const LinearConfig& lc = config_of(c);
+  const std::int64_t d = lc.head_k_dim;
+  switch (lc.feature_map) {
     case ModelFeatureMap::kHedgehog:
       out.push_back({prefix + "layer.weight", {d, d}, Init::kIdentity});  // the library's identity
       out.push_back({prefix + "layer.bias", {d}, Init::kBias});
@@ -87,20 +88,21 @@ class Network final : public model::Network {
   std::unique_ptr<model::Scratch> make_scratch(int rows) const override {
     auto w = std::make_unique<Rows>();
     const ModelConfig& c = c_;
+    const LinearConfig& lc = config_of(c);
     w->cap = rows;
     const auto n = static_cast<std::size_t>(rows);
     const auto sz = [](int width) { return static_cast<std::size_t>(width); };
-    const int H = c.num_heads, Hkv = c.num_kv_heads, D = c.d_feature, dv = c.head_v_dim;
+    const int H = c.num_heads, Hkv = c.num_kv_heads, D = lc.d_feature, dv = lc.head_v_dim;
     w->x.assign(n * sz(c.hidden_size), 0.0f);
     w->h.assign(n * sz(c.hidden_size), 0.0f);
     w->a.assign(n * sz(c.hidden_size), 0.0f);
-    w->q.assign(n * sz(c.key_dim), 0.0f);
-    w->k.assign(n * sz(c.key_dim / c.kv_groups), 0.0f);
-    w->v.assign(n * sz(c.value_dim / c.kv_groups), 0.0f);
+    w->q.assign(n * sz(lc.key_dim), 0.0f);
+    w->k.assign(n * sz(lc.key_dim / lc.kv_groups), 0.0f);
+    w->v.assign(n * sz(lc.value_dim / lc.kv_groups), 0.0f);
     w->fq.assign(n * sz(H * D), 0.0f);
     w->fk.assign(n * sz(Hkv * D), 0.0f);
-    w->o.assign(n * sz(c.value_dim), 0.0f);
-    if (c.kv_groups > 1) {
+    w->o.assign(n * sz(lc.value_dim), 0.0f);
+    if (lc.kv_groups > 1) {
       w->fk_full.assign(n * sz(H * D), 0.0f);
       w->v_full.assign(n * sz(H * dv), 0.0f);
     }
@@ -108,8 +110,8 @@ class Network final : public model::Network {
     if (c.architecture == Architecture::kLinearAttn) w->u.assign(n * sz(c.intermediate_size), 0.0f);
     std::size_t scratch = 0;
     for (const auto& l : layers)
-      scratch = std::max({scratch, l.phi_q->scratch_floats(std::int64_t(rows) * H, c.head_k_dim),
-                          l.phi_k->scratch_floats(std::int64_t(rows) * Hkv, c.head_k_dim)});
+      scratch = std::max({scratch, l.phi_q->scratch_floats(std::int64_t(rows) * H, lc.head_k_dim),
+                          l.phi_k->scratch_floats(std::int64_t(rows) * Hkv, lc.head_k_dim)});
     w->map_scratch.assign(scratch, 0.0f);
     return w;
   }
@@ -117,9 +119,10 @@ class Network final : public model::Network {
   void run(model::Scratch& scratch, int n, int threads, model::Attend attend) const override {
     Rows& w = static_cast<Rows&>(scratch);
     const ModelConfig& c = c_;
-    const int d = c.hidden_size, H = c.num_heads, Hkv = c.num_kv_heads, D = c.d_feature;
-    const int dv = c.head_v_dim, G = c.kv_groups, I = c.intermediate_size;
-    const int kd = c.key_dim / G, vd = c.value_dim / G;
+    const LinearConfig& lc = config_of(c);
+    const int d = c.hidden_size, H = c.num_heads, Hkv = c.num_kv_heads, D = lc.d_feature;
+    const int dv = lc.head_v_dim, G = lc.kv_groups, I = c.intermediate_size;
+    const int kd = lc.key_dim / G, vd = lc.value_dim / G;
     const bool pre_norm = c.architecture == Architecture::kLinearAttn;
     for (std::size_t li = 0; li < layers.size(); ++li) {
       const auto& L = layers[li];
@@ -129,11 +132,11 @@ class Network final : public model::Network {
         L.attn_norm.apply(w.x.data(), n, d, w.h.data(), d);
         in = w.h.data();
       }
-      L.q.apply(in, n, d, w.q.data(), c.key_dim, threads);
+      L.q.apply(in, n, d, w.q.data(), lc.key_dim, threads);
       L.k.apply(in, n, d, w.k.data(), kd, threads);
       L.v.apply(in, n, d, w.v.data(), vd, threads);
       // Feature maps after the head split: rows of head_k_dim become rows of d_feature.
-      const int dk = c.head_k_dim;
+      const int dk = lc.head_k_dim;
       L.phi_q->apply_with_scratch(w.q.data(), std::int64_t(n) * H, dk, dk, w.fq.data(), D,
                                   w.map_scratch.data());
       L.phi_k->apply_with_scratch(w.k.data(), std::int64_t(n) * Hkv, dk, dk, w.fk.data(), D,
@@ -152,8 +155,8 @@ class Network final : public model::Network {
           }
       }
       attend(li, 0, threads);
-      if (L.has_head_norm) L.head_norm.apply(w.o.data(), n, c.value_dim, w.o.data(), c.value_dim, H);
-      L.o.apply(w.o.data(), n, c.value_dim, w.a.data(), d, threads);
+      if (L.has_head_norm) L.head_norm.apply(w.o.data(), n, lc.value_dim, w.o.data(), lc.value_dim, H);
+      L.o.apply(w.o.data(), n, lc.value_dim, w.a.data(), d, threads);
       model::add_inplace(w.x.data(), w.a.data(), std::int64_t(n) * d);
       if (pre_norm) {
         model::swiglu_mlp(L.mlp_norm, L.gate, L.up, L.down, w.x.data(), w.h.data(), w.g.data(),
@@ -176,12 +179,13 @@ class Network final : public model::Network {
     (void)stage;
     Rows& w = static_cast<Rows&>(scratch);
     const ModelConfig& c = c_;
-    const int fq = c.num_heads * c.d_feature, v = c.num_heads * c.head_v_dim;
+    const LinearConfig& lc = config_of(c);
+    const int fq = c.num_heads * lc.d_feature, v = c.num_heads * lc.head_v_dim;
     const auto at = [&](const std::vector<float>& b, int width) {
       return b.data() + std::size_t(first) * std::size_t(width);
     };
-    const float* kf = at(c.kv_groups > 1 ? w.fk_full : w.fk, fq);
-    const float* vf = at(c.kv_groups > 1 ? w.v_full : w.v, v);
+    const float* kf = at(lc.kv_groups > 1 ? w.fk_full : w.fk, fq);
+    const float* vf = at(lc.kv_groups > 1 ? w.v_full : w.v, v);
     float* out = w.o.data() + std::size_t(first) * std::size_t(v);
     LinearState& s = model::state_of<LinearState>(state);
     const LinearAttention& attention = *layers[layer].attention;
@@ -199,7 +203,7 @@ class Network final : public model::Network {
 
   void clear_sequence(std::size_t, int, model::Scratch& scratch, int first, int count) const override {
     Rows& w = static_cast<Rows&>(scratch);
-    const auto v = std::size_t(c_.num_heads * c_.head_v_dim);
+    const auto v = std::size_t(c_.num_heads * config_of(c_).head_v_dim);
     std::fill(w.o.data() + std::size_t(first) * v, w.o.data() + std::size_t(first + count) * v, 0.0f);
   }
 
@@ -209,7 +213,7 @@ class Network final : public model::Network {
       for (const auto* d : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.fc1, &l.fc2})
         bytes += model::dense_bytes(*d);
       if (l.phi_q) bytes += l.phi_q->parameter_bytes();
-      if (l.phi_k && !c_.tie_feature_map_qk)  // tied maps share one set of matrices
+      if (l.phi_k && !config_of(c_).tie_feature_map_qk)  // tied maps share one set of matrices
         bytes += l.phi_k->parameter_bytes();
     }
     return bytes;
@@ -222,9 +226,10 @@ class Network final : public model::Network {
 // q's or k's feature map for layer prefix `prefix` (attn.feature_map_q. or _k.).
 std::shared_ptr<const FeatureMap> make_map(const ModelConfig& c, model::Loader& L,
                                            const std::string& prefix) {
-  const int dk = c.head_k_dim;
+  const LinearConfig& lc = config_of(c);
+  const int dk = lc.head_k_dim;
   const char* why = "head_k_dim";
-  switch (c.feature_map) {
+  switch (lc.feature_map) {
     case ModelFeatureMap::kElu: return make_feature_map(FeatureMapKind::kEluPlusOne);
     case ModelFeatureMap::kRelu: return make_feature_map(FeatureMapKind::kRelu);
     case ModelFeatureMap::kIdentity: return make_feature_map(FeatureMapKind::kIdentity);
@@ -264,21 +269,22 @@ class Family final : public model::Family {
   std::string config_fields(const ModelConfig& c) const override { return linear::config_fields(c); }
 
   std::vector<model::TensorSpec> tensors(const ModelConfig& c) const override {
+    const LinearConfig& lc = config_of(c);
     std::vector<model::TensorSpec> out;
     const std::int64_t d = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
     out.push_back({"model.embeddings.weight", {V, d}, Init::kEmbedding});
     for (int i = 0; i < c.num_hidden_layers; ++i) {
       const std::string p = layer_prefix(i);
       if (c.architecture == Architecture::kLinearAttn) {
-        const std::int64_t kd = c.key_dim / c.kv_groups, vd = c.value_dim / c.kv_groups;
+        const std::int64_t kd = lc.key_dim / lc.kv_groups, vd = lc.value_dim / lc.kv_groups;
         out.push_back({p + "attn_norm.weight", {d}, Init::kNorm});
-        out.push_back({p + "attn.q_proj.weight", {c.key_dim, d}});
+        out.push_back({p + "attn.q_proj.weight", {lc.key_dim, d}});
         out.push_back({p + "attn.k_proj.weight", {kd, d}});
         out.push_back({p + "attn.v_proj.weight", {vd, d}});
         feature_map_tensors(c, p + "attn.feature_map_q.", out);
-        if (!c.tie_feature_map_qk) feature_map_tensors(c, p + "attn.feature_map_k.", out);
-        if (c.elementwise_affine) out.push_back({p + "attn.norm.weight", {c.head_v_dim}, Init::kNorm});
-        out.push_back({p + "attn.o_proj.weight", {d, c.value_dim}});
+        if (!lc.tie_feature_map_qk) feature_map_tensors(c, p + "attn.feature_map_k.", out);
+        if (lc.elementwise_affine) out.push_back({p + "attn.norm.weight", {lc.head_v_dim}, Init::kNorm});
+        out.push_back({p + "attn.o_proj.weight", {d, lc.value_dim}});
         out.push_back({p + "mlp_norm.weight", {d}, Init::kNorm});
         out.push_back({p + "mlp.gate_proj.weight", {I, d}});
         out.push_back({p + "mlp.up_proj.weight", {I, d}});
@@ -306,15 +312,17 @@ class Family final : public model::Family {
   // One learned map serves q and k when they are tied; the table lists it under q's name, and a
   // checkpoint may store it under k's.
   std::string table_name(const ModelConfig& c, const std::string& name) const override {
+    const LinearConfig& lc = config_of(c);
     std::string listed = name;
     const std::string k_map = "attn.feature_map_k.", q_map = "attn.feature_map_q.";
-    if (const auto at = listed.find(k_map); c.tie_feature_map_qk && at != std::string::npos)
+    if (const auto at = listed.find(k_map); lc.tie_feature_map_qk && at != std::string::npos)
       listed.replace(at, k_map.size(), q_map);
     return listed;
   }
 
   void load(const ModelConfig& c, const WeightSource& weights, model::Loader& L,
             Model::Impl& impl) const override {
+    const LinearConfig& lc = config_of(c);
     const int d = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
     const auto eps = static_cast<float>(c.norm_eps);
     const bool fla = c.architecture == Architecture::kLinearAttn;
@@ -332,20 +340,20 @@ class Family final : public model::Family {
     for (int i = 0; i < c.num_hidden_layers; ++i) {
       const std::string p = layer_prefix(i);
       Layer layer;
-      const int kd = c.key_dim / c.kv_groups, vd = c.value_dim / c.kv_groups;
+      const int kd = lc.key_dim / lc.kv_groups, vd = lc.value_dim / lc.kv_groups;
       if (fla) {
         layer.attn_norm = model::norm(L, p + "attn_norm", d, eps, false, true, "hidden_size");
-        layer.q = model::dense(L, p + "attn.q_proj", c.key_dim, d, false, "key_dim, hidden_size");
+        layer.q = model::dense(L, p + "attn.q_proj", lc.key_dim, d, false, "key_dim, hidden_size");
         layer.k = model::dense(L, p + "attn.k_proj", kd, d, false, "key_dim / kv groups, hidden_size");
         layer.v = model::dense(L, p + "attn.v_proj", vd, d, false, "value_dim / kv groups, hidden_size");
-        layer.o = model::dense(L, p + "attn.o_proj", d, c.value_dim, false, "hidden_size, value_dim");
+        layer.o = model::dense(L, p + "attn.o_proj", d, lc.value_dim, false, "hidden_size, value_dim");
         layer.mlp_norm = model::norm(L, p + "mlp_norm", d, eps, false, true, "hidden_size");
         layer.gate = model::dense(L, p + "mlp.gate_proj", I, d, false, "intermediate_size, hidden_size");
         layer.up = model::dense(L, p + "mlp.up_proj", I, d, false, "intermediate_size, hidden_size");
         layer.down = model::dense(L, p + "mlp.down_proj", d, I, false, "hidden_size, intermediate_size");
         layer.has_head_norm = true;  // the library's output_norm is always 'rmsnorm' here
-        layer.head_norm = model::norm(L, p + "attn.norm", c.head_v_dim, eps, false,
-                                      c.elementwise_affine, "head_v_dim");
+        layer.head_norm = model::norm(L, p + "attn.norm", lc.head_v_dim, eps, false,
+                                      lc.elementwise_affine, "head_v_dim");
       } else {
         layer.q = model::dense(L, p + "attn.q_proj", d, d, true, "hidden_size");
         layer.k = model::dense(L, p + "attn.k_proj", d, d, true, "hidden_size");
@@ -355,24 +363,24 @@ class Family final : public model::Family {
         layer.fc1 = model::dense(L, p + "mlp.fc1", I, d, true, "intermediate_size, hidden_size");
         layer.fc2 = model::dense(L, p + "mlp.fc2", d, I, true, "hidden_size, intermediate_size");
         layer.mlp_norm = model::norm(L, p + "mlp_norm", d, eps, true, true, "hidden_size");
-        layer.gelu = c.hidden_act == "gelu";
+        layer.gelu = lc.hidden_act == "gelu";
       }
       // norm_q / norm_k: the map, then x / (sum(x) + 1e-4).
       const auto normalized = [](std::shared_ptr<const FeatureMap> f, bool normalize_sum) {
         return normalize_sum ? make_sum_normalized(std::move(f)) : f;
       };
       const std::string fq = p + "attn.feature_map_q.", fk = p + "attn.feature_map_k.";
-      const bool learned = c.feature_map == ModelFeatureMap::kHedgehog ||
-                           c.feature_map == ModelFeatureMap::kT2R ||
-                           c.feature_map == ModelFeatureMap::kElementwiseProduct;
-      if (c.tie_feature_map_qk && learned) {
+      const bool learned = lc.feature_map == ModelFeatureMap::kHedgehog ||
+                           lc.feature_map == ModelFeatureMap::kT2R ||
+                           lc.feature_map == ModelFeatureMap::kElementwiseProduct;
+      if (lc.tie_feature_map_qk && learned) {
         // One module serves both; checkpoints store it under the q name, the k name, or both.
         std::vector<model::TensorSpec> names;
         feature_map_tensors(c, fq, names);
         const bool under_q = weights.has(names.front().name);
         const std::shared_ptr<const FeatureMap> tied = make_map(c, L, under_q ? fq : fk);
-        layer.phi_q = normalized(tied, c.norm_q);
-        layer.phi_k = normalized(tied, c.norm_k);
+        layer.phi_q = normalized(tied, lc.norm_q);
+        layer.phi_k = normalized(tied, lc.norm_k);
         if (under_q) {
           for (const auto& t : names) {
             const std::string other = fk + t.name.substr(fq.size());
@@ -380,17 +388,17 @@ class Family final : public model::Family {
           }
         }
       } else {
-        layer.phi_q = normalized(make_map(c, L, fq), c.norm_q);
-        layer.phi_k = normalized(make_map(c, L, fk), c.norm_k);
+        layer.phi_q = normalized(make_map(c, L, fq), lc.norm_q);
+        layer.phi_k = normalized(make_map(c, L, fk), lc.norm_k);
       }
       LinearAttentionConfig ac;
       ac.n_heads = c.num_heads;
-      ac.d_key = c.d_feature;  // the model applies the feature maps itself: q and k may differ
-      ac.d_value = c.head_v_dim;
+      ac.d_key = lc.d_feature;  // the model applies the feature maps itself: q and k may differ
+      ac.d_value = lc.head_v_dim;
       ac.feature_map = FeatureMapKind::kIdentity;
-      ac.normalized = c.norm_feature_map;
-      ac.scale = c.attn_scale;
-      ac.eps = static_cast<float>(c.attn_eps);
+      ac.normalized = lc.norm_feature_map;
+      ac.scale = lc.attn_scale;
+      ac.eps = static_cast<float>(lc.attn_eps);
       try {
         layer.attention = std::make_unique<LinearAttention>(ac);
       } catch (const ArgumentError& e) {  // a bad model is a FormatError, whatever layer finds it
@@ -459,13 +467,14 @@ class Family final : public model::Family {
 
   std::string describe(const Model& m, const std::string& label) const override {
     const ModelConfig& c = m.config();
+    const LinearConfig& lc = config_of(c);
     return fmt::format("model: {}: {}, {} layers, hidden {}, {} heads{}, feature map {}, {} form, "
                        "vocab {}, {:.2f}M parameters\n",
                        label, model_type(c),
                        c.num_hidden_layers, c.hidden_size, c.num_heads,
                        c.num_kv_heads != c.num_heads ? fmt::format(" ({} kv)", c.num_kv_heads) : "",
-                       ModelConfig::feature_map_name(c.feature_map),
-                       c.norm_feature_map ? "normalized" : "unnormalized", c.vocab_size,
+                       feature_map_name(lc.feature_map),
+                       lc.norm_feature_map ? "normalized" : "unnormalized", c.vocab_size,
                        double(m.parameters()) / 1e6);
   }
 };

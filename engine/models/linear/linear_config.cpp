@@ -2,6 +2,9 @@
 // as its configuration class reads it, and the paper's model (transformers_are_rnns); their
 // derived sizes and the lines make-model writes.
 #include <cmath>
+#include <memory>
+#include <stdexcept>
+#include <utility>
 
 #include "models/linear/linear.h"
 
@@ -14,25 +17,48 @@ using model::kMaxHeadDim;
 
 namespace {
 
-constexpr ModelFeatureMap kFeatureMaps[] = {
-    ModelFeatureMap::kElu,      ModelFeatureMap::kRelu, ModelFeatureMap::kIdentity,
-    ModelFeatureMap::kHedgehog, ModelFeatureMap::kT2R,  ModelFeatureMap::kDpfp,
-    ModelFeatureMap::kElementwiseProduct};
+struct FeatureMapName {
+  ModelFeatureMap map;
+  const char* name;
+};
+constexpr FeatureMapName kFeatureMapNames[] = {
+    {ModelFeatureMap::kElu, "elu"},
+    {ModelFeatureMap::kRelu, "relu"},
+    {ModelFeatureMap::kIdentity, "identity"},
+    {ModelFeatureMap::kHedgehog, "hedgehog"},
+    {ModelFeatureMap::kT2R, "t2r"},
+    {ModelFeatureMap::kDpfp, "dpfp"},
+    {ModelFeatureMap::kElementwiseProduct, "elementwise_product"},
+};
 
 }  // namespace
+
+const LinearConfig& config_of(const ModelConfig& c) {
+  const auto* lc = dynamic_cast<const LinearConfig*>(c.family.get());
+  if (!lc)
+    throw std::logic_error("[Model] internal: a linear-attention configuration without its fields");
+  return *lc;
+}
+
+const char* feature_map_name(ModelFeatureMap map) {
+  for (const auto& f : kFeatureMapNames)
+    if (f.map == map) return f.name;
+  return "?";
+}
 
 void read_config(const std::string& type, const json::Value& root, model::Fields& f,
                  ModelConfig& c) {
   const std::string& source = f.source();
   constexpr int kMax = kMaxDim;
+  LinearConfig lc;
   if (type == "linear_attn") {
     c.architecture = Architecture::kLinearAttn;
     const std::string mode = f.string("attn_mode", "fused_chunk");
     if (mode != "chunk" && mode != "fused_chunk" && mode != "fused_recurrent")
       config_fail(source, "attn_mode is '{}', expected chunk, fused_chunk or fused_recurrent", mode);
     c.hidden_size = f.integer("hidden_size", 2048, 1, kMax);
-    c.expand_k = f.number("expand_k", 1.0, 1e-6, 1e6);
-    c.expand_v = f.number("expand_v", 1.0, 1e-6, 1e6);
+    lc.expand_k = f.number("expand_k", 1.0, 1e-6, 1e6);
+    lc.expand_v = f.number("expand_v", 1.0, 1e-6, 1e6);
     c.hidden_ratio = f.number("hidden_ratio", 4, 1e-6, 1e6);
     c.intermediate_size = f.integer("intermediate_size", 0, 1, kMax);
     c.num_hidden_layers = f.integer("num_hidden_layers", 24, 1, 4096);
@@ -40,27 +66,27 @@ void read_config(const std::string& type, const json::Value& root, model::Fields
     c.num_kv_heads = f.integer("num_kv_heads", 0, 1, kMax);
     const std::string map = f.string("feature_map", "elementwise_product");
     bool known = false;
-    for (const ModelFeatureMap fm : kFeatureMaps)
-      if (map == ModelConfig::feature_map_name(fm)) {
-        c.feature_map = fm;
+    for (const auto& fm : kFeatureMapNames)
+      if (map == fm.name) {
+        lc.feature_map = fm.map;
         known = true;
       }
     if (!known)
       config_fail(source, "feature_map is '{}', expected one of elu, relu, identity, hedgehog, "
                           "t2r, dpfp, elementwise_product", map);
-    c.tie_feature_map_qk = f.boolean("tie_feature_map_qk", false);
-    c.norm_q = f.boolean("norm_q", false);
-    c.norm_k = f.boolean("norm_k", false);
-    c.norm_feature_map = f.boolean("norm_feature_map", false);
-    c.hidden_act = f.string("hidden_act", "swish");
-    if (c.hidden_act != "swish")
-      config_fail(source, "hidden_act is '{}'; the linear_attn MLP supports only swish", c.hidden_act);
+    lc.tie_feature_map_qk = f.boolean("tie_feature_map_qk", false);
+    lc.norm_q = f.boolean("norm_q", false);
+    lc.norm_k = f.boolean("norm_k", false);
+    lc.norm_feature_map = f.boolean("norm_feature_map", false);
+    lc.hidden_act = f.string("hidden_act", "swish");
+    if (lc.hidden_act != "swish")
+      config_fail(source, "hidden_act is '{}'; the linear_attn MLP supports only swish", lc.hidden_act);
     f.integer("max_position_embeddings", 2048, 0, 1 << 30);  // no positional encoding: unused
     // null means false here, as in the library (RMSNorm(elementwise_affine=None) has no weight).
     const json::Value* affine = f.get("elementwise_affine");
     if (affine && !affine->is_bool())
       config_fail(source, "elementwise_affine is {}, expected true, false or null", affine->kind_name());
-    c.elementwise_affine = root.find("elementwise_affine") == nullptr ? true
+    lc.elementwise_affine = root.find("elementwise_affine") == nullptr ? true
                            : affine                               ? affine->boolean()
                                                                   : false;
     c.norm_eps = f.number("norm_eps", 1e-6, 0.0, 1.0);
@@ -68,7 +94,8 @@ void read_config(const std::string& type, const json::Value& root, model::Fields
       config_fail(source, "attn is set: hybrid models with softmax-attention layers are not supported");
     c.vocab_size = f.integer("vocab_size", 32000, 1, 1 << 24);
     c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
-    c.attn_eps = 1e-10;
+    lc.attn_eps = 1e-10;
+    c.family = std::make_shared<LinearConfig>(std::move(lc));
     return;
   }
   c.architecture = Architecture::kTransformersAreRnns;
@@ -77,39 +104,47 @@ void read_config(const std::string& type, const json::Value& root, model::Fields
   c.num_hidden_layers = f.integer("num_hidden_layers", 6, 1, 4096);
   c.num_heads = f.integer("num_heads", 8, 1, kMax);
   c.intermediate_size = f.integer("intermediate_size", 4 * c.hidden_size, 1, kMax);
-  c.hidden_act = f.string("hidden_act", "relu");
-  if (c.hidden_act != "relu" && c.hidden_act != "gelu")
-    config_fail(source, "hidden_act is '{}', expected relu or gelu", c.hidden_act);
+  lc.hidden_act = f.string("hidden_act", "relu");
+  if (lc.hidden_act != "relu" && lc.hidden_act != "gelu")
+    config_fail(source, "hidden_act is '{}', expected relu or gelu", lc.hidden_act);
   const std::string map = f.string("feature_map", "elu");
-  if (map == "elu") c.feature_map = ModelFeatureMap::kElu;
-  else if (map == "relu") c.feature_map = ModelFeatureMap::kRelu;
+  if (map == "elu") lc.feature_map = ModelFeatureMap::kElu;
+  else if (map == "relu") lc.feature_map = ModelFeatureMap::kRelu;
   else config_fail(source, "feature_map is '{}', expected elu or relu for this model type", map);
   c.norm_eps = f.number("norm_eps", 1e-5, 0.0, 1.0);
-  c.attn_eps = f.number("attn_eps", 1e-6, 0.0, 1.0);
+  lc.attn_eps = f.number("attn_eps", 1e-6, 0.0, 1.0);
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
-  c.norm_feature_map = true;
-  c.elementwise_affine = false;
+  lc.norm_feature_map = true;
+  lc.elementwise_affine = false;
+  c.family = std::make_shared<LinearConfig>(std::move(lc));
 }
 
 void resolve(ModelConfig& c, const std::string& source) {
+  // A configuration built in code without the family's fields takes their defaults.
+  const auto* given = dynamic_cast<const LinearConfig*>(c.family.get());
+  if (c.family && !given)
+    config_fail(source, "a linear-attention configuration holds another family's fields");
+  LinearConfig lc = given ? *given : LinearConfig{};
+  if (!(lc.expand_k > 0 && lc.expand_k <= 1e6 && lc.expand_v > 0 && lc.expand_v <= 1e6))
+    config_fail(source, "expand_k {} and expand_v {} must lie in (0, 1e6]", lc.expand_k,
+                lc.expand_v);
   c.mixers.assign(std::size_t(c.num_hidden_layers), MixerKind::kLinearAttention);
-  c.embedding_rows = c.vocab_size;
   if (c.architecture == Architecture::kLinearAttn) {
     if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;
     if (c.num_kv_heads < 1 || c.num_heads % c.num_kv_heads != 0)
       config_fail(source, "num_heads {} is not a multiple of num_kv_heads {}", c.num_heads,
                   c.num_kv_heads);
-    c.kv_groups = c.num_heads / c.num_kv_heads;
+    lc.kv_groups = c.num_heads / c.num_kv_heads;
     // As the library: int(hidden_size * expand), truncating. The product is checked in double
     // before it becomes an int, so that no value of the config reaches an overflow.
-    c.key_dim = checked_dim(source, "key dim hidden_size * expand_k", double(c.hidden_size) * c.expand_k);
-    c.value_dim = checked_dim(source, "value dim hidden_size * expand_v", double(c.hidden_size) * c.expand_v);
-    if (c.key_dim < 1 || c.key_dim % c.num_heads != 0)
+    lc.key_dim = checked_dim(source, "key dim hidden_size * expand_k", double(c.hidden_size) * lc.expand_k);
+    lc.value_dim = checked_dim(source, "value dim hidden_size * expand_v", double(c.hidden_size) * lc.expand_v);
+    if (lc.key_dim < 1 || lc.key_dim % c.num_heads != 0)
       config_fail(source, "key dim hidden_size * expand_k = {} * {} = {} is not a positive "
-                          "multiple of num_heads {}", c.hidden_size, c.expand_k, c.key_dim, c.num_heads);
-    if (c.value_dim < 1 || c.value_dim % c.num_heads != 0)
+                          "multiple of num_heads {}", c.hidden_size, lc.expand_k, lc.key_dim, c.num_heads);
+    if (lc.value_dim < 1 || lc.value_dim % c.num_heads != 0)
       config_fail(source, "value dim hidden_size * expand_v = {} * {} = {} is not a positive "
-                          "multiple of num_heads {}", c.hidden_size, c.expand_v, c.value_dim, c.num_heads);
+                          "multiple of num_heads {}", c.hidden_size, lc.expand_v, lc.value_dim, c.num_heads);
     if (c.intermediate_size == 0) {
       // The library's rule: 2/3 of hidden_size * hidden_ratio, rounded up to a multiple of 256.
       const int raw = checked_dim(source, "hidden_size * hidden_ratio * 2/3",
@@ -119,74 +154,71 @@ void resolve(ModelConfig& c, const std::string& source) {
     }
   } else {
     c.num_kv_heads = c.num_heads;
-    c.kv_groups = 1;
+    lc.kv_groups = 1;
     if (c.hidden_size % c.num_heads != 0)
       config_fail(source, "hidden_size {} is not a multiple of num_heads {}", c.hidden_size, c.num_heads);
-    c.key_dim = c.value_dim = c.hidden_size;
+    lc.key_dim = lc.value_dim = c.hidden_size;
   }
   if (c.intermediate_size < 1)
     config_fail(source, "intermediate_size is {}, expected >= 1", c.intermediate_size);
-  c.head_k_dim = c.key_dim / c.num_heads;
-  c.head_v_dim = c.value_dim / c.num_heads;
-  const int expansion = c.feature_map == ModelFeatureMap::kHedgehog ? 2
-                        : c.feature_map == ModelFeatureMap::kDpfp   ? 8  // 2 d, rolled nu = 4 times
+  lc.head_k_dim = lc.key_dim / c.num_heads;
+  lc.head_v_dim = lc.value_dim / c.num_heads;
+  const int expansion = lc.feature_map == ModelFeatureMap::kHedgehog ? 2
+                        : lc.feature_map == ModelFeatureMap::kDpfp   ? 8  // 2 d, rolled nu = 4 times
                                                                     : 1;
   // The attention layer's limits, checked here so that a bad config is a FormatError that names
   // config.json rather than an error from deep inside the model.
-  if (c.head_k_dim > kMaxHeadDim || c.head_v_dim > kMaxHeadDim ||
-      std::int64_t(c.head_k_dim) * expansion > kMaxHeadDim)
+  if (lc.head_k_dim > kMaxHeadDim || lc.head_v_dim > kMaxHeadDim ||
+      std::int64_t(lc.head_k_dim) * expansion > kMaxHeadDim)
     config_fail(source, "per-head sizes key {}, value {}, feature {} exceed the limit of {}",
-                c.head_k_dim, c.head_v_dim, std::int64_t(c.head_k_dim) * expansion, kMaxHeadDim);
-  c.d_feature = c.head_k_dim * expansion;
+                lc.head_k_dim, lc.head_v_dim, std::int64_t(lc.head_k_dim) * expansion, kMaxHeadDim);
+  lc.d_feature = lc.head_k_dim * expansion;
   if (c.architecture == Architecture::kLinearAttn) {
     // scale = K^-1/2 with K the key size after the feature map (chunk_linear_attn's default),
     // applied to q in the numerator and, when normalized, in the denominator.
-    c.attn_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d_feature)));
+    lc.attn_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(lc.d_feature)));
   } else {
-    c.attn_scale = 1.0f;
+    lc.attn_scale = 1.0f;
   }
+  c.family = std::make_shared<LinearConfig>(std::move(lc));
 }
 
 std::string config_fields(const ModelConfig& c) {
-  std::string s;
-  const auto add = [&](const char* key, const std::string& value) {
-    s += fmt::format("  \"{}\": {},\n", key, value);
-  };
-  const auto num = [](double x) { return fmt::format("{}", x); };
-  const auto boolean = [](bool b) { return std::string(b ? "true" : "false"); };
+  const LinearConfig& lc = config_of(c);
+  model::FieldWriter w;
   if (c.architecture == Architecture::kLinearAttn) {
-    add("model_type", "\"linear_attn\"");
-    add("architectures", "[\"LinearAttentionForCausalLM\"]");
-    add("attn_mode", "\"fused_chunk\"");
-    add("vocab_size", num(c.vocab_size));
-    add("hidden_size", num(c.hidden_size));
-    add("num_hidden_layers", num(c.num_hidden_layers));
-    add("num_heads", num(c.num_heads));
-    add("num_kv_heads", num(c.num_kv_heads));
-    add("expand_k", num(c.expand_k));
-    add("expand_v", num(c.expand_v));
-    add("intermediate_size", num(c.intermediate_size));
-    add("hidden_act", json::quote(c.hidden_act));
-    add("feature_map", json::quote(ModelConfig::feature_map_name(c.feature_map)));
-    add("tie_feature_map_qk", boolean(c.tie_feature_map_qk));
-    add("norm_q", boolean(c.norm_q));
-    add("norm_k", boolean(c.norm_k));
-    add("norm_feature_map", boolean(c.norm_feature_map));
-    add("elementwise_affine", boolean(c.elementwise_affine));
-    add("norm_eps", num(c.norm_eps));
+    w.add("model_type", "\"linear_attn\"");
+    w.add("architectures", "[\"LinearAttentionForCausalLM\"]");
+    w.add("attn_mode", "\"fused_chunk\"");
+    w.number("vocab_size", c.vocab_size);
+    w.number("hidden_size", c.hidden_size);
+    w.number("num_hidden_layers", c.num_hidden_layers);
+    w.number("num_heads", c.num_heads);
+    w.number("num_kv_heads", c.num_kv_heads);
+    w.number("expand_k", lc.expand_k);
+    w.number("expand_v", lc.expand_v);
+    w.number("intermediate_size", c.intermediate_size);
+    w.string("hidden_act", lc.hidden_act);
+    w.string("feature_map", feature_map_name(lc.feature_map));
+    w.boolean("tie_feature_map_qk", lc.tie_feature_map_qk);
+    w.boolean("norm_q", lc.norm_q);
+    w.boolean("norm_k", lc.norm_k);
+    w.boolean("norm_feature_map", lc.norm_feature_map);
+    w.boolean("elementwise_affine", lc.elementwise_affine);
+    w.number("norm_eps", c.norm_eps);
   } else {
-    add("model_type", "\"transformers_are_rnns\"");
-    add("vocab_size", num(c.vocab_size));
-    add("hidden_size", num(c.hidden_size));
-    add("num_hidden_layers", num(c.num_hidden_layers));
-    add("num_heads", num(c.num_heads));
-    add("intermediate_size", num(c.intermediate_size));
-    add("hidden_act", json::quote(c.hidden_act));
-    add("feature_map", json::quote(ModelConfig::feature_map_name(c.feature_map)));
-    add("norm_eps", num(c.norm_eps));
-    add("attn_eps", num(c.attn_eps));
+    w.add("model_type", "\"transformers_are_rnns\"");
+    w.number("vocab_size", c.vocab_size);
+    w.number("hidden_size", c.hidden_size);
+    w.number("num_hidden_layers", c.num_hidden_layers);
+    w.number("num_heads", c.num_heads);
+    w.number("intermediate_size", c.intermediate_size);
+    w.string("hidden_act", lc.hidden_act);
+    w.string("feature_map", feature_map_name(lc.feature_map));
+    w.number("norm_eps", c.norm_eps);
+    w.number("attn_eps", lc.attn_eps);
   }
-  return s;
+  return w.text();
 }
 
 }  // namespace recur::models::linear

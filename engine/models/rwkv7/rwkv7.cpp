@@ -241,7 +241,7 @@ class Family final : public model::Family {
         label, rc.layout == Layout::kBlink ? "BlinkDL" : "fla", c.num_hidden_layers,
         c.hidden_size, c.num_heads, rc.head_size, c.intermediate_size, rc.rank_w, rc.rank_a,
         rc.rank_v, rc.rank_g, c.vocab_size, double(m.parameters()) / 1e6,
-        double(model::new_state_bytes(*m.impl().network)) / double(1 << 20), c.num_heads,
+        double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20), c.num_heads,
         rc.head_size, rc.head_size);
   }
 };
