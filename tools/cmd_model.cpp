@@ -230,6 +230,7 @@ int run_generate(int argc, char** argv) {
   std::optional<DecodeStream> stream;
   if (tokenizer && !ids_out) {
     stream.emplace(tokenizer);
+    sampler.set_vocab_limit(tokenizer->vocab_size());  // ids it cannot decode are never drawn
     const std::size_t context = std::min<std::size_t>(history.size(), 8);
     for (std::size_t i = history.size() - context; i < history.size(); ++i) stream->put(history[i]);
   }
