@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "kernels/delta_kernels.h"
@@ -285,16 +286,17 @@ class Network final : public model::Network {
     const std::size_t begin = std::size_t(r0) * std::size_t(C), end = std::size_t(r1) * std::size_t(C);
     if (first_layer)
       std::memcpy(w.v_first.data() + begin, w.v.data() + begin, (end - begin) * sizeof(float));
-    for (std::size_t i = begin; i < end; ++i) {
-      const std::size_t j = i % std::size_t(C);
-      // exp(-e^-0.5 sigmoid(z)), in double from the float z.
-      const double z = double(w.w[i]);
-      w.w[i] = float(std::exp(-kExpMinusHalf / (1.0 + std::exp(-z))));
-      w.a[i] = sigmoid(w.a[i]);
-      if (L.value_residual) w.v[i] = w.v[i] + (w.v_first[i] - w.v[i]) * sigmoid(w.out[i]);
-      w.kk[i] = w.k[i] * L.k_k[j];
-      w.k[i] = w.k[i] * (1.0f + (w.a[i] - 1.0f) * L.k_a[j]);
-    }
+    for (std::size_t row = begin; row < end; row += std::size_t(C))
+      for (std::size_t j = 0; j < std::size_t(C); ++j) {
+        const std::size_t i = row + j;
+        // exp(-e^-0.5 sigmoid(z)), in double from the float z.
+        const double z = double(w.w[i]);
+        w.w[i] = float(std::exp(-kExpMinusHalf / (1.0 + std::exp(-z))));
+        w.a[i] = sigmoid(w.a[i]);
+        if (L.value_residual) w.v[i] = w.v[i] + (w.v_first[i] - w.v[i]) * sigmoid(w.out[i]);
+        w.kk[i] = w.k[i] * L.k_k[j];
+        w.k[i] = w.k[i] * (1.0f + (w.a[i] - 1.0f) * L.k_a[j]);
+      }
     // kk normalised per head (BlinkDL: x / max(|x|, 1e-12); fla's fuse_norm: x / sqrt(|x|^2 + 1e-6)).
     for (std::size_t o = begin; o < end; o += std::size_t(N)) {
       float* kk = w.kk.data() + o;
@@ -343,16 +345,26 @@ class Network final : public model::Network {
     const int C = s_.C, F = s_.F;
     const auto uC = std::size_t(C), uF = std::size_t(F);
     for_rows(n, threads, [&](int r0, int r1) {
-      for (std::size_t i = std::size_t(r0) * uC; i < std::size_t(r1) * uC; ++i) {
-        const float d = w.prev[i] - w.h[i];
-        w.lerp[i] = w.h[i] + d * L.ffn_x_k[i % uC];
-      }
+      for (std::size_t row = std::size_t(r0) * uC; row < std::size_t(r1) * uC; row += uC)
+        for (std::size_t j = 0; j < uC; ++j) {
+          const float d = w.prev[row + j] - w.h[row + j];
+          w.lerp[row + j] = w.h[row + j] + d * L.ffn_x_k[j];
+        }
     });
     L.ffn_key.apply(w.lerp.data(), n, C, w.ffn.data(), F, threads);
     for_rows(n, threads, [&](int r0, int r1) {
+      // relu(x)^2 as x with its bits masked to +0 unless x > 0 (a NaN too), then squared: the
+      // bytes of (x > 0 ? x : 0)^2 without a branch. Written as a select of floats, the
+      // compiler kept a branch per element (it may not compute x * x where x <= 0 under
+      // -ftrapping-math), mispredicted half the time: most of this file's samples.
+      float* f = w.ffn.data();
       for (std::size_t i = std::size_t(r0) * uF; i < std::size_t(r1) * uF; ++i) {
-        const float r = w.ffn[i] > 0.0f ? w.ffn[i] : 0.0f;
-        w.ffn[i] = r * r;
+        std::uint32_t bits;
+        std::memcpy(&bits, &f[i], sizeof bits);
+        bits &= f[i] > 0.0f ? ~std::uint32_t(0) : std::uint32_t(0);
+        float r;
+        std::memcpy(&r, &bits, sizeof r);
+        f[i] = r * r;
       }
     });
     L.ffn_value.apply(w.ffn.data(), n, F, w.out.data(), C, threads);
