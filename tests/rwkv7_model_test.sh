@@ -199,6 +199,24 @@ grep -q "rwkv_vocab_v20230424.txt" "$tmp/err" && grep -q -- "--tokenizer" "$tmp/
   fail "the missing tokenizer's error does not name the world vocabulary and --tokenizer: $(cat "$tmp/err")"
 echo "rwkv7_model_test: make-model --arch rwkv7 writes a model that reads back, tied or not; without a tokenizer text is refused"
 
+# A head wider than its tokenizer (the world models: 65,536 rows, 65,530 ids): text output never
+# draws an id the tokenizer cannot decode, greedy or sampled. --ids still gives the head's own
+# choice, the control that the rows past the vocabulary win here.
+mkdir "$tmp/narrow"
+head -256 "$src/tests/world/rwkv_vocab_v20230424.txt" > "$tmp/narrow/rwkv_vocab_v20230424.txt"
+"$recur" make-model "$tmp/wide" --arch rwkv7 --vocab 1000 --hidden 64 --layers 3 --heads 2 \
+  --lora-ranks 4,3,2,8 > /dev/null 2> "$tmp/err" || { cat "$tmp/err" >&2; fail "make-model --vocab 1000"; }
+wide=(-m "$tmp/wide" --tokenizer "$tmp/narrow" -p "ab" --ignore-eos)
+"$recur" generate "${wide[@]}" --greedy -n 16 --ids > "$tmp/ids" 2> "$tmp/err" || { cat "$tmp/err" >&2; fail "generate --ids"; }
+awk '$1 >= 257 { found = 1 } END { exit !found }' "$tmp/ids" ||
+  fail "the control: no greedy id of the wide head passes the tokenizer's 257 ids: $(tr '\n' ' ' < "$tmp/ids")"
+for sampling in "--greedy" "--temperature 1 --top-k 0 --top-p 1 --seed 3"; do
+  # shellcheck disable=SC2086
+  "$recur" generate "${wide[@]}" $sampling -n 32 > "$tmp/out" 2> "$tmp/err" ||
+    fail "generate $sampling with a head of 1000 rows and a tokenizer of 257 ids: $(tail -1 "$tmp/err")"
+done
+echo "rwkv7_model_test: a head wider than the tokenizer never samples an id past it (greedy and sampled)"
+
 # The committed expectations are the reference's own numbers (where PyTorch is installed).
 if /usr/bin/python3 -c 'import torch' 2> /dev/null; then
   /usr/bin/python3 "$fx/reference.py" --check-expected "$fx/expected.json" > /dev/null ||

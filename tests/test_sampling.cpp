@@ -80,12 +80,59 @@ TEST_CASE("the same seed gives the same tokens, another seed others", "[sampling
   CHECK(draw(7) != draw(8));
 }
 
+TEST_CASE("ids at or past the vocabulary limit are never chosen, greedy or sampled", "[sampling]") {
+  // A head wider than its tokenizer: the best logits sit in the rows past the limit.
+  Eigen::VectorXf l(6);
+  l << 0.5f, 1.0f, 0.8f, 1.0f, 9.0f, 8.0f;
+  SamplerOptions greedy = opts(0, 0, 1, 1, 0);
+  CHECK(Sampler(greedy).sample(l, {}) == 4);  // without the limit, the widest row wins
+  greedy.vocab_limit = 4;
+  CHECK(Sampler(greedy).sample(l, {}) == 1);  // the best of ids 0-3, the lower on the tie
+  Sampler later(opts(0, 0, 1, 1, 0));
+  later.set_vocab_limit(3);
+  CHECK(later.sample(l, {}) == 1);
+  later.set_vocab_limit(0);  // 0: no limit
+  CHECK(later.sample(l, {}) == 4);
+  greedy.vocab_limit = 100;  // a limit past the logits changes nothing
+  CHECK(Sampler(greedy).sample(l, {}) == 4);
+  // Sampled: the softmax of the ids below the limit alone (ids 0-3: weights e^0.5, e, e^0.8, e).
+  const int n = 20000;
+  for (const int limit : {0, 4}) {
+    SamplerOptions o = opts(1.0f, 0, 1.0f, 1.0f, 11);
+    o.vocab_limit = limit;
+    Sampler s(o);
+    std::map<int, int> count;
+    for (int i = 0; i < n; ++i) ++count[s.sample(l, {})];
+    if (limit == 0) {
+      CHECK(count[4] > n / 2);  // the control: unlimited, the wide rows take most draws
+    } else {
+      CHECK(count.count(4) == 0);
+      CHECK(count.count(5) == 0);
+      const double z = std::exp(0.5) + 2 * std::exp(1.0) + std::exp(0.8);
+      CHECK(std::abs(count[1] / double(n) - std::exp(1.0) / z) < 0.015);
+      CHECK(std::abs(count[0] / double(n) - std::exp(0.5) / z) < 0.015);
+    }
+  }
+  // Top-k counts among the ids below the limit.
+  SamplerOptions top2 = opts(1.0f, 2, 1.0f, 1.0f, 5);
+  top2.vocab_limit = 4;
+  Sampler t2(top2);
+  for (int i = 0; i < 200; ++i) {
+    const int id = t2.sample(l, {});
+    CHECK((id == 1 || id == 3));
+  }
+}
+
 TEST_CASE("bad sampler options and logits are rejected", "[sampling]") {
   CHECK_THROWS_AS(Sampler(opts(-1, 0, 1, 1, 0)), ArgumentError);
   CHECK_THROWS_AS(Sampler(opts(1, -1, 1, 1, 0)), ArgumentError);
   CHECK_THROWS_AS(Sampler(opts(1, 0, 0, 1, 0)), ArgumentError);
   CHECK_THROWS_AS(Sampler(opts(1, 0, 1.5f, 1, 0)), ArgumentError);
   CHECK_THROWS_AS(Sampler(opts(1, 0, 1, 0, 0)), ArgumentError);
+  SamplerOptions negative_limit;
+  negative_limit.vocab_limit = -1;
+  CHECK_THROWS_AS(Sampler(negative_limit), ArgumentError);
+  CHECK_THROWS_AS(Sampler().set_vocab_limit(-1), ArgumentError);
   Sampler s;
   Eigen::VectorXf l(2);
   l << 1.0f, NAN;

@@ -4,6 +4,8 @@
 // text goes through.
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -12,7 +14,9 @@
 #include <thread>
 #include <vector>
 
+#include "model/random_weights.h"
 #include "recur/model.h"
+#include "recur/tokenizer.h"
 #include "serve/auth.h"
 #include "serve/engine.h"
 #include "serve/stop.h"
@@ -475,4 +479,43 @@ TEST_CASE("a chat turn ends at its end ids as at eos, and ignore_eos ignores bot
   CHECK(ended->token_ids == std::vector<int>{first_token});
   CHECK(ended->text.empty());
   CHECK(ids_of(*ignored).size() == 4);
+}
+
+TEST_CASE("a head wider than the tokenizer never samples an id past it, and logprobs name such ids", "[serve][engine]") {
+  // RWKV's world models have 65,536 rows in the head and 65,530 ids in the vocabulary; here 1000
+  // rows and the 256 bytes as ids 1-256 (257 ids with id 0).
+  const recur::ModelConfig c = recur::ModelConfig::from_json(
+      R"({"model_type": "rwkv7", "vocab_size": 1000, "hidden_size": 64, "head_dim": 32,
+          "num_hidden_layers": 2, "intermediate_size": 128, "decay_low_rank_dim": 8,
+          "a_low_rank_dim": 8, "v_low_rank_dim": 4, "gate_low_rank_dim": 16})",
+      "rwkv7 config");
+  std::string vocab;
+  for (int b = 0; b < 256; ++b) vocab += fmt::format("{} b'\\x{:02x}' 1\n", b + 1, b);
+  const auto tokenizer = recur::Tokenizer::from_rwkv_vocab(vocab, "256 bytes");
+  REQUIRE(tokenizer->vocab_size() == 257);
+  ConversationStore store(nullptr, 1 << 24);
+  Engine engine(recur::Model::from_weights(c, recur::RandomWeights(c, 3)), tokenizer, store,
+                small_engine(2, 4));
+  auto sampled = request("cmpl-sampled", 24);
+  sampled->request.sampler.temperature = 1.0f;
+  sampled->request.sampler.top_k = 0;
+  sampled->request.sampler.top_p = 1.0f;
+  sampled->request.logprobs = 20;
+  auto greedy = request("cmpl-greedy", 24);
+  greedy->request.sampler.temperature = 0;
+  REQUIRE(engine.submit(sampled));
+  REQUIRE(engine.submit(greedy));
+  REQUIRE(wait_until([&] { return finished(*sampled) && finished(*greedy); }));
+  bool listed_past = false;  // the control: the rows past the vocabulary are among the likely ones
+  for (Job* job : {sampled.get(), greedy.get()}) {
+    std::lock_guard<std::mutex> lock(job->mutex);
+    INFO(job->id << ": " << job->error_message);
+    REQUIRE(job->error_status == 0);
+    CHECK(job->completion_tokens == 24);
+    for (const int id : job->token_ids) CHECK(id < 257);
+    for (const auto& t : job->tokens)
+      for (const auto& [id, logprob] : t.top)
+        if (id >= 257) listed_past = true;
+  }
+  CHECK(listed_past);
 }

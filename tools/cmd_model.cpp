@@ -334,6 +334,8 @@ int run_generate(int argc, char** argv) {
 
   const bool ids_out = args.flag_set("ids");
   TokenWriter out(tm, ids_out, args.flag_set("raw"));
+  // Ids the tokenizer cannot decode (a head wider than its vocabulary) are never drawn.
+  if (tm.tokenizer && !ids_out) sampler.set_vocab_limit(tm.tokenizer->vocab_size());
   out.context(history);
   if (!ids_out)
     out.text(args.given("prompt-ids") && tm.tokenizer ? tm.tokenizer->decode(prompt_ids) : prompt);

@@ -20,6 +20,14 @@ Sampler::Sampler(const SamplerOptions& options) : options_(options), state_(opti
   if (!(options.repetition_penalty > 0.0f) || !std::isfinite(options.repetition_penalty))
     detail::throw_argument(call, "repetition_penalty is {}, expected a finite number > 0",
                            options.repetition_penalty);
+  if (options.vocab_limit < 0)
+    detail::throw_argument(call, "vocab_limit is {}, expected >= 0 (0: no limit)", options.vocab_limit);
+}
+
+void Sampler::set_vocab_limit(int ids) {
+  if (ids < 0)
+    detail::throw_argument("Sampler::set_vocab_limit", "ids is {}, expected >= 0 (0: no limit)", ids);
+  options_.vocab_limit = ids;
 }
 
 double Sampler::uniform() {
@@ -33,9 +41,13 @@ double Sampler::uniform() {
 
 int Sampler::sample(ConstVectorRef logits, const std::vector<int>& history) {
   constexpr const char* call = "Sampler::sample";
-  const auto V = static_cast<int>(logits.size());
+  auto V = static_cast<int>(logits.size());
   if (V == 0) detail::throw_shape(call, "logits are empty");
   detail::check_finite(call, "logits", logits.data(), 1, V, V);
+  // Ids past the limit are not candidates at all: the rest is sampled as if the logits ended
+  // there (their softmax, their top-k and top-p).
+  const int limit = options_.vocab_limit;
+  if (limit > 0 && limit < V) V = limit;
   work_.assign(logits.data(), logits.data() + V);
   if (options_.repetition_penalty != 1.0f) {
     std::unordered_set<int> seen;

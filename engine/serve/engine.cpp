@@ -106,8 +106,10 @@ std::size_t Engine::active_bytes() const {
 }
 
 std::string Engine::token_text(int id) const {
-  if (tokenizer_) return text::utf8_lossy(tokenizer_->decode({id}));
-  if (id >= ByteTokenizer::kVocab) return fmt::format("<|{}|>", id);
+  // Past the tokenizer's ids (a head wider than its vocabulary, listed among the top logprobs;
+  // never sampled) or past the bytes: the id itself.
+  if (tokenizer_ && id < tokenizer_->vocab_size()) return text::utf8_lossy(tokenizer_->decode({id}));
+  if (tokenizer_ || id >= ByteTokenizer::kVocab) return fmt::format("<|{}|>", id);
   const auto b = static_cast<unsigned char>(id);
   if (b < 0x80) return std::string(1, char(b));
   return fmt::format("bytes:\\x{:02x}", b);
@@ -191,6 +193,8 @@ void Engine::admit(Slot& slot, std::shared_ptr<Job> job) {
   slot.done = 0;
   slot.generated = 0;
   slot.sampler.emplace(r.sampler);
+  // Ids the tokenizer cannot decode (a head wider than the vocabulary) are never drawn.
+  if (tokenizer_) slot.sampler->set_vocab_limit(tokenizer_->vocab_size());
   slot.stop.reset(r.stop);
   if (tokenizer_) {
     slot.stream.emplace(tokenizer_);

@@ -21,14 +21,21 @@ struct SamplerOptions {
   float repetition_penalty = 1.0f;
   /// The random stream: the same seed, logits and history give the same tokens.
   std::uint64_t seed = 0;
+  /// Only ids below it are ever chosen (0: every id of the logits). Text output sets it to the
+  /// tokenizer's vocab_size(): a head may have more rows than the tokenizer has ids (RWKV's
+  /// world models: 65,536 rows, 65,530 ids), and an id it cannot decode must not be sampled.
+  int vocab_limit = 0;
 };
 
-/// Applies, in order: repetition penalty, temperature, top-k, top-p, then draws. Greedy ties go
-/// to the lowest id.
+/// Applies, in order: the vocabulary limit, repetition penalty, temperature, top-k, top-p,
+/// then draws. Greedy ties go to the lowest id.
 class Sampler {
  public:
   explicit Sampler(const SamplerOptions& options = {});
   const SamplerOptions& options() const { return options_; }
+  /// Sets options().vocab_limit (>= 0; ArgumentError otherwise): for a caller that learns the
+  /// tokenizer after the sampler is made.
+  void set_vocab_limit(int ids);
   /// The next token given the logits and the tokens seen so far (for the penalty).
   int sample(ConstVectorRef logits, const std::vector<int>& history);
   /// The random stream's position: save it with a state (SessionData) and restore it with

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "kernels/delta_kernels.h"
@@ -24,6 +25,19 @@ constexpr int kStageTimeShift = 0, kStageRecurrence = 1, kStageChannelShift = 2;
 const double kExpMinusHalf = std::exp(-0.5);  // the decay's scale, e^-0.5
 
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// Below this many rows per thread a row-wise part runs on the calling thread: handing out a
+// range costs more than a few rows' work.
+constexpr int kRowsPerRange = 4;
+
+// fn(r0, r1) over the rows [0, n), split into ranges over up to `threads` threads. Every
+// row-wise part is a function of its row alone, so the split changes no byte.
+template <class Fn>
+void for_rows(int n, int threads, const Fn& fn) {
+  const int ranges = std::min(std::max(threads, 1), n / kRowsPerRange);
+  if (ranges <= 1) return fn(0, n);
+  detail::parallel_ranges(n, ranges, [&](int r0, int r1, int) { fn(r0, r1); });
+}
 
 // One sequence's state in one layer: the time mix's and the channel mix's previous normed
 // inputs, and S per head, S[h][i][j] with i the value channel and j the key channel (BlinkDL's
@@ -103,12 +117,11 @@ struct Rows : model::Scratch {
   // prev: the token-shifted normed rows (cap, C); lerp: the six mixed inputs per row (cap, 6C);
   // r, k, v, w (decay), a (in-context rate), g (gate), kk, neg_kk, b (kk * a), y (the read-out),
   // v_first (layer 0's v), out (a sublayer's output): (cap, C) each; lo: a LoRA's middle
-  // (cap, max rank); ffn: (cap, F); dot: one head's products (N).
-  std::vector<float> prev, lerp, r, k, v, w, a, g, kk, neg_kk, b, y, v_first, out, lo, ffn, dot;
+  // (cap, max rank); ffn: (cap, F). kk, spent once the walk has run, holds the bonus's products.
+  std::vector<float> prev, lerp, r, k, v, w, a, g, kk, neg_kk, b, y, v_first, out, lo, ffn;
   std::size_t bytes() const override {
     return Scratch::bytes() + model::buffer_bytes({&prev, &lerp, &r, &k, &v, &w, &a, &g, &kk,
-                                                   &neg_kk, &b, &y, &v_first, &out, &lo, &ffn,
-                                                   &dot});
+                                                   &neg_kk, &b, &y, &v_first, &out, &lo, &ffn});
   }
 };
 
@@ -132,26 +145,36 @@ class Network final : public model::Network {
     w->lerp.assign(n * 6 * C, 0.0f);
     w->lo.assign(n * std::size_t(s_.max_rank), 0.0f);
     w->ffn.assign(n * std::size_t(s_.F), 0.0f);
-    w->dot.assign(std::size_t(s_.N), 0.0f);
     return w;
   }
 
   void run(model::Scratch& scratch, int n, int threads, model::Attend attend) const override {
     Rows& w = static_cast<Rows&>(scratch);
-    const int C = s_.C;
-    if (s_.ln0) s_.ln0_norm.apply(w.x.data(), n, C, w.x.data(), C);
+    const auto C = std::size_t(s_.C);
+    if (s_.ln0)
+      for_rows(n, threads, [&](int r0, int r1) {
+        s_.ln0_norm.apply(w.x.data() + r0 * C, r1 - r0, s_.C, w.x.data() + r0 * C, s_.C);
+      });
+    // x += out, then h = norm(x), over the rows.
+    const auto add_then_norm = [&](const model::Norm* norm, bool add) {
+      for_rows(n, threads, [&](int r0, int r1) {
+        const std::size_t at = std::size_t(r0) * C, count = std::size_t(r1 - r0) * C;
+        if (add) model::add_inplace(w.x.data() + at, w.out.data() + at, std::int64_t(count));
+        if (norm) norm->apply(w.x.data() + at, r1 - r0, s_.C, w.h.data() + at, s_.C);
+      });
+    };
     for (std::size_t li = 0; li < s_.layers.size(); ++li) {
       const Layer& L = s_.layers[li];
-      L.ln1.apply(w.x.data(), n, C, w.h.data(), C);
+      if (li == 0) add_then_norm(&L.ln1, false);
       attend(li, kStageTimeShift, threads);
       time_mix_inputs(L, li == 0, w, n, threads);
       attend(li, kStageRecurrence, threads);
       time_mix_output(L, w, n, threads);
-      model::add_inplace(w.x.data(), w.out.data(), std::int64_t(n) * C);
-      L.ln2.apply(w.x.data(), n, C, w.h.data(), C);
+      add_then_norm(&L.ln2, true);
       attend(li, kStageChannelShift, threads);
       channel_mix(L, w, n, threads);
-      model::add_inplace(w.x.data(), w.out.data(), std::int64_t(n) * C);
+      // The residual, and the next layer's ln1 on it in the same pass over the rows.
+      add_then_norm(li + 1 < s_.layers.size() ? &s_.layers[li + 1].ln1 : nullptr, true);
     }
   }
 
@@ -222,23 +245,28 @@ class Network final : public model::Network {
             float* y, Rows& w, int n, int threads, Act act) const {
     const int r = first.n_out();
     first.apply(x, n, ldx, w.lo.data(), r, threads);
-    for (std::size_t i = 0; i < std::size_t(n) * std::size_t(r); ++i) w.lo[i] = act(w.lo[i]);
+    for_rows(n, threads, [&](int r0, int r1) {
+      for (std::size_t i = std::size_t(r0) * std::size_t(r); i < std::size_t(r1) * std::size_t(r); ++i)
+        w.lo[i] = act(w.lo[i]);
+    });
     second.apply(w.lo.data(), n, r, y, s_.C, threads);
   }
 
   // From the normed rows h and their shifted copies prev: r, k, v, the decay w, -kk, kk * a.
   void time_mix_inputs(const Layer& L, bool first_layer, Rows& w, int n, int threads) const {
-    const int C = s_.C, N = s_.N, C6 = 6 * C;
-    for (int t = 0; t < n; ++t) {
-      const float* x = w.h.data() + std::size_t(t) * std::size_t(C);
-      const float* p = w.prev.data() + std::size_t(t) * std::size_t(C);
-      float* out = w.lerp.data() + std::size_t(t) * std::size_t(C6);
-      for (int m = 0; m < 6; ++m)
-        for (int j = 0; j < C; ++j) {
-          const float d = p[j] - x[j];
-          out[m * C + j] = x[j] + d * L.mix[std::size_t(m * C + j)];
-        }
-    }
+    const int C = s_.C, C6 = 6 * C;
+    for_rows(n, threads, [&](int r0, int r1) {
+      for (int t = r0; t < r1; ++t) {
+        const float* x = w.h.data() + std::size_t(t) * std::size_t(C);
+        const float* p = w.prev.data() + std::size_t(t) * std::size_t(C);
+        float* out = w.lerp.data() + std::size_t(t) * std::size_t(C6);
+        for (int m = 0; m < 6; ++m)
+          for (int j = 0; j < C; ++j) {
+            const float d = p[j] - x[j];
+            out[m * C + j] = x[j] + d * L.mix[std::size_t(m * C + j)];
+          }
+      }
+    });
     const float* xl = w.lerp.data();  // xr, xw, xk, xv, xa, xg at offsets 0, C, ..., 5C
     L.r.apply(xl, n, C6, w.r.data(), C, threads);
     L.k.apply(xl + 2 * C, n, C6, w.k.data(), C, threads);
@@ -249,20 +277,28 @@ class Network final : public model::Network {
     lora(L.g1, L.g2, xl + 5 * C, C6, w.g.data(), w, n, threads, sigmoid);
     if (L.value_residual)  // v + (v_first - v) * sigmoid(v0 + xv v1 v2)
       lora(L.v1, L.v2, xl + 3 * C, C6, w.out.data(), w, n, threads, identity);
-    const std::size_t total = std::size_t(n) * std::size_t(C);
-    if (first_layer) std::memcpy(w.v_first.data(), w.v.data(), total * sizeof(float));
-    for (std::size_t i = 0; i < total; ++i) {
-      const std::size_t j = i % std::size_t(C);
-      // exp(-e^-0.5 sigmoid(z)), in double from the float z.
-      const double z = double(w.w[i]);
-      w.w[i] = float(std::exp(-kExpMinusHalf / (1.0 + std::exp(-z))));
-      w.a[i] = sigmoid(w.a[i]);
-      if (L.value_residual) w.v[i] = w.v[i] + (w.v_first[i] - w.v[i]) * sigmoid(w.out[i]);
-      w.kk[i] = w.k[i] * L.k_k[j];
-      w.k[i] = w.k[i] * (1.0f + (w.a[i] - 1.0f) * L.k_a[j]);
-    }
+    for_rows(n, threads, [&](int r0, int r1) { gates(L, first_layer, w, r0, r1); });
+  }
+
+  // Rows [r0, r1) of the gates from the projections: the decay, a, v's residual, kk and k.
+  void gates(const Layer& L, bool first_layer, Rows& w, int r0, int r1) const {
+    const int C = s_.C, N = s_.N;
+    const std::size_t begin = std::size_t(r0) * std::size_t(C), end = std::size_t(r1) * std::size_t(C);
+    if (first_layer)
+      std::memcpy(w.v_first.data() + begin, w.v.data() + begin, (end - begin) * sizeof(float));
+    for (std::size_t row = begin; row < end; row += std::size_t(C))
+      for (std::size_t j = 0; j < std::size_t(C); ++j) {
+        const std::size_t i = row + j;
+        // exp(-e^-0.5 sigmoid(z)), in double from the float z.
+        const double z = double(w.w[i]);
+        w.w[i] = float(std::exp(-kExpMinusHalf / (1.0 + std::exp(-z))));
+        w.a[i] = sigmoid(w.a[i]);
+        if (L.value_residual) w.v[i] = w.v[i] + (w.v_first[i] - w.v[i]) * sigmoid(w.out[i]);
+        w.kk[i] = w.k[i] * L.k_k[j];
+        w.k[i] = w.k[i] * (1.0f + (w.a[i] - 1.0f) * L.k_a[j]);
+      }
     // kk normalised per head (BlinkDL: x / max(|x|, 1e-12); fla's fuse_norm: x / sqrt(|x|^2 + 1e-6)).
-    for (std::size_t o = 0; o < total; o += std::size_t(N)) {
+    for (std::size_t o = begin; o < end; o += std::size_t(N)) {
       float* kk = w.kk.data() + o;
       const float ss = kernels::active().sum_squares(kk, N, 0.0f);
       const float den = s_.fla_l2 ? std::sqrt(ss + 1e-6f) : std::max(std::sqrt(ss), 1e-12f);
@@ -279,38 +315,58 @@ class Network final : public model::Network {
     const int C = s_.C, N = s_.N;
     const float inv_n = 1.0f / float(N);
     const auto eps = float(s_.lnx_eps);
-    for (std::size_t o = 0; o < std::size_t(n) * std::size_t(C); o += std::size_t(N)) {
-      float* y = w.y.data() + o;
-      const std::size_t c0 = o % std::size_t(C);  // the head's first channel
-      const float mean = kernels::active().sum(y, N) * inv_n;
-      const float var = kernels::active().sum_squares(y, N, mean) * inv_n;
-      const float rstd = 1.0f / std::sqrt(var + eps);
-      for (int j = 0; j < N; ++j) {
-        const std::size_t cj = c0 + std::size_t(j);
-        w.dot[std::size_t(j)] = w.r[o + std::size_t(j)] * w.k[o + std::size_t(j)] * L.r_k[cj];
+    for_rows(n, threads, [&](int r0, int r1) {
+      for (std::size_t o = std::size_t(r0) * std::size_t(C); o < std::size_t(r1) * std::size_t(C);
+           o += std::size_t(N)) {
+        float* y = w.y.data() + o;
+        // The bonus's products, in the head's columns of kk (spent once the walk has run).
+        float* dot = w.kk.data() + o;
+        const std::size_t c0 = o % std::size_t(C);  // the head's first channel
+        const float mean = kernels::active().sum(y, N) * inv_n;
+        const float var = kernels::active().sum_squares(y, N, mean) * inv_n;
+        const float rstd = 1.0f / std::sqrt(var + eps);
+        for (int j = 0; j < N; ++j) {
+          const std::size_t cj = c0 + std::size_t(j);
+          dot[j] = w.r[o + std::size_t(j)] * w.k[o + std::size_t(j)] * L.r_k[cj];
+        }
+        const float bonus = kernels::active().sum(dot, N);
+        for (int j = 0; j < N; ++j) {
+          const std::size_t cj = c0 + std::size_t(j);
+          const float normed = (y[j] - mean) * rstd * L.lnx_w[cj] + L.lnx_b[cj];
+          y[j] = (normed + bonus * w.v[o + std::size_t(j)]) * w.g[o + std::size_t(j)];
+        }
       }
-      const float bonus = kernels::active().sum(w.dot.data(), N);
-      for (int j = 0; j < N; ++j) {
-        const std::size_t cj = c0 + std::size_t(j);
-        const float normed = (y[j] - mean) * rstd * L.lnx_w[cj] + L.lnx_b[cj];
-        y[j] = (normed + bonus * w.v[o + std::size_t(j)]) * w.g[o + std::size_t(j)];
-      }
-    }
+    });
     L.o.apply(w.y.data(), n, C, w.out.data(), C, threads);
   }
 
   // out = relu(xk Wk^T)^2 Wv^T with xk = h + (prev - h) * x_k.
   void channel_mix(const Layer& L, Rows& w, int n, int threads) const {
     const int C = s_.C, F = s_.F;
-    for (std::size_t i = 0; i < std::size_t(n) * std::size_t(C); ++i) {
-      const float d = w.prev[i] - w.h[i];
-      w.lerp[i] = w.h[i] + d * L.ffn_x_k[i % std::size_t(C)];
-    }
+    const auto uC = std::size_t(C), uF = std::size_t(F);
+    for_rows(n, threads, [&](int r0, int r1) {
+      for (std::size_t row = std::size_t(r0) * uC; row < std::size_t(r1) * uC; row += uC)
+        for (std::size_t j = 0; j < uC; ++j) {
+          const float d = w.prev[row + j] - w.h[row + j];
+          w.lerp[row + j] = w.h[row + j] + d * L.ffn_x_k[j];
+        }
+    });
     L.ffn_key.apply(w.lerp.data(), n, C, w.ffn.data(), F, threads);
-    for (std::size_t i = 0; i < std::size_t(n) * std::size_t(F); ++i) {
-      const float r = w.ffn[i] > 0.0f ? w.ffn[i] : 0.0f;
-      w.ffn[i] = r * r;
-    }
+    for_rows(n, threads, [&](int r0, int r1) {
+      // relu(x)^2 as x with its bits masked to +0 unless x > 0 (a NaN too), then squared: the
+      // bytes of (x > 0 ? x : 0)^2 without a branch. Written as a select of floats, the
+      // compiler kept a branch per element (it may not compute x * x where x <= 0 under
+      // -ftrapping-math), mispredicted half the time: most of this file's samples.
+      float* f = w.ffn.data();
+      for (std::size_t i = std::size_t(r0) * uF; i < std::size_t(r1) * uF; ++i) {
+        std::uint32_t bits;
+        std::memcpy(&bits, &f[i], sizeof bits);
+        bits &= f[i] > 0.0f ? ~std::uint32_t(0) : std::uint32_t(0);
+        float r;
+        std::memcpy(&r, &bits, sizeof r);
+        f[i] = r * r;
+      }
+    });
     L.ffn_value.apply(w.ffn.data(), n, F, w.out.data(), C, threads);
   }
 
