@@ -59,23 +59,38 @@ for m in "$dir/g5" "$dir/g6"; do
   [[ "$ga" == "$gb" ]] || fail "greedy tokens differ for $m"
   checks=$((checks + 2))
 done
+# The delta-rule models: the scores, the greedy ids, and a state saved by one run is the same
+# bytes from the other and continues there as it does here.
+#   same_state_across LABEL MODEL...
+same_state_across() {
+  local label="$1" m sa sb ga gb ca cb
+  shift
+  for m in "$@"; do
+    sa=$("${a[@]}" score -m "$m" --token-ids "$dir/ids" --json --chunk 7)
+    sb=$("${b[@]}" score -m "$m" --token-ids "$dir/ids" --json --chunk 64 --threads 1)
+    [[ "$sa" == "$sb" ]] || fail "score differs for the $label model $m: $sa vs $sb"
+    ga=$("${a[@]}" generate -m "$m" --prompt-ids "$dir/ids" -n 6 --greedy --ids --save-state "$dir/sa" 2> /dev/null)
+    gb=$("${b[@]}" generate -m "$m" --prompt-ids "$dir/ids" -n 6 --greedy --ids --chunk 1 --save-state "$dir/sb" 2> /dev/null)
+    [[ "$ga" == "$gb" ]] || fail "greedy tokens differ for the $label model $m"
+    cmp -s "$dir/sa" "$dir/sb" || fail "the $label model $m saved other state bytes"
+    ca=$("${a[@]}" generate -m "$m" --load-state "$dir/sb" -n 12 --greedy --ids 2> /dev/null)
+    cb=$("${b[@]}" generate -m "$m" --load-state "$dir/sa" -n 12 --greedy --ids 2> /dev/null)
+    [[ "$ca" == "$cb" ]] || fail "a state saved by one run continues otherwise in the other for the $label model $m"
+    checks=$((checks + 4))
+  done
+}
 # RWKV-7 (the delta-rule walk, the LoRAs, the per-head group norm), bf16 and q8 (its LoRAs and
-# small tensors kept as stored): the scores, the greedy ids, and a state saved by one run is the
-# same bytes from the other and continues there as it does here.
+# small tensors kept as stored).
 "${a[@]}" make-model "$dir/r1" --arch rwkv7 --vocab 300 --hidden 64 --layers 3 --heads 2 \
   --lora-ranks 4,3,2,8 --dtype bf16 > /dev/null 2>&1
 "${a[@]}" quantize "$dir/r1" "$dir/r2" --type q8 > /dev/null 2>&1
-for m in "$dir/r1" "$dir/r2"; do
-  sa=$("${a[@]}" score -m "$m" --token-ids "$dir/ids" --json --chunk 7)
-  sb=$("${b[@]}" score -m "$m" --token-ids "$dir/ids" --json --chunk 64 --threads 1)
-  [[ "$sa" == "$sb" ]] || fail "score differs for the RWKV-7 model $m: $sa vs $sb"
-  ga=$("${a[@]}" generate -m "$m" --prompt-ids "$dir/ids" -n 6 --greedy --ids --save-state "$dir/sa" 2> /dev/null)
-  gb=$("${b[@]}" generate -m "$m" --prompt-ids "$dir/ids" -n 6 --greedy --ids --chunk 1 --save-state "$dir/sb" 2> /dev/null)
-  [[ "$ga" == "$gb" ]] || fail "greedy tokens differ for the RWKV-7 model $m"
-  cmp -s "$dir/sa" "$dir/sb" || fail "the RWKV-7 model $m saved other state bytes"
-  ca=$("${a[@]}" generate -m "$m" --load-state "$dir/sb" -n 12 --greedy --ids 2> /dev/null)
-  cb=$("${b[@]}" generate -m "$m" --load-state "$dir/sa" -n 12 --greedy --ids 2> /dev/null)
-  [[ "$ca" == "$cb" ]] || fail "a state saved by one run continues otherwise in the other for the RWKV-7 model $m"
-  checks=$((checks + 4))
-done
+same_state_across RWKV-7 "$dir/r1" "$dir/r2"
+# Qwen3.5 (Gated DeltaNet with grouped value heads, a gated full-attention layer with partial
+# rotary and its KV cache), bf16 and q4; fla's gated_deltanet with allow_neg_eigval.
+"${a[@]}" make-model "$dir/q1" --arch qwen35 --vocab 300 --hidden 64 --layers 4 --heads 2 \
+  --attn-kv-heads 1 --dtype bf16 > /dev/null 2>&1
+"${a[@]}" quantize "$dir/q1" "$dir/q2" --type q4 > /dev/null 2>&1
+"${a[@]}" make-model "$dir/q3" --arch gated_deltanet --vocab 300 --hidden 64 --layers 2 --heads 2 \
+  --allow-neg-eigval > /dev/null 2>&1
+same_state_across "Gated DeltaNet" "$dir/q1" "$dir/q2" "$dir/q3"
 echo "$checks passed, 0 failed"
