@@ -161,14 +161,14 @@ case "$job" in
   # golden outputs (bytes, checked by the release and native jobs), the server's chat test (the
   # chat parser runs under them in test_serve and fuzz_request) and the float64 references,
   # which are Python alone.
-  asan) ctest --preset "$preset" -j "$jobs" -E "^(recur serve (against hostile clients|with a Based model|with gated models|chat)|Based from its published layout|fla's GLA|RWKV-7|golden:|the built-in model: recur score|a 1M-token stream|a million tokens stay|prefill matches step\(\) bit for bit in any chunking, split and thread count: (relu|identity))|under every instruction set$" ;;
+  asan) ctest --preset "$preset" -j "$jobs" -E "^(recur serve (against hostile clients|with a Based model|with gated models|chat)|Based from its published layout|fla's GLA|RWKV-7|Gated DeltaNet|golden:|the built-in model: recur score|a 1M-token stream|a million tokens stay|prefill matches step\(\) bit for bit in any chunking, split and thread count: (relu|identity))|under every instruction set$" ;;
   # The native build's point is its kernels' bytes: what runs no kernel (the server, the
   # tokenizers, the chat templates and recur chat, the float64 references, the CMake consumer,
   # the documentation's links) is left to the release job, and so
   # are the CLI tests of the built-in, Based and fla models and the reruns under the other
   # instruction sets: .ci/run compares the native binary's bytes with the release binary's on
   # those models (tests/cross_build_test.sh), and the test programs run here as they are.
-  native) ctest --preset "$preset" -j "$jobs" -E "^(recur serve|another CMake project|tokenizer|world tokenizer|chat template|recur (chat|template|tokenize)|RWKV-7: |docs:|Based from its published layout|fla's GLA|the built-in model: recur score|recur bench|recur demo)|under every instruction set$" ;;
+  native) ctest --preset "$preset" -j "$jobs" -E "^(recur serve|another CMake project|tokenizer|world tokenizer|chat template|recur (chat|template|tokenize)|RWKV-7: |Gated DeltaNet|docs:|Based from its published layout|fla's GLA|the built-in model: recur score|recur bench|recur demo)|under every instruction set$" ;;
   bench)
     name=linear
     if [[ $# -gt 0 && "$1" =~ ^(linear|kv|model|tokenizer|serve|store|based|gated|fla|delta|rwkv7)$ ]]; then name="$1"; shift; fi
