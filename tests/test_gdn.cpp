@@ -210,7 +210,7 @@ TEST_CASE("a bad token is refused and leaves the Gated DeltaNet state as it was"
 TEST_CASE("a Gated DeltaNet layer's state refuses bytes of another shape or a NaN and keeps its own",
           "[gdn][model]") {
   const auto m = model_of(kQwenHybrid);
-  const auto& net = *m->impl().network;
+  const auto& net = *recur::model::impl_of(*m).network;
   auto state = net.make_state(0);
   auto other = net.make_state(0);
   CHECK(state->kind() == recur::MixerKind::kDeltaRule);
@@ -228,6 +228,19 @@ TEST_CASE("a Gated DeltaNet layer's state refuses bytes of another shape or a Na
   const float bad = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(nan.data() + 4 + 3 * 160 * 4 + 8 + 8, &bad, sizeof bad);
   CHECK_THROWS_WITH(other->load_raw_bytes(nan.data(), nan.size()), Contains("non-finite"));
+  CHECK(other->raw_bytes() == before);
+  // The record's frame: another format, a negative token count.
+  std::vector<unsigned char> format = bytes;
+  const std::uint32_t two = 2;
+  std::memcpy(format.data(), &two, sizeof two);
+  CHECK_THROWS_WITH(other->load_raw_bytes(format.data(), format.size()),
+                    Contains("state format 2"));
+  CHECK(other->raw_bytes() == before);
+  std::vector<unsigned char> negative = bytes;
+  const std::int64_t minus = -1;
+  std::memcpy(negative.data() + negative.size() - 8, &minus, sizeof minus);
+  CHECK_THROWS_WITH(other->load_raw_bytes(negative.data(), negative.size()),
+                    Contains("token count is -1"));
   CHECK(other->raw_bytes() == before);
   std::vector<unsigned char> counts = bytes;  // the recurrence says 5 tokens, the conv 0
   const std::int64_t five = 5;
@@ -312,6 +325,24 @@ TEST_CASE("a Gated DeltaNet config the model cannot run is refused, naming the f
   CHECK_THAT(refusal(with("\"layer_types\": [\"linear_attention\", ", "\"layer_types\": [")),
              Contains("layer_types"));
   CHECK_THAT(refusal(R"({"model_type": "delta_net", "qk_norm": "l1"})"), Contains("qk_norm"));
+  // fla's `attn` block is read as the GLA family reads it: a layer named twice, a layer in two
+  // entries, window_size 1 and an unknown key are refused, naming the entry.
+  const auto attn = [&](const std::string& block) {
+    std::string s = kFlaHybrid;
+    const std::string from = R"("attn": {"layers": [1], "num_heads": 4, "num_kv_heads": 2})";
+    const auto at = s.find(from);
+    REQUIRE(at != std::string::npos);
+    return refusal(s.replace(at, from.size(), "\"attn\": " + block));
+  };
+  CHECK(attn(R"({"layers": [1], "num_heads": 4, "window_size": 2})") == "(read)");
+  CHECK_THAT(attn(R"({"layers": [1, 1], "num_heads": 4})"),
+             Contains("attn.layers names layer 1 twice"));
+  CHECK_THAT(attn(R"([{"layers": [1], "num_heads": 4}, {"layers": [1], "num_heads": 2}])"),
+             Contains("attn[1].layers names layer 1, which attn[0] already has"));
+  CHECK_THAT(attn(R"({"layers": [1], "num_heads": 4, "window_size": 1})"),
+             Contains("attn.window_size is 1 (a token attending to itself alone)"));
+  CHECK_THAT(attn(R"({"layers": [1], "num_heads": 4, "causal": true})"), Contains("attn.causal"));
+  CHECK_THAT(attn(R"({"layers": [1], "num_heads": 3})"), Contains("num_heads 3"));
 }
 
 TEST_CASE("a Gated DeltaNet configuration written out reads back as itself", "[gdn][model]") {

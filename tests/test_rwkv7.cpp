@@ -232,6 +232,19 @@ TEST_CASE("an RWKV-7 layer's state refuses bytes of another shape and keeps its 
   std::memcpy(nan.data() + 8, &bad, sizeof bad);
   CHECK_THROWS_WITH(other->load_raw_bytes(nan.data(), nan.size()), Contains("non-finite"));
   CHECK(other->raw_bytes() == before);
+  // The record's frame: another format, a negative token count.
+  std::vector<unsigned char> format = bytes;
+  const std::uint32_t two = 2;
+  std::memcpy(format.data(), &two, sizeof two);
+  CHECK_THROWS_WITH(other->load_raw_bytes(format.data(), format.size()),
+                    Contains("state format 2"));
+  CHECK(other->raw_bytes() == before);
+  std::vector<unsigned char> negative = bytes;
+  const std::int64_t minus = -1;
+  std::memcpy(negative.data() + negative.size() - 8, &minus, sizeof minus);
+  CHECK_THROWS_WITH(other->load_raw_bytes(negative.data(), negative.size()),
+                    Contains("token count is -1"));
+  CHECK(other->raw_bytes() == before);
   other->load_raw_bytes(bytes.data(), bytes.size());
   CHECK(other->raw_bytes() == bytes);
   // 2C + H N^2 floats, the format and the token count.

@@ -48,15 +48,7 @@ std::vector<model::TensorSpec> tensors_of(const ModelConfig& c) {
     const std::string p = prefix(i);
     out.push_back({p + "attn_norm.weight", {d}, Init::kNorm});
     if (c.mixers[std::size_t(i)] == MixerKind::kAttention) {
-      const auto& s = fc.attn[std::size_t(fc.attn_spec[std::size_t(i)])];
-      const std::int64_t kv = std::int64_t(s.num_kv_heads) * (d / s.num_heads);
-      out.push_back({p + "attn.q_proj.weight", {d, d}});
-      if (s.qkv_bias) out.push_back({p + "attn.q_proj.bias", {d}, Init::kBias});
-      out.push_back({p + "attn.k_proj.weight", {kv, d}});
-      if (s.qkv_bias) out.push_back({p + "attn.k_proj.bias", {kv}, Init::kBias});
-      out.push_back({p + "attn.v_proj.weight", {kv, d}});
-      if (s.qkv_bias) out.push_back({p + "attn.v_proj.bias", {kv}, Init::kBias});
-      out.push_back({p + "attn.o_proj.weight", {d, d}});
+      model::append_hybrid_attention_tensors(out, p + "attn.", d, fc.attn.at(i));
     } else if (c.architecture == Architecture::kHgrn2) {
       out.push_back({p + "attn.q_proj.weight", {d, d}});
       out.push_back({p + "attn.f_proj.weight", {d, d}});
@@ -153,20 +145,13 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
     layer.mixer = c.mixers[std::size_t(i)];
     layer.attn_norm = norm(p + "attn_norm", d, true, "hidden_size");
     if (layer.mixer == MixerKind::kAttention) {
-      const auto& s = fc.attn[std::size_t(fc.attn_spec[std::size_t(i)])];
-      const int dh = d / s.num_heads, kv = s.num_kv_heads * dh;
-      layer.q = model::dense(ld, p + "attn.q_proj", d, d, s.qkv_bias, "hidden_size");
-      layer.k = model::dense(ld, p + "attn.k_proj", kv, d, s.qkv_bias, "attn num_kv_heads * head_dim, hidden_size");
-      layer.v = model::dense(ld, p + "attn.v_proj", kv, d, s.qkv_bias, "attn num_kv_heads * head_dim, hidden_size");
-      layer.o = model::dense(ld, p + "attn.o_proj", d, d, false, "hidden_size");
-      ld.ignore(p + "attn.rotary.inv_freq");
-      CausalAttentionConfig ac;
-      ac.n_heads = s.num_heads;
-      ac.n_kv_heads = s.num_kv_heads;
-      ac.d_head = dh;
-      ac.window = s.window_size > 0 ? s.window_size - 1 : 0;  // flash-attn's (window_size - 1, 0)
-      ac.rope_theta = static_cast<float>(s.rope_theta);
-      layer.causal = std::make_unique<CausalAttention>(ac);
+      model::HybridAttentionLayer a =
+          model::load_hybrid_attention(ld, p + "attn.", d, fc.attn.at(i));
+      layer.q = std::move(a.q);
+      layer.k = std::move(a.k);
+      layer.v = std::move(a.v);
+      layer.o = std::move(a.o);
+      layer.causal = std::move(a.attention);
     } else if (c.architecture == Architecture::kHgrn2) {
       layer.q = model::dense(ld, p + "attn.q_proj", d, d, false, "hidden_size");
       layer.k = model::dense(ld, p + "attn.f_proj", d, d, false, "hidden_size");
@@ -331,12 +316,6 @@ class Family final : public model::Family {
     const ModelConfig& c = m.config();
     const FlaConfig& fc = config_of(c);
     const auto n_attn = std::count(c.mixers.begin(), c.mixers.end(), MixerKind::kAttention);
-    // A full layer's KV cache: a key and a value per kv head per token (the rest is constant).
-    std::size_t grow = 0;
-    for (const auto& s : fc.attn)
-      if (s.window_size == 0)
-        grow += s.layers.size() * 2 * std::size_t(s.num_kv_heads) *
-                std::size_t(c.hidden_size / s.num_heads) * sizeof(float);
     return fmt::format(
         "model: {}: {}, {} layers ({} gated recurrence, {} softmax attention), hidden {}, {} "
         "heads{}, vocab {}, {:.2f}M parameters\nstate: {:.2f} MiB{}\n",
@@ -345,9 +324,7 @@ class Family final : public model::Family {
         c.num_kv_heads != c.num_heads ? fmt::format(" ({} kv)", c.num_kv_heads) : "",
         c.vocab_size, double(m.parameters()) / 1e6,
         double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20),
-        grow ? fmt::format(" at the start, and the full-attention layers' KV cache adds {} bytes "
-                           "every token (conversations' memory counts it)", grow)
-             : std::string(" at any length"));
+        model::state_growth_note(model::hybrid_attention_growth(fc.attn, c.hidden_size)));
   }
 };
 

@@ -7,18 +7,9 @@
 #include <vector>
 
 #include "model/family.h"
+#include "model/hybrid_attention.h"
 
 namespace recur::models::fla {
-
-/// One entry of an fla config's `attn` block: softmax attention at some layers.
-struct HybridAttentionSpec {
-  std::vector<int> layers;
-  int num_heads = 0;
-  int num_kv_heads = 0;  // 0: num_heads
-  bool qkv_bias = false;
-  int window_size = 0;   // 0: full attention; else a token sees window_size - 1 before it
-  double rope_theta = 10000;
-};
 
 /// What GLA, RetNet and HGRN2 add to ModelConfig's common fields (docs/fla-models.md).
 struct FlaConfig final : FamilyConfig {
@@ -36,11 +27,8 @@ struct FlaConfig final : FamilyConfig {
   int expand_ratio = 128;       // HGRN2: the forget gate's width per head
   bool use_lower_bound = true;  // HGRN2: the per-layer lower bounds of the forget gate
   int max_position_embeddings = 2048;
-  /// The `attn` block: a dict is one spec, a list several (attn_is_list remembers which).
-  std::vector<HybridAttentionSpec> attn;
-  bool has_attn = false, attn_is_list = false;
+  model::HybridAttention attn;  // the `attn` block: softmax attention at some layers
   // Derived (resolve()).
-  std::vector<int> attn_spec;          // per layer, its entry of `attn`, or -1
   int key_dim = 0, value_dim = 0;      // q and o widths
   int head_k_dim = 0, head_v_dim = 0;  // per head
   int kv_groups = 1;                   // num_heads / num_kv_heads

@@ -19,52 +19,6 @@ using model::kMaxDim;
 
 namespace {
 
-void read_attn(const json::Value& v, const std::string& source, int n_layers, FlaConfig& fc) {
-  fc.has_attn = true;
-  fc.attn_is_list = v.is_array();
-  std::vector<const json::Value*> specs;
-  if (v.is_object()) {
-    specs.push_back(&v);
-  } else if (v.is_array()) {
-    for (const auto& e : v.array()) specs.push_back(&e);
-  } else {
-    config_fail(source, "attn is {}, expected an object or a list of objects", v.kind_name());
-  }
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    const std::string owner = fc.attn_is_list ? fmt::format("attn[{}]", i) : "attn";
-    if (!specs[i]->is_object()) config_fail(source, "{} is {}, expected an object", owner, specs[i]->kind_name());
-    Fields f(*specs[i], source, owner);
-    HybridAttentionSpec s;
-    const json::Value* layers = f.get("layers");
-    if (!layers || !layers->is_array())
-      config_fail(source, "{}.layers is {}, expected a list of layer indices", owner,
-           layers ? layers->kind_name() : "missing");
-    for (const auto& l : layers->array()) {
-      if (!l.is_integer() || l.integer() < 0 || l.integer() >= n_layers)
-        config_fail(source, "{}.layers holds {}, expected layer indices 0 to num_hidden_layers - 1 = {}",
-             owner, describe_json(l), n_layers - 1);
-      const int idx = static_cast<int>(l.integer());
-      if (std::find(s.layers.begin(), s.layers.end(), idx) != s.layers.end())
-        config_fail(source, "{}.layers names layer {} twice", owner, idx);
-      for (std::size_t j = 0; j < fc.attn.size(); ++j)
-        if (std::find(fc.attn[j].layers.begin(), fc.attn[j].layers.end(), idx) != fc.attn[j].layers.end())
-          config_fail(source, "{}.layers names layer {}, which attn[{}] already has", owner, idx, j);
-      s.layers.push_back(idx);
-    }
-    if (!f.get("num_heads")) config_fail(source, "{}.num_heads is missing", owner);
-    s.num_heads = f.integer("num_heads", 0, 1, kMaxDim);
-    s.num_kv_heads = f.integer("num_kv_heads", s.num_heads, 1, kMaxDim);
-    s.qkv_bias = f.boolean("qkv_bias", false);
-    s.window_size = f.integer("window_size", 0, 1, 1 << 24);
-    if (s.window_size == 1)
-      config_fail(source, "{}.window_size is 1 (a token attending to itself alone): not supported", owner);
-    s.rope_theta = f.number("rope_theta", 10000, 1.0 + 1e-9, 1e12);
-    f.reject_unknown({}, "fla's Attention layer is built from layers, num_heads, num_kv_heads, "
-                         "qkv_bias, window_size and rope_theta only");
-    fc.attn.push_back(std::move(s));
-  }
-}
-
 // The fields the three share: sizes, the MLP, the norms, the kernel choice.
 void read_shared_fields(const json::Value& root, Fields& f, bool retnet, ModelConfig& c,
                         FlaConfig& fc) {
@@ -182,7 +136,8 @@ void read_config(const json::Value& root, const std::string& type, Fields& f, Mo
   read_convolutions(f, gla || hgrn2, fc);
   if (gla) read_gla_gates(f, fc);
   if (hgrn2) read_hgrn2_heads(root, f, c, fc);
-  if (const json::Value* a = f.get("attn")) read_attn(*a, f.source(), c.num_hidden_layers, fc);
+  if (const json::Value* a = f.get("attn"))
+    fc.attn = model::read_hybrid_attention(*a, f.source(), c.num_hidden_layers);
   c.family = std::make_shared<FlaConfig>(std::move(fc));
 }
 
@@ -238,21 +193,9 @@ void resolve(ModelConfig& c, const std::string& source) {
   }
   if (fc.conv_size < 1 || fc.conv_size > 64) config_fail(source, "conv_size is {}, expected 1 to 64", fc.conv_size);
   c.mixers.assign(std::size_t(c.num_hidden_layers), MixerKind::kGated);
-  fc.attn_spec.assign(std::size_t(c.num_hidden_layers), -1);
-  for (std::size_t i = 0; i < fc.attn.size(); ++i) {
-    const auto& s = fc.attn[i];
-    if (s.num_heads < 1 || d % s.num_heads != 0 || (d / s.num_heads) % 2 != 0)
-      config_fail(source, "attn: hidden_size {} is not num_heads {} heads of an even width (rotary turns "
-                   "pairs)", d, s.num_heads);
-    if (s.num_kv_heads < 1 || s.num_heads % s.num_kv_heads != 0)
-      config_fail(source, "attn: num_heads {} is not a multiple of num_kv_heads {}", s.num_heads, s.num_kv_heads);
-    for (const int l : s.layers) {
-      if (l < 0 || l >= c.num_hidden_layers || fc.attn_spec[std::size_t(l)] != -1)
-        config_fail(source, "attn: layer {} is out of range or named twice", l);
-      fc.attn_spec[std::size_t(l)] = static_cast<int>(i);
-      c.mixers[std::size_t(l)] = MixerKind::kAttention;
-    }
-  }
+  model::resolve_hybrid_attention(fc.attn, d, c.num_hidden_layers, source);
+  for (int l = 0; l < c.num_hidden_layers; ++l)
+    if (fc.attn.spec_of[std::size_t(l)] != -1) c.mixers[std::size_t(l)] = MixerKind::kAttention;
   c.family = std::make_shared<FlaConfig>(std::move(fc));
 }
 
@@ -290,23 +233,7 @@ std::string config_fields(const ModelConfig& c) {
     w.number("conv_size", fc.conv_size);
   }
   if (gla) w.add("clamp_min", fc.has_clamp_min ? model::config_number(fc.clamp_min) : "null");
-  if (fc.has_attn) {
-    std::string a = fc.attn_is_list ? "[" : "";
-    for (std::size_t i = 0; i < fc.attn.size(); ++i) {
-      const auto& sp = fc.attn[i];
-      std::string layers;
-      for (std::size_t j = 0; j < sp.layers.size(); ++j)
-        layers += (j ? ", " : "") + std::to_string(sp.layers[j]);
-      a += fmt::format("{}{{\"layers\": [{}], \"num_heads\": {}, \"num_kv_heads\": {}, \"qkv_bias\": "
-                       "{}, \"window_size\": {}, \"rope_theta\": {}}}",
-                       i ? ", " : "", layers, sp.num_heads, sp.num_kv_heads,
-                       model::config_bool(sp.qkv_bias),
-                       sp.window_size > 0 ? model::config_number(sp.window_size) : "null",
-                       model::config_number(sp.rope_theta));
-    }
-    if (fc.attn_is_list) a += "]";
-    w.add("attn", a);
-  }
+  if (fc.attn.present) model::write_hybrid_attention(w, fc.attn);
   return w.text();
 }
 

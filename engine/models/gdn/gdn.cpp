@@ -104,27 +104,21 @@ class Reader {
     return m;
   }
 
-  // fla's softmax attention layer (fla/layers/attn.py): head_dim = hidden / num_heads, rotary
-  // over all of it, the window as flash-attn's (window_size - 1, 0).
-  GatedAttentionLayer fla_attention(const std::string& a, const FlaAttnSpec& s) {
+  // fla's softmax attention layer (fla/layers/attn.py), loaded as the GLA family loads it
+  // (model/hybrid_attention.h): head_dim = hidden / num_heads, rotary over all of it, the window
+  // as flash-attn's (window_size - 1, 0); here a GatedAttentionLayer without the gate.
+  GatedAttentionLayer fla_attention(const std::string& a, const model::HybridAttentionSpec& s) {
+    model::HybridAttentionLayer h = model::load_hybrid_attention(L_, a, d_, s);
     GatedAttentionLayer A;
     A.gated = false;
     A.H = s.num_heads;
     A.Hkv = s.num_kv_heads;
     A.d = d_ / s.num_heads;
-    const int kv = A.Hkv * A.d;
-    A.q = model::dense(L_, a + "q_proj", d_, d_, s.qkv_bias, "hidden_size");
-    A.k = model::dense(L_, a + "k_proj", kv, d_, s.qkv_bias, "attn num_kv_heads * head_dim, hidden_size");
-    A.v = model::dense(L_, a + "v_proj", kv, d_, s.qkv_bias, "attn num_kv_heads * head_dim, hidden_size");
-    A.o = dense(a + "o_proj", d_, d_, "hidden_size");
-    L_.ignore(a + "rotary.inv_freq");
-    CausalAttentionConfig ac;
-    ac.n_heads = A.H;
-    ac.n_kv_heads = A.Hkv;
-    ac.d_head = A.d;
-    ac.window = s.window_size > 0 ? s.window_size - 1 : 0;
-    ac.rope_theta = float(s.rope_theta);
-    A.attention = std::make_unique<CausalAttention>(ac);
+    A.q = std::move(h.q);
+    A.k = std::move(h.k);
+    A.v = std::move(h.v);
+    A.o = std::move(h.o);
+    A.attention = std::move(h.attention);
     return A;
   }
 
@@ -174,7 +168,7 @@ class Reader {
                          "hidden_size");
       if (l.attention && qwen) l.attn = attention(p + "self_attn.");
       else if (l.attention)
-        l.attn = fla_attention(p + "attn.", g_.attn[std::size_t(g_.attn_of[std::size_t(i)])]);
+        l.attn = fla_attention(p + "attn.", g_.attn.at(i));
       else l.gdn = mixer(p + (qwen ? "linear_attn." : "attn."));
       l.mlp_norm = rms(p + (qwen ? "post_attention_layernorm.weight" : "mlp_norm.weight"), d_,
                        qwen, "hidden_size");
@@ -324,10 +318,7 @@ class Family final : public model::Family {
     if (g.qwen())
       grow = std::size_t(n_attn) * 2 * std::size_t(g.n_kv_heads) * std::size_t(g.head_dim) *
              sizeof(float);
-    for (const auto& s : g.attn)
-      if (s.window_size == 0)
-        grow += s.layers.size() * 2 * std::size_t(s.num_kv_heads) *
-                std::size_t(c.hidden_size / s.num_heads) * sizeof(float);
+    grow += model::hybrid_attention_growth(g.attn, c.hidden_size);
     return fmt::format(
         "model: {}: {}, {} layers ({} Gated DeltaNet: {} key heads of {}, {} value heads of {}; "
         "{} {}attention{}), hidden {}, MLP {}, vocab {}, {:.2f}M parameters\n"
@@ -339,9 +330,7 @@ class Family final : public model::Family {
                            : std::string(),
         c.hidden_size, c.intermediate_size, c.vocab_size, double(m.parameters()) / 1e6,
         double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20),
-        grow ? fmt::format(" at the start, and the full-attention layers' KV cache adds {} bytes "
-                           "every token (conversations' memory counts it)", grow)
-             : std::string(" at any length"));
+        model::state_growth_note(grow));
   }
 };
 

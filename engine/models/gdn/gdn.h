@@ -8,18 +8,9 @@
 #include <vector>
 
 #include "model/family.h"
+#include "model/hybrid_attention.h"
 
 namespace recur::models::gdn {
-
-/// One entry of fla's `attn` block: softmax attention at some layers of a gated_deltanet model
-/// (fla/layers/attn.py: rotary on the whole head, grouped kv heads, optional window).
-struct FlaAttnSpec {
-  std::vector<int> layers;
-  int num_heads = 0, num_kv_heads = 0;
-  bool qkv_bias = false;
-  int window_size = 0;  // 0: full attention; else a token sees window_size - 1 before it
-  double rope_theta = 10000;
-};
 
 /// What the Gated DeltaNet models add to ModelConfig's common fields (hidden_size,
 /// num_hidden_layers, intermediate_size, vocab_size, norm_eps: every RMSNorm's eps,
@@ -57,9 +48,7 @@ struct GdnConfig final : FamilyConfig {
   double expand_v = 2;      // fla: d_v = head_dim * expand_v
   double hidden_ratio = 4;  // fla: the MLP width when intermediate_size is null
   // fla's hybrid softmax-attention layers (`attn`: an object, or a list of them).
-  std::vector<FlaAttnSpec> attn;
-  bool attn_is_list = false;
-  std::vector<int> attn_of;  // derived: per layer, its entry of attn, or -1
+  model::HybridAttention attn;
 
   int rotary_dim() const { return int(double(head_dim) * partial_rotary_factor); }
   bool qwen() const { return layout == Layout::kQwen35 || layout == Layout::kQwen35Text; }

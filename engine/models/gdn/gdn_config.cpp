@@ -159,44 +159,6 @@ void read_qwen(const std::string& type, const json::Value& root, Fields& top, Mo
   }
 }
 
-// fla's `attn` block, as fla/models/utils reads it: layers, heads, kv heads, qkv_bias,
-// window_size, rope_theta.
-void read_fla_attn(const json::Value& v, const std::string& source, int n_layers, GdnConfig& g) {
-  g.attn_is_list = v.is_array();
-  std::vector<const json::Value*> specs;
-  if (v.is_object()) specs.push_back(&v);
-  else if (v.is_array())
-    for (const auto& e : v.array()) specs.push_back(&e);
-  else
-    config_fail(source, "attn is {}, expected an object or a list of objects", describe_json(v));
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    const std::string owner = g.attn_is_list ? fmt::format("attn[{}]", i) : "attn";
-    if (!specs[i]->is_object())
-      config_fail(source, "{} is {}, expected an object", owner, describe_json(*specs[i]));
-    Fields f(*specs[i], source, owner);
-    FlaAttnSpec s;
-    const json::Value* layers = f.get("layers");
-    if (!layers || !layers->is_array())
-      config_fail(source, "{}.layers is {}, expected a list of layer indices", owner,
-                  layers ? describe_json(*layers) : "missing");
-    for (const auto& l : layers->array()) {
-      if (!l.is_integer() || l.integer() < 0 || l.integer() >= n_layers)
-        config_fail(source, "{}.layers holds {}, expected layer indices 0 to {}", owner,
-                    describe_json(l), n_layers - 1);
-      s.layers.push_back(int(l.integer()));
-    }
-    if (!f.get("num_heads")) config_fail(source, "{}.num_heads is missing", owner);
-    s.num_heads = f.integer("num_heads", 0, 1, kMaxHeads);
-    s.num_kv_heads = f.integer("num_kv_heads", s.num_heads, 1, kMaxHeads);
-    s.qkv_bias = f.boolean("qkv_bias", false);
-    s.window_size = f.integer("window_size", 0, 2, 1 << 24);
-    s.rope_theta = f.number("rope_theta", 10000, 1.0 + 1e-9, 1e12);
-    f.reject_unknown({}, "fla's Attention layer is built from layers, num_heads, num_kv_heads, "
-                         "qkv_bias, window_size and rope_theta only");
-    g.attn.push_back(std::move(s));
-  }
-}
-
 // delta_net's head sizes: hidden_size * expand_k (expand_v) split over num_heads, as fla's int()
 // of the product and its floor division.
 int delta_head(const std::string& source, int hidden, double expand, int heads, const char* what) {
@@ -250,7 +212,8 @@ void read_fla(const std::string& type, const json::Value& root, Fields& f, Model
   const std::string act = f.string("hidden_act", "swish");
   if (act != "swish" && act != "silu")
     config_fail(source, "hidden_act is '{}': fla's GatedMLP here is swish", act);
-  if (const json::Value* attn = f.get("attn")) read_fla_attn(*attn, source, c.num_hidden_layers, g);
+  if (const json::Value* attn = f.get("attn"))
+    g.attn = model::read_hybrid_attention(*attn, source, c.num_hidden_layers);
   if (const json::Value* b = f.get("attnres_block_size"))
     config_fail(source, "attnres_block_size is {}: fla's attention residuals are not read",
                 describe_json(*b));
@@ -267,7 +230,7 @@ void read_fla(const std::string& type, const json::Value& root, Fields& f, Model
     g.d_v = int(std::round(dv));
   }
   c.mixers.assign(std::size_t(c.num_hidden_layers), MixerKind::kDeltaRule);
-  for (const auto& s : g.attn)
+  for (const auto& s : g.attn.specs)
     for (const int l : s.layers) c.mixers[std::size_t(l)] = MixerKind::kAttention;
 }
 
@@ -322,21 +285,7 @@ void resolve(ModelConfig& c, const std::string& source) {
       config_fail(source, "the MLP width from hidden_ratio {} is out of range", g.hidden_ratio);
     c.intermediate_size = int(width);
   }
-  g.attn_of.assign(std::size_t(c.num_hidden_layers), -1);
-  for (std::size_t i = 0; i < g.attn.size(); ++i) {
-    const FlaAttnSpec& s = g.attn[i];
-    if (c.hidden_size % s.num_heads != 0 || (c.hidden_size / s.num_heads) % 2 != 0)
-      config_fail(source, "attn: hidden_size {} is not num_heads {} heads of an even width (rotary "
-                          "turns pairs)", c.hidden_size, s.num_heads);
-    if (s.num_heads % s.num_kv_heads != 0)
-      config_fail(source, "attn: num_heads {} is not a multiple of num_kv_heads {}", s.num_heads,
-                  s.num_kv_heads);
-    for (const int l : s.layers) {
-      if (l < 0 || l >= c.num_hidden_layers || g.attn_of[std::size_t(l)] != -1)
-        config_fail(source, "attn: layer {} is out of range or named twice", l);
-      g.attn_of[std::size_t(l)] = int(i);
-    }
-  }
+  model::resolve_hybrid_attention(g.attn, c.hidden_size, c.num_hidden_layers, source);
   if (g.qwen()) {
     if (g.n_heads % g.n_kv_heads != 0)
       config_fail(source, "num_attention_heads {} is not a multiple of num_key_value_heads {}",
@@ -356,74 +305,58 @@ void resolve(ModelConfig& c, const std::string& source) {
 
 std::string config_fields(const ModelConfig& c) {
   const GdnConfig& g = config_of(c);
-  const auto num = [](double x) { return fmt::format("{}", x); };
-  const auto boolean = [](bool b) { return std::string(b ? "true" : "false"); };
-  std::string s;
-  const auto add = [&](const char* key, const std::string& value) {
-    s += fmt::format("  \"{}\": {},\n", key, value);
-  };
+  model::FieldWriter w;
   if (!g.qwen()) {
     const bool delta = g.layout == Layout::kFlaDelta;
-    add("model_type", delta ? "\"delta_net\"" : "\"gated_deltanet\"");
-    add("vocab_size", num(c.vocab_size));
-    add("hidden_size", num(c.hidden_size));
-    add("num_hidden_layers", num(c.num_hidden_layers));
-    add("num_heads", num(g.n_k_heads));
+    w.add("model_type", delta ? "\"delta_net\"" : "\"gated_deltanet\"");
+    w.number("vocab_size", c.vocab_size);
+    w.number("hidden_size", c.hidden_size);
+    w.number("num_hidden_layers", c.num_hidden_layers);
+    w.number("num_heads", g.n_k_heads);
     if (delta) {
       static const char* const kActs[] = {"silu", "relu", "elu", "identity"};
-      add("expand_k", num(g.expand_k));
-      add("use_beta", boolean(g.use_beta));
-      add("qk_activation", fmt::format("\"{}\"", kActs[int(g.qk_activation)]));
-      add("qk_norm", g.qk_sum_norm ? "\"sum\"" : "\"l2\"");
+      w.number("expand_k", g.expand_k);
+      w.boolean("use_beta", g.use_beta);
+      w.string("qk_activation", kActs[int(g.qk_activation)]);
+      w.add("qk_norm", g.qk_sum_norm ? "\"sum\"" : "\"l2\"");
     } else {
-      add("num_v_heads", num(g.n_v_heads));
-      add("head_dim", num(g.d_k));
+      w.number("num_v_heads", g.n_v_heads);
+      w.number("head_dim", g.d_k);
     }
-    add("expand_v", num(g.expand_v));
-    add("intermediate_size", num(c.intermediate_size));
-    add("hidden_ratio", num(g.hidden_ratio));
-    add("hidden_act", "\"swish\"");
-    add("norm_eps", num(c.norm_eps));
-    add("use_gate", boolean(g.use_gate));
-    add("use_short_conv", boolean(g.use_conv));
-    add("allow_neg_eigval", boolean(g.allow_neg_eigval));
-    add("conv_size", num(g.conv_size));
-    add("max_position_embeddings", num(g.max_position_embeddings));
-    if (!g.attn.empty()) {
-      std::string a = g.attn_is_list ? "[" : "";
-      for (std::size_t i = 0; i < g.attn.size(); ++i) {
-        const FlaAttnSpec& sp = g.attn[i];
-        std::string layers;
-        for (std::size_t j = 0; j < sp.layers.size(); ++j)
-          layers += (j ? ", " : "") + std::to_string(sp.layers[j]);
-        a += fmt::format("{}{{\"layers\": [{}], \"num_heads\": {}, \"num_kv_heads\": {}, "
-                         "\"qkv_bias\": {}, \"window_size\": {}, \"rope_theta\": {}}}",
-                         i ? ", " : "", layers, sp.num_heads, sp.num_kv_heads, boolean(sp.qkv_bias),
-                         sp.window_size > 0 ? num(sp.window_size) : "null", num(sp.rope_theta));
-      }
-      add("attn", a + (g.attn_is_list ? "]" : ""));
-    }
-    return s;
+    w.number("expand_v", g.expand_v);
+    w.number("intermediate_size", c.intermediate_size);
+    w.number("hidden_ratio", g.hidden_ratio);
+    w.add("hidden_act", "\"swish\"");
+    w.number("norm_eps", c.norm_eps);
+    w.boolean("use_gate", g.use_gate);
+    w.boolean("use_short_conv", g.use_conv);
+    w.boolean("allow_neg_eigval", g.allow_neg_eigval);
+    w.number("conv_size", g.conv_size);
+    w.number("max_position_embeddings", g.max_position_embeddings);
+    if (!g.attn.specs.empty()) model::write_hybrid_attention(w, g.attn);
+    return w.text();
   }
+  // The text model's fields as one JSON object on one line.
+  using model::config_number;
   std::string text = "{";
   const auto put = [&](const char* key, const std::string& value) {
     text += fmt::format("{}\"{}\": {}", text.size() > 1 ? ", " : "", key, value);
   };
-  put("vocab_size", num(c.vocab_size));
-  put("hidden_size", num(c.hidden_size));
-  put("intermediate_size", num(c.intermediate_size));
-  put("num_hidden_layers", num(c.num_hidden_layers));
-  put("num_attention_heads", num(g.n_heads));
-  put("num_key_value_heads", num(g.n_kv_heads));
-  put("head_dim", num(g.head_dim));
+  put("vocab_size", config_number(c.vocab_size));
+  put("hidden_size", config_number(c.hidden_size));
+  put("intermediate_size", config_number(c.intermediate_size));
+  put("num_hidden_layers", config_number(c.num_hidden_layers));
+  put("num_attention_heads", config_number(g.n_heads));
+  put("num_key_value_heads", config_number(g.n_kv_heads));
+  put("head_dim", config_number(g.head_dim));
   put("hidden_act", "\"silu\"");
-  put("rms_norm_eps", num(c.norm_eps));
-  put("max_position_embeddings", num(g.max_position_embeddings));
-  put("linear_conv_kernel_dim", num(g.conv_size));
-  put("linear_key_head_dim", num(g.d_k));
-  put("linear_value_head_dim", num(g.d_v));
-  put("linear_num_key_heads", num(g.n_k_heads));
-  put("linear_num_value_heads", num(g.n_v_heads));
+  put("rms_norm_eps", config_number(c.norm_eps));
+  put("max_position_embeddings", config_number(g.max_position_embeddings));
+  put("linear_conv_kernel_dim", config_number(g.conv_size));
+  put("linear_key_head_dim", config_number(g.d_k));
+  put("linear_value_head_dim", config_number(g.d_v));
+  put("linear_num_key_heads", config_number(g.n_k_heads));
+  put("linear_num_value_heads", config_number(g.n_v_heads));
   std::string types = "[";
   for (std::size_t i = 0; i < c.mixers.size(); ++i)
     types += fmt::format("{}\"{}\"", i ? ", " : "",
@@ -431,18 +364,18 @@ std::string config_fields(const ModelConfig& c) {
   put("layer_types", types + "]");
   put("rope_parameters", fmt::format("{{\"rope_type\": \"default\", \"rope_theta\": {}, "
                                      "\"partial_rotary_factor\": {}}}",
-                                     num(g.rope_theta), num(g.partial_rotary_factor)));
+                                     config_number(g.rope_theta),
+                                     config_number(g.partial_rotary_factor)));
   text += "}";
   if (g.layout == Layout::kQwen35Text) {
-    add("model_type", "\"qwen3_5_text\"");
-    // The text model's fields at the top level: the same object without its braces.
-    s += "  " + text.substr(1, text.size() - 2) + ",\n";
-    return s;
+    w.add("model_type", "\"qwen3_5_text\"");
+    // The text model's fields at the top level: the same object without its braces, one line.
+    return w.text() + "  " + text.substr(1, text.size() - 2) + ",\n";
   }
-  add("model_type", "\"qwen3_5\"");
-  add("architectures", "[\"Qwen3_5ForConditionalGeneration\"]");
-  add("text_config", text);
-  return s;
+  w.add("model_type", "\"qwen3_5\"");
+  w.add("architectures", "[\"Qwen3_5ForConditionalGeneration\"]");
+  w.add("text_config", text);
+  return w.text();
 }
 
 std::vector<model::TensorSpec> tensors_of(const ModelConfig& c) {
@@ -487,15 +420,7 @@ std::vector<model::TensorSpec> tensors_of(const ModelConfig& c) {
       const std::string a = p + "attn.";
       out.push_back({p + "attn_norm.weight", {d}, Init::kNorm});
       if (attention) {
-        const FlaAttnSpec& s = g.attn[std::size_t(g.attn_of[std::size_t(i)])];
-        const std::int64_t kv = std::int64_t(s.num_kv_heads) * (d / s.num_heads);
-        out.push_back({a + "q_proj.weight", {d, d}});
-        if (s.qkv_bias) out.push_back({a + "q_proj.bias", {d}, Init::kBias});
-        out.push_back({a + "k_proj.weight", {kv, d}});
-        if (s.qkv_bias) out.push_back({a + "k_proj.bias", {kv}, Init::kBias});
-        out.push_back({a + "v_proj.weight", {kv, d}});
-        if (s.qkv_bias) out.push_back({a + "v_proj.bias", {kv}, Init::kBias});
-        out.push_back({a + "o_proj.weight", {d, d}});
+        model::append_hybrid_attention_tensors(out, a, d, g.attn.at(i));
         out.push_back({p + "mlp_norm.weight", {d}, Init::kNorm});
         out.push_back({p + "mlp.gate_proj.weight", {I, d}});
         out.push_back({p + "mlp.up_proj.weight", {I, d}});

@@ -12,6 +12,7 @@
 
 #include "kernels/delta_kernels.h"
 #include "kernels/dispatch.h"
+#include "model/state_record.h"
 #include "models/gdn/gdn_network.h"
 #include "recur/error.h"
 #include "recur/gated_attention.h"
@@ -79,16 +80,9 @@ class GdnState final : public model::LayerState {
       throw FormatError(fmt::format("[{}] {} bytes given, this Gated DeltaNet layer's state ({} "
                                     "floats of S, {} convolutions) has {}", call, size, S.size(),
                                     convs.size(), raw_size()));
-    std::uint32_t format = 0;
-    std::memcpy(&format, data, sizeof format);
-    if (format != kFormat)
-      throw FormatError(fmt::format("[{}] state format {}, this build reads format {}", call,
-                                    format, kFormat));
-    std::int64_t n = 0;
-    std::memcpy(&n, data + size - sizeof n, sizeof n);
-    if (n < 0) throw FormatError(fmt::format("[{}] the token count is {}", call, n));
+    const std::int64_t n = model::read_state_frame(data, size, kFormat, call);
     // Into copies first, so that a failure leaves this state as it was.
-    std::size_t at = sizeof format;
+    std::size_t at = sizeof(std::uint32_t);
     std::vector<ShortConvState> loaded;
     for (const auto& c : convs) {
       ShortConvState copy = c.clone();

@@ -182,34 +182,29 @@ void resolve(ModelConfig& c, const std::string& source) {
 
 std::string config_fields(const ModelConfig& c) {
   const Rwkv7Config& rc = config_of(c);
-  std::string s;
-  const auto add = [&](const char* key, const std::string& value) {
-    s += fmt::format("  \"{}\": {},\n", key, value);
-  };
-  const auto num = [](double x) { return fmt::format("{}", x); };
-  const auto boolean = [](bool b) { return std::string(b ? "true" : "false"); };
-  add("model_type", "\"rwkv7\"");
-  if (rc.layout == Layout::kBlink) add("checkpoint_layout", fmt::format("\"{}\"", kBlinkLayoutName));
-  else add("architectures", "[\"RWKV7ForCausalLM\"]");
-  add("vocab_size", num(c.vocab_size));
-  add("hidden_size", num(c.hidden_size));
-  add("head_dim", num(rc.head_size));
-  add("num_hidden_layers", num(c.num_hidden_layers));
-  add("intermediate_size", num(c.intermediate_size));
-  add("hidden_ratio", num(rc.hidden_ratio));
-  add("decay_low_rank_dim", num(rc.rank_w));
-  add("a_low_rank_dim", num(rc.rank_a));
-  add("v_low_rank_dim", num(rc.rank_v));
-  add("gate_low_rank_dim", num(rc.rank_g));
-  add("hidden_act", "\"sqrelu\"");
-  add("max_position_embeddings", num(rc.max_position_embeddings));
+  model::FieldWriter w;
+  w.add("model_type", "\"rwkv7\"");
+  if (rc.layout == Layout::kBlink) w.string("checkpoint_layout", kBlinkLayoutName);
+  else w.add("architectures", "[\"RWKV7ForCausalLM\"]");
+  w.number("vocab_size", c.vocab_size);
+  w.number("hidden_size", c.hidden_size);
+  w.number("head_dim", rc.head_size);
+  w.number("num_hidden_layers", c.num_hidden_layers);
+  w.number("intermediate_size", c.intermediate_size);
+  w.number("hidden_ratio", rc.hidden_ratio);
+  w.number("decay_low_rank_dim", rc.rank_w);
+  w.number("a_low_rank_dim", rc.rank_a);
+  w.number("v_low_rank_dim", rc.rank_v);
+  w.number("gate_low_rank_dim", rc.rank_g);
+  w.add("hidden_act", "\"sqrelu\"");
+  w.number("max_position_embeddings", rc.max_position_embeddings);
   if (rc.layout == Layout::kFla) {
-    add("norm_eps", num(c.norm_eps));
-    add("norm_first", boolean(rc.ln0));
-    add("norm_bias", boolean(rc.norm_bias));
-    add("fuse_norm", boolean(rc.fla_l2));
+    w.number("norm_eps", c.norm_eps);
+    w.boolean("norm_first", rc.ln0);
+    w.boolean("norm_bias", rc.norm_bias);
+    w.boolean("fuse_norm", rc.fla_l2);
   }
-  return s;
+  return w.text();
 }
 
 void fit_to_weights(ModelConfig& c, const WeightSource& w) {

@@ -14,6 +14,7 @@
 
 #include "kernels/delta_kernels.h"
 #include "kernels/dispatch.h"
+#include "model/state_record.h"
 #include "models/rwkv7/rwkv7_network.h"
 #include "recur/error.h"
 #include "util/parallel.h"
@@ -87,16 +88,9 @@ class State final : public model::LayerState {
     if (size != raw_size())
       throw FormatError(fmt::format("[{}] {} bytes given, an RWKV-7 layer's state of hidden size "
                                     "{} has {}", call, size, att_x.size(), raw_size()));
-    std::uint32_t format = 0;
-    std::memcpy(&format, data, sizeof format);
-    if (format != kFormat)
-      throw FormatError(fmt::format("[{}] state format {}, this build reads format {}", call,
-                                    format, kFormat));
-    std::int64_t n = 0;
-    std::memcpy(&n, data + size - sizeof n, sizeof n);
-    if (n < 0) throw FormatError(fmt::format("[{}] the token count is {}", call, n));
+    const std::int64_t n = model::read_state_frame(data, size, kFormat, call);
     State incoming = *this;  // checked there first: this state changes only when all is well
-    const unsigned char* p = data + sizeof format;
+    const unsigned char* p = data + sizeof(std::uint32_t);
     for (auto* v : {&incoming.att_x, &incoming.ffn_x, &incoming.S}) {
       std::memcpy(v->data(), p, v->size() * sizeof(float));
       p += v->size() * sizeof(float);

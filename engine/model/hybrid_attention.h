@@ -1,0 +1,84 @@
+// The softmax attention layers of flash-linear-attention's hybrids (fla/layers/attn.py), as an
+// fla config's `attn` block places them among a recurrent family's layers: the block's reader and
+// writer, its tensors and the attention layer built from them. The fla gated family (GLA, RetNet,
+// HGRN2) and fla's gated_deltanet in the Gated DeltaNet family share them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config_fields.h"
+#include "model/family.h"
+#include "model/layers.h"
+#include "recur/causal_attention.h"
+#include "util/json.h"
+
+namespace recur::model {
+
+class Loader;
+
+/// One entry of the `attn` block: softmax attention at some layers.
+struct HybridAttentionSpec {
+  std::vector<int> layers;
+  int num_heads = 0;
+  int num_kv_heads = 0;  // 0: num_heads
+  bool qkv_bias = false;
+  int window_size = 0;   // 0: full attention; else a token sees window_size - 1 before it
+  double rope_theta = 10000;
+};
+
+/// The `attn` block: a dict is one spec, a list several (is_list remembers which, so that
+/// config.json is written back as it was read).
+struct HybridAttention {
+  std::vector<HybridAttentionSpec> specs;
+  bool present = false;  // config.json has the block (perhaps an empty list)
+  bool is_list = false;
+  // Derived (resolve_hybrid_attention).
+  std::vector<int> spec_of;  // per layer, its entry of specs, or -1
+
+  /// The spec of layer `layer`, which resolve_hybrid_attention made an attention layer.
+  const HybridAttentionSpec& at(int layer) const {
+    return specs[std::size_t(spec_of[std::size_t(layer)])];
+  }
+};
+
+/// Reads the block `v` of a model of `n_layers` layers: a FormatError naming `source` and the
+/// field ("attn[1].num_heads") for anything fla's Attention layer would not build.
+HybridAttention read_hybrid_attention(const json::Value& v, const std::string& source,
+                                      int n_layers);
+
+/// Checks the specs against the model's sizes (a configuration built in code is checked here
+/// too) and fills spec_of.
+void resolve_hybrid_attention(HybridAttention& a, int hidden_size, int n_layers,
+                              const std::string& source);
+
+/// Writes the block as config.json's field "attn" (a dict or a list, as read).
+void write_hybrid_attention(FieldWriter& w, const HybridAttention& a);
+
+/// The tensors of one attention layer whose names start with `prefix` ("model.layers.3.attn.").
+void append_hybrid_attention_tensors(std::vector<TensorSpec>& out, const std::string& prefix,
+                                     std::int64_t hidden_size, const HybridAttentionSpec& s);
+
+/// Bytes the full-attention layers' KV caches grow by every token: a key and a value per kv
+/// head (a windowed layer's ring stays the same size).
+std::size_t hybrid_attention_growth(const HybridAttention& a, int hidden_size);
+
+/// How describe() ends its state line: " at any length" for `growth` 0, else what a full
+/// softmax layer's KV cache adds each token.
+std::string state_growth_note(std::size_t growth);
+
+/// One attention layer as loaded: the projections and the attention over them (rotary on the
+/// whole head of hidden_size / num_heads, grouped kv heads, perhaps a window).
+struct HybridAttentionLayer {
+  Dense q, k, v, o;  // q, o: (hidden, hidden); k, v: (num_kv_heads * head_dim, hidden)
+  std::unique_ptr<CausalAttention> attention;
+};
+
+/// Takes the layer's tensors under `prefix` from the loader and builds the attention.
+HybridAttentionLayer load_hybrid_attention(Loader& L, const std::string& prefix, int hidden_size,
+                                           const HybridAttentionSpec& s);
+
+}  // namespace recur::model
