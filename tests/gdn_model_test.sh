@@ -33,7 +33,7 @@ relative() { awk -v a="$1" -v b="$2" 'BEGIN { d = (a - b) / b; printf "%.2g", d 
 isas=$("$recur" isa --available)
 
 [[ $(wc -l < "$ids") == 300 ]] || fail "$ids should hold 300 ids"
-[[ $(wc -l < "$fx/expected_nll.txt") == 6 ]] || fail "expected_nll.txt should list 6 fixtures"
+[[ $(wc -l < "$fx/expected_nll.txt") == 8 ]] || fail "expected_nll.txt should list 8 fixtures"
 declare -A got_nll
 while read -r name want; do
   path="$fx/$name"

@@ -57,6 +57,28 @@ void read_rope(Fields& t, const std::string& source, GdnConfig& g) {
   }
 }
 
+// layer_types, or the schedule its absence means: full attention every
+// full_attention_interval-th layer (the last of each group).
+void read_layer_types(Fields& t, const std::string& source, ModelConfig& c) {
+  const int interval = t.integer("full_attention_interval", 4, 1, 4096);
+  c.mixers.clear();
+  if (const json::Value* lt = t.get("layer_types")) {
+    if (!lt->is_array() || lt->array().size() != std::size_t(c.num_hidden_layers))
+      config_fail(source, "{} is {}, expected {} entries (num_hidden_layers)", t.name("layer_types"),
+                  describe_json(*lt), c.num_hidden_layers);
+    for (const auto& v : lt->array()) {
+      if (v.is_string() && v.string() == "linear_attention") c.mixers.push_back(MixerKind::kDeltaRule);
+      else if (v.is_string() && v.string() == "full_attention") c.mixers.push_back(MixerKind::kAttention);
+      else
+        config_fail(source, "{} holds {}, expected linear_attention or full_attention",
+                    t.name("layer_types"), describe_json(v));
+    }
+  } else {
+    for (int i = 0; i < c.num_hidden_layers; ++i)
+      c.mixers.push_back((i + 1) % interval ? MixerKind::kDeltaRule : MixerKind::kAttention);
+  }
+}
+
 void read_qwen(const std::string& type, const json::Value& root, Fields& top, ModelConfig& c,
                GdnConfig& g) {
   const std::string& source = top.source();
@@ -112,25 +134,7 @@ void read_qwen(const std::string& type, const json::Value& root, Fields& top, Mo
     config_fail(source, "{} is false: Qwen3.5's attention always has its output gate",
                 t.name("attn_output_gate"));
   read_rope(t, source, g);
-  // layer_types, or the schedule its absence means: full attention every
-  // full_attention_interval-th layer (the last of each group).
-  const int interval = t.integer("full_attention_interval", 4, 1, 4096);
-  c.mixers.clear();
-  if (const json::Value* lt = t.get("layer_types")) {
-    if (!lt->is_array() || lt->array().size() != std::size_t(c.num_hidden_layers))
-      config_fail(source, "{} is {}, expected {} entries (num_hidden_layers)", t.name("layer_types"),
-                  describe_json(*lt), c.num_hidden_layers);
-    for (const auto& v : lt->array()) {
-      if (v.is_string() && v.string() == "linear_attention") c.mixers.push_back(MixerKind::kDeltaRule);
-      else if (v.is_string() && v.string() == "full_attention") c.mixers.push_back(MixerKind::kAttention);
-      else
-        config_fail(source, "{} holds {}, expected linear_attention or full_attention",
-                    t.name("layer_types"), describe_json(v));
-    }
-  } else {
-    for (int i = 0; i < c.num_hidden_layers; ++i)
-      c.mixers.push_back((i + 1) % interval ? MixerKind::kDeltaRule : MixerKind::kAttention);
-  }
+  read_layer_types(t, source, c);
   // The text model's end-of-sequence ids, when the file's top level gives none.
   if (type == "qwen3_5") {
     if (const json::Value* eos = t.get("eos_token_id"); eos && !root.find("eos_token_id")) {

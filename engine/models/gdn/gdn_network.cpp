@@ -28,34 +28,34 @@ constexpr int kStageMixer = 0;
 class GdnState final : public model::LayerState {
  public:
   static constexpr std::uint32_t kFormat = 1;
-  GdnState(std::vector<ShortConvState> convs, std::size_t s_floats)
-      : convs_(std::move(convs)), S(s_floats, 0.0f) {}
-  std::vector<ShortConvState> convs_;
+  GdnState(std::vector<ShortConvState> conv_states, std::size_t s_floats)
+      : convs(std::move(conv_states)), S(s_floats, 0.0f) {}
+  std::vector<ShortConvState> convs;
   std::vector<float> S;  // (Hv, d_v, d_kp)
   std::int64_t tokens = 0;
 
   std::unique_ptr<model::LayerState> clone() const override {
     std::vector<ShortConvState> c;
-    for (const auto& x : convs_) c.push_back(x.clone());
+    for (const auto& x : convs) c.push_back(x.clone());
     auto out = std::make_unique<GdnState>(std::move(c), 0);
     out->S = S;
     out->tokens = tokens;
     return out;
   }
   void reset() override {
-    for (auto& c : convs_) c.reset();
+    for (auto& c : convs) c.reset();
     std::fill(S.begin(), S.end(), 0.0f);
     tokens = 0;
   }
   std::int64_t n_tokens() const override { return tokens; }
   std::size_t bytes() const override {
     std::size_t n = sizeof(*this) + S.capacity() * sizeof(float);
-    for (const auto& c : convs_) n += c.bytes();
+    for (const auto& c : convs) n += c.bytes();
     return n;
   }
   std::size_t raw_size() const override {
     std::size_t n = sizeof(std::uint32_t) + S.size() * sizeof(float) + sizeof(std::int64_t);
-    for (const auto& c : convs_) n += c.raw_size();
+    for (const auto& c : convs) n += c.raw_size();
     return n;
   }
   // format (u32), each convolution's raw bytes, S, the token count (i64); little-endian hosts.
@@ -63,7 +63,7 @@ class GdnState final : public model::LayerState {
     std::vector<unsigned char> out(sizeof(std::uint32_t));
     const std::uint32_t format = kFormat;
     std::memcpy(out.data(), &format, sizeof format);
-    for (const auto& c : convs_) {
+    for (const auto& c : convs) {
       const auto r = c.raw_bytes();
       out.insert(out.end(), r.begin(), r.end());
     }
@@ -78,7 +78,7 @@ class GdnState final : public model::LayerState {
     if (size != raw_size())
       throw FormatError(fmt::format("[{}] {} bytes given, this Gated DeltaNet layer's state ({} "
                                     "floats of S, {} convolutions) has {}", call, size, S.size(),
-                                    convs_.size(), raw_size()));
+                                    convs.size(), raw_size()));
     std::uint32_t format = 0;
     std::memcpy(&format, data, sizeof format);
     if (format != kFormat)
@@ -89,22 +89,22 @@ class GdnState final : public model::LayerState {
     if (n < 0) throw FormatError(fmt::format("[{}] the token count is {}", call, n));
     // Into copies first, so that a failure leaves this state as it was.
     std::size_t at = sizeof format;
-    std::vector<ShortConvState> convs;
-    for (const auto& c : convs_) {
+    std::vector<ShortConvState> loaded;
+    for (const auto& c : convs) {
       ShortConvState copy = c.clone();
       copy.load_raw_bytes(data + at, copy.raw_size());
       if (copy.n_tokens() != n)
         throw FormatError(fmt::format("[{}] a convolution has seen {} tokens, the recurrence {}",
                                       call, copy.n_tokens(), n));
       at += copy.raw_size();
-      convs.push_back(std::move(copy));
+      loaded.push_back(std::move(copy));
     }
     std::vector<float> s(S.size());
     std::memcpy(s.data(), data + at, s.size() * sizeof(float));
     for (const float x : s)
       if (!std::isfinite(x))
         throw FormatError(fmt::format("[{}] the state holds a non-finite number", call));
-    convs_ = std::move(convs);
+    convs = std::move(loaded);
     S = std::move(s);
     tokens = n;
   }
@@ -315,45 +315,56 @@ class Network final : public model::Network {
   // inputs of the delta rule, and the walk of every value head.
   void gated_delta(const GdnMixer& m, GdnState& st, Rows& w, int first, int count,
                    int threads) const {
+    convolve(m, st, w, first, count);
+    delta_inputs(m, w, first, count);
+    walk(m, st, w, first, count, threads);
+    st.tokens += count;
+  }
+
+  // conv rows = SiLU(the convolutions of the qkv rows), each convolution over its columns with
+  // its own past (or, without convolutions, SiLU alone where the layer applies it).
+  void convolve(const GdnMixer& m, GdnState& st, Rows& w, int first, int count) const {
     using CMap = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
     using Map = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
     const int W = m.conv_width(), K = m.Hk * m.d_k, V = m.Hv * m.d_v;
-    const int Kp = m.Hk * m.d_kp, Vp = m.Hv * m.d_kp;
-    const auto row0 = std::size_t(first);
-    const float* in = w.qkv.data() + row0 * std::size_t(W);
-    float* conv = w.conv.data() + row0 * std::size_t(W);
-    const bool qk_silu = m.qk_activation == 0;
+    const float* in = w.qkv.data() + std::size_t(first) * std::size_t(W);
+    float* conv = w.conv.data() + std::size_t(first) * std::size_t(W);
     if (m.convs.empty()) {
-      // No convolutions: SiLU on v, and on q and k when that is their activation.
       std::memcpy(conv, in, std::size_t(count) * std::size_t(W) * sizeof(float));
       for (int t = 0; t < count; ++t) {
         float* row = conv + std::size_t(t) * std::size_t(W);
-        if (qk_silu) gates::silu(row, row, 2 * K);
+        if (m.qk_activation == 0) gates::silu(row, row, 2 * K);
         gates::silu(row + 2 * K, row + 2 * K, V);
       }
-    } else {
-      for (std::size_t j = 0; j < m.convs.size(); ++j) {
-        const ShortConvolution& c = *m.convs[j];
-        const int col = m.conv_col[j], ch = c.channels();
-        if (count == 1) {
-          Eigen::Map<Eigen::VectorXf> y(conv + col, ch);
-          c.step(st.convs_[j], Eigen::Map<const Eigen::VectorXf>(in + col, ch), y);
-        } else {
-          Map Y(conv + col, count, ch, Eigen::OuterStride<>(W));
-          c.prefill(st.convs_[j], CMap(in + col, count, ch, Eigen::OuterStride<>(W)), Y);
-        }
-        if (m.conv_silu[j])
-          for (int t = 0; t < count; ++t) {
-            float* x = conv + std::size_t(t) * std::size_t(W) + std::size_t(col);
-            gates::silu(x, x, ch);
-          }
-      }
+      return;
     }
+    for (std::size_t j = 0; j < m.convs.size(); ++j) {
+      const ShortConvolution& c = *m.convs[j];
+      const int col = m.conv_col[j], ch = c.channels();
+      if (count == 1) {
+        Eigen::Map<Eigen::VectorXf> y(conv + col, ch);
+        c.step(st.convs[j], Eigen::Map<const Eigen::VectorXf>(in + col, ch), y);
+      } else {
+        Map Y(conv + col, count, ch, Eigen::OuterStride<>(W));
+        c.prefill(st.convs[j], CMap(in + col, count, ch, Eigen::OuterStride<>(W)), Y);
+      }
+      if (m.conv_silu[j])
+        for (int t = 0; t < count; ++t) {
+          float* x = conv + std::size_t(t) * std::size_t(W) + std::size_t(col);
+          gates::silu(x, x, ch);
+        }
+    }
+  }
+
+  // Per row, from the convolved q, k, v and the projections b, a: q and k normalised (q scaled)
+  // into rows padded to d_kp; per value head beta, alpha = exp(g), b = -alpha beta k and beta v.
+  void delta_inputs(const GdnMixer& m, Rows& w, int first, int count) const {
+    const int W = m.conv_width(), K = m.Hk * m.d_k, V = m.Hv * m.d_v;
+    const int Kp = m.Hk * m.d_kp, Vp = m.Hv * m.d_kp, G = m.Hv / m.Hk;
     const float q_scale = float(1.0 / std::sqrt(double(m.d_k)));
-    const int G = m.Hv / m.Hk;
     for (int t = 0; t < count; ++t) {
-      const std::size_t r = row0 + std::size_t(t);
-      const float* row = conv + std::size_t(t) * std::size_t(W);
+      const std::size_t r = std::size_t(first) + std::size_t(t);
+      const float* row = w.conv.data() + r * std::size_t(W);
       float* qn = w.qn.data() + r * std::size_t(Kp);
       float* kn = w.kn.data() + r * std::size_t(Kp);
       for (int h = 0; h < m.Hk; ++h) {
@@ -382,8 +393,14 @@ class Network final : public model::Network {
         for (int j = 0; j < m.d_v; ++j) vb[h * m.d_v + j] = beta * v[h * m.d_v + j];
       }
     }
-    // Heads are independent: threads take them in any order and the bytes stay the same; a
-    // single token's walk is too short to hand out.
+  }
+
+  // S_h = alpha S_h + (S_h k) b^T + (beta v) k^T, y = S_h q, per value head h over the rows, its
+  // key head h / G's q and k. Heads are independent: threads take them in any order and the
+  // bytes stay the same; a single token's walk is too short to hand out.
+  void walk(const GdnMixer& m, GdnState& st, Rows& w, int first, int count, int threads) const {
+    const int V = m.Hv * m.d_v, Kp = m.Hk * m.d_kp, Vp = m.Hv * m.d_kp, G = m.Hv / m.Hk;
+    const auto row0 = std::size_t(first);
     const int ranges = count > 1 ? std::min(std::max(threads, 1), m.Hv) : 1;
     detail::parallel_ranges(m.Hv, ranges, [&](int begin, int end, int) {
       for (int h = begin; h < end; ++h) {
@@ -403,7 +420,6 @@ class Network final : public model::Network {
                                  V, count);
       }
     });
-    st.tokens += count;
   }
 
   Stack s_;
