@@ -139,8 +139,9 @@ void BM_Qwen35Prefill(benchmark::State& state) {
 }
 
 // One token at a time after a 512-token prompt, full logits each step. "x_read_time" is the time
-// per token over the time to read every weight once at the bandwidth measured right afterwards
-// with as many threads (four streams each).
+// per token over the time to read every weight once at the bandwidth measured in this run with
+// as many threads (four streams each; read_bandwidth measures once per thread count, at the
+// first BM_MemoryBandwidth, and returns that figure after).
 void BM_Qwen35Decode(benchmark::State& state) {
   const int shape = static_cast<int>(state.range(0)), format = static_cast<int>(state.range(1));
   const int threads = static_cast<int>(state.range(2));

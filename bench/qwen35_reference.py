@@ -8,8 +8,8 @@ model in memory at a time), runs tests/gdn/torch_bench.py once per prompt length
 used (512 and 4,096), with its thread counts (decode after the shortest prompt, as bench_qwen35
 does), then prints one table: decode and prefill tokens/s of recur (bf16 and q8 weights) and of
 PyTorch with recur's lead over it, recur's decode time over the time to read its weights once,
-its prefill as a fraction of the FMA peak, and the state's bytes after each prompt (PyTorch's
-below the table). `tools/build.sh bench qwen35` runs bench_qwen35 and then this.
+its prefill as a fraction of the FMA peak, and the state's bytes after each prompt (PyTorch's in
+its own rows, from its byte formulas: S in float32, the convolutions and KV cache in its dtype). `tools/build.sh bench qwen35` runs bench_qwen35 and then this.
 """
 
 import argparse
@@ -85,8 +85,11 @@ def main():
                             threads)
             for r in out["runs"]:
                 torch[(name, prompt, r["threads"])] = r
-            torch_state[(name, prompt)] = (out["recurrent_state_bytes"] +
-                                           prompt * out["kv_cache_bytes_per_token"])
+            # PyTorch's state at every length recur ran: its recurrent part is constant and its
+            # KV cache grows by the same bytes a token, so one run gives them all.
+            for p in {k[3] for k in keys}:
+                torch_state[(name, p)] = (out["recurrent_state_bytes"] +
+                                          p * out["kv_cache_bytes_per_token"])
     prompts = sorted({k[3] for k in recur if k[2] == "prefill"})
 
     def get(name, fmt, kind, prompt, t, counter):
@@ -123,9 +126,11 @@ def main():
                     row += f" {s:,.0f} |" if s == s else " - |"
                 print(row)
             tr = torch.get((name, decode_prompt, t), {})
-            row = (f"| {name} | {t} | PyTorch {a.dtype} | {tr.get('decode_tok_per_s') or NAN:.2f} | - |")
+            dr = tr.get("decode_tok_per_s")
+            row = f"| {name} | {t} | PyTorch {a.dtype} | {f'{dr:.2f}' if dr else '-'} | - |"
             for p in prompts:
-                row += f" {torch.get((name, p, t), {}).get('prefill_tok_per_s', NAN):.2f} | - |"
+                pr = torch.get((name, p, t), {}).get("prefill_tok_per_s")
+                row += f" {f'{pr:.2f}' if pr else '-'} | - |"
             for p in prompts:
                 s = torch_state.get((name, p))
                 row += f" {s:,} |" if s is not None else " - |"
