@@ -19,7 +19,7 @@
 #   tools/build.sh isa NAME...   compile the whole tree for each -march NAME (x86-64-v4,
 #                                x86-64, ...) without running it: warnings there break no
 #                                machine of ours, so they are caught here
-#   tools/build.sh bench [linear|kv|model|tokenizer|serve|store|based|gated|fla|delta|rwkv7] [args]
+#   tools/build.sh bench [linear|kv|model|tokenizer|serve|store|based|gated|fla|delta|rwkv7|qwen35] [args]
 #                                release build, then bench/bench_<name> (default linear);
 #                                tokenizer also runs Hugging Face's library on the same texts
 #                                and prints the two side by side; serve is the load test of
@@ -32,7 +32,10 @@
 #                                delta the delta rule's update at RWKV-7 and Qwen3.5 heads;
 #                                rwkv7 whole RWKV-7 models at the 0.4B and 1.5B shapes (bf16
 #                                and q8), then eager PyTorch at the same shapes
-#                                (tests/rwkv7/torch_bench.py), side by side
+#                                (tests/rwkv7/torch_bench.py), side by side; qwen35 whole
+#                                Qwen3.5 text models at the 0.8B and 2B shapes (bf16 and q8,
+#                                prompts of 512 and 4,096), then eager PyTorch at the same
+#                                shapes (tests/gdn/torch_bench.py), side by side
 #   tools/build.sh recur [args]  release build, then `recur` with your arguments
 #   tools/build.sh train [args]  train the built-in model again (tools/train/train.py; writes
 #                                models/kjv unless --out DIR is given; about 40 minutes)
@@ -69,7 +72,7 @@ $needs_oracle && packages+=(redis-server nginx python3-numpy python3-jinja2 tmux
 # and drives recur serve's chat page in Debian's chromium.
 [[ "$job" == test ]] && packages+=(python3-torch chromium)
 # The fla models' benchmark runs PyTorch beside recur, with OpenBLAS as a user would install it.
-[[ "$job" == bench && "${1:-}" =~ ^(fla|rwkv7)$ ]] && packages+=(python3-torch libopenblas0-pthread)
+[[ "$job" == bench && "${1:-}" =~ ^(fla|rwkv7|qwen35)$ ]] && packages+=(python3-torch libopenblas0-pthread)
 bash tools/packages.sh "${packages[@]}"
 if $needs_oracle && [[ ! -f tests/tokenizer/node_modules/.package-lock.json ||
                        tests/tokenizer/package-lock.json -nt tests/tokenizer/node_modules/.package-lock.json ]]; then
@@ -171,7 +174,7 @@ case "$job" in
   native) ctest --preset "$preset" -j "$jobs" -E "^(recur serve|another CMake project|tokenizer|world tokenizer|chat template|recur (chat|template|tokenize)|RWKV-7: |Gated DeltaNet|docs:|Based from its published layout|fla's GLA|the built-in model: recur score|recur bench|recur demo)|under every instruction set$" ;;
   bench)
     name=linear
-    if [[ $# -gt 0 && "$1" =~ ^(linear|kv|model|tokenizer|serve|store|based|gated|fla|delta|rwkv7)$ ]]; then name="$1"; shift; fi
+    if [[ $# -gt 0 && "$1" =~ ^(linear|kv|model|tokenizer|serve|store|based|gated|fla|delta|rwkv7|qwen35)$ ]]; then name="$1"; shift; fi
     # The load test of recur serve: starts the server, plays the clients (bench/serve_load.cpp).
     [[ "$name" == serve ]] && exec "build/$preset/bench/serve_load" "build/$preset/tools/recur" "$@"
     if [[ "$name" == tokenizer ]]; then
@@ -181,7 +184,7 @@ case "$job" in
       node bench/tokenizer_reference.mjs "$out"
       exit 0
     fi
-    if [[ "$name" == fla || "$name" == rwkv7 ]]; then
+    if [[ "$name" == fla || "$name" == rwkv7 || "$name" == qwen35 ]]; then
       # recur first, then PyTorch: one model in memory at a time.
       out=$(mktemp)
       trap 'rm -f "$out"' EXIT

@@ -1,0 +1,199 @@
+// Whole Qwen3.5 text models at the shapes of Qwen3.5-0.8B and -2B (docs/qwen35.md), built in
+// memory from random bfloat16 weights (the published dtype) through the text-only layout
+// (`qwen3_5_text`), and the same weights quantized to q8: prefill of 512- and 4,096-token
+// prompts as a fraction of the FMA peak, decode as a multiple of the time to read every weight
+// once ("x_read_time"), on 1 and 2 threads, and the state's bytes (the Gated DeltaNet layers'
+// constant part and the attention layers' KV cache) after each prompt.
+//
+//   both: 24 layers, 3 Gated DeltaNet : 1 gated attention (18 + 6), linear attention 16 key and
+//         16 value heads of 128, conv kernel 4; attention 8 heads over 2 kv heads of 256,
+//         partial_rotary_factor 0.25 (64 rotary dims), rope_theta 1e7; vocab 248,320, tied
+//   0.8B: hidden 1024, MLP 3584          2B: hidden 2048, MLP 6144
+//
+// Where the shapes come from: the text_config of the Hub's Qwen/Qwen3.5-0.8B and -2B
+// config.json files as third-party readers quote them; the Hub itself could not be read here.
+// tests/gdn/torch_bench.py (the PyTorch side) uses the same values; they should be checked
+// against the real files before the figures are quoted as those models'.
+//
+// One model is in memory at a time (bench/whole_model.h). `tools/build.sh bench qwen35` runs
+// this and then eager PyTorch at the same shapes (bench/qwen35_reference.py), side by side.
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <string>
+
+#include "bench_common.h"
+#include "recur/isa.h"
+#include "recur/model.h"
+#include "whole_model.h"
+
+namespace {
+
+using recur::bench::kDecodeStreams;
+using recur::bench::kWeightFormats;
+
+constexpr int kDecodePrompt = 512;
+constexpr int kPrompts[] = {512, 4096};
+
+struct Shape {
+  const char* name;
+  int hidden, ffn;
+};
+constexpr Shape kShapes[] = {
+    {"qwen35-0.8B", 1024, 3584},
+    {"qwen35-2B", 2048, 6144},
+};
+// The rest is common to both shapes.
+constexpr int kLayers = 24, kInterval = 4, kVocab = 248320;
+constexpr int kKeyHeads = 16, kValueHeads = 16, kLinearHeadDim = 128, kConv = 4;
+constexpr int kHeads = 8, kKvHeads = 2, kHeadDim = 256;
+
+std::string config_json(const Shape& s) {
+  return "{\"model_type\": \"qwen3_5_text\", \"vocab_size\": " + std::to_string(kVocab) +
+         ", \"hidden_size\": " + std::to_string(s.hidden) +
+         ", \"intermediate_size\": " + std::to_string(s.ffn) +
+         ", \"num_hidden_layers\": " + std::to_string(kLayers) +
+         ", \"num_attention_heads\": " + std::to_string(kHeads) +
+         ", \"num_key_value_heads\": " + std::to_string(kKvHeads) +
+         ", \"head_dim\": " + std::to_string(kHeadDim) +
+         ", \"full_attention_interval\": " + std::to_string(kInterval) +
+         ", \"linear_num_key_heads\": " + std::to_string(kKeyHeads) +
+         ", \"linear_num_value_heads\": " + std::to_string(kValueHeads) +
+         ", \"linear_key_head_dim\": " + std::to_string(kLinearHeadDim) +
+         ", \"linear_value_head_dim\": " + std::to_string(kLinearHeadDim) +
+         ", \"linear_conv_kernel_dim\": " + std::to_string(kConv) +
+         ", \"rms_norm_eps\": 1e-06, \"hidden_act\": \"silu\", \"tie_word_embeddings\": true" +
+         ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000000, "
+         "\"partial_rotary_factor\": 0.25}}";
+}
+
+std::shared_ptr<const recur::Model> model_of(int shape, int format) {
+  return recur::bench::whole_model(kShapes[shape].name, config_json(kShapes[shape]), format);
+}
+
+// FLOP of an n-token prompt from an empty state, counted from the shapes (not from the model's
+// parameter count, which holds the embedding):
+//  - two per weight of every matrix each token passes through: the MLP, the Gated DeltaNet's
+//    in_proj_qkv, in_proj_z, in_proj_a, in_proj_b and out_proj, the attention's q (query and
+//    gate), k, v and o;
+//  - the depthwise convolution, two per tap and channel;
+//  - the delta rule's nine per element of each head's d_v x d_k state, as recur's kernel runs it
+//    (docs/delta-rule.md: S a, the decay, the rank-one correction, v k^T and the read-out S q);
+//  - the attention's scores and weighted values, 2 x 2 x heads x head_dim per position of the
+//    context, which grows with the prompt: at 4,096 tokens they are no longer small;
+//  - the head (the tied embedding) on the last token only, as prefill computes its logits.
+// Norms, gates and the softmax's exponentials are left out (a few per activation, not per weight).
+double prompt_flop(const Shape& s, int n) {
+  const double d = s.hidden, K = kKeyHeads * kLinearHeadDim, V = kValueHeads * kLinearHeadDim;
+  const double hd = double(kHeads) * kHeadDim, kv = double(kKvHeads) * kHeadDim;
+  const double mlp = 3.0 * d * s.ffn;
+  const double gdn_mat = (2 * K + V) * d + V * d + 2.0 * kValueHeads * d + d * V;
+  const double attn_mat = 2 * hd * d + 2 * kv * d + d * hd;
+  const int n_attn = kLayers / kInterval, n_gdn = kLayers - n_attn;
+  const double per_token = 2.0 * (kLayers * mlp + n_gdn * gdn_mat + n_attn * attn_mat) +
+                           n_gdn * (2.0 * kConv * (2 * K + V) +
+                                    9.0 * kValueHeads * kLinearHeadDim * kLinearHeadDim);
+  const double context = double(n) * (n + 1) / 2;  // sum over tokens of the positions they see
+  return n * per_token + n_attn * 4.0 * hd * context + 2.0 * kVocab * d;
+}
+
+std::string label(int shape, int format) {
+  return std::string(kShapes[shape].name) + " " + kWeightFormats[format];
+}
+
+void state_counters(benchmark::State& state, const recur::Decoder& dec) {
+  state.counters["state_bytes"] = static_cast<double>(dec.state_bytes());
+  state.counters["recurrent_bytes"] =
+      static_cast<double>(dec.state_bytes(recur::MixerKind::kDeltaRule));
+  state.counters["kv_bytes"] = static_cast<double>(dec.state_bytes(recur::MixerKind::kAttention));
+}
+
+void BM_MemoryBandwidth(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  for (auto _ : state)
+    benchmark::DoNotOptimize(recur::bench::read_bandwidth(threads, kDecodeStreams));
+  state.counters["read_GB/s"] = recur::bench::read_bandwidth(threads, kDecodeStreams) / 1e9;
+}
+BENCHMARK(BM_MemoryBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->Iterations(1);
+
+// A prompt from an empty state in chunks of 64, logits of the last token only. "peak_frac": the
+// run's FLOP (prompt_flop) over the FMA peak of as many cores.
+void BM_Qwen35Prefill(benchmark::State& state) {
+  const int shape = static_cast<int>(state.range(0)), format = static_cast<int>(state.range(1));
+  const int n = static_cast<int>(state.range(2)), threads = static_cast<int>(state.range(3));
+  const auto model = model_of(shape, format);
+  recur::Decoder dec(model, {64, threads});
+  dec.prefill(recur::bench::prompt_ids(64, kVocab));  // warms the buffers up, untimed
+  const auto prompt = recur::bench::prompt_ids(n, kVocab);
+  for (auto _ : state) {
+    dec.reset();
+    benchmark::DoNotOptimize(dec.prefill(prompt).data());
+  }
+  const double runs = static_cast<double>(state.iterations());
+  state.SetLabel(label(shape, format));
+  state.counters["tokens/s"] = benchmark::Counter(runs * n, benchmark::Counter::kIsRate);
+  state.counters["peak_frac"] = benchmark::Counter(
+      runs * prompt_flop(kShapes[shape], n) / (recur::bench::fma_peak() * threads),
+      benchmark::Counter::kIsRate);
+  state_counters(state, dec);
+}
+
+// One token at a time after a 512-token prompt, full logits each step. "x_read_time" is the time
+// per token over the time to read every weight once at the bandwidth measured in this run with
+// as many threads (four streams each; read_bandwidth measures once per thread count, at the
+// first BM_MemoryBandwidth, and returns that figure after).
+void BM_Qwen35Decode(benchmark::State& state) {
+  const int shape = static_cast<int>(state.range(0)), format = static_cast<int>(state.range(1));
+  const int threads = static_cast<int>(state.range(2));
+  const auto model = model_of(shape, format);
+  recur::Decoder dec(model, {64, threads});
+  dec.prefill(recur::bench::prompt_ids(kDecodePrompt, kVocab));
+  int t = 1;
+  for (int i = 0; i < 2; ++i) benchmark::DoNotOptimize(dec.step(t++).data());  // warm-up
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(dec.step(t).data());
+    t = (t + 7919) % kVocab;
+  }
+  const double n = static_cast<double>(state.iterations());
+  const double bytes = static_cast<double>(model->weight_bytes_per_token());
+  const double bandwidth = recur::bench::read_bandwidth(threads, kDecodeStreams);
+  state.SetLabel(label(shape, format));
+  state.counters["tokens/s"] = benchmark::Counter(n, benchmark::Counter::kIsRate);
+  state.counters["weight_MB"] = bytes / 1e6;
+  state.counters["read_GB/s"] = bandwidth / 1e9;
+  state.counters["x_read_time"] = benchmark::Counter(
+      n * bytes / bandwidth, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state_counters(state, dec);
+}
+
+// Registered model by model, so that each is built once.
+const int kRegistered = [] {
+  for (int shape = 0; shape < 2; ++shape) {
+    for (int format = 0; format < 2; ++format) {
+      const std::string name = std::string(kShapes[shape].name) + "/" + kWeightFormats[format];
+      benchmark::RegisterBenchmark(("BM_Qwen35Decode/" + name).c_str(), BM_Qwen35Decode)
+          ->ArgNames({"shape", "format", "threads"})
+          ->Args({shape, format, 1})->Args({shape, format, 2})
+          ->Iterations(8)->Unit(benchmark::kMillisecond)->UseRealTime();
+      auto* prefill = benchmark::RegisterBenchmark(("BM_Qwen35Prefill/" + name).c_str(),
+                                                   BM_Qwen35Prefill);
+      prefill->ArgNames({"shape", "format", "prompt", "threads"});
+      for (const int n : kPrompts) prefill->Args({shape, format, n, 1})->Args({shape, format, n, 2});
+      prefill->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+    }
+  }
+  return 0;
+}();
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("isa", recur::isa());
+  benchmark::AddCustomContext("decode_prompt_tokens", std::to_string(kDecodePrompt));
+  benchmark::AddCustomContext("fma_peak_GFLOP/s", std::to_string(recur::bench::fma_peak() / 1e9));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
