@@ -1,9 +1,11 @@
-// recur serve with flash-linear-attention's gated models (small random ones from
-// `recur make-model`, byte-level: HGRN2, RetNet, and a GLA hybrid with a full softmax attention
-// layer and a windowed one): 16 requests at once get the bytes each gets alone, a conversation
+// recur serve with the gated and delta-rule models (small random ones from `recur make-model`,
+// byte-level: fla's HGRN2, RetNet and a GLA hybrid with a full softmax attention layer and a
+// windowed one; RWKV-7; a Qwen3.5 hybrid, three Gated DeltaNet layers and one gated attention
+// layer; fla's gated_deltanet): 16 requests at once get the bytes each gets alone, a conversation
 // continued from its kept state equals one request over the whole text, and the conversation
 // store counts the full layer's KV cache, which grows with the conversation: a long hybrid
-// conversation holds more bytes than a short one, by exactly that cache, and pushes older
+// conversation holds more bytes than a short one, by exactly that cache (and a Qwen3.5 one by
+// its attention layer's), and pushes older
 // conversations out of --memory. Usage: node gated_test.mjs path/to/recur
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -24,11 +26,19 @@ writeFileSync(path.join(tmp, "hybrid.json"), JSON.stringify({
   expand_k: 0.5, expand_v: 1, intermediate_size: 64, tie_word_embeddings: false,
   attn: [{ layers: [1], num_heads: 4, num_kv_heads: 2 }, { layers: [2], num_heads: 4, window_size: 8 }],
 }));
+// The Qwen3.5 hybrid: Gated DeltaNet at 0-2, gated attention at 3 (4 heads over 2 kv heads of 16).
+const QWEN_KV_BYTES_PER_TOKEN = 2 * 2 * 16 * 4;
 const models = {
   "hgrn2": ["--arch", "hgrn2", "--vocab", "256", "--hidden", "64", "--layers", "2", "--expand-ratio", "16", "--intermediate", "64"],
   "retnet": ["--arch", "retnet", "--vocab", "256", "--hidden", "64", "--layers", "2", "--heads", "4", "--intermediate", "64"],
   "gla-hybrid": ["--config", path.join(tmp, "hybrid.json")],
+  "rwkv7": ["--arch", "rwkv7", "--vocab", "256", "--hidden", "64", "--layers", "2", "--heads", "2", "--intermediate", "128"],
+  "qwen35-hybrid": ["--arch", "qwen35", "--vocab", "256", "--hidden", "64", "--layers", "4", "--heads", "4",
+                    "--attn-kv-heads", "2", "--gdn-k-heads", "2", "--intermediate", "64"],
+  "gated_deltanet": ["--arch", "gated_deltanet", "--vocab", "256", "--hidden", "64", "--layers", "2", "--heads", "2",
+                     "--intermediate", "64"],
 };
+const growth = { "gla-hybrid": HYBRID_KV_BYTES_PER_TOKEN, "qwen35-hybrid": QWEN_KV_BYTES_PER_TOKEN };
 for (const [name, args] of Object.entries(models))
   execFileSync(recur, ["make-model", path.join(tmp, name), "--seed", "3", ...args],
                { stdio: ["ignore", "ignore", "inherit"] });
@@ -75,8 +85,8 @@ for (const name of Object.keys(models)) {
     const short = await bytes("In the beginning"), long = await bytes("In the beginning ".repeat(20));
     const more = 20 * 17 - 16;  // tokens the long one has beyond the short one
     console.log(`     ${name}: a conversation of 18 tokens holds ${short} bytes, one of 342 tokens ${long}`);
-    if (name === "gla-hybrid")  // the full layer's keys and values, a token at a time
-      assert.equal(long - short, more * HYBRID_KV_BYTES_PER_TOKEN,
+    if (growth[name])  // the full layer's keys and values, a token at a time
+      assert.equal(long - short, more * growth[name],
                    `a long conversation holds ${long} bytes, a short one ${short}`);
     else  // constant state
       assert.equal(long, short, `a long conversation holds ${long} bytes, a short one ${short}`);
