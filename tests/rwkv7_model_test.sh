@@ -197,7 +197,12 @@ if "$recur" generate -m "$tmp/made" -p "And God said" -n 2 > /dev/null 2> "$tmp/
 fi
 grep -q "rwkv_vocab_v20230424.txt" "$tmp/err" && grep -q -- "--tokenizer" "$tmp/err" ||
   fail "the missing tokenizer's error does not name the world vocabulary and --tokenizer: $(cat "$tmp/err")"
-echo "rwkv7_model_test: make-model --arch rwkv7 writes a model that reads back, tied or not; without a tokenizer text is refused"
+# A byte-level model (vocab 256) needs no file: its ids are the bytes.
+"$recur" make-model "$tmp/bytes" --arch rwkv7 --vocab 256 --hidden 64 --layers 2 --heads 2 > /dev/null 2> "$tmp/err" ||
+  { cat "$tmp/err" >&2; fail "make-model --arch rwkv7 --vocab 256"; }
+"$recur" generate -m "$tmp/bytes" -p "And God said" -n 2 --greedy > /dev/null 2> "$tmp/err" ||
+  fail "text was refused by a byte-level RWKV-7 model: $(tail -1 "$tmp/err")"
+echo "rwkv7_model_test: make-model --arch rwkv7 writes a model that reads back, tied or not; without a tokenizer text is refused, but for a byte-level model"
 
 # A head wider than its tokenizer (the world models: 65,536 rows, 65,530 ids): text output never
 # draws an id the tokenizer cannot decode, greedy or sampled. --ids still gives the head's own

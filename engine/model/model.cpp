@@ -76,6 +76,9 @@ std::string Model::describe(const std::string& label) const {
 }
 
 std::string Model::missing_tokenizer(const std::string& dir) const {
+  // With 256 ids or fewer, bytes are the only reading of the ids: any family's byte-level model
+  // takes text without a file.
+  if (config_.vocab_size <= 256) return "";
   return model::family_of(config_.architecture).missing_tokenizer(dir);
 }
 

@@ -194,7 +194,8 @@ class Model {
   /// and whether it grows).
   std::string describe(const std::string& label) const;
   /// Why this model, loaded from `dir` without a tokenizer, cannot take text as bytes (Based's
-  /// checkpoints were trained on GPT-2's ids); "" when bytes are fine.
+  /// checkpoints were trained on GPT-2's ids); "" when bytes are fine, as they always are for a
+  /// byte-level model (a vocabulary of 256 ids or fewer).
   std::string missing_tokenizer(const std::string& dir) const;
 
   /// The loaded form: opaque here, defined and reached in the engine (engine/model/model_impl.h).
