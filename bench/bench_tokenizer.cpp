@@ -68,7 +68,7 @@ void BM_Load(benchmark::State& state, const std::string& file) {
     return;
   }
   for (auto _ : state) benchmark::DoNotOptimize(recur::Tokenizer::from_json(*text, file));
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * text->size()));
+  state.SetBytesProcessed(static_cast<std::int64_t>(std::size_t(state.iterations()) * text->size()));
 }
 
 void BM_Encode(benchmark::State& state, const std::string& file, const std::string& kind) {
@@ -90,7 +90,7 @@ void BM_Encode(benchmark::State& state, const std::string& file, const std::stri
     ids = out.size();
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * text.size()));
+  state.SetBytesProcessed(static_cast<std::int64_t>(std::size_t(state.iterations()) * text.size()));
   state.counters["ids"] = static_cast<double>(ids);
 }
 

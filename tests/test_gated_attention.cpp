@@ -492,7 +492,7 @@ TEST_CASE("the gates follow their float64 formulas", "[gated][gates]") {
   recur::gates::gla_decay(xs.data(), y.data(), n, 16.0f, -0.05f);  // clamp_min in log space
   worst = 0;
   for (std::size_t i = 0; i < xs.size(); ++i)
-    worst = std::max(worst, rel(y[i], std::exp(std::max(log_sigmoid(xs[i]) / 16.0, double(-0.05f)))));
+    worst = std::max(worst, rel(double(y[i]), std::exp(std::max(log_sigmoid(double(xs[i])) / 16.0, double(-0.05f)))));
   CHECK(worst < kGateTolerance);
 
   for (std::size_t i = 0; i < xs.size(); ++i) lb[i] = i % 3 == 0 ? 0.0f : float(i % 1000) / 1001.0f;
@@ -500,9 +500,9 @@ TEST_CASE("the gates follow their float64 formulas", "[gated][gates]") {
   double worst_a = 0, worst_k = 0;
   for (std::size_t i = 0; i < xs.size(); ++i) {
     // fla: g = logaddexp(log lb, log1p(-lb) + logsigmoid(x)); alpha = exp(g); k = 1 - alpha.
-    const double l = lb[i], s = sigmoid(xs[i]);
-    worst_a = std::max(worst_a, rel(a[i], l + (1 - l) * s));
-    worst_k = std::max(worst_k, rel(k[i], (1 - l) * sigmoid(-double(xs[i]))));  // = (1 - l)(1 - s)
+    const double l = double(lb[i]), s = sigmoid(double(xs[i]));
+    worst_a = std::max(worst_a, rel(double(a[i]), l + (1 - l) * s));
+    worst_k = std::max(worst_k, rel(double(k[i]), (1 - l) * sigmoid(-double(xs[i]))));  // = (1 - l)(1 - s)
     REQUIRE((a[i] >= 0.0f && a[i] <= 1.0f));
   }
   INFO("hgrn2_gates: alpha " << worst_a << ", k " << worst_k);
@@ -517,13 +517,13 @@ TEST_CASE("the gates follow their float64 formulas", "[gated][gates]") {
 
   recur::gates::sigmoid(xs.data(), y.data(), n);
   worst = 0;
-  for (std::size_t i = 0; i < xs.size(); ++i) worst = std::max(worst, rel(y[i], sigmoid(xs[i])));
+  for (std::size_t i = 0; i < xs.size(); ++i) worst = std::max(worst, rel(double(y[i]), sigmoid(double(xs[i]))));
   CHECK(worst < kGateTolerance);
   std::vector<float> in_place = xs;
   recur::gates::silu(in_place.data(), in_place.data(), n);
   worst = 0;
   for (std::size_t i = 0; i < xs.size(); ++i)
-    worst = std::max(worst, rel(in_place[i], double(xs[i]) * sigmoid(xs[i])));
+    worst = std::max(worst, rel(double(in_place[i]), double(xs[i]) * sigmoid(double(xs[i]))));
   CHECK(worst < kGateTolerance);
 
   CHECK(recur::gates::retnet_decay(0) == 0.96875f);
@@ -611,11 +611,11 @@ TEST_CASE("a million tokens stay within the stated error of float64", "[gated][f
           Sh(i, j) = al * Sh(i, j) + double(K(hh * dk + i)) * double(V(hh * dv + j));
       }
       if (!window) continue;
-      const double sc = g ? layer.scale() : retnet.scale();
+      const double sc = double(g ? layer.scale() : retnet.scale());
       for (int j = 0; j < dv; ++j) {
         double want = 0;
         for (int i = 0; i < dk; ++i) want += sc * double(Qv(hh * dk + i)) * Sh(i, j);
-        const double got = g ? o(hh * dv + j) : ro(hh * dv + j);
+        const double got = double(g ? o(hh * dv + j) : ro(hh * dv + j));
         err[std::size_t(h)] = std::max(err[std::size_t(h)], std::abs(got - want));
         scale[std::size_t(h)] = std::max(scale[std::size_t(h)], std::abs(want));
       }

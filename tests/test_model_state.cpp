@@ -231,7 +231,7 @@ TEST_CASE("a state file's checksum is the same however its bytes are fed", "[mod
   for (auto& c : bytes) c = static_cast<char>(rng());
   recur::detail::Hasher whole;
   whole.update(bytes.data(), bytes.size());
-  for (std::size_t piece : {1, 3, 7, 31, 32, 33, 64, 100, 4096}) {
+  for (std::size_t piece : {1u, 3u, 7u, 31u, 32u, 33u, 64u, 100u, 4096u}) {
     recur::detail::Hasher parts;
     for (std::size_t at = 0; at < bytes.size(); at += piece)
       parts.update(bytes.data() + at, std::min(piece, bytes.size() - at));
