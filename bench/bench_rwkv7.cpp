@@ -7,32 +7,28 @@
 //   0.4B: 24 layers of 1024, 16 heads of 64, FFN 4096, vocab 65,536, LoRA ranks 64/64/32/128
 //   1.5B: 24 layers of 2048, 32 heads of 64, FFN 8192, vocab 65,536, LoRA ranks 96/96/64/256
 //
-// One model is in memory at a time: the benchmarks of a model and format run together and the
-// previous model is dropped before the next is built (the q8 one is written to a temporary
-// directory by recur's quantizer and loaded back). `tools/build.sh bench rwkv7` runs this and
+// One model is in memory at a time (bench/whole_model.h): the benchmarks of a model and format
+// run together and the previous model is dropped before the next is built (the q8 one is written
+// to a temporary directory by recur's quantizer and loaded back). `tools/build.sh bench rwkv7` runs this and
 // then eager PyTorch at the same shapes (tests/rwkv7/torch_bench.py), side by side.
 #include <benchmark/benchmark.h>
-#include <unistd.h>
 
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "bench_common.h"
-#include "model/random_weights.h"
 #include "recur/isa.h"
 #include "recur/model.h"
-#include "recur/quantize.h"
+#include "whole_model.h"
 
 namespace {
 
+using recur::bench::kWeightFormats;
+
 constexpr int kPrompt = 512;
 constexpr int kVocab = 65536;
-// Decode reads several weight panels at once: its bandwidth is that of four streams per core.
-constexpr int kStreams = 4;
+constexpr int kStreams = recur::bench::kDecodeStreams;
 
 struct Shape {
   const char* name;
@@ -42,7 +38,6 @@ constexpr Shape kShapes[] = {
     {"rwkv7-0.4B", 1024, 16, 4096, {64, 64, 32, 128}},
     {"rwkv7-1.5B", 2048, 32, 8192, {96, 96, 64, 256}},
 };
-constexpr const char* kFormats[] = {"bf16", "q8"};
 
 std::string config_json(const Shape& s) {
   return "{\"model_type\": \"rwkv7\", \"vocab_size\": " + std::to_string(kVocab) +
@@ -55,40 +50,11 @@ std::string config_json(const Shape& s) {
          ", \"norm_eps\": 1e-05, \"tie_word_embeddings\": false}";
 }
 
-// The one model in memory: asking for another drops this one first.
 std::shared_ptr<const recur::Model> model_of(int shape, int format) {
-  static int held = -1;
-  static std::shared_ptr<const recur::Model> model;
-  const int key = shape * 2 + format;
-  if (held != key) {
-    model.reset();
-    const Shape& s = kShapes[shape];
-    std::fprintf(stderr, "bench_rwkv7: building %s (%s) from random bf16 weights\n", s.name,
-                 kFormats[format]);
-    const auto c = recur::ModelConfig::from_json(config_json(s), s.name);
-    const recur::RandomWeights weights(c, 1, recur::DType::kBF16);
-    if (format == 0) {
-      model = recur::Model::from_weights(c, weights);
-    } else {
-      namespace fs = std::filesystem;
-      const fs::path dir = fs::temp_directory_path() / ("bench_rwkv7_q8_" + std::to_string(::getpid()));
-      recur::QuantizeOptions o;
-      o.format = "q8";
-      recur::write_quantized_model(dir.string(), c, weights, o);
-      model = recur::Model::load(dir.string());
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-    held = key;
-  }
-  return model;
+  return recur::bench::whole_model(kShapes[shape].name, config_json(kShapes[shape]), format);
 }
 
-std::vector<int> tokens(int n) {
-  std::vector<int> t(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) t[static_cast<std::size_t>(i)] = (i * 7919 + 13) % kVocab;
-  return t;
-}
+std::vector<int> tokens(int n) { return recur::bench::prompt_ids(n, kVocab); }
 
 // FLOP of one prompt token: two per weight of every matrix the token passes through (all but
 // the embedding, which is a row read, and the head, which prefill runs on the last token only),
@@ -119,7 +85,7 @@ void BM_Rwkv7Prefill(benchmark::State& state) {
     benchmark::DoNotOptimize(dec.prefill(prompt).data());
   }
   const double n = static_cast<double>(state.iterations()) * kPrompt;
-  state.SetLabel(std::string(kShapes[shape].name) + " " + kFormats[format]);
+  state.SetLabel(std::string(kShapes[shape].name) + " " + kWeightFormats[format]);
   state.counters["tokens/s"] = benchmark::Counter(n, benchmark::Counter::kIsRate);
   state.counters["peak_frac"] = benchmark::Counter(
       n * flop_per_prompt_token(*model, kShapes[shape]) / (recur::bench::fma_peak() * threads),
@@ -144,7 +110,7 @@ void BM_Rwkv7Decode(benchmark::State& state) {
   }
   const double n = static_cast<double>(state.iterations());
   const double bytes = static_cast<double>(model->weight_bytes_per_token());
-  state.SetLabel(std::string(kShapes[shape].name) + " " + kFormats[format]);
+  state.SetLabel(std::string(kShapes[shape].name) + " " + kWeightFormats[format]);
   state.counters["tokens/s"] = benchmark::Counter(n, benchmark::Counter::kIsRate);
   state.counters["weight_MB"] = bytes / 1e6;
   state.counters["x_read_time"] = benchmark::Counter(
@@ -157,7 +123,7 @@ void BM_Rwkv7Decode(benchmark::State& state) {
 const int kRegistered = [] {
   for (int shape = 0; shape < 2; ++shape) {
     for (int format = 0; format < 2; ++format) {
-      const std::string name = std::string(kShapes[shape].name) + "/" + kFormats[format];
+      const std::string name = std::string(kShapes[shape].name) + "/" + kWeightFormats[format];
       benchmark::RegisterBenchmark(("BM_Rwkv7Prefill/" + name).c_str(), BM_Rwkv7Prefill)
           ->ArgNames({"shape", "format", "threads"})
           ->Args({shape, format, 1})->Args({shape, format, 2})

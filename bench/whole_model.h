@@ -1,5 +1,4 @@
-// Shared by the whole-model benchmarks (bench_qwen35.cpp; bench_rwkv7.cpp has its own copy of
-// these until it is switched over): a model built in memory from random bf16 weights through its
+// Shared by the whole-model benchmarks (bench_rwkv7.cpp, bench_qwen35.cpp): a model built in memory from random bf16 weights through its
 // family's config JSON, or the same weights quantized by recur's quantizer, with only one model
 // in memory at a time; and the prompt ids.
 #pragma once
