@@ -34,7 +34,7 @@ export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // Starts `recur serve ARGS --port 0` and resolves, once it says where it listens, to the child
 // process with `url` and `exited` (a promise of its exit code, or its signal's name). Its
-// standard error is kept for the message if it does not start within 30 s.
+// standard error is kept for the message if it exits first or does not start within 30 s.
 export function startServe(recur, args) {
   return new Promise((resolve, reject) => {
     const child = spawn(recur, ["serve", ...args, "--port", "0"], { stdio: ["ignore", "ignore", "pipe"] });
@@ -51,6 +51,13 @@ export function startServe(recur, args) {
     });
     child.log = () => log;  // what it wrote to standard error so far
     child.exited = new Promise((r) => child.on("exit", (code, sig) => r(code ?? sig)));
+    // A server that exits before it listens has said why: no need to wait out the 30 s.
+    // ("close" comes after its standard error has been read to the end.)
+    child.on("close", (code, sig) => {
+      if (child.url) return;
+      clearTimeout(timer);
+      reject(new Error(`recur serve exited (${code ?? sig}) before it listened:\n${log}`));
+    });
     child.on("error", reject);
   });
 }
