@@ -144,12 +144,24 @@ class Pool {
   // the next stretch, so that a helper that is late now and then keeps it long.
   // Which thread runs a range never changes a byte, so this is only a question of speed.
   void note_wait(Clock::duration worked, Clock::duration waited) {
-    if (waited <= worked) {
+    if (waited <= worked || waited < late_floor()) {
       backoff_ /= 2;
       return;
     }
     backoff_ = backoff_ == 0 ? 8 : std::min(2 * backoff_, 4096);
     inline_jobs_ = backoff_;
+  }
+
+  // A wait shorter than this is a helper waking up, not one that lost its core (which waits
+  // for the scheduler's next turn, milliseconds): short jobs whose helper wakes a few
+  // microseconds late must not send the long ones after them to the caller alone.
+  static Clock::duration late_floor() {
+    static const Clock::duration floor = [] {
+      if (const char* us = std::getenv("RECUR_LATE_US"))
+        return Clock::duration(std::chrono::microseconds(std::atol(us)));
+      return Clock::duration(std::chrono::microseconds(500));
+    }();
+    return floor;
   }
 
   // Takes and runs ranges of the job whose word was `w` until none is left.
