@@ -50,6 +50,19 @@ Clock::duration spin_budget() {
   return budget;
 }
 
+// The shortest wait for a helper that counts as late (Pool::note_wait). A shorter one is a
+// helper waking up or finishing its range a little after the caller, not one that lost its core
+// (which waits for the scheduler's next turn, milliseconds): short jobs with such a wait must not
+// send the long ones after them to the caller alone. RECUR_LATE_US sets it.
+Clock::duration late_floor() {
+  static const Clock::duration floor = [] {
+    if (const char* us = std::getenv("RECUR_LATE_US"))
+      return Clock::duration(std::chrono::microseconds(std::atol(us)));
+    return Clock::duration(std::chrono::microseconds(500));
+  }();
+  return floor;
+}
+
 // Spins until done() or the budget is spent; true if done.
 template <class Done>
 bool spin_until(const Done& done) {
@@ -137,8 +150,8 @@ class Pool {
   static std::uint32_t generation_of(std::uint64_t w) { return std::uint32_t(w >> 32); }
 
   // A helper that loses its core to another process while it holds a range makes the caller
-  // wait for that range: longer than the caller worked means the job took longer than it
-  // would have on the caller alone. Then the next jobs run on the caller alone, 8 of them
+  // wait for that range: longer than the caller worked (and at least late_floor()) means the
+  // job took longer than it would have on the caller alone. Then the next jobs run on the caller alone, 8 of them
   // after the first late job and twice as many after each late one that follows (up to 4096,
   // a few hundred tokens of a small model); each job with the helpers that is on time halves
   // the next stretch, so that a helper that is late now and then keeps it long.
@@ -150,18 +163,6 @@ class Pool {
     }
     backoff_ = backoff_ == 0 ? 8 : std::min(2 * backoff_, 4096);
     inline_jobs_ = backoff_;
-  }
-
-  // A wait shorter than this is a helper waking up, not one that lost its core (which waits
-  // for the scheduler's next turn, milliseconds): short jobs whose helper wakes a few
-  // microseconds late must not send the long ones after them to the caller alone.
-  static Clock::duration late_floor() {
-    static const Clock::duration floor = [] {
-      if (const char* us = std::getenv("RECUR_LATE_US"))
-        return Clock::duration(std::chrono::microseconds(std::atol(us)));
-      return Clock::duration(std::chrono::microseconds(500));
-    }();
-    return floor;
   }
 
   // Takes and runs ranges of the job whose word was `w` until none is left.

@@ -147,7 +147,8 @@ class Network final : public model::Network {
     const auto C = std::size_t(s_.C);
     if (s_.ln0)
       for_rows(n, threads, [&](int r0, int r1) {
-        s_.ln0_norm.apply(w.x.data() + std::size_t(r0) * C, r1 - r0, s_.C, w.x.data() + std::size_t(r0) * C, s_.C);
+        float* rows = w.x.data() + std::size_t(r0) * C;
+        s_.ln0_norm.apply(rows, r1 - r0, s_.C, rows, s_.C);
       });
     // x += out, then h = norm(x), over the rows.
     const auto add_then_norm = [&](const model::Norm* norm, bool add) {
