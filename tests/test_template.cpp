@@ -12,6 +12,7 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -62,6 +63,7 @@ TEST_CASE("[oracle] every real template and ours renders as Jinja2 renders it, b
   std::map<std::string, ChatTemplate> templates;
   std::string line;
   int cases = 0, rendered = 0, refused = 0;
+  std::set<std::string> walking, joining;  // templates given a list of parts, and the joined text
   while (std::getline(in, line)) {
     const recur::json::Value c = recur::json::parse(line, "cases.jsonl");
     const std::string id = c.find("id")->string();
@@ -78,7 +80,18 @@ TEST_CASE("[oracle] every real template and ours renders as Jinja2 renders it, b
       }
     }
     const ChatTemplate& t = templates.at(path);
-    const auto content = c.find("content")->string() == "parts" ? recur::ChatContent::kParts : recur::ChatContent::kString;
+    const std::string mode = c.find("content")->string();
+    const auto content = mode == "parts"    ? recur::ChatContent::kParts
+                         : mode == "string" ? recur::ChatContent::kString
+                                            : recur::ChatContent::kAuto;
+    // Whether the template walks content parts: recur's probe finds what the oracle's finds.
+    const bool with_tools = !c.find("tools")->string().empty();
+    const bool walks = c.find("walks_parts")->boolean();
+    {
+      INFO(id << ": the oracle finds that the template " << (walks ? "walks" : "does not walk") << " content parts");
+      CHECK((t.content_parts(with_tools) == recur::ChatContent::kParts) == walks);
+    }
+    (walks ? walking : joining).insert(path);
     std::string got, error;
     bool raised = false;
     try {
@@ -117,9 +130,18 @@ TEST_CASE("[oracle] every real template and ours renders as Jinja2 renders it, b
     }
     ++cases;
   }
-  fmt::print("{} cases from {} templates: {} rendered equal, {} refused as Jinja2 refuses\n", cases,
-             templates.size(), rendered, refused);
+  fmt::print("{} cases from {} templates: {} rendered equal, {} refused as Jinja2 refuses; {} walk "
+             "content parts, {} are given the joined text\n", cases, templates.size(), rendered, refused,
+             walking.size(), joining.size());
   CHECK(cases > 0);
+  // Both kinds are among the real templates (Gemma 3's walks parts, Qwen3's and Llama 3.1's do
+  // not), so that a probe that always answers one way fails here.
+  const auto any_named = [](const std::set<std::string>& paths, const std::string& label) {
+    return std::any_of(paths.begin(), paths.end(), [&](const std::string& p) { return p.find(label) != std::string::npos; });
+  };
+  CHECK(any_named(walking, "tokenizer-gemma3"));
+  CHECK(any_named(joining, "tokenizer-qwen3"));
+  CHECK(any_named(joining, "tokenizer-llama3_1"));
 }
 
 TEST_CASE("[oracle] random expressions render as Jinja2 renders them, and fail where it fails", "[oracle]") {
@@ -395,6 +417,67 @@ TEST_CASE("A model directory's template is found where transformers looks, with 
   CHECK_THROWS_AS(ChatTemplate::load(dir.string()).render(R"([{"role": "user")"), recur::ArgumentError);
   std::filesystem::remove_all(dir);
   CHECK_THROWS_AS(ChatTemplate::load(dir.string()), recur::FormatError);
+}
+
+TEST_CASE("A template that walks content parts is given the list, one that does not the joined text", "[template][parts]") {
+  const std::string two_parts =
+      R"([{"role": "user", "content": [{"type": "text", "text": " a "}, {"type": "text", "text": "b"}]}])";
+  // Walks the parts (as Gemma 3's does): given the list, whatever it does with a string.
+  const ChatTemplate walker = ChatTemplate::parse(
+      "{% for m in messages %}{% if m.content is string %}S:{{ m.content }}{% else %}"
+      "{% for p in m.content %}[{{ p.text | trim }}]{% endfor %}{% endif %}{% endfor %}", "t");
+  CHECK(walker.content_parts() == recur::ChatContent::kParts);
+  CHECK(walker.render(two_parts) == "[a][b]");
+  CHECK(walker.render(two_parts, {}, false, recur::ChatContent::kString) == "S: a \nb");
+  CHECK(walker.render(two_parts, {}, false, recur::ChatContent::kParts) == "[a][b]");
+  CHECK(walker.render(R"([{"role": "user", "content": "x"}])") == "S:x");
+  // Prints the content (Python's repr of a list, or its JSON), renders nothing for a list, or
+  // fails on one: given the joined text.
+  for (const char* body : {"{{ m.content }}", "{{ m.content | tojson }}", "{{ m.content | tojson(indent=2) }}",
+                           "{% if m.content is string %}{{ m.content }}{% endif %}", "{{ m.content + '!' }}",
+                           "{{ m.content | trim }}"}) {
+    INFO(body);
+    const ChatTemplate joiner = ChatTemplate::parse(std::string("{% for m in messages %}") + body + "{% endfor %}", "t");
+    CHECK(joiner.content_parts() == recur::ChatContent::kString);
+    CHECK(joiner.render(two_parts) == joiner.render(two_parts, {}, false, recur::ChatContent::kString));
+  }
+  // The choice is per template: a tool_use template that walks parts beside a default that
+  // does not.
+  const auto dir = std::filesystem::temp_directory_path() / ("recur_parts_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  recur::detail::write_file_atomically((dir / "tokenizer_config.json").string(), R"({"chat_template": [
+    {"name": "default", "template": "{% for m in messages %}{{ m.content }}{% endfor %}"},
+    {"name": "tool_use", "template": "{% for m in messages %}{% for p in m.content %}<{{ p.text }}>{% endfor %}{% endfor %}"}]})", "test");
+  const ChatTemplate both = ChatTemplate::load(dir.string());
+  std::filesystem::remove_all(dir);
+  CHECK(both.content_parts(false) == recur::ChatContent::kString);
+  CHECK(both.content_parts(true) == recur::ChatContent::kParts);
+  CHECK(both.render(two_parts) == " a \nb");
+  CHECK(both.render(two_parts, "[]") == "< a ><b>");
+  // A template that loops without end on the probe is bounded, and does not walk parts.
+  const ChatTemplate looper = ChatTemplate::parse(
+      "{% for i in range(100000000) %}{{ messages[0].content }}{% endfor %}", "t");
+  CHECK(looper.content_parts() == recur::ChatContent::kString);
+}
+
+TEST_CASE("Image, audio and file parts are refused in every mode, naming the message, the part and its type", "[template][parts]") {
+  const ChatTemplate walker = ChatTemplate::parse("{% for m in messages %}{% for p in m.content %}{{ p.text }}{% endfor %}{% endfor %}", "t");
+  REQUIRE(walker.content_parts() == recur::ChatContent::kParts);
+  for (const auto mode : {recur::ChatContent::kAuto, recur::ChatContent::kString, recur::ChatContent::kParts}) {
+    for (const char* type : {"image_url", "input_audio", "image", "file"}) {
+      const std::string messages = std::string(R"([{"role": "user", "content": "hi"}, {"role": "user", "content": [)"
+                                               R"({"type": "text", "text": "see"}, {"type": ")") + type + R"("}]}])";
+      INFO(type);
+      try {
+        (void)walker.render(messages, {}, false, mode);
+        FAIL("rendered an image part");
+      } catch (const recur::ArgumentError& e) {
+        CHECK_THAT(e.what(), Catch::Contains(std::string("messages[1].content[1] is of type '") + type + "'"));
+      }
+    }
+    CHECK_THROWS_WITH(walker.render(R"([{"role": "user", "content": [{"text": "no type"}]}])", {}, false, mode),
+                      Catch::Contains("messages[0].content[0] is not a text part"));
+  }
 }
 
 TEST_CASE("RWKV's world chat format lays out turns with blank lines between them and none inside", "[template][world]") {

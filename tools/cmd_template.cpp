@@ -1,5 +1,7 @@
 // recur template: a conversation through a model's chat template, printed as the model sees it.
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "cli.h"
 #include "commands.h"
@@ -22,9 +24,11 @@ int run_template(int argc, char** argv) {
                                      "the model does")
       .repeatable("set", "NAME=JSON: one more variable for the template, as apply_chat_template's "
                          "keyword arguments (--set enable_thinking=false)")
-      .flag("content-parts", "pass a list of content parts to the template as a list (for "
-                             "templates that walk parts, such as Gemma's) instead of joining its "
-                             "text parts with newlines")
+      .option("content-parts", "auto",
+              "how a message's list of text parts reaches the template: 'list' as it is (for "
+              "templates that walk parts, such as Gemma 3's), 'string' joined with newlines, "
+              "'auto' whichever the template handles (found by rendering a probe); a bare "
+              "--content-parts means 'list'")
       .footer("Examples:\n"
               "  echo '[{\"role\": \"user\", \"content\": \"Hello\"}]' > chat.json\n"
               "  recur template -m DIR --messages chat.json --add-generation-prompt\n"
@@ -34,7 +38,21 @@ int run_template(int argc, char** argv) {
               "A template that uses a Jinja construct recur does not interpret is refused with the\n"
               "construct's name and line:column; raise_exception in the template (a role order it\n"
               "refuses, say) is reported with its message. docs/chat.md lists what is supported.");
-  if (!args.parse(argc, argv, 2)) return 0;
+  // The flag's old spelling, --content-parts without a value, still means 'list'.
+  std::vector<std::string> words(argv, argv + argc);
+  for (std::size_t i = 2; i < words.size(); ++i)
+    if (words[i] == "--content-parts" && (i + 1 == words.size() || words[i + 1].rfind('-', 0) == 0))
+      words[i] = "--content-parts=list";
+  std::vector<char*> pointers;
+  for (std::string& w : words) pointers.push_back(w.data());
+  pointers.push_back(nullptr);
+  if (!args.parse(argc, pointers.data(), 2)) return 0;
+  const std::string parts = args.str("content-parts");
+  if (parts != "auto" && parts != "list" && parts != "string")
+    throw ArgumentError("--content-parts must be auto, list or string, got '" + printable(parts) + "'");
+  const ChatContent content = parts == "list"     ? ChatContent::kParts
+                              : parts == "string" ? ChatContent::kString
+                                                  : ChatContent::kAuto;
   if (!args.given("model")) throw ArgumentError("give the model: -m DIR");
   if (!args.given("messages")) throw ArgumentError("give the conversation: --messages FILE.json ('-' for standard input)");
   if (args.given("tools") && args.str("tools") == "-" && args.str("messages") == "-")
@@ -51,8 +69,7 @@ int run_template(int argc, char** argv) {
   }
   if (!extra.empty()) extra += "}";
   const std::string prompt =
-      chat.render(messages, tools, args.flag_set("add-generation-prompt"),
-                  args.flag_set("content-parts") ? ChatContent::kParts : ChatContent::kString, extra);
+      chat.render(messages, tools, args.flag_set("add-generation-prompt"), content, extra);
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   flush_stdout();
   return 0;

@@ -50,6 +50,90 @@ json::Value parse_argument(std::string_view text, const char* what) {
   }
 }
 
+// A message's content as the template is given it: a string as it is; a list of parts as the
+// list when `as_list`, else its texts joined with "\n". Only text parts are taken, whichever way
+// they are passed: recur's models read text, and a template given an image part would write its
+// placeholder (<start_of_image>) for an image the model never sees.
+detail::TValue content_value(const json::Value& content, std::size_t i, bool as_list) {
+  if (content.is_string() || content.is_null()) return detail::TValue::from_json(content);
+  if (!content.is_array())
+    throw ArgumentError(fmt::format("[ChatTemplate::render] messages[{}].content is {}, not a string, "
+                                    "an array of parts or null", i, content.kind_name()));
+  std::string text;
+  for (std::size_t p = 0; p < content.array().size(); ++p) {
+    const json::Value& part = content.array()[p];
+    const json::Value* type = part.is_object() ? part.find("type") : nullptr;
+    const json::Value* body = part.is_object() ? part.find("text") : nullptr;
+    if (type && type->is_string() && type->string() != "text")
+      throw ArgumentError(fmt::format("[ChatTemplate::render] messages[{}].content[{}] is of type '{}': only "
+                                      "text parts are taken ({{\"type\": \"text\", \"text\": ...}}); "
+                                      "images, audio and files cannot be given to recur's models",
+                                      i, p, type->string()));
+    if (!type || !type->is_string() || !body || !body->is_string())
+      throw ArgumentError(fmt::format("[ChatTemplate::render] messages[{}].content[{}] is not a text part "
+                                      "({{\"type\": \"text\", \"text\": ...}})", i, p));
+    text += (p ? "\n" : "") + body->string();
+  }
+  if (as_list) return detail::TValue::from_json(content);
+  return detail::TValue::string(std::move(text));
+}
+
+// The variables transformers renders with, but `messages`, which the caller puts first.
+detail::TDict base_globals(detail::TValue tools, bool add_generation_prompt,
+                           const std::map<std::string, std::string>& special_tokens,
+                           const std::string& additional_json) {
+  detail::TDict globals = {{"tools", std::move(tools)},
+                           {"documents", detail::TValue::none()},
+                           {"add_generation_prompt", detail::TValue::boolean(add_generation_prompt)}};
+  for (const auto& [k, v] : special_tokens) globals.emplace_back(k, detail::TValue::string(v));
+  if (!additional_json.empty())
+    globals.emplace_back("additional_special_tokens",
+                         detail::TValue::from_json(json::parse(additional_json, "ChatTemplate] [additional_special_tokens")));
+  return globals;
+}
+
+// The probe's text: plain ASCII, so that Python's repr and tojson print it as it is.
+constexpr std::string_view kProbeMarker = "recur-content-parts-probe";
+
+// Whether `program` walks a list of content parts (ChatTemplate::content_parts). The probe is
+// one user message whose content is one text part holding the marker, with the generation
+// prompt. A template that prints the list itself (`{{ message.content }}` is Python's repr,
+// `| tojson` is JSON) shows the marker too, but as the quoted value of a key, `'text':
+// 'marker'` or `"text":"marker"`: those occurrences do not count. A template that fails on a
+// list (a `+` of a string and a list) does not walk parts.
+bool walks_parts(const detail::TemplateProgram& program, const std::map<std::string, std::string>& special_tokens,
+                 const std::string& additional_json, const ChatTemplateLimits& limits) {
+  detail::TDict part = {{"type", detail::TValue::string("text")},
+                        {"text", detail::TValue::string(std::string(kProbeMarker))}};
+  detail::TDict message = {{"role", detail::TValue::string("user")},
+                           {"content", detail::TValue::list({detail::TValue::dict(std::move(part))})}};
+  std::string out;
+  try {
+    detail::TDict globals = base_globals(detail::TValue::none(), true, special_tokens, additional_json);
+    globals.insert(globals.begin(), {"messages", detail::TValue::list({detail::TValue::dict(std::move(message))})});
+    // A probe is a few thousand steps for a real template; these bounds keep one that loops
+    // from slowing every load.
+    ChatTemplateLimits bounded = limits;
+    bounded.max_steps = std::min<std::uint64_t>(bounded.max_steps, 200'000);
+    bounded.max_bytes = std::min<std::uint64_t>(bounded.max_bytes, std::uint64_t(1) << 20);
+    bounded.max_allocated_bytes = std::min<std::uint64_t>(bounded.max_allocated_bytes, std::uint64_t(32) << 20);
+    out = detail::render_program(program, globals, bounded);
+  } catch (const Error&) {
+    return false;
+  }
+  for (std::size_t at = out.find(kProbeMarker); at != std::string::npos; at = out.find(kProbeMarker, at + 1)) {
+    // Back over the opening quote and any spaces: a ':' there makes it a printed value.
+    std::size_t k = at;
+    if (k > 0 && (out[k - 1] == '\'' || out[k - 1] == '"')) {
+      --k;
+      while (k > 0 && out[k - 1] == ' ') --k;
+      if (k > 0 && out[k - 1] == ':') continue;
+    }
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
@@ -61,6 +145,7 @@ ChatTemplate::~ChatTemplate() = default;
 ChatTemplate ChatTemplate::parse(std::string_view source, const std::string& name) {
   ChatTemplate t;
   t.default_ = detail::parse_template(source, name);
+  t.probe_content_parts();
   return t;
 }
 
@@ -127,7 +212,23 @@ ChatTemplate ChatTemplate::load(const std::string& model_dir) {
                                   "tokenizer_config.json)",
                                   model_dir));
   }
+  t.probe_content_parts();
   return t;
+}
+
+void ChatTemplate::probe_content_parts() {
+  default_walks_ = default_ && walks_parts(*default_, special_tokens_, additional_json_, limits_);
+  tool_use_walks_ = tool_use_ && walks_parts(*tool_use_, special_tokens_, additional_json_, limits_);
+}
+
+void ChatTemplate::set_special_tokens(std::map<std::string, std::string> tokens) {
+  special_tokens_ = std::move(tokens);
+  probe_content_parts();
+}
+
+ChatContent ChatTemplate::content_parts(bool with_tools) const {
+  const bool walks = with_tools && tool_use_ ? tool_use_walks_ : default_ ? default_walks_ : tool_use_walks_;
+  return walks ? ChatContent::kParts : ChatContent::kString;
 }
 
 std::string ChatTemplate::render(std::string_view messages_json, std::string_view tools_json,
@@ -136,37 +237,6 @@ std::string ChatTemplate::render(std::string_view messages_json, std::string_vie
   const json::Value messages = parse_argument(messages_json, "messages");
   if (!messages.is_array())
     throw ArgumentError(fmt::format("[ChatTemplate::render] messages is {}, not an array", messages.kind_name()));
-  detail::TList list;
-  for (std::size_t i = 0; i < messages.array().size(); ++i) {
-    const json::Value& m = messages.array()[i];
-    if (!m.is_object()) throw ArgumentError(fmt::format("[ChatTemplate::render] messages[{}] is {}, not an object", i, m.kind_name()));
-    const json::Value* role = m.find("role");
-    if (!role || !role->is_string())
-      throw ArgumentError(fmt::format("[ChatTemplate::render] messages[{}] has no string 'role'", i));
-    detail::TDict members;
-    for (const auto& [key, value] : m.object()) {
-      if (key == "content" && value.is_array() && content == ChatContent::kString) {
-        // OpenAI's text parts, joined into the one string most templates expect.
-        std::string text;
-        for (std::size_t p = 0; p < value.array().size(); ++p) {
-          const json::Value& part = value.array()[p];
-          const json::Value* type = part.is_object() ? part.find("type") : nullptr;
-          const json::Value* body = part.is_object() ? part.find("text") : nullptr;
-          if (!type || !type->is_string() || type->string() != "text" || !body || !body->is_string())
-            throw ArgumentError(fmt::format("[ChatTemplate::render] messages[{}].content[{}] is not a text part "
-                                            "({{\"type\": \"text\", \"text\": ...}})", i, p));
-          text += (p ? "\n" : "") + body->string();
-        }
-        members.emplace_back(key, detail::TValue::string(std::move(text)));
-      } else if (key == "content" && !value.is_array() && !value.is_string() && !value.is_null()) {
-        throw ArgumentError(fmt::format("[ChatTemplate::render] messages[{}].content is {}, not a string, "
-                                        "an array of parts or null", i, value.kind_name()));
-      } else {
-        members.emplace_back(key, detail::TValue::from_json(value));
-      }
-    }
-    list.push_back(detail::TValue::dict(std::move(members)));
-  }
   detail::TValue tools = detail::TValue::none();
   if (!tools_json.empty()) {
     const json::Value parsed = parse_argument(tools_json, "tools");
@@ -178,14 +248,22 @@ std::string ChatTemplate::render(std::string_view messages_json, std::string_vie
   const detail::TemplateProgram* program = with_tools && tool_use_ ? tool_use_.get() : default_.get();
   if (!program)
     throw ArgumentError("[ChatTemplate::render] the model's only template is 'tool_use', and no tools were given");
-  detail::TDict globals = {{"messages", detail::TValue::list(std::move(list))},
-                           {"tools", tools},
-                           {"documents", detail::TValue::none()},
-                           {"add_generation_prompt", detail::TValue::boolean(add_generation_prompt)}};
-  for (const auto& [k, v] : special_tokens_) globals.emplace_back(k, detail::TValue::string(v));
-  if (!additional_json_.empty())
-    globals.emplace_back("additional_special_tokens",
-                         detail::TValue::from_json(json::parse(additional_json_, "ChatTemplate] [additional_special_tokens")));
+  const bool as_list = content == ChatContent::kParts ||
+                       (content == ChatContent::kAuto && content_parts(with_tools) == ChatContent::kParts);
+  detail::TList list;
+  for (std::size_t i = 0; i < messages.array().size(); ++i) {
+    const json::Value& m = messages.array()[i];
+    if (!m.is_object()) throw ArgumentError(fmt::format("[ChatTemplate::render] messages[{}] is {}, not an object", i, m.kind_name()));
+    const json::Value* role = m.find("role");
+    if (!role || !role->is_string())
+      throw ArgumentError(fmt::format("[ChatTemplate::render] messages[{}] has no string 'role'", i));
+    detail::TDict members;
+    for (const auto& [key, value] : m.object())
+      members.emplace_back(key, key == "content" ? content_value(value, i, as_list) : detail::TValue::from_json(value));
+    list.push_back(detail::TValue::dict(std::move(members)));
+  }
+  detail::TDict globals = base_globals(std::move(tools), add_generation_prompt, special_tokens_, additional_json_);
+  globals.insert(globals.begin(), {"messages", detail::TValue::list(std::move(list))});
   if (!extra_json.empty()) {
     const json::Value extra = parse_argument(extra_json, "extra variables");
     if (!extra.is_object())

@@ -38,12 +38,17 @@ struct ChatTemplateLimits {
 };
 
 /// How `render` passes a message whose content is a list of parts ([{"type": "text", "text":
-/// ...}, ...], OpenAI's form).
+/// ...}, ...], OpenAI's form). Whatever the choice, only text parts are taken: an image, audio or
+/// file part is an ArgumentError naming the message, the part and its type.
 enum class ChatContent {
+  /// As the template expects: the list when the template walks the parts itself, the joined
+  /// string when it does not. Which one is found once, when the template is parsed or loaded,
+  /// by rendering a probe message whose content is a list (`content_parts()` tells).
+  kAuto,
   /// Text parts joined with "\n" into one string (what most templates expect: they concatenate
-  /// content with strings); a part that is not text is an ArgumentError.
+  /// content with strings, and print a list as Python's repr or render nothing for it).
   kString,
-  /// The list as given, for templates that walk the parts themselves (Gemma's).
+  /// The list as given, for templates that walk the parts themselves (Gemma 3's).
   kParts,
 };
 
@@ -77,7 +82,7 @@ class ChatTemplate {
   /// FormatErrors naming the template's line:column.
   std::string render(std::string_view messages_json, std::string_view tools_json = {},
                      bool add_generation_prompt = false,
-                     ChatContent content = ChatContent::kString,
+                     ChatContent content = ChatContent::kAuto,
                      std::string_view extra_json = {}) const;
 
   /// Renders with the variables of `context_json`, a JSON object (each member one variable),
@@ -86,10 +91,8 @@ class ChatTemplate {
 
   /// The special tokens given to the template as variables (bos_token -> "<s>", ...).
   const std::map<std::string, std::string>& special_tokens() const { return special_tokens_; }
-  /// Replaces them (for a template parsed from a string).
-  void set_special_tokens(std::map<std::string, std::string> tokens) {
-    special_tokens_ = std::move(tokens);
-  }
+  /// Replaces them (for a template parsed from a string), and probes the template again.
+  void set_special_tokens(std::map<std::string, std::string> tokens);
   /// additional_special_tokens, when tokenizer_config.json lists them (a JSON array, or "").
   const std::string& additional_special_tokens_json() const { return additional_json_; }
   /// Where the template came from.
@@ -97,17 +100,29 @@ class ChatTemplate {
   /// Whether a separate template for requests with tools was loaded ("tool_use").
   bool has_tool_template() const { return tool_use_ != nullptr; }
 
+  /// What ChatContent::kAuto gives the template used without tools (`with_tools` false) or with
+  /// them: kParts when it walks a list of content parts, else kString. Found when the template
+  /// was parsed or loaded: a user message whose content is one text part with a marker text is
+  /// rendered, and the template walks parts when the marker appears other than as a value in a
+  /// printed list (Python's repr or tojson of the parts); a template that fails on the probe
+  /// does not walk parts.
+  ChatContent content_parts(bool with_tools = false) const;
+
   void set_limits(const ChatTemplateLimits& limits) { limits_ = limits; }
   const ChatTemplateLimits& limits() const { return limits_; }
 
  private:
   ChatTemplate() = default;
+  // Sets default_walks_ and tool_use_walks_ (content_parts()).
+  void probe_content_parts();
 
   std::shared_ptr<const detail::TemplateProgram> default_;
   std::shared_ptr<const detail::TemplateProgram> tool_use_;
   std::map<std::string, std::string> special_tokens_;
   std::string additional_json_;
   ChatTemplateLimits limits_;
+  bool default_walks_ = false;   // whether default_ walks a list of content parts
+  bool tool_use_walks_ = false;  // and tool_use_
 };
 
 }  // namespace recur

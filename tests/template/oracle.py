@@ -161,6 +161,18 @@ def conversations():
                        {"role": "user", "content": "\t"}]
     c["text_parts"] = [{"role": "system", "content": [{"type": "text", "text": "System part."}]},
                        {"role": "user", "content": [{"type": "text", "text": "First part."}, {"type": "text", "text": "Second part."}]}]
+    # The parts as clients send them, spaces at their edges: a template that walks the parts
+    # (Gemma 3's trims each) renders them otherwise than their joined text.
+    c["multi_parts"] = [
+        {"role": "system", "content": [{"type": "text", "text": "Be brief. "}, {"type": "text", "text": "\nAnswer in English."}]},
+        {"role": "user", "content": [{"type": "text", "text": "Describe this "}, {"type": "text", "text": " in two parts."}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "First part."}, {"type": "text", "text": " Second part. "}]},
+        {"role": "user", "content": [{"type": "text", "text": "And again"}, {"type": "text", "text": ""},
+                                     {"type": "text", "text": UNICODE}]}]
+    c["parts_and_strings"] = [
+        {"role": "user", "content": "A plain string."},
+        {"role": "assistant", "content": [{"type": "text", "text": " one part "}]},
+        {"role": "user", "content": [{"type": "text", "text": "two"}, {"type": "text", "text": "parts"}]}]
     c["not_alternating"] = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
     c["assistant_first"] = [{"role": "assistant", "content": "I start."}, {"role": "user", "content": "ok"}]
     c["system_only"] = [{"role": "system", "content": "Only a system prompt."}]
@@ -191,6 +203,32 @@ def flatten(messages):
     return out
 
 
+PROBE = "recur-content-parts-probe"
+
+
+def walks_parts(template, tokens):
+    """Whether a template walks a list of content parts, found as recur finds it (ChatContent::kAuto):
+    a user message whose content is one text part holding a marker, rendered with the generation
+    prompt; the marker must appear other than as a printed value ('text': '...' in Python's repr,
+    "text": "..." in JSON), and a template that fails on the probe does not walk parts."""
+    probe = [{"role": "user", "content": [{"type": "text", "text": PROBE}]}]
+    try:
+        out = template.render(messages=probe, tools=None, documents=None, add_generation_prompt=True, **tokens)
+    except Exception:
+        return False
+    at = out.find(PROBE)
+    while at != -1:
+        before = out[:at]
+        if not (before.endswith(("'", '"')) and before[:-1].rstrip(" ").endswith(":")):
+            return True
+        at = out.find(PROBE, at + 1)
+    return False
+
+
+def has_parts(messages):
+    return any(isinstance(m.get("content"), list) for m in messages)
+
+
 def main():
     if len(sys.argv) < 3:
         print(__doc__, file=sys.stderr)
@@ -199,29 +237,35 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
     n = 0
     counts = {"text": 0, "raise": 0, "error": 0}
+    walkers = []
     with open(os.path.join(out_dir, "cases.jsonl"), "w", encoding="utf-8") as out:
         for path in paths:
             templates, tokens = load(path)
             compiled = {name: compile_template(src) for name, src in templates.items()}
+            walking = {name: walks_parts(t, tokens) for name, t in compiled.items()}
+            if any(walking.values()):
+                walkers.append(label(path))
             for conv_name, messages in conversations().items():
                 for tools in (None, TOOLS):
                     for agp in (False, True):
-                        for content, extra in (("string", {}), ("parts", {}), ("string", {"enable_thinking": False})):
-                            if content == "parts" and conv_name != "text_parts":
+                        for content, extra in (("auto", {}), ("string", {}), ("parts", {}),
+                                               ("auto", {"enable_thinking": False})):
+                            # Content given as a string reaches every template the same way in
+                            # every mode: only conversations with parts are rendered all three.
+                            if content != "auto" and not has_parts(messages):
                                 continue
                             if extra and conv_name not in ("multi_turn", "reasoning_inline", "tool_calls"):
                                 continue
-                            if tools is not None and "tool_use" in compiled:
-                                template = compiled["tool_use"]
-                            elif "default" in compiled:
-                                template = compiled["default"]
-                            else:
+                            name = "tool_use" if tools is not None and "tool_use" in compiled else "default"
+                            if name not in compiled:
                                 continue
-                            given = flatten(messages) if content == "string" else messages
+                            template, walks = compiled[name], walking[name]
+                            as_list = content == "parts" or (content == "auto" and walks)
+                            given = messages if as_list else flatten(messages)
                             case = {"id": f"{label(path)}/{conv_name}/tools={tools is not None}/agp={agp}/{content}",
                                     "template": os.path.abspath(path), "messages": json.dumps(messages, ensure_ascii=False),
                                     "tools": "" if tools is None else json.dumps(tools, ensure_ascii=False),
-                                    "add_generation_prompt": agp, "content": content,
+                                    "add_generation_prompt": agp, "content": content, "walks_parts": walks,
                                     "extra": json.dumps(extra) if extra else ""}
                             if extra:
                                 case["id"] += "/" + ",".join(f"{k}={v}" for k, v in extra.items())
@@ -238,7 +282,8 @@ def main():
                             out.write(json.dumps(case, ensure_ascii=False) + "\n")
                             n += 1
     print(f"oracle.py: {n} cases from {len(paths)} templates ({counts['text']} rendered, "
-          f"{counts['raise']} refused by raise_exception, {counts['error']} other errors) in {out_dir}")
+          f"{counts['raise']} refused by raise_exception, {counts['error']} other errors) in {out_dir}; "
+          f"the templates that walk content parts: {', '.join(walkers) or 'none'}")
 
 
 if __name__ == "__main__":

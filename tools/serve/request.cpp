@@ -224,7 +224,12 @@ std::string check_messages(const json::Value* messages) {
         const json::Value& part = content->array()[k];
         const json::Value* type = part.is_object() ? part.find("type") : nullptr;
         const json::Value* text = part.is_object() ? part.find("text") : nullptr;
-        if (!type || !type->is_string() || type->string() != "text" || !text || !text->is_string())
+        if (type && type->is_string() && type->string() != "text")
+          throw bad("messages", fmt::format("messages[{}].content[{}] is of type '{}': this server takes "
+                                            "text parts only ({{\"type\": \"text\", \"text\": \"...\"}}), "
+                                            "not images, audio or files",
+                                            i, k, type->string()));
+        if (!type || !type->is_string() || !text || !text->is_string())
           throw bad("messages", fmt::format("messages[{}].content[{}] must be a text part ({{\"type\": "
                                             "\"text\", \"text\": \"...\"}}): this server takes text only",
                                             i, k));
