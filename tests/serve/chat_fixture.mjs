@@ -38,10 +38,14 @@ const tokenizer = {
   model: { type: "BPE", dropout: null, unk_token: null, continuing_subword_prefix: null,
            end_of_word_suffix: null, fuse_unk: false, byte_fallback: false, vocab, merges: [] },
 };
+// ChatML; a content given as a list of text parts is walked part by part, as Qwen2-VL's template
+// does (so the server gives this template the list, not the joined text).
 export const TEMPLATE =
   "{% for message in messages %}" +
   "{% if message.role == 'tool' %}{{ raise_exception('this template has no tool turns') }}{% endif %}" +
-  "<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}" +
+  "<|im_start|>{{ message.role }}\n" +
+  "{% if message.content is string %}{{ message.content }}" +
+  "{% else %}{% for part in message.content %}{{ part.text }}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}" +
   "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
 

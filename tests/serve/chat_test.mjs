@@ -177,10 +177,11 @@ await check("invalid messages are refused with 400 and the reason", async () => 
     assert.equal(e.status, 400, JSON.stringify(body));
     assert.match(e.message, why, JSON.stringify(body));
   }
-  // Text parts are joined with "\n", as a string content with that newline.
+  // Text parts reach a template that walks them as the list: this one writes them one after the
+  // other, as a string content "ab" (a template that does not walk parts would get "a\nb").
   const parts = await client.chat.completions.create({ ...greedy, messages: [{ role: "user", content: [
     { type: "text", text: "a" }, { type: "text", text: "b" }] }] });
-  const string = await client.chat.completions.create({ ...greedy, messages: [{ role: "user", content: "a\nb" }] });
+  const string = await client.chat.completions.create({ ...greedy, messages: [{ role: "user", content: "ab" }] });
   assert.deepEqual(parts.prompt_token_ids, string.prompt_token_ids);
   // max_completion_tokens bounds the reply as max_tokens does.
   const short = await client.chat.completions.create({ model: "chatml", temperature: 0, max_completion_tokens: 1,
