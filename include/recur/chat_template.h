@@ -77,6 +77,8 @@ class ChatTemplate {
   /// transformers' apply_chat_template does: the special tokens are variables too.
   /// `extra_json`, when given, is a JSON object whose members are more variables (as
   /// apply_chat_template's keyword arguments: {"enable_thinking": false}), set last.
+  /// `content` says how a content given as a list of text parts reaches the template: by
+  /// default as the template expects (content_parts()).
   /// Bad JSON or messages are an ArgumentError; raise_exception in the template is an
   /// ArgumentError carrying its message; other rendering errors (a type error, the limits) are
   /// FormatErrors naming the template's line:column.
