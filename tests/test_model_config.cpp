@@ -3,6 +3,9 @@
 // names a known config class.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -196,4 +199,94 @@ TEST_CASE("changing a family's fields in one copy of a configuration leaves the 
   bare.num_heads = 2;
   bare.resolve("in code");
   CHECK(bare.to_json() == a.to_json());
+}
+
+namespace {
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// The published config.json files kept verbatim in tests/fixtures/published (SOURCES.md).
+std::vector<std::filesystem::path> published_configs() {
+  std::vector<std::filesystem::path> out;
+  for (const auto& e : std::filesystem::directory_iterator(RECUR_PUBLISHED_FIXTURES))
+    if (std::filesystem::exists(e.path() / "config.json")) out.push_back(e.path() / "config.json");
+  return out;
+}
+
+// The message of the FormatError `json` raises, or "" when it is read.
+std::string refusal(const std::string& json) {
+  try {
+    ModelConfig::from_json(json, "config.json");
+  } catch (const FormatError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// text with the first `from` replaced by `to` (which must be there).
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
+}
+
+}  // namespace
+
+TEST_CASE("every published config.json kept as a fixture is read at its own size",
+          "[model][config][published]") {
+  const auto paths = published_configs();
+  REQUIRE(!paths.empty());
+  for (const auto& path : paths) {
+    INFO(path.string());
+    CHECK(refusal(read_text(path)).empty());
+    CHECK_NOTHROW(ModelConfig::from_file(path.string()));
+  }
+}
+
+TEST_CASE("Qwen3.5-0.8B's published config.json gives the shapes its model card states",
+          "[model][config][published]") {
+  const ModelConfig c = ModelConfig::from_file(std::string(RECUR_PUBLISHED_FIXTURES) +
+                                               "/qwen3.5-0.8b/config.json");
+  CHECK(c.architecture == recur::Architecture::kQwen35);
+  CHECK(c.hidden_size == 1024);
+  CHECK(c.num_hidden_layers == 24);
+  CHECK(c.intermediate_size == 3584);
+  CHECK(c.vocab_size == 248320);
+  CHECK(c.tie_word_embeddings);
+  CHECK(c.eos_token_ids == std::vector<int>{248044});
+}
+
+TEST_CASE("a non-empty mlp_only_layers in a Qwen3.5 config is refused by name",
+          "[model][config][published]") {
+  const std::string text = read_text(std::string(RECUR_PUBLISHED_FIXTURES) +
+                                     "/qwen3.5-0.8b/config.json");
+  const std::string moe = replaced(text, "\"mlp_only_layers\": []", "\"mlp_only_layers\": [3, 7]");
+  CHECK_THAT(refusal(moe), Catch::Contains("text_config.mlp_only_layers is [3, 7]") &&
+                               Catch::Contains("mixture-of-experts"));
+  const std::string odd = replaced(text, "\"mlp_only_layers\": []", "\"mlp_only_layers\": 0");
+  CHECK_THAT(refusal(odd), Catch::Contains("text_config.mlp_only_layers is 0"));
+  // An unknown neighbour is still refused: accepting one field is not accepting any.
+  const std::string unknown =
+      replaced(text, "\"mlp_only_layers\": []", "\"mlp_only_layers\": [], \"num_experts\": 8");
+  CHECK_THAT(refusal(unknown), Catch::Contains("unknown field 'text_config.num_experts'"));
+}
+
+TEST_CASE("fla's early norm_first is accepted when false and refused by name when true",
+          "[model][config]") {
+  for (const char* type : {"gated_deltanet", "delta_net"}) {
+    INFO(type);
+    const std::string base = std::string("{\"model_type\": \"") + type +
+                             "\", \"vocab_size\": 64, \"hidden_size\": 32, "
+                             "\"num_hidden_layers\": 2, \"num_heads\": 2, " +
+                             (std::string(type) == "gated_deltanet" ? "\"head_dim\": 16, " : "") +
+                             "\"fuse_cross_entropy\": true, \"norm_first\": ";
+    CHECK(refusal(base + "false}").empty());
+    CHECK_THAT(refusal(base + "true}"),
+               Catch::Contains("norm_first is true") && Catch::Contains("recur does not run"));
+  }
 }

@@ -3,7 +3,7 @@
 // (engine/models/<family>/). Unknown fields are refused by name.
 #include <fmt/format.h>
 
-#include <set>
+#include <vector>
 
 #include "model/config_fields.h"
 #include "model/family.h"
@@ -20,24 +20,43 @@ using model::kMaxDim;
 
 namespace {
 
+// The reasons a Hugging Face config's common fields change nothing recur computes.
+constexpr const char* kIdentity =
+    "names the checkpoint, its classes, its saved dtype or the tools that wrote it; the tensors' "
+    "own dtypes and the family's fields decide the model";
+constexpr const char* kGeneration =
+    "a special token or a sampling default of transformers' generate; recur takes these from the "
+    "command line (eos_token_id, which it does read, is apart)";
+constexpr const char* kTraining =
+    "a training, output or kernel switch: initialisation, caching, what the forward pass returns, "
+    "fused training kernels; the function computed is the same";
+
 // Fields of a Hugging Face config that describe training, saving or tooling, not the forward
-// pass. They are accepted and ignored.
-const std::set<std::string> kIgnored = {
-    // the checkpoint's identity and tooling
-    "architectures", "model_type", "torch_dtype", "dtype", "transformers_version",
-    "_name_or_path", "auto_map", "tokenizer_class", "id2label", "label2id", "problem_type",
-    "finetuning_task", "task_specific_params", "prefix", "use_bfloat16",
-    // special tokens and generation defaults (recur takes these from the command line)
-    "bos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
-    "max_length", "min_length", "do_sample", "num_beams", "temperature", "top_k", "top_p",
-    "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "num_return_sequences",
-    "early_stopping", "bad_words_ids",
-    // training and output switches that leave the forward pass as it is
-    "use_cache", "initializer_range", "return_dict", "output_hidden_states",
-    "output_attentions", "torchscript", "use_return_dict", "chunk_size_feed_forward",
-    "is_encoder_decoder", "is_decoder", "tie_encoder_decoder", "pruned_heads",
-    "add_cross_attention", "tf_legacy_loss", "fuse_norm", "fuse_swiglu", "fuse_cross_entropy",
-    "fuse_linear_cross_entropy", "use_l2warp"};
+// pass: accepted, each with its reason (docs/models.md, "Which fields are accepted").
+const std::vector<model::Accepted> kAccepted = {
+    {"architectures", kIdentity}, {"model_type", kIdentity}, {"torch_dtype", kIdentity},
+    {"dtype", kIdentity}, {"transformers_version", kIdentity}, {"_name_or_path", kIdentity},
+    {"auto_map", kIdentity}, {"tokenizer_class", kIdentity}, {"id2label", kIdentity},
+    {"label2id", kIdentity}, {"problem_type", kIdentity}, {"finetuning_task", kIdentity},
+    {"task_specific_params", kIdentity}, {"prefix", kIdentity}, {"use_bfloat16", kIdentity},
+    {"bos_token_id", kGeneration}, {"pad_token_id", kGeneration}, {"sep_token_id", kGeneration},
+    {"decoder_start_token_id", kGeneration}, {"max_length", kGeneration},
+    {"min_length", kGeneration}, {"do_sample", kGeneration}, {"num_beams", kGeneration},
+    {"temperature", kGeneration}, {"top_k", kGeneration}, {"top_p", kGeneration},
+    {"repetition_penalty", kGeneration}, {"length_penalty", kGeneration},
+    {"no_repeat_ngram_size", kGeneration}, {"num_return_sequences", kGeneration},
+    {"early_stopping", kGeneration}, {"bad_words_ids", kGeneration},
+    {"use_cache", kTraining}, {"initializer_range", kTraining}, {"return_dict", kTraining},
+    {"output_hidden_states", kTraining}, {"output_attentions", kTraining},
+    {"torchscript", kTraining}, {"use_return_dict", kTraining},
+    {"chunk_size_feed_forward", kTraining}, {"is_encoder_decoder", kTraining},
+    {"is_decoder", kTraining}, {"tie_encoder_decoder", kTraining}, {"pruned_heads", kTraining},
+    {"add_cross_attention", kTraining}, {"tf_legacy_loss", kTraining},
+    // Where the fused norm's numerics matter (fla's GLA, RetNet, HGRN2; RWKV-7's l2 norm) the
+    // family reads it before this table is consulted.
+    {"fuse_norm", "fla's fused RMSNorm kernel: the same function where the family does not read it"},
+    {"fuse_swiglu", kTraining}, {"fuse_cross_entropy", kTraining},
+    {"fuse_linear_cross_entropy", kTraining}, {"use_l2warp", kTraining}};
 
 // quantization_config as `recur quantize` writes it: {"quant_method": "recur", "format": "q8"
 // or "q4", "block_size": 32, "scale_dtype": "float16", "head_format": ...}. Another tool's
@@ -122,8 +141,9 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
     }
   }
   if (const json::Value* q = f.get("quantization_config")) read_quantization(*q, source, c);
-  f.reject_unknown(kIgnored, "recur does not know what it changes in the model, so it will not "
-                             "guess (remove it if it does not affect inference)");
+  f.accept(kAccepted);
+  f.reject_unknown("recur does not know what it changes in the model, so it will not guess "
+                   "(remove it if it does not affect inference)");
   c.resolve(source);
   return c;
 }

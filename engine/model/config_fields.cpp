@@ -1,11 +1,22 @@
 #include "model/config_fields.h"
 
+#include <stdexcept>
+
 namespace recur::model {
 
 std::string describe_json(const json::Value& v) {
   if (v.is_string()) return json::quote(v.string());
   if (v.is_number()) return fmt::format("{}", v.number());
   if (v.is_bool()) return v.boolean() ? "true" : "false";
+  // A short list of scalars shows its values ("[3, 7]"), so that a refusal says what it saw.
+  if (v.is_array() && !v.array().empty() && v.array().size() <= 8) {
+    std::string s = "[";
+    for (const auto& e : v.array()) {
+      if (e.is_array() || e.is_object()) return v.kind_name();
+      s += (s.size() > 1 ? ", " : "") + describe_json(e);
+    }
+    return s + "]";
+  }
   return v.kind_name();
 }
 
@@ -55,10 +66,30 @@ std::string Fields::string(const char* field, const std::string& fallback) {
   return v->string();
 }
 
-void Fields::reject_unknown(const std::set<std::string>& ignored, const char* why) const {
+void Fields::accept(const char* key, const char* reason) {
+  // A reason is what makes a field safe to accept: an entry without one is a bug in recur.
+  if (!reason || !*reason)
+    throw std::logic_error(fmt::format("[Fields::accept] {}: accepted without a reason", name(key)));
+  used_.insert(key);
+}
+
+void Fields::accept(const std::vector<Accepted>& table) {
+  for (const Accepted& a : table) accept(a.key, a.reason);
+}
+
+void Fields::accept_when(const char* key,
+                         const std::function<bool(const json::Value&)>& changes_nothing,
+                         const char* reason, const char* refusal) {
+  accept(key, reason);
+  const json::Value* v = object_.find(key);
+  if (v && !v->is_null() && !changes_nothing(*v))
+    config_fail(source_, "{} is {}: {}", name(key), describe_json(*v), refusal);
+}
+
+void Fields::reject_unknown(const char* why) const {
   for (const auto& [key, value] : object_.object()) {
     (void)value;
-    if (!used_.count(key) && !ignored.count(key))
+    if (!used_.count(key))
       config_fail(source_, "unknown field '{}': {}", name(key.c_str()), why);
   }
 }

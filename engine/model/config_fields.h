@@ -5,9 +5,11 @@
 
 #include <fmt/format.h>
 
+#include <functional>
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "recur/error.h"
 #include "util/json.h"
@@ -54,6 +56,15 @@ class FieldWriter {
   std::string text_;
 };
 
+/// A field that config.json may carry and recur accepts without reading it, with the reason it
+/// changes nothing recur computes: training-only, bookkeeping, or a value that selects what recur
+/// does anyway (docs/models.md, "Which fields are accepted"). Every family lists its accepted
+/// fields this way, so that the reason for each stands beside its name.
+struct Accepted {
+  const char* key;
+  const char* reason;
+};
+
 class Fields {
  public:
   /// The fields of `object`; `owner` prefixes names in messages ("" at the top level).
@@ -66,10 +77,15 @@ class Fields {
   double number(const char* name, double fallback, double min, double max);
   bool boolean(const char* name, bool fallback);
   std::string string(const char* name, const std::string& fallback);
-  /// Marks a field read without reading it (one the family accepts and ignores).
-  void mark(const std::string& name) { used_.insert(name); }
-  /// Refuses the first field neither read nor in `ignored`, naming it; `why` ends the message.
-  void reject_unknown(const std::set<std::string>& ignored, const char* why) const;
+  /// Accepts a field without reading it; `reason` says why it changes nothing at inference.
+  void accept(const char* key, const char* reason);
+  void accept(const std::vector<Accepted>& table);
+  /// Accepts a field whose value `changes_nothing` approves (absent and null too) for `reason`;
+  /// any other value is refused by name, `refusal` ending the message.
+  void accept_when(const char* key, const std::function<bool(const json::Value&)>& changes_nothing,
+                   const char* reason, const char* refusal);
+  /// Refuses the first field neither read nor accepted, naming it; `why` ends the message.
+  void reject_unknown(const char* why) const;
   /// The name as messages print it: "owner.name".
   std::string name(const char* field) const {
     return owner_.empty() ? std::string(field) : owner_ + "." + field;

@@ -48,8 +48,8 @@ HybridAttentionSpec read_spec(const json::Value& v, const std::string& source,
     config_fail(source, "{}.window_size is 1 (a token attending to itself alone): not supported",
                 owner);
   s.rope_theta = f.number("rope_theta", 10000, 1.0 + 1e-9, 1e12);
-  f.reject_unknown({}, "fla's Attention layer is built from layers, num_heads, num_kv_heads, "
-                       "qkv_bias, window_size and rope_theta only");
+  f.reject_unknown("fla's Attention layer is built from layers, num_heads, num_kv_heads, "
+                   "qkv_bias, window_size and rope_theta only");
   return s;
 }
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
-#include <set>
+#include <vector>
 #include <stdexcept>
 #include <utility>
 
@@ -45,17 +45,40 @@ std::vector<int> layer_list(Fields& f, const std::string& source, const char* na
   return out;
 }
 
-// GPT2Config fields that a Based checkpoint carries and that do not change its forward pass
-// (GPT-2's own heads, dropout, initialisation, fused-kernel switches of the training code).
-const std::set<std::string> kBasedIgnored = {
-    "n_ctx", "n_positions", "summary_type", "summary_use_proj", "summary_activation",
-    "summary_proj_to_labels", "summary_first_dropout", "attn_pdrop", "embd_pdrop", "resid_pdrop",
-    "scale_attn_weights", "special_initializer", "use_flash_attn", "fused_mlp", "fused_bias_fc",
-    "fused_dropout_add_ln", "fused_dense_sqrelu_dense", "residual_in_fp32", "reorder_and_upcast_attn",
-    "scale_attn_by_inverse_layer_idx", "eos_token_id", "bos_token_id", "mlp_checkpoint_lvl",
-    "last_layer_subset", "fixed_decay", "decay_const", "decay_denom", "n_head_kv",
-    "prenorm", "parallel_block", "parallel_block_tied_norm", "rotary_emb_scale_base",
-    "rotary_emb_interleaved", "use_alibi", "alibi_bias"};
+// Why the GPT2Config and flash-attn fields a Based checkpoint carries change nothing recur
+// computes.
+constexpr const char* kGpt2Head =
+    "GPT-2's sequence-summary head (classification), not part of the language model";
+constexpr const char* kDropout = "dropout: training only";
+constexpr const char* kTrainingCode =
+    "initialisation, checkpointing or a fused kernel of the training code: the same function";
+constexpr const char* kNoMha =
+    "an option of flash-attn's softmax MHA, which no Based layer builds (each layer's mixer is "
+    "the BaseConv, LinearAttention or SlidingAttention spec)";
+
+// GPT2Config fields that a Based checkpoint carries and that do not change its forward pass.
+const std::vector<model::Accepted> kBasedAccepted = {
+    {"summary_type", kGpt2Head}, {"summary_use_proj", kGpt2Head},
+    {"summary_activation", kGpt2Head}, {"summary_proj_to_labels", kGpt2Head},
+    {"summary_first_dropout", kGpt2Head},
+    {"n_ctx", "GPT-2's context length: Based has no learned positions (max_position_embeddings 0)"},
+    {"n_positions", "GPT-2's context length: Based has no learned positions (max_position_embeddings 0)"},
+    {"attn_pdrop", kDropout}, {"embd_pdrop", kDropout}, {"resid_pdrop", kDropout},
+    {"special_initializer", kTrainingCode}, {"use_flash_attn", kTrainingCode},
+    {"fused_mlp", kTrainingCode}, {"fused_bias_fc", kTrainingCode},
+    {"fused_dropout_add_ln", kTrainingCode}, {"fused_dense_sqrelu_dense", kTrainingCode},
+    {"mlp_checkpoint_lvl", kTrainingCode},
+    {"last_layer_subset", "flash-attn's training shortcut (the last layer on a subset of tokens)"},
+    {"residual_in_fp32", "recur's residual stream is float32 whatever it says"},
+    {"eos_token_id", "generation's stop token, read by the common fields"},
+    {"bos_token_id", "a special token: recur takes prompts as given"},
+    {"fixed_decay", "the layers accept and ignore it as trained (docs/based.md)"},
+    {"decay_const", "the layers accept and ignore it as trained (docs/based.md)"},
+    {"decay_denom", "the layers accept and ignore it as trained (docs/based.md)"},
+    {"scale_attn_weights", kNoMha}, {"reorder_and_upcast_attn", kNoMha},
+    {"scale_attn_by_inverse_layer_idx", kNoMha}, {"n_head_kv", kNoMha},
+    {"rotary_emb_scale_base", kNoMha}, {"rotary_emb_interleaved", kNoMha}, {"use_alibi", kNoMha},
+    {"alibi_bias", kNoMha}};
 
 // A mixer spec of Based's config (mixer, alt_mixer, alt_mixer_2), read field by field: each
 // names its hydra class, and a field recur does not know is refused by name.
@@ -232,7 +255,16 @@ void read_config(const json::Value& root, Fields& f, ModelConfig& c) {
   read_conv_spec(m, c, b);
   read_linear_spec(m, b);
   read_window_spec(m, b);
-  for (const auto& name : kBasedIgnored) f.mark(name);
+  f.accept(kBasedAccepted);
+  // flash-attn's block options: the released models are pre-norm, one branch after the other.
+  f.accept_when("prenorm", [](const json::Value& v) { return v.is_bool() && v.boolean(); },
+                "true selects the pre-norm block recur runs",
+                "flash-attn's post-norm block, which no released Based uses");
+  for (const char* key : {"parallel_block", "parallel_block_tied_norm"})
+    f.accept_when(key, [](const json::Value& v) { return v.is_bool() && !v.boolean(); },
+                  "false selects the sequential block recur runs",
+                  "flash-attn's parallel block (mixer and MLP side by side), which no released "
+                  "Based uses");
   c.family = std::make_shared<BasedConfig>(std::move(b));
 }
 

@@ -45,14 +45,15 @@ void read_shared_fields(const json::Value& root, Fields& f, bool retnet, ModelCo
   // null means no weight, as fla's RMSNorm(elementwise_affine=None).
   if (const json::Value* a = root.find("elementwise_affine"); a && !a->is_null() && !a->is_bool())
     config_fail(source, "elementwise_affine is {}, expected true, false or null", describe_json(*a));
-  f.mark("elementwise_affine");
+  f.get("elementwise_affine");  // read just below from the object, where null has a meaning
   const json::Value* affine = root.find("elementwise_affine");
   fc.elementwise_affine = !affine ? true : affine->is_bool() ? affine->boolean() : false;
   if (f.get("attnres_block_size"))
     config_fail(source, "attnres_block_size is set: fla's attention residuals are not supported");
-  // Read by older configuration classes and by no layer (docs/fla-models.md): accepted, unused.
-  f.get("share_conv_kernel");
-  f.get("rms_norm_eps");
+  f.accept({{"share_conv_kernel", "read by older configuration classes and by no layer "
+                                  "(docs/fla-models.md)"},
+            {"rms_norm_eps", "read by older configuration classes and by no layer; the norms "
+                             "take norm_eps (docs/fla-models.md)"}});
 }
 
 // GLA's and RetNet's heads, widths, q/k activation and output gate.

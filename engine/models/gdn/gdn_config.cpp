@@ -23,14 +23,36 @@ namespace {
 
 constexpr int kMaxHeads = 1 << 16;
 
-// text_config's fields that change nothing recur computes: identity, training switches, the
-// multi-token-prediction head (whose tensors the loader skips by name), special tokens.
-const std::set<std::string> kQwenIgnored = {
-    "model_type", "dtype", "torch_dtype", "bos_token_id", "pad_token_id", "initializer_range",
-    "use_cache", "attention_dropout", "mtp_num_hidden_layers", "mtp_use_dedicated_embeddings",
-    "transformers_version", "_name_or_path", "architectures", "output_router_logits",
-    // The recurrent state's dtype in other engines: recur's is float32 whatever it says.
-    "mamba_ssm_dtype"};
+// text_config's fields that change nothing recur computes, each with its reason.
+constexpr const char* kQwenIdentity = "names the checkpoint or its saved dtype: bookkeeping";
+constexpr const char* kQwenTraining = "training or caching only: the same function at inference";
+constexpr const char* kQwenMtp =
+    "the multi-token-prediction head, used for speculative decoding; its tensors are skipped by "
+    "name and the next-token logits do not use it";
+const std::vector<model::Accepted> kQwenAccepted = {
+    {"model_type", kQwenIdentity}, {"dtype", kQwenIdentity}, {"torch_dtype", kQwenIdentity},
+    {"transformers_version", kQwenIdentity}, {"_name_or_path", kQwenIdentity},
+    {"architectures", kQwenIdentity},
+    {"bos_token_id", "a special token: recur takes prompts as given"},
+    {"pad_token_id", "the padding token of batched training: recur pads nothing"},
+    {"initializer_range", kQwenTraining}, {"use_cache", kQwenTraining},
+    {"attention_dropout", kQwenTraining},
+    {"output_router_logits", "returns the MoE router's logits for its training loss"},
+    {"mtp_num_hidden_layers", kQwenMtp}, {"mtp_use_dedicated_embeddings", kQwenMtp},
+    {"mamba_ssm_dtype", "the recurrent state's dtype in other engines; recur's is float32 "
+                        "whatever it says"}};
+
+// mlp_only_layers (transformers' Qwen3-Next / Qwen3.5-MoE): the layers that keep a dense MLP
+// where the others have experts. Every published dense Qwen3.5 carries an empty list: no layer
+// is an exception, and a dense model has no experts anyway. A non-empty list belongs to a MoE
+// configuration, whose experts recur does not run.
+void accept_mlp_only_layers(Fields& t) {
+  t.accept_when(
+      "mlp_only_layers", [](const json::Value& v) { return v.is_array() && v.array().empty(); },
+      "empty: no layer is an exception to the dense MLP every layer of a dense Qwen3.5 has",
+      "the layers that keep a dense MLP in a mixture-of-experts model; recur runs dense Qwen3.5, "
+      "where the list is empty");
+}
 
 // Qwen's rope: theta and the rotary fraction from rope_parameters (transformers 5) or
 // rope_scaling / the top-level fields (older files). Text-only positions make the multimodal
@@ -51,9 +73,11 @@ void read_rope(Fields& t, const std::string& source, GdnConfig& g) {
                           "(no scaling)", key, type);
     g.rope_theta = r.number("rope_theta", g.rope_theta, 1.0 + 1e-9, 1e12);
     g.partial_rotary_factor = r.number("partial_rotary_factor", g.partial_rotary_factor, 1e-9, 1.0);
-    r.mark("mrope_section");
-    r.mark("mrope_interleaved");
-    r.reject_unknown({}, "recur does not know what it changes in the rotary embedding");
+    r.accept({{"mrope_section", "the multimodal rotary's split of the angles over time, height and "
+                                "width; text positions turn every section by the same position"},
+              {"mrope_interleaved", "how those sections are laid out: for text positions every "
+                                    "layout gives the same angles"}});
+    r.reject_unknown("recur does not know what it changes in the rotary embedding");
   }
 }
 
@@ -95,7 +119,7 @@ void read_qwen(const std::string& type, const json::Value& root, Fields& top, Mo
     for (const char* k : {"vision_config", "image_token_id", "video_token_id",
                           "vision_start_token_id", "vision_end_token_id", "video_start_token_id",
                           "video_end_token_id"})
-      top.mark(k);
+      top.accept(k, "the vision tower's settings: its tensors are skipped, text runs without it");
     if (root.find("tie_word_embeddings")) {
       has_tie_top = true;
       tie_top = top.boolean("tie_word_embeddings", false);
@@ -135,6 +159,7 @@ void read_qwen(const std::string& type, const json::Value& root, Fields& top, Mo
                 t.name("attn_output_gate"));
   read_rope(t, source, g);
   read_layer_types(t, source, c);
+  accept_mlp_only_layers(t);
   // The text model's end-of-sequence ids, when the file's top level gives none.
   if (type == "qwen3_5") {
     if (const json::Value* eos = t.get("eos_token_id"); eos && !root.find("eos_token_id")) {
@@ -150,12 +175,11 @@ void read_qwen(const std::string& type, const json::Value& root, Fields& top, Mo
         add(*eos);
       }
     }
-    own.reject_unknown(kQwenIgnored, "recur does not know what it changes in the model, so it "
-                                     "will not guess");
+    own.accept(kQwenAccepted);
+    own.reject_unknown("recur does not know what it changes in the model, so it will not guess");
   } else {
-    for (const char* k : {"mtp_num_hidden_layers", "mtp_use_dedicated_embeddings",
-                          "attention_dropout", "mamba_ssm_dtype"})
-      top.mark(k);
+    // The text-only file: the common fields are accepted by the caller, these are Qwen's own.
+    for (const model::Accepted& a : kQwenAccepted) top.accept(a.key, a.reason);
   }
 }
 
@@ -188,7 +212,7 @@ void read_fla(const std::string& type, const json::Value& root, Fields& f, Model
     g.d_k = delta_head(source, c.hidden_size, g.expand_k, g.n_k_heads, "expand_k");
     g.d_v = delta_head(source, c.hidden_size, g.expand_v, g.n_k_heads, "expand_v");
     g.use_beta = f.boolean("use_beta", true);
-    f.mark("use_output_norm");  // fla's DeltaNet layer has its o_norm whatever this says
+    f.accept("use_output_norm", "fla's DeltaNet layer has its o_norm whatever this says");
     const std::string act = f.string("qk_activation", "silu");
     if (act == "silu") g.qk_activation = GdnConfig::QkActivation::kSilu;
     else if (act == "relu") g.qk_activation = GdnConfig::QkActivation::kRelu;
@@ -220,7 +244,14 @@ void read_fla(const std::string& type, const json::Value& root, Fields& f, Model
   // fla's kernel choices and fused training ops: the same model.
   for (const char* k : {"attn_mode", "fuse_norm", "fuse_swiglu", "fuse_cross_entropy",
                         "fuse_linear_cross_entropy", "use_l2warp", "_attn_implementation_autoset"})
-    f.mark(k);
+    f.accept(k, "a kernel choice or fused training op of fla: the same function");
+  // norm_first, in fla's first gated_deltanet and delta_net (until February 2025): false keeps
+  // the block's attn_norm and mlp_norm, the layout recur reads; true moved the norms into the
+  // layers (the MLP's own norm, none before the mixer), another model with other tensors.
+  f.accept_when("norm_first", [](const json::Value& v) { return v.is_bool() && !v.boolean(); },
+                "false selects the block norms (attn_norm, mlp_norm) recur runs",
+                "fla's early norm-inside-the-layer block, which recur does not run (its "
+                "tensors differ; fla removed the option in February 2025)");
   (void)root;
   if (!delta) {
     const double dv = double(g.d_k) * g.expand_v;

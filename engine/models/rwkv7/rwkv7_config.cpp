@@ -138,8 +138,9 @@ void read_config(const json::Value& root, Fields& f, ModelConfig& c) {
       check(*vd);
     }
   }
-  f.mark("attn_mode");  // fla's kernel choice (chunked or recurrent): the same model
-  f.mark("_attn_implementation_autoset");
+  f.accept({{"attn_mode", "fla's kernel choice (chunked or recurrent): the same model"},
+            {"_attn_implementation_autoset",
+             "transformers' note that it chose the attention kernel itself: bookkeeping"}});
   if (blink) {
     c.norm_eps = kBlinkLnEps;
     rc.lnx_eps = kBlinkLnxEps;
