@@ -52,10 +52,9 @@ class Chat {
   // `tmpl` null: RWKV's world format (text/world_chat.h), whose turns end in "\n\n".
   Chat(const TextModel& tm, std::optional<ChatTemplate> tmpl, const DecoderOptions& options,
        const SamplerOptions& so, std::int64_t max_tokens, std::string system)
-      : tm_(tm), template_(std::move(tmpl)), decoder_(tm.model, options), sampler_(so),
+      : tm_(tm), template_(std::move(tmpl)), decoder_(tm.model, options), sampler_(tm.sampler(so)),
         max_tokens_(max_tokens), system_(std::move(system)) {
     eos_ = tm.model->config().eos_token_ids;
-    sampler_.set_vocab_limit(tm.tokenizer->vocab_size());  // ids it cannot decode are never drawn
     // The template's end of turn (eos_token in tokenizer_config.json, e.g. <|im_end|>) ends a
     // reply as the config's eos ids do.
     if (template_) {
