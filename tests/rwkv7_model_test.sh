@@ -205,13 +205,13 @@ grep -q "rwkv_vocab_v20230424.txt" "$tmp/err" && grep -q -- "--tokenizer" "$tmp/
 echo "rwkv7_model_test: make-model --arch rwkv7 writes a model that reads back, tied or not; without a tokenizer text is refused, but for a byte-level model"
 
 # A head wider than its tokenizer (the world models: 65,536 rows, 65,530 ids): here 65,536 rows
-# and the world vocabulary of tests/world (3,002 ids), the head's padding rows scaled up so that
-# they hold the highest logits. generate never draws an id the tokenizer cannot decode, greedy or
+# and the world vocabulary of tests/world (3,002 ids), the head's rows of real ids scaled down so
+# that the padding rows hold the highest logits. generate never draws an id the tokenizer cannot decode, greedy or
 # sampled, as text or as --ids; the control: without the tokenizer (ids in, ids out, nothing to
 # mask) the greedy ids are padding rows.
 "$recur" make-model "$tmp/wide" --arch rwkv7 --vocab 65536 --hidden 64 --layers 1 --heads 2 \
   --lora-ranks 4,3,2,8 > /dev/null 2> "$tmp/err" || { cat "$tmp/err" >&2; fail "make-model --vocab 65536"; }
-python3 - "$tmp/wide/model.safetensors" 3002 <<'PY' || fail "could not scale the padding rows"
+python3 - "$tmp/wide/model.safetensors" 3002 <<'PY' || fail "could not scale the head's rows"
 import array, json, struct, sys
 path, real = sys.argv[1], int(sys.argv[2])
 with open(path, "r+b") as f:
@@ -220,11 +220,11 @@ with open(path, "r+b") as f:
     head = header["lm_head.weight"]
     assert head["dtype"] == "F32", head
     rows, cols = head["shape"]
-    start = 8 + n + head["data_offsets"][0] + real * cols * 4
+    start = 8 + n + head["data_offsets"][0]
     f.seek(start)
-    v = array.array("f", f.read((rows - real) * cols * 4))
+    v = array.array("f", f.read(real * cols * 4))
     f.seek(start)
-    f.write(array.array("f", (x * 50 for x in v)).tobytes())
+    f.write(array.array("f", (x / 50 for x in v)).tobytes())
 PY
 mkdir "$tmp/wide-tok"
 cp "$src/tests/world/rwkv_vocab_v20230424.txt" "$tmp/wide-tok/"

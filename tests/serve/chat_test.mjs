@@ -281,7 +281,8 @@ await check("an RWKV world-vocabulary model chats in the world format, a turn en
 });
 
 await check("a head of 65,536 rows beside the world vocabulary's 3,002 ids: no reply or logprob names an id past them", async () => {
-  // The rows past the vocabulary scaled up, so that unmasked they hold the highest logits.
+  // The rows of the vocabulary's ids scaled down, so that unmasked the rows past it hold the
+  // highest logits.
   const dir = path.join(tmp, "wide");
   execFileSync(recur, ["make-model", dir, "--arch", "rwkv7", "--vocab", "65536", "--hidden", "64", "--layers", "1",
                        "--heads", "2", "--lora-ranks", "4,3,2,8", "--seed", "3"], { stdio: ["ignore", "ignore", "inherit"] });
@@ -291,8 +292,8 @@ await check("a head of 65,536 rows beside the world vocabulary's 3,002 ids: no r
   const head = JSON.parse(bytes.subarray(8, 8 + n).toString())["lm_head.weight"];
   assert.equal(head.dtype, "F32");
   const cols = head.shape[1];
-  for (let i = 8 + n + head.data_offsets[0] + 3002 * cols * 4; i < 8 + n + head.data_offsets[1]; i += 4)
-    bytes.writeFloatLE(bytes.readFloatLE(i) * 50, i);
+  for (let i = 8 + n + head.data_offsets[0]; i < 8 + n + head.data_offsets[0] + 3002 * cols * 4; i += 4)
+    bytes.writeFloatLE(bytes.readFloatLE(i) / 50, i);
   writeFileSync(file, bytes);
   const ask = async (server, body) => {
     const res = await fetch(`${server.url}/v1/completions`, { method: "POST", headers: { "Content-Type": "application/json" },
