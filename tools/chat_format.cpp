@@ -46,7 +46,7 @@ void declare_chat_template_option(Args& args) {
   args.option("chat-template", "", "a chat template (Jinja, as chat_template.jinja) instead of the model's");
 }
 
-ChatFormat chat_format(const Args& args, const TextModel& tm) {
+ChatFormat chat_format(const Args& args, const TextModel& tm, const std::string& way_out) {
   ChatFormat f;
   std::string dir = args.given("model") ? args.str("model") : tm.random ? "" : builtin_dir();
   std::error_code ec;
@@ -77,7 +77,7 @@ ChatFormat chat_format(const Args& args, const TextModel& tm) {
         f.stop = {std::string(text::kWorldChatTurnEnd)};
         return f;
       }
-      f.none = fmt::format("{}: give one with --chat-template FILE, or use recur generate for plain text", why);
+      f.none = fmt::format("{}: {}", why, way_out);
       return f;
     }
   }

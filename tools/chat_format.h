@@ -27,8 +27,8 @@ struct ChatFormat {
 
 /// The option --chat-template FILE, for the commands that chat.
 void declare_chat_template_option(Args& args);
-/// The layout of `tm` (opened by open_model from the same args). FormatError for a template
-/// (or generation_config.json) that cannot be read.
-ChatFormat chat_format(const Args& args, const TextModel& tm);
+/// The layout of `tm` (opened by open_model from the same args); `way_out` ends `none` with what
+/// to do instead. FormatError for a template (or generation_config.json) that cannot be read.
+ChatFormat chat_format(const Args& args, const TextModel& tm, const std::string& way_out);
 
 }  // namespace recur::cli

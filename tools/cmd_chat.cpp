@@ -256,7 +256,8 @@ int run_chat(int argc, char** argv) {
   if (!tm.tokenizer)
     throw ArgumentError("recur chat needs the model's tokenizer (tokenizer.json) and chat template: "
                         "use recur generate for ids or bytes");
-  const ChatFormat format = chat_format(args, tm);
+  const ChatFormat format =
+      chat_format(args, tm, "give one with --chat-template FILE, or use recur generate for plain text");
   if (!format.none.empty()) throw ArgumentError(format.none);
   fmt::print(stderr, "chat format: {}\n", format.describe());
   Chat chat(tm, format, options, so, max_tokens, args.str("system"));

@@ -60,13 +60,13 @@ std::vector<int> turn_end_ids(const ChatTemplate& chat, const Tokenizer& tokeniz
 // template or --chat-template, else RWKV's world format), else nothing: the endpoint then
 // answers 400 saying why, and the chat page shows that at load (GET /v1/models).
 void setup_chat(serve::ServedModel& served, const Args& args, const TextModel& tm) {
-  const ChatFormat format = chat_format(args, tm);
+  const ChatFormat format = chat_format(
+      args, tm, "start recur serve with --chat-template FILE, or send text to /v1/completions");
   served.chat_template = format.chat_template;
   served.world_chat = format.world;
   served.chat_stop = format.stop;
   if (!format.none.empty()) {
-    served.no_chat = fmt::format("/v1/chat/completions cannot lay out the messages (/v1/completions "
-                                 "still takes text): {}", format.none);
+    served.no_chat = "/v1/chat/completions cannot lay out the messages: " + format.none;
     fmt::print(stderr, "chat: none ({})\n", format.none);
     return;
   }

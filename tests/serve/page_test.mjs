@@ -136,7 +136,7 @@ try {
       await p.goto(server2.url + "/");
       await p.waitForSelector("#no-chat");
       const text = await p.textContent("#no-chat");
-      if (!/cannot chat here: .*no chat template.*--chat-template FILE, or use recur generate/.test(text))
+      if (!/cannot chat here: .*no chat template .*: start recur serve with --chat-template FILE, or send text to \/v1\/completions$/.test(text))
         fail(`the page's message: ${text}`);
       if (!(await p.isDisabled("#input")) || !(await p.isDisabled("#send"))) fail("the input is still enabled");
       await p.click("#new");  // a new conversation keeps the message
