@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# recur chat: the built-in model with a chat template of our own (tokenizer_config.json beside a
-# copy of it), through a pipe and in a terminal (tmux):
+# recur chat: the built-in model with no arguments (its own chat template), then with a chat
+# template of this test's (tokenizer_config.json beside a copy of it), through a pipe and in a
+# terminal (tmux):
 # - the second turn prefills only its new tokens (the first turn's kept), and its reply is the
 #   same whether the conversation ran in one process or was saved after the first turn and
 #   loaded in another;
 # - /stats, /reset, /save, /load and an unknown command; a model without a chat template is
-#   refused by name;
+#   refused in one line that says what to do (--chat-template FILE works, or generate);
 # - under tmux: a typed message streams its reply, Ctrl-C stops a long reply and the
 #   conversation goes on, /quit ends.
 #
@@ -16,8 +17,36 @@ tmp=$(mktemp -d)
 session="recur-chat-test-$$"
 trap 'tmux kill-session -t "$session" 2> /dev/null || true; rm -rf "$tmp"' EXIT
 fail() { echo "FAILED: $*" >&2; exit 1; }
+
+# The built-in model chats with no arguments: its template lays the turns out as verses, and a
+# reply ends at the end of its line. In a terminal (tmux) as a newcomer types it (with a seed, so
+# that the reply is the same everywhere: this one ends at its line's end, before 512 tokens).
+tmux new-session -d -s "$session" -x 200 -y 50 "RECUR_MODEL= '$recur' chat --seed 1 --threads 1; echo CHAT-ENDED; sleep 30"
+screen() { tmux capture-pane -p -t "$session"; }
+wait_for() {  # pattern, seconds
+  for ((i = 0; i < $2 * 10; i++)); do screen | grep -q -- "$1" && return 0; sleep 0.1; done
+  screen >&2
+  fail "the terminal never showed '$1'"
+}
+wait_for "^>" 30
+screen | grep -q "chat format: .*chat_template.jinja; a reply also ends at \"\\\\n\"" || { screen >&2; fail "not the built-in model's own template"; }
+tmux send-keys -t "$session" "Who begat Enos?" Enter
+wait_for "^> Who begat Enos?" 10
+wait_for "^> *$" 60  # the reply is over, and the prompt is back
+reply=$(screen | grep -A1 "^> Who begat Enos?" | sed -n 2p)
+[[ "$reply" =~ [A-Za-z] ]] || { screen >&2; fail "no reply from the built-in model: '$reply'"; }
+tmux send-keys -t "$session" "/stats" Enter
+wait_for "^last turn: .* generated" 10
+n=$(screen | sed -n 's/^last turn: .*, \([0-9]*\) generated.*/\1/p' | tail -1)
+(( n > 0 && n < 512 )) || { screen >&2; fail "the reply did not end at its line's end ($n tokens)"; }
+tmux send-keys -t "$session" "/quit" Enter
+wait_for "CHAT-ENDED" 30
+tmux kill-session -t "$session"
+echo "chat_test: recur chat with no arguments chats with the built-in model, a reply of one line ($n tokens): '$reply'"
+
 model="$tmp/kjv"
 cp -r "$src/models/kjv" "$model"
+rm "$model/chat_template.jinja" "$model/generation_config.json"  # the template below instead
 cat > "$model/tokenizer_config.json" <<'JSON'
 {"eos_token": "<|endoftext|>", "chat_template": "{% for m in messages %}{% if m.role == 'system' %}{{ m.content }}\n\n{% elif m.role == 'user' %}Question: {{ m.content }}\nAnswer:{% else %}{{ m.content }}{{ eos_token }}\n\n{% endif %}{% endfor %}"}
 JSON
@@ -44,11 +73,21 @@ grep -q "conversation reset" "$tmp/cmds" || fail "/reset: $(cat "$tmp/cmds")"
 grep -q "^state: 0 tokens run" "$tmp/cmds" || fail "/reset left tokens: $(cat "$tmp/cmds")"
 grep -q "unknown command /nonsense" "$tmp/cmds" || fail "unknown command: $(cat "$tmp/cmds")"
 grep -q "error: /load: .*none.messages.json cannot be read" "$tmp/cmds" || fail "bad /load: $(cat "$tmp/cmds")"
-# A model without a chat template is refused by name.
+# A model without a chat template stops at once, in one line that says how to go on; a template
+# given with --chat-template is used.
+cp "$model/tokenizer_config.json" "$tmp/with-template.json"
 rm "$model/tokenizer_config.json"
-if echo hi | chat > /dev/null; then fail "chatted without a chat template"; fi
-grep -q "chat_template\|chat template" "$tmp/err" || fail "unclear: $(cat "$tmp/err")"
-echo "chat_test: /reset, unknown commands and a missing template are handled"
+rc=0
+echo hi | chat > /dev/null || rc=$?
+[[ $rc != 0 ]] || fail "chatted without a chat template"
+grep -q "^recur chat: \[ChatTemplate::load\] .*: the model has no chat template (.*): give one with --chat-template FILE, or use recur generate for plain text$" "$tmp/err" ||
+  fail "unclear: $(cat "$tmp/err")"
+[[ $(grep -c "no chat template" "$tmp/err") == 1 ]] || fail "not one line: $(cat "$tmp/err")"
+printf '{%% for m in messages %%}Question: {{ m.content }}\nAnswer:{%% endfor %%}' > "$tmp/t.jinja"
+echo "Who begat Enos?" | chat --chat-template "$tmp/t.jinja" > "$tmp/given" || fail "--chat-template: $(cat "$tmp/err")"
+grep -q "chat format: $tmp/t.jinja" "$tmp/err" && [[ -n "$(head -1 "$tmp/given")" ]] || fail "--chat-template: $(cat "$tmp/err" "$tmp/given")"
+cp "$tmp/with-template.json" "$model/tokenizer_config.json"
+echo "chat_test: /reset, unknown commands and a missing template are handled, and --chat-template gives one"
 
 # In a terminal: type, watch the reply stream, stop a long one with Ctrl-C, go on, quit.
 cat > "$model/tokenizer_config.json" <<'JSON'
@@ -56,12 +95,6 @@ cat > "$model/tokenizer_config.json" <<'JSON'
 JSON
 tmux new-session -d -s "$session" -x 200 -y 50 \
   "'$recur' chat -m '$model' --greedy -n 20000 --threads 1; echo CHAT-ENDED; sleep 30"
-screen() { tmux capture-pane -p -t "$session"; }
-wait_for() {  # pattern, seconds
-  for ((i = 0; i < $2 * 10; i++)); do screen | grep -q -- "$1" && return 0; sleep 0.1; done
-  screen >&2
-  fail "the terminal never showed '$1'"
-}
 wait_for "^>" 30
 tmux send-keys -t "$session" "Who begat Enos?" Enter
 sleep 1

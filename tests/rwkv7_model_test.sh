@@ -204,23 +204,48 @@ grep -q "rwkv_vocab_v20230424.txt" "$tmp/err" && grep -q -- "--tokenizer" "$tmp/
   fail "text was refused by a byte-level RWKV-7 model: $(tail -1 "$tmp/err")"
 echo "rwkv7_model_test: make-model --arch rwkv7 writes a model that reads back, tied or not; without a tokenizer text is refused, but for a byte-level model"
 
-# A head wider than its tokenizer (the world models: 65,536 rows, 65,530 ids): text output never
-# draws an id the tokenizer cannot decode, greedy or sampled. --ids still gives the head's own
-# choice, the control that the rows past the vocabulary win here.
-mkdir "$tmp/narrow"
-head -256 "$src/tests/world/rwkv_vocab_v20230424.txt" > "$tmp/narrow/rwkv_vocab_v20230424.txt"
-"$recur" make-model "$tmp/wide" --arch rwkv7 --vocab 1000 --hidden 64 --layers 3 --heads 2 \
-  --lora-ranks 4,3,2,8 > /dev/null 2> "$tmp/err" || { cat "$tmp/err" >&2; fail "make-model --vocab 1000"; }
-wide=(-m "$tmp/wide" --tokenizer "$tmp/narrow" -p "ab" --ignore-eos)
-"$recur" generate "${wide[@]}" --greedy -n 16 --ids > "$tmp/ids" 2> "$tmp/err" || { cat "$tmp/err" >&2; fail "generate --ids"; }
-awk '$1 >= 257 { found = 1 } END { exit !found }' "$tmp/ids" ||
-  fail "the control: no greedy id of the wide head passes the tokenizer's 257 ids: $(tr '\n' ' ' < "$tmp/ids")"
-for sampling in "--greedy" "--temperature 1 --top-k 0 --top-p 1 --seed 3"; do
+# A head wider than its tokenizer (the world models: 65,536 rows, 65,530 ids): here 65,536 rows
+# and the world vocabulary of tests/world (3,002 ids), the head's rows of real ids scaled down so
+# that the padding rows hold the highest logits. generate never draws an id the tokenizer cannot decode, greedy or
+# sampled, as text or as --ids; the control: without the tokenizer (ids in, ids out, nothing to
+# mask) the greedy ids are padding rows.
+"$recur" make-model "$tmp/wide" --arch rwkv7 --vocab 65536 --hidden 64 --layers 1 --heads 2 \
+  --lora-ranks 4,3,2,8 > /dev/null 2> "$tmp/err" || { cat "$tmp/err" >&2; fail "make-model --vocab 65536"; }
+python3 - "$tmp/wide/model.safetensors" 3002 <<'PY' || fail "could not scale the head's rows"
+import array, json, struct, sys
+path, real = sys.argv[1], int(sys.argv[2])
+with open(path, "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    header = json.loads(f.read(n))
+    head = header["lm_head.weight"]
+    assert head["dtype"] == "F32", head
+    rows, cols = head["shape"]
+    start = 8 + n + head["data_offsets"][0]
+    f.seek(start)
+    v = array.array("f", f.read(real * cols * 4))
+    f.seek(start)
+    f.write(array.array("f", (x / 50 for x in v)).tobytes())
+PY
+mkdir "$tmp/wide-tok"
+cp "$src/tests/world/rwkv_vocab_v20230424.txt" "$tmp/wide-tok/"
+printf '1\n2\n3\n' > "$tmp/wide-prompt"
+"$recur" generate -m "$tmp/wide" --prompt-ids "$tmp/wide-prompt" --greedy -n 8 --ids --ignore-eos > "$tmp/ids" 2> "$tmp/err" ||
+  { cat "$tmp/err" >&2; fail "generate --ids without a tokenizer"; }
+awk '$1 < 3002 { low = 1 } END { exit low }' "$tmp/ids" ||
+  fail "the control: without a tokenizer, greedy ids of the scaled head below 3002: $(tr '\n' ' ' < "$tmp/ids")"
+wide=(-m "$tmp/wide" --tokenizer "$tmp/wide-tok" --prompt-ids "$tmp/wide-prompt" --ignore-eos -n 24)
+for sampling in "--greedy" "--temperature 1 --top-k 0 --top-p 1 --seed 3" "--temperature 2 --top-k 5 --seed 4"; do
   # shellcheck disable=SC2086
-  "$recur" generate "${wide[@]}" $sampling -n 32 > "$tmp/out" 2> "$tmp/err" ||
-    fail "generate $sampling with a head of 1000 rows and a tokenizer of 257 ids: $(tail -1 "$tmp/err")"
+  "$recur" generate "${wide[@]}" $sampling --ids > "$tmp/ids" 2> "$tmp/err" ||
+    fail "generate --ids $sampling with a head of 65,536 rows and a tokenizer of 3,002 ids: $(tail -1 "$tmp/err")"
+  [[ $(wc -l < "$tmp/ids") == 24 ]] || fail "generate --ids $sampling gave $(wc -l < "$tmp/ids") ids"
+  awk '$1 >= 3002 { past = 1 } END { exit past }' "$tmp/ids" ||
+    fail "generate $sampling drew an id past the tokenizer's 3,002: $(tr '\n' ' ' < "$tmp/ids")"
+  # shellcheck disable=SC2086
+  "$recur" generate "${wide[@]}" $sampling > "$tmp/out" 2> "$tmp/err" ||
+    fail "generate $sampling as text: $(tail -1 "$tmp/err")"
 done
-echo "rwkv7_model_test: a head wider than the tokenizer never samples an id past it (greedy and sampled)"
+echo "rwkv7_model_test: a head of 65,536 rows never samples an id its 3,002-id tokenizer cannot decode (greedy and sampled, text and --ids)"
 
 # The committed expectations are the reference's own numbers (where PyTorch is installed).
 if /usr/bin/python3 -c 'import torch' 2> /dev/null; then

@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <map>
+#include <memory>
+#include <vector>
 
 #include "recur/error.h"
 #include "recur/sampling.h"
@@ -80,31 +82,43 @@ TEST_CASE("the same seed gives the same tokens, another seed others", "[sampling
   CHECK(draw(7) != draw(8));
 }
 
-TEST_CASE("ids at or past the vocabulary limit are never chosen, greedy or sampled", "[sampling]") {
-  // A head wider than its tokenizer: the best logits sit in the rows past the limit.
+namespace {
+// Ids 0-3 allowed, 4 and 5 (the best logits) masked; `size` ids in the mask.
+std::shared_ptr<const TokenMask> first_four(std::size_t size = 6) {
+  std::vector<char> allowed(size, 0);
+  for (std::size_t i = 0; i < 4 && i < size; ++i) allowed[i] = 1;
+  return std::make_shared<const TokenMask>(allowed);
+}
+}  // namespace
+
+TEST_CASE("masked ids are never chosen, greedy or sampled, and the rest keep their softmax", "[sampling]") {
+  // A head wider than its tokenizer: the best logits sit in the rows it cannot decode.
   Eigen::VectorXf l(6);
   l << 0.5f, 1.0f, 0.8f, 1.0f, 9.0f, 8.0f;
   SamplerOptions greedy = opts(0, 0, 1, 1, 0);
-  CHECK(Sampler(greedy).sample(l, {}) == 4);  // without the limit, the widest row wins
-  greedy.vocab_limit = 4;
+  CHECK(Sampler(greedy).sample(l, {}) == 4);  // the control: unmasked, the widest row wins
+  greedy.mask = first_four();
   CHECK(Sampler(greedy).sample(l, {}) == 1);  // the best of ids 0-3, the lower on the tie
+  greedy.mask = first_four(4);  // a mask shorter than the logits: the ids past it are masked
+  CHECK(Sampler(greedy).sample(l, {}) == 1);
   Sampler later(opts(0, 0, 1, 1, 0));
-  later.set_vocab_limit(3);
+  later.set_mask(first_four());
   CHECK(later.sample(l, {}) == 1);
-  later.set_vocab_limit(0);  // 0: no limit
+  later.set_mask(nullptr);
   CHECK(later.sample(l, {}) == 4);
-  greedy.vocab_limit = 100;  // a limit past the logits changes nothing
-  CHECK(Sampler(greedy).sample(l, {}) == 4);
-  // Sampled: the softmax of the ids below the limit alone (ids 0-3: weights e^0.5, e, e^0.8, e).
+  // A gap inside the vocabulary (id 1 masked) is skipped as the rows past it are.
+  greedy.mask = std::make_shared<const TokenMask>(std::vector<char>{1, 0, 1, 1, 0, 0});
+  CHECK(Sampler(greedy).sample(l, {}) == 3);
+  // Sampled, with every filter: the softmax of ids 0-3 alone (weights e^0.5, e, e^0.8, e).
   const int n = 20000;
-  for (const int limit : {0, 4}) {
+  for (const bool masked : {false, true}) {
     SamplerOptions o = opts(1.0f, 0, 1.0f, 1.0f, 11);
-    o.vocab_limit = limit;
+    if (masked) o.mask = first_four();
     Sampler s(o);
     std::map<int, int> count;
     for (int i = 0; i < n; ++i) ++count[s.sample(l, {})];
-    if (limit == 0) {
-      CHECK(count[4] > n / 2);  // the control: unlimited, the wide rows take most draws
+    if (!masked) {
+      CHECK(count[4] > n / 2);  // the control: unmasked, the wide rows take most draws
     } else {
       CHECK(count.count(4) == 0);
       CHECK(count.count(5) == 0);
@@ -113,14 +127,28 @@ TEST_CASE("ids at or past the vocabulary limit are never chosen, greedy or sampl
       CHECK(std::abs(count[0] / double(n) - std::exp(0.5) / z) < 0.015);
     }
   }
-  // Top-k counts among the ids below the limit.
-  SamplerOptions top2 = opts(1.0f, 2, 1.0f, 1.0f, 5);
-  top2.vocab_limit = 4;
-  Sampler t2(top2);
-  for (int i = 0; i < 200; ++i) {
-    const int id = t2.sample(l, {});
-    CHECK((id == 1 || id == 3));
+  // Top-k and top-p count among the allowed ids; a temperature and the penalty change nothing.
+  for (const SamplerOptions& base : {opts(1.0f, 2, 1.0f, 1.0f, 5), opts(0.7f, 0, 0.5f, 1.0f, 5),
+                                     opts(3.0f, 3, 0.9f, 1.3f, 5), opts(1.0f, 100, 1.0f, 2.0f, 5)}) {
+    SamplerOptions o = base;
+    o.mask = first_four();
+    Sampler t(o);
+    for (int i = 0; i < 300; ++i) {
+      const int id = t.sample(l, {4, 5, 1});
+      CHECK(id < 4);
+      if (base.top_k == 2 || base.top_p == 0.5f) CHECK((id == 1 || id == 3));
+    }
   }
+}
+
+TEST_CASE("log_normalizer normalises over the allowed ids alone", "[sampling]") {
+  const float l[6] = {0.5f, 1.0f, 0.8f, 1.0f, 9.0f, 8.0f};
+  const auto mask = first_four();
+  const double z = log_normalizer(l, 6, mask.get());
+  double sum = 0;
+  for (int i = 0; i < 4; ++i) sum += std::exp(double(l[i]) - z);
+  CHECK(std::abs(sum - 1.0) < 1e-15);
+  CHECK(std::abs(log_normalizer(l, 6) - (double(l[4]) - log_probability(l, 6, 4))) < 1e-12);
 }
 
 TEST_CASE("bad sampler options and logits are rejected", "[sampling]") {
@@ -129,10 +157,14 @@ TEST_CASE("bad sampler options and logits are rejected", "[sampling]") {
   CHECK_THROWS_AS(Sampler(opts(1, 0, 0, 1, 0)), ArgumentError);
   CHECK_THROWS_AS(Sampler(opts(1, 0, 1.5f, 1, 0)), ArgumentError);
   CHECK_THROWS_AS(Sampler(opts(1, 0, 1, 0, 0)), ArgumentError);
-  SamplerOptions negative_limit;
-  negative_limit.vocab_limit = -1;
-  CHECK_THROWS_AS(Sampler(negative_limit), ArgumentError);
-  CHECK_THROWS_AS(Sampler().set_vocab_limit(-1), ArgumentError);
+  // A mask that allows nothing, or nothing among the logits: refused, naming the sizes.
+  CHECK_THROWS_WITH(TokenMask(std::vector<char>(3, 0)), Catch::Contains("[TokenMask]") && Catch::Contains("3 ids"));
+  SamplerOptions past = opts(0, 0, 1, 1, 0);
+  past.mask = std::make_shared<const TokenMask>(std::vector<char>{0, 0, 0, 1});
+  Eigen::VectorXf three(3);
+  three << 1.0f, 2.0f, 3.0f;
+  CHECK_THROWS_WITH(Sampler(past).sample(three, {}),
+                    Catch::Contains("Sampler::sample") && Catch::Contains("3 ids") && Catch::Contains("4 ids"));
   Sampler s;
   Eigen::VectorXf l(2);
   l << 1.0f, NAN;

@@ -6,7 +6,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <set>
@@ -16,6 +18,7 @@
 
 #include "model/random_weights.h"
 #include "recur/model.h"
+#include "recur/sampling.h"
 #include "recur/tokenizer.h"
 #include "serve/auth.h"
 #include "serve/engine.h"
@@ -481,41 +484,95 @@ TEST_CASE("a chat turn ends at its end ids as at eos, and ignore_eos ignores bot
   CHECK(ids_of(*ignored).size() == 4);
 }
 
-TEST_CASE("a head wider than the tokenizer never samples an id past it, and logprobs name such ids", "[serve][engine]") {
-  // RWKV's world models have 65,536 rows in the head and 65,530 ids in the vocabulary; here 1000
-  // rows and the 256 bytes as ids 1-256 (257 ids with id 0).
-  const recur::ModelConfig c = recur::ModelConfig::from_json(
-      R"({"model_type": "rwkv7", "vocab_size": 1000, "hidden_size": 64, "head_dim": 32,
-          "num_hidden_layers": 2, "intermediate_size": 128, "decay_low_rank_dim": 8,
-          "a_low_rank_dim": 8, "v_low_rank_dim": 4, "gate_low_rank_dim": 16})",
-      "rwkv7 config");
-  std::string vocab;
-  for (int b = 0; b < 256; ++b) vocab += fmt::format("{} b'\\x{:02x}' 1\n", b + 1, b);
-  const auto tokenizer = recur::Tokenizer::from_rwkv_vocab(vocab, "256 bytes");
-  REQUIRE(tokenizer->vocab_size() == 257);
-  ConversationStore store(nullptr, 1 << 24);
-  Engine engine(recur::Model::from_weights(c, recur::RandomWeights(c, 3)), tokenizer, store,
-                small_engine(2, 4));
-  auto sampled = request("cmpl-sampled", 24);
-  sampled->request.sampler.temperature = 1.0f;
-  sampled->request.sampler.top_k = 0;
-  sampled->request.sampler.top_p = 1.0f;
-  sampled->request.logprobs = 20;
-  auto greedy = request("cmpl-greedy", 24);
-  greedy->request.sampler.temperature = 0;
-  REQUIRE(engine.submit(sampled));
-  REQUIRE(engine.submit(greedy));
-  REQUIRE(wait_until([&] { return finished(*sampled) && finished(*greedy); }));
-  bool listed_past = false;  // the control: the rows past the vocabulary are among the likely ones
-  for (Job* job : {sampled.get(), greedy.get()}) {
-    std::lock_guard<std::mutex> lock(job->mutex);
-    INFO(job->id << ": " << job->error_message);
-    REQUIRE(job->error_status == 0);
-    CHECK(job->completion_tokens == 24);
-    for (const int id : job->token_ids) CHECK(id < 257);
-    for (const auto& t : job->tokens)
-      for (const auto& [id, logprob] : t.top)
-        if (id >= 257) listed_past = true;
+namespace {
+// RandomWeights with the head's padding rows (ids from `real` on) scaled up, so that without the
+// mask their logits are the highest: the control that the mask is what keeps them out.
+class PaddingFirst final : public recur::WeightSource {
+ public:
+  PaddingFirst(const recur::ModelConfig& c, int real) : random_(c, 3), real_(real), d_(c.hidden_size) {}
+  bool has(const std::string& n) const override { return random_.has(n); }
+  std::vector<std::int64_t> shape(const std::string& n) const override { return random_.shape(n); }
+  std::vector<float> read(const std::string& n) const override {
+    std::vector<float> v = random_.read(n);
+    if (n == "lm_head.weight")
+      for (std::size_t i = std::size_t(real_) * std::size_t(d_); i < v.size(); ++i) v[i] *= 50.0f;
+    return v;
   }
-  CHECK(listed_past);
+  std::vector<std::string> names() const override { return random_.names(); }
+  std::string describe() const override { return "random, padding rows first"; }
+
+ private:
+  recur::RandomWeights random_;
+  int real_, d_;
+};
+}  // namespace
+
+TEST_CASE("a head wider than the tokenizer never samples an id it cannot decode, and logprobs are over the real ids", "[serve][engine]") {
+  // RWKV's world models: 65,536 rows in the head, 65,530 ids in the vocabulary. Here the head of
+  // 65,536 rows with the world vocabulary of tests/world (3,002 ids), and with a tokenizer of 16
+  // ids, whose every logprob fits in top_logprobs.
+  const recur::ModelConfig c = recur::ModelConfig::from_json(
+      R"({"model_type": "rwkv7", "vocab_size": 65536, "hidden_size": 64, "head_dim": 32,
+          "num_hidden_layers": 1, "intermediate_size": 128, "decay_low_rank_dim": 8,
+          "a_low_rank_dim": 8, "v_low_rank_dim": 4, "gate_low_rank_dim": 16,
+          "tie_word_embeddings": false})",
+      "rwkv7 config");
+  std::string letters;
+  for (int i = 0; i < 16; ++i) letters += fmt::format("{}\"{}\": {}", i ? ", " : "", char('a' + i), i);
+  const auto world = recur::Tokenizer::load(RECUR_WORLD_DIR "/rwkv_vocab_v20230424.txt");
+  const auto small = recur::Tokenizer::from_json(
+      R"({"model": {"type": "BPE", "vocab": {)" + letters + R"(}, "merges": []}})", "16 letters");
+  REQUIRE(world->vocab_size() == 3002);
+  REQUIRE(small->vocab_size() == 16);
+  for (const auto& tokenizer : {world, small}) {
+    const int real = tokenizer->vocab_size();
+    INFO("a tokenizer of " << real << " ids");
+    const auto model = recur::Model::from_weights(c, PaddingFirst(c, real));
+    {  // The control: unmasked, the greedy choice is a padding row.
+      recur::Decoder d(model, recur::DecoderOptions{8, 1});
+      d.prefill({1, 2, 3, 4});
+      const auto l = d.logits();
+      REQUIRE(l.size() == 65536);
+      CHECK(recur::Sampler(recur::SamplerOptions{0, 0, 1, 1, 0, nullptr}).sample(l, {}) >= real);
+    }
+    ConversationStore store(nullptr, 1 << 24);
+    Engine engine(model, tokenizer, store, small_engine(2, 4));
+    auto sampled = request("cmpl-sampled", 12);
+    sampled->request.prompt = {1, 2, 3, 4};
+    sampled->request.sampler.temperature = 1.0f;
+    sampled->request.sampler.top_k = 0;
+    sampled->request.sampler.top_p = 1.0f;
+    sampled->request.logprobs = 20;
+    auto greedy = request("cmpl-greedy", 12);
+    greedy->request.prompt = {1, 2, 3, 4};
+    greedy->request.sampler.temperature = 0;
+    greedy->request.logprobs = 0;
+    REQUIRE(engine.submit(sampled));
+    REQUIRE(engine.submit(greedy));
+    REQUIRE(wait_until([&] { return finished(*sampled) && finished(*greedy); }));
+    for (Job* job : {sampled.get(), greedy.get()}) {
+      std::lock_guard<std::mutex> lock(job->mutex);
+      INFO(job->id << ": " << job->error_message);
+      REQUIRE(job->error_status == 0);
+      CHECK(job->completion_tokens == 12);
+      for (const int id : job->token_ids) CHECK(id < real);
+      for (const auto& t : job->tokens) {
+        CHECK(t.logprob <= 0.0);
+        CHECK(t.text.find("<|") == std::string::npos);  // every id has its own text
+        std::size_t n = 0;
+        double mass = 0;
+        for (const auto& [id, logprob] : t.top) {
+          CHECK(id < real);
+          mass += std::exp(logprob);
+          if (id == t.id) CHECK(logprob == t.logprob);
+          ++n;
+        }
+        if (job == sampled.get()) {
+          CHECK(n == std::size_t(std::min(real, 20)));
+          // The 16 ids' probabilities, normalised over them alone, sum to 1.
+          if (real <= 20) CHECK(std::abs(mass - 1.0) < 1e-12);
+        }
+      }
+    }
+  }
 }

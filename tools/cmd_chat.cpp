@@ -9,12 +9,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include <unistd.h>
 
+#include "chat_format.h"
 #include "cli.h"
 #include "commands.h"
 #include "text_model.h"
@@ -49,13 +49,12 @@ std::string messages_json(const std::vector<Message>& messages) {
 // The conversation, the ids its state holds and what the last turns cost.
 class Chat {
  public:
-  // `tmpl` null: RWKV's world format (text/world_chat.h), whose turns end in "\n\n".
-  Chat(const TextModel& tm, std::optional<ChatTemplate> tmpl, const DecoderOptions& options,
+  // `format.chat_template` null: RWKV's world format (text/world_chat.h).
+  Chat(const TextModel& tm, const ChatFormat& format, const DecoderOptions& options,
        const SamplerOptions& so, std::int64_t max_tokens, std::string system)
-      : tm_(tm), template_(std::move(tmpl)), decoder_(tm.model, options), sampler_(so),
-        max_tokens_(max_tokens), system_(std::move(system)) {
+      : tm_(tm), template_(format.chat_template), stop_(format.stop), decoder_(tm.model, options),
+        sampler_(tm.sampler(so)), max_tokens_(max_tokens), system_(std::move(system)) {
     eos_ = tm.model->config().eos_token_ids;
-    sampler_.set_vocab_limit(tm.tokenizer->vocab_size());  // ids it cannot decode are never drawn
     // The template's end of turn (eos_token in tokenizer_config.json, e.g. <|im_end|>) ends a
     // reply as the config's eos ids do.
     if (template_) {
@@ -97,11 +96,33 @@ class Chat {
 
     TextSink out(false);
     DecodeStream stream(tm_.tokenizer, true);
-    std::string reply;
+    std::string reply, held;  // held: the reply's tail that may begin a stop string, not yet shown
+    // Adds a piece; shows what can no longer begin a stop. Returns whether a stop was reached
+    // (the reply ends before it, and the stop is not shown).
+    const auto put = [&](const std::string& piece) {
+      held += piece;
+      std::size_t cut = std::string::npos;
+      for (const auto& s : stop_) cut = std::min(cut, held.find(s));
+      std::size_t keep = 0;
+      if (cut == std::string::npos) {
+        for (const auto& s : stop_)
+          for (std::size_t k = std::min(s.size() - 1, held.size()); k > keep; --k)
+            if (held.compare(held.size() - k, k, s, 0, k) == 0) {
+              keep = k;
+              break;
+            }
+        cut = held.size() - keep;
+      }
+      reply += held.substr(0, cut);
+      out.put(held.substr(0, cut));
+      const bool stopped_here = cut + keep < held.size();
+      held.erase(0, stopped_here ? std::string::npos : cut);
+      return stopped_here;
+    };
     g_interrupted.store(false);
     auto* previous = std::signal(SIGINT, on_interrupt);
     std::int64_t n = 0;
-    bool stopped = false;
+    bool stopped = false, at_stop = false;
     t0 = now_seconds();
     for (; n < max_tokens_; ++n) {
       if (g_interrupted.load()) {
@@ -112,18 +133,16 @@ class Chat {
       ids_.push_back(token);
       decoder_.step(token);  // the end of turn too: the next prompt's ids continue from it
       if (std::find(eos_.begin(), eos_.end(), token) != eos_.end()) break;
-      const std::string piece = stream.put(token);
-      reply += piece;
-      out.put(piece);
-      // The world format's turn ends at a blank line.
-      if (!template_ && reply.size() >= text::kWorldChatTurnEnd.size() &&
-          reply.compare(reply.size() - text::kWorldChatTurnEnd.size(), std::string::npos,
-                        text::kWorldChatTurnEnd) == 0)
+      // A stop string (the world format's blank line, the built-in model's end of line) ends it.
+      if (put(stream.put(token))) {
+        at_stop = true;
         break;
+      }
     }
-    const std::string rest = stream.finish();
-    reply += rest;
-    out.put(rest);
+    if (!at_stop && !put(stream.finish())) {
+      reply += held;
+      out.put(held);
+    }
     out.finish();
     std::signal(SIGINT, previous);
     std::fputc('\n', stdout);
@@ -183,7 +202,8 @@ class Chat {
 
  private:
   const TextModel& tm_;
-  std::optional<ChatTemplate> template_;
+  std::shared_ptr<const ChatTemplate> template_;
+  std::vector<std::string> stop_;
   Decoder decoder_;
   Sampler sampler_;
   std::int64_t max_tokens_;
@@ -205,7 +225,9 @@ int run_chat(int argc, char** argv) {
             "streams as it is generated. The model's state is kept between turns, so a turn costs\n"
             "only its new tokens. Reads a terminal or a pipe.");
   args.option("model", "", "model directory with a chat template; default: the built-in model", 'm')
-      .option("tokenizer", "", "tokenizer.json, or a directory that holds one (default: the model's)")
+      .option("tokenizer", "", "tokenizer.json, or a directory that holds one (default: the model's)");
+  declare_chat_template_option(args);
+  args
       .option("system", "", "a system message to begin the conversation with")
       .option("tokens", "512", "the most tokens of one reply", 'n')
       .option("temperature", "0.8", "sampling temperature")
@@ -232,19 +254,13 @@ int run_chat(int argc, char** argv) {
   const TextModel tm = open_model(args);
   describe_model(tm);
   if (!tm.tokenizer)
-    throw ArgumentError("recur chat needs the model's tokenizer (tokenizer.json) and chat template");
-  const std::string dir = args.given("model") ? args.str("model") : builtin_dir();
-  const std::filesystem::path dir_path(dir);
-  std::optional<ChatTemplate> tmpl;
-  if (tm.tokenizer->world_vocabulary()) {
-    fmt::print(stderr, "chat format: RWKV's world format (User: ... Assistant: ..., built in)\n");
-  } else {
-    tmpl = ChatTemplate::load(std::filesystem::is_directory(dir_path)
-                                  ? dir
-                                  : dir_path.parent_path().string());
-    fmt::print(stderr, "chat template: {}\n", tmpl->name());
-  }
-  Chat chat(tm, std::move(tmpl), options, so, max_tokens, args.str("system"));
+    throw ArgumentError("recur chat needs the model's tokenizer (tokenizer.json) and chat template: "
+                        "use recur generate for ids or bytes");
+  const ChatFormat format =
+      chat_format(args, tm, "give one with --chat-template FILE, or use recur generate for plain text");
+  if (!format.none.empty()) throw ArgumentError(format.none);
+  fmt::print(stderr, "chat format: {}\n", format.describe());
+  Chat chat(tm, format, options, so, max_tokens, args.str("system"));
   const bool terminal = ::isatty(STDIN_FILENO) != 0;
   if (terminal) fmt::print(stderr, "Type a message; /quit ends, /stats, /save FILE, /load FILE, /reset.\n");
   std::string line;

@@ -67,6 +67,7 @@ TextModel open_model(const Args& args) {
       fmt::print(stderr, "warning: the tokenizer has {} ids and the model {}: ids past the "
                          "model's vocabulary will be refused\n",
                  m.tokenizer->vocab_size(), m.model->config().vocab_size);
+    m.mask = m.tokenizer->sample_mask(m.model->config().vocab_size);
   } else if (const std::string why = m.model->missing_tokenizer(printable(here)); !why.empty()) {
     m.no_text = why;
   } else {
@@ -85,6 +86,11 @@ TextModel open_model(const Args& args) {
 
 void TextModel::require_text() const {
   if (!no_text.empty()) throw ArgumentError(no_text);
+}
+
+Sampler TextModel::sampler(SamplerOptions options) const {
+  options.mask = mask;
+  return Sampler(options);
 }
 
 // The kernels' instruction set, for the progress lines; the whole choice with --verbose.
@@ -310,9 +316,9 @@ int run_generate(int argc, char** argv) {
   const DecoderOptions options = decoder_options(args);
   const bool loading = args.given("load-state");
   if (args.given("save-state")) check_output(args.str("save-state"), "--save-state");
-  Sampler sampler(so);
 
   const TextModel tm = open_model(args);
+  Sampler sampler = tm.sampler(so);  // never an id the tokenizer cannot decode, --ids too
   describe_model(tm);
   if (args.flag_set("verbose")) fmt::print(stderr, "{}\n", kernels_line(true));
   std::string prompt;
@@ -334,8 +340,6 @@ int run_generate(int argc, char** argv) {
 
   const bool ids_out = args.flag_set("ids");
   TokenWriter out(tm, ids_out, args.flag_set("raw"));
-  // Ids the tokenizer cannot decode (a head wider than its vocabulary) are never drawn.
-  if (tm.tokenizer && !ids_out) sampler.set_vocab_limit(tm.tokenizer->vocab_size());
   out.context(history);
   if (!ids_out)
     out.text(args.given("prompt-ids") && tm.tokenizer ? tm.tokenizer->decode(prompt_ids) : prompt);

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "chat_format.h"
 #include "cli.h"
 #include "commands.h"
 #include "recur/chat_template.h"
@@ -18,7 +19,6 @@
 #include "serve/auth.h"
 #include "serve/engine.h"
 #include "serve/store.h"
-#include "text/world_chat.h"
 #include "text_model.h"
 #include "util/json.h"
 
@@ -56,36 +56,28 @@ std::vector<int> turn_end_ids(const ChatTemplate& chat, const Tokenizer& tokeniz
   return ids;
 }
 
-// What POST /v1/chat/completions renders with: the model directory's chat template, else RWKV's
-// world format for a world vocabulary, else nothing (the endpoint then answers 400, saying why).
+// What POST /v1/chat/completions renders with: the chat format recur chat uses too (the model's
+// template or --chat-template, else RWKV's world format), else nothing: the endpoint then
+// answers 400 saying why, and the chat page shows that at load (GET /v1/models).
 void setup_chat(serve::ServedModel& served, const Args& args, const TextModel& tm) {
-  std::string dir = args.given("model") ? args.str("model") : tm.random ? "" : builtin_dir();
-  if (!dir.empty() && !std::filesystem::is_directory(dir)) dir = std::filesystem::path(dir).parent_path().string();
-  std::string why = "no model directory";
-  if (!dir.empty()) {
-    try {
-      served.chat_template = std::make_shared<const ChatTemplate>(ChatTemplate::load(dir));
-    } catch (const Error& e) {
-      why = e.what();
-    }
+  const ChatFormat format = chat_format(
+      args, tm, "start recur serve with --chat-template FILE, or send text to /v1/completions");
+  served.chat_template = format.chat_template;
+  served.world_chat = format.world;
+  served.chat_stop = format.stop;
+  if (!format.none.empty()) {
+    served.no_chat = "/v1/chat/completions cannot lay out the messages: " + format.none;
+    fmt::print(stderr, "chat: none ({})\n", format.none);
+    return;
   }
-  if (served.chat_template) {
-    if (tm.tokenizer) served.chat_end_ids = turn_end_ids(*served.chat_template, *tm.tokenizer);
-    std::string names;
+  std::string names;
+  if (served.chat_template && tm.tokenizer) {
+    served.chat_end_ids = turn_end_ids(*served.chat_template, *tm.tokenizer);
     for (const int id : served.chat_end_ids)
       names += fmt::format("{}{} ({})", names.empty() ? "" : ", ", printable(tm.tokenizer->id_to_token(id)), id);
-    fmt::print(stderr, "chat: {}; a turn ends at {}\n", served.chat_template->name(),
-               names.empty() ? std::string("the model's eos") : names + " or the model's eos");
-  } else if (tm.tokenizer && tm.tokenizer->world_vocabulary()) {
-    served.world_chat = true;
-    served.chat_stop = {std::string(text::kWorldChatTurnEnd)};
-    fmt::print(stderr, "chat: RWKV's world format (User: / Assistant:, a turn ends at a blank line)\n");
-  } else {
-    served.no_chat = fmt::format(
-        "this model has no chat template, so /v1/chat/completions cannot lay out the messages (use "
-        "/v1/completions with text): {}", why);
-    fmt::print(stderr, "chat: none (no chat template: {})\n", why);
   }
+  fmt::print(stderr, "chat: {}; a turn ends at {}\n", format.describe(),
+             names.empty() ? std::string("the model's eos") : names + " or the model's eos");
 }
 
 // "90", "90s", "15m", "2h", "7d" as seconds.
@@ -116,6 +108,7 @@ sigset_t shutdown_signals() {
 
 // serve's options; what each does is in its help line.
 void declare_serve_options(Args& args) {
+  declare_chat_template_option(args);
   args.option("model", "", "model directory (config.json, safetensors or pytorch_model.bin, "
                            "tokenizer.json), or an RWKV-7 .pth; default: the built-in model", 'm')
       .option("tokenizer", "", "tokenizer.json or rwkv_vocab_v20230424.txt, or a directory that "

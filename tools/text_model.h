@@ -26,8 +26,14 @@ struct TextModel {
   /// Why text cannot go in or out ("" when it can): a model trained on a tokenizer it does not
   /// ship (Based: GPT-2's) takes token ids until --tokenizer gives one.
   std::string no_text;
+  /// The ids of the head that the tokenizer decodes (null without a tokenizer), set once when
+  /// the two are joined: every sampler made by sampler() draws from them alone, so that text
+  /// output never meets an id it cannot decode (RWKV's world models: 65,536 rows, 65,530 ids).
+  std::shared_ptr<const TokenMask> mask;
   /// Throws ArgumentError(no_text) when text cannot be used.
   void require_text() const;
+  /// A sampler with `options` and the mask.
+  Sampler sampler(SamplerOptions options) const;
 };
 
 /// --greedy or --temperature, --top-k, --top-p, --repetition-penalty and --seed as SamplerOptions.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <numeric>
 #include <unordered_set>
 
@@ -20,14 +22,14 @@ Sampler::Sampler(const SamplerOptions& options) : options_(options), state_(opti
   if (!(options.repetition_penalty > 0.0f) || !std::isfinite(options.repetition_penalty))
     detail::throw_argument(call, "repetition_penalty is {}, expected a finite number > 0",
                            options.repetition_penalty);
-  if (options.vocab_limit < 0)
-    detail::throw_argument(call, "vocab_limit is {}, expected >= 0 (0: no limit)", options.vocab_limit);
 }
 
-void Sampler::set_vocab_limit(int ids) {
-  if (ids < 0)
-    detail::throw_argument("Sampler::set_vocab_limit", "ids is {}, expected >= 0 (0: no limit)", ids);
-  options_.vocab_limit = ids;
+TokenMask::TokenMask(std::vector<char> allowed) : allowed_(std::move(allowed)) {
+  if (allowed_.size() > static_cast<std::size_t>(INT32_MAX))
+    detail::throw_argument("TokenMask", "allowed has {} ids, expected at most {}", allowed_.size(), INT32_MAX);
+  count_ = static_cast<int>(std::count_if(allowed_.begin(), allowed_.end(), [](char a) { return a != 0; }));
+  if (count_ == 0)
+    detail::throw_argument("TokenMask", "allowed has {} ids and allows none of them", allowed_.size());
 }
 
 double Sampler::uniform() {
@@ -41,13 +43,18 @@ double Sampler::uniform() {
 
 int Sampler::sample(ConstVectorRef logits, const std::vector<int>& history) {
   constexpr const char* call = "Sampler::sample";
-  auto V = static_cast<int>(logits.size());
+  const auto V = static_cast<int>(logits.size());
   if (V == 0) detail::throw_shape(call, "logits are empty");
   detail::check_finite(call, "logits", logits.data(), 1, V, V);
-  // Ids past the limit are not candidates at all: the rest is sampled as if the logits ended
-  // there (their softmax, their top-k and top-p).
-  const int limit = options_.vocab_limit;
-  if (limit > 0 && limit < V) V = limit;
+  // Masked ids are not candidates at all (a logit of -inf): the rest is sampled as if they were
+  // not there (their softmax, their top-k and top-p).
+  const TokenMask* mask = options_.mask.get();
+  order_.clear();
+  for (int id = 0; id < V; ++id)
+    if (!mask || mask->allows(id)) order_.push_back(id);
+  if (order_.empty())
+    detail::throw_argument(call, "the mask allows none of the {} ids of the logits (it has {} ids)", V,
+                           mask->size());
   work_.assign(logits.data(), logits.data() + V);
   if (options_.repetition_penalty != 1.0f) {
     std::unordered_set<int> seen;
@@ -57,18 +64,21 @@ int Sampler::sample(ConstVectorRef logits, const std::vector<int>& history) {
       l = l > 0.0f ? l / options_.repetition_penalty : l * options_.repetition_penalty;
     }
   }
-  if (options_.temperature == 0.0f)
-    return static_cast<int>(std::max_element(work_.begin(), work_.end()) - work_.begin());
+  const auto logit = [&](int id) { return work_[static_cast<std::size_t>(id)]; };
+  if (options_.temperature == 0.0f) {
+    int best = order_[0];  // ascending ids: a tie keeps the lower
+    for (const int id : order_)
+      if (logit(id) > logit(best)) best = id;
+    return best;
+  }
 
   // Candidates by descending logit (ties: lower id first), cut to top_k.
-  order_.resize(static_cast<std::size_t>(V));
-  std::iota(order_.begin(), order_.end(), 0);
   const auto by_logit = [&](int a, int b) {
-    const float la = work_[static_cast<std::size_t>(a)], lb = work_[static_cast<std::size_t>(b)];
+    const float la = logit(a), lb = logit(b);
     return la != lb ? la > lb : a < b;
   };
-  std::size_t keep = static_cast<std::size_t>(V);
-  if (options_.top_k > 0 && options_.top_k < V) {
+  std::size_t keep = order_.size();
+  if (options_.top_k > 0 && static_cast<std::size_t>(options_.top_k) < keep) {
     keep = static_cast<std::size_t>(options_.top_k);
     std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(keep), order_.end(), by_logit);
   } else {
@@ -121,6 +131,18 @@ std::string ByteTokenizer::decode(const std::vector<int>& tokens) const {
   std::string s;
   for (int t : tokens) s += decode(t);
   return s;
+}
+
+double log_normalizer(const float* logits, int vocab, const TokenMask* mask) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (int i = 0; i < vocab; ++i)
+    if (!mask || mask->allows(i)) m = std::max(m, static_cast<double>(logits[i]));
+  if (m == -std::numeric_limits<double>::infinity())
+    detail::throw_argument("log_normalizer", "the mask allows none of the {} ids of the logits", vocab);
+  double sum = 0.0;
+  for (int i = 0; i < vocab; ++i)
+    if (!mask || mask->allows(i)) sum += std::exp(static_cast<double>(logits[i]) - m);
+  return m + std::log(sum);
 }
 
 double log_probability(const float* logits, int vocab, int target) {

@@ -45,6 +45,7 @@ Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokeniz
                ConversationStore& store, const EngineOptions& options)
     : model_(std::move(model)),
       tokenizer_(std::move(tokenizer)),
+      mask_(tokenizer_ ? tokenizer_->sample_mask(model_->config().vocab_size) : nullptr),
       store_(store),
       options_(options),
       batch_(model_, options.threads) {
@@ -106,9 +107,9 @@ std::size_t Engine::active_bytes() const {
 }
 
 std::string Engine::token_text(int id) const {
-  // Past the tokenizer's ids (a head wider than its vocabulary, listed among the top logprobs;
-  // never sampled) or past the bytes: the id itself.
-  if (tokenizer_ && id < tokenizer_->vocab_size()) return text::utf8_lossy(tokenizer_->decode({id}));
+  // Past the bytes (a model with a larger vocabulary and no tokenizer): the id itself. A
+  // tokenizer's mask keeps ids it cannot decode out of the samples and the logprobs.
+  if (tokenizer_ && tokenizer_->has_id(id)) return text::utf8_lossy(tokenizer_->decode({id}));
   if (tokenizer_ || id >= ByteTokenizer::kVocab) return fmt::format("<|{}|>", id);
   const auto b = static_cast<unsigned char>(id);
   if (b < 0x80) return std::string(1, char(b));
@@ -194,7 +195,7 @@ void Engine::admit(Slot& slot, std::shared_ptr<Job> job) {
   slot.generated = 0;
   slot.sampler.emplace(r.sampler);
   // Ids the tokenizer cannot decode (a head wider than the vocabulary) are never drawn.
-  if (tokenizer_) slot.sampler->set_vocab_limit(tokenizer_->vocab_size());
+  slot.sampler->set_mask(mask_);
   slot.stop.reset(r.stop);
   if (tokenizer_) {
     slot.stream.emplace(tokenizer_);
@@ -236,17 +237,18 @@ bool Engine::after_token(Slot& slot, int token) {
   Token t;
   t.id = token;
   if (r.logprobs >= 0) {
+    // Over the ids that may be drawn alone (the mask's): their probabilities sum to 1, and an
+    // id the tokenizer cannot decode is never listed.
     const auto logits = slot.decoder.logits();
     const int V = int(logits.size());
-    double m = double(logits[0]);
-    for (int i = 1; i < V; ++i) m = std::max(m, double(logits[i]));
-    double sum = 0;
-    for (int i = 0; i < V; ++i) sum += std::exp(double(logits[i]) - m);
-    const double lse = m + std::log(sum);
+    const TokenMask* mask = mask_.get();
+    const double lse = log_normalizer(logits.data(), V, mask);
     t.logprob = double(logits[token]) - lse;
     if (r.logprobs > 0) {
-      std::vector<int> order(static_cast<std::size_t>(V));
-      for (int i = 0; i < V; ++i) order[std::size_t(i)] = i;
+      std::vector<int> order;
+      order.reserve(static_cast<std::size_t>(V));
+      for (int i = 0; i < V; ++i)
+        if (!mask || mask->allows(i)) order.push_back(i);
       const auto n = std::min<std::size_t>(std::size_t(r.logprobs), order.size());
       std::partial_sort(order.begin(), order.begin() + std::ptrdiff_t(n), order.end(), [&](int a, int b) {
         return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;

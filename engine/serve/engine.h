@@ -50,7 +50,7 @@ struct Request {
 struct Token {
   int id = 0;
   std::string text;     ///< this token's own text (for logprobs)
-  double logprob = 0;   ///< log softmax of the model's logits, in float64
+  double logprob = 0;   ///< log softmax of the logits over the ids that may be drawn, in float64
   std::vector<std::pair<int, double>> top;  ///< the most likely ids and their logprobs
 };
 
@@ -131,6 +131,7 @@ class Engine {
 
   std::shared_ptr<const Model> model_;
   std::shared_ptr<const Tokenizer> tokenizer_;
+  std::shared_ptr<const TokenMask> mask_;  // the ids tokenizer_ decodes (null: every id)
   ConversationStore& store_;
   EngineOptions options_;
   BatchDecoder batch_;

@@ -7,6 +7,7 @@
 // RWKV's world vocabulary (world_vocab.cpp) takes the place of the whole pipeline: its ids and
 // token bytes fill the same tables, so that decoding, the checks and DecodeStream are shared.
 #include "recur/tokenizer.h"
+#include "recur/sampling.h"
 
 #include <fmt/format.h>
 
@@ -490,6 +491,21 @@ const std::string& Tokenizer::id_to_token(int id) const {
 }
 
 bool Tokenizer::world_vocabulary() const { return impl_->world != nullptr; }
+
+bool Tokenizer::has_id(int id) const {
+  return id >= 0 && id < vocab_size() && impl_->has_token[static_cast<std::size_t>(id)] != 0;
+}
+
+std::shared_ptr<const TokenMask> Tokenizer::sample_mask(int n_ids) const {
+  if (n_ids < 1)
+    throw ArgumentError(fmt::format("[Tokenizer::sample_mask] n_ids is {}, expected >= 1", n_ids));
+  std::vector<char> allowed(static_cast<std::size_t>(n_ids));
+  for (int id = 0; id < n_ids; ++id) allowed[static_cast<std::size_t>(id)] = has_id(id) ? 1 : 0;
+  if (std::find(allowed.begin(), allowed.end(), 1) == allowed.end())
+    throw ArgumentError(fmt::format("[Tokenizer::sample_mask] {} ({} ids) decodes none of a head's "
+                                    "{} ids", impl_->source, vocab_size(), n_ids));
+  return std::make_shared<const TokenMask>(std::move(allowed));
+}
 
 bool Tokenizer::is_special(int id) const {
   return id >= 0 && id < vocab_size() && impl_->special[static_cast<std::size_t>(id)];

@@ -2,12 +2,35 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "recur/types.h"
 
 namespace recur {
+
+/// The ids that may be chosen, and over which logprobs are normalised. A head may have more rows
+/// than its tokenizer has ids (RWKV's world models: 65,536 rows, 65,530 ids; heads padded to a
+/// round size), and an id the tokenizer cannot decode must never be drawn: its logit counts as
+/// -inf, so every sampler gives it probability 0. Made once where a model and its tokenizer are
+/// joined (Tokenizer::sample_mask); immutable, so the samplers of every thread share one.
+class TokenMask {
+ public:
+  /// allowed[id] != 0: the id may be chosen; ids at or past allowed.size() may not. At least one
+  /// id must be allowed (ArgumentError otherwise).
+  explicit TokenMask(std::vector<char> allowed);
+  bool allows(int id) const {
+    return id >= 0 && id < size() && allowed_[static_cast<std::size_t>(id)] != 0;
+  }
+  int size() const { return static_cast<int>(allowed_.size()); }
+  /// How many ids are allowed.
+  int count() const { return count_; }
+
+ private:
+  std::vector<char> allowed_;
+  int count_ = 0;
+};
 
 struct SamplerOptions {
   /// 0 picks the most likely token (greedy); otherwise logits are divided by it.
@@ -21,21 +44,20 @@ struct SamplerOptions {
   float repetition_penalty = 1.0f;
   /// The random stream: the same seed, logits and history give the same tokens.
   std::uint64_t seed = 0;
-  /// Only ids below it are ever chosen (0: every id of the logits). Text output sets it to the
-  /// tokenizer's vocab_size(): a head may have more rows than the tokenizer has ids (RWKV's
-  /// world models: 65,536 rows, 65,530 ids), and an id it cannot decode must not be sampled.
-  int vocab_limit = 0;
+  /// Only the ids it allows are ever chosen (null: every id of the logits). Text output sets it
+  /// to the ids the tokenizer can decode.
+  std::shared_ptr<const TokenMask> mask;
 };
 
-/// Applies, in order: the vocabulary limit, repetition penalty, temperature, top-k, top-p,
-/// then draws. Greedy ties go to the lowest id.
+/// Applies, in order: the mask, repetition penalty, temperature, top-k, top-p, then draws.
+/// Greedy ties go to the lowest id.
 class Sampler {
  public:
   explicit Sampler(const SamplerOptions& options = {});
   const SamplerOptions& options() const { return options_; }
-  /// Sets options().vocab_limit (>= 0; ArgumentError otherwise): for a caller that learns the
-  /// tokenizer after the sampler is made.
-  void set_vocab_limit(int ids);
+  /// Sets options().mask (null: none): for a caller that learns the tokenizer after the sampler
+  /// is made.
+  void set_mask(std::shared_ptr<const TokenMask> mask) { options_.mask = std::move(mask); }
   /// The next token given the logits and the tokens seen so far (for the penalty).
   int sample(ConstVectorRef logits, const std::vector<int>& history);
   /// The random stream's position: save it with a state (SessionData) and restore it with
@@ -64,5 +86,8 @@ class ByteTokenizer {
 
 /// log softmax(logits)[target], computed in float64.
 double log_probability(const float* logits, int vocab, int target);
+/// log sum(exp(logits[id])) over the ids `mask` allows (every id when null), in float64: a
+/// logprob normalised over those ids alone is logits[id] - this.
+double log_normalizer(const float* logits, int vocab, const TokenMask* mask = nullptr);
 
 }  // namespace recur

@@ -25,6 +25,8 @@
 
 namespace recur {
 
+class TokenMask;  // recur/sampling.h
+
 class Tokenizer {
  public:
   /// Loads `path`: a tokenizer.json file or an RWKV world vocabulary, or a directory that holds
@@ -59,6 +61,13 @@ class Tokenizer {
   /// The token string of an id (throws ArgumentError outside the vocabulary); for an RWKV
   /// vocabulary, the token's bytes, which need not be UTF-8 on their own.
   const std::string& id_to_token(int id) const;
+  /// Whether decode() takes the id: a token of the vocabulary or an added token (an id in a gap
+  /// between them, or at or past vocab_size(), is not).
+  bool has_id(int id) const;
+  /// The ids of a model's head of `n_ids` rows that this tokenizer decodes, as a sampler's mask:
+  /// the rows past its vocabulary (RWKV's world models: 65,530 ids in a head of 65,536; padded
+  /// heads) and the gaps in it are never drawn. ArgumentError when it decodes none of them.
+  std::shared_ptr<const TokenMask> sample_mask(int n_ids) const;
   /// Whether the id is an added token marked special (for an RWKV vocabulary: id 0).
   bool is_special(int id) const;
   /// Whether it is an RWKV world vocabulary (whose models chat in a format of their own, see

@@ -4,12 +4,13 @@
 // text), usage and cached_tokens of a continued conversation, a continued conversation's bytes
 // against the same conversation sent whole, an edited history starting fresh, the 400s for bad
 // messages, the API key, a conversation continued on another replica through Redis, a model
-// without a template refused with 400, and an RWKV model with the world vocabulary chatting in
-// RWKV's world format.
+// without a template refused with 400, an RWKV model with the world vocabulary chatting in
+// RWKV's world format, and a head of 65,536 rows beside that vocabulary's 3,002 ids whose padding
+// rows would win: no reply, token id or logprob names an id past the vocabulary.
 // Usage: node chat_test.mjs path/to/recur
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -281,6 +282,55 @@ await check("an RWKV world-vocabulary model chats in the world format, a turn en
   assert.match(e.message, /role 'developer'/);
   world.kill("SIGTERM");
   assert.equal(await world.exited, 0);
+});
+
+await check("a head of 65,536 rows beside the world vocabulary's 3,002 ids: no reply or logprob names an id past them", async () => {
+  // The rows of the vocabulary's ids scaled down, so that unmasked the rows past it hold the
+  // highest logits.
+  const dir = path.join(tmp, "wide");
+  execFileSync(recur, ["make-model", dir, "--arch", "rwkv7", "--vocab", "65536", "--hidden", "64", "--layers", "1",
+                       "--heads", "2", "--lora-ranks", "4,3,2,8", "--seed", "3"], { stdio: ["ignore", "ignore", "inherit"] });
+  const file = path.join(dir, "model.safetensors");
+  const bytes = readFileSync(file);
+  const n = Number(bytes.readBigUInt64LE(0));
+  const head = JSON.parse(bytes.subarray(8, 8 + n).toString())["lm_head.weight"];
+  assert.equal(head.dtype, "F32");
+  const cols = head.shape[1];
+  for (let i = 8 + n + head.data_offsets[0]; i < 8 + n + head.data_offsets[0] + 3002 * cols * 4; i += 4)
+    bytes.writeFloatLE(bytes.readFloatLE(i) / 50, i);
+  writeFileSync(file, bytes);
+  const ask = async (server, body) => {
+    const res = await fetch(`${server.url}/v1/completions`, { method: "POST", headers: { "Content-Type": "application/json" },
+                                                              body: JSON.stringify(body) });
+    assert.equal(res.status, 200, await res.clone().text());
+    return res.json();
+  };
+  // The control: without a tokenizer (recur generate, ids in and out), greedy ids are padding rows.
+  const ids = path.join(tmp, "wide-ids");
+  writeFileSync(ids, "1\n2\n3\n");
+  const control = execFileSync(recur, ["generate", "-m", dir, "--prompt-ids", ids, "--ids", "--greedy", "-n", "8",
+                                       "--ignore-eos"], { stdio: ["ignore", "pipe", "ignore"] }).toString();
+  assert.ok(control.split("\n").some((id) => Number(id) >= 3002), control);
+  copyFileSync(new URL("../world/rwkv_vocab_v20230424.txt", import.meta.url), path.join(dir, "rwkv_vocab_v20230424.txt"));
+  const wide = await startServe(recur, ["-m", dir, "--threads", "1", "--keep-alive", "1"]);
+  for (const sampling of [{ temperature: 0 }, { temperature: 1, top_p: 1, seed: 4 }, { temperature: 2, top_k: 7, seed: 5 }]) {
+    const r = await ask(wide, { prompt: [1, 2, 3], max_tokens: 16, ignore_eos: true, return_token_ids: true, logprobs: 20, ...sampling });
+    const ids = r.choices[0].token_ids;
+    assert.equal(ids.length, 16);
+    assert.ok(ids.every((id) => id < 3002), JSON.stringify(ids));
+    for (const top of r.choices[0].logprobs.top_logprobs) {
+      const names = Object.keys(top);
+      assert.ok(names.every((t) => !/^<\|[0-9]+\|>$/.test(t)), names.join(" "));
+      const mass = Object.values(top).reduce((a, lp) => a + Math.exp(lp), 0);
+      assert.ok(mass <= 1 + 1e-9, `top_logprobs' mass ${mass}`);
+    }
+  }
+  const chat = await new OpenAI({ baseURL: `${wide.url}/v1`, apiKey: "none", maxRetries: 0 }).chat.completions.create(
+    { messages: [{ role: "user", content: "Hello" }], max_tokens: 8, temperature: 1, logprobs: true, top_logprobs: 5 });
+  for (const t of chat.choices[0].logprobs.content)
+    assert.ok([t, ...t.top_logprobs].every((x) => !/^<\|[0-9]+\|>$/.test(x.token)), JSON.stringify(t));
+  wide.kill("SIGTERM");
+  assert.equal(await wide.exited, 0);
 });
 
 rmSync(tmp, { recursive: true, force: true });

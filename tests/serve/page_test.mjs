@@ -2,7 +2,9 @@
 // The built-in model with a chat template of ours behind an API key: the page asks for the
 // key, a typed message streams its reply, the status line shows tokens/s, the second turn is
 // served from the first one's kept state (cached tokens), and "New conversation" starts again.
-// A screenshot goes to the test's output folder.
+// A screenshot goes to the test's output folder. Then the built-in model as served with no
+// arguments chats on the page with its own template, and a model with no template at all has the
+// page say so at load, with nothing to send.
 //
 //   node tests/serve/page_test.mjs RECUR SOURCE_DIR OUTPUT_DIR
 import { cpSync, mkdtempSync, rmSync, writeFileSync, existsSync } from "node:fs";
@@ -19,6 +21,9 @@ const KEY = "page-test-key";
 const tmp = mkdtempSync(path.join(tmpdir(), "recur-page-"));
 const model = path.join(tmp, "kjv");
 cpSync(path.join(src, "models", "kjv"), model, { recursive: true });
+// This test's template instead of the built-in model's own (which would come first).
+rmSync(path.join(model, "chat_template.jinja"));
+rmSync(path.join(model, "generation_config.json"));
 writeFileSync(path.join(model, "tokenizer_config.json"), JSON.stringify({
   eos_token: "<|endoftext|>",
   chat_template: "{% for m in messages %}{% if m.role == 'user' %}Question: {{ m.content }}\nAnswer:" +
@@ -81,6 +86,67 @@ try {
     if (!status.includes("0 of them from the kept state")) fail(`a new conversation used a kept state: ${status}`);
     if (outside.length) fail(`requests outside the server: ${outside.join(", ")}`);
     if (errors.length) fail(`errors in the page: ${errors.join("; ")}`);
+  });
+
+  await check("the built-in model, served with no arguments, chats on the page", async () => {
+    const builtin = await startServe(recur, ["--threads", "1"]);
+    try {
+      const p = await browser.newPage();
+      const posts = [];
+      p.on("request", (r) => { if (r.method() === "POST") posts.push(r.url()); });
+      await p.goto(builtin.url + "/");
+      await p.waitForFunction(() => document.getElementById("model").textContent.includes("state"));
+      await p.fill("#temperature", "0");
+      await p.fill("#max", "24");
+      await p.fill("#input", "Who begat Enos?");
+      await p.press("#input", "Enter");
+      await p.waitForFunction(() => document.getElementById("status").textContent.includes("tokens/s"), null, { timeout: 60000 });
+      const reply = await p.locator(".msg.assistant").first().textContent();
+      if (!/[A-Za-z]/.test(reply)) fail(`the built-in model's reply: '${reply}'`);
+      if (reply.includes("\n")) fail(`the reply goes past its line: '${reply}'`);
+      if (await p.locator(".msg.error").count()) fail(`an error: ${await p.locator(".msg.error").first().textContent()}`);
+      if (posts.length !== 1) fail(`${posts.length} POST requests for one message`);
+      posts.length = 0;
+      // Its reply ends at the end of its line (generation_config.json's stop_strings): with seed 1
+      // (the same reply everywhere) before 200 tokens, the newline not part of it.
+      const r = await p.evaluate(async () => (await fetch("/v1/chat/completions", { method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ messages: [{ role: "user", content: "Who begat Enos?" }], seed: 1, max_tokens: 200 }) })).json());
+      const line = r.choices[0].message.content;
+      if (r.choices[0].finish_reason !== "stop" || line.includes("\n") || !/[A-Za-z]/.test(line) ||
+          r.usage.completion_tokens >= 200)
+        fail(`the seeded reply did not end at its line: ${JSON.stringify(r)}`);
+      console.log(`page_test: the built-in model replied '${reply}', and with seed 1 '${line}'`);
+      await p.close();
+    } finally {
+      builtin.kill("SIGTERM");
+      await builtin.exited;
+    }
+  });
+
+  await check("a model with no chat template: the page says so at load and sends nothing", async () => {
+    const plain = path.join(tmp, "plain");
+    cpSync(model, plain, { recursive: true });
+    rmSync(path.join(plain, "tokenizer_config.json"));
+    const server2 = await startServe(recur, ["-m", plain, "--threads", "1"]);
+    try {
+      const p = await browser.newPage();
+      const posts = [];
+      p.on("request", (r) => { if (r.method() === "POST") posts.push(r.url()); });
+      await p.goto(server2.url + "/");
+      await p.waitForSelector("#no-chat");
+      const text = await p.textContent("#no-chat");
+      if (!/cannot chat here: .*no chat template .*: start recur serve with --chat-template FILE, or send text to \/v1\/completions$/.test(text))
+        fail(`the page's message: ${text}`);
+      if (!(await p.isDisabled("#input")) || !(await p.isDisabled("#send"))) fail("the input is still enabled");
+      await p.click("#new");  // a new conversation keeps the message
+      if ((await p.locator("#no-chat").count()) !== 1) fail("the message is gone after New conversation");
+      if (posts.length) fail(`requests sent: ${posts.join(", ")}`);
+      await p.close();
+    } finally {
+      server2.kill("SIGTERM");
+      await server2.exited;
+    }
   });
 } finally {
   await browser.close();

@@ -1,5 +1,5 @@
 // The chat page (page.h). It talks to the server it came from: GET /v1/models for the model's
-// name and state size, POST /v1/chat/completions with stream and include_usage, each turn naming
+// name, state size and whether it can chat (if not, the page says why instead of sending), POST /v1/chat/completions with stream and include_usage, each turn naming
 // the previous reply's id (previous_response_id) so that the server prefills only the new turn.
 #include "serve/page.h"
 
@@ -61,7 +61,7 @@ const char* const kChatPage = R"PAGE(<!doctype html>
 <script>
 "use strict";
 const $ = (id) => document.getElementById(id);
-let model = null, messages = [], previousId = null, busy = false;
+let model = null, messages = [], previousId = null, busy = false, noChat = "";
 $("key").value = localStorage.getItem("recur-key") || "";
 $("key").addEventListener("change", () => { localStorage.setItem("recur-key", $("key").value); connect(); });
 
@@ -92,13 +92,24 @@ async function connect() {
   const state = m.recur && m.recur.state_bytes;
   $("model").textContent = "model " + model + (state ? "; each conversation's state: " + bytes(state) +
     (m.recur.state_grows ? " at the start (a full-attention layer's cache grows)" : " at any length") : "");
+  // A model the chat API cannot lay out messages for: say so once, here, instead of sending
+  // messages that would each fail.
+  noChat = m.recur && m.recur.chat === false ? (m.recur.no_chat || "this model cannot chat") : "";
+  $("input").disabled = $("send").disabled = !!noChat;
+  showNoChat();
+}
+function showNoChat() {
+  if (!noChat || document.getElementById("no-chat")) return;
+  const div = add("error", "This model cannot chat here: " + noChat);
+  div.id = "no-chat";
 }
 function reset() {
   messages = []; previousId = null; $("log").textContent = ""; $("status").textContent = "";
+  showNoChat();
 }
 async function send(text) {
   if (!model) await connect();
-  if (!model) return;
+  if (!model || noChat) return;
   busy = true; $("send").disabled = true;
   messages.push({ role: "user", content: text });
   add("user", text);
@@ -152,7 +163,7 @@ async function send(text) {
     out.remove();
     add("error", String(e.message || e));
   } finally {
-    busy = false; $("send").disabled = false;
+    busy = false; $("send").disabled = !!noChat;
   }
 }
 $("form").addEventListener("submit", (e) => {

@@ -198,13 +198,15 @@ void completions(Server& s, const httplib::Request& req, httplib::Response& res,
                   "application/json");
 }
 
-// OpenAI's model object, and recur's own member: a new conversation's state (what the chat
-// page shows).
+// OpenAI's model object, and recur's own member: a new conversation's state, and whether the
+// chat API can lay out messages for this model (with why not), which the chat page shows at load.
 std::string model_json(const Server& s) {
+  const bool chat = s.served.chat_template || s.served.world_chat;
   return fmt::format(R"({{"id":{},"object":"model","created":{},"owned_by":"recur",)"
-                     R"("recur":{{"state_bytes":{},"state_grows":{}}}}})",
+                     R"("recur":{{"state_bytes":{},"state_grows":{},"chat":{}{}}}}})",
                      json::quote(s.served.name), s.started, s.state_bytes,
-                     s.state_grows ? "true" : "false");
+                     s.state_grows ? "true" : "false", chat ? "true" : "false",
+                     chat ? std::string() : ",\"no_chat\":" + json::quote(s.served.no_chat));
 }
 
 }  // namespace
