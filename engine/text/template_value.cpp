@@ -38,10 +38,16 @@ TValue TValue::string(std::string s) {
   return v;
 }
 
+TValue TValue::markup(std::string s) {
+  TValue v = string(std::move(s));
+  v.markup_ = true;
+  return v;
+}
+
 TValue TValue::list(TList items, Flavor flavor) {
   TValue v(Kind::kList);
   v.flavor_ = flavor;
-  v.list_ = std::make_shared<const TList>(std::move(items));
+  v.list_ = std::make_shared<TList>(std::move(items));
   return v;
 }
 
@@ -246,7 +252,7 @@ std::string TValue::to_str() const {
 
 std::string TValue::repr() const {
   switch (kind_) {
-    case Kind::kString: return string_repr(*s_);
+    case Kind::kString: return markup_ ? "Markup(" + string_repr(*s_) + ")" : string_repr(*s_);
     case Kind::kList: {
       if (flavor_ == Flavor::kIterator) return "<generator object>";
       const bool tuple = flavor_ == Flavor::kTuple;
