@@ -273,7 +273,7 @@ TValue sequence_filter(const std::string& name, const TValue& input, const CallA
     if (input.is_undefined()) return TValue::list({}, TValue::Flavor::kIterator);
     if (input.kind() != TValue::Kind::kDict) refuse(fmt::format("items needs a dict, got {}", input.type_name()));
     TList out;
-    for (const auto& [k, v] : input.members()) out.push_back(TValue::tuple({TValue::string(k), v}));
+    for (const auto& [k, v] : input.members()) out.push_back(TValue::tuple({decode_key(k), v}));
     return make_list(std::move(out), budget, TValue::Flavor::kIterator);
   }
   if (name == "list") return make_list(iterate(input, "list"), budget);
@@ -497,8 +497,8 @@ TValue call_method(const std::string& name, const TValue& self, const CallArgs& 
       check_arity(args, 0, name);
       TList out;
       for (const auto& [k, v] : self.members()) {
-        if (name == "items") out.push_back(TValue::tuple({TValue::string(k), v}));
-        else out.push_back(name == "keys" ? TValue::string(k) : v);
+        if (name == "items") out.push_back(TValue::tuple({decode_key(k), v}));
+        else out.push_back(name == "keys" ? decode_key(k) : v);
       }
       return make_list(std::move(out), budget,
                        name == "items" ? TValue::Flavor::kItems : name == "keys" ? TValue::Flavor::kKeys : TValue::Flavor::kValues);
@@ -506,7 +506,7 @@ TValue call_method(const std::string& name, const TValue& self, const CallArgs& 
     if (name == "get") {
       check_arity(args, 2, name);
       if (args.positional.empty()) refuse("get needs a key");
-      const TValue v = self.get(want_string(args.positional[0], "get's key"));
+      const TValue v = self.get_key(args.positional[0]);
       return v.is_undefined() ? arg(args, 1, "default", TValue::none()) : v;
     }
   }

@@ -164,8 +164,9 @@ class Renderer {
   TList iterate(const TValue& v, Pos pos, const char* what) {
     if (v.is_list()) return v.items();
     TList out;
+    if (v.is_undefined()) return out;  // Jinja2's Undefined walks as nothing
     if (v.kind() == TValue::Kind::kDict) {
-      for (const auto& [k, x] : v.members()) out.push_back(TValue::string(k));
+      for (const auto& [k, x] : v.members()) out.push_back(decode_key(k));
     } else if (v.is_string()) {
       for (const char32_t c : decode_utf8(v.str())) out.push_back(TValue::string(encode_utf8(std::u32string(1, c))));
     } else {
@@ -324,15 +325,18 @@ class Renderer {
     TDict members;
     for (std::size_t i = 0; i < e.args.size(); ++i) {
       const TValue key = eval(*e.args[i]);
-      if (!key.is_string()) fail(e.args[i]->pos, fmt::format("unsupported construct: a dict key that is a {}", key.type_name()));
+      bool ok = true;
+      const std::string stored = key.kind() == TValue::Kind::kBool ? std::string() : encode_key(key, ok);
+      if (!ok || key.kind() == TValue::Kind::kBool)
+        fail(e.args[i]->pos, fmt::format("unsupported construct: a dict key that is a {}", key.type_name()));
       TValue value = eval(*e.args2[i]);
       bool replaced = false;
       for (auto& [k, v] : members)
-        if (k == key.str()) {
+        if (k == stored) {
           v = value;
           replaced = true;
         }
-      if (!replaced) members.emplace_back(key.str(), std::move(value));
+      if (!replaced) members.emplace_back(stored, std::move(value));
     }
     budget_.allocate(members.size() * (sizeof(TValue) + 32));
     return TValue::dict(std::move(members));
@@ -343,7 +347,7 @@ class Renderer {
     const TValue key = eval(*e.args[1]);
     if (obj.is_undefined())
       fail(e.pos, fmt::format("'{}' is undefined, so it has no item {}", describe(*e.args[0]), key.repr()));
-    if (obj.is_mapping()) return key.is_string() ? obj.get(key.str()) : TValue();
+    if (obj.is_mapping()) return obj.get_key(key);
     const bool int_key = key.kind() == TValue::Kind::kInt || key.kind() == TValue::Kind::kBool;
     if (!int_key) return TValue();  // Jinja2 gives Undefined where Python raises
     if (obj.is_sequence()) {
@@ -591,6 +595,7 @@ TValue Renderer::eval_binary(const Expr& e) {
 }
 
 bool Renderer::contains(const TValue& container, const TValue& item, Pos pos) {
+  if (container.is_undefined()) return false;  // Python's `in` walks Jinja2's Undefined: nothing
   if (container.is_string()) {
     if (!item.is_string())
       fail(pos, fmt::format("'in <string>' needs a string on the left, got {}", item.type_name()));
@@ -604,7 +609,7 @@ bool Renderer::contains(const TValue& container, const TValue& item, Pos pos) {
   if (container.is_mapping()) {
     if ((item.is_list() && !item.is_tuple()) || item.is_mapping())
       fail(pos, fmt::format("unhashable type: '{}'", item.type_name()));
-    return item.is_string() && !container.get(item.str()).is_undefined();
+    return !container.get_key(item).is_undefined();
   }
   fail(pos, fmt::format("'in' needs a string, a list or a dict on the right, got {}", container.type_name()));
 }

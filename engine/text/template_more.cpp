@@ -170,7 +170,7 @@ TValue dictsort(const TValue& input, const CallArgs& args, Budget& budget) {
   if (input.kind() != TValue::Kind::kDict) refuse(fmt::format("dictsort needs a dict, got {}", input.type_name()));
   std::vector<std::pair<TValue, TValue>> keyed;
   for (const auto& [k, v] : input.members())
-    keyed.emplace_back(fold(by == "key" ? TValue::string(k) : v, case_sensitive), TValue::tuple({TValue::string(k), v}));
+    keyed.emplace_back(fold(by == "key" ? decode_key(k) : v, case_sensitive), TValue::tuple({decode_key(k), v}));
   stable_sort_by(keyed, reverse, "dictsort");
   TList out;
   for (auto& [key, item] : keyed) out.push_back(std::move(item));

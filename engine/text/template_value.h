@@ -86,6 +86,8 @@ class TValue {
 
   /// The member `key` of a dict or namespace, Undefined when absent.
   TValue get(std::string_view key) const;
+  /// d[key] for a key of any type (an int key included), Undefined when absent.
+  TValue get_key(const TValue& key) const;
   /// Python's truth: Undefined, None, False, 0, 0.0, "", [] and {} are false.
   bool truthy() const;
   /// Python's str(): what {{ x }} prints (Undefined prints nothing, None "None").
@@ -108,6 +110,15 @@ class TValue {
   std::shared_ptr<TDict> dict_;
   const MacroNode* macro_ = nullptr;
 };
+
+/// Dict keys. Templates' dicts may have integer keys (Seed-OSS's `{0: 0, 512: 128, ...}`); a
+/// TDict keeps every key as text: a string as it is, an integer (or a bool, which Python hashes
+/// as one) as "\x01i" and its digits, and a string that itself begins with "\x01" as "\x01s"
+/// and the string. `ok` is false for a key of another type.
+std::string encode_key(const TValue& key, bool& ok);
+/// A string key as stored (the common case: itself).
+std::string encode_key(std::string_view key);
+TValue decode_key(const std::string& key);
 
 /// Python's ==: 1 == 1.0 == True, lists and dicts by content, Undefined equal only to Undefined.
 bool equal(const TValue& a, const TValue& b);
