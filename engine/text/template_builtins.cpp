@@ -175,6 +175,16 @@ TValue to_number(const TValue& v, bool integral, const TValue& fallback) {
   return fallback;
 }
 
+// What Python cannot hash: a list, a dict, or a tuple holding one. Null when `v` hashes.
+const TValue* unhashable(const TValue& v) {
+  if (v.is_tuple()) {
+    for (const auto& x : v.items())
+      if (const TValue* bad = unhashable(x)) return bad;
+    return nullptr;
+  }
+  return v.is_list() || v.is_mapping() ? &v : nullptr;
+}
+
 // The key Jinja2's case-insensitive filters compare by: a string lowered, anything else itself.
 TValue folded(const TValue& v) { return v.is_string() ? TValue::string(change_case(v.str(), 0)) : v; }
 
@@ -319,8 +329,7 @@ TValue sequence_filter(const std::string& name, const TValue& input, const CallA
     // Jinja2 keeps the first of items equal ignoring case, and hashes them (no lists or dicts).
     TList out, keys;
     for (const auto& item : iterate(input, "unique")) {
-      if ((item.is_list() && !item.is_tuple()) || item.is_mapping())
-        refuse(fmt::format("unhashable type: '{}'", item.type_name()));
+      if (const TValue* bad = unhashable(item)) refuse(fmt::format("unhashable type: '{}'", bad->type_name()));
       const TValue key = folded(item);
       if (std::none_of(keys.begin(), keys.end(), [&](const TValue& x) { return equal(x, key); })) {
         keys.push_back(key);

@@ -200,10 +200,11 @@ TValue sort(const TValue& input, const CallArgs& args, Budget& budget) {
     }
     TList parts;
     for (const auto& p : paths) parts.push_back(fold(attribute_path(item, p), case_sensitive));
-    keyed.emplace_back(paths.size() == 1 ? parts[0] : TValue::list(std::move(parts)), item);
+    // Always a list, as Jinja2's multi-attribute getter makes it: lists compare item by item,
+    // equal items (Undefined equals Undefined) skipped, so missing attributes only fail where
+    // they are ordered against a value.
+    keyed.emplace_back(TValue::list(std::move(parts)), item);
   }
-  for (const auto& [key, item] : keyed)
-    if (key.is_undefined() && keyed.size() > 1) refuse("sort: an item has no such attribute");
   stable_sort_by(keyed, reverse, "sort");
   TList out;
   for (auto& [key, item] : keyed) out.push_back(std::move(item));
@@ -288,8 +289,9 @@ TValue str_format(const std::string& s, bool markup, const CallArgs& args, Budge
       text = to_str(v, budget);
     }
     if (markup && !v.is_markup()) text = html_escape(text);  // Markup.format escapes what it inserts
-    out += apply_spec(conversion.empty() ? v : TValue::string(text), text, spec);
-    budget.allocate(text.size());
+    const std::string field_text = apply_spec(conversion.empty() ? v : TValue::string(text), text, spec);
+    budget.allocate(field_text.size());
+    out += field_text;
     i = close;
   }
   return markup ? TValue::markup(std::move(out)) : make_string(std::move(out), budget);
