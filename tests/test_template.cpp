@@ -131,8 +131,8 @@ TEST_CASE("[oracle] random expressions render as Jinja2 renders them, and fail w
   if (dir == nullptr) FAIL("RECUR_TEMPLATE_ORACLE is not set: ctest runs tests/template/expressions.py first");
   const auto file = recur::detail::read_file(std::string(dir) + "/expressions.jsonl");
   REQUIRE(file);
-  // Where recur is stricter than Jinja2 by design (docs/chat.md): walking an undefined value,
-  // string formatting with %, integers past 64 bits.
+  // Where recur is stricter than Jinja2 by design (docs/chat.md): string formatting with %,
+  // integers past 64 bits.
   const char* const kStricter[] = {"string formatting with '%'", "integer overflow"};
   std::istringstream in(*file);
   std::string line;

@@ -20,6 +20,19 @@ import oracle  # noqa: E402
 # these stand for them (the templates of the collection come without their tokenizers).
 TOKENS = {"bos_token": "<s>", "eos_token": "</s>"}
 
+# What two templates need beyond transformers' variables, so that they render at all (without
+# it Jinja2 fails on every conversation, and so would the comparison prove little): firefunction
+# v2 prints a `functions` text and a `datetime` its callers pass; Command R+ prints every
+# parameter's description, which oracle.py's tools leave out for some.
+EXTRA = {"fireworks-ai-llama-3-firefunction-v2": {
+    "functions": json.dumps([t["function"] for t in oracle.TOOLS], ensure_ascii=False), "datetime": "2026-09-28"}}
+DESCRIBED_TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city; \"quoted\" <b>",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "City name, e.g. Zürich"},
+        "days": {"type": "integer", "description": "How many days"}}, "required": ["city"]}}}]
+TOOLS = {"CohereForAI-c4ai-command-r-plus-tool_use": DESCRIBED_TOOLS}
+
 
 def render(template, messages, tools, agp, extra):
     """(kind, value): ("expected", text), ("raise", message) or ("error", what Jinja2 raised)."""
@@ -51,8 +64,9 @@ def main():
                 unparsed.append(os.path.basename(path))
                 template = None
                 compile_error = f"{type(e).__name__}: {e}"
+            name = oracle.label(path)
             for conv_name, messages in oracle.conversations().items():
-                for tools in (None, oracle.TOOLS):
+                for tools in (None, TOOLS.get(name, oracle.TOOLS)):
                     for agp in (False, True):
                         for content, extra in (("string", {}), ("parts", {}),
                                                ("string", {"enable_thinking": False})):
@@ -61,14 +75,15 @@ def main():
                             if extra and conv_name not in ("multi_turn", "reasoning_inline", "tool_calls"):
                                 continue
                             given = oracle.flatten(messages) if content == "string" else messages
+                            extra = {**EXTRA.get(name, {}), **extra}
                             case = {"id": f"{oracle.label(path)}/{conv_name}/tools={tools is not None}/agp={agp}/{content}",
                                     "template": os.path.abspath(path),
                                     "messages": json.dumps(messages, ensure_ascii=False),
                                     "tools": "" if tools is None else json.dumps(tools, ensure_ascii=False),
                                     "add_generation_prompt": agp, "content": content,
                                     "extra": json.dumps(extra) if extra else ""}
-                            if extra:
-                                case["id"] += "/" + ",".join(f"{k}={v}" for k, v in extra.items())
+                            if "enable_thinking" in extra:
+                                case["id"] += f"/enable_thinking={extra['enable_thinking']}"
                             if template is None:
                                 kind, value = "error", compile_error
                             else:

@@ -3,7 +3,7 @@ transformers' environment (oracle.py's): operators, filters, tests, methods, sli
 mixed at random, over variables of every type, and text between tags with every whitespace
 marker (trim_blocks, lstrip_blocks, -, +). test_template renders each and compares: the same
 text where Jinja2 renders, an error where Jinja2 fails, and an error where recur is stricter by
-design (docs/chat.md: walking Undefined, string formatting with %, integers past 64 bits).
+design (docs/chat.md: string formatting with %, integers past 64 bits).
 
     /usr/bin/python3 expressions.py OUT_DIR [COUNT] [SEED]
 
