@@ -344,8 +344,10 @@ TValue markup_method(const std::string& name, const TValue& self, const CallArgs
     if (a.is_string() && !a.is_markup()) a = TValue::string(html_escape(a.str()));
   if (name == "format") return str_format(self.str(), true, args, budget);
   if (name == "join") {
+    check_arity(args, 1, name);
+    if (args.positional.empty()) refuse("join needs an argument");
     TList items;
-    for (const auto& x : iterate(args.positional.empty() ? TValue() : args.positional[0], "join"))
+    for (const auto& x : iterate(args.positional[0], "join"))
       items.push_back(escape_value(x, budget));
     CallArgs list_args;
     list_args.positional.push_back(TValue::list(std::move(items)));

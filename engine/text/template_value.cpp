@@ -101,9 +101,9 @@ double TValue::as_double() const { return kind_ == Kind::kFloat ? d_ : static_ca
 
 TValue TValue::get(std::string_view key) const {
   if (!is_mapping()) return TValue();
-  const std::string stored = encode_key(key);
-  for (const auto& [k, v] : *dict_)
-    if (k == stored) return v;
+  if (!key.empty() && key[0] == '\x01') return get_key(TValue::string(std::string(key)));
+  for (const auto& [k, v] : *dict_)  // a string key is stored as itself: no copy to look it up
+    if (k == key) return v;
   return TValue();
 }
 
