@@ -84,7 +84,8 @@ TValue format_field(const std::string& field, const CallArgs& args, std::size_t&
       const std::size_t close = field.find(']', end);
       if (close == std::string::npos) refuse("str.format: a '[' without its ']' in a field name");
       const std::string key = field.substr(end + 1, close - end - 1);
-      const bool digits = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+      const bool digits =
+          !key.empty() && std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
       if (digits && v.is_sequence()) {
         const std::size_t i = key.size() > 9 ? v.items().size() : std::stoul(key);
         if (i >= v.items().size()) refuse("str.format: list index out of range");
@@ -355,8 +356,9 @@ TValue markup_method(const std::string& name, const TValue& self, const CallArgs
   }
   static const std::vector<std::string> kMarked = {"strip", "lstrip", "rstrip", "replace", "upper",
                                                    "lower", "title", "capitalize"};
-  const TValue r = string_method(name, self.str(), std::find(kMarked.begin(), kMarked.end(), name) != kMarked.end() ? escaped : args, budget);
-  if (r.is_string() && std::find(kMarked.begin(), kMarked.end(), name) != kMarked.end()) return TValue::markup(r.str());
+  const bool marked = std::find(kMarked.begin(), kMarked.end(), name) != kMarked.end();
+  const TValue r = string_method(name, self.str(), marked ? escaped : args, budget);
+  if (r.is_string() && marked) return TValue::markup(r.str());
   if ((name == "split" || name == "rsplit") && r.is_list()) {
     TList items;
     for (const auto& x : r.items()) items.push_back(TValue::markup(x.str()));
