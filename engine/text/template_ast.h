@@ -67,10 +67,17 @@ struct Expr {
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   std::vector<std::string> ops;
   bool negate = false;
+  // A filter or test Jinja2 does not know, in a place where it only fails when it runs
+  // (template_parser.h, Parser::missing).
+  bool missing = false;
   int depth = 1;  // of the tree under this node (the parser caps it)
 };
 
-enum class StmtKind { kText, kOutput, kIf, kFor, kSet, kSetBlock, kMacro, kBreak, kContinue, kScope };
+enum class StmtKind { kText, kOutput, kIf, kFor, kSet, kSetBlock, kMacro, kBreak, kContinue, kScope, kFilterBlock };
+
+// The name a `{% filter %}` block's text is bound to while its filters run: no template can
+// write it.
+inline constexpr const char* kFilterBlockInput = "\x01filter block";
 
 struct Stmt;
 using Body = std::vector<std::unique_ptr<Stmt>>;
@@ -87,7 +94,7 @@ struct Stmt {
   StmtKind kind;
   Pos pos;
   std::string text;                                   // kText
-  ExprPtr expr;                                       // output, set value, for's iterable
+  ExprPtr expr;                                       // output, set value, for's iterable, filter block's filters
   std::vector<std::pair<ExprPtr, Body>> branches;     // if/elif (condition) and else (null)
   std::vector<std::string> targets;                   // for's names; set's name, or ns and attr
   ExprPtr filter;                                     // for ... if filter

@@ -11,6 +11,7 @@
 #include <ctime>
 #include <set>
 
+#include "text/template_more.h"
 #include "text/template_strings.h"
 #include "text/unicode.h"
 
@@ -19,10 +20,26 @@ namespace recur::detail {
 namespace {
 
 const std::set<std::string_view> kFilters = {
-    "abs",    "capitalize", "count",  "d",         "default", "first",      "float", "int",
-    "items",  "join",       "last",   "length",    "list",    "lower",      "map",   "max",
-    "min",    "reject",     "rejectattr", "replace", "reverse", "safe",     "select", "selectattr",
-    "string", "sum",        "title",  "tojson",    "trim",    "unique",     "upper"};
+    "abs",    "capitalize", "count",  "d",         "default", "dictsort",   "e",      "escape",
+    "first",  "float",      "indent", "int",       "items",   "join",       "last",   "length",
+    "list",   "lower",      "map",    "max",       "min",     "reject",     "rejectattr", "replace",
+    "reverse", "safe",      "select", "selectattr", "sort",   "string",     "sum",    "title",
+    "tojson", "trim",       "unique", "upper"};
+// Every filter and test Jinja2 3.1 has (with transformers' tojson): a name outside these is one
+// Jinja2 itself does not know, which it refuses when it compiles the template, or, inside an
+// `if` or a conditional expression, only when that code runs.
+const std::set<std::string_view> kJinja2Filters = {
+    "abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e",
+    "escape", "filesizeformat", "first", "float", "forceescape", "format", "groupby", "indent",
+    "int", "items", "join", "last", "length", "list", "lower", "map", "max", "min", "pprint",
+    "random", "reject", "rejectattr", "replace", "reverse", "round", "safe", "select",
+    "selectattr", "slice", "sort", "string", "striptags", "sum", "title", "tojson", "trim",
+    "truncate", "unique", "upper", "urlencode", "urlize", "wordcount", "wordwrap", "xmlattr"};
+const std::set<std::string_view> kJinja2Tests = {
+    "!=", "<", "<=", "==", ">", ">=", "boolean", "callable", "defined", "divisibleby", "eq",
+    "equalto", "escaped", "even", "false", "filter", "float", "ge", "greaterthan", "gt", "in",
+    "integer", "iterable", "le", "lessthan", "lower", "lt", "mapping", "ne", "none", "number",
+    "odd", "sameas", "sequence", "string", "test", "true", "undefined", "upper"};
 const std::set<std::string_view> kTests = {
     "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "even", "false", "float",
     "ge", "gt", "in", "integer", "iterable", "le", "lower", "lt", "mapping", "ne", "none",
@@ -30,7 +47,10 @@ const std::set<std::string_view> kTests = {
     "==", "!=", "<", "<=", ">", ">="};
 const std::set<std::string_view> kMethods = {
     "startswith", "endswith", "split", "rsplit", "strip", "lstrip", "rstrip", "replace", "upper",
-    "lower", "title", "capitalize", "find", "count", "join", "items", "keys", "values", "get", "index"};
+    "lower", "title", "capitalize", "find", "count", "join", "items", "keys", "values", "get", "index",
+    "format", "pop", "clear", "copy",
+    // refused when they run, as Jinja2's immutable sandbox refuses them (template_more.cpp)
+    "append", "extend", "insert", "remove", "sort", "reverse", "update", "popitem", "setdefault"};
 const std::set<std::string_view> kFunctions = {"range", "namespace", "dict", "raise_exception",
                                                "strftime_now"};
 
@@ -155,6 +175,16 @@ TValue to_number(const TValue& v, bool integral, const TValue& fallback) {
   return fallback;
 }
 
+// What Python cannot hash: a list, a dict, or a tuple holding one. Null when `v` hashes.
+const TValue* unhashable(const TValue& v) {
+  if (v.is_tuple()) {
+    for (const auto& x : v.items())
+      if (const TValue* bad = unhashable(x)) return bad;
+    return nullptr;
+  }
+  return v.is_list() || v.is_mapping() ? &v : nullptr;
+}
+
 // The key Jinja2's case-insensitive filters compare by: a string lowered, anything else itself.
 TValue folded(const TValue& v) { return v.is_string() ? TValue::string(change_case(v.str(), 0)) : v; }
 
@@ -164,6 +194,10 @@ bool known_filter(std::string_view name) { return kFilters.count(name) != 0; }
 bool known_test(std::string_view name) { return kTests.count(name) != 0; }
 bool known_method(std::string_view name) { return kMethods.count(name) != 0; }
 bool known_function(std::string_view name) { return kFunctions.count(name) != 0; }
+bool jinja2_filter(std::string_view name) { return kJinja2Filters.count(name) != 0; }
+bool jinja2_test(std::string_view name) { return kJinja2Tests.count(name) != 0; }
+
+TValue attribute_path(const TValue& v, const std::string& path) { return attribute_of(v, path); }
 
 void Budget::allocate(std::uint64_t bytes) {
   if (bytes > limits_.max_bytes)
@@ -249,7 +283,7 @@ TValue sequence_filter(const std::string& name, const TValue& input, const CallA
     if (input.is_undefined()) return TValue::list({}, TValue::Flavor::kIterator);
     if (input.kind() != TValue::Kind::kDict) refuse(fmt::format("items needs a dict, got {}", input.type_name()));
     TList out;
-    for (const auto& [k, v] : input.members()) out.push_back(TValue::tuple({TValue::string(k), v}));
+    for (const auto& [k, v] : input.members()) out.push_back(TValue::tuple({decode_key(k), v}));
     return make_list(std::move(out), budget, TValue::Flavor::kIterator);
   }
   if (name == "list") return make_list(iterate(input, "list"), budget);
@@ -295,8 +329,7 @@ TValue sequence_filter(const std::string& name, const TValue& input, const CallA
     // Jinja2 keeps the first of items equal ignoring case, and hashes them (no lists or dicts).
     TList out, keys;
     for (const auto& item : iterate(input, "unique")) {
-      if ((item.is_list() && !item.is_tuple()) || item.is_mapping())
-        refuse(fmt::format("unhashable type: '{}'", item.type_name()));
+      if (const TValue* bad = unhashable(item)) refuse(fmt::format("unhashable type: '{}'", bad->type_name()));
       const TValue key = folded(item);
       if (std::none_of(keys.begin(), keys.end(), [&](const TValue& x) { return equal(x, key); })) {
         keys.push_back(key);
@@ -349,8 +382,17 @@ TValue apply_filter(const std::string& name, const TValue& input, const CallArgs
   }
   if (name == "safe") {
     check_text_bound(input, budget);
-    return input.is_string() ? input : make_string(to_str(input, budget), budget);  // Markup(str(value))
+    if (input.is_markup()) return input;
+    return TValue::markup(input.is_string() ? input.str() : to_str(input, budget));  // Markup(str(value))
   }
+  if (name == "escape" || name == "e") {
+    check_arity(args, 0, name);
+    check_text_bound(input, budget);
+    return escape_value(input, budget);
+  }
+  if (name == "dictsort") return dictsort(input, args, budget);
+  if (name == "sort") return sort(input, args, budget);
+  if (name == "indent") return indent(input, args, budget);
   if (name == "string") {
     check_text_bound(input, budget);
     return input.is_string() ? input : make_string(to_str(input, budget), budget);
@@ -360,7 +402,11 @@ TValue apply_filter(const std::string& name, const TValue& input, const CallArgs
       name == "replace") {
     // Jinja2 turns the input into a string first (Undefined into "").
     check_text_bound(input, budget);
-    return string_filter(name, input.is_string() ? input.str() : to_str(input, budget), args, budget);
+    TValue r = string_filter(name, input.is_string() ? input.str() : to_str(input, budget), args, budget);
+    // Jinja2 calls the Markup's own trim, upper, lower and capitalize, which keep the mark; its
+    // title and replace (autoescape off) build plain strings.
+    if (input.is_markup() && name != "title" && name != "replace") return TValue::markup(r.str());
+    return r;
   }
   if (name == "int" || name == "float") {
     check_arity(args, 2, name, {"default", "base"});
@@ -451,14 +497,17 @@ bool apply_test(const std::string& name, const TValue& v, const CallArgs& args) 
 
 
 TValue call_method(const std::string& name, const TValue& self, const CallArgs& args, Budget& budget) {
+  if (self.is_markup()) return markup_method(name, self, args, budget);
+  if (self.is_string() && name == "format") return str_format(self.str(), false, args, budget);
   if (self.is_string()) return string_method(name, self.str(), args, budget);
+  if (TValue result; container_method(name, self, args, budget, result)) return result;
   if (self.kind() == TValue::Kind::kDict) {
     if (name == "items" || name == "keys" || name == "values") {
       check_arity(args, 0, name);
       TList out;
       for (const auto& [k, v] : self.members()) {
-        if (name == "items") out.push_back(TValue::tuple({TValue::string(k), v}));
-        else out.push_back(name == "keys" ? TValue::string(k) : v);
+        if (name == "items") out.push_back(TValue::tuple({decode_key(k), v}));
+        else out.push_back(name == "keys" ? decode_key(k) : v);
       }
       return make_list(std::move(out), budget,
                        name == "items" ? TValue::Flavor::kItems : name == "keys" ? TValue::Flavor::kKeys : TValue::Flavor::kValues);
@@ -466,7 +515,7 @@ TValue call_method(const std::string& name, const TValue& self, const CallArgs& 
     if (name == "get") {
       check_arity(args, 2, name);
       if (args.positional.empty()) refuse("get needs a key");
-      const TValue v = self.get(want_string(args.positional[0], "get's key"));
+      const TValue v = self.get_key(args.positional[0]);
       return v.is_undefined() ? arg(args, 1, "default", TValue::none()) : v;
     }
   }

@@ -18,6 +18,9 @@ bool known_filter(std::string_view name);
 bool known_test(std::string_view name);
 bool known_method(std::string_view name);
 bool known_function(std::string_view name);
+/// Whether Jinja2 3.1 has a filter or a test of this name (recur may not).
+bool jinja2_filter(std::string_view name);
+bool jinja2_test(std::string_view name);
 
 /// A failure inside a builtin; the evaluator adds the template's name and position.
 class BuiltinError : public std::runtime_error {

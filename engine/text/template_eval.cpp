@@ -12,6 +12,7 @@
 
 #include "recur/error.h"
 #include "text/template_builtins.h"
+#include "text/template_more.h"
 
 namespace recur::detail {
 namespace {
@@ -105,6 +106,14 @@ class Renderer {
       case StmtKind::kBreak: return Flow::kBreak;
       case StmtKind::kContinue: return Flow::kContinue;
       case StmtKind::kScope: return exec_body(s.body);
+      case StmtKind::kFilterBlock: {
+        TDict frame = {{kFilterBlockInput, TValue::string(capture(s.body, s.pos))}};
+        frames_.push_back(std::move(frame));
+        const TValue v = eval(*s.expr);
+        frames_.pop_back();
+        emit(text_of(v, s.pos), s.pos);
+        return Flow::kNormal;
+      }
     }
     return Flow::kNormal;
   }
@@ -155,8 +164,9 @@ class Renderer {
   TList iterate(const TValue& v, Pos pos, const char* what) {
     if (v.is_list()) return v.items();
     TList out;
+    if (v.is_undefined()) return out;  // Jinja2's Undefined walks as nothing
     if (v.kind() == TValue::Kind::kDict) {
-      for (const auto& [k, x] : v.members()) out.push_back(TValue::string(k));
+      for (const auto& [k, x] : v.members()) out.push_back(decode_key(k));
     } else if (v.is_string()) {
       for (const char32_t c : decode_utf8(v.str())) out.push_back(TValue::string(encode_utf8(std::u32string(1, c))));
     } else {
@@ -267,11 +277,15 @@ class Renderer {
       }
       case ExprKind::kFilter: {
         const TValue input = eval(*e.args[0]);
-        return apply_filter(e.name, input, eval_args(e, 1), budget_);
+        CallArgs args = eval_args(e, 1);
+        if (e.missing) fail(e.pos, fmt::format("no filter named '{}' (Jinja2 has none either)", e.name));
+        return apply_filter(e.name, input, args, budget_);
       }
       case ExprKind::kTest: {
         const TValue input = eval(*e.args[0]);
-        return TValue::boolean(apply_test(e.name, input, eval_args(e, 1)) != e.negate);
+        CallArgs args = eval_args(e, 1);
+        if (e.missing) fail(e.pos, fmt::format("no test named '{}' (Jinja2 has none either)", e.name));
+        return TValue::boolean(apply_test(e.name, input, args) != e.negate);
       }
       case ExprKind::kNot: return TValue::boolean(!eval(*e.args[0]).truthy());
       case ExprKind::kNeg:
@@ -311,15 +325,18 @@ class Renderer {
     TDict members;
     for (std::size_t i = 0; i < e.args.size(); ++i) {
       const TValue key = eval(*e.args[i]);
-      if (!key.is_string()) fail(e.args[i]->pos, fmt::format("unsupported construct: a dict key that is a {}", key.type_name()));
+      bool ok = true;
+      const std::string stored = key.kind() == TValue::Kind::kBool ? std::string() : encode_key(key, ok);
+      if (!ok || key.kind() == TValue::Kind::kBool)
+        fail(e.args[i]->pos, fmt::format("unsupported construct: a dict key that is a {}", key.type_name()));
       TValue value = eval(*e.args2[i]);
       bool replaced = false;
       for (auto& [k, v] : members)
-        if (k == key.str()) {
+        if (k == stored) {
           v = value;
           replaced = true;
         }
-      if (!replaced) members.emplace_back(key.str(), std::move(value));
+      if (!replaced) members.emplace_back(stored, std::move(value));
     }
     budget_.allocate(members.size() * (sizeof(TValue) + 32));
     return TValue::dict(std::move(members));
@@ -330,7 +347,7 @@ class Renderer {
     const TValue key = eval(*e.args[1]);
     if (obj.is_undefined())
       fail(e.pos, fmt::format("'{}' is undefined, so it has no item {}", describe(*e.args[0]), key.repr()));
-    if (obj.is_mapping()) return key.is_string() ? obj.get(key.str()) : TValue();
+    if (obj.is_mapping()) return obj.get_key(key);
     const bool int_key = key.kind() == TValue::Kind::kInt || key.kind() == TValue::Kind::kBool;
     if (!int_key) return TValue();  // Jinja2 gives Undefined where Python raises
     if (obj.is_sequence()) {
@@ -342,7 +359,9 @@ class Renderer {
       const std::u32string u = decode_utf8(obj.str());
       const auto n = static_cast<std::int64_t>(u.size());
       const std::int64_t i = key.as_int() < 0 ? key.as_int() + n : key.as_int();
-      return i >= 0 && i < n ? TValue::string(encode_utf8(u.substr(static_cast<std::size_t>(i), 1))) : TValue();
+      if (i < 0 || i >= n) return TValue();
+      std::string c = encode_utf8(u.substr(static_cast<std::size_t>(i), 1));
+      return obj.is_markup() ? TValue::markup(std::move(c)) : TValue::string(std::move(c));  // markupsafe wraps []
     }
     return TValue();
   }
@@ -383,7 +402,7 @@ class Renderer {
       if (is_string) su.push_back(u[static_cast<std::size_t>(i)]);
       else items.push_back(obj.items()[static_cast<std::size_t>(i)]);
     }
-    if (is_string) return TValue::string(encode_utf8(su));
+    if (is_string) return obj.is_markup() ? TValue::markup(encode_utf8(su)) : TValue::string(encode_utf8(su));
     budget_.allocate(items.size() * sizeof(TValue));
     return obj.is_tuple() ? TValue::tuple(std::move(items)) : TValue::list(std::move(items));
   }
@@ -535,6 +554,12 @@ TValue Renderer::eval_binary(const Expr& e) {
   }
   if (op == "+") {
     if (a.is_string() && b.is_string()) {
+      if (a.is_markup() || b.is_markup()) {
+        // markupsafe: Markup + str escapes the str, and so does str + Markup (its __radd__).
+        budget_.allocate(5 * (a.str().size() + b.str().size()));
+        return TValue::markup((a.is_markup() ? a.str() : html_escape(a.str())) +
+                              (b.is_markup() ? b.str() : html_escape(b.str())));
+      }
       budget_.allocate(a.str().size() + b.str().size());
       return TValue::string(a.str() + b.str());
     }
@@ -558,7 +583,7 @@ TValue Renderer::eval_binary(const Expr& e) {
     if (seq.is_string()) {
       std::string s;
       for (std::int64_t k = 0; k < n; ++k) s += seq.str();
-      return TValue::string(std::move(s));
+      return seq.is_markup() ? TValue::markup(std::move(s)) : TValue::string(std::move(s));
     }
     TList items;
     for (std::int64_t k = 0; k < n; ++k) items.insert(items.end(), seq.items().begin(), seq.items().end());
@@ -570,6 +595,7 @@ TValue Renderer::eval_binary(const Expr& e) {
 }
 
 bool Renderer::contains(const TValue& container, const TValue& item, Pos pos) {
+  if (container.is_undefined()) return false;  // Python's `in` walks Jinja2's Undefined: nothing
   if (container.is_string()) {
     if (!item.is_string())
       fail(pos, fmt::format("'in <string>' needs a string on the left, got {}", item.type_name()));
@@ -583,7 +609,7 @@ bool Renderer::contains(const TValue& container, const TValue& item, Pos pos) {
   if (container.is_mapping()) {
     if ((item.is_list() && !item.is_tuple()) || item.is_mapping())
       fail(pos, fmt::format("unhashable type: '{}'", item.type_name()));
-    return item.is_string() && !container.get(item.str()).is_undefined();
+    return !container.get_key(item).is_undefined();
   }
   fail(pos, fmt::format("'in' needs a string, a list or a dict on the right, got {}", container.type_name()));
 }

@@ -25,6 +25,7 @@ ExprPtr Parser::make(ExprKind kind, Pos pos) {
 
 ExprPtr Parser::parse_expression() {
   DepthGuard guard(*this, peek().pos);
+  const std::size_t mark = pending_.size();
   ExprPtr expr = parse_or();
   while (is_name("if")) {
     const Pos pos = next().pos;
@@ -39,6 +40,7 @@ ExprPtr Parser::parse_expression() {
     }
     deepen(*cond);
     expr = std::move(cond);
+    soften(mark);
   }
   return expr;
 }
@@ -373,7 +375,10 @@ ExprPtr Parser::parse_filter_expr(ExprPtr node) {
         ++at_;
         e->name += "." + expect_name("a filter name");
       }
-      if (!known_filter(e->name)) fail(pos, fmt::format("unsupported filter '{}'", e->name));
+      if (!known_filter(e->name)) {
+        if (jinja2_filter(e->name)) fail(pos, fmt::format("unsupported filter '{}'", e->name));
+        missing(*e);
+      }
       e->args.push_back(std::move(node));
       if (is_op("(")) parse_args(*e);
       deepen(*e);
@@ -387,7 +392,10 @@ ExprPtr Parser::parse_filter_expr(ExprPtr node) {
       }
       e->pos = peek().pos;
       e->name = expect_name("a test name");
-      if (!known_test(e->name)) fail(e->pos, fmt::format("unsupported test '{}'", e->name));
+      if (!known_test(e->name)) {
+        if (jinja2_test(e->name)) fail(e->pos, fmt::format("unsupported test '{}'", e->name));
+        missing(*e);
+      }
       e->args.push_back(std::move(node));
       if (is_op("(")) {
         parse_args(*e);

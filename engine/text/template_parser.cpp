@@ -2,11 +2,14 @@
 // expressions are read in template_expr_parser.cpp.
 #include "text/template_parser.h"
 
+#include "text/template_builtins.h"
+
 namespace recur::detail {
 
 Body Parser::parse_all() {
   std::string stop;
   Body body = parse_body({}, stop);
+  check_missing(0);
   return body;
 }
 
@@ -69,18 +72,54 @@ std::unique_ptr<Stmt> Parser::parse_statement(const Token& tag) {
     expect_block_end();
     auto s = make_stmt(StmtKind::kScope, tag.pos);
     std::string stop;
+    const std::size_t mark = pending_.size();
     s->body = parse_body({"endgeneration"}, stop);
+    check_missing(mark);
+    expect_block_end();
+    return s;
+  }
+  if (t == "filter") {
+    // {% filter f(args) | g %}body{% endfilter %}: the body's text through the filters, in a
+    // frame of its own (Jinja2's filter block).
+    auto s = make_stmt(StmtKind::kFilterBlock, tag.pos);
+    auto node = make(ExprKind::kName, tag.pos);
+    node->name = kFilterBlockInput;
+    const std::size_t mark = pending_.size();
+    for (;;) {
+      const Pos pos = peek().pos;
+      auto e = make(ExprKind::kFilter, pos);
+      e->name = expect_name("a filter name");
+      if (!known_filter(e->name)) {
+        if (jinja2_filter(e->name)) fail(pos, fmt::format("unsupported filter '{}'", e->name));
+        missing(*e);
+      }
+      e->args.push_back(std::move(node));
+      if (is_op("(")) parse_args(*e);
+      deepen(*e);
+      node = std::move(e);
+      if (!is_op("|")) break;
+      ++at_;
+    }
+    s->expr = std::move(node);
+    expect_block_end();
+    std::string stop;
+    const int loops = loops_;
+    loops_ = 0;  // its body is rendered aside: a break there is refused
+    s->body = parse_body({"endfilter"}, stop);
+    loops_ = loops;
+    check_missing(mark);
     expect_block_end();
     return s;
   }
   static const std::set<std::string> kKnownEnds = {"endif", "endfor", "endset", "endmacro", "elif",
-                                                   "else", "endgeneration"};
+                                                   "else", "endgeneration", "endfilter"};
   if (kKnownEnds.count(t)) fail(tag.pos, fmt::format("'{}' without its opening tag", t));
   fail(tag.pos, fmt::format("unsupported tag '{}'", t));
 }
 
 std::unique_ptr<Stmt> Parser::parse_if(Pos pos) {
   auto s = make_stmt(StmtKind::kIf, pos);
+  const std::size_t mark = pending_.size();
   ExprPtr cond = parse_expression();
   expect_block_end();
   for (;;) {
@@ -99,6 +138,7 @@ std::unique_ptr<Stmt> Parser::parse_if(Pos pos) {
     break;
   }
   expect_block_end();
+  soften(mark);
   return s;
 }
 
@@ -111,7 +151,8 @@ std::unique_ptr<Stmt> Parser::parse_for(Pos pos) {
   }
   if (!is_name("in")) fail(peek().pos, fmt::format("expected 'in', found {}", describe(peek())));
   ++at_;
-  s->expr = parse_or_no_cond();
+  s->expr = parse_or_no_cond();  // in the enclosing frame
+  const std::size_t mark = pending_.size();
   if (is_name("if")) {
     ++at_;
     s->filter = parse_or_no_cond();
@@ -126,6 +167,7 @@ std::unique_ptr<Stmt> Parser::parse_for(Pos pos) {
     expect_block_end();
     s->else_body = parse_body({"endfor"}, stop);
   }
+  check_missing(mark);
   expect_block_end();
   return s;
 }
@@ -144,7 +186,9 @@ std::unique_ptr<Stmt> Parser::parse_set(Pos pos) {
     ++at_;
     s->kind = StmtKind::kSetBlock;
     std::string stop;
+    const std::size_t mark = pending_.size();
     s->body = parse_body({"endset"}, stop);
+    check_missing(mark);
     expect_block_end();
     return s;
   }
@@ -178,7 +222,9 @@ std::unique_ptr<Stmt> Parser::parse_macro(Pos pos) {
   std::string stop;
   const int loops = loops_;
   loops_ = 0;
+  const std::size_t mark = pending_.size();
   m->body = parse_body({"endmacro"}, stop);
+  check_missing(mark);
   loops_ = loops;
   if (peek().kind == Kind::kName) ++at_;  // {% endmacro name %}
   expect_block_end();

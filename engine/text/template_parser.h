@@ -124,10 +124,31 @@ class Parser {
   void parse_args(Expr& e);
   ExprPtr parse_filter_expr(ExprPtr node);
 
+  // Jinja2 compiles the test and branches of an `if`, and the parts of a conditional
+  // expression, in a "soft" frame, where a filter or test it does not know compiles into a
+  // call that fails when it runs; anywhere else, compiling fails. A `for` body (its `if` and
+  // `else` too), a macro, a block `set` and `{% generation %}` open a new, hard frame, even
+  // inside an `if`. `pending_` holds the unknown names read since the innermost frame opened
+  // and not yet covered by a soft construct.
+  void missing(Expr& e) {
+    e.missing = true;
+    pending_.push_back(&e);
+  }
+  void soften(std::size_t mark) { pending_.resize(std::min(pending_.size(), mark)); }
+
  public:
   // Calls of names that are neither built in nor a macro defined before them: refused unless
   // the macro turns up later in the template.
   void check_calls() const;
+  // Filters and tests Jinja2 does not know either, outside any `if` or conditional expression
+  // of their frame: refused, as Jinja2 refuses them when it compiles.
+  void check_missing(std::size_t mark) const {
+    if (pending_.size() > mark) {
+      const Expr& e = *pending_[mark];
+      fail(e.pos, fmt::format("no {} named '{}' (Jinja2 has none either)",
+                              e.kind == ExprKind::kFilter ? "filter" : "test", e.name));
+    }
+  }
 
  private:
   std::vector<Token> tokens_;
@@ -137,6 +158,7 @@ class Parser {
   int loops_ = 0;
   std::set<std::string> macros_;
   std::vector<std::pair<std::string, Pos>> calls_;
+  std::vector<const Expr*> pending_;
 };
 
 }  // namespace recur::detail

@@ -62,8 +62,9 @@ TValue make_list(TList items, Budget& budget, TValue::Flavor flavor) {
 TList iterate(const TValue& v, const char* what) {
   if (v.is_list()) return v.items();
   TList out;
+  if (v.is_undefined()) return out;  // Jinja2's Undefined walks as nothing
   if (v.is_mapping()) {
-    for (const auto& [k, x] : v.members()) out.push_back(TValue::string(k));
+    for (const auto& [k, x] : v.members()) out.push_back(decode_key(k));
   } else if (v.is_string()) {
     for (const char32_t c : decode_utf8(v.str())) out.push_back(TValue::string(encode_utf8(std::u32string(1, c))));
   } else {

@@ -38,10 +38,16 @@ TValue TValue::string(std::string s) {
   return v;
 }
 
+TValue TValue::markup(std::string s) {
+  TValue v = string(std::move(s));
+  v.markup_ = true;
+  return v;
+}
+
 TValue TValue::list(TList items, Flavor flavor) {
   TValue v(Kind::kList);
   v.flavor_ = flavor;
-  v.list_ = std::make_shared<const TList>(std::move(items));
+  v.list_ = std::make_shared<TList>(std::move(items));
   return v;
 }
 
@@ -84,7 +90,7 @@ TValue TValue::from_json(const json::Value& j) {
     case json::Value::Kind::kObject: {
       TDict items;
       items.reserve(j.object().size());
-      for (const auto& [k, e] : j.object()) items.emplace_back(k, from_json(e));
+      for (const auto& [k, e] : j.object()) items.emplace_back(encode_key(k), from_json(e));
       return dict(std::move(items));
     }
   }
@@ -95,9 +101,40 @@ double TValue::as_double() const { return kind_ == Kind::kFloat ? d_ : static_ca
 
 TValue TValue::get(std::string_view key) const {
   if (!is_mapping()) return TValue();
-  for (const auto& [k, v] : *dict_)
+  if (!key.empty() && key[0] == '\x01') return get_key(TValue::string(std::string(key)));
+  for (const auto& [k, v] : *dict_)  // a string key is stored as itself: no copy to look it up
     if (k == key) return v;
   return TValue();
+}
+
+TValue TValue::get_key(const TValue& key) const {
+  bool ok = true;
+  const std::string stored = encode_key(key, ok);
+  if (!ok || !is_mapping()) return TValue();
+  for (const auto& [k, v] : *dict_)
+    if (k == stored) return v;
+  return TValue();
+}
+
+std::string encode_key(std::string_view key) {
+  if (!key.empty() && key[0] == '\x01') return "\x01s" + std::string(key);
+  return std::string(key);
+}
+
+std::string encode_key(const TValue& key, bool& ok) {
+  ok = true;
+  if (key.is_string()) return encode_key(key.str());
+  if (key.kind() == TValue::Kind::kInt || key.kind() == TValue::Kind::kBool) return "\x01i" + std::to_string(key.as_int());
+  ok = false;
+  return {};
+}
+
+TValue decode_key(const std::string& key) {
+  if (key.size() >= 2 && key[0] == '\x01') {
+    if (key[1] == 'i') return TValue::integer(std::stoll(key.substr(2)));
+    return TValue::string(key.substr(2));
+  }
+  return TValue::string(key);
 }
 
 bool TValue::truthy() const {
@@ -246,7 +283,7 @@ std::string TValue::to_str() const {
 
 std::string TValue::repr() const {
   switch (kind_) {
-    case Kind::kString: return string_repr(*s_);
+    case Kind::kString: return markup_ ? "Markup(" + string_repr(*s_) + ")" : string_repr(*s_);
     case Kind::kList: {
       if (flavor_ == Flavor::kIterator) return "<generator object>";
       const bool tuple = flavor_ == Flavor::kTuple;
@@ -261,7 +298,7 @@ std::string TValue::repr() const {
     case Kind::kDict: {
       std::string out = "{";
       for (std::size_t i = 0; i < dict_->size(); ++i)
-        out += (i ? ", " : "") + string_repr((*dict_)[i].first) + ": " + (*dict_)[i].second.repr();
+        out += (i ? ", " : "") + decode_key((*dict_)[i].first).repr() + ": " + (*dict_)[i].second.repr();
       return out + "}";
     }
     case Kind::kUndefined: return "Undefined";
@@ -418,14 +455,23 @@ bool json_value(const TValue& v, const JsonStyle& style, int depth, std::string&
       }
       std::vector<const std::pair<std::string, TValue>*> members;
       for (const auto& m : v.members()) members.push_back(&m);
-      if (style.sort_keys)
-        std::stable_sort(members.begin(), members.end(),
-                         [](const auto* x, const auto* y) { return x->first < y->first; });
+      if (style.sort_keys) {
+        // json.dumps sorts the keys themselves: integers by value, strings by code point, and
+        // refuses a mix.
+        bool ok = true;
+        std::stable_sort(members.begin(), members.end(), [&](const auto* x, const auto* y) {
+          return less(decode_key(x->first), decode_key(y->first), ok);
+        });
+        if (!ok) {
+          error = "json.dumps(sort_keys=True) cannot order integer and string keys";
+          return false;
+        }
+      }
       out += '{';
       for (std::size_t i = 0; i < members.size(); ++i) {
         if (i) out += item_sep;
         newline(depth + 1);
-        json_string(members[i]->first, style.ensure_ascii, out);
+        json_string(decode_key(members[i]->first).to_str(), style.ensure_ascii, out);  // an int key as its digits
         out += style.key_separator;
         if (!json_value(members[i]->second, style, depth + 1, out, error)) return false;
       }

@@ -33,6 +33,11 @@ class TValue {
   static TValue integer(std::int64_t i);
   static TValue real(double d);
   static TValue string(std::string s);
+  /// markupsafe's Markup, which Jinja2's `safe` and `escape` filters return even with autoescape
+  /// off (transformers' setup): text taken as already escaped. It prints as it is, but `+` with a
+  /// plain string escapes that string (& < > " ' as &amp; &lt; &gt; &#34; &#39;), and its string
+  /// methods keep the mark; `~`, join and tojson give plain strings.
+  static TValue markup(std::string s);
   /// What a sequence is in Python, which decides how it prints, compares and what it allows:
   /// a list, a tuple ((a, b)), an iterator (what map, select, reject, unique, items and reverse
   /// return: always true, no length, no index, never printed), or a dict's items(), keys() or
@@ -53,6 +58,7 @@ class TValue {
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
   bool is_none() const { return kind_ == Kind::kNone; }
   bool is_string() const { return kind_ == Kind::kString; }
+  bool is_markup() const { return kind_ == Kind::kString && markup_; }
   bool is_list() const { return kind_ == Kind::kList; }
   bool is_tuple() const { return kind_ == Kind::kList && flavor_ == Flavor::kTuple; }
   Flavor flavor() const { return flavor_; }
@@ -69,6 +75,10 @@ class TValue {
   double as_double() const;
   const std::string& str() const { return *s_; }
   const TList& items() const { return *list_; }
+  /// The list itself, for list.pop() (allowed in Jinja2's immutable sandbox, as list.clear() is):
+  /// every value that shares it sees the change, as in Python. Lists are built per rendering
+  /// (from its JSON and by the template), never shared between renderings.
+  TList& mutable_items() const { return *list_; }
   const TDict& members() const { return *dict_; }
   /// A namespace's members, which `set ns.x = ...` changes.
   TDict& mutable_members() const { return *dict_; }
@@ -76,6 +86,8 @@ class TValue {
 
   /// The member `key` of a dict or namespace, Undefined when absent.
   TValue get(std::string_view key) const;
+  /// d[key] for a key of any type (an int key included), Undefined when absent.
+  TValue get_key(const TValue& key) const;
   /// Python's truth: Undefined, None, False, 0, 0.0, "", [] and {} are false.
   bool truthy() const;
   /// Python's str(): what {{ x }} prints (Undefined prints nothing, None "None").
@@ -89,14 +101,24 @@ class TValue {
   explicit TValue(Kind k) : kind_(k) {}
   Kind kind_ = Kind::kUndefined;
   bool b_ = false;
+  bool markup_ = false;
   Flavor flavor_ = Flavor::kList;
   std::int64_t i_ = 0;
   double d_ = 0.0;
   std::shared_ptr<const std::string> s_;
-  std::shared_ptr<const TList> list_;
+  std::shared_ptr<TList> list_;
   std::shared_ptr<TDict> dict_;
   const MacroNode* macro_ = nullptr;
 };
+
+/// Dict keys. Templates' dicts may have integer keys (Seed-OSS's `{0: 0, 512: 128, ...}`); a
+/// TDict keeps every key as text: a string as it is, an integer (or a bool, which Python hashes
+/// as one) as "\x01i" and its digits, and a string that itself begins with "\x01" as "\x01s"
+/// and the string. `ok` is false for a key of another type.
+std::string encode_key(const TValue& key, bool& ok);
+/// A string key as stored (the common case: itself).
+std::string encode_key(std::string_view key);
+TValue decode_key(const std::string& key);
 
 /// Python's ==: 1 == 1.0 == True, lists and dicts by content, Undefined equal only to Undefined.
 bool equal(const TValue& a, const TValue& b);
