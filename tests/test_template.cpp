@@ -538,7 +538,15 @@ std::string mismatch(const ChatTemplate* t, const std::string& parse_failure, co
     error = parse_failure;
   } else {
     try {
-      const auto content = c.find("content")->string() == "parts" ? recur::ChatContent::kParts : recur::ChatContent::kString;
+      const std::string mode = c.find("content")->string();
+      const auto content = mode == "parts"    ? recur::ChatContent::kParts
+                           : mode == "string" ? recur::ChatContent::kString
+                                              : recur::ChatContent::kAuto;
+      // recur's probe must find what the oracle's finds, or "auto" gives the template the other form.
+      const bool walks = t->content_parts(false) == recur::ChatContent::kParts;
+      if (walks != c.find("walks_parts")->boolean())
+        return fmt::format("recur's probe finds that the template {} content parts; the oracle's, that it {}",
+                           walks ? "walks" : "does not walk", walks ? "does not" : "does");
       got = t->render(c.find("messages")->string(), c.find("tools")->string(), c.find("add_generation_prompt")->boolean(),
                       content, c.find("extra")->string());
     } catch (const recur::ArgumentError& e) {

@@ -65,22 +65,26 @@ def main():
                 template = None
                 compile_error = f"{type(e).__name__}: {e}"
             name = oracle.label(path)
+            # Whether the template walks content parts, found as recur's probe finds it: the
+            # "auto" cases give Jinja2 the list or the joined text accordingly.
+            walks = template is not None and oracle.walks_parts(template, TOKENS)
             for conv_name, messages in oracle.conversations().items():
                 for tools in (None, TOOLS.get(name, oracle.TOOLS)):
                     for agp in (False, True):
-                        for content, extra in (("string", {}), ("parts", {}),
+                        for content, extra in (("string", {}), ("parts", {}), ("auto", {}),
                                                ("string", {"enable_thinking": False})):
-                            if content == "parts" and conv_name != "text_parts":
+                            if content != "string" and not oracle.has_parts(messages):
                                 continue
                             if extra and conv_name not in ("multi_turn", "reasoning_inline", "tool_calls"):
                                 continue
-                            given = oracle.flatten(messages) if content == "string" else messages
+                            as_list = content == "parts" or (content == "auto" and walks)
+                            given = messages if as_list else oracle.flatten(messages)
                             extra = {**EXTRA.get(name, {}), **extra}
                             case = {"id": f"{oracle.label(path)}/{conv_name}/tools={tools is not None}/agp={agp}/{content}",
                                     "template": os.path.abspath(path),
                                     "messages": json.dumps(messages, ensure_ascii=False),
                                     "tools": "" if tools is None else json.dumps(tools, ensure_ascii=False),
-                                    "add_generation_prompt": agp, "content": content,
+                                    "add_generation_prompt": agp, "content": content, "walks_parts": walks,
                                     "extra": json.dumps(extra) if extra else ""}
                             if "enable_thinking" in extra:
                                 case["id"] += f"/enable_thinking={extra['enable_thinking']}"
