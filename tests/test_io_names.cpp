@@ -162,7 +162,11 @@ TEST_CASE("a checkpoint with Lightning's 'model.' on every name reads as the mod
     // The same rule when recur quantize's output carries the prefix (codes and scales).
     write_quantized_model(quant, c, RandomWeights(c, 5, DType::kBF16), QuantizeOptions{});
     write_renamed(quant, dir.file("q8-wrapped"), tensors_of(quant), wrapped);
-    check_same_model(Model::load(dir.file("q8-wrapped")), Model::load(quant));
+    const auto want_q8 = Model::load(quant);
+    check_same_model(Model::load(dir.file("q8-wrapped")), want_q8);
+    // And write_quantized_model given the wrapped file's tensors as stored: the same rule.
+    write_quantized_model(dir.file("q8-again"), c, *open_weights(dir.file("wrapped")), QuantizeOptions{});
+    check_same_model(Model::load(dir.file("q8-again")), want_q8);
   }
 }
 
