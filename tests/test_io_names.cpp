@@ -224,6 +224,17 @@ TEST_CASE("names are matched as stored first: a file that matches both ways or n
                         {dir.file("clash"), "(as stored); with the wrapper prefix 'model.' removed, "
                          "tensor 'lm_head.weight' is there both with and without it"});
   }
+  SECTION("a tied tensor under its other name counts as there") {
+    // Based's head is its embedding; a Lightning checkpoint may hold it as lm_head.weight alone.
+    const auto based = std::find_if(archs.begin(), archs.end(),
+                                    [](const Arch& a) { return a.name == "based"; });
+    REQUIRE(based != archs.end());
+    write_random_model(dir.file("based"), based->config, 5);
+    const std::string emb = "transformer.embeddings.word_embeddings.weight";
+    write_renamed(dir.file("based"), dir.file("based-head"), tensors_of(dir.file("based")),
+                  [&](const std::string& n) { return wrapped(n == emb ? "lm_head.weight" : n); });
+    check_same_model(Model::load(dir.file("based-head")), Model::load(dir.file("based")));
+  }
   SECTION("the loader's own message when no name has the prefix") {
     write_renamed(dir.file("plain"), dir.file("bare"), tensors, [](const std::string& n) {
       return n.rfind("model.", 0) == 0 ? n.substr(6) : n;

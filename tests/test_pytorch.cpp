@@ -232,4 +232,15 @@ TEST_CASE("a pytorch_model.bin that transformers wrote reads under its names as 
     CHECK(open_model_files(dir.str()).weights->has("lm_head.weight"));
     check_same_model(Model::load(dir.str()), Model::load(based));
   }
+  SECTION("a bare .pth (no config.json): the family found by the names without the prefix") {
+    // rwkv7_wrapped.pth is tests/rwkv7/h2x16-f16.pth with "model." before every name.
+    check_same_model(Model::load(fixture("rwkv7_wrapped.pth")),
+                     Model::load(kDir + "/../../rwkv7/h2x16-f16.pth"));
+    // Names that no family recognises either way: both attempts named.
+    recur::testing::TempDir dir;
+    fs::copy_file(fixture("gla_transformers.bin"), dir.file("gla.pth"));
+    CHECK_THROWS_WITH(Model::load(dir.file("gla.pth")),
+                      Catch::Contains("(as stored); with the wrapper prefix 'model.' removed: ") &&
+                          Catch::Contains(dir.file("gla.pth")));
+  }
 }

@@ -217,6 +217,26 @@ bool strip_wrapper(const ModelConfig& config, const WeightSource& weights) {
       kWrapperPrefix, without.say()));
 }
 
+// The configuration a bare checkpoint's tensors give: by their names as stored, or, when no
+// family recognises those and some have the wrapper prefix, by the names without it. Whichever
+// it is, as_named_by_table then checks the names against that configuration's table.
+ModelConfig bare_config(const WeightSource& raw, const std::string& source) {
+  try {
+    return model::config_from_weights(raw, source);
+  } catch (const FormatError& as_stored) {
+    const auto names = raw.names();
+    const WithoutWrapperPrefix stripped(raw, nullptr);
+    if (std::none_of(names.begin(), names.end(), has_wrapper_prefix) || !stripped.clash().empty())
+      throw;
+    try {
+      return model::config_from_weights(stripped, source);
+    } catch (const FormatError& without) {
+      throw FormatError(fmt::format("{} (as stored); with the wrapper prefix '{}' removed: {}",
+                                    as_stored.what(), kWrapperPrefix, without.what()));
+    }
+  }
+}
+
 }  // namespace
 
 namespace model {
@@ -268,7 +288,7 @@ ModelFiles open_model_files(const std::string& path) {
   const std::string pth = bare_checkpoint(path);
   if (!pth.empty()) {
     out.weights = std::make_unique<TorchSource>(TorchCheckpoint::open_file(pth));
-    out.config = model::config_from_weights(*out.weights, pth);
+    out.config = bare_config(*out.weights, pth);
     out.weights = model::as_named_by_table(out.config, std::move(out.weights));
     out.config_text = out.config.to_json();
     out.bare = true;

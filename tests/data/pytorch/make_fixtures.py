@@ -270,6 +270,16 @@ def transformers_checkpoint():
     torch.save(dict(read_safetensors(gla)), os.path.join(HERE, "gla_transformers.bin"))
 
 
+def wrapped_bare_checkpoint():
+    """tests/rwkv7/h2x16-f16.pth (BlinkDL's bare state dict, our own fixture) with every name
+    behind PyTorch Lightning's wrapper prefix "model.": no config.json, so the family is found
+    by the names without it."""
+    pth = os.path.join(HERE, "..", "..", "rwkv7", "h2x16-f16.pth")
+    sd = torch.load(pth, map_location="cpu", weights_only=True)
+    wrapped = collections.OrderedDict(("model." + k, v) for k, v in sd.items())
+    torch.save(wrapped, os.path.join(HERE, "rwkv7_wrapped.pth"))
+
+
 def main():
     if os.path.exists(MARKER):
         os.remove(MARKER)
@@ -279,6 +289,7 @@ def main():
         f.write("\n")
     hostile()
     transformers_checkpoint()
+    wrapped_bare_checkpoint()
     # The fuzzer's seeds: the good checkpoints and one hostile archive,
     os.makedirs(CORPUS, exist_ok=True)
     for name in ["good.bin", "parameters.bin", "deflate.bin", "noncontiguous.bin",
