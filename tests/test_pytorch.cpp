@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -12,7 +13,9 @@
 
 #include "io/pytorch.h"
 #include "recur/error.h"
+#include "recur/model.h"
 #include "recur/pytorch.h"
+#include "support/temp_dir.h"
 #include "util/file.h"
 #include "util/json.h"
 
@@ -184,4 +187,60 @@ TEST_CASE("the unpickler refuses every opcode a state dict does not need", "[pyt
   // A string longer than the pickle.
   CHECK_THROWS_WITH(run(std::string("\x80\x02X\xff\xff\xff\x7f", 7)),
                     Catch::Contains("BINUNICODE claims 2147483647 bytes"));
+}
+
+namespace {
+
+// The logits after a few tokens, and the checks that two loads are one model.
+std::vector<float> last_logits(const std::shared_ptr<const Model>& m) {
+  Decoder dec(m);
+  const auto l = dec.prefill({1, 7, 42, 3, 99});
+  return std::vector<float>(l.data(), l.data() + l.size());
+}
+
+void check_same_model(const std::shared_ptr<const Model>& got,
+                      const std::shared_ptr<const Model>& want) {
+  CHECK(got->fingerprint() == want->fingerprint());
+  CHECK(got->weight_format() == want->weight_format());
+  const auto a = last_logits(got), b = last_logits(want);
+  REQUIRE(a.size() == b.size());
+  CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("a pytorch_model.bin that transformers wrote reads under its names as stored, and "
+          "Lightning's with 'model.' taken off", "[pytorch]") {
+  namespace fs = std::filesystem;
+  SECTION("transformers: model.embeddings.weight, model.layers.N..., lm_head.weight") {
+    // gla_transformers.bin is torch.save of tests/fla/gla-bf16's tensors (make_fixtures.py).
+    const std::string gla = kDir + "/../../fla/gla-bf16";
+    recur::testing::TempDir dir;
+    fs::copy_file(gla + "/config.json", dir.file("config.json"));
+    fs::copy_file(fixture("gla_transformers.bin"), dir.file("pytorch_model.bin"));
+    const ModelFiles files = open_model_files(dir.str());
+    CHECK(files.weights->has("model.embeddings.weight"));
+    CHECK(files.weights->has("lm_head.weight"));
+    check_same_model(Model::load(dir.str()), Model::load(gla));
+  }
+  SECTION("Lightning: model.transformer..., model.lm_head.weight, and metric buffers") {
+    const std::string based = kDir + "/../../based/tiny";
+    recur::testing::TempDir dir;
+    fs::copy_file(based + "/config.json", dir.file("config.json"));
+    fs::copy_file(based + "/pytorch_model.bin", dir.file("pytorch_model.bin"));
+    REQUIRE(TorchCheckpoint::open_file(dir.file("pytorch_model.bin")).contains("model.lm_head.weight"));
+    CHECK(open_model_files(dir.str()).weights->has("lm_head.weight"));
+    check_same_model(Model::load(dir.str()), Model::load(based));
+  }
+  SECTION("a bare .pth (no config.json): the family found by the names without the prefix") {
+    // rwkv7_wrapped.pth is tests/rwkv7/h2x16-f16.pth with "model." before every name.
+    check_same_model(Model::load(fixture("rwkv7_wrapped.pth")),
+                     Model::load(kDir + "/../../rwkv7/h2x16-f16.pth"));
+    // Names that no family recognises either way: both attempts named.
+    recur::testing::TempDir dir;
+    fs::copy_file(fixture("gla_transformers.bin"), dir.file("gla.pth"));
+    CHECK_THROWS_WITH(Model::load(dir.file("gla.pth")),
+                      Catch::Contains("(as stored); with the wrapper prefix 'model.' removed: ") &&
+                          Catch::Contains(dir.file("gla.pth")));
+  }
 }

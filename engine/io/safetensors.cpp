@@ -220,10 +220,17 @@ TensorStore TensorStore::open_dir(const std::string& dir) {
     listed.insert(name);
     if (!file.is_string()) fail(ipath, "weight_map entry '{}' is {}, not a file name", name, file.kind_name());
     const std::string& f = file.string();
+    // Any name of a file in the model directory (published shards are named many ways:
+    // model-00001-of-00002.safetensors, model.safetensors-00001-of-00001.safetensors); never a
+    // path, which could lead out of it, nor a name a NUL would cut short.
     if (f.empty() || f.find('/') != std::string::npos || f.find('\\') != std::string::npos ||
-        f == "." || f == "..")
+        f.find('\0') != std::string::npos || f == "." || f == "..") {
+      std::string shown;  // a NUL would end the message
+      for (const char ch : f)
+        shown += ch == '\0' ? std::string("\\0") : std::string(1, ch);
       fail(ipath, "weight_map entry '{}' names '{}', which is not a file in the model directory",
-           name, f);
+           name, shown);
+    }
     shards.insert(f);
   }
   if (shards.empty()) fail(ipath, "the weight_map is empty");

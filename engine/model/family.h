@@ -154,6 +154,15 @@ const Family* family_reading(const std::string& type, const json::Value& root);
 /// The configuration of a bare checkpoint, from the first family that recognises its tensors;
 /// FormatError naming `source` when none does.
 ModelConfig config_from_weights(const WeightSource& weights, const std::string& source);
+/// The weights under the names the family's table gives them (docs/models.md, "Tensor names"):
+/// the names as stored when they match the table; with PyTorch Lightning's wrapper prefix
+/// "model." taken off when they do not and those do. FormatError naming both attempts when both
+/// match, or neither. Every reader of a model's weights goes through it, whatever the file.
+std::unique_ptr<WeightSource> as_named_by_table(const ModelConfig& config,
+                                                std::unique_ptr<WeightSource> weights);
+/// The same for weights the caller keeps: `weights` itself, or a view of it that `view` holds.
+const WeightSource& as_named_by_table(const ModelConfig& config, const WeightSource& weights,
+                                      std::unique_ptr<WeightSource>& view);
 /// The model types every family reads, for messages.
 const char* known_model_types();
 /// Every family, in the registry's order.

@@ -33,7 +33,9 @@ std::shared_ptr<const Model> Model::load(const std::string& dir) {
 }
 
 std::shared_ptr<const Model> Model::from_weights(const ModelConfig& config_in,
-                                                 const WeightSource& weights) {
+                                                 const WeightSource& stored) {
+  std::unique_ptr<WeightSource> view;
+  const WeightSource& weights = model::as_named_by_table(config_in, stored, view);
   ModelConfig c = config_in;
   model::family_of(c.architecture).fit_to_weights(c, weights);
   c.resolve(weights.describe());

@@ -4,8 +4,10 @@
 
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "kernels/quant.h"
+#include "model/family.h"
 #include "model/model_impl.h"
 #include "recur/error.h"
 #include "recur/safetensors.h"
@@ -42,8 +44,12 @@ std::vector<std::uint8_t> float_bytes(const std::vector<float>& v, DType dtype) 
 }  // namespace
 
 QuantizeReport write_quantized_model(const std::string& dir, const ModelConfig& config,
-                                     const WeightSource& weights, const QuantizeOptions& options,
+                                     const WeightSource& stored, const QuantizeOptions& options,
                                      const QuantizeProgress& progress) {
+  // The names the loader reads (as stored, or without a wrapper's prefix), which are also the
+  // names written.
+  std::unique_ptr<WeightSource> view;
+  const WeightSource& weights = model::as_named_by_table(config, stored, view);
   const kernels::QuantType body = kernels::parse_quant(options.format, kCall);
   const kernels::QuantType head =
       options.head.empty() ? body : kernels::parse_quant(options.head, kCall);

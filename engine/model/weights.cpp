@@ -2,8 +2,10 @@
 // choice between them for a directory. The tables of tensors are the families' own.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "model/family.h"
 #include "model/model_impl.h"
@@ -55,38 +57,30 @@ class TensorStoreSource final : public WeightSource {
   TensorStore store_;
 };
 
-// A pytorch_model.bin's tensors. Checkpoints saved from a training wrapper's state dict (as
-// Based's are, from PyTorch Lightning) prefix every name with "model." and carry the trainer's
-// metric buffers: the prefix is taken off and the metrics are left out (training_bookkeeping).
+// A pytorch_model.bin's tensors, under the names the file gives them (the trainer's metric
+// buffers left out: training_bookkeeping).
 class TorchSource final : public WeightSource {
  public:
-  explicit TorchSource(TorchCheckpoint ckpt) : ckpt_(std::move(ckpt)) {
-    for (const auto& name : ckpt_.names()) {
-      if (training_bookkeeping(name)) continue;
-      const std::string clean = name.rfind("model.", 0) == 0 ? name.substr(6) : name;
-      if (!names_.emplace(clean, name).second)
-        throw FormatError(fmt::format("[Model] {}: tensor '{}' appears with and without the "
-                                      "'model.' prefix", ckpt_.source(), clean));
-    }
+  explicit TorchSource(TorchCheckpoint ckpt) : ckpt_(std::move(ckpt)) {}
+  bool has(const std::string& name) const override {
+    return ckpt_.contains(name) && !training_bookkeeping(name);
   }
-  bool has(const std::string& name) const override { return names_.count(name) != 0; }
   std::vector<std::int64_t> shape(const std::string& name) const override {
-    return ckpt_.info(original(name)).shape;
+    return info(name).shape;
   }
   std::vector<float> read(const std::string& name) const override {
-    const auto& info = ckpt_.info(original(name));
-    if (info.dtype != TorchDType::kF32 && info.dtype != TorchDType::kF16 &&
-        info.dtype != TorchDType::kBF16)
+    const auto& t = info(name);
+    if (t.dtype != TorchDType::kF32 && t.dtype != TorchDType::kF16 && t.dtype != TorchDType::kBF16)
       throw FormatError(fmt::format("[Model] {}: tensor '{}' is {}, expected F32, F16 or BF16",
-                                    ckpt_.source(), name, torch_dtype_name(info.dtype)));
+                                    ckpt_.source(), name, torch_dtype_name(t.dtype)));
     try {
-      return ckpt_.read_f32(original(name));
+      return ckpt_.read_f32(name);
     } catch (const NumericError& e) {
       throw FormatError(fmt::format("[Model] {}: {}", ckpt_.source(), e.what()));
     }
   }
   DType dtype(const std::string& name) const override {
-    switch (ckpt_.info(original(name)).dtype) {
+    switch (info(name).dtype) {
       case TorchDType::kBF16: return DType::kBF16;
       case TorchDType::kF16: return DType::kF16;
       default: return DType::kF32;
@@ -94,23 +88,174 @@ class TorchSource final : public WeightSource {
   }
   std::vector<std::string> names() const override {
     std::vector<std::string> out;
-    for (const auto& [clean, name] : names_) out.push_back(clean);
+    for (const auto& name : ckpt_.names())
+      if (!training_bookkeeping(name)) out.push_back(name);
     return out;
   }
   std::string describe() const override { return ckpt_.source(); }
 
  private:
-  const std::string& original(const std::string& name) const {
-    const auto it = names_.find(name);
-    if (it == names_.end())
+  const TorchTensorInfo& info(const std::string& name) const {
+    if (!has(name))
       throw FormatError(fmt::format("[Model] {}: no tensor '{}'", ckpt_.source(), name));
-    return it->second;
+    return ckpt_.info(name);
   }
   TorchCheckpoint ckpt_;
-  std::map<std::string, std::string> names_;  // name the model reads -> name in the file
 };
 
+// The one wrapper prefix recur knows: PyTorch Lightning's module holds the network as `model`,
+// so a state dict saved from the Lightning module (Based's checkpoints) names every tensor
+// "model.<name>". transformers' save_pretrained writes "model." too, but as part of the names
+// the families' tables list (fla's "model.layers.0...."), so the prefix is never taken off
+// blindly: model::as_named_by_table decides.
+constexpr const char* kWrapperPrefix = "model.";
+
+bool has_wrapper_prefix(const std::string& name) { return name.rfind(kWrapperPrefix, 0) == 0; }
+
+// Another source's tensors with the wrapper prefix taken off the names that have it. A name then
+// held twice (with and without the prefix) is the view's clash(): such a view is never read.
+class WithoutWrapperPrefix final : public WeightSource {
+ public:
+  WithoutWrapperPrefix(const WeightSource& inner, std::unique_ptr<WeightSource> owned)
+      : inner_(inner), owned_(std::move(owned)) {
+    const std::size_t cut = std::string(kWrapperPrefix).size();
+    for (const auto& name : inner_.names()) {
+      const std::string bare = has_wrapper_prefix(name) ? name.substr(cut) : name;
+      if (!stored_.emplace(bare, name).second) {
+        if (clash_.empty()) clash_ = bare;
+        continue;
+      }
+      order_.push_back(bare);
+    }
+  }
+  bool has(const std::string& name) const override { return stored_.count(name) != 0; }
+  std::vector<std::int64_t> shape(const std::string& name) const override {
+    return inner_.shape(stored(name));
+  }
+  std::vector<float> read(const std::string& name) const override {
+    return inner_.read(stored(name));
+  }
+  DType dtype(const std::string& name) const override { return inner_.dtype(stored(name)); }
+  std::vector<std::string> names() const override { return order_; }
+  std::string describe() const override { return inner_.describe(); }
+  std::vector<std::uint8_t> read_bytes(const std::string& name) const override {
+    return inner_.read_bytes(stored(name));
+  }
+  /// A name the source holds both with and without the prefix, or "".
+  const std::string& clash() const { return clash_; }
+
+ private:
+  const std::string& stored(const std::string& name) const {
+    const auto it = stored_.find(name);
+    if (it == stored_.end())
+      throw FormatError(fmt::format("[Model] {}: no tensor '{}'", inner_.describe(), name));
+    return it->second;
+  }
+  const WeightSource& inner_;
+  std::unique_ptr<WeightSource> owned_;       // inner_, when the view owns it
+  std::map<std::string, std::string> stored_;  // name the model reads -> name in the source
+  std::vector<std::string> order_;             // the source's order
+  std::string clash_;
+};
+
+// The tensors of the family's table for `config` that `weights` lack ("'name' (shape)"), in the
+// table's order; `error` instead when the configuration cannot be fitted to the tensors.
+struct TableCheck {
+  std::vector<std::string> missing;
+  std::string error;
+  bool matches() const { return missing.empty() && error.empty(); }
+  // "tensor 'lm_head.weight' (300, 64) is missing (and 2 more)", or the error.
+  std::string say() const {
+    if (!error.empty()) return error;
+    std::string out = "tensor " + missing.front() + " is missing";
+    if (missing.size() > 1) out += fmt::format(" (and {} more)", missing.size() - 1);
+    return out;
+  }
+};
+
+TableCheck check_table(const ModelConfig& config, const WeightSource& weights) {
+  TableCheck out;
+  ModelConfig c = config;
+  const model::Family& family = model::family_of(c.architecture);
+  try {
+    family.fit_to_weights(c, weights);
+    c.resolve(weights.describe());
+  } catch (const Error& e) {
+    out.error = e.what();
+    return out;
+  }
+  std::set<std::string> listed;  // the stored names as the table lists them
+  for (const auto& name : weights.names()) listed.insert(family.table_name(c, name));
+  for (const auto& t : family.tensors(c))
+    if (!listed.count(t.name))
+      out.missing.push_back(fmt::format("'{}' {}", t.name, shape_string(t.shape)));
+  return out;
+}
+
+// Whether `weights` are read with the wrapper prefix taken off (docs/models.md, "Tensor names"):
+// only when some name has it, the names as stored do not match the table, and the names without
+// it do. FormatError naming both attempts when both match, or neither.
+bool strip_wrapper(const ModelConfig& config, const WeightSource& weights) {
+  const auto names = weights.names();
+  if (std::none_of(names.begin(), names.end(), has_wrapper_prefix)) return false;
+  const TableCheck as_stored = check_table(config, weights);
+  const WithoutWrapperPrefix stripped(weights, nullptr);
+  TableCheck without = check_table(config, stripped);
+  if (!stripped.clash().empty())
+    without.error = fmt::format("tensor '{}' is there both with and without it", stripped.clash());
+  if (as_stored.matches() && !without.matches()) return false;
+  if (!as_stored.matches() && without.matches()) return true;
+  if (as_stored.matches())
+    throw FormatError(fmt::format(
+        "[Model] {}: the tensors match the {} table of config.json both as stored and with the "
+        "wrapper prefix '{}' removed: which names are the model's is ambiguous",
+        weights.describe(), model::family_of(config.architecture).name(), kWrapperPrefix));
+  throw FormatError(fmt::format(
+      "[Model] {}: the tensors do not match the {} table of config.json: {} (as stored); with "
+      "the wrapper prefix '{}' removed, {}",
+      weights.describe(), model::family_of(config.architecture).name(), as_stored.say(),
+      kWrapperPrefix, without.say()));
+}
+
+// The configuration a bare checkpoint's tensors give: by their names as stored, or, when no
+// family recognises those and some have the wrapper prefix, by the names without it. Whichever
+// it is, as_named_by_table then checks the names against that configuration's table.
+ModelConfig bare_config(const WeightSource& raw, const std::string& source) {
+  try {
+    return model::config_from_weights(raw, source);
+  } catch (const FormatError& as_stored) {
+    const auto names = raw.names();
+    const WithoutWrapperPrefix stripped(raw, nullptr);
+    if (std::none_of(names.begin(), names.end(), has_wrapper_prefix) || !stripped.clash().empty())
+      throw;
+    try {
+      return model::config_from_weights(stripped, source);
+    } catch (const FormatError& without) {
+      throw FormatError(fmt::format("{} (as stored); with the wrapper prefix '{}' removed: {}",
+                                    as_stored.what(), kWrapperPrefix, without.what()));
+    }
+  }
+}
+
 }  // namespace
+
+namespace model {
+
+std::unique_ptr<WeightSource> as_named_by_table(const ModelConfig& config,
+                                                std::unique_ptr<WeightSource> weights) {
+  if (!strip_wrapper(config, *weights)) return weights;
+  const WeightSource& inner = *weights;
+  return std::make_unique<WithoutWrapperPrefix>(inner, std::move(weights));
+}
+
+const WeightSource& as_named_by_table(const ModelConfig& config, const WeightSource& weights,
+                                      std::unique_ptr<WeightSource>& view) {
+  if (!strip_wrapper(config, weights)) return weights;
+  view = std::make_unique<WithoutWrapperPrefix>(weights, nullptr);
+  return *view;
+}
+
+}  // namespace model
 
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> model_tensor_shapes(
     const ModelConfig& c) {
@@ -143,7 +288,8 @@ ModelFiles open_model_files(const std::string& path) {
   const std::string pth = bare_checkpoint(path);
   if (!pth.empty()) {
     out.weights = std::make_unique<TorchSource>(TorchCheckpoint::open_file(pth));
-    out.config = model::config_from_weights(*out.weights, pth);
+    out.config = bare_config(*out.weights, pth);
+    out.weights = model::as_named_by_table(out.config, std::move(out.weights));
     out.config_text = out.config.to_json();
     out.bare = true;
     return out;
@@ -156,7 +302,7 @@ ModelFiles open_model_files(const std::string& path) {
   if (!text) throw FormatError(fmt::format("[ModelConfig] {}: cannot read the file", config));
   out.config_text = *text;
   out.config = ModelConfig::from_json(*text, config);
-  out.weights = open_weights(path);
+  out.weights = model::as_named_by_table(out.config, open_weights(path));
   return out;
 }
 

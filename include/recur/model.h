@@ -145,7 +145,9 @@ std::string bare_checkpoint(const std::string& path);
 /// A model's configuration and weights: config.json and model.safetensors / pytorch_model.bin of
 /// a directory, or a bare .pth (bare_checkpoint) whose configuration its tensors give
 /// (Family::config_from_weights). config_text is config.json's text, or the configuration
-/// written out for a bare checkpoint.
+/// written out for a bare checkpoint. `weights` holds the tensors under the names the family's
+/// table gives them: as stored, or without a training wrapper's "model." prefix when only those
+/// names match (docs/models.md, "Tensor names").
 struct ModelFiles {
   ModelConfig config;
   std::unique_ptr<WeightSource> weights;
@@ -163,7 +165,9 @@ class Model {
   /// Loads config.json and the safetensors weights of a model directory, or a bare .pth
   /// checkpoint (a file, or a directory holding one and no config.json; bare_checkpoint()).
   static std::shared_ptr<const Model> load(const std::string& dir);
-  /// A model from a configuration and a source of weights.
+  /// A model from a configuration and a source of weights, whose names are matched against the
+  /// family's table as stored, or without a training wrapper's "model." prefix when only those
+  /// match (docs/models.md, "Tensor names").
   static std::shared_ptr<const Model> from_weights(const ModelConfig& config,
                                                    const WeightSource& weights);
   /// The random-weight test model: a small linear_attn configuration (byte vocabulary) with

@@ -256,6 +256,12 @@ class Family final : public model::Family {
     return out;
   }
 
+  // The head is the embedding; a checkpoint may store it as lm_head.weight alone.
+  std::string table_name(const ModelConfig& c, const std::string& name) const override {
+    (void)c;
+    return name == "lm_head.weight" ? "transformer.embeddings.word_embeddings.weight" : name;
+  }
+
   void load(const ModelConfig& c, const WeightSource& weights, model::Loader& L,
             Model::Impl& impl) const override {
     const BasedConfig& bc = config_of(c);

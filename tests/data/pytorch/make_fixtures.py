@@ -243,6 +243,43 @@ def hostile():
     return out
 
 
+def read_safetensors(path):
+    """The tensors of a safetensors file, in its header's order (the format is 8 bytes of header
+    length, the JSON header, the data)."""
+    dtypes = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n], object_pairs_hook=collections.OrderedDict)
+    data = raw[8 + n:]
+    out = collections.OrderedDict()
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = t["data_offsets"]
+        flat = torch.frombuffer(bytearray(data[begin:end]), dtype=dtypes[t["dtype"]])
+        out[name] = flat.reshape(t["shape"]).clone()
+    return out
+
+
+def transformers_checkpoint():
+    """tests/fla/gla-bf16 as transformers' save_pretrained(safe_serialization=False) writes it:
+    torch.save of a plain dict whose names are the model's own (model.embeddings.weight,
+    model.layers.N..., lm_head.weight), which recur must read as stored, not strip."""
+    gla = os.path.join(HERE, "..", "..", "fla", "gla-bf16", "model.safetensors")
+    torch.save(dict(read_safetensors(gla)), os.path.join(HERE, "gla_transformers.bin"))
+
+
+def wrapped_bare_checkpoint():
+    """tests/rwkv7/h2x16-f16.pth (BlinkDL's bare state dict, our own fixture) with every name
+    behind PyTorch Lightning's wrapper prefix "model.": no config.json, so the family is found
+    by the names without it."""
+    pth = os.path.join(HERE, "..", "..", "rwkv7", "h2x16-f16.pth")
+    sd = torch.load(pth, map_location="cpu", weights_only=True)
+    wrapped = collections.OrderedDict(("model." + k, v) for k, v in sd.items())
+    torch.save(wrapped, os.path.join(HERE, "rwkv7_wrapped.pth"))
+
+
 def main():
     if os.path.exists(MARKER):
         os.remove(MARKER)
@@ -251,6 +288,8 @@ def main():
         json.dump(values, f, indent=1, sort_keys=True)
         f.write("\n")
     hostile()
+    transformers_checkpoint()
+    wrapped_bare_checkpoint()
     # The fuzzer's seeds: the good checkpoints and one hostile archive,
     os.makedirs(CORPUS, exist_ok=True)
     for name in ["good.bin", "parameters.bin", "deflate.bin", "noncontiguous.bin",
