@@ -305,7 +305,7 @@ TEST_CASE("greedy generation writes the same text whatever the chunk size", "[mo
   for (int chunk : {1, 7, 64, 1000}) {
     Decoder dec(model, {chunk, 2});
     dec.prefill(prompt);
-    Sampler greedy({0.0f, 0, 1.0f, 1.0f, 0});
+    Sampler greedy({0.0f, 0, 1.0f, 1.0f, 0, nullptr});
     std::vector<int> history = prompt, out;
     for (int i = 0; i < 40; ++i) {
       const int t = greedy.sample(dec.logits(), history);
