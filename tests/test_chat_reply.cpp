@@ -230,11 +230,17 @@ TEST_CASE("a streamed reply's partial reads are prefixes of the whole read", "[r
     for (const auto& [reply, format] : replies) {
       INFO(reply);
       const auto whole = recur::parse_reply(reply, format, with_tools(in_thought));
+      recur::ReplyMessage before;
       for (std::size_t n = 0; n <= reply.size(); ++n) {
         const auto part = recur::parse_reply(reply.substr(0, n), format, with_tools(in_thought), true);
         INFO(n);
         CHECK(whole.content.compare(0, part.content.size(), part.content) == 0);
         CHECK(whole.reasoning.compare(0, part.reasoning.size(), part.reasoning) == 0);
+        // And of every later partial read: a stream sends each read's new tail.
+        CHECK(part.content.compare(0, before.content.size(), before.content) == 0);
+        CHECK(part.reasoning.compare(0, before.reasoning.size(), before.reasoning) == 0);
+        CHECK(part.tool_calls.size() >= before.tool_calls.size());
+        before = part;
         REQUIRE(part.tool_calls.size() <= whole.tool_calls.size());
         for (std::size_t i = 0; i < part.tool_calls.size(); ++i)
           CHECK(part.tool_calls[i].arguments == whole.tool_calls[i].arguments);
