@@ -86,8 +86,17 @@ grep -q "^recur chat: \[ChatTemplate::load\] .*: the model has no chat template 
 printf '{%% for m in messages %%}Question: {{ m.content }}\nAnswer:{%% endfor %%}' > "$tmp/t.jinja"
 echo "Who begat Enos?" | chat --chat-template "$tmp/t.jinja" > "$tmp/given" || fail "--chat-template: $(cat "$tmp/err")"
 grep -q "chat format: $tmp/t.jinja" "$tmp/err" && [[ -n "$(head -1 "$tmp/given")" ]] || fail "--chat-template: $(cat "$tmp/err" "$tmp/given")"
+# --think and --no-think reach the template as enable_thinking (this one refuses a thought).
+printf '{%% if enable_thinking %%}{{ raise_exception("asked to think") }}{%% endif %%}{%% for m in messages %%}Question: {{ m.content }}\nAnswer:{%% endfor %%}' > "$tmp/think.jinja"
+echo "Who begat Enos?" | chat --chat-template "$tmp/think.jinja" --think > "$tmp/given" || true
+grep -q "asked to think" "$tmp/given" || fail "--think did not reach the template: $(cat "$tmp/given")"
+echo "Who begat Enos?" | chat --chat-template "$tmp/think.jinja" --no-think > "$tmp/given" || fail "--no-think: $(cat "$tmp/err")"
+! grep -q "asked to think" "$tmp/given" && [[ -n "$(head -1 "$tmp/given")" ]] || fail "--no-think: $(cat "$tmp/given")"
+rc=0
+echo hi | chat --chat-template "$tmp/think.jinja" --think --no-think > /dev/null || rc=$?
+[[ $rc != 0 ]] || fail "--think with --no-think was taken"
 cp "$tmp/with-template.json" "$model/tokenizer_config.json"
-echo "chat_test: /reset, unknown commands and a missing template are handled, and --chat-template gives one"
+echo "chat_test: /reset, unknown commands and a missing template are handled, --chat-template gives one, --think and --no-think reach it"
 
 # In a terminal: type, watch the reply stream, stop a long one with Ctrl-C, go on, quit.
 cat > "$model/tokenizer_config.json" <<'JSON'

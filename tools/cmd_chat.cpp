@@ -20,6 +20,7 @@
 #include "text_model.h"
 #include "util/file.h"
 #include "util/json.h"
+#include "recur/chat_reply.h"
 #include "recur/chat_template.h"
 #include "recur/error.h"
 #include "recur/model.h"
@@ -51,9 +52,14 @@ class Chat {
  public:
   // `format.chat_template` null: RWKV's world format (text/world_chat.h).
   Chat(const TextModel& tm, const ChatFormat& format, const DecoderOptions& options,
-       const SamplerOptions& so, std::int64_t max_tokens, std::string system)
+       const SamplerOptions& so, std::int64_t max_tokens, std::string system, std::string extra,
+       std::string tools)
       : tm_(tm), template_(format.chat_template), stop_(format.stop), decoder_(tm.model, options),
-        sampler_(tm.sampler(so)), max_tokens_(max_tokens), system_(std::move(system)) {
+        sampler_(tm.sampler(so)), max_tokens_(max_tokens), system_(std::move(system)),
+        extra_(std::move(extra)) {
+    reply_options_.tools_json = std::move(tools);
+    if (template_) reply_format_ = ReplyFormat::detect(*template_);
+    dim_ = ::isatty(STDOUT_FILENO) != 0;
     eos_ = tm.model->config().eos_token_ids;
     // The template's end of turn (eos_token in tokenizer_config.json, e.g. <|im_end|>) ends a
     // reply as the config's eos ids do.
@@ -76,8 +82,10 @@ class Chat {
   void turn(const std::string& text) {
     messages_.push_back({"user", text});
     const std::string conversation = messages_json(messages_);
-    const std::string prompt = template_ ? template_->render(conversation, {}, true)
+    const std::string prompt = template_ ? template_->render(conversation, reply_options_.tools_json, true,
+                                                             ChatContent::kAuto, extra_)
                                          : text::world_chat_prompt(conversation, true);
+    reply_options_.in_thought = reply_format_.opens_thought(prompt);
     const std::vector<int> want = tm_.tokenizer->encode(prompt, false);
     // Only what extends the ids already run is prefilled; a prompt that does not extend them
     // (the template rewrote an earlier turn) starts the state again from its first id.
@@ -97,6 +105,25 @@ class Chat {
     TextSink out(false);
     DecodeStream stream(tm_.tokenizer, true);
     std::string reply, held;  // held: the reply's tail that may begin a stop string, not yet shown
+    // What is shown is the reply read as a message: the thought dimmed (on a terminal), then the
+    // content, then each tool call as a JSON line, each part as it grows.
+    ReplyMessage shown;
+    const auto show = [&](bool whole) {
+      const ReplyMessage m = parse_reply(reply, reply_format_, reply_options_, !whole);
+      if (m.reasoning.size() > shown.reasoning.size()) {
+        if (dim_) std::fputs("\033[2m", stdout);
+        out.put(m.reasoning.substr(shown.reasoning.size()));
+        if (dim_) std::fputs("\033[0m", stdout);
+      }
+      if (m.content.size() > shown.content.size()) {
+        if (shown.content.empty() && m.has_reasoning) out.put("\n\n");
+        out.put(m.content.substr(shown.content.size()));
+      }
+      for (std::size_t i = shown.tool_calls.size(); i < m.tool_calls.size(); ++i)
+        out.put(fmt::format("\n{{\"tool_call\": {{\"name\": {}, \"arguments\": {}}}}}", json::quote(m.tool_calls[i].name),
+                            m.tool_calls[i].arguments));
+      shown = m;
+    };
     // Adds a piece; shows what can no longer begin a stop. Returns whether a stop was reached
     // (the reply ends before it, and the stop is not shown).
     const auto put = [&](const std::string& piece) {
@@ -114,7 +141,7 @@ class Chat {
         cut = held.size() - keep;
       }
       reply += held.substr(0, cut);
-      out.put(held.substr(0, cut));
+      show(false);
       const bool stopped_here = cut + keep < held.size();
       held.erase(0, stopped_here ? std::string::npos : cut);
       return stopped_here;
@@ -139,10 +166,8 @@ class Chat {
         break;
       }
     }
-    if (!at_stop && !put(stream.finish())) {
-      reply += held;
-      out.put(held);
-    }
+    if (!at_stop && !put(stream.finish())) reply += held;
+    show(true);
     out.finish();
     std::signal(SIGINT, previous);
     std::fputc('\n', stdout);
@@ -208,6 +233,10 @@ class Chat {
   Sampler sampler_;
   std::int64_t max_tokens_;
   std::string system_;
+  std::string extra_;  // the template's extra variables ({"enable_thinking": false}), or ""
+  ReplyFormat reply_format_;
+  ReplyOptions reply_options_;
+  bool dim_ = false;  // stdout is a terminal: the thought is shown dimmed
   std::vector<int> eos_;
   std::vector<Message> messages_;
   std::vector<int> ids_;  // every id the state has run, prompt and replies
@@ -238,7 +267,12 @@ int run_chat(int argc, char** argv) {
       .option("seed", "0", "the sampler's seed")
       .option("chunk", "64", "tokens per prefill chunk (no effect on the result)")
       .option("threads", "0", "worker threads, 0: every core (no effect on the result)")
+      .flag("think", "ask the template for a thought (enable_thinking=true)")
+      .flag("no-think", "ask the template for no thought (enable_thinking=false: Qwen3.5 writes an empty one)")
+      .option("tools", "", "JSON file with tools ([{\"type\": \"function\", \"function\": {...}}]) given to the "
+                           "template; the model's calls to them are shown as JSON")
       .excludes("greedy", "temperature")
+      .excludes("think", "no-think")
       .footer("Commands, typed as a line of their own:\n"
               "  /save FILE   the state, its tokens and (FILE.messages.json) the conversation\n"
               "  /load FILE   continue a saved conversation exactly\n"
@@ -260,7 +294,13 @@ int run_chat(int argc, char** argv) {
       chat_format(args, tm, "give one with --chat-template FILE, or use recur generate for plain text");
   if (!format.none.empty()) throw ArgumentError(format.none);
   fmt::print(stderr, "chat format: {}\n", format.describe());
-  Chat chat(tm, format, options, so, max_tokens, args.str("system"));
+  const std::string extra = args.flag_set("think")      ? R"({"enable_thinking": true})"
+                            : args.flag_set("no-think") ? R"({"enable_thinking": false})"
+                                                        : "";
+  if ((!extra.empty() || args.given("tools")) && !format.chat_template)
+    throw ArgumentError("--think, --no-think and --tools need a chat template (RWKV's world format has no variables)");
+  const std::string tools = args.given("tools") ? read_input(args.str("tools"), "--tools", std::uint64_t(64) << 20) : "";
+  Chat chat(tm, format, options, so, max_tokens, args.str("system"), extra, tools);
   const bool terminal = ::isatty(STDIN_FILENO) != 0;
   if (terminal) fmt::print(stderr, "Type a message; /quit ends, /stats, /save FILE, /load FILE, /reset.\n");
   std::string line;

@@ -13,6 +13,7 @@
 #include "chat_format.h"
 #include "cli.h"
 #include "commands.h"
+#include "recur/chat_reply.h"
 #include "recur/chat_template.h"
 #include "recur/error.h"
 #include "serve/api.h"
@@ -64,6 +65,7 @@ void setup_chat(serve::ServedModel& served, const Args& args, const TextModel& t
       args, tm, "start recur serve with --chat-template FILE, or send text to /v1/completions");
   served.chat_template = format.chat_template;
   served.world_chat = format.world;
+  if (served.chat_template) served.reply_format = ReplyFormat::detect(*served.chat_template);
   served.chat_stop = format.stop;
   if (!format.none.empty()) {
     served.no_chat = "/v1/chat/completions cannot lay out the messages: " + format.none;
@@ -76,7 +78,8 @@ void setup_chat(serve::ServedModel& served, const Args& args, const TextModel& t
     for (const int id : served.chat_end_ids)
       names += fmt::format("{}{} ({})", names.empty() ? "" : ", ", printable(tm.tokenizer->id_to_token(id)), id);
   }
-  fmt::print(stderr, "chat: {}; a turn ends at {}\n", format.describe(),
+  fmt::print(stderr, "chat: {}; tool calls read as {}; a turn ends at {}\n", format.describe(),
+             tool_call_format_name(served.reply_format.tool_calls),
              names.empty() ? std::string("the model's eos") : names + " or the model's eos");
 }
 

@@ -170,7 +170,7 @@ await check("invalid messages are refused with 400 and the reason", async () => 
     [{ messages: [{ content: "hi" }] }, /role must be a string/],
     [{ messages: [{ role: "tool", content: "42", tool_call_id: "a" }] }, /this template has no tool turns/],
     [{ messages: [{ role: "user", content: "hi" }], n: 2 }, /'n' must be 1/],
-    [{ messages: [{ role: "user", content: "hi" }], tools: [] }, /unrecognized request argument 'tools'/],
+    [{ messages: [{ role: "user", content: "hi" }], functions: [] }, /unrecognized request argument 'functions'/],
     [{ messages: [{ role: "user", content: "hi" }], max_tokens: 2, max_completion_tokens: 2 }, /not both/],
   ];
   for (const [body, why] of cases) {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "util/json.h"
 
 namespace recur::serve {
@@ -77,28 +79,52 @@ std::string chat_usage_json(const Job& job) {
 
 }  // namespace
 
-std::string chat_completion_json(const Job& job, const ServedModel& served, const Engine& engine) {
+std::string chat_completion_json(const Job& job, const ServedModel& served, const Engine& engine,
+                                 const ReplyOptions& reply) {
+  const ReplyMessage message = parse_reply(job.text, served.reply_format, reply);
+  const std::string finish = message.tool_calls.empty() || job.finish_reason != "stop" ? job.finish_reason : "tool_calls";
   return fmt::format(
-      R"({{"id":{},"object":"chat.completion","created":{},"model":{},"choices":[{{"index":0,"message":{{"role":"assistant","content":{}}},"logprobs":{},"finish_reason":{}{}}}],"usage":{}}})",
-      quote(job.id), job.created, quote(served.name), quote(job.text),
-      chat_logprobs_json(job, engine, 0, job.tokens.size()), quote(job.finish_reason),
+      R"({{"id":{},"object":"chat.completion","created":{},"model":{},"choices":[{{"index":0,"message":{},"logprobs":{},"finish_reason":{}{}}}],"usage":{}}})",
+      quote(job.id), job.created, quote(served.name), message.to_json(),
+      chat_logprobs_json(job, engine, 0, job.tokens.size()), quote(finish),
       token_ids_json(job, 0, true), chat_usage_json(job));
 }
 
-std::string chat_chunk_json(const Job& job, const ServedModel& served, const Engine& engine, bool first,
-                            std::size_t text_from, std::size_t token_from, const std::string& finish_reason) {
+std::string chat_chunk_json(const Job& job, const ServedModel& served, const Engine& engine,
+                            const ReplyOptions& reply, ChatStreamed& sent, bool first,
+                            std::size_t token_from, const std::string& finish_reason) {
   // The first chunk holds the role alone, as OpenAI's does; the last (with the finish reason)
   // may hold nothing.
-  const std::string delta = first ? R"("role":"assistant","content":"")"
-                            : finish_reason.empty() || text_from < job.text.size()
-                                ? R"("content":)" + quote(job.text.substr(text_from))
-                                : std::string();
-  if (first) token_from = job.tokens.size();
+  std::string delta;
+  std::string finish = finish_reason;
+  if (first) {
+    delta = R"("role":"assistant","content":"")";
+    token_from = job.tokens.size();
+  } else {
+    const ReplyMessage m = parse_reply(job.text, served.reply_format, reply, !job.finished);
+    if (m.reasoning.size() > sent.reasoning)
+      delta += R"("reasoning_content":)" + quote(std::string_view(m.reasoning).substr(sent.reasoning));
+    if (m.content.size() > sent.content)
+      delta += std::string(delta.empty() ? "" : ",") + R"("content":)" + quote(std::string_view(m.content).substr(sent.content));
+    if (m.tool_calls.size() > sent.tool_calls) {
+      delta += std::string(delta.empty() ? "" : ",") + R"("tool_calls":[)";
+      for (std::size_t i = sent.tool_calls; i < m.tool_calls.size(); ++i)
+        delta += fmt::format(R"({}{{"index":{},"id":{},"type":"function","function":{{"name":{},"arguments":{}}}}})",
+                             i > sent.tool_calls ? "," : "", i, quote(m.tool_calls[i].id),
+                             quote(m.tool_calls[i].name), quote(m.tool_calls[i].arguments));
+      delta += ']';
+    }
+    if (delta.empty() && finish_reason.empty()) delta = R"("content":"")";
+    sent.reasoning = std::max(sent.reasoning, m.reasoning.size());
+    sent.content = std::max(sent.content, m.content.size());
+    sent.tool_calls = std::max(sent.tool_calls, m.tool_calls.size());
+    if (finish == "stop" && !m.tool_calls.empty()) finish = "tool_calls";
+  }
   return fmt::format(
       R"({{"id":{},"object":"chat.completion.chunk","created":{},"model":{},"choices":[{{"index":0,"delta":{{{}}},"logprobs":{},"finish_reason":{}}}]}})",
       quote(job.id), job.created, quote(served.name), delta,
       token_from < job.tokens.size() ? chat_logprobs_json(job, engine, token_from, job.tokens.size()) : "null",
-      finish_reason.empty() ? "null" : quote(finish_reason));
+      finish.empty() ? "null" : quote(finish));
 }
 
 std::string chat_usage_chunk_json(const Job& job, const ServedModel& served) {

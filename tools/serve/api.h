@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "recur/chat_reply.h"
 #include "serve/engine.h"
 
 namespace recur {
@@ -41,12 +42,21 @@ struct ServedModel {
   std::string no_chat;           ///< why there is neither: the 400's message
   std::vector<int> chat_end_ids;      ///< ids that end a turn besides eos (<|im_end|>)
   std::vector<std::string> chat_stop;  ///< text that ends a turn ("\n\n" in the world format)
+  ReplyFormat reply_format;            ///< how replies write thoughts and tool calls (the template's)
 };
 
 struct Completion {
   Request request;
   bool stream = false;
   bool include_usage = false;  ///< stream_options.include_usage
+  /// The chat API's reading of the reply (tools, tool_choice, whether the prompt opened a
+  /// thought); the call ids' base is set from the response id when the job is made.
+  ReplyOptions reply;
+};
+
+/// What a chat stream has sent of the reply's message so far.
+struct ChatStreamed {
+  std::size_t content = 0, reasoning = 0, tool_calls = 0;
 };
 
 /// Parses and checks a POST /v1/completions body; throws ApiError naming the field.
@@ -67,12 +77,17 @@ std::string chunk_json(const Job& job, const ServedModel& served, const Engine& 
 /// The last chunk with usage only (stream_options.include_usage).
 std::string usage_chunk_json(const Job& job, const ServedModel& served);
 
-/// The chat API's whole response (object "chat.completion").
-std::string chat_completion_json(const Job& job, const ServedModel& served, const Engine& engine);
-/// One streamed "chat.completion.chunk": the role alone (`first`), or the content and logprobs
-/// after `text_from` and `token_from`, and the finish reason when given.
-std::string chat_chunk_json(const Job& job, const ServedModel& served, const Engine& engine, bool first,
-                            std::size_t text_from, std::size_t token_from, const std::string& finish_reason);
+/// The chat API's whole response (object "chat.completion"): the reply read as a message
+/// (content, reasoning_content, tool_calls) with `reply`.
+std::string chat_completion_json(const Job& job, const ServedModel& served, const Engine& engine,
+                                 const ReplyOptions& reply);
+/// One streamed "chat.completion.chunk": the role alone (`first`), or what the reply's message
+/// gained since `sent` (read partially until the job is finished: text that may begin a marker
+/// or a call is held back) with the logprobs after `token_from`, and the finish reason when
+/// given. The deltas of a stream add up to chat_completion_json's message.
+std::string chat_chunk_json(const Job& job, const ServedModel& served, const Engine& engine,
+                            const ReplyOptions& reply, ChatStreamed& sent, bool first,
+                            std::size_t token_from, const std::string& finish_reason);
 /// The chat stream's last chunk with usage only.
 std::string chat_usage_chunk_json(const Job& job, const ServedModel& served);
 

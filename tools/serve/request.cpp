@@ -239,16 +239,102 @@ std::string check_messages(const json::Value* messages) {
                                         "not {}", i, content->kind_name()));
     }
   }
+  // OpenAI's clients send an assistant message's calls with their arguments as a JSON string;
+  // templates walk them as an object (`tool_call.arguments | items`), so the string is parsed,
+  // as llama.cpp and vLLM do.
+  std::string out = "[";
+  for (std::size_t i = 0; i < messages->array().size(); ++i) {
+    const json::Value& m = messages->array()[i];
+    out += i ? ",{" : "{";
+    bool first = true;
+    for (const auto& [key, value] : m.object()) {
+      out += (first ? "" : ",") + quote(key) + ":";
+      first = false;
+      if (key != "tool_calls" || value.is_null()) {
+        write_json(value, out);
+        continue;
+      }
+      if (!value.is_array())
+        throw bad("messages", fmt::format("messages[{}].tool_calls must be a list, not {}", i, value.kind_name()));
+      out += '[';
+      for (std::size_t k = 0; k < value.array().size(); ++k) {
+        const json::Value& call = value.array()[k];
+        const json::Value* function = call.is_object() ? call.find("function") : nullptr;
+        const json::Value* name = function && function->is_object() ? function->find("name") : nullptr;
+        if (!name || !name->is_string())
+          throw bad("messages", fmt::format("messages[{}].tool_calls[{}] must be {{\"type\": \"function\", "
+                                            "\"function\": {{\"name\": ..., \"arguments\": ...}}}}", i, k));
+        out += k ? ",{" : "{";
+        bool first_member = true;
+        for (const auto& [ck, cv] : call.object()) {
+          out += (first_member ? "" : ",") + quote(ck) + ":";
+          first_member = false;
+          if (ck != "function") {
+            write_json(cv, out);
+            continue;
+          }
+          out += '{';
+          bool first_field = true;
+          for (const auto& [fk, fv] : cv.object()) {
+            out += (first_field ? "" : ",") + quote(fk) + ":";
+            first_field = false;
+            if (fk == "arguments" && fv.is_string()) {
+              json::Value parsed;
+              try {
+                parsed = json::parse(fv.string(), "arguments");
+              } catch (const FormatError& e) {
+                throw bad("messages", fmt::format("messages[{}].tool_calls[{}].function.arguments is not JSON: {}",
+                                                  i, k, e.what()));
+              }
+              write_json(parsed, out);
+            } else {
+              write_json(fv, out);
+            }
+          }
+          out += '}';
+        }
+        out += '}';
+      }
+      out += ']';
+    }
+    out += '}';
+  }
+  return out + "]";
+}
+
+// The request's tools: a list of {"type": "function", "function": {"name", "description",
+// "parameters"}}, as JSON text for the template ("" for none).
+std::string check_tools(const json::Value* tools) {
+  if (!tools) return "";
+  if (!tools->is_array()) throw bad("tools", fmt::format("'tools' must be a list, not {}", tools->kind_name()));
+  for (std::size_t i = 0; i < tools->array().size(); ++i) {
+    const json::Value& t = tools->array()[i];
+    const json::Value* type = t.is_object() ? t.find("type") : nullptr;
+    const json::Value* function = t.is_object() ? t.find("function") : nullptr;
+    const json::Value* name = function && function->is_object() ? function->find("name") : nullptr;
+    if (!type || !type->is_string() || type->string() != "function" || !name || !name->is_string() ||
+        name->string().empty())
+      throw bad("tools", fmt::format("tools[{}] must be {{\"type\": \"function\", \"function\": {{\"name\": ..., "
+                                     "\"parameters\": ...}}}}", i));
+    if (const json::Value* p = function->find("parameters"); p && !p->is_object())
+      throw bad("tools", fmt::format("tools[{}].function.parameters must be an object (a JSON schema), not {}", i,
+                                     p->kind_name()));
+  }
+  if (tools->array().empty()) return "";
   std::string out;
-  write_json(*messages, out);
+  write_json(*tools, out);
   return out;
 }
 
 // The prompt text of checked messages: the model's chat template with add_generation_prompt, or
 // RWKV's world format.
-std::string chat_prompt(const std::string& messages, const ServedModel& served) {
+std::string chat_prompt(const std::string& messages, const std::string& tools, const std::string& extra,
+                        const ServedModel& served) {
+  if (!served.chat_template && (!tools.empty() || !extra.empty()))
+    throw bad(tools.empty() ? "chat_template_kwargs" : "tools",
+              "this model has no chat template (RWKV's world format): it takes no tools or template variables");
   try {
-    if (served.chat_template) return served.chat_template->render(messages, {}, true);
+    if (served.chat_template) return served.chat_template->render(messages, tools, true, ChatContent::kAuto, extra);
     if (served.world_chat) return text::world_chat_prompt(messages, true);
   } catch (const ArgumentError& e) {
     throw bad("messages", fmt::format("the chat template refused the messages: {}", e.what()));
@@ -358,7 +444,8 @@ Completion parse_chat_completion(std::string_view text, const ServedModel& serve
   static const char* const known[] = {
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
       "seed", "stop", "logprobs", "top_logprobs", "stream", "stream_options", "n", "presence_penalty",
-      "frequency_penalty", "logit_bias", "user", "previous_response_id", "ignore_eos", "return_token_ids"};
+      "frequency_penalty", "logit_bias", "user", "previous_response_id", "ignore_eos", "return_token_ids",
+      "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "reasoning_effort"};
   for (const auto& [key, value] : body.object()) {
     bool ok = false;
     for (const char* k : known) ok |= key == k;
@@ -391,7 +478,44 @@ Completion parse_chat_completion(std::string_view text, const ServedModel& serve
   check_response(body, c);
   // The whole conversation, as the template lays it out; the tokenizer adds nothing (the
   // template writes its own BOS), as transformers' apply_chat_template(tokenize=True) does.
-  r.prompt = encode(chat_prompt(messages, served), served, false);
+  c.reply.tools_json = check_tools(field(body, "tools"));
+  if (const auto* v = field(body, "tool_choice")) {
+    // "required" and a named function need the reply held to a call while sampling, which this
+    // server does not do yet: refused rather than left to chance.
+    const bool named = v->is_object();
+    if (!named && !(v->is_string() && (v->string() == "auto" || v->string() == "none" || v->string() == "required")))
+      throw bad("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                               "\"function\": {\"name\": ...}}");
+    if (named || v->string() == "required")
+      throw bad("tool_choice", "'tool_choice' \"required\" or a named function is not supported yet (the reply "
+                               "is not constrained to a call): use \"auto\" or \"none\"");
+    c.reply.parse_tool_calls = v->string() == "auto";
+  }
+  if (const auto* v = field(body, "parallel_tool_calls")) c.reply.parallel = boolean(*v, "parallel_tool_calls");
+  // Template variables: chat_template_kwargs as they are (apply_chat_template's keyword
+  // arguments), and reasoning_effort for templates that read it, unless the kwargs set it.
+  std::string extra;
+  const json::Value* kwargs = field(body, "chat_template_kwargs");
+  if (kwargs) {
+    if (!kwargs->is_object())
+      throw bad("chat_template_kwargs", fmt::format("'chat_template_kwargs' must be an object, not {}", kwargs->kind_name()));
+    for (const auto& [key, value] : kwargs->object())
+      if (key == "messages" || key == "tools" || key == "add_generation_prompt")
+        throw bad("chat_template_kwargs", fmt::format("chat_template_kwargs cannot set '{}'", key));
+    write_json(*kwargs, extra);
+  }
+  if (const auto* v = field(body, "reasoning_effort")) {
+    if (!v->is_string() || (v->string() != "none" && v->string() != "minimal" && v->string() != "low" &&
+                            v->string() != "medium" && v->string() != "high"))
+      throw bad("reasoning_effort", "'reasoning_effort' must be \"none\", \"minimal\", \"low\", \"medium\" or \"high\"");
+    if (!kwargs || !kwargs->find("reasoning_effort")) {
+      const std::string member = R"("reasoning_effort":)" + quote(v->string());
+      extra = extra.empty() || extra == "{}" ? "{" + member + "}" : extra.substr(0, extra.size() - 1) + "," + member + "}";
+    }
+  }
+  const std::string prompt = chat_prompt(messages, c.reply.tools_json, extra, served);
+  c.reply.in_thought = served.reply_format.opens_thought(prompt);
+  r.prompt = encode(prompt, served, false);
   if (r.prompt.empty()) throw bad("messages", "the chat template rendered an empty prompt");
   r.end_ids = served.chat_end_ids;
   r.stop.insert(r.stop.end(), served.chat_stop.begin(), served.chat_stop.end());

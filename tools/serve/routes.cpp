@@ -23,6 +23,7 @@ namespace {
 
 using serve::ApiError;
 using serve::Job;
+using recur::ReplyOptions;
 
 void send_error(httplib::Response& res, int status, const std::string& message,
                 const std::string& type, const std::string& param = "", const std::string& code = "") {
@@ -70,16 +71,18 @@ std::string metrics(const Server& s) {
 // few seconds while nothing does (so that a client that left is noticed), then the finish.
 // The chat API's chunks (`chat`) carry a delta: the role in the first, then the content, and
 // the finish reason in a last chunk of its own.
-void stream(Server& s, const std::shared_ptr<Job>& job, bool include_usage, bool chat, httplib::Response& res) {
+void stream(Server& s, const std::shared_ptr<Job>& job, bool include_usage, bool chat,
+            const ReplyOptions& reply, httplib::Response& res) {
   struct Progress {
     std::size_t text = 0, tokens = 0, ids = 0;
     bool ended = false, started = false;
+    serve::ChatStreamed message;  // what the chat deltas sent of the reply's message
   };
   auto sent = std::make_shared<Progress>();
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [&s, job, include_usage, chat, sent](std::size_t, httplib::DataSink& sink) {
+      [&s, job, include_usage, chat, reply, sent](std::size_t, httplib::DataSink& sink) {
         std::string out;
         {
           std::unique_lock<std::mutex> lock(job->mutex);
@@ -94,13 +97,13 @@ void stream(Server& s, const std::shared_ptr<Job>& job, bool include_usage, bool
             sent->ended = true;
           } else if (chat && (news || job->finished)) {
             if (!sent->started)
-              out = "data: " + serve::chat_chunk_json(*job, s.served, *s.engine, true, 0, 0, "") + "\n\n";
+              out = "data: " + serve::chat_chunk_json(*job, s.served, *s.engine, reply, sent->message, true, 0, "") + "\n\n";
             sent->started = true;
             if (news)
-              out += "data: " + serve::chat_chunk_json(*job, s.served, *s.engine, false, sent->text,
+              out += "data: " + serve::chat_chunk_json(*job, s.served, *s.engine, reply, sent->message, false,
                                                         sent->tokens, "") + "\n\n";
             if (job->finished) {
-              out += "data: " + serve::chat_chunk_json(*job, s.served, *s.engine, false, job->text.size(),
+              out += "data: " + serve::chat_chunk_json(*job, s.served, *s.engine, reply, sent->message, false,
                                                         job->tokens.size(), job->finish_reason) + "\n\n";
               if (include_usage) out += "data: " + serve::chat_usage_chunk_json(*job, s.served) + "\n\n";
               sent->ended = true;
@@ -168,6 +171,8 @@ void completions(Server& s, const httplib::Request& req, httplib::Response& res,
   auto job = std::make_shared<Job>();
   job->request = std::move(c.request);
   job->id = serve::new_response_id();
+  // Call ids are the response id's and the call's index: the same reply gives the same bytes.
+  c.reply.id_base = job->id.substr(job->id.find('-') + 1);
   job->owner = owner;
   job->previous_state = std::move(previous_state);
   job->created = unix_seconds();
@@ -184,7 +189,7 @@ void completions(Server& s, const httplib::Request& req, httplib::Response& res,
   }
   if (c.stream) {
     ++s.responding;  // until the stream's releaser runs
-    stream(s, job, c.include_usage, chat, res);
+    stream(s, job, c.include_usage, chat, c.reply, res);
     return;
   }
   std::unique_lock<std::mutex> lock(job->mutex);
@@ -193,7 +198,7 @@ void completions(Server& s, const httplib::Request& req, httplib::Response& res,
     send_error(res, job->error_status, job->error_message, job->error_type);
     return;
   }
-  res.set_content(chat ? serve::chat_completion_json(*job, s.served, *s.engine)
+  res.set_content(chat ? serve::chat_completion_json(*job, s.served, *s.engine, c.reply)
                        : serve::completion_json(*job, s.served, *s.engine),
                   "application/json");
 }

@@ -1,0 +1,88 @@
+// A model's reply read back as an OpenAI assistant message: the thought between the thinking
+// markers goes to `reasoning_content`, tool calls written in the template's format go to
+// `tool_calls`, and the rest stays `content`.
+//
+// The tool-call format is found once per template (ReplyFormat::detect), by rendering an
+// assistant message that carries a tool call and looking at how the template wrote it back:
+//   - kQwenXml: Qwen3.5 and Qwen3-Coder, `<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n
+//     </parameter>\n</function>\n</tool_call>`, each value typed by the tool's JSON schema;
+//   - kTaggedJson: Hermes, Qwen2.5/Qwen3, Granite: `<tool_call>{"name": ..., "arguments": ...}
+//     </tool_call>`;
+//   - kBareJson: Llama 3.x: the whole reply is `{"name": ..., "parameters": ...}`;
+//   - kGenericJson: a template that renders no call: the whole reply is `{"tool_call": {"name",
+//     "arguments"}}` or `{"tool_calls": [...]}`.
+// A call that does not parse, that is cut short, or that names a tool the request did not give
+// is left in `content` as the text it was: nothing the model wrote is dropped.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace recur {
+
+class ChatTemplate;
+
+enum class ToolCallFormat { kQwenXml, kTaggedJson, kBareJson, kGenericJson };
+
+/// "qwen-xml", "tagged-json", "bare-json", "generic-json".
+const char* tool_call_format_name(ToolCallFormat format);
+
+/// How a template's replies are written.
+struct ReplyFormat {
+  ToolCallFormat tool_calls = ToolCallFormat::kGenericJson;
+  std::string think_open = "<think>";
+  std::string think_close = "</think>";
+
+  /// The format a template renders tool calls in, found by rendering one assistant message with
+  /// a call (with tools given); a template that fails on it, or writes no call, gets the
+  /// generic JSON form.
+  static ReplyFormat detect(const ChatTemplate& chat);
+
+  /// Whether a rendered prompt leaves the model inside a thought: its end (spaces and newlines
+  /// aside) is an opening marker that no closing marker follows (Qwen3.5's generation prompt
+  /// `<think>\n`, RWKV's ` <think>`).
+  bool opens_thought(std::string_view prompt) const;
+};
+
+/// What a parse is told about the request.
+struct ReplyOptions {
+  /// The reply starts inside a thought (ReplyFormat::opens_thought of the prompt).
+  bool in_thought = false;
+  /// The request's tools, a JSON array of {"type": "function", "function": {"name",
+  /// "parameters"}} ("" or "[]": none, and then no call is parsed: every call is text).
+  std::string tools_json;
+  /// false: the calls stay text (tool_choice "none").
+  bool parse_tool_calls = true;
+  /// false: only the first call is parsed; later ones stay text (parallel_tool_calls false).
+  bool parallel = true;
+  /// Call ids are "call_" + id_base + "_" + the call's index: the same reply gives the same bytes.
+  std::string id_base = "0";
+};
+
+struct ToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  ///< a JSON object, as compact JSON text
+};
+
+struct ReplyMessage {
+  std::string content;
+  std::string reasoning;  ///< reasoning_content ("" with has_reasoning false: none)
+  bool has_reasoning = false;
+  std::vector<ToolCall> tool_calls;
+
+  /// {"role": "assistant", "content": ..., "reasoning_content": ..., "tool_calls": [...]}: the
+  /// content null when there is none and there are calls, reasoning_content and tool_calls
+  /// only when there are some.
+  std::string to_json() const;
+};
+
+/// Reads a reply. `partial` reads a reply still being written: text that may yet become part of
+/// a marker or of a call is held back, and trailing spaces and newlines too, so that each field
+/// of a partial read is a prefix of the same field of every later read (partial or whole), and
+/// tool_calls only grow. ArgumentError when tools_json is not an array of tools.
+ReplyMessage parse_reply(std::string_view reply, const ReplyFormat& format, const ReplyOptions& options,
+                         bool partial = false);
+
+}  // namespace recur
