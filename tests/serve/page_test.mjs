@@ -124,6 +124,41 @@ try {
     }
   });
 
+  await check("a reply inside a thought shows as reasoning, dimmed apart from the reply's text", async () => {
+    // A template whose generation prompt opens a thought: the reply, King James text that never
+    // writes </think>, is all reasoning_content.
+    const thinking = path.join(tmp, "thinking");
+    cpSync(model, thinking, { recursive: true });
+    writeFileSync(path.join(thinking, "tokenizer_config.json"), JSON.stringify({
+      eos_token: "<|endoftext|>",
+      chat_template: "{% for m in messages %}{% if m.role == 'user' %}Question: {{ m.content }}\n" +
+                     "{% else %}{{ m.content }}{{ eos_token }}\n\n{% endif %}{% endfor %}" +
+                     "{% if add_generation_prompt %}Answer: <think>\n{% endif %}",
+    }));
+    const server3 = await startServe(recur, ["-m", thinking, "--threads", "1"]);
+    try {
+      const p = await browser.newPage();
+      await p.goto(server3.url + "/");
+      await p.waitForFunction(() => document.getElementById("model").textContent.includes("state"));
+      await p.fill("#temperature", "0");
+      await p.fill("#max", "16");
+      await p.fill("#input", "Who begat Enos?");
+      await p.press("#input", "Enter");
+      await p.waitForFunction(() => document.getElementById("status").textContent.includes("tokens/s"), null, { timeout: 60000 });
+      const thought = p.locator(".msg.assistant .thought");
+      const shown = await thought.isVisible(), said = await thought.textContent();
+      const reply = await p.locator(".msg.assistant > div").nth(1).textContent();
+      const style = await thought.evaluate((e) => getComputedStyle(e).fontStyle);
+      if (!shown || !/[A-Za-z]/.test(said)) fail(`no reasoning shown: '${said}'`);
+      if (reply !== "") fail(`text outside the thought: '${reply}'`);
+      if (style !== "italic") fail(`the reasoning is not set apart (font-style ${style})`);
+      await p.close();
+    } finally {
+      server3.kill("SIGTERM");
+      await server3.exited;
+    }
+  });
+
   await check("a model with no chat template: the page says so at load and sends nothing", async () => {
     const plain = path.join(tmp, "plain");
     cpSync(model, plain, { recursive: true });

@@ -28,6 +28,9 @@ const char* const kChatPage = R"PAGE(<!doctype html>
   .user { align-self: flex-end; background: var(--user); }
   .assistant { align-self: flex-start; background: var(--bot); }
   .error { align-self: center; color: #b00020; }
+  .thought { color: var(--muted); font-style: italic; border-left: 2px solid var(--line);
+             padding-left: 8px; margin-bottom: 6px; }
+  .calls { font: 13px/1.4 ui-monospace, monospace; margin-top: 6px; }
   footer { border-top: 1px solid var(--line); padding: 10px 16px; }
   #status { color: var(--muted); font-size: 13px; min-height: 1.4em; }
   form { display: flex; gap: 8px; margin-top: 6px; }
@@ -113,12 +116,19 @@ async function send(text) {
   busy = true; $("send").disabled = true;
   messages.push({ role: "user", content: text });
   add("user", text);
+  // The reply's parts: its reasoning (dimmed), its text, and the tool calls it made (as JSON).
   const out = add("assistant", "");
+  const thought = document.createElement("div"), said = document.createElement("div"),
+        calls = document.createElement("div");
+  thought.className = "thought"; calls.className = "calls";
+  thought.hidden = calls.hidden = true;
+  out.append(thought, said, calls);
   const body = { model, messages, stream: true, stream_options: { include_usage: true },
                  temperature: Number($("temperature").value), max_tokens: Number($("max").value) };
   if (previousId) body.previous_response_id = previousId;
   const t0 = performance.now();
-  let first = 0, reply = "", usage = null, id = null;
+  let first = 0, reply = "", reasoning = "", usage = null, id = null;
+  const toolCalls = [];
   try {
     const res = await fetch("/v1/chat/completions", { method: "POST", headers: headers(), body: JSON.stringify(body) });
     if (!res.ok) {
@@ -142,12 +152,23 @@ async function send(text) {
         id = chunk.id || id;
         if (chunk.usage) usage = chunk.usage;
         const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta;
-        if (delta && delta.content) {
-          if (!first) first = performance.now();
-          reply += delta.content;
-          out.textContent = reply;
-          $("log").scrollTop = $("log").scrollHeight;
+        if (!delta) continue;
+        if (!first && (delta.content || delta.reasoning_content || delta.tool_calls)) first = performance.now();
+        if (delta.reasoning_content) {
+          reasoning += delta.reasoning_content;
+          thought.textContent = reasoning; thought.hidden = false;
         }
+        if (delta.content) {
+          reply += delta.content;
+          said.textContent = reply;
+        }
+        for (const call of delta.tool_calls || []) {
+          const c = toolCalls[call.index] || (toolCalls[call.index] = { name: "", arguments: "" });
+          if (call.function && call.function.name) c.name += call.function.name;
+          if (call.function && call.function.arguments) c.arguments += call.function.arguments;
+          calls.textContent = toolCalls.map((t) => JSON.stringify(t)).join("\n"); calls.hidden = false;
+        }
+        $("log").scrollTop = $("log").scrollHeight;
       }
     }
     messages.push({ role: "assistant", content: reply });
