@@ -11,7 +11,7 @@
 // Usage: node turns_test.mjs path/to/recur path/to/tests/fixtures
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import OpenAI from "openai";
@@ -31,10 +31,13 @@ writeChatTokenizer(dir, false);
 copyFileSync(path.join(fixtures, "published/qwen3.5-4b/chat_template.jinja"), path.join(dir, "chat_template.jinja"));
 writeFileSync(path.join(dir, "tokenizer_config.json"), JSON.stringify({ eos_token: "<|im_end|>", bos_token: null }));
 
-// The server under test keeps two checkpoints per conversation; the reference one none, and is
+// The server under test keeps two checkpoints per conversation, and every state in its directory
+// store (no memory for them: all but the newest go to a file, and are read back from it); the
+// reference one keeps no checkpoints, and is
 // only ever sent whole conversations (no previous_response_id): every reply from scratch.
 const [server, reference] = await Promise.all([
-  startServe(recur, ["-m", dir, "--threads", "1", "--max-checkpoints", "2"]),
+  startServe(recur, ["-m", dir, "--threads", "1", "--max-checkpoints", "2", "--memory", "0", "--state-dir",
+                     path.join(tmp, "states")]),
   startServe(recur, ["-m", dir, "--threads", "1", "--max-checkpoints", "0"]),
 ]);
 const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "none", maxRetries: 0 });
@@ -82,6 +85,9 @@ await check("three turns, each continued from the checkpoint at the end of the p
     turns.push(r);
     messages.push(reply(r));
   }
+  // With no memory for states, all but the newest went to the directory (the checks below read
+  // turns 2 and 3 back from their files).
+  assert.ok(readdirSync(path.join(tmp, "states")).filter((f) => f.endsWith(".state")).length >= 2);
 });
 
 await check("the oldest checkpoint goes past --max-checkpoints, and the rest still serve an edited turn", async () => {
