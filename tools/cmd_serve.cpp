@@ -131,6 +131,10 @@ void declare_serve_options(Args& args) {
       .option("write-timeout", "30", "seconds a client may take to accept the next part of a response")
       .option("keep-alive", "5", "seconds an idle connection is kept open for the client's next request "
                                  "(shutdown waits for idle connections up to this long)")
+      .option("max-checkpoints", "1", "states kept per chat conversation beside the one after the reply: "
+                                      "each at the end of a prompt's last message, so that a turn whose "
+                                      "template rewrites the reply (a thinking model's) still reuses the "
+                                      "history; the oldest dropped first, 0: none (see docs/chat.md)")
       .option("memory", "1G", "bytes of conversation states kept in memory; past it the least "
                               "recently used go to --state-dir (or are dropped without one)")
       .option("state-dir", "", "directory for conversation states: what memory cannot hold, and "
@@ -287,6 +291,7 @@ int run_serve(int argc, char** argv) {
   eo.chunk = static_cast<int>(args.integer("chunk", 1, 1 << 16));
   eo.max_batch = static_cast<int>(args.integer("max-batch", 1, 4096));
   eo.max_queue = static_cast<int>(args.integer("queue", 0, 1 << 16));
+  eo.max_checkpoints = static_cast<int>(args.integer("max-checkpoints", 0, 1024));
   const HttpLimits limits = http_limits(args);
   const auto memory = static_cast<std::size_t>(args.integer("memory", 0, std::int64_t(1) << 50));
   const double grace = args.real("grace", 0, 86400);

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -18,6 +19,66 @@ namespace {
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// A chat conversation's kept bytes: the state after the reply, and the checkpoints before it
+// (each the state at the end of an earlier prompt's last whole message, with the number of
+// tokens it covers, shortest first). Stored as "recurkp1", a u32 count, then per checkpoint a
+// u64 token count, a u64 size and its bytes, then the final state to the end. Bytes without the
+// header are a final state alone (every state kept before checkpoints were, and the
+// completions API's).
+constexpr std::string_view kKeptMagic = "recurkp1";
+using Checkpoint = std::pair<std::int64_t, std::string>;  // (tokens covered, Decoder::save_bytes)
+
+void put_u64(std::string& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(char((v >> (8 * i)) & 0xff));
+}
+
+std::string pack_kept(std::string final_state, const std::vector<Checkpoint>& checkpoints) {
+  if (checkpoints.empty()) return final_state;
+  std::size_t size = kKeptMagic.size() + 4 + final_state.size();
+  for (const auto& c : checkpoints) size += 16 + c.second.size();
+  std::string out;
+  out.reserve(size);
+  out += kKeptMagic;
+  const auto n = static_cast<std::uint32_t>(checkpoints.size());
+  for (int i = 0; i < 4; ++i) out.push_back(char((n >> (8 * i)) & 0xff));
+  for (const auto& c : checkpoints) {
+    put_u64(out, static_cast<std::uint64_t>(c.first));
+    put_u64(out, c.second.size());
+    out += c.second;
+  }
+  out += final_state;
+  return out;
+}
+
+// The final state's bytes (a view into `blob`) and the checkpoints; throws FormatError when the
+// container is cut short.
+std::string_view unpack_kept(const std::string& blob, std::vector<Checkpoint>* checkpoints) {
+  const std::string_view all(blob);
+  if (all.substr(0, kKeptMagic.size()) != kKeptMagic) return all;
+  std::size_t at = kKeptMagic.size();
+  auto need = [&](std::size_t n) {
+    if (all.size() - at < n)
+      throw FormatError(fmt::format("kept conversation: {} bytes, cut short at byte {} (needs {} more)",
+                                    all.size(), at, n));
+  };
+  auto read = [&](int bytes) {
+    need(std::size_t(bytes));
+    std::uint64_t v = 0;
+    for (int i = 0; i < bytes; ++i) v |= std::uint64_t(static_cast<unsigned char>(all[at + std::size_t(i)])) << (8 * i);
+    at += std::size_t(bytes);
+    return v;
+  };
+  const auto n = read(4);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const auto tokens = static_cast<std::int64_t>(read(8));
+    const auto size = static_cast<std::size_t>(read(8));
+    need(size);
+    if (checkpoints) checkpoints->emplace_back(tokens, std::string(all.substr(at, size)));
+    at += size;
+  }
+  return all.substr(at);
 }
 
 }  // namespace
@@ -37,6 +98,8 @@ struct Engine::Slot {
   StopSequences stop;                  // holds back text that may begin a stop sequence
   std::string failure;                 // set by the parallel sampling or saving, handled after it
   std::vector<int> history;            // whole_prompt: the tokens of the state before this turn's
+  std::vector<Checkpoint> checkpoints;  // whole_prompt: kept with the final state, shortest first
+  std::size_t checkpoint_at = 0;        // todo's tokens before the new checkpoint (0: none to take)
 
   Slot(std::shared_ptr<const Model> model, const DecoderOptions& o) : decoder(std::move(model), o) {}
 };
@@ -149,6 +212,8 @@ void Engine::release(Slot& slot) {
   slot.stop.reset({});
   slot.bytes.finish();
   slot.history.clear();
+  slot.checkpoints.clear();
+  slot.checkpoint_at = 0;
 }
 
 void Engine::admit(Slot& slot, std::shared_ptr<Job> job) {
@@ -156,11 +221,15 @@ void Engine::admit(Slot& slot, std::shared_ptr<Job> job) {
   const Request& r = slot.job->request;
   slot.decoder.reset();
   slot.history.clear();
+  slot.checkpoints.clear();
+  slot.checkpoint_at = 0;
   std::size_t cached = 0;
   if (!r.previous_id.empty()) {
     SessionData session;
+    std::vector<Checkpoint> kept_checkpoints;
     try {
-      slot.decoder.load_bytes(slot.job->previous_state, "conversation " + r.previous_id, &session);
+      const std::string_view final_state = unpack_kept(slot.job->previous_state, &kept_checkpoints);
+      slot.decoder.load_bytes(final_state, "conversation " + r.previous_id, &session);
     } catch (const std::exception& e) {
       fail(slot, 409, "invalid_request_error", fmt::format("previous_response_id '{}' cannot be continued: {}", r.previous_id, e.what()));
       return;
@@ -171,14 +240,38 @@ void Engine::admit(Slot& slot, std::shared_ptr<Job> job) {
       // The kept state serves only a prompt that extends it token for token (a state kept by
       // the completions API holds no tokens, and an edited history does not extend it).
       const auto& kept = session.tokens;
-      const bool extends = !kept.empty() && std::int64_t(kept.size()) == slot.decoder.n_tokens() &&
-                           kept.size() <= r.prompt.size() &&
-                           std::equal(kept.begin(), kept.end(), r.prompt.begin());
+      auto begins_prompt = [&](std::size_t n) {
+        return n <= kept.size() && n <= r.prompt.size() && std::equal(kept.begin(), kept.begin() + std::ptrdiff_t(n), r.prompt.begin());
+      };
+      const bool extends = !kept.empty() && std::int64_t(kept.size()) == slot.decoder.n_tokens() && begins_prompt(kept.size());
       if (extends) {
         cached = kept.size();
       } else {
+        // Else the longest checkpoint whose tokens (a prefix of the kept ones) begin the prompt:
+        // the end of an earlier prompt's last message, before a reply that this render writes
+        // differently.
         slot.decoder.reset();
+        for (auto c = kept_checkpoints.rbegin(); c != kept_checkpoints.rend(); ++c) {
+          if (c->first <= 0 || !begins_prompt(std::size_t(c->first))) continue;
+          SessionData at;
+          try {
+            slot.decoder.load_bytes(c->second, "conversation " + r.previous_id + "'s checkpoint", &at);
+          } catch (const std::exception& e) {
+            fail(slot, 409, "invalid_request_error", fmt::format("previous_response_id '{}' cannot be continued: {}", r.previous_id, e.what()));
+            return;
+          }
+          if (slot.decoder.n_tokens() != c->first || std::int64_t(at.tokens.size()) != c->first) {
+            slot.decoder.reset();
+            continue;
+          }
+          cached = std::size_t(c->first);
+          break;
+        }
       }
+      // The checkpoints within what is reused begin this prompt too: they stay with the
+      // conversation.
+      for (auto& c : kept_checkpoints)
+        if (c.first > 0 && std::size_t(c.first) <= cached) slot.checkpoints.push_back(std::move(c));
     }
   }
   if (r.prompt.empty() && slot.decoder.n_tokens() == 0) {
@@ -188,6 +281,14 @@ void Engine::admit(Slot& slot, std::shared_ptr<Job> job) {
   if (r.whole_prompt) {
     slot.history = r.prompt;
     slot.todo.assign(r.prompt.begin() + std::ptrdiff_t(cached), r.prompt.end());
+    if (options_.max_checkpoints > 0 && r.checkpoint > 0 && r.checkpoint < r.prompt.size()) {
+      if (r.checkpoint > cached) {
+        slot.checkpoint_at = r.checkpoint - cached;  // taken by turn() when the prefill gets there
+      } else if (r.checkpoint == cached &&
+                 (slot.checkpoints.empty() || slot.checkpoints.back().first != std::int64_t(cached))) {
+        add_checkpoint(slot);  // the state it starts from is the end of the last message
+      }
+    }
   } else {
     slot.todo = r.prompt;
   }
@@ -212,6 +313,21 @@ void Engine::admit(Slot& slot, std::shared_ptr<Job> job) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++stats_.requests_admitted;
   stats_.prompt_tokens += std::int64_t(slot.todo.size());
+}
+
+// The slot's state now, at the end of its prompt's last whole message, kept as a checkpoint; the
+// oldest go past --max-checkpoints. A copy of the state (megabytes, and a hybrid's KV at this
+// length), taken on the engine's thread once per request.
+void Engine::add_checkpoint(Slot& slot) {
+  const Request& r = slot.job->request;
+  const auto n = static_cast<std::size_t>(slot.decoder.n_tokens());
+  assert(n <= r.prompt.size());
+  SessionData session;
+  session.tokens.assign(r.prompt.begin(), r.prompt.begin() + std::ptrdiff_t(n));
+  slot.checkpoints.emplace_back(std::int64_t(n), slot.decoder.save_bytes(&session));
+  const auto max = static_cast<std::size_t>(options_.max_checkpoints);
+  if (slot.checkpoints.size() > max)
+    slot.checkpoints.erase(slot.checkpoints.begin(), slot.checkpoints.end() - std::ptrdiff_t(max));
 }
 
 // The text a new token releases, and whether it ends the request. Runs on worker threads, one
@@ -303,7 +419,7 @@ void Engine::finish(const std::vector<Slot*>& slots) {
           SessionData session;
           session.tokens = s.history;
           session.tokens.insert(session.tokens.end(), s.job->token_ids.begin(), s.job->token_ids.end());
-          keeps[std::size_t(i)].bytes = s.decoder.save_bytes(&session);
+          keeps[std::size_t(i)].bytes = pack_kept(s.decoder.save_bytes(&session), s.checkpoints);
         } else {
           keeps[std::size_t(i)].bytes = s.decoder.save_bytes();
         }
@@ -387,7 +503,9 @@ void Engine::turn() {
     const std::size_t at = (next_prefill_ + k) % n_slots;
     Slot& s = *slots_[at];
     if (s.phase != Slot::Phase::kPrefill) continue;
-    const int count = int(std::min<std::size_t>(s.todo.size() - s.done, std::size_t(budget)));
+    // A chunk ends at the checkpoint, so that the state there can be kept.
+    const std::size_t until = s.checkpoint_at > s.done ? s.checkpoint_at : s.todo.size();
+    const int count = int(std::min<std::size_t>(until - s.done, std::size_t(budget)));
     if (count == 0) {  // a continuation with no new tokens: its logits are already there
       active.push_back(&s);
       continue;
@@ -424,6 +542,15 @@ void Engine::turn() {
     } else if (s->phase == Slot::Phase::kFinishing) {
       finishing.push_back(s);
     } else if (s->phase == Slot::Phase::kPrefill) {
+      if (s->checkpoint_at > 0 && s->done == s->checkpoint_at) {
+        s->checkpoint_at = 0;
+        try {
+          add_checkpoint(*s);
+        } catch (const std::exception& e) {
+          fail(*s, 500, "server_error", fmt::format("the conversation could not be kept: {}", e.what()));
+          continue;
+        }
+      }
       if (s->done < s->todo.size()) continue;  // more of the prompt next turn
       if (s->job->request.max_tokens == 0) {
         publish(*s->job, [](Job& j) { j.finish_reason = "length"; });

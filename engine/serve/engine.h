@@ -44,6 +44,11 @@ struct Request {
   /// prefilled; otherwise the conversation starts fresh from `prompt`. The state kept at the
   /// end holds its tokens too.
   bool whole_prompt = false;
+  /// whole_prompt: how many of `prompt`'s tokens end its last whole message (the conversation
+  /// rendered without the generation prompt; 0: none). The state there is kept with the reply's
+  /// as a checkpoint, since a later render may lay out what follows differently (a thinking
+  /// template drops the reply's reasoning once another turn comes).
+  std::size_t checkpoint = 0;
 };
 
 /// One generated token as the response reports it.
@@ -86,6 +91,9 @@ struct EngineOptions {
   int max_queue = 256;       ///< requests waiting for a slot before 429
   int chunk = 64;            ///< prefill tokens per turn of the loop
   int threads = 0;
+  /// Checkpoints kept per conversation beside the state after the reply (the states at the end
+  /// of earlier prompts' last messages; the oldest dropped first). 0: none.
+  int max_checkpoints = 1;
 };
 
 /// Counters for /metrics.
@@ -127,6 +135,7 @@ class Engine {
   void finish(const std::vector<Slot*>& slots);
   void fail(Slot& slot, int status, const std::string& type, const std::string& message);
   void release(Slot& slot);
+  void add_checkpoint(Slot& slot);
   void keep_loop();
 
   std::shared_ptr<const Model> model_;

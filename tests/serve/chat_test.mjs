@@ -141,14 +141,22 @@ await check("a continued conversation costs its new tokens (cached_tokens) and e
   }
 });
 
-await check("a history that does not extend the kept conversation starts fresh (cached_tokens 0)", async () => {
+await check("a history that does not extend the kept conversation continues from the checkpoint before the reply, or starts fresh (cached_tokens 0)", async () => {
   const first = await client.chat.completions.create({ ...greedy, messages: [SYSTEM, { role: "user", content: "One" }] });
   const edited = [SYSTEM, { role: "user", content: "One" }, { role: "assistant", content: "not what it said" },
                   { role: "user", content: "Two" }];
   const cont = await client.chat.completions.create({ ...greedy, messages: edited, previous_response_id: first.id });
   const whole = await client.chat.completions.create({ ...greedy, messages: edited });
-  assert.equal(cont.usage.prompt_tokens_details.cached_tokens, 0);
+  // The reply was edited: the checkpoint at the end of the first prompt's last message (before
+  // its generation prompt, "<|im_start|>assistant\n": 11 byte-level ids) serves.
+  assert.equal(cont.usage.prompt_tokens_details.cached_tokens, first.usage.prompt_tokens - 11);
   assert.deepEqual(cont.choices[0].token_ids, whole.choices[0].token_ids);
+  // The user's message edited: nothing kept begins the prompt.
+  const rewritten = [SYSTEM, { role: "user", content: "Uno" }];
+  const fresh = await client.chat.completions.create({ ...greedy, messages: rewritten, previous_response_id: first.id });
+  assert.equal(fresh.usage.prompt_tokens_details.cached_tokens, 0);
+  assert.deepEqual(fresh.choices[0].token_ids,
+                   (await client.chat.completions.create({ ...greedy, messages: rewritten })).choices[0].token_ids);
   // A conversation the completions API kept holds no tokens to compare: fresh too.
   const plain = await client.completions.create({ model: "chatml", prompt: "x", max_tokens: 2 });
   const after = await client.chat.completions.create({ ...greedy, messages: edited, previous_response_id: plain.id });

@@ -329,13 +329,14 @@ std::string check_tools(const json::Value* tools) {
 // The prompt text of checked messages: the model's chat template with add_generation_prompt, or
 // RWKV's world format.
 std::string chat_prompt(const std::string& messages, const std::string& tools, const std::string& extra,
-                        const ServedModel& served) {
+                        const ServedModel& served, bool generation_prompt = true) {
   if (!served.chat_template && (!tools.empty() || !extra.empty()))
     throw bad(tools.empty() ? "chat_template_kwargs" : "tools",
               "this model has no chat template (RWKV's world format): it takes no tools or template variables");
   try {
-    if (served.chat_template) return served.chat_template->render(messages, tools, true, ChatContent::kAuto, extra);
-    if (served.world_chat) return text::world_chat_prompt(messages, true);
+    if (served.chat_template)
+      return served.chat_template->render(messages, tools, generation_prompt, ChatContent::kAuto, extra);
+    if (served.world_chat) return text::world_chat_prompt(messages, generation_prompt);
   } catch (const ArgumentError& e) {
     throw bad("messages", fmt::format("the chat template refused the messages: {}", e.what()));
   } catch (const FormatError& e) {
@@ -517,6 +518,17 @@ Completion parse_chat_completion(std::string_view text, const ServedModel& serve
   c.reply.in_thought = served.reply_format.opens_thought(prompt);
   r.prompt = encode(prompt, served, false);
   if (r.prompt.empty()) throw bad("messages", "the chat template rendered an empty prompt");
+  // The end of the last whole message: the conversation rendered without the generation prompt,
+  // when its tokens begin the prompt's (a tokenizer may merge the last message's end with what
+  // follows differently: then no checkpoint). The state there is kept beside the reply's.
+  try {
+    const auto before = encode(chat_prompt(messages, c.reply.tools_json, extra, served, false), served, false);
+    if (!before.empty() && before.size() < r.prompt.size() &&
+        std::equal(before.begin(), before.end(), r.prompt.begin()))
+      r.checkpoint = before.size();
+  } catch (const ApiError&) {
+    // A template that cannot end without the generation prompt: no checkpoint.
+  }
   r.end_ids = served.chat_end_ids;
   r.stop.insert(r.stop.end(), served.chat_stop.begin(), served.chat_stop.end());
   return c;
