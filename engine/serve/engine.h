@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "recur/json_constraint.h"
+#include "recur/json_schema.h"
 #include "recur/model.h"
 #include "recur/sampling.h"
 #include "recur/tokenizer.h"
@@ -44,6 +46,10 @@ struct Request {
   /// prefilled; otherwise the conversation starts fresh from `prompt`. The state kept at the
   /// end holds its tokens too.
   bool whole_prompt = false;
+  /// Structured output (null: none): only tokens that keep the text a prefix of a value of it
+  /// are drawn, the end ids only once the value is whole, and the response ends ("stop") when
+  /// nothing may follow. Within max_tokens the value closes (see JsonConstraint).
+  std::shared_ptr<const JsonGrammar> grammar;
 };
 
 /// One generated token as the response reports it.
@@ -132,6 +138,7 @@ class Engine {
   std::shared_ptr<const Model> model_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<const TokenMask> mask_;  // the ids tokenizer_ decodes (null: every id)
+  std::shared_ptr<const TokenTrie> trie_;  // the vocabulary's bytes, made for the first schema
   ConversationStore& store_;
   EngineOptions options_;
   BatchDecoder batch_;
