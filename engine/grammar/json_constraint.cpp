@@ -40,6 +40,8 @@ std::uint32_t next_code_point(const std::string& s, std::size_t& i) {
   return cp;
 }
 
+bool plain_text(unsigned char b) { return b >= 0x20 && b < 0x7F && b != '"' && b != '\\'; }
+
 }  // namespace
 
 std::shared_ptr<const TokenTrie> TokenTrie::build(const Tokenizer& tokenizer, int n_ids) {
@@ -126,6 +128,9 @@ std::shared_ptr<const TokenTrie> TokenTrie::from_bytes(const std::vector<std::st
     path.pop_back();
   }
   t.ids_begin_.push_back(int(t.ids_.size()));
+  t.special_before_.assign(t.byte_.size() + 1, 0);
+  for (std::size_t i = 0; i < t.byte_.size(); ++i)
+    t.special_before_[i + 1] = t.special_before_[i] + (i > 0 && !plain_text(t.byte_[i]) ? 1 : 0);
   bool ascii = true;
   for (int b = 0x20; b < 0x7F && ascii; ++b) {
     bool found = false;
@@ -170,8 +175,21 @@ const std::vector<char>& JsonConstraint::allowed(int n_ids) {
     const unsigned char b = t.byte_[std::size_t(i)];
     const JsonMatcher* parent = at_[d - 1];
     const JsonMatcher* here = parent;
+    const bool plain = plain_text(b) && parent->in_plain_string();
+    const int end = t.end_[std::size_t(i)];
+    if (plain && t.special_before_[std::size_t(end)] == t.special_before_[std::size_t(i)]) {
+      // A subtree of plain text inside a string: every token in it leaves the automaton where
+      // it is (min_close unchanged), so all are allowed or none, at once.
+      if (base + (d - 1) * growth <= budget || parent->min_close() <= budget)
+        for (int k = t.ids_begin_[std::size_t(i)]; k < t.ids_begin_[std::size_t(end)]; ++k) {
+          const int id = t.ids_[std::size_t(k)];
+          if (id < n_ids) allowed_[std::size_t(id)] = 1;
+        }
+      i = end;
+      continue;
+    }
     // Plain text in a string leaves the automaton where it is: no copy, no step.
-    if (!(b >= 0x20 && b < 0x7F && b != '"' && b != '\\' && parent->in_plain_string())) {
+    if (!plain) {
       JsonMatcher& s = states_[d];
       s.assign_state(*parent);
       if (!s.advance(b)) {
