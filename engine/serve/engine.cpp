@@ -196,7 +196,7 @@ void Engine::admit(Slot& slot, std::shared_ptr<Job> job) {
   slot.sampler.emplace(r.sampler);
   // Ids the tokenizer cannot decode (a head wider than the vocabulary) are never drawn.
   slot.sampler->set_mask(mask_);
-  if (r.grammar) {
+  if (r.grammar && r.max_tokens > 0) {
     const int V = model_->config().vocab_size;
     if (!trie_) {
       if (tokenizer_) {
