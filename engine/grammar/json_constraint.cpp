@@ -47,11 +47,20 @@ bool plain_text(unsigned char b) { return b >= 0x20 && b < 0x7F && b != '"' && b
 std::shared_ptr<const TokenTrie> TokenTrie::build(const Tokenizer& tokenizer, int n_ids) {
   if (n_ids < 1) detail::throw_argument("TokenTrie::build", "n_ids is {}, expected at least 1", n_ids);
   const int V = std::min(n_ids, tokenizer.vocab_size());
-  // A byte-level vocabulary writes its bytes in GPT-2's alphabet ("Ġ" for a space).
+  // A byte-level vocabulary writes its bytes in GPT-2's alphabet ("Ġ" for a space), a
+  // SentencePiece one its spaces as "▁": whichever of the two more tokens begin with decides (a
+  // large vocabulary of either kind holds a few of the other's).
   bool byte_level = false;
-  if (!tokenizer.world_vocabulary())
-    for (int id = 0; id < V && !byte_level; ++id)
-      if (tokenizer.has_id(id) && tokenizer.id_to_token(id).find("\xC4\xA0") != std::string::npos) byte_level = true;
+  if (!tokenizer.world_vocabulary()) {
+    std::int64_t g = 0, m = 0;
+    for (int id = 0; id < V; ++id) {
+      if (!tokenizer.has_id(id)) continue;
+      const std::string& t = tokenizer.id_to_token(id);
+      g += t.compare(0, 2, "\xC4\xA0") == 0;
+      m += t.compare(0, 3, "\xE2\x96\x81") == 0;
+    }
+    byte_level = g > m;
+  }
   std::vector<std::string> bytes(static_cast<std::size_t>(n_ids));
   for (int id = 0; id < V; ++id) {
     if (!tokenizer.has_id(id) || tokenizer.is_special(id)) continue;

@@ -776,14 +776,13 @@ bool step(const grammar::Grammar& g, Stack& s, unsigned char c, std::vector<Stac
       }
       case kLiteralFrame: {
         const auto& lits = n.literals;
-        std::uint32_t lo = f.a, hi = f.a;
-        for (std::uint32_t i = f.a; i < f.b; ++i) {
-          const bool match = lits[i].size() > f.c && static_cast<unsigned char>(lits[i][f.c]) == c;
-          if (match) {
-            if (lo == hi) lo = i;
-            hi = i + 1;
-          }
-        }
+        // The literals in [a, b) share their first c bytes and are sorted: those with c next are
+        // one run, found by binary search (an enum may hold thousands).
+        const auto first = lits.begin() + std::ptrdiff_t(f.a), last = lits.begin() + std::ptrdiff_t(f.b);
+        const auto byte_at = [&](const std::string& l) { return l.size() > f.c ? int(static_cast<unsigned char>(l[f.c])) : -1; };
+        const auto run_lo = std::partition_point(first, last, [&](const std::string& l) { return byte_at(l) < int(c); });
+        const auto run_hi = std::partition_point(run_lo, last, [&](const std::string& l) { return byte_at(l) == int(c); });
+        const auto lo = std::uint32_t(run_lo - lits.begin()), hi = std::uint32_t(run_hi - lits.begin());
         if (lo == hi) {
           if (!accepting(g, f)) return false;
           s.pop_back();
