@@ -113,6 +113,17 @@ await check("a reply has the same bytes alone and in a batch", async () => {
   }
 });
 
+await check("a streamed reply's deltas join into the reply sent whole", async () => {
+  const request = { model: "chatml", messages, temperature: 1.0, max_tokens: 50, seed: 77,
+                    response_format: format("tree") };
+  const whole = await client.chat.completions.create(request);
+  let text = "";
+  for await (const chunk of await client.chat.completions.create({ ...request, stream: true }))
+    text += chunk.choices[0]?.delta?.content ?? "";
+  assert.equal(text, whole.choices[0].message.content);
+  JSON.parse(text);
+});
+
 await check("a schema with a keyword recur does not enforce is a 400 naming it and its path", async () => {
   const bad = { type: "object", properties: { n: { type: "integer", minimum: 3 } } };
   await assert.rejects(
