@@ -156,6 +156,13 @@ TEST_CASE("a schema accepts the compact values it describes and refuses the rest
   CHECK_FALSE(accepts(kSchemas[6].c_str(), R"({"a":1,"b":"s"})"));
   CHECK(accepts(kSchemas[13].c_str(), R"({"ab":null,"abc":1})"));
   CHECK_FALSE(accepts(kSchemas[13].c_str(), R"({"a":null})"));
+  // Objects and arrays of any value nest 32 deep at most; a schema's own do not count.
+  const std::string deep32 = std::string(32, '[') + std::string(32, ']');
+  const std::string deep33 = std::string(33, '[') + std::string(33, ']');
+  CHECK(accepts("true", deep32));
+  CHECK_FALSE(accepts("true", deep33));
+  CHECK(accepts(R"({"type":"object"})", "{\"a\":" + std::string(31, '[') + "1" + std::string(31, ']') + "}"));
+  CHECK_FALSE(accepts(R"({"type":"object"})", "{\"a\":" + std::string(32, '[') + "1" + std::string(32, ']') + "}"));
   // A large enum: each byte narrows the values by binary search.
   std::string big = R"({"enum":[)";
   for (int i = 0; i < 5000; ++i) big += fmt::format("{}\"v{}\"", i ? "," : "", i * 7);

@@ -36,6 +36,7 @@ struct Node {
   // The concrete nodes (object .. literal) a value of this node is one of.
   std::vector<int> concrete;
   std::size_t min_len = kInf;  // the fewest bytes of a value
+  bool deep = false;  // an object or array of any value: refused past kMaxAnyDepth frames
 };
 
 struct Grammar {

@@ -28,6 +28,7 @@ constexpr std::size_t kMaxStacks = 64;        // live parses kept (identical one
 constexpr std::uint32_t kMaxDigits = 15;      // integer and fraction digits
 constexpr std::uint32_t kMaxExpDigits = 2;
 constexpr std::uint32_t kAdditional = 0xFFFFFFFFu;
+constexpr std::size_t kMaxAnyDepth = 32;      // nesting of objects and arrays of "any value"
 
 std::size_t add_sat(std::size_t a, std::size_t b) {
   return a >= grammar::kInf - b ? grammar::kInf : a + b;
@@ -92,8 +93,10 @@ class Compiler {
     any_ = add(Node::kChoice, "(any value)");
     const int object = add(Node::kObject, "(any object)");
     nodes_[std::size_t(object)].additional = any_;
+    nodes_[std::size_t(object)].deep = true;
     const int array = add(Node::kArray, "(any array)");
     nodes_[std::size_t(array)].items = any_;
+    nodes_[std::size_t(array)].deep = true;
     const int string = add(Node::kString, "(any string)");
     const int number = add(Node::kNumber, "(any number)");
     const int lit = add(Node::kLiteral, "(true, false, null)");
@@ -552,13 +555,18 @@ bool step(const grammar::Grammar& g, Stack& s, unsigned char c, std::vector<Stac
     switch (f.kind) {
       case kValue: {
         const auto& opts = n.concrete;
+        // An object or array of "any value" opens only below kMaxAnyDepth (a scalar may always
+        // take its place, so no parse is left without a way on).
+        const auto usable = [&](int o) {
+          return starts(g, o, c) && !(g.nodes[std::size_t(o)].deep && s.size() > kMaxAnyDepth);
+        };
         for (std::size_t k = 1; k < opts.size(); ++k) {
-          if (!starts(g, opts[k], c)) continue;
+          if (!usable(opts[k])) continue;
           Stack copy = s;
           copy.back() = open(g, opts[k]);
           if (step(g, copy, c, forks)) forks.push_back(std::move(copy));
         }
-        if (!starts(g, opts[0], c)) return false;
+        if (!usable(opts[0])) return false;
         f = open(g, opts[0]);
         continue;
       }
