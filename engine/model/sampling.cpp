@@ -42,6 +42,12 @@ double Sampler::uniform() {
 }
 
 int Sampler::sample(ConstVectorRef logits, const std::vector<int>& history) {
+  const int id = draw(logits, history);
+  if (constraint_) constraint_->accept(id);
+  return id;
+}
+
+int Sampler::draw(ConstVectorRef logits, const std::vector<int>& history) {
   constexpr const char* call = "Sampler::sample";
   const auto V = static_cast<int>(logits.size());
   if (V == 0) detail::throw_shape(call, "logits are empty");
@@ -50,8 +56,17 @@ int Sampler::sample(ConstVectorRef logits, const std::vector<int>& history) {
   // not there (their softmax, their top-k and top-p).
   const TokenMask* mask = options_.mask.get();
   order_.clear();
-  for (int id = 0; id < V; ++id)
-    if (!mask || mask->allows(id)) order_.push_back(id);
+  if (constraint_) {
+    const std::vector<char>& allowed = constraint_->allowed(V);
+    const int n = std::min(V, static_cast<int>(allowed.size()));
+    for (int id = 0; id < n; ++id)
+      if (allowed[static_cast<std::size_t>(id)] && (!mask || mask->allows(id))) order_.push_back(id);
+    if (order_.empty())
+      detail::throw_argument(call, "the constraint and the mask together allow none of the {} ids of the logits", V);
+  } else {
+    for (int id = 0; id < V; ++id)
+      if (!mask || mask->allows(id)) order_.push_back(id);
+  }
   if (order_.empty())
     detail::throw_argument(call, "the mask allows none of the {} ids of the logits (it has {} ids)", V,
                            mask->size());

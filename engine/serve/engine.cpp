@@ -297,6 +297,29 @@ void Engine::admit(Slot& slot, std::shared_ptr<Job> job) {
   slot.sampler.emplace(r.sampler);
   // Ids the tokenizer cannot decode (a head wider than the vocabulary) are never drawn.
   slot.sampler->set_mask(mask_);
+  if (r.grammar && r.max_tokens > 0) {
+    const int V = model_->config().vocab_size;
+    if (!trie_) {
+      if (tokenizer_) {
+        trie_ = TokenTrie::build(*tokenizer_, V);
+      } else {
+        std::vector<std::string> bytes(static_cast<std::size_t>(std::min(V, ByteTokenizer::kVocab)));
+        for (std::size_t b = 0; b < bytes.size(); ++b) bytes[b] = std::string(1, char(b));
+        trie_ = TokenTrie::from_bytes(bytes);
+      }
+    }
+    std::vector<int> ends;
+    if (!r.ignore_eos) {
+      ends = model_->config().eos_token_ids;
+      ends.insert(ends.end(), r.end_ids.begin(), r.end_ids.end());
+    }
+    try {
+      slot.sampler->set_constraint(std::make_shared<JsonConstraint>(r.grammar, trie_, ends, r.max_tokens));
+    } catch (const ArgumentError& e) {
+      fail(slot, 400, "invalid_request_error", e.what());
+      return;
+    }
+  }
   slot.stop.reset(r.stop);
   if (tokenizer_) {
     slot.stream.emplace(tokenizer_);
@@ -382,10 +405,12 @@ bool Engine::after_token(Slot& slot, int token) {
   std::string release_text = slot.stop.put(piece);
   bool finished = slot.stop.stopped();
   std::string reason = finished ? "stop" : "";
-  if (!finished && slot.generated >= r.max_tokens) {
+  // A structured output whose value is whole and can take no more bytes ends here.
+  const bool value_done = slot.sampler->constraint() && slot.sampler->constraint()->finished();
+  if (!finished && (value_done || slot.generated >= r.max_tokens)) {
     finished = true;
     release_text += slot.stop.put(slot.stream ? slot.stream->finish() : slot.bytes.finish());
-    reason = slot.stop.stopped() ? "stop" : "length";
+    reason = value_done || slot.stop.stopped() ? "stop" : "length";
     release_text += slot.stop.finish();
   }
   publish(job, [&](Job& j) {

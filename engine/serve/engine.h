@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "recur/json_constraint.h"
+#include "recur/json_schema.h"
 #include "recur/model.h"
 #include "recur/sampling.h"
 #include "recur/tokenizer.h"
@@ -49,6 +51,10 @@ struct Request {
   /// as a checkpoint, since a later render may lay out what follows differently (a thinking
   /// template drops the reply's reasoning once another turn comes).
   std::size_t checkpoint = 0;
+  /// Structured output (null: none): only tokens that keep the text a prefix of a value of it
+  /// are drawn, the end ids only once the value is whole, and the response ends ("stop") when
+  /// nothing may follow. Within max_tokens the value closes (see JsonConstraint).
+  std::shared_ptr<const JsonGrammar> grammar;
 };
 
 /// One generated token as the response reports it.
@@ -141,6 +147,7 @@ class Engine {
   std::shared_ptr<const Model> model_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<const TokenMask> mask_;  // the ids tokenizer_ decodes (null: every id)
+  std::shared_ptr<const TokenTrie> trie_;  // the vocabulary's bytes, made for the first schema
   ConversationStore& store_;
   EngineOptions options_;
   BatchDecoder batch_;

@@ -32,6 +32,21 @@ class TokenMask {
   int count_ = 0;
 };
 
+/// A rule over what may come next that changes with every token chosen (structured output,
+/// recur/json_constraint.h): one per sequence, never shared. The sampler asks it for the ids
+/// allowed at each step and tells it the id chosen.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  /// allowed[id] != 0 for the ids that may come next (`n_ids` entries). The sampler draws among
+  /// the ids both this and the mask allow; when none is, sample() throws ArgumentError.
+  virtual const std::vector<char>& allowed(int n_ids) = 0;
+  /// The id chosen (by sample(), or fed by the caller).
+  virtual void accept(int id) = 0;
+  /// Whether nothing may follow: the caller ends the sequence.
+  virtual bool finished() const = 0;
+};
+
 struct SamplerOptions {
   /// 0 picks the most likely token (greedy); otherwise logits are divided by it.
   float temperature = 0.8f;
@@ -58,6 +73,10 @@ class Sampler {
   /// Sets options().mask (null: none): for a caller that learns the tokenizer after the sampler
   /// is made.
   void set_mask(std::shared_ptr<const TokenMask> mask) { options_.mask = std::move(mask); }
+  /// A per-sequence constraint (null: none): sample() draws only ids it allows, as it does for
+  /// the mask, and passes it the id drawn.
+  void set_constraint(std::shared_ptr<TokenConstraint> constraint) { constraint_ = std::move(constraint); }
+  TokenConstraint* constraint() const { return constraint_.get(); }
   /// The next token given the logits and the tokens seen so far (for the penalty).
   int sample(ConstVectorRef logits, const std::vector<int>& history);
   /// The random stream's position: save it with a state (SessionData) and restore it with
@@ -67,7 +86,9 @@ class Sampler {
 
  private:
   double uniform();  // in [0, 1)
+  int draw(ConstVectorRef logits, const std::vector<int>& history);
   SamplerOptions options_;
+  std::shared_ptr<TokenConstraint> constraint_;
   std::uint64_t state_;
   std::vector<float> work_;
   std::vector<int> order_;

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "recur/chat_template.h"
+#include "recur/json_schema.h"
 #include "recur/error.h"
 #include "text/world_chat.h"
 #include "text/unicode.h"
@@ -198,6 +199,59 @@ void write_json(const json::Value& v, std::string& out) {
 // The messages as a chat template takes them: a non-empty list of objects with a known role and
 // a content that is a string, null, or a list of text parts. Other members (name, tool_calls,
 // ...) pass through to the template.
+// response_format: {"type": "text"}, {"type": "json_object"}, or {"type": "json_schema",
+// "json_schema": {"name": ..., "schema": {...}, "strict": true}}, compiled for the engine's mask.
+// Its check against max_tokens waits for max_tokens (check_budget).
+void check_response_format(const json::Value& body, Request& r) {
+  const json::Value* v = field(body, "response_format");
+  if (!v) return;
+  constexpr const char* param = "response_format";
+  if (!v->is_object()) throw bad(param, fmt::format("'response_format' must be an object, not {}", v->kind_name()));
+  const json::Value* type = v->find("type");
+  if (!type || !type->is_string())
+    throw bad(param, "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+  for (const auto& [key, value] : v->object())
+    if (key != "type" && key != "json_schema")
+      throw bad(param, fmt::format("unrecognized argument 'response_format.{}'", key));
+  if (type->string() == "text") return;
+  if (type->string() == "json_object") {
+    r.grammar = JsonGrammar::any_object();
+    return;
+  }
+  if (type->string() != "json_schema")
+    throw bad(param, fmt::format("'response_format.type' is '{}', expected \"text\", \"json_object\" or \"json_schema\"",
+                                 type->string()));
+  const json::Value* js = v->find("json_schema");
+  if (!js || !js->is_object()) throw bad(param, "'response_format.json_schema' must be an object with a 'schema'");
+  for (const auto& [key, value] : js->object()) {
+    if (key == "name") {
+      if (!value.is_string()) throw bad(param, "'response_format.json_schema.name' must be a string");
+    } else if (key == "strict") {
+      if (!value.is_bool()) throw bad(param, "'response_format.json_schema.strict' must be true or false");
+    } else if (key != "schema" && key != "description") {
+      throw bad(param, fmt::format("unrecognized argument 'response_format.json_schema.{}'", key));
+    }
+  }
+  const json::Value* schema = js->find("schema");
+  if (!schema) throw bad(param, "'response_format.json_schema.schema' is required");
+  std::string text;
+  write_json(*schema, text);
+  try {
+    r.grammar = JsonGrammar::compile(text);
+  } catch (const ArgumentError& e) {
+    throw bad(param, fmt::format("response_format.json_schema.schema: {}", e.what()));
+  }
+}
+
+// A schema's shortest value must fit in max_tokens (one byte a token at worst), so that it
+// always closes.
+void check_budget(Request& r) {
+  if (r.grammar && r.max_tokens > 0 && r.grammar->min_bytes() > std::size_t(r.max_tokens))
+    throw bad("max_tokens", fmt::format("max_tokens is {} but the response_format's shortest value takes {} "
+                                        "bytes, and a token may hold one byte: raise max_tokens",
+                                        r.max_tokens, r.grammar->min_bytes()));
+}
+
 std::string check_messages(const json::Value* messages) {
   if (!messages) throw bad("messages", "'messages' is required (a list of {\"role\", \"content\"} objects)");
   if (!messages->is_array())
@@ -381,7 +435,8 @@ Completion parse_completion(std::string_view text, const ServedModel& served) {
   static const char* const known[] = {
       "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "logprobs",
       "stream", "stream_options", "n", "best_of", "echo", "presence_penalty", "frequency_penalty",
-      "logit_bias", "suffix", "user", "previous_response_id", "ignore_eos", "return_token_ids"};
+      "logit_bias", "suffix", "user", "previous_response_id", "ignore_eos", "return_token_ids",
+      "response_format"};
   for (const auto& [key, value] : body.object()) {
     bool ok = false;
     for (const char* k : known) ok |= key == k;
@@ -429,6 +484,8 @@ Completion parse_completion(std::string_view text, const ServedModel& served) {
   if (const auto* v = field(body, "logprobs"))
     r.logprobs = int(integer(*v, "logprobs", 0, served.max_logprobs));
   check_response(body, c);
+  check_response_format(body, r);
+  check_budget(r);
   return c;
 }
 
@@ -446,7 +503,8 @@ Completion parse_chat_completion(std::string_view text, const ServedModel& serve
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
       "seed", "stop", "logprobs", "top_logprobs", "stream", "stream_options", "n", "presence_penalty",
       "frequency_penalty", "logit_bias", "user", "previous_response_id", "ignore_eos", "return_token_ids",
-      "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "reasoning_effort"};
+      "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "reasoning_effort",
+      "response_format"};
   for (const auto& [key, value] : body.object()) {
     bool ok = false;
     for (const char* k : known) ok |= key == k;
@@ -477,6 +535,8 @@ Completion parse_chat_completion(std::string_view text, const ServedModel& serve
     r.logprobs = 0;
   }
   check_response(body, c);
+  check_response_format(body, r);
+  check_budget(r);
   // The whole conversation, as the template lays it out; the tokenizer adds nothing (the
   // template writes its own BOS), as transformers' apply_chat_template(tokenize=True) does.
   c.reply.tools_json = check_tools(field(body, "tools"));
