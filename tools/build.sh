@@ -65,9 +65,9 @@ needs_oracle=false
 [[ "$job" =~ ^(test|asan|native|bench|tsan)$ ]] && needs_oracle=true
 $needs_oracle && ! command -v npm > /dev/null && packages+=(nodejs npm)
 # The replicas' test starts Redis and nginx (deploy/); tools/quant_reader.py's test needs numpy;
-# the chat templates' oracle is Jinja2 (tests/template); recur chat's test drives a terminal
-# with tmux.
-$needs_oracle && packages+=(redis-server nginx python3-numpy python3-jinja2 tmux)
+# the chat templates' oracle is Jinja2 (tests/template), structured output's jsonschema
+# (tests/grammar); recur chat's test drives a terminal with tmux.
+$needs_oracle && packages+=(redis-server nginx python3-numpy python3-jinja2 python3-jsonschema tmux)
 # The release test job recomputes the fla fixtures' float64 expectations (tests/fla) with PyTorch,
 # and drives recur serve's chat page in Debian's chromium.
 [[ "$job" == test ]] && packages+=(python3-torch chromium)

@@ -16,7 +16,7 @@ import { writeChatTokenizer } from "./chat_fixture.mjs";
 import { check, finish, startServe } from "./harness.mjs";
 
 try {
-  execFileSync("python3", ["-c", "import jsonschema"], { stdio: "ignore" });
+  execFileSync("/usr/bin/python3", ["-c", "import jsonschema"], { stdio: "ignore" });
 } catch {
   console.log("python3 with jsonschema is missing (apt-get install python3-jsonschema)");
   process.exit(process.env.RECUR_REQUIRE_ALL_TESTS ? 1 : 77);
@@ -68,7 +68,7 @@ const format = (name) => ({ type: "json_schema", json_schema: { name, schema: SC
 const SEEDS = 60;  // per schema, and as many json_object replies
 
 function validate(cases) {
-  const out = execFileSync("python3", [path.join(here, "../grammar/validate.py")],
+  const out = execFileSync("/usr/bin/python3", [path.join(here, "../grammar/validate.py")],
                            { input: JSON.stringify(cases), encoding: "utf8" });
   return out.trim().split("\n").pop();
 }
