@@ -1,7 +1,7 @@
 // Structured output in recur serve through the official openai client: response_format
 // json_schema and json_object on a small random model (from `recur make-model`, with the chat
 // tests' ChatML tokenizer). Every reply of a few hundred seeds parses and validates (the oracle
-// is python3-jsonschema, tests/grammar/validate.py), also when max_tokens cuts the reply; a reply
+// is python3-jsonschema, tests/grammar/validate.py, and ajv), also when max_tokens cuts the reply; a reply
 // has the same bytes alone and in a batch; a schema recur does not cover is a 400 that names the
 // keyword and its path; a max_tokens too small for the schema is a 400.
 // Usage: node schema_test.mjs path/to/recur
@@ -12,6 +12,7 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import OpenAI from "openai";
+import Ajv2020 from "ajv/dist/2020.js";
 import { writeChatTokenizer } from "./chat_fixture.mjs";
 import { check, finish, startServe } from "./harness.mjs";
 
@@ -67,6 +68,19 @@ const SCHEMAS = {
 const format = (name) => ({ type: "json_schema", json_schema: { name, schema: SCHEMAS[name], strict: true } });
 const SEEDS = 60;  // per schema, and as many json_object replies
 
+// ajv (npm), the validator JavaScript applications use, judges every reply too: a second
+// opinion beside python3-jsonschema's.
+const ajv = new Ajv2020({ strict: false });
+function validateAjv(cases) {
+  let bad = 0;
+  for (const c of cases) {
+    let value;
+    try { value = JSON.parse(c.text); } catch (e) { bad++; console.log(`     not JSON: ${c.text}`); continue; }
+    if (!ajv.validate(c.schema, value)) { bad++; console.log(`     ajv: ${ajv.errorsText()}: ${c.text}`); }
+  }
+  return bad;
+}
+
 function validate(cases) {
   const out = execFileSync("/usr/bin/python3", [path.join(here, "../grammar/validate.py")],
                            { input: JSON.stringify(cases), encoding: "utf8" });
@@ -99,8 +113,11 @@ await check(`every reply of ${SEEDS} seeds per schema parses and validates, clos
     }
   }
   const summary = validate(cases);
-  console.log(`     ${summary}; ${tight} closed on the last token max_tokens allowed, ${early} before it`);
+  const ajvBad = validateAjv(cases);
+  console.log(`     ${summary} (python3-jsonschema), ${ajvBad} invalid (ajv); ${tight} closed on the last ` +
+              `token max_tokens allowed, ${early} before it`);
   assert.match(summary, / 0 invalid$/);
+  assert.equal(ajvBad, 0);
   assert.ok(tight > 0 && early > 0, "both endings are exercised");
 });
 
