@@ -22,6 +22,7 @@
 #include "recur/tokenizer.h"
 #include "serve/auth.h"
 #include "serve/engine.h"
+#include "serve/prompt_index.h"
 #include "serve/stop.h"
 #include "serve/store.h"
 #include "support/temp_dir.h"
@@ -89,6 +90,45 @@ TEST_CASE("API keys: the right key gives its owner tag, anything else nothing", 
   CHECK_FALSE(keys.authorize("Bearer key-"));
   CHECK_FALSE(keys.authorize("Basic key-a"));
   CHECK_THROWS_AS(keys.add("a key", "test"), recur::ArgumentError);
+}
+
+TEST_CASE("the prompt index proposes the longest indexed prefix of a prompt, for its owner only", "[serve][index]") {
+  recur::serve::PromptIndex index(2);
+  const std::vector<int> a{1, 2, 3, 4, 5, 6, 7, 8};
+  index.add("a", "alice", index.keys("alice", a, {3, 8}));
+  // A prompt that begins with all of a: the end of a first; one that leaves a at 5: 3.
+  std::vector<int> longer = a;
+  longer.push_back(9);
+  auto found = index.find("alice", longer, 4);
+  REQUIRE(found.size() == 1);
+  CHECK(found[0] == std::make_pair(std::string("a"), std::size_t(8)));
+  found = index.find("alice", {1, 2, 3, 4, 5, 0, 7, 8}, 4);
+  REQUIRE(found.size() == 1);
+  CHECK(found[0].second == 3);
+  CHECK(index.find("alice", {1, 2}, 4).empty());
+  CHECK(index.find("alice", {9, 2, 3, 4}, 4).empty());
+  // The same ids under another owner: nothing.
+  CHECK(index.find("bob", longer, 4).empty());
+  // A second response at a shorter length comes after, the newest first at one length.
+  index.add("b", "alice", index.keys("alice", a, {3}));
+  found = index.find("alice", longer, 4);
+  REQUIRE(found.size() == 2);
+  CHECK(found[0].first == "a");
+  CHECK(found[1] == std::make_pair(std::string("b"), std::size_t(3)));
+  CHECK(index.find("alice", longer, 1).size() == 1);
+  // Past the bound the oldest goes; forget() drops one.
+  index.add("c", "alice", index.keys("alice", {7, 7}, {2}));
+  CHECK(index.size() == 2);
+  found = index.find("alice", longer, 4);
+  REQUIRE(found.size() == 1);
+  CHECK(found[0].first == "b");
+  index.forget("b");
+  CHECK(index.find("alice", longer, 4).empty());
+  CHECK(index.find("alice", {7, 7, 7}, 4).size() == 1);
+  // Off: nothing kept.
+  recur::serve::PromptIndex off(0);
+  off.add("a", "alice", off.keys("alice", a, {8}));
+  CHECK(off.find("alice", a, 4).empty());
 }
 
 TEST_CASE("a stored conversation keeps its owner; bytes without the header have none", "[serve][store]") {

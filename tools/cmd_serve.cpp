@@ -135,6 +135,10 @@ void declare_serve_options(Args& args) {
                                       "each at the end of a prompt's last message, so that a turn whose "
                                       "template rewrites the reply (a thinking model's) still reuses the "
                                       "history; the oldest dropped first, 0: none (see docs/chat.md)")
+      .option("prompt-index", "4096", "chat responses a client that resends the whole messages (no "
+                                      "previous_response_id) can continue from, found by its prompt's "
+                                      "ids; per process, the oldest forgotten first, 0: none (see "
+                                      "docs/chat.md)")
       .option("memory", "1G", "bytes of conversation states kept in memory; past it the least "
                               "recently used go to --state-dir (or are dropped without one)")
       .option("state-dir", "", "directory for conversation states: what memory cannot hold, and "
@@ -292,6 +296,7 @@ int run_serve(int argc, char** argv) {
   eo.max_batch = static_cast<int>(args.integer("max-batch", 1, 4096));
   eo.max_queue = static_cast<int>(args.integer("queue", 0, 1 << 16));
   eo.max_checkpoints = static_cast<int>(args.integer("max-checkpoints", 0, 1024));
+  eo.prompt_index = static_cast<std::size_t>(args.integer("prompt-index", 0, 1 << 24));
   const HttpLimits limits = http_limits(args);
   const auto memory = static_cast<std::size_t>(args.integer("memory", 0, std::int64_t(1) << 50));
   const double grace = args.real("grace", 0, 86400);

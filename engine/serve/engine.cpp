@@ -111,6 +111,7 @@ Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokeniz
       mask_(tokenizer_ ? tokenizer_->sample_mask(model_->config().vocab_size) : nullptr),
       store_(store),
       options_(options),
+      index_(options.prompt_index),
       batch_(model_, options.threads) {
   for (int i = 0; i < options_.max_batch; ++i)
     slots_.push_back(std::make_unique<Slot>(model_, DecoderOptions{options_.chunk, options_.threads}));
@@ -231,8 +232,15 @@ void Engine::admit(Slot& slot, std::shared_ptr<Job> job) {
       const std::string_view final_state = unpack_kept(slot.job->previous_state, &kept_checkpoints);
       slot.decoder.load_bytes(final_state, "conversation " + r.previous_id, &session);
     } catch (const std::exception& e) {
-      fail(slot, 409, "invalid_request_error", fmt::format("previous_response_id '{}' cannot be continued: {}", r.previous_id, e.what()));
-      return;
+      if (!r.found_by_prompt) {
+        fail(slot, 409, "invalid_request_error", fmt::format("previous_response_id '{}' cannot be continued: {}", r.previous_id, e.what()));
+        return;
+      }
+      // A state the client did not name: the conversation starts fresh, as without the index.
+      spdlog::warn("conversation {} found by its prompt cannot be continued: {}", r.previous_id, e.what());
+      slot.decoder.reset();
+      kept_checkpoints.clear();
+      session.tokens.clear();
     }
     // The decoder holds it now; the job need not.
     std::string().swap(slot.job->previous_state);
@@ -257,8 +265,12 @@ void Engine::admit(Slot& slot, std::shared_ptr<Job> job) {
           try {
             slot.decoder.load_bytes(c->second, "conversation " + r.previous_id + "'s checkpoint", &at);
           } catch (const std::exception& e) {
-            fail(slot, 409, "invalid_request_error", fmt::format("previous_response_id '{}' cannot be continued: {}", r.previous_id, e.what()));
-            return;
+            if (!r.found_by_prompt) {
+              fail(slot, 409, "invalid_request_error", fmt::format("previous_response_id '{}' cannot be continued: {}", r.previous_id, e.what()));
+              return;
+            }
+            slot.decoder.reset();
+            continue;
           }
           if (slot.decoder.n_tokens() != c->first || std::int64_t(at.tokens.size()) != c->first) {
             slot.decoder.reset();
@@ -445,6 +457,11 @@ void Engine::finish(const std::vector<Slot*>& slots) {
           session.tokens = s.history;
           session.tokens.insert(session.tokens.end(), s.job->token_ids.begin(), s.job->token_ids.end());
           keeps[std::size_t(i)].bytes = pack_kept(s.decoder.save_bytes(&session), s.checkpoints);
+          // Where a resent conversation may continue from: the end of the state after the reply,
+          // and each checkpoint's.
+          std::vector<std::size_t> lengths{session.tokens.size()};
+          for (const auto& c : s.checkpoints) lengths.push_back(std::size_t(c.first));
+          keeps[std::size_t(i)].index_keys = index_.keys(s.job->owner, session.tokens, lengths);
         } else {
           keeps[std::size_t(i)].bytes = s.decoder.save_bytes();
         }
@@ -495,7 +512,11 @@ void Engine::keep_loop() {
         j.finished = true;
       });
     }
-    if (kept) publish(*k.job, [](Job& j) { j.finished = true; });
+    if (kept) {
+      // Indexed before the response ends, so that the client's next request finds it.
+      if (!k.index_keys.empty()) index_.add(k.job->id, k.job->owner, std::move(k.index_keys));
+      publish(*k.job, [](Job& j) { j.finished = true; });
+    }
     {
       std::lock_guard<std::mutex> stats_lock(mutex_);
       if (kept) {

@@ -23,6 +23,7 @@
 #include "recur/model.h"
 #include "recur/sampling.h"
 #include "recur/tokenizer.h"
+#include "serve/prompt_index.h"
 #include "serve/stop.h"
 #include "serve/store.h"
 
@@ -55,6 +56,9 @@ struct Request {
   /// are drawn, the end ids only once the value is whole, and the response ends ("stop") when
   /// nothing may follow. Within max_tokens the value closes (see JsonConstraint).
   std::shared_ptr<const JsonGrammar> grammar;
+  /// `previous_id` was not named by the client but found by its prompt's ids (PromptIndex): a
+  /// state that cannot be read then starts the conversation fresh instead of failing it.
+  bool found_by_prompt = false;
 };
 
 /// One generated token as the response reports it.
@@ -100,6 +104,9 @@ struct EngineOptions {
   /// Checkpoints kept per conversation beside the state after the reply (the states at the end
   /// of earlier prompts' last messages; the oldest dropped first). 0: none.
   int max_checkpoints = 1;
+  /// Chat responses whose kept states a resent conversation (no previous_response_id) is looked
+  /// up among, by its prompt's ids (PromptIndex; the oldest forgotten first). 0: none.
+  std::size_t prompt_index = 4096;
 };
 
 /// Counters for /metrics.
@@ -131,6 +138,8 @@ class Engine {
   const EngineOptions& options() const { return options_; }
   /// The text of one token for logprobs (a lone byte of a UTF-8 sequence as "bytes:\xNN").
   std::string token_text(int id) const;
+  /// Where a chat request without previous_response_id finds a kept state by its prompt's ids.
+  PromptIndex& prompt_index() { return index_; }
 
  private:
   struct Slot;
@@ -150,6 +159,7 @@ class Engine {
   std::shared_ptr<const TokenTrie> trie_;  // the vocabulary's bytes, made for the first schema
   ConversationStore& store_;
   EngineOptions options_;
+  PromptIndex index_;
   BatchDecoder batch_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::size_t next_prefill_ = 0;
@@ -166,6 +176,7 @@ class Engine {
     std::shared_ptr<Job> job;
     std::string bytes;
     std::int64_t generated = 0;
+    std::vector<std::pair<std::size_t, std::uint64_t>> index_keys;  // chat: its boundaries' hashes
   };
   std::mutex keep_mutex_;
   std::condition_variable keep_wake_;

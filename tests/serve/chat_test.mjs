@@ -30,7 +30,10 @@ for (const dir of [chatDir, plainDir])
 writeChatTokenizer(chatDir, true);
 writeChatTokenizer(plainDir, false);
 
-const server = await startServe(recur, ["-m", chatDir, "--threads", "2", "--keep-alive", "1", "--api-key", KEY]);
+// No prompt index: a conversation sent whole here is the reference, prefilled from scratch (a
+// resend found by its ids is turns_test's).
+const server = await startServe(recur, ["-m", chatDir, "--threads", "2", "--keep-alive", "1", "--api-key", KEY,
+                                        "--prompt-index", "0"]);
 const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: KEY, maxRetries: 0 });
 const greedy = { model: "chatml", temperature: 0, max_tokens: 24, return_token_ids: true };
 const SYSTEM = { role: "system", content: "You are a test." };

@@ -30,7 +30,9 @@ const dir = path.join(tmp, "chatml");
 execFileSync(recur, ["make-model", dir, "--seed", "7", "--vocab", "131", "--hidden", String(hidden),
                      "--layers", String(layers)], { stdio: ["ignore", "ignore", "inherit"] });
 writeChatTokenizer(dir, true);
-const server = await startServe(recur, ["-m", dir, "--threads", String(threads), "--keep-alive", "1"]);
+// No prompt index: the turn sent whole is prefilled from scratch, not found by its ids.
+const server = await startServe(recur, ["-m", dir, "--threads", String(threads), "--keep-alive", "1",
+                                        "--prompt-index", "0"]);
 const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "none", maxRetries: 0 });
 const greedy = { temperature: 0, max_tokens: reply, ignore_eos: true, return_token_ids: true };
 

@@ -33,12 +33,12 @@ writeFileSync(path.join(dir, "tokenizer_config.json"), JSON.stringify({ eos_toke
 
 // The server under test keeps two checkpoints per conversation, and every state in its directory
 // store (no memory for them: all but the newest go to a file, and are read back from it); the
-// reference one keeps no checkpoints, and is
-// only ever sent whole conversations (no previous_response_id): every reply from scratch.
+// reference one keeps no checkpoints and no prompt index, and is only ever sent whole
+// conversations (no previous_response_id): every reply from scratch.
 const [server, reference] = await Promise.all([
   startServe(recur, ["-m", dir, "--threads", "1", "--max-checkpoints", "2", "--memory", "0", "--state-dir",
                      path.join(tmp, "states")]),
-  startServe(recur, ["-m", dir, "--threads", "1", "--max-checkpoints", "0"]),
+  startServe(recur, ["-m", dir, "--threads", "1", "--max-checkpoints", "0", "--prompt-index", "0"]),
 ]);
 const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "none", maxRetries: 0 });
 const whole = new OpenAI({ baseURL: `${reference.url}/v1`, apiKey: "none", maxRetries: 0 });
@@ -113,6 +113,60 @@ await check("the same request again starts from its own prompt's checkpoint", as
   assert.equal(cached(again), lastMessageEnd(turns[2]));
 });
 
+// A client that resends the whole `messages` each turn and names no response (most OpenAI
+// clients): the server finds the longest kept state that begins the prompt by its ids, for the
+// same API key's owner only. A server of its own, with two keys, its states in a directory.
+const keyed = await startServe(recur, ["-m", dir, "--threads", "1", "--max-checkpoints", "2", "--memory", "0",
+                                       "--state-dir", path.join(tmp, "keyed"), "--api-key", "key-a", "--api-key", "key-b"]);
+const ownerA = new OpenAI({ baseURL: `${keyed.url}/v1`, apiKey: "key-a", maxRetries: 0 });
+const ownerB = new OpenAI({ baseURL: `${keyed.url}/v1`, apiKey: "key-b", maxRetries: 0 });
+const resent = [{ role: "system", content: "You think before you answer." }];
+const resentTurns = [];
+await check("a conversation resent whole each turn continues from the longest kept state that begins it, with the bytes of the whole", async () => {
+  for (let t = 0; t < USERS.length; t++) {
+    resent.push({ role: "user", content: USERS[t] });
+    const r = await ownerA.chat.completions.create({ ...base, messages: [...resent] });
+    const w = await whole.chat.completions.create({ ...base, messages: [...resent] });
+    same(r, w, `resent turn ${t + 1}`);
+    assert.equal(cached(w), 0, "the reference server (--prompt-index 0) found a state");
+    // The longest kept state that begins the prompt is the previous turn's checkpoint (its
+    // reply is rendered without the thought, so the state after it does not).
+    assert.equal(cached(r), t === 0 ? 0 : lastMessageEnd(resentTurns.at(-1)), `resent turn ${t + 1}: cached_tokens`);
+    if (t > 0) assert.ok(cached(r) > 0);
+    console.log(`  resent turn ${t + 1}: ${r.usage.prompt_tokens} prompt tokens, ${cached(r)} cached`);
+    resentTurns.push(r);
+    resent.push(reply(r));
+  }
+});
+
+await check("another API key's owner resending the same messages finds none of them", async () => {
+  const r = await ownerB.chat.completions.create({ ...base, messages: resent.slice(0, 6) });
+  same(r, resentTurns[2], "turn 3 from another key");
+  assert.equal(cached(r), 0);
+  // The owner's own resend of it starts from turn 3's checkpoint (its prompt's own).
+  const mine = await ownerA.chat.completions.create({ ...base, messages: resent.slice(0, 6) });
+  same(mine, resentTurns[2], "turn 3 again");
+  assert.equal(cached(mine), lastMessageEnd(resentTurns[2]));
+});
+
+await check("a resend with an edited earlier message starts from the longest kept state still matching", async () => {
+  // An edited second message matches turn 1's checkpoint only (kept in turn 1's and turn 2's
+  // conversations); an edited third one turn 2's.
+  const edited2 = [...resent.slice(0, 3), { role: "user", content: "Or one further south?" }];
+  const edited3 = [...resent.slice(0, 5), { role: "user", content: "Which is longer?" }];
+  const r2 = await ownerA.chat.completions.create({ ...base, messages: edited2 });
+  same(r2, await whole.chat.completions.create({ ...base, messages: edited2 }), "edited second message");
+  assert.equal(cached(r2), lastMessageEnd(resentTurns[0]));
+  const r3 = await ownerA.chat.completions.create({ ...base, messages: edited3 });
+  same(r3, await whole.chat.completions.create({ ...base, messages: edited3 }), "edited third message");
+  assert.equal(cached(r3), lastMessageEnd(resentTurns[1]));
+  // An edited first message matches nothing kept.
+  const edited1 = [resent[0], { role: "user", content: "Name a lake." }];
+  const r1 = await ownerA.chat.completions.create({ ...base, messages: edited1 });
+  same(r1, await whole.chat.completions.create({ ...base, messages: edited1 }), "edited first message");
+  assert.equal(cached(r1), 0);
+});
+
 await check("a negative --max-checkpoints is refused, naming it", async () => {
   let out = "";
   try {
@@ -123,7 +177,7 @@ await check("a negative --max-checkpoints is refused, naming it", async () => {
   assert.match(out, /max-checkpoints/);
 });
 
-for (const s of [server, reference]) {
+for (const s of [server, reference, keyed]) {
   s.kill("SIGTERM");
   await s.exited;
 }

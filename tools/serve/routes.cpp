@@ -4,6 +4,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "cli.h"
 #include "serve/page.h"
@@ -140,6 +141,33 @@ void stream(Server& s, const std::shared_ptr<Job>& job, bool include_usage, bool
       });
 }
 
+// A chat request that names no previous response (a client resending the whole `messages`): the
+// kept state of this owner's response whose ids begin the prompt the longest way, found by the
+// prompt index and read from the store as previous_response_id's is. The index's hash only
+// proposes; the engine compares the ids before it reuses anything. "" (and the request starts
+// fresh) when nothing is found or the store cannot say now.
+std::string find_by_prompt(Server& s, serve::Request& r, const std::string& owner) {
+  // A few candidates at most: each may cost the store a read (a file, a Redis round trip).
+  constexpr std::size_t kCandidates = 4;
+  auto& index = s.engine->prompt_index();
+  for (const auto& [id, length] : index.find(owner, r.prompt, kCandidates)) {
+    std::optional<std::string> state;
+    try {
+      state = s.store->get(id, owner);
+    } catch (const serve::StoreUnavailable&) {
+      return {};  // the request runs whole, as it would without the index
+    }
+    if (!state) {
+      index.forget(id);  // dropped from the store since
+      continue;
+    }
+    r.previous_id = id;
+    r.found_by_prompt = true;
+    return std::move(*state);
+  }
+  return {};
+}
+
 // POST /v1/completions, and /v1/chat/completions with `chat`.
 void completions(Server& s, const httplib::Request& req, httplib::Response& res, bool chat) {
   serve::Completion c;
@@ -157,6 +185,8 @@ void completions(Server& s, const httplib::Request& req, httplib::Response& res,
                        fmt::format("previous_response_id '{}': no such conversation is kept here",
                                    c.request.previous_id));
       previous_state = std::move(*state);
+    } else if (c.request.whole_prompt) {
+      previous_state = find_by_prompt(s, c.request, owner);
     }
   } catch (const serve::StoreUnavailable& e) {
     send_error(res, 503, fmt::format("previous_response_id '{}' cannot be continued now: {} (new "
