@@ -113,7 +113,27 @@ tmux send-keys -t "$session" "/stats" Enter
 wait_for "^state: [1-9][0-9]* tokens run" 30
 tmux send-keys -t "$session" "/quit" Enter
 wait_for "CHAT-ENDED" 30
+tmux kill-session -t "$session"
 echo "chat_test: in tmux a typed message streams, Ctrl-C stops the reply and the chat goes on"
+
+# A reply inside a thought (the generation prompt opens one; King James text never closes it) is
+# shown dimmed on a terminal: the screen's escapes (capture-pane -e) put it after SGR 2.
+printf '%s' '{% for m in messages %}{% if m.role == '"'"'user'"'"' %}Question: {{ m.content }}
+{% else %}{{ m.content }}<|endoftext|>
+{% endif %}{% endfor %}{% if add_generation_prompt %}Answer: <think>
+{% endif %}' > "$tmp/thinking.jinja"
+tmux new-session -d -s "$session" -x 200 -y 50 \
+  "'$recur' chat -m '$model' --chat-template '$tmp/thinking.jinja' --greedy -n 12 --threads 1; echo CHAT-ENDED; sleep 30"
+wait_for "^>" 30
+tmux send-keys -t "$session" "Who begat Enos?" Enter
+wait_for "^> Who begat Enos?" 10
+wait_for "^> *$" 60
+thought=$(tmux capture-pane -e -p -t "$session" | grep -A1 "^> Who begat Enos?" | sed -n 2p)
+[[ "$thought" == *$'\e[2m'*[A-Za-z]* ]] || { screen >&2; fail "the thought is not shown dimmed: $(printf '%q' "$thought")"; }
+tmux send-keys -t "$session" "/quit" Enter
+wait_for "CHAT-ENDED" 30
+tmux kill-session -t "$session"
+echo "chat_test: in tmux a reply's thought is shown dimmed"
 
 # An RWKV-7 model with the world vocabulary chats in RWKV's built-in world format.
 "$recur" make-model "$tmp/rwkv" --arch rwkv7 --vocab 3002 --hidden 64 --heads 1 --layers 2 > /dev/null
