@@ -53,39 +53,6 @@ std::size_t marker_tail(std::string_view s, std::string_view marker) {
   return 0;
 }
 
-// Compact JSON text of a parsed value.
-void write_json(const json::Value& v, std::string& out) {
-  if (v.is_null()) {
-    out += "null";
-  } else if (v.is_bool()) {
-    out += v.boolean() ? "true" : "false";
-  } else if (v.is_integer()) {
-    out += std::to_string(v.integer());
-  } else if (v.is_number()) {
-    out += fmt::format("{}", v.number());
-  } else if (v.is_string()) {
-    out += quote(v.string());
-  } else if (v.is_array()) {
-    out += '[';
-    for (std::size_t i = 0; i < v.array().size(); ++i) {
-      if (i) out += ',';
-      write_json(v.array()[i], out);
-    }
-    out += ']';
-  } else {
-    out += '{';
-    bool first = true;
-    for (const auto& [key, value] : v.object()) {
-      if (!first) out += ',';
-      first = false;
-      out += quote(key);
-      out += ':';
-      write_json(value, out);
-    }
-    out += '}';
-  }
-}
-
 std::optional<json::Value> try_parse(std::string_view text) {
   try {
     return json::parse(text, "reply");
@@ -161,7 +128,7 @@ std::string typed_value(std::string_view value, const std::set<std::string>& typ
                         (parsed->is_array() && allows("array"));
       if (fits) {
         std::string out;
-        write_json(*parsed, out);
+        json::write(*parsed, out);
         return out;
       }
     }
@@ -232,11 +199,11 @@ std::optional<Call> json_call(const json::Value& v) {
   if (!name || !name->is_string() || !arguments) return std::nullopt;
   Call call{name->string(), ""};
   if (arguments->is_object()) {
-    write_json(*arguments, call.arguments);
+    json::write(*arguments, call.arguments);
   } else if (arguments->is_string()) {
     auto inner = try_parse(arguments->string());
     if (!inner || !inner->is_object()) return std::nullopt;
-    write_json(*inner, call.arguments);
+    json::write(*inner, call.arguments);
   } else {
     return std::nullopt;
   }

@@ -300,4 +300,36 @@ std::string quote(std::string_view s) {
   return out + "\"";
 }
 
+void write(const Value& v, std::string& out) {
+  if (v.is_null()) {
+    out += "null";
+  } else if (v.is_bool()) {
+    out += v.boolean() ? "true" : "false";
+  } else if (v.is_integer()) {
+    out += std::to_string(v.integer());
+  } else if (v.is_number()) {
+    out += fmt::format("{}", v.number());
+  } else if (v.is_string()) {
+    out += quote(v.string());
+  } else if (v.is_array()) {
+    out += '[';
+    for (std::size_t i = 0; i < v.array().size(); ++i) {
+      if (i) out += ',';
+      write(v.array()[i], out);
+    }
+    out += ']';
+  } else {
+    out += '{';
+    bool first = true;
+    for (const auto& [key, value] : v.object()) {
+      if (!first) out += ',';
+      first = false;
+      out += quote(key);
+      out += ':';
+      write(value, out);
+    }
+    out += '}';
+  }
+}
+
 }  // namespace recur::json

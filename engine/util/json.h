@@ -62,4 +62,8 @@ Value parse(std::string_view text, const std::string& what);
 /// `s` as a JSON string literal, quotes included.
 std::string quote(std::string_view s);
 
+/// Appends `v` to `out` as compact JSON text (no spaces; members in their order; a number as
+/// fmt's shortest form that reads back exactly).
+void write(const Value& v, std::string& out);
+
 }  // namespace recur::json

@@ -163,39 +163,6 @@ void check_response(const json::Value& body, Completion& c) {
   }
 }
 
-// JSON text of a parsed value (the messages, checked, for the template).
-void write_json(const json::Value& v, std::string& out) {
-  if (v.is_null()) {
-    out += "null";
-  } else if (v.is_bool()) {
-    out += v.boolean() ? "true" : "false";
-  } else if (v.is_integer()) {
-    out += std::to_string(v.integer());
-  } else if (v.is_number()) {
-    out += fmt::format("{}", v.number());
-  } else if (v.is_string()) {
-    out += quote(v.string());
-  } else if (v.is_array()) {
-    out += '[';
-    for (std::size_t i = 0; i < v.array().size(); ++i) {
-      if (i) out += ',';
-      write_json(v.array()[i], out);
-    }
-    out += ']';
-  } else {
-    out += '{';
-    bool first = true;
-    for (const auto& [key, value] : v.object()) {
-      if (!first) out += ',';
-      first = false;
-      out += quote(key);
-      out += ':';
-      write_json(value, out);
-    }
-    out += '}';
-  }
-}
-
 // The messages as a chat template takes them: a non-empty list of objects with a known role and
 // a content that is a string, null, or a list of text parts. Other members (name, tool_calls,
 // ...) pass through to the template.
@@ -235,7 +202,7 @@ void check_response_format(const json::Value& body, Request& r) {
   const json::Value* schema = js->find("schema");
   if (!schema) throw bad(param, "'response_format.json_schema.schema' is required");
   std::string text;
-  write_json(*schema, text);
+  json::write(*schema, text);
   try {
     r.grammar = JsonGrammar::compile(text);
   } catch (const ArgumentError& e) {
@@ -305,7 +272,7 @@ std::string check_messages(const json::Value* messages) {
       out += (first ? "" : ",") + quote(key) + ":";
       first = false;
       if (key != "tool_calls" || value.is_null()) {
-        write_json(value, out);
+        json::write(value, out);
         continue;
       }
       if (!value.is_array())
@@ -324,7 +291,7 @@ std::string check_messages(const json::Value* messages) {
           out += (first_member ? "" : ",") + quote(ck) + ":";
           first_member = false;
           if (ck != "function") {
-            write_json(cv, out);
+            json::write(cv, out);
             continue;
           }
           out += '{';
@@ -340,9 +307,9 @@ std::string check_messages(const json::Value* messages) {
                 throw bad("messages", fmt::format("messages[{}].tool_calls[{}].function.arguments is not JSON: {}",
                                                   i, k, e.what()));
               }
-              write_json(parsed, out);
+              json::write(parsed, out);
             } else {
-              write_json(fv, out);
+              json::write(fv, out);
             }
           }
           out += '}';
@@ -376,7 +343,7 @@ std::string check_tools(const json::Value* tools) {
   }
   if (tools->array().empty()) return "";
   std::string out;
-  write_json(*tools, out);
+  json::write(*tools, out);
   return out;
 }
 
@@ -563,7 +530,7 @@ Completion parse_chat_completion(std::string_view text, const ServedModel& serve
     for (const auto& [key, value] : kwargs->object())
       if (key == "messages" || key == "tools" || key == "add_generation_prompt")
         throw bad("chat_template_kwargs", fmt::format("chat_template_kwargs cannot set '{}'", key));
-    write_json(*kwargs, extra);
+    json::write(*kwargs, extra);
   }
   if (const auto* v = field(body, "reasoning_effort")) {
     if (!v->is_string() || (v->string() != "none" && v->string() != "minimal" && v->string() != "low" &&
