@@ -215,6 +215,19 @@ TEST_CASE("reasoning: a thought the reply opens, one the prompt opened, one cut 
   CHECK(f.opens_thought("<|im_start|>assistant\n<think>\n"));
   CHECK(f.opens_thought("Assistant: <think>"));
   CHECK(!f.opens_thought("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  // RWKV7-G1's think mode: the prompt ends inside the marker, the model's '>' closes it.
+  CHECK(f.opens_thought("Assistant: <think"));
+  CHECK(f.opens_thought_tag("Assistant: <think"));
+  CHECK(!f.opens_thought_tag("Assistant: <think>"));
+  CHECK(!f.opens_thought_tag("Assistant: <think>\n"));
+  CHECK(!f.opens_thought("Assistant:"));
+  ReplyOptions g1;
+  g1.in_thought = g1.in_thought_tag = true;
+  m = recur::parse_reply(">\nFrance's capital.\n</think>\nParis.", f, g1);
+  CHECK(m.reasoning == "France's capital.");
+  CHECK(m.content == "Paris.");
+  m = recur::parse_reply("> is a quote", f, ReplyOptions{true, "", true, true, "0"});
+  CHECK(m.reasoning == "> is a quote");  // without the tag open, a '>' is the thought's own
 }
 
 TEST_CASE("a streamed reply's partial reads are prefixes of the whole read", "[reply]") {

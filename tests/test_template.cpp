@@ -499,6 +499,9 @@ TEST_CASE("RWKV's world chat format lays out turns with blank lines between them
   CHECK(world_chat_prompt(messages, true) ==
         "System: Be brief.\n\nUser: Hi\nthere\nfriend\n\nAssistant: Hello.\n\nUser: a\nb\n\nAssistant:");
   CHECK(world_chat_prompt(R"([{"role": "user", "content": "x"}])", false) == "User: x\n\n");
+  // RWKV7-G1's think mode opens the thought's tag for the model to close.
+  CHECK(world_chat_prompt(R"([{"role": "user", "content": "x"}])", true, true) == "User: x\n\nAssistant: <think");
+  CHECK(world_chat_prompt(R"([{"role": "user", "content": "x"}])", false, true) == "User: x\n\n");
   CHECK(world_chat_prompt(R"([{"role": "assistant", "content": null}])", false) == "Assistant: \n\n");
 }
 

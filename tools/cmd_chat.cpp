@@ -84,8 +84,9 @@ class Chat {
     const std::string conversation = messages_json(messages_);
     const std::string prompt = template_ ? template_->render(conversation, reply_options_.tools_json, true,
                                                              ChatContent::kAuto, extra_)
-                                         : text::world_chat_prompt(conversation, true);
+                                         : text::world_chat_prompt(conversation, true, thinks());
     reply_options_.in_thought = reply_format_.opens_thought(prompt);
+    reply_options_.in_thought_tag = reply_format_.opens_thought_tag(prompt);
     const std::vector<int> want = tm_.tokenizer->encode(prompt, false);
     // Only what extends the ids already run is prefilled; a prompt that does not extend them
     // (the template rewrote an earlier turn) starts the state again from its first id.
@@ -234,6 +235,8 @@ class Chat {
   std::int64_t max_tokens_;
   std::string system_;
   std::string extra_;  // the template's extra variables ({"enable_thinking": false}), or ""
+  // --think in RWKV's world format: the prompt opens RWKV7-G1's thought ("Assistant: <think").
+  bool thinks() const { return extra_.find(R"("enable_thinking": true)") != std::string::npos; }
   ReplyFormat reply_format_;
   ReplyOptions reply_options_;
   bool dim_ = false;  // stdout is a terminal: the thought is shown dimmed
@@ -267,7 +270,7 @@ int run_chat(int argc, char** argv) {
       .option("seed", "0", "the sampler's seed")
       .option("chunk", "64", "tokens per prefill chunk (no effect on the result)")
       .option("threads", "0", "worker threads, 0: every core (no effect on the result)")
-      .flag("think", "ask the template for a thought (enable_thinking=true)")
+      .flag("think", "ask the template for a thought (enable_thinking=true; in RWKV's world format, RWKV7-G1's think mode)")
       .flag("no-think", "ask the template for no thought (enable_thinking=false: Qwen3.5 writes an empty one)")
       .option("tools", "", "JSON file with tools ([{\"type\": \"function\", \"function\": {...}}]) given to the "
                            "template; the model's calls to them are shown as JSON")
@@ -297,8 +300,8 @@ int run_chat(int argc, char** argv) {
   const std::string extra = args.flag_set("think")      ? R"({"enable_thinking": true})"
                             : args.flag_set("no-think") ? R"({"enable_thinking": false})"
                                                         : "";
-  if ((!extra.empty() || args.given("tools")) && !format.chat_template)
-    throw ArgumentError("--think, --no-think and --tools need a chat template (RWKV's world format has no variables)");
+  if (args.given("tools") && !format.chat_template)
+    throw ArgumentError("--tools needs a chat template (RWKV's world format has no tools)");
   const std::string tools = args.given("tools") ? read_input(args.str("tools"), "--tools", std::uint64_t(64) << 20) : "";
   Chat chat(tm, format, options, so, max_tokens, args.str("system"), extra, tools);
   const bool terminal = ::isatty(STDIN_FILENO) != 0;

@@ -40,8 +40,9 @@ int parse_reply_command(const Args& args) {
   options.in_thought = args.flag_set("in-thought");
   if (args.given("messages")) {
     const std::string messages = read_input(args.str("messages"), "--messages", std::uint64_t(64) << 20);
-    options.in_thought |= format.opens_thought(chat.render(messages, options.tools_json, true,
-                                                           ChatContent::kAuto, extra_variables(args)));
+    const std::string prompt = chat.render(messages, options.tools_json, true, ChatContent::kAuto, extra_variables(args));
+    options.in_thought |= format.opens_thought(prompt);
+    options.in_thought_tag = format.opens_thought_tag(prompt);
   }
   const std::string reply = read_input(args.str("parse-reply"), "--parse-reply", std::uint64_t(64) << 20);
   const std::string out = parse_reply(reply, format, options).to_json() + "\n";

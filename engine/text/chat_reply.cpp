@@ -287,7 +287,14 @@ ReplyFormat ReplyFormat::detect(const ChatTemplate& chat) {
 
 bool ReplyFormat::opens_thought(std::string_view prompt) const {
   const std::string_view end = trim_right(prompt);
-  return end.size() >= think_open.size() && end.substr(end.size() - think_open.size()) == think_open;
+  return (end.size() >= think_open.size() && end.substr(end.size() - think_open.size()) == think_open) ||
+         opens_thought_tag(prompt);
+}
+
+bool ReplyFormat::opens_thought_tag(std::string_view prompt) const {
+  if (think_open.size() < 2 || think_open.back() != '>') return false;
+  const std::string_view tag = std::string_view(think_open).substr(0, think_open.size() - 1);
+  return prompt.size() >= tag.size() && prompt.substr(prompt.size() - tag.size()) == tag;
 }
 
 std::string ReplyMessage::to_json() const {
@@ -315,7 +322,7 @@ ReplyMessage parse_reply(std::string_view reply, const ReplyFormat& format, cons
   std::string_view rest = reply;
   std::size_t thought = std::string_view::npos;
   if (options.in_thought) {
-    thought = 0;
+    thought = options.in_thought_tag && !reply.empty() && reply.front() == '>' ? 1 : 0;
   } else {
     const std::string_view lead = trim_left(reply);
     if (lead.substr(0, format.think_open.size()) == format.think_open) {

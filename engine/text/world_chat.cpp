@@ -49,7 +49,7 @@ std::string tidy(const std::string& text) {
 
 }  // namespace
 
-std::string world_chat_prompt(std::string_view messages_json, bool add_generation_prompt) {
+std::string world_chat_prompt(std::string_view messages_json, bool add_generation_prompt, bool think) {
   json::Value messages;
   try {
     messages = json::parse(messages_json, "messages");
@@ -76,7 +76,7 @@ std::string world_chat_prompt(std::string_view messages_json, bool add_generatio
     out += fmt::format("{}: {}{}", label, tidy(content ? content_text(*content, i) : std::string()),
                        kWorldChatTurnEnd);
   }
-  if (add_generation_prompt) out += "Assistant:";
+  if (add_generation_prompt) out += think ? "Assistant: <think" : "Assistant:";
   return out;
 }
 

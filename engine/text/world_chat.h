@@ -16,8 +16,10 @@ inline constexpr std::string_view kWorldChatTurnEnd = "\n\n";
 /// (roles system, user, assistant; content a string, null, or a list of {"type": "text", "text"}
 /// parts joined with "\n"). Each message's content has its leading and trailing whitespace
 /// removed, "\r\n" read as "\n", and every run of newlines made one. With
-/// add_generation_prompt the text ends in "Assistant:". Bad JSON, an empty list, an unknown
-/// role or a content of another type is an ArgumentError naming the message's index.
-std::string world_chat_prompt(std::string_view messages_json, bool add_generation_prompt);
+/// add_generation_prompt the text ends in "Assistant:", or with `think` in "Assistant: <think":
+/// RWKV7-G1's think mode, where the model closes the tag itself and writes its thought up to
+/// "</think>" (ReplyFormat::opens_thought reads such a prompt). Bad JSON, an empty list, an
+/// unknown role or a content of another type is an ArgumentError naming the message's index.
+std::string world_chat_prompt(std::string_view messages_json, bool add_generation_prompt, bool think = false);
 
 }  // namespace recur::text

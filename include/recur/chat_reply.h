@@ -41,8 +41,12 @@ struct ReplyFormat {
 
   /// Whether a rendered prompt leaves the model inside a thought: its end (spaces and newlines
   /// aside) is an opening marker that no closing marker follows (Qwen3.5's generation prompt
-  /// `<think>\n`, RWKV's ` <think>`).
+  /// `<think>\n`, RWKV's ` <think>`), or the marker without its last byte (RWKV7-G1's think
+  /// mode ends its prompt in `<think`: see opens_thought_tag).
   bool opens_thought(std::string_view prompt) const;
+  /// Whether the prompt ends inside the opening marker itself (`<think`, its `>` missing): the
+  /// model's first byte then closes the tag, and is no part of the thought.
+  bool opens_thought_tag(std::string_view prompt) const;
 };
 
 /// What a parse is told about the request.
@@ -58,6 +62,9 @@ struct ReplyOptions {
   bool parallel = true;
   /// Call ids are "call_" + id_base + "_" + the call's index: the same reply gives the same bytes.
   std::string id_base = "0";
+  /// in_thought, and inside the opening marker itself (ReplyFormat::opens_thought_tag): a `>`
+  /// that begins the reply completes the marker.
+  bool in_thought_tag = false;
 };
 
 struct ToolCall {

@@ -291,6 +291,18 @@ await check("an RWKV world-vocabulary model chats in the world format, a turn en
   const e = await status(() => c.chat.completions.create({ messages: [{ role: "developer", content: "x" }] }));
   assert.equal(e.status, 400);
   assert.match(e.message, /role 'developer'/);
+  // enable_thinking: RWKV7-G1's think mode, the prompt ending in "Assistant: <think"; the reply
+  // (a random model's, no </think>) is all reasoning. Other variables are refused.
+  const think = await c.chat.completions.create({ ...body, messages, chat_template_kwargs: { enable_thinking: true } });
+  const thinkPlain = await c.completions.create({ ...body, prompt: prompt + " <think", stop: ["\n\n"] });
+  assert.deepEqual(think.prompt_token_ids, thinkPlain.prompt_token_ids);
+  assert.equal(think.choices[0].message.content, "");
+  assert.ok(think.choices[0].message.reasoning_content.length > 0, JSON.stringify(think.choices[0].message));
+  const off = await c.chat.completions.create({ ...body, messages, chat_template_kwargs: { enable_thinking: false } });
+  assert.deepEqual(off.prompt_token_ids, plain.prompt_token_ids);
+  const e2 = await status(() => c.chat.completions.create({ ...body, messages, chat_template_kwargs: { x: 1 } }));
+  assert.equal(e2.status, 400);
+  assert.match(e2.message, /only variable is enable_thinking/);
   world.kill("SIGTERM");
   assert.equal(await world.exited, 0);
 });

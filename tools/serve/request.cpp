@@ -351,13 +351,23 @@ std::string check_tools(const json::Value* tools) {
 // RWKV's world format.
 std::string chat_prompt(const std::string& messages, const std::string& tools, const std::string& extra,
                         const ServedModel& served, bool generation_prompt = true) {
-  if (!served.chat_template && (!tools.empty() || !extra.empty()))
-    throw bad(tools.empty() ? "chat_template_kwargs" : "tools",
-              "this model has no chat template (RWKV's world format): it takes no tools or template variables");
+  // RWKV's world format takes one variable: enable_thinking, RWKV7-G1's think mode.
+  bool think = false;
+  if (!served.chat_template && !tools.empty())
+    throw bad("tools", "this model has no chat template (RWKV's world format): it takes no tools");
+  if (!served.chat_template && !extra.empty()) {
+    const json::Value v = json::parse(extra, "chat_template_kwargs");
+    for (const auto& [key, value] : v.object()) {
+      if (key != "enable_thinking" || !value.is_bool())
+        throw bad("chat_template_kwargs", "this model has no chat template (RWKV's world format): its only "
+                                          "variable is enable_thinking, true or false");
+      think = value.boolean();
+    }
+  }
   try {
     if (served.chat_template)
       return served.chat_template->render(messages, tools, generation_prompt, ChatContent::kAuto, extra);
-    if (served.world_chat) return text::world_chat_prompt(messages, generation_prompt);
+    if (served.world_chat) return text::world_chat_prompt(messages, generation_prompt, think);
   } catch (const ArgumentError& e) {
     throw bad("messages", fmt::format("the chat template refused the messages: {}", e.what()));
   } catch (const FormatError& e) {
@@ -543,6 +553,7 @@ Completion parse_chat_completion(std::string_view text, const ServedModel& serve
   }
   const std::string prompt = chat_prompt(messages, c.reply.tools_json, extra, served);
   c.reply.in_thought = served.reply_format.opens_thought(prompt);
+  c.reply.in_thought_tag = served.reply_format.opens_thought_tag(prompt);
   r.prompt = encode(prompt, served, false);
   if (r.prompt.empty()) throw bad("messages", "the chat template rendered an empty prompt");
   // The end of the last whole message: the conversation rendered without the generation prompt,
