@@ -15,7 +15,7 @@ namespace recur::grammar {
 constexpr std::size_t kInf = std::numeric_limits<std::size_t>::max() / 4;
 
 struct Node {
-  enum Kind : std::uint8_t { kObject, kArray, kString, kNumber, kInteger, kLiteral, kChoice, kRef };
+  enum Kind : std::uint8_t { kObject, kArray, kString, kNumber, kInteger, kLiteral, kChoice, kRef, kSequence, kText };
   Kind kind = kLiteral;
   std::string path;  // where it is in the schema, for messages
   // kObject: properties sorted by name (at most 64), their nodes, the required ones as bits.
@@ -29,9 +29,11 @@ struct Node {
   int items = -1;
   std::uint32_t min_items = 0, max_items = std::numeric_limits<std::uint32_t>::max();
   std::vector<std::size_t> tail;  // tail[i]: the fewest bytes of items i .. min_items-1, commas included
-  // kLiteral: the compact texts, sorted, distinct.
+  // kLiteral: the compact texts, sorted, distinct. kText: the closing tag alone.
+  // kText: whether the tag must follow a newline of the text.
+  bool newline_before = false;
   std::vector<std::string> literals;
-  // kChoice: the branches; kRef: the target.
+  // kChoice: the branches; kRef: the target; kSequence: the parts in order.
   std::vector<int> options;
   // The concrete nodes (object .. literal) a value of this node is one of.
   std::vector<int> concrete;

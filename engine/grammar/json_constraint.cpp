@@ -40,7 +40,8 @@ std::uint32_t next_code_point(const std::string& s, std::size_t& i) {
   return cp;
 }
 
-bool plain_text(unsigned char b) { return b >= 0x20 && b < 0x7F && b != '"' && b != '\\'; }
+// Bytes that leave a string's or a tagged text's plain text where it is ('<' may open a closing tag).
+bool plain_text(unsigned char b) { return b >= 0x20 && b < 0x7F && b != '"' && b != '\\' && b != '<'; }
 
 }  // namespace
 

@@ -373,6 +373,69 @@ class Compiler {
   int any_ = -1;
 };
 
+// A sequence of pieces as one node (a kSequence of its parts, or the part alone). Each schema
+// piece has its own compiler: its $refs point into its own text.
+int compile_pieces(const std::vector<GrammarPiece>& pieces, std::vector<Node>& nodes, const std::string& path) {
+  std::vector<int> parts;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const GrammarPiece& p = pieces[i];
+    const std::string at = fmt::format("{}[{}]", path, i);
+    const auto add = [&](Node::Kind kind) {
+      Node n;
+      n.kind = kind;
+      n.path = at;
+      nodes.push_back(std::move(n));
+      parts.push_back(int(nodes.size() - 1));
+      return &nodes.back();
+    };
+    switch (p.kind) {
+      case GrammarPiece::Kind::kBytes:
+        if (!p.text.empty()) add(Node::kLiteral)->literals = {p.text};
+        break;
+      case GrammarPiece::Kind::kSchema: {
+        json::Value root;
+        try {
+          root = json::parse(p.text, "schema");
+        } catch (const Error& e) {
+          throw ArgumentError(fmt::format("[{}] {}: the schema is not JSON: {}", kCall, at, e.what()));
+        }
+        Compiler c(root, nodes);
+        parts.push_back(c.reference(p.pointer, p.pointer));
+        break;
+      }
+      case GrammarPiece::Kind::kText: {
+        const std::string& tag = p.text;
+        const bool ok = tag.size() >= 2 && tag[0] == '<' && tag.find('<', 1) == std::string::npos &&
+                        tag.find('\n') == std::string::npos &&
+                        std::all_of(tag.begin(), tag.end(), [](char c) { return c >= 0x20 && c < 0x7F; });
+        if (!ok)
+          throw ArgumentError(fmt::format("[{}] {}: the closing tag '{}' must be printable ASCII that starts with "
+                                          "its only '<'", kCall, at, tag));
+        Node* n = add(Node::kText);
+        n->literals = {tag};
+        n->newline_before = p.newline_before;
+        break;
+      }
+      case GrammarPiece::Kind::kChoice: {
+        if (p.options.empty()) throw ArgumentError(fmt::format("[{}] {}: a choice of nothing", kCall, at));
+        std::vector<int> options;
+        for (std::size_t k = 0; k < p.options.size(); ++k)
+          options.push_back(compile_pieces(p.options[k], nodes, fmt::format("{}/{}", at, k)));
+        add(Node::kChoice)->options = std::move(options);
+        break;
+      }
+    }
+  }
+  if (parts.empty()) throw ArgumentError(fmt::format("[{}] {}: an empty sequence", kCall, path));
+  if (parts.size() == 1) return parts[0];
+  Node n;
+  n.kind = Node::kSequence;
+  n.path = path;
+  n.options = std::move(parts);
+  nodes.push_back(std::move(n));
+  return int(nodes.size() - 1);
+}
+
 // The concrete nodes a choice or reference stands for; a cycle of references with no value
 // between them is refused.
 void flatten(std::vector<Node>& nodes, int id, std::vector<char>& state) {
@@ -430,6 +493,11 @@ void finish_grammar(grammar::Grammar& g) {
         case Node::kRef:
           for (const int o : n.concrete) m = std::min(m, nodes[std::size_t(o)].min_len);
           break;
+        case Node::kSequence:
+          m = 0;
+          for (const int o : n.options) m = add_sat(m, nodes[std::size_t(o)].min_len);
+          break;
+        case Node::kText: m = n.literals[0].size() + (n.newline_before ? 1 : 0); break;
       }
       if (m < n.min_len) {
         n.min_len = m;
@@ -458,7 +526,11 @@ void finish_grammar(grammar::Grammar& g) {
 
 // ---- The automaton ----
 
-enum FrameKind : std::uint8_t { kValue, kObjectFrame, kArrayFrame, kStringFrame, kNumberFrame, kLiteralFrame };
+enum FrameKind : std::uint8_t { kValue, kObjectFrame, kArrayFrame, kStringFrame, kNumberFrame, kLiteralFrame,
+                                kSequenceFrame, kTextFrame };
+// A text frame's phase bits: the last byte was a newline; the byte before the tag's partial
+// match (its c bytes so far) was a newline.
+enum : std::uint8_t { kLastNewline = 1, kNewlineBeforeMatch = 2 };
 enum : std::uint8_t { kOpen, kFirst, kKeyStart, kKey, kColon, kAfter, kNext };  // objects, arrays
 enum : std::uint8_t { kBody = 1, kEscape, kHex };                               // strings
 enum : std::uint8_t { kSign = 1, kZero, kInt, kFrac0, kFrac, kExp0, kExpSign, kExp };  // numbers
@@ -480,6 +552,8 @@ Frame open(const grammar::Grammar& g, int node) {
     case Node::kString: f.kind = kStringFrame; break;
     case Node::kNumber:
     case Node::kInteger: f.kind = kNumberFrame; break;
+    case Node::kSequence: f.kind = kSequenceFrame; break;
+    case Node::kText: f.kind = kTextFrame; break;
     default:
       f.kind = kLiteralFrame;
       f.a = 0;
@@ -489,9 +563,21 @@ Frame open(const grammar::Grammar& g, int node) {
   return f;
 }
 
+bool utf8_byte(Frame& f, unsigned char c);
+enum class TextStep { kRefused, kTaken, kClosed };
+TextStep text_byte(const Node& n, Frame& f, unsigned char c);
+
 bool starts(const grammar::Grammar& g, int node, unsigned char c) {
   const Node& n = g.nodes[std::size_t(node)];
   switch (n.kind) {
+    case Node::kSequence:
+      for (const int o : g.nodes[std::size_t(n.options[0])].concrete)
+        if (starts(g, o, c)) return true;
+      return false;
+    case Node::kText: {
+      Frame f = open(g, node);
+      return text_byte(n, f, c) != TextStep::kRefused;
+    }
     case Node::kObject: return c == '{';
     case Node::kArray: return c == '[';
     case Node::kString: return c == '"';
@@ -535,6 +621,40 @@ bool can_add_key(const Node& n, const Frame& f) { return n.additional >= 0 || (f
 bool required_done(const Node& n, const Frame& f) { return (f.seen & n.required) == n.required; }
 
 bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+
+// One byte of a tagged text: the tag's first byte appears once in it, so a broken partial match
+// starts over at this byte.
+TextStep text_byte(const Node& n, Frame& f, unsigned char c) {
+  const std::string& tag = n.literals[0];
+  if (f.utf8_need) return utf8_byte(f, c) ? TextStep::kTaken : TextStep::kRefused;
+  const bool newline = f.phase & kLastNewline;
+  if (f.c > 0 && c == static_cast<unsigned char>(tag[f.c])) {
+    if (++f.c < tag.size()) {
+      f.phase &= std::uint8_t(~kLastNewline);
+      return TextStep::kTaken;
+    }
+    // The whole tag: the text ends, if the tag may come here (else the text would hold it).
+    return !n.newline_before || (f.phase & kNewlineBeforeMatch) ? TextStep::kClosed : TextStep::kRefused;
+  }
+  f.c = 0;
+  if (c == static_cast<unsigned char>(tag[0])) {
+    f.c = 1;
+    f.phase = newline ? std::uint8_t(kNewlineBeforeMatch) : std::uint8_t(0);
+    return TextStep::kTaken;
+  }
+  if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') return TextStep::kRefused;
+  if (c == 0x7F || !utf8_byte(f, c)) return TextStep::kRefused;
+  f.phase = c == '\n' ? std::uint8_t(kLastNewline) : std::uint8_t(0);
+  return TextStep::kTaken;
+}
+
+// The fewest bytes that end a tagged text from frame f.
+std::size_t text_cost(const Node& n, const Frame& f) {
+  const std::size_t tag = n.literals[0].size();
+  if (f.c > 0 && (!n.newline_before || (f.phase & kNewlineBeforeMatch))) return tag - f.c;
+  const bool newline = f.c == 0 && (f.phase & kLastNewline);
+  return std::size_t(f.utf8_need) + (n.newline_before && !newline ? 1 : 0) + tag;
+}
 
 bool accepting(const grammar::Grammar& g, const Frame& f) {
   if (f.kind == kNumberFrame) return f.phase == kZero || f.phase == kInt || f.phase == kFrac || f.phase == kExp;
@@ -782,6 +902,24 @@ bool step(const grammar::Grammar& g, Stack& s, unsigned char c, std::vector<Stac
         s.pop_back();  // a whole number: c belongs to what holds it
         continue;
       }
+      case kSequenceFrame: {
+        // The next part; the last one takes the sequence's place.
+        const std::uint32_t i = f.a;
+        if (std::size_t(i) + 1 == n.options.size()) {
+          f = value_frame(n.options[i]);
+          continue;
+        }
+        ++f.a;
+        s.push_back(value_frame(n.options[i]));
+        continue;
+      }
+      case kTextFrame:
+        switch (text_byte(n, f, c)) {
+          case TextStep::kRefused: return false;
+          case TextStep::kTaken: return true;
+          case TextStep::kClosed: s.pop_back(); return true;
+        }
+        return false;
       case kLiteralFrame: {
         const auto& lits = n.literals;
         // The literals in [a, b) share their first c bytes and are sorted: those with c next are
@@ -881,6 +1019,12 @@ std::size_t frame_cost(const grammar::Grammar& g, const Frame& f) {
         default: return std::size_t(f.a) + 1;
       }
     case kNumberFrame: return accepting(g, f) ? 0 : 1;
+    case kSequenceFrame: {
+      std::size_t sum = 0;
+      for (std::size_t i = f.a; i < n.options.size(); ++i) sum = add_sat(sum, g.nodes[std::size_t(n.options[i])].min_len);
+      return sum;
+    }
+    case kTextFrame: return text_cost(n, f);
     case kLiteralFrame: {
       std::size_t best = grammar::kInf;
       for (std::uint32_t i = f.a; i < f.b; ++i) best = std::min(best, g.nodes[std::size_t(f.node)].literals[i].size() - f.c);
@@ -916,6 +1060,13 @@ std::shared_ptr<const JsonGrammar> JsonGrammar::any_object() {
   json::Value none;
   Compiler c(none, g->impl_->g.nodes);
   g->impl_->g.root = c.any_object();
+  finish_grammar(g->impl_->g);
+  return g;
+}
+
+std::shared_ptr<const JsonGrammar> JsonGrammar::sequence(const std::vector<GrammarPiece>& pieces) {
+  std::shared_ptr<JsonGrammar> g(new JsonGrammar());
+  g->impl_->g.root = compile_pieces(pieces, g->impl_->g.nodes, "sequence");
   finish_grammar(g->impl_->g);
   return g;
 }
@@ -999,6 +1150,7 @@ std::size_t JsonMatcher::min_close() const {
 bool JsonMatcher::in_plain_string() const {
   if (stacks_.size() != 1 || stacks_[0].empty()) return false;
   const Frame& f = stacks_[0].back();
+  if (f.kind == kTextFrame) return f.c == 0 && f.phase == 0 && f.utf8_need == 0;
   return f.kind == kStringFrame && f.phase == kBody && f.utf8_need == 0;
 }
 

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <optional>
 #include <set>
 
@@ -278,6 +279,15 @@ ReplyFormat ReplyFormat::detect(const ChatTemplate& chat) {
     format.tool_calls = ToolCallFormat::kQwenXml;
   } else if (out.find("<tool_call>") != std::string::npos && out.find("recur_probe_tool") != std::string::npos) {
     format.tool_calls = ToolCallFormat::kTaggedJson;
+    // The spaces the template writes inside the tags, around the call's JSON.
+    const std::size_t open = out.rfind(kCallOpen), body = skip_space(out, open + kCallOpen.size());
+    const std::size_t close = out.find(kCallClose, body);
+    if (body < out.size() && out[body] == '{' && close != std::string::npos) {
+      std::size_t end = close;
+      while (end > body && space(out[end - 1])) --end;
+      format.call_open = out.substr(open, body - open);
+      format.call_close = out.substr(end, close + kCallClose.size() - end);
+    }
   } else if (out.find(R"("name": "recur_probe_tool")") != std::string::npos &&
              out.find(R"("parameters")") != std::string::npos) {
     format.tool_calls = ToolCallFormat::kBareJson;
@@ -295,6 +305,125 @@ bool ReplyFormat::opens_thought_tag(std::string_view prompt) const {
   if (think_open.size() < 2 || think_open.back() != '>') return false;
   const std::string_view tag = std::string_view(think_open).substr(0, think_open.size() - 1);
   return prompt.size() >= tag.size() && prompt.substr(prompt.size() - tag.size()) == tag;
+}
+
+namespace {
+
+// The grammar of a parameter's value in Qwen's XML form, read back by typed_value().
+std::vector<GrammarPiece> xml_value(const json::Value& parameters, const std::string& parameters_json,
+                                    const std::string& key, const std::string& where) {
+  constexpr std::string_view kEnd = "\n</parameter>\n";
+  const std::set<std::string> types = schema_types(&parameters, key);
+  const json::Value* properties = parameters.find("properties");
+  const json::Value* p = properties && properties->is_object() ? properties->find(key) : nullptr;
+  if (types.empty() || (types.size() == 1 && types.count("string"))) {
+    // Read back as the raw text: a string.
+    if (p && p->is_object()) {
+      for (const auto& [k, v] : p->object())
+        if (k == "anyOf" || k == "oneOf" || k == "$ref" || k == "properties" || k == "items" || k == "prefixItems")
+          throw ArgumentError(fmt::format("{}: a parameter without a \"type\" is read back as a string in this "
+                                          "template's XML calls, so '{}' cannot be enforced: give it a \"type\"", where, k));
+      const json::Value* listed = p->find("enum") ? p->find("enum") : p->find("const");
+      if (listed) {
+        std::vector<std::vector<GrammarPiece>> options;
+        const auto add = [&](const json::Value& v) {
+          if (v.is_string()) options.push_back({GrammarPiece::bytes(v.string() + std::string(kEnd))});
+        };
+        if (listed->is_array() && p->find("enum")) {
+          for (const auto& v : listed->array()) add(v);
+        } else {
+          add(*listed);
+        }
+        if (options.empty())
+          throw ArgumentError(fmt::format("{}: enum or const has no string, which this template's XML calls write", where));
+        return {GrammarPiece::choice(std::move(options))};
+      }
+    }
+    return {GrammarPiece::tagged_text(std::string(kParameterClose), true), GrammarPiece::bytes("\n")};
+  }
+  if (types.count("string"))
+    throw ArgumentError(fmt::format("{}: \"string\" among other types cannot be enforced in this template's XML "
+                                    "calls (a value that reads as another type would be taken as one)", where));
+  std::string pointer = "#/properties/";
+  for (const char c : key) pointer += c == '~' ? std::string("~0") : c == '/' ? std::string("~1") : std::string(1, c);
+  return {GrammarPiece::schema(parameters_json, pointer), GrammarPiece::bytes(std::string(kEnd))};
+}
+
+}  // namespace
+
+std::shared_ptr<const JsonGrammar> tool_call_grammar(const ReplyFormat& format, const ReplyOptions& options,
+                                                     std::string_view only) {
+  const Tools tools(options.tools_json);
+  if (tools.empty()) throw ArgumentError("[tool_call_grammar] no tools to call");
+  const bool xml = format.tool_calls == ToolCallFormat::kQwenXml;
+  std::vector<std::vector<GrammarPiece>> calls;
+  for (std::size_t i = 0; i < tools.functions.size(); ++i) {
+    const auto& [name, parameters] = tools.functions[i];
+    if (!only.empty() && name != only) continue;
+    const std::string where = fmt::format("tools[{}].function.parameters", i);
+    std::string parameters_json = R"({"type":"object","additionalProperties":false})";
+    if (parameters) {
+      parameters_json.clear();
+      write_json(*parameters, parameters_json);
+    }
+    std::vector<GrammarPiece> call;
+    try {
+      if (xml) {
+        if (name.find('>') != std::string::npos || name.find('\n') != std::string::npos)
+          throw ArgumentError(fmt::format("tools[{}].function.name holds '>' or a newline, which this template's "
+                                          "XML calls cannot write", i));
+        call.push_back(GrammarPiece::bytes(name + ">\n"));
+        const json::Value* properties = parameters ? parameters->find("properties") : nullptr;
+        const json::Value* required = parameters ? parameters->find("required") : nullptr;
+        std::vector<std::string> keys;
+        if (required && required->is_array()) {
+          if (properties && properties->is_object())
+            for (const auto& [k, v] : properties->object())
+              for (const auto& r : required->array())
+                if (r.is_string() && r.string() == k) keys.push_back(k);
+          for (const auto& r : required->array())
+            if (r.is_string() && std::find(keys.begin(), keys.end(), r.string()) == keys.end()) keys.push_back(r.string());
+        }
+        for (const std::string& key : keys) {
+          if (key.find('>') != std::string::npos || key.find('\n') != std::string::npos)
+            throw ArgumentError(fmt::format("{}: the parameter '{}' holds '>' or a newline, which this template's "
+                                            "XML calls cannot write", where, key));
+          call.push_back(GrammarPiece::bytes(std::string(kParameterOpen) + key + ">\n"));
+          for (auto& piece : xml_value(*parameters, parameters_json, key, fmt::format("{}.properties.{}", where, key)))
+            call.push_back(std::move(piece));
+        }
+        call.push_back(GrammarPiece::bytes("</function>\n</tool_call>"));
+        // Checked alone, so that an error names the tool.
+        JsonGrammar::sequence(call);
+      } else {
+        const char* arguments = format.tool_calls == ToolCallFormat::kBareJson ? "parameters" : "arguments";
+        const char* end = format.tool_calls == ToolCallFormat::kGenericJson ? "}}" : "}";
+        call.push_back(GrammarPiece::bytes(quote(name).substr(1) + ",\"" + arguments + "\":"));
+        call.push_back(GrammarPiece::schema(parameters_json));
+        call.push_back(GrammarPiece::bytes(format.tool_calls == ToolCallFormat::kTaggedJson ? end + format.call_close
+                                                                                          : std::string(end)));
+        JsonGrammar::sequence(call);
+      }
+    } catch (const ArgumentError& e) {
+      const std::string what = e.what();
+      throw ArgumentError(what.rfind("tools[", 0) == 0 ? what : fmt::format("{}: {}", where, what));
+    }
+    calls.push_back(std::move(call));
+  }
+  if (calls.empty()) throw ArgumentError(fmt::format("[tool_call_grammar] no tool is named '{}'", only));
+  std::vector<GrammarPiece> reply;
+  if (options.in_thought) {
+    reply.push_back(GrammarPiece::tagged_text(format.think_close, true));
+    reply.push_back(GrammarPiece::bytes("\n\n"));
+  }
+  switch (format.tool_calls) {
+    case ToolCallFormat::kQwenXml: reply.push_back(GrammarPiece::bytes("<tool_call>\n<function=")); break;
+    case ToolCallFormat::kTaggedJson: reply.push_back(GrammarPiece::bytes(format.call_open + R"({"name":")")); break;
+    case ToolCallFormat::kBareJson: reply.push_back(GrammarPiece::bytes(R"({"name":")")); break;
+    case ToolCallFormat::kGenericJson: reply.push_back(GrammarPiece::bytes(R"({"tool_call":{"name":")")); break;
+  }
+  reply.push_back(GrammarPiece::choice(std::move(calls)));
+  return JsonGrammar::sequence(reply);
 }
 
 std::string ReplyMessage::to_json() const {

@@ -15,9 +15,12 @@
 // is left in `content` as the text it was: nothing the model wrote is dropped.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "recur/json_schema.h"
 
 namespace recur {
 
@@ -33,6 +36,10 @@ struct ReplyFormat {
   ToolCallFormat tool_calls = ToolCallFormat::kGenericJson;
   std::string think_open = "<think>";
   std::string think_close = "</think>";
+  /// kTaggedJson: what the template writes around a call's JSON, spaces included, as found by
+  /// detect() (Hermes and Qwen3 write "<tool_call>\n" and "\n</tool_call>").
+  std::string call_open = "<tool_call>\n";
+  std::string call_close = "\n</tool_call>";
 
   /// The format a template renders tool calls in, found by rendering one assistant message with
   /// a call (with tools given); a template that fails on it, or writes no call, gets the
@@ -84,6 +91,25 @@ struct ReplyMessage {
   /// only when there are some.
   std::string to_json() const;
 };
+
+/// The grammar that holds a reply to one call to one of `options.tools_json`'s tools (or to
+/// the tool `only`, when not empty), written as `format` writes calls, so that parse_reply reads
+/// it back as that call: for tool_choice "required" or a named function.
+///   - JSON forms: `{"name":"NAME","arguments":ARGS}` (Llama 3's "parameters"; the generic form
+///     inside {"tool_call": ...}), ARGS a value of the tool's parameters schema (a tool without
+///     one: {}), between call_open and call_close for kTaggedJson.
+///   - kQwenXml: `<tool_call>\n<function=NAME>\n`, then each required parameter, in the order of
+///     `properties`, as `<parameter=KEY>\nVALUE\n</parameter>\n`, then `</function>\n</tool_call>`.
+///     A parameter typed "string" takes any text without "</parameter>" (its enum or const: one
+///     of those, raw); another type takes a compact JSON value of its schema. Optional
+///     parameters are left out.
+/// With `options.in_thought`, the thought runs free first (the text before "\n" + think_close),
+/// then "\n\n" and the call: a thinking model reasons, then calls. One call, whatever
+/// options.parallel says. ArgumentError ("tools[i].function.parameters...: ...") for a schema
+/// that the grammar does not cover or, in the XML form, a value type it cannot write (a
+/// required parameter with no "type", or "string" in a list of types).
+std::shared_ptr<const JsonGrammar> tool_call_grammar(const ReplyFormat& format, const ReplyOptions& options,
+                                                     std::string_view only = {});
 
 /// Reads a reply. `partial` reads a reply still being written: text that may yet become part of
 /// a marker or of a call is held back, and trailing spaces and newlines too, so that each field

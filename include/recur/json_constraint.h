@@ -43,7 +43,8 @@ class TokenTrie {
   std::vector<std::int32_t> ids_begin_;  // node i's ids: ids_[ids_begin_[i] .. ids_begin_[i + 1])
   std::vector<std::int32_t> ids_;
   // special_before_[i]: how many of nodes 0..i-1 have a byte that is not plain string text
-  // (outside 0x20..0x7E, or '"' or '\\'): a subtree with none is allowed whole inside a string.
+  // (outside 0x20..0x7E, or '"', '\\' or '<'): a subtree with none is allowed whole inside a
+  // string or a tagged text.
   std::vector<std::int32_t> special_before_;
   int max_depth_ = 0;
 

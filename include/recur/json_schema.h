@@ -15,6 +15,10 @@
 // spaces), object keys written without escapes, numbers of at most 15 integer and 15 fraction
 // digits and a 2-digit exponent (an integer is then exact in a double), enum and const values in
 // their compact form. Every text it accepts parses and validates against the schema.
+//
+// The same automaton also runs a sequence (JsonGrammar::sequence): literal bytes, JSON values of
+// schemas and tagged free text, one after another, with choices between sequences. That is how
+// a reply is held to a tool call in a template's format (recur/chat_reply.h, tool_call_grammar).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +29,29 @@
 
 namespace recur {
 
+/// One piece of a sequence grammar (JsonGrammar::sequence).
+struct GrammarPiece {
+  enum class Kind {
+    kBytes,   ///< `text`, byte for byte
+    kSchema,  ///< a compact JSON value of the schema `text` at the JSON pointer `pointer`
+    kText,    ///< any UTF-8 text (tab, newline, carriage return and printable bytes) without
+              ///< the closing tag `text`, then that tag; with `newline_before`, the tag follows a
+              ///< newline of the text. The tag is ASCII, starts with '<', holds no newline and
+              ///< no second '<' (as </think> and </parameter>).
+    kChoice,  ///< one of `options`, each a sequence
+  };
+  Kind kind = Kind::kBytes;
+  std::string text;
+  std::string pointer = "#";
+  bool newline_before = false;
+  std::vector<std::vector<GrammarPiece>> options;
+
+  static GrammarPiece bytes(std::string b) { return {Kind::kBytes, std::move(b), "#", false, {}}; }
+  static GrammarPiece schema(std::string s, std::string at = "#") { return {Kind::kSchema, std::move(s), std::move(at), false, {}}; }
+  static GrammarPiece tagged_text(std::string tag, bool newline) { return {Kind::kText, std::move(tag), "#", newline, {}}; }
+  static GrammarPiece choice(std::vector<std::vector<GrammarPiece>> o) { return {Kind::kChoice, "", "#", false, std::move(o)}; }
+};
+
 /// A compiled schema: immutable, shared by every sequence that uses it.
 class JsonGrammar {
  public:
@@ -33,6 +60,9 @@ class JsonGrammar {
   static std::shared_ptr<const JsonGrammar> compile(std::string_view schema);
   /// Any JSON object (response_format {"type": "json_object"}).
   static std::shared_ptr<const JsonGrammar> any_object();
+  /// The pieces one after another. Throws ArgumentError as compile() does for a schema piece
+  /// ("[JsonGrammar::compile] <pointer>...: ..."), and for an empty sequence or a bad tag.
+  static std::shared_ptr<const JsonGrammar> sequence(const std::vector<GrammarPiece>& pieces);
 
   ~JsonGrammar();
   JsonGrammar(const JsonGrammar&) = delete;
@@ -74,8 +104,8 @@ class JsonMatcher {
     std::uint64_t seen = 0;
   };
   using Stack = std::vector<Frame>;
-  /// Whether the state is inside a string's plain text, where any printable ASCII byte other
-  /// than '"' and '\\' leaves it unchanged (the trie walk's shortcut).
+  /// Whether the state is inside a string's or a tagged text's plain text, where any printable
+  /// ASCII byte other than '"', '\\' and '<' leaves it unchanged (the trie walk's shortcut).
   bool in_plain_string() const;
   /// Takes `other`'s position (both of one grammar), reusing this one's memory.
   void assign_state(const JsonMatcher& other) { stacks_ = other.stacks_; }

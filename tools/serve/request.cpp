@@ -517,17 +517,38 @@ Completion parse_chat_completion(std::string_view text, const ServedModel& serve
   // The whole conversation, as the template lays it out; the tokenizer adds nothing (the
   // template writes its own BOS), as transformers' apply_chat_template(tokenize=True) does.
   c.reply.tools_json = check_tools(field(body, "tools"));
+  // "required" and a named function hold the reply to one call while sampling (the grammar is
+  // built once the prompt says whether the reply starts inside a thought).
+  bool call_required = false;
+  std::string call_name;
   if (const auto* v = field(body, "tool_choice")) {
-    // "required" and a named function need the reply held to a call while sampling, which this
-    // server does not do yet: refused rather than left to chance.
     const bool named = v->is_object();
     if (!named && !(v->is_string() && (v->string() == "auto" || v->string() == "none" || v->string() == "required")))
       throw bad("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
                                "\"function\": {\"name\": ...}}");
-    if (named || v->string() == "required")
-      throw bad("tool_choice", "'tool_choice' \"required\" or a named function is not supported yet (the reply "
-                               "is not constrained to a call): use \"auto\" or \"none\"");
-    c.reply.parse_tool_calls = v->string() == "auto";
+    if (named) {
+      const json::Value* f = v->find("function");
+      const json::Value* name = f && f->is_object() ? f->find("name") : nullptr;
+      const json::Value* type = v->find("type");
+      if (!name || !name->is_string() || (type && !(type->is_string() && type->string() == "function")))
+        throw bad("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                                 "\"function\": {\"name\": ...}}");
+      call_name = name->string();
+      bool found = false;
+      const json::Value tools = c.reply.tools_json.empty() ? json::Value() : json::parse(c.reply.tools_json, "tools");
+      if (tools.is_array())
+        for (const auto& t : tools.array())
+          if (const json::Value* tf = t.find("function"); tf && tf->is_object())
+            if (const json::Value* n = tf->find("name"); n && n->is_string()) found |= n->string() == call_name;
+      if (!found)
+        throw bad("tool_choice", fmt::format("'tool_choice' names the function '{}', which is not in 'tools'", call_name));
+    }
+    call_required = named || v->string() == "required";
+    if (call_required && (c.reply.tools_json.empty() || c.reply.tools_json == "[]"))
+      throw bad("tool_choice", "'tool_choice' \"required\" needs 'tools'");
+    if (call_required && r.grammar)
+      throw bad("tool_choice", "give 'response_format' or a required tool call ('tool_choice'), not both");
+    c.reply.parse_tool_calls = call_required || v->string() == "auto";
   }
   if (const auto* v = field(body, "parallel_tool_calls")) c.reply.parallel = boolean(*v, "parallel_tool_calls");
   // Template variables: chat_template_kwargs as they are (apply_chat_template's keyword
@@ -554,6 +575,16 @@ Completion parse_chat_completion(std::string_view text, const ServedModel& serve
   const std::string prompt = chat_prompt(messages, c.reply.tools_json, extra, served);
   c.reply.in_thought = served.reply_format.opens_thought(prompt);
   c.reply.in_thought_tag = served.reply_format.opens_thought_tag(prompt);
+  if (call_required) {
+    try {
+      r.grammar = tool_call_grammar(served.reply_format, c.reply, call_name);
+    } catch (const ArgumentError& e) {
+      throw bad("tools", fmt::format("'tool_choice' needs the call held to the tools' schemas: {}", e.what()));
+    }
+    if (r.max_tokens > 0 && r.grammar->min_bytes() > std::size_t(r.max_tokens))
+      throw bad("max_tokens", fmt::format("max_tokens is {} but the shortest tool call takes {} bytes (one byte a "
+                                          "token at worst): raise max_tokens", r.max_tokens, r.grammar->min_bytes()));
+  }
   r.prompt = encode(prompt, served, false);
   if (r.prompt.empty()) throw bad("messages", "the chat template rendered an empty prompt");
   // The end of the last whole message: the conversation rendered without the generation prompt,
