@@ -364,7 +364,7 @@ std::shared_ptr<const JsonGrammar> tool_call_grammar(const ReplyFormat& format, 
     std::string parameters_json = R"({"type":"object","additionalProperties":false})";
     if (parameters) {
       parameters_json.clear();
-      write_json(*parameters, parameters_json);
+      json::write(*parameters, parameters_json);
     }
     std::vector<GrammarPiece> call;
     try {
