@@ -1,5 +1,5 @@
 // Structured output in recur serve through the official openai client: response_format
-// json_schema and json_object on a small random model (from `recur make-model`, with the chat
+// json_schema and json_object on a small random Qwen3.5-architecture model (`recur make-model --arch qwen35`, with the chat
 // tests' ChatML tokenizer). Every reply of a few hundred seeds parses and validates (the oracle
 // is python3-jsonschema, tests/grammar/validate.py, and ajv), also when max_tokens cuts the reply; a reply
 // has the same bytes alone and in a batch; a schema recur does not cover is a 400 that names the
@@ -27,8 +27,10 @@ const recur = path.resolve(process.argv[2] ?? "build/release/tools/recur");
 const here = path.dirname(fileURLToPath(import.meta.url));
 const tmp = mkdtempSync(path.join(os.tmpdir(), "recur-schema-serve-"));
 const dir = path.join(tmp, "chatml");
-execFileSync(recur, ["make-model", dir, "--seed", "11", "--vocab", "131", "--hidden", "64", "--layers", "2"],
-             { stdio: ["ignore", "ignore", "inherit"] });
+// A random model of Qwen3.5's architecture (Gated DeltaNet layers and a gated attention layer).
+execFileSync(recur, ["make-model", dir, "--arch", "qwen35", "--seed", "11", "--vocab", "131", "--hidden", "64",
+                     "--layers", "4", "--heads", "4", "--attn-kv-heads", "2", "--gdn-k-heads", "2",
+                     "--intermediate", "64"], { stdio: ["ignore", "ignore", "inherit"] });
 writeChatTokenizer(dir, true);
 
 const server = await startServe(recur, ["-m", dir, "--threads", "2"]);
