@@ -269,3 +269,23 @@ def test_config_and_formats(kjv):
     assert kjv.config["model_type"] == "linear_attn" and kjv.config["hidden_size"] == 256
     assert kjv.weights_format in ("f16", "f32", "bf16")
     assert recur.isa() in recur.available_isas()
+
+
+def test_quantize_writes_what_the_cli_writes_and_the_folder_loads(kjv, tmp_path):
+    kjv_dir = ROOT / "models" / "kjv"
+    assert recur.quantize(kjv_dir, tmp_path / "py-q8", type="q8", head="q4") == "q8 (head q4)"
+    run_cli("quantize", kjv_dir, tmp_path / "cli-q8", "--type", "q8", "--head", "q4")
+    for name in ("model.safetensors", "config.json", "tokenizer.json"):
+        assert (tmp_path / "py-q8" / name).read_bytes() == (tmp_path / "cli-q8" / name).read_bytes()
+    q8 = recur.Model(tmp_path / "py-q8", threads=1)
+    assert q8.weights_format == "q8 (head q4)" and q8.tokenizer is not None
+    ids = kjv.tokenizer.encode(KJV_TEXT)[:50]
+    (tmp_path / "ids.txt").write_text("".join(f"{i}\n" for i in ids))
+    cli = json.loads(run_cli("score", "-m", tmp_path / "cli-q8", "--token-ids", tmp_path / "ids.txt", "--json"))
+    assert sequential_mean(q8.score(ids)) == cli["mean_nll"]
+    with pytest.raises(ValueError, match="already holds a model"):
+        recur.quantize(kjv_dir, tmp_path / "py-q8")
+    with pytest.raises(ValueError, match="already quantized"):
+        recur.quantize(tmp_path / "py-q8", tmp_path / "again")
+    with pytest.raises(ValueError, match="'q3'"):
+        recur.quantize(kjv_dir, tmp_path / "x", type="q3")
