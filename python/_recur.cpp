@@ -589,6 +589,21 @@ PYBIND11_MODULE(_recur, m) {
              s.decoder.save(path.string());
            },
            py::arg("path"))
+      // step() on every id in one call, nothing returned: the reference that bench/bench_python.py
+      // measures Python's overhead per step() against.
+      .def("_step_many",
+           [](PyState& s, const py::handle& ids_obj) {
+             const std::vector<int> ids = token_ids(ids_obj, "State._step_many", "ids");
+             const int V = s.owner->vocab_size();
+             for (std::size_t i = 0; i < ids.size(); ++i)  // all checked before the first step
+               if (ids[i] < 0 || ids[i] >= V)
+                 value_error("State._step_many", "ids[{}] is {}, expected 0 to vocab_size - 1 = {}",
+                             i, ids[i], V - 1);
+             py::gil_scoped_release release;
+             std::lock_guard<std::mutex> lock(s.mutex);
+             for (const int t : ids) s.decoder.step(t);
+           },
+           py::arg("ids"))
       .def_static("load", &state_load, py::arg("model"), py::arg("path"), py::arg("chunk") = 64)
       .def_property_readonly("logits",
                              [](const std::shared_ptr<PyState>& s) {
