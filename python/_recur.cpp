@@ -224,7 +224,8 @@ std::shared_ptr<PyModel> open_model(const std::string& path, int threads,
     m->tokenizer = std::make_shared<PyTokenizer>(Tokenizer::load(tokenizer_path ? *tokenizer_path : m->files));
     m->mask = m->tokenizer->tokenizer()->sample_mask(m->vocab_size());
   } else if (std::string why = m->model->missing_tokenizer(m->files); !why.empty()) {
-    m->no_text = std::move(why);
+    // The library's reason names the CLI's options; Python's are the constructor's and ids.
+    m->no_text = why + " (from Python: Model(path, tokenizer=FILE_OR_DIR), or token ids)";
   } else if (m->vocab_size() < ByteTokenizer::kVocab) {
     m->no_text = fmt::format("the model's vocabulary has {} ids, fewer than the 256 the "
                              "byte-level tokenizer needs: pass token ids", m->vocab_size());
