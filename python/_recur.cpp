@@ -492,6 +492,14 @@ PYBIND11_MODULE(_recur, m) {
   using namespace recur;
   using namespace recur::python;
   m.doc() = "recur's native module; use the `recur` package (docs/python.md).";
+  // pybind11 finds numpy's C API on first use, in a function-local static whose initialisation
+  // imports numpy, which may release the GIL: a second thread then takes the GIL and waits on
+  // the static's guard while the first waits for the GIL (tests/python/test_threads.py met this
+  // deadlock). Done here, at import, it happens once, on one thread.
+  py::module_::import("numpy");
+  (void)py::detail::npy_api::get();
+  (void)py::dtype::of<float>();
+  (void)py::dtype::of<double>();
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {
