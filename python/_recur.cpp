@@ -73,9 +73,12 @@ void copy_ids(const py::array& a, std::vector<int>& out, const char* call, const
   const auto n = static_cast<std::size_t>(a.shape(0));
   out.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
-    if (p[i] > static_cast<T>(INT_MAX) ||
-        (std::is_signed<T>::value && static_cast<long long>(p[i]) < INT_MIN))
-      value_error(call, "{}[{}] is {}, outside the range of a token id", arg, i, p[i]);
+    bool outside = false;
+    if constexpr (std::is_signed<T>::value)
+      outside = static_cast<long long>(p[i]) < INT_MIN || static_cast<long long>(p[i]) > INT_MAX;
+    else
+      outside = static_cast<unsigned long long>(p[i]) > static_cast<unsigned long long>(INT_MAX);
+    if (outside) value_error(call, "{}[{}] is {}, outside the range of a token id", arg, i, p[i]);
     out[i] = static_cast<int>(p[i]);
   }
 }

@@ -166,6 +166,15 @@ def test_score_of_text_is_score_of_its_ids(kjv):
     assert kjv.score(KJV_TEXT).tobytes() == kjv.score(ids).tobytes()
 
 
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
+                                   "uint64"])
+def test_ids_of_every_integer_dtype_are_read_as_their_values(kjv, dtype):
+    ids = [1, 100, 127]
+    expected = kjv.new_state().prefill(ids, all_logits=True)
+    got = kjv.new_state().prefill(np.array(ids, dtype=dtype), all_logits=True)
+    assert got.tobytes() == expected.tobytes()
+
+
 def state_snapshot(state):
     return state.tokens, state.logits.tobytes()
 
