@@ -557,7 +557,7 @@ PYBIND11_MODULE(_recur, m) {
              return pm;
            }),
            py::arg("seed"), py::arg("threads"), py::arg("random"))
-      .def_property_readonly("config_json", [](const PyModel& pm) { return pm.model->config().to_json(); })
+      .def_property_readonly("_config_json", [](const PyModel& pm) { return pm.model->config().to_json(); })
       .def_property_readonly("weights_format", [](const PyModel& pm) { return pm.model->weight_format(); })
       .def_property_readonly("vocab_size", &PyModel::vocab_size)
       .def_property_readonly("parameters", [](const PyModel& pm) { return pm.model->parameters(); })

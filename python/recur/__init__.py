@@ -41,7 +41,7 @@ class Model(_recur.Model):
     @property
     def config(self):
         """The configuration, as a dict of config.json's fields."""
-        return _json.loads(self.config_json)
+        return _json.loads(self._config_json)
 
     def encode(self, text, add_special_tokens=True):
         self._require_text("Model.encode")
