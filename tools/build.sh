@@ -19,7 +19,7 @@
 #   tools/build.sh isa NAME...   compile the whole tree for each -march NAME (x86-64-v4,
 #                                x86-64, ...) without running it: warnings there break no
 #                                machine of ours, so they are caught here
-#   tools/build.sh bench [linear|kv|model|tokenizer|serve|store|based|gated|fla|delta|rwkv7|qwen35] [args]
+#   tools/build.sh bench [linear|kv|model|tokenizer|serve|store|based|gated|fla|delta|rwkv7|qwen35|python] [args]
 #                                release build, then bench/bench_<name> (default linear);
 #                                tokenizer also runs Hugging Face's library on the same texts
 #                                and prints the two side by side; serve is the load test of
@@ -35,8 +35,11 @@
 #                                (tests/rwkv7/torch_bench.py), side by side; qwen35 whole
 #                                Qwen3.5 text models at the 0.8B and 2B shapes (bf16 and q8,
 #                                prompts of 512 and 4,096), then eager PyTorch at the same
-#                                shapes (tests/gdn/torch_bench.py), side by side
+#                                shapes (tests/gdn/torch_bench.py), side by side; python
+#                                Python's overhead per State.step() (bench/bench_python.py)
 #   tools/build.sh recur [args]  release build, then `recur` with your arguments
+#   tools/build.sh python [args] release build of the Python module (python/, RECUR_PYTHON) and
+#                                the CLI, then its pytest suite (tests/python; args go to pytest)
 #   tools/build.sh train [args]  train the built-in model again (tools/train/train.py; writes
 #                                models/kjv unless --out DIR is given; about 40 minutes)
 #   (tools/fuzz.sh runs the fuzzers.)
@@ -53,6 +56,10 @@ packages=(g++ cmake ninja-build libeigen3-dev libfmt-dev libspdlog-dev libcli11-
           libcpp-httplib-dev libhiredis-dev libssl-dev)
 [[ "$job" == tsan ]] && packages+=(clang libclang-rt-14-dev libomp-14-dev)
 [[ "$job" == arm64 ]] && packages+=(qemu-user g++-aarch64-linux-gnu)
+# The Python module (the release test job runs its tests too): pybind11 and numpy, pytest.
+python=false
+[[ "$job" =~ ^(test|python)$ || ( "$job" == bench && "${1:-}" == python ) ]] && python=true
+$python && packages+=(pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-dev)
 if [[ "$job" == train ]]; then
   bash tools/packages.sh python3-torch libopenblas0-pthread bible-kjv
   out=(--out models/kjv)
@@ -88,7 +95,7 @@ fi
 jobs=$(nproc)
 werror="${RECUR_WERROR:-OFF}"
 case "$job" in
-  generate|demo|test|bench|recur) preset=release ;;
+  generate|demo|test|bench|recur|python) preset=release ;;
   asan|native|tsan) preset="$job" ;;
   arm64)
     # The arm64 builds of the libraries come from Debian's multiarch archive.
@@ -117,14 +124,25 @@ case "$job" in
       cmake --build "build/isa-$arch" -j "$jobs"
     done
     exit 0 ;;
-  *) echo "build.sh: unknown job '$job' (generate, demo, test, asan, native, arm64, tsan, isa, bench, recur, train)" >&2
+  *) echo "build.sh: unknown job '$job' (generate, demo, test, asan, native, arm64, tsan, isa, bench, recur, python, train)" >&2
      exit 2 ;;
 esac
 # Here every dependency of every test was installed above, so a test that finds one missing
 # fails instead of being skipped (RECUR_REQUIRE_ALL_TESTS; a plain ctest skips it).
 require_all=OFF
 $needs_oracle && require_all=ON
-cmake --preset "$preset" -DRECUR_WERROR="$werror" -DRECUR_REQUIRE_ALL_TESTS="$require_all" > /dev/null
+# The module is built by Debian's Python (another python3 may come first on PATH). Once on, it
+# stays on for the release tree (a job that does not ask leaves the cache as it is), so that the
+# library is not compiled again without -fPIC.
+py_args=()
+$python && py_args=(-DRECUR_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3)
+cmake --preset "$preset" -DRECUR_WERROR="$werror" -DRECUR_REQUIRE_ALL_TESTS="$require_all" "${py_args[@]}" > /dev/null
+if [[ "$job" == python || ( "$job" == bench && "${1:-}" == python ) ]]; then
+  cmake --build --preset release -j "$jobs" --target recur_python recur_cli
+  [[ "$job" == bench ]] && exec /usr/bin/python3 bench/bench_python.py "${@:2}"
+  PYTHONPATH=build/release/python RECUR_CLI=build/release/tools/recur \
+    exec /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python "$@"
+fi
 if [[ "$job" == tsan ]]; then
   # One ThreadSanitizer build serves the thread tests and the server's.
   cmake --build --preset tsan -j "$jobs" --target test_threads test_matmul test_quant recur_cli
