@@ -135,6 +135,41 @@ wait_for "CHAT-ENDED" 30
 tmux kill-session -t "$session"
 echo "chat_test: in tmux a reply's thought is shown dimmed"
 
+# --tool-choice required or a tool's name: each reply is one call, held to the tool's schema while
+# sampling, and shown as a JSON line. The built-in model writes King James text; Qwen3.5's own
+# template lays out the tools and the call's XML.
+cat > "$tmp/tools.json" <<'J'
+[{"type": "function", "function": {"name": "lookup", "description": "Look a verse up", "parameters": {"type": "object",
+  "properties": {"book": {"type": "string"}, "chapter": {"type": "integer"}}, "required": ["book", "chapter"]}}},
+ {"type": "function", "function": {"name": "count", "description": "Count words", "parameters": {"type": "object",
+  "properties": {"text": {"type": "string"}}, "required": ["text"]}}}]
+J
+qwen35="$src/tests/fixtures/published/qwen3.5-4b/chat_template.jinja"
+for choice in required lookup; do
+  echo "Where is the flood?" | "$recur" chat -m "$model" --chat-template "$qwen35" --no-think --tools "$tmp/tools.json" \
+    --tool-choice "$choice" -n 200 --seed 3 --threads 1 > "$tmp/call" 2> "$tmp/err" || fail "--tool-choice $choice: $(cat "$tmp/err")"
+  /usr/bin/python3 - "$tmp/call" "$choice" <<'PY' || fail "--tool-choice $choice: not one call to an allowed tool: $(cat "$tmp/call")"
+import json, sys
+lines = [l for l in open(sys.argv[1], encoding="utf-8").read().split("\n") if l.startswith('{"tool_call"')]
+assert len(lines) == 1, lines
+call = json.loads(lines[0])["tool_call"]
+args = call["arguments"]
+if sys.argv[2] != "required":
+    assert call["name"] == sys.argv[2], call
+if call["name"] == "lookup":
+    assert isinstance(args["book"], str) and isinstance(args["chapter"], int) and not isinstance(args["chapter"], bool), args
+else:
+    assert call["name"] == "count" and isinstance(args["text"], str), call
+PY
+done
+rc=0
+echo hi | "$recur" chat -m "$model" --chat-template "$qwen35" --tools "$tmp/tools.json" --tool-choice nosuch > /dev/null 2> "$tmp/err" || rc=$?
+[[ $rc != 0 ]] && grep -q "no tool is named 'nosuch'" "$tmp/err" || fail "--tool-choice of an unknown tool: $(cat "$tmp/err")"
+rc=0
+echo hi | "$recur" chat -m "$model" --tool-choice required > /dev/null 2> "$tmp/err" || rc=$?
+[[ $rc != 0 ]] && grep -q "needs --tools" "$tmp/err" || fail "--tool-choice without --tools: $(cat "$tmp/err")"
+echo "chat_test: --tool-choice required and a named tool give one call held to its schema, shown as JSON"
+
 # An RWKV-7 model with the world vocabulary chats in RWKV's built-in world format.
 "$recur" make-model "$tmp/rwkv" --arch rwkv7 --vocab 3002 --hidden 64 --heads 1 --layers 2 > /dev/null
 cp "$src/tests/world/rwkv_vocab_v20230424.txt" "$tmp/rwkv/"

@@ -22,6 +22,7 @@
 #include "util/json.h"
 #include "recur/chat_reply.h"
 #include "recur/chat_template.h"
+#include "recur/json_constraint.h"
 #include "recur/error.h"
 #include "recur/model.h"
 #include "recur/sampling.h"
@@ -53,12 +54,23 @@ class Chat {
   // `format.chat_template` null: RWKV's world format (text/world_chat.h).
   Chat(const TextModel& tm, const ChatFormat& format, const DecoderOptions& options,
        const SamplerOptions& so, std::int64_t max_tokens, std::string system, std::string extra,
-       std::string tools)
+       std::string tools, const std::string& tool_choice)
       : tm_(tm), template_(format.chat_template), stop_(format.stop), decoder_(tm.model, options),
         sampler_(tm.sampler(so)), max_tokens_(max_tokens), system_(std::move(system)),
         extra_(std::move(extra)) {
     reply_options_.tools_json = std::move(tools);
     if (template_) reply_format_ = ReplyFormat::detect(*template_);
+    // --tool-choice: "none" reads no call; "required" or a tool's name holds every reply to one
+    // call while sampling (the grammar serve uses for the same tool_choice).
+    reply_options_.parse_tool_calls = tool_choice != "none";
+    if (tool_choice != "auto" && tool_choice != "none") {
+      call_grammar_ = tool_call_grammar(reply_format_, reply_options_,
+                                        tool_choice == "required" ? std::string_view() : std::string_view(tool_choice));
+      if (call_grammar_->min_bytes() > std::size_t(max_tokens))
+        throw ArgumentError(fmt::format("--tokens is {} but the shortest tool call takes {} bytes (one byte a token "
+                                        "at worst): raise --tokens", max_tokens, call_grammar_->min_bytes()));
+      trie_ = TokenTrie::build(*tm.tokenizer, tm.model->config().vocab_size);
+    }
     dim_ = ::isatty(STDOUT_FILENO) != 0;
     eos_ = tm.model->config().eos_token_ids;
     // The template's end of turn (eos_token in tokenizer_config.json, e.g. <|im_end|>) ends a
@@ -151,6 +163,11 @@ class Chat {
     auto* previous = std::signal(SIGINT, on_interrupt);
     std::int64_t n = 0;
     bool stopped = false, at_stop = false;
+    std::shared_ptr<JsonConstraint> call;
+    if (call_grammar_) {
+      call = std::make_shared<JsonConstraint>(call_grammar_, trie_, eos_, max_tokens_);
+      sampler_.set_constraint(call);
+    }
     t0 = now_seconds();
     for (; n < max_tokens_; ++n) {
       if (g_interrupted.load()) {
@@ -166,7 +183,9 @@ class Chat {
         at_stop = true;
         break;
       }
+      if (call && call->finished()) break;  // the call is whole: nothing may follow it
     }
+    sampler_.set_constraint(nullptr);
     if (!at_stop && !put(stream.finish())) reply += held;
     show(true);
     out.finish();
@@ -232,6 +251,8 @@ class Chat {
   std::vector<std::string> stop_;
   Decoder decoder_;
   Sampler sampler_;
+  std::shared_ptr<const JsonGrammar> call_grammar_;  // --tool-choice required or a name (else null)
+  std::shared_ptr<const TokenTrie> trie_;            // the vocabulary's bytes, for call_grammar_
   std::int64_t max_tokens_;
   std::string system_;
   std::string extra_;  // the template's extra variables ({"enable_thinking": false}), or ""
@@ -274,6 +295,8 @@ int run_chat(int argc, char** argv) {
       .flag("no-think", "ask the template for no thought (enable_thinking=false: Qwen3.5 writes an empty one)")
       .option("tools", "", "JSON file with tools ([{\"type\": \"function\", \"function\": {...}}]) given to the "
                            "template; the model's calls to them are shown as JSON")
+      .option("tool-choice", "auto", "auto: the model may call a tool; none: calls stay text; required: every reply "
+                                     "is one call (held to the tools' schemas while sampling); NAME: one call to that tool")
       .excludes("greedy", "temperature")
       .excludes("think", "no-think")
       .footer("Commands, typed as a line of their own:\n"
@@ -303,7 +326,10 @@ int run_chat(int argc, char** argv) {
   if (args.given("tools") && !format.chat_template)
     throw ArgumentError("--tools needs a chat template (RWKV's world format has no tools)");
   const std::string tools = args.given("tools") ? read_input(args.str("tools"), "--tools", std::uint64_t(64) << 20) : "";
-  Chat chat(tm, format, options, so, max_tokens, args.str("system"), extra, tools);
+  const std::string tool_choice = args.str("tool-choice");
+  if (tool_choice != "auto" && tool_choice != "none" && tools.empty())
+    throw ArgumentError(fmt::format("--tool-choice {} needs --tools", tool_choice));
+  Chat chat(tm, format, options, so, max_tokens, args.str("system"), extra, tools, tool_choice);
   const bool terminal = ::isatty(STDIN_FILENO) != 0;
   if (terminal) fmt::print(stderr, "Type a message; /quit ends, /stats, /save FILE, /load FILE, /reset.\n");
   std::string line;
