@@ -7,6 +7,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -26,6 +27,7 @@
 #include "recur/model.h"
 #include "recur/quantize.h"
 #include "recur/safetensors.h"
+#include "recur/sampling.h"
 
 namespace {
 
@@ -384,6 +386,46 @@ void BM_OpenShardedIndex(benchmark::State& state) {
   std::filesystem::remove_all(dir);
 }
 BENCHMARK(BM_OpenShardedIndex)->Arg(1000)->Arg(10000)->Arg(100000)->Unit(benchmark::kMillisecond);
+
+// One draw from logits of Qwen3.5's vocabulary (248,320 ids; a random model's logits, normal
+// with sigma 2) at temperature 1: top_k 0 with top_p 1 (recur serve's OpenAI default) or 0.95,
+// and top_k 40 (the library's default). BM_SampleFullSort is the same draw written as a sort of
+// the whole vocabulary, the way the sampler drew before (the cost the partial ranking removes).
+Eigen::VectorXf vocab_logits(int vocab) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d(0.0f, 2.0f);
+  Eigen::VectorXf l(vocab);
+  for (auto& x : l) x = d(rng);
+  return l;
+}
+
+void BM_Sample(benchmark::State& state) {
+  const Eigen::VectorXf l = vocab_logits(int(state.range(0)));
+  recur::SamplerOptions o;
+  o.temperature = 1.0f;
+  o.top_k = int(state.range(1));
+  o.top_p = float(state.range(2)) / 100.0f;
+  recur::Sampler s(o);
+  for (auto _ : state) benchmark::DoNotOptimize(s.sample(l, {}));
+}
+BENCHMARK(BM_Sample)->ArgNames({"vocab", "top_k", "top_p%"})
+    ->Args({248320, 0, 100})->Args({248320, 0, 95})->Args({248320, 40, 95})
+    ->Unit(benchmark::kMillisecond);
+
+void BM_SampleFullSort(benchmark::State& state) {
+  const Eigen::VectorXf l = vocab_logits(int(state.range(0)));
+  std::vector<int> order(std::size_t(l.size()));
+  std::vector<double> p(order.size());
+  for (auto _ : state) {
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = int(i);
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return l[a] != l[b] ? l[a] > l[b] : a < b; });
+    const double top = double(l[order[0]]);
+    double sum = 0.0;
+    for (std::size_t i = 0; i < order.size(); ++i) sum += p[i] = std::exp(double(l[order[i]]) - top);
+    benchmark::DoNotOptimize(sum);
+  }
+}
+BENCHMARK(BM_SampleFullSort)->ArgName("vocab")->Arg(248320)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <random>
+#include <algorithm>
 #include <vector>
 
 #include "recur/error.h"
@@ -80,6 +82,70 @@ TEST_CASE("the same seed gives the same tokens, another seed others", "[sampling
   };
   CHECK(draw(7) == draw(7));
   CHECK(draw(7) != draw(8));
+}
+
+namespace {
+// The sampler's stream (splitmix64, 53 bits), for the reference below.
+struct Uniform {
+  std::uint64_t state;
+  double next() {
+    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return static_cast<double>(z >> 11) * 0x1.0p-53;
+  }
+};
+
+// top_k 0 with top_p < 1 written the plain way: the numerators in id order, then the whole
+// vocabulary sorted (most likely first, the lower id on ties), the shortest prefix whose mass
+// reaches top_p, the draw over it in that order.
+int top_p_reference(const Eigen::VectorXf& l, float t, float top_p, Uniform& u) {
+  const auto V = static_cast<std::size_t>(l.size());
+  const double top = static_cast<double>(l.maxCoeff()) / static_cast<double>(t);
+  std::vector<double> p(V);
+  double sum = 0.0;
+  for (std::size_t i = 0; i < V; ++i) sum += p[i] = std::exp(static_cast<double>(l[Eigen::Index(i)]) / t - top);
+  std::vector<int> order(V);
+  for (std::size_t i = 0; i < V; ++i) order[i] = int(i);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return l[a] != l[b] ? l[a] > l[b] : a < b; });
+  std::size_t n = V;
+  double mass = 0.0;
+  for (std::size_t i = 0; i < V; ++i) {
+    mass += p[std::size_t(order[i])] / sum;
+    if (mass >= static_cast<double>(top_p)) {
+      n = i + 1;
+      break;
+    }
+  }
+  double total = 0.0;
+  for (std::size_t i = 0; i < n; ++i) total += p[std::size_t(order[i])];
+  double r = u.next() * total;
+  for (std::size_t i = 0; i < n; ++i) {
+    r -= p[std::size_t(order[i])];
+    if (r < 0.0) return order[i];
+  }
+  return order[n - 1];
+}
+}  // namespace
+
+TEST_CASE("top-p without top-k sorts only as far as its mass needs, and draws what a full sort draws", "[sampling]") {
+  // 20,000 ids with many ties and a flat tail: a top-p of 0.9 needs thousands of them, so the
+  // sampler's blocks (256, then four times larger) are each crossed; 0.2 stays in the first.
+  std::mt19937_64 rng(5);
+  std::uniform_int_distribution<int> level(0, 400);
+  Eigen::VectorXf l(20000);
+  for (Eigen::Index i = 0; i < l.size(); ++i) l[i] = static_cast<float>(level(rng)) / 100.0f;
+  for (const float top_p : {0.2f, 0.9f, 0.999f}) {
+    for (const float t : {0.7f, 1.5f}) {
+      Sampler s(opts(t, 0, top_p, 1.0f, 11));
+      Uniform u{11};
+      for (int k = 0; k < 50; ++k) {
+        INFO("top_p " << top_p << ", temperature " << t << ", draw " << k);
+        REQUIRE(s.sample(l, {}) == top_p_reference(l, t, top_p, u));
+      }
+    }
+  }
 }
 
 namespace {

@@ -87,33 +87,64 @@ int Sampler::draw(ConstVectorRef logits, const std::vector<int>& history) {
     return best;
   }
 
-  // Candidates by descending logit (ties: lower id first), cut to top_k.
+  const double t = static_cast<double>(options_.temperature);
+  // Candidates by descending logit (ties: lower id first): a strict order, so a partial sort's
+  // first rows are the full sort's.
   const auto by_logit = [&](int a, int b) {
     const float la = logit(a), lb = logit(b);
     return la != lb ? la > lb : a < b;
   };
-  std::size_t keep = order_.size();
-  if (options_.top_k > 0 && static_cast<std::size_t>(options_.top_k) < keep) {
-    keep = static_cast<std::size_t>(options_.top_k);
+  // The softmax's numerators, by id (only the candidates' are set), in float64.
+  p_.resize(work_.size());
+  const auto numerators = [&](std::size_t n, double top) {
+    double sum = 0.0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto id = static_cast<std::size_t>(order_[i]);
+      p_[id] = std::exp(static_cast<double>(work_[id]) / t - top);
+      sum += p_[id];
+    }
+    return sum;
+  };
+  if (options_.top_k > 0 && static_cast<std::size_t>(options_.top_k) < order_.size()) {
+    // top-k: the k best, sorted; their softmax, top-p and the draw in that order.
+    const auto keep = static_cast<std::size_t>(options_.top_k);
     std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(keep), order_.end(), by_logit);
-  } else {
-    std::sort(order_.begin(), order_.end(), by_logit);
+    return draw_ranked(keep, numerators(keep, static_cast<double>(logit(order_[0])) / t));
   }
-  // Softmax over the candidates at the temperature, in float64.
-  const double t = static_cast<double>(options_.temperature);
-  const double top = static_cast<double>(work_[static_cast<std::size_t>(order_[0])]) / t;
-  std::vector<double> p(keep);
-  double sum = 0.0;
-  for (std::size_t i = 0; i < keep; ++i) {
-    p[i] = std::exp(static_cast<double>(work_[static_cast<std::size_t>(order_[i])]) / t - top);
-    sum += p[i];
+  // Every candidate kept (top_k 0, recur serve's OpenAI default): the softmax in id order, with no
+  // sort of the whole vocabulary (at 248,320 ids a sort costs more than the model's step).
+  float best = logit(order_[0]);
+  for (const int id : order_) best = std::max(best, logit(id));
+  const double sum = numerators(order_.size(), static_cast<double>(best) / t);
+  // top_p 1: the draw walks the ids in their order. Otherwise top-p needs the most likely first,
+  // sorted only as far as their mass needs: a first block, then blocks four times larger, each
+  // put in place by nth_element and sorted (the same ids in the same order as a full sort's
+  // first rows).
+  if (options_.top_p >= 1.0f) return draw_ranked(order_.size(), sum);
+  double mass = 0.0;
+  std::size_t sorted = 0;
+  for (std::size_t block = 256; sorted < order_.size() && mass < static_cast<double>(options_.top_p); block *= 4) {
+    // A block past half the candidates: the rest sorted at once (nth_element would not pay).
+    std::size_t upto = std::min(order_.size(), sorted + block);
+    if (2 * upto > order_.size()) upto = order_.size();
+    const auto first = order_.begin() + static_cast<std::ptrdiff_t>(sorted);
+    const auto last = order_.begin() + static_cast<std::ptrdiff_t>(upto);
+    if (upto < order_.size()) std::nth_element(first, last, order_.end(), by_logit);
+    std::sort(first, last, by_logit);
+    for (; sorted < upto; ++sorted) mass += p_[static_cast<std::size_t>(order_[sorted])] / sum;
   }
-  // top-p: the shortest prefix whose mass reaches top_p (always at least one token).
+  return draw_ranked(sorted, sum);
+}
+
+int Sampler::draw_ranked(std::size_t keep, double sum) {
+  // top-p: the shortest prefix of the first `keep` candidates (most likely first) whose mass
+  // reaches top_p, always at least one; then the draw over it in that order.
+  const auto p = [&](std::size_t i) { return p_[static_cast<std::size_t>(order_[i])]; };
   std::size_t n = keep;
   if (options_.top_p < 1.0f) {
     double mass = 0.0;
     for (std::size_t i = 0; i < keep; ++i) {
-      mass += p[i] / sum;
+      mass += p(i) / sum;
       if (mass >= static_cast<double>(options_.top_p)) {
         n = i + 1;
         break;
@@ -121,10 +152,10 @@ int Sampler::draw(ConstVectorRef logits, const std::vector<int>& history) {
     }
   }
   double total = 0.0;
-  for (std::size_t i = 0; i < n; ++i) total += p[i];
+  for (std::size_t i = 0; i < n; ++i) total += p(i);
   double r = uniform() * total;
   for (std::size_t i = 0; i < n; ++i) {
-    r -= p[i];
+    r -= p(i);
     if (r < 0.0) return order_[i];
   }
   return order_[n - 1];

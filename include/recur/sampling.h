@@ -65,7 +65,9 @@ struct SamplerOptions {
 };
 
 /// Applies, in order: the mask, repetition penalty, temperature, top-k, top-p, then draws.
-/// Greedy ties go to the lowest id.
+/// Greedy ties go to the lowest id. The draw walks the kept ids most likely first, except with
+/// top_k 0 and top_p 1 (every id kept), where it walks them in id order: the same distribution,
+/// without sorting the vocabulary.
 class Sampler {
  public:
   explicit Sampler(const SamplerOptions& options = {});
@@ -92,6 +94,8 @@ class Sampler {
   std::uint64_t state_;
   std::vector<float> work_;
   std::vector<int> order_;
+  std::vector<double> p_;                         // the candidates' softmax numerators, by id
+  int draw_ranked(std::size_t keep, double sum);  // top-p and the draw over the first candidates
 };
 
 /// Bytes as tokens: id b is the byte b. 256 ids; models with a larger vocabulary can still use
