@@ -105,7 +105,7 @@ int top_p_reference(const Eigen::VectorXf& l, float t, float top_p, Uniform& u) 
   const double top = static_cast<double>(l.maxCoeff()) / static_cast<double>(t);
   std::vector<double> p(V);
   double sum = 0.0;
-  for (std::size_t i = 0; i < V; ++i) sum += p[i] = std::exp(static_cast<double>(l[Eigen::Index(i)]) / t - top);
+  for (std::size_t i = 0; i < V; ++i) sum += p[i] = std::exp(static_cast<double>(l[Eigen::Index(i)]) / static_cast<double>(t) - top);
   std::vector<int> order(V);
   for (std::size_t i = 0; i < V; ++i) order[i] = int(i);
   std::sort(order.begin(), order.end(), [&](int a, int b) { return l[a] != l[b] ? l[a] > l[b] : a < b; });
