@@ -96,7 +96,10 @@ std::shared_ptr<const TokenTrie> TokenTrie::build(const Tokenizer& tokenizer, in
 
 std::shared_ptr<const TokenTrie> TokenTrie::from_bytes(const std::vector<std::string>& bytes) {
   auto trie = std::make_shared<TokenTrie>();
-  trie->bytes_ = bytes;
+  // Copied first, then moved in: GCC 12 for aarch64 sees a null dereference in the copy
+  // assignment of a vector of strings into the new trie (-Wnull-dereference, a false positive).
+  std::vector<std::string> copy(bytes);
+  trie->bytes_ = std::move(copy);
   std::vector<int> order;
   for (int id = 0; id < int(bytes.size()); ++id)
     if (!bytes[std::size_t(id)].empty()) order.push_back(id);
