@@ -375,10 +375,7 @@ ExprPtr Parser::parse_filter_expr(ExprPtr node) {
         ++at_;
         e->name += "." + expect_name("a filter name");
       }
-      if (!known_filter(e->name)) {
-        if (jinja2_filter(e->name)) fail(pos, fmt::format("unsupported filter '{}'", e->name));
-        missing(*e);
-      }
+      check_filter(*e);
       e->args.push_back(std::move(node));
       if (is_op("(")) parse_args(*e);
       deepen(*e);

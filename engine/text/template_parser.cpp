@@ -89,10 +89,7 @@ std::unique_ptr<Stmt> Parser::parse_statement(const Token& tag) {
       const Pos pos = peek().pos;
       auto e = make(ExprKind::kFilter, pos);
       e->name = expect_name("a filter name");
-      if (!known_filter(e->name)) {
-        if (jinja2_filter(e->name)) fail(pos, fmt::format("unsupported filter '{}'", e->name));
-        missing(*e);
-      }
+      check_filter(*e);
       e->args.push_back(std::move(node));
       if (is_op("(")) parse_args(*e);
       deepen(*e);
@@ -244,6 +241,12 @@ std::shared_ptr<const TemplateProgram> parse_template(std::string_view source, c
   program->body = parser.parse_all();
   parser.check_calls();
   return program;
+}
+
+void Parser::check_filter(Expr& e) {
+  if (known_filter(e.name)) return;
+  if (jinja2_filter(e.name)) fail(e.pos, fmt::format("unsupported filter '{}'", e.name));
+  missing(e);
 }
 
 }  // namespace recur::detail

@@ -135,6 +135,9 @@ class Parser {
     pending_.push_back(&e);
   }
   void soften(std::size_t mark) { pending_.resize(std::min(pending_.size(), mark)); }
+  // A filter recur does not have: refused at once when Jinja2 has it (the template needs what
+  // recur does not do), else left to Jinja2's rule above.
+  void check_filter(Expr& e);
 
  public:
   // Calls of names that are neither built in nor a macro defined before them: refused unless
