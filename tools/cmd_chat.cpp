@@ -53,11 +53,11 @@ class Chat {
  public:
   // `format.chat_template` null: RWKV's world format (text/world_chat.h).
   Chat(const TextModel& tm, const ChatFormat& format, const DecoderOptions& options,
-       const SamplerOptions& so, std::int64_t max_tokens, std::string system, std::string extra,
+       const SamplerOptions& so, std::int64_t max_tokens, std::string system, std::string extra, bool think,
        std::string tools, const std::string& tool_choice)
       : tm_(tm), template_(format.chat_template), stop_(format.stop), decoder_(tm.model, options),
         sampler_(tm.sampler(so)), max_tokens_(max_tokens), system_(std::move(system)),
-        extra_(std::move(extra)) {
+        extra_(std::move(extra)), think_(think) {
     reply_options_.tools_json = std::move(tools);
     if (template_) reply_format_ = ReplyFormat::detect(*template_);
     // --tool-choice: "none" reads no call; "required" or a tool's name holds every reply to one
@@ -96,7 +96,7 @@ class Chat {
     const std::string conversation = messages_json(messages_);
     const std::string prompt = template_ ? template_->render(conversation, reply_options_.tools_json, true,
                                                              ChatContent::kAuto, extra_)
-                                         : text::world_chat_prompt(conversation, true, thinks());
+                                         : text::world_chat_prompt(conversation, true, think_);
     reply_options_.in_thought = reply_format_.opens_thought(prompt);
     reply_options_.in_thought_tag = reply_format_.opens_thought_tag(prompt);
     const std::vector<int> want = tm_.tokenizer->encode(prompt, false);
@@ -256,8 +256,7 @@ class Chat {
   std::int64_t max_tokens_;
   std::string system_;
   std::string extra_;  // the template's extra variables ({"enable_thinking": false}), or ""
-  // --think in RWKV's world format: the prompt opens RWKV7-G1's thought ("Assistant: <think").
-  bool thinks() const { return extra_.find(R"("enable_thinking": true)") != std::string::npos; }
+  bool think_;  // --think: in RWKV's world format the prompt opens RWKV7-G1's thought ("Assistant: <think")
   ReplyFormat reply_format_;
   ReplyOptions reply_options_;
   bool dim_ = false;  // stdout is a terminal: the thought is shown dimmed
@@ -329,7 +328,8 @@ int run_chat(int argc, char** argv) {
   const std::string tool_choice = args.str("tool-choice");
   if (tool_choice != "auto" && tool_choice != "none" && tools.empty())
     throw ArgumentError(fmt::format("--tool-choice {} needs --tools", tool_choice));
-  Chat chat(tm, format, options, so, max_tokens, args.str("system"), extra, tools, tool_choice);
+  Chat chat(tm, format, options, so, max_tokens, args.str("system"), extra, args.flag_set("think"), tools,
+            tool_choice);
   const bool terminal = ::isatty(STDIN_FILENO) != 0;
   if (terminal) fmt::print(stderr, "Type a message; /quit ends, /stats, /save FILE, /load FILE, /reset.\n");
   std::string line;
