@@ -47,6 +47,7 @@ enum class Architecture {
   kQwen35,               ///< Qwen3.5's text model: model_type "qwen3_5" (its text_config) or
                          ///< "qwen3_5_text"; Gated DeltaNet and gated full attention
   kGatedDeltaNet,        ///< model_type "gated_deltanet" or "delta_net" (flash-linear-attention)
+  kMamba2,               ///< Mamba-2: model_type "mamba2" (transformers) or mamba_ssm's config
 };
 
 /// What mixes tokens in one layer. Every kind keeps a state of fixed size per sequence.
@@ -54,7 +55,8 @@ enum class MixerKind {
   kLinearAttention,  ///< S and Z through a feature map (every layer of the first two layouts)
   kShortConv,        ///< Based's BaseConv: a gated depthwise causal convolution
   kWindowAttention,  ///< softmax attention over the last tokens, with rotary embeddings
-  kGated,            ///< a decayed recurrence (GLA, RetNet, HGRN2), with its short convolutions
+  kGated,            ///< a decayed recurrence (GLA, RetNet, HGRN2, Mamba-2's SSD), with its short
+                     ///< convolutions
   kAttention,        ///< fla's hybrid `attn` layers: causal softmax attention, full (a KV cache
                      ///< that grows with the sequence) or windowed (constant)
   kDeltaRule,        ///< a delta-rule recurrence: RWKV-7's time mix with its token shifts,

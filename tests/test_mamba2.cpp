@@ -1,0 +1,311 @@
+// Mamba-2 (engine/models/mamba2, model/ssd_mixer): every committed fixture's logits at every
+// position against the float64 reference (tests/mamba2/expected.json); prefill gives the bytes
+// of stepping at every chunking, thread count and instruction set, batched or alone; a saved
+// state continues as one run; bad input and bad state bytes are refused with the state
+// unchanged; configs the model cannot run are refused by name; a configuration written out reads
+// back as itself.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "model/model_impl.h"
+#include "model/random_weights.h"
+#include "recur/error.h"
+#include "recur/model.h"
+#include "support/each_isa.h"
+#include "util/json.h"
+
+namespace {
+
+using recur::ArgumentError;
+using recur::Decoder;
+using recur::DecoderOptions;
+using recur::FormatError;
+using recur::Model;
+using recur::ModelConfig;
+using recur::RandomWeights;
+using Catch::Matchers::Contains;
+namespace json = recur::json;
+
+const std::string kFixtures = RECUR_MAMBA2_FIXTURES;
+
+// transformers' layout: 2 groups of 2 heads of 8, state 16, biases, a clamp that bites.
+const char* const kGroups = R"({
+  "model_type": "mamba2", "vocab_size": 96, "hidden_size": 16, "num_hidden_layers": 2,
+  "state_size": 16, "expand": 2, "conv_kernel": 4, "n_groups": 2, "num_heads": 4,
+  "head_dim": 8, "use_bias": true, "use_conv_bias": true, "time_step_limit": [0.002, 0.05]})";
+
+// mamba_ssm's layout: norm before the gate, one group, d_state 24 (not a multiple of the
+// scan's padding), no conv bias, tied, vocabulary 90 padded to 96.
+const char* const kMambaSsm = R"({
+  "d_model": 24, "d_intermediate": 0, "n_layer": 2, "vocab_size": 90,
+  "ssm_cfg": {"layer": "Mamba2", "d_state": 24, "d_conv": 3, "expand": 2, "headdim": 12,
+              "ngroups": 1, "norm_before_gate": true, "conv_bias": false,
+              "dt_limit": [0.0, Infinity]},
+  "attn_layer_idx": [], "attn_cfg": {}, "rms_norm": true, "residual_in_fp32": true,
+  "fused_add_norm": true, "pad_vocab_size_multiple": 16, "tie_embeddings": true})";
+
+ModelConfig config(const char* text) { return ModelConfig::from_json(text, "config.json"); }
+
+std::shared_ptr<const Model> model_of(const char* text) {
+  const ModelConfig c = config(text);
+  return Model::from_weights(c, RandomWeights(c, 5));
+}
+
+std::vector<int> tokens(int n) {
+  std::vector<int> out;
+  std::uint32_t x = 2024;
+  for (int i = 0; i < n; ++i) {
+    x = x * 1103515245u + 12345u;
+    out.push_back(int((x >> 16) % 90u));
+  }
+  return out;
+}
+
+struct Run {
+  std::vector<float> logits;
+  std::string state;
+};
+
+Run stepped(const std::shared_ptr<const Model>& m, const std::vector<int>& ids) {
+  Decoder d(m, DecoderOptions{1, 1});
+  Run r;
+  for (const int t : ids) {
+    const auto l = d.step(t);
+    r.logits.insert(r.logits.end(), l.data(), l.data() + l.size());
+  }
+  r.state = d.save_bytes();
+  return r;
+}
+
+Run prefilled(const std::shared_ptr<const Model>& m, const std::vector<int>& ids, int chunk,
+              int threads) {
+  Decoder d(m, DecoderOptions{chunk, threads});
+  Run r;
+  const auto vocab = std::size_t(m->config().vocab_size);
+  d.prefill(ids, {}, [&](std::int64_t, const float* l) { r.logits.insert(r.logits.end(), l, l + vocab); });
+  r.state = d.save_bytes();
+  return r;
+}
+
+bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  REQUIRE(f);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+// The reference's logits of 8 ids at each of 300 positions, against recur's: the normwise
+// relative error of each position, |difference| over the largest |logit| of that position (a
+// logit near 0 has no relative error of its own), within 1e-6, or within the error of the same
+// reference computed in float32 by PyTorch (expected.json's float32_reference_normwise_error,
+// 5e-7 to 1.4e-6 on these fixtures) where float32's own rounding goes past 1e-6: recur in
+// float32 is asked to be as close to float64 as float32 arithmetic gets, not closer.
+constexpr double kLogitTolerance = 1e-6;
+
+TEST_CASE("every Mamba-2 fixture's logits at every position are the float64 reference's",
+          "[mamba2][model][reference]") {
+  const json::Value want = json::parse(slurp(kFixtures + "/expected.json"), "expected.json",
+                                       json::ParseOptions{true});
+  std::vector<int> ids;
+  {
+    std::istringstream in(slurp(kFixtures + "/prompt_ids.txt"));
+    for (int id; in >> id;) ids.push_back(id);
+  }
+  REQUIRE(ids.size() == 300);
+  const auto& fixtures = want.find("fixtures")->object();
+  REQUIRE(fixtures.size() == 4);
+  for (const auto& [name, entry] : fixtures) {
+    INFO(name);
+    const auto m = Model::load(kFixtures + "/" + name);
+    const Run got = prefilled(m, ids, 64, 2);
+    const auto V = std::size_t(m->config().vocab_size);
+    const auto& probe = entry.find("probe_ids")->array();
+    const auto& logits = entry.find("probe_logits")->array();
+    const auto& scale = entry.find("logit_max_abs")->array();
+    REQUIRE(logits.size() == ids.size());
+    double worst = 0;
+    for (std::size_t t = 0; t < ids.size(); ++t)
+      for (std::size_t j = 0; j < probe.size(); ++j) {
+        const double w = logits[t].array()[j].number();
+        const double g = got.logits[t * V + std::size_t(probe[j].integer())];
+        worst = std::max(worst, std::abs(g - w) / scale[t].number());
+      }
+    const double float32 = entry.find("float32_reference_normwise_error")->number();
+    INFO("largest difference over the position's largest logit: " << worst
+         << " (PyTorch in float32: " << float32 << ")");
+    CHECK(worst < std::max(kLogitTolerance, float32));
+  }
+}
+
+TEST_CASE("a Mamba-2 model's prefill gives the bytes of stepping at every chunk size, thread "
+          "count and instruction set", "[mamba2][model][exactness]") {
+  const std::vector<int> ids = tokens(150);
+  for (const char* text : {kGroups, kMambaSsm}) {
+    const auto m = model_of(text);
+    INFO(m->config().model_type());
+    recur::test::for_each_isa([&](const std::string& isa) {
+      INFO("isa " << isa);
+      const Run want = stepped(m, ids);
+      for (const int chunk : {1, 2, 7, 64, 150})
+        for (const int threads : {1, 2, 3}) {
+          INFO("chunk " << chunk << ", threads " << threads);
+          const Run got = prefilled(m, ids, chunk, threads);
+          CHECK(same_bytes(got.logits, want.logits));
+          CHECK(got.state == want.state);
+        }
+    });
+  }
+}
+
+TEST_CASE("a Mamba-2 model gives the scalar target's bytes under every instruction set",
+          "[mamba2][model][exactness]") {
+  const std::vector<int> ids = tokens(100);
+  for (const char* text : {kGroups, kMambaSsm}) {
+    const auto m = model_of(text);
+    std::map<std::string, Run> runs;
+    recur::test::for_each_isa([&](const std::string& isa) { runs[isa] = prefilled(m, ids, 64, 2); });
+    REQUIRE(runs.count("scalar"));
+    for (const auto& [isa, r] : runs) {
+      INFO(m->config().model_type() << " under " << isa);
+      CHECK(same_bytes(r.logits, runs["scalar"].logits));
+      CHECK(r.state == runs["scalar"].state);
+    }
+  }
+}
+
+TEST_CASE("a saved Mamba-2 state continues with the bytes of one run, and batched sequences "
+          "give the bytes of each alone", "[mamba2][model][exactness]") {
+  const std::vector<int> ids = tokens(120);
+  const auto m = model_of(kGroups);
+  Decoder one(m, DecoderOptions{16, 1});
+  one.prefill(ids);
+  Decoder first(m, DecoderOptions{16, 1});
+  first.prefill(std::vector<int>(ids.begin(), ids.begin() + 77));
+  Decoder second(m, DecoderOptions{5, 2});
+  second.load_bytes(first.save_bytes(), "saved");
+  second.prefill(std::vector<int>(ids.begin() + 77, ids.end()));
+  CHECK(second.save_bytes() == one.save_bytes());
+
+  const int starts[3] = {0, 17, 40}, prompts[3] = {37, 5, 60};
+  std::vector<Decoder> alone, batched;
+  for (int s = 0; s < 3; ++s) {
+    alone.emplace_back(m, DecoderOptions{64, 1});
+    batched.emplace_back(m, DecoderOptions{64, 1});
+    alone.back().prefill(std::vector<int>(ids.begin() + starts[s], ids.begin() + starts[s] + prompts[s]));
+  }
+  recur::BatchDecoder batch(m, 2);
+  std::vector<recur::BatchDecoder::Item> items;
+  for (int s = 0; s < 3; ++s)
+    items.push_back({&batched[std::size_t(s)], ids.data() + starts[s], prompts[s]});
+  REQUIRE(batch.run(items) == 0);
+  for (int turn = 0; turn < 4; ++turn) {
+    std::vector<Decoder*> ds;
+    std::vector<int> ts;
+    for (int s = 0; s < 3; ++s) {
+      const int t = ids[std::size_t(100 + 3 * turn + s)];
+      alone[std::size_t(s)].step(t);
+      ds.push_back(&batched[std::size_t(s)]);
+      ts.push_back(t);
+    }
+    REQUIRE(batch.step(ds, ts) == 0);
+  }
+  for (int s = 0; s < 3; ++s) {
+    INFO("sequence " << s);
+    CHECK(batched[std::size_t(s)].save_bytes() == alone[std::size_t(s)].save_bytes());
+  }
+}
+
+TEST_CASE("a Mamba-2 state is fixed in size and refuses bytes of another shape, a NaN or "
+          "mismatched counts, keeping its own", "[mamba2][model]") {
+  const auto m = model_of(kGroups);
+  Decoder d(m, DecoderOptions{8, 1});
+  d.prefill(tokens(20));
+  const std::string before = d.save_bytes();
+  CHECK_THROWS_AS(d.prefill({3, 4, 96, 5}), ArgumentError);
+  CHECK_THROWS_AS(d.step(-1), ArgumentError);
+  CHECK(d.save_bytes() == before);
+  const std::size_t bytes20 = d.state_bytes();
+  d.prefill(tokens(500));
+  CHECK(d.state_bytes() == bytes20);
+
+  const auto& net = *recur::model::impl_of(*m).network;
+  auto state = net.make_state(0);
+  auto other = net.make_state(0);
+  CHECK(state->kind() == recur::MixerKind::kGated);
+  // S: format, 4 heads of 16 x 8 floats, the count; the window: 3 rows of 32 + 2 * 2 * 16
+  // channels, the count.
+  const std::size_t s_bytes = 4 + 4 * 16 * 8 * 4 + 8;
+  CHECK(state->raw_size() == s_bytes + 3 * 96 * 4 + 8);
+  std::vector<unsigned char> bytes = state->raw_bytes();
+  const auto kept = other->raw_bytes();
+  CHECK_THROWS_AS(other->load_raw_bytes(bytes.data(), bytes.size() - 4), FormatError);
+  std::vector<unsigned char> nan = bytes;
+  const float bad = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(nan.data() + 8, &bad, sizeof bad);
+  CHECK_THROWS_WITH(other->load_raw_bytes(nan.data(), nan.size()), Contains("non-finite"));
+  std::vector<unsigned char> counts = bytes;  // the recurrence says 5 tokens, the window 0
+  const std::int64_t five = 5;
+  std::memcpy(counts.data() + s_bytes - 8, &five, sizeof five);
+  CHECK_THROWS_WITH(other->load_raw_bytes(counts.data(), counts.size()), Contains("tokens"));
+  CHECK(other->raw_bytes() == kept);
+}
+
+TEST_CASE("a Mamba-2 config the model cannot run is refused, naming the field", "[mamba2][config]") {
+  const auto bad = [](const std::string& text, const std::vector<std::string>& parts) {
+    try {
+      ModelConfig::from_json(text, "cfg.json");
+      FAIL("accepted: " << text);
+    } catch (const FormatError& e) {
+      for (const auto& p : parts) CHECK_THAT(e.what(), Contains(p));
+    }
+  };
+  const std::string base = R"("model_type": "mamba2", "hidden_size": 16, "num_hidden_layers": 1, )"
+                           R"("vocab_size": 32, "state_size": 8, "n_groups": 1, "head_dim": 8)";
+  bad("{" + base + R"(, "num_heads": 3})", {"num_heads 3", "expand"});
+  bad("{" + base + R"(, "num_heads": 4, "n_groups": 3})", {"n_groups"});
+  bad("{" + base + R"(, "num_heads": 4, "rms_norm": false})", {"rms_norm"});
+  bad("{" + base + R"(, "num_heads": 4, "time_step_limit": [0.1, 0.01]})", {"time_step_limit"});
+  bad("{" + base + R"(, "num_heads": 4, "time_step_limit": [-1, Infinity]})", {"time_step_limit"});
+  bad("{" + base + R"(, "num_heads": 4, "time_step_limit": 3})", {"time_step_limit is 3"});
+  bad("{" + base + R"(, "num_heads": 4, "intermediate_size": 64})", {"intermediate_size is 64"});
+  bad("{" + base + R"(, "num_heads": 4, "hidden_act": "gelu"})", {"hidden_act"});
+  bad("{" + base + R"(, "num_heads": 4, "mystery": 1})", {"mystery"});
+  bad(R"({"d_model": 16, "n_layer": 1, "vocab_size": 32, "d_intermediate": 64,
+          "ssm_cfg": {"layer": "Mamba2", "headdim": 8}})", {"d_intermediate"});
+  bad(R"({"d_model": 16, "n_layer": 1, "vocab_size": 32, "attn_layer_idx": [0],
+          "ssm_cfg": {"layer": "Mamba2", "headdim": 8}})", {"attn_layer_idx"});
+  bad(R"({"d_model": 16, "n_layer": 1, "vocab_size": 32,
+          "ssm_cfg": {"layer": "Mamba2", "headdim": 8, "D_has_hdim": true}})", {"D_has_hdim"});
+  bad(R"({"d_model": 16, "n_layer": 1, "vocab_size": 32,
+          "ssm_cfg": {"layer": "Mamba2", "headdim": 8, "mystery": 2}})", {"ssm_cfg.mystery"});
+  bad(R"({"d_model": 16, "n_layer": 1, "vocab_size": 32,
+          "ssm_cfg": {"layer": "Mamba1"}})", {"model_type is missing"});
+}
+
+TEST_CASE("a Mamba-2 configuration written out reads back as itself", "[mamba2][config]") {
+  for (const char* text : {kGroups, kMambaSsm}) {
+    const ModelConfig c = config(text);
+    const std::string once = c.to_json();
+    const ModelConfig back = ModelConfig::from_json(once, "written");
+    CHECK(back.to_json() == once);
+    CHECK(back.vocab_size == c.vocab_size);
+  }
+  CHECK(config(kMambaSsm).vocab_size == 96);
+  CHECK_THAT(config(kMambaSsm).to_json(), Contains("\"dt_limit\": [0, Infinity]"));
+}
