@@ -37,6 +37,7 @@ const models = {
                     "--attn-kv-heads", "2", "--gdn-k-heads", "2", "--intermediate", "64"],
   "gated_deltanet": ["--arch", "gated_deltanet", "--vocab", "256", "--hidden", "64", "--layers", "2", "--heads", "2",
                      "--intermediate", "64"],
+  "mamba2": ["--arch", "mamba2", "--vocab", "256", "--hidden", "64", "--layers", "2", "--ssm-groups", "2"],
 };
 const growth = { "gla-hybrid": HYBRID_KV_BYTES_PER_TOKEN, "qwen35-hybrid": QWEN_KV_BYTES_PER_TOKEN };
 for (const [name, args] of Object.entries(models))
