@@ -30,7 +30,7 @@ relative() { awk -v a="$1" -v b="$2" 'BEGIN { d = (a - b) / b; printf "%.2g", d 
 isas=$("$recur" isa --available)
 
 [[ $(wc -l < "$ids") == 300 ]] || fail "$ids should hold 300 ids"
-[[ $(wc -l < "$fx/expected_nll.txt") == 4 ]] || fail "expected_nll.txt should list 4 fixtures"
+[[ $(wc -l < "$fx/expected_nll.txt") == 6 ]] || fail "expected_nll.txt should list 6 fixtures"
 declare -A got_nll
 while read -r name want; do
   path="$fx/$name"
@@ -59,7 +59,7 @@ done < "$fx/expected_nll.txt"
 # A saved state continues as one run, saved under one instruction set and continued under each.
 head -n 40 "$ids" > "$tmp/p.txt"
 first_isa=$(tail -n 1 <<< "$isas")
-for name in mamba2-groups mamba-ssm; do
+for name in mamba2-groups mamba-ssm granite-hybrid; do
   m="$fx/$name"
   gen -m "$m" --prompt-ids "$tmp/p.txt" -n 12 > "$tmp/whole"
   gen -m "$m" --prompt-ids "$tmp/p.txt" -n 5 --save-state "$tmp/s" > "$tmp/a"
@@ -86,6 +86,13 @@ s100=$(state_at "$fx/mamba2-plain" 100)
 s100k=$(state_at "$fx/mamba2-plain" 100000)
 [[ "$s100" == "$s100k" ]] || fail "mamba2-plain: the state holds $s100 bytes after 101 tokens, $s100k after 100,001"
 echo "mamba2_model_test: mamba2-plain's state holds $s100 bytes after 101 tokens and after 100,001"
+# granite-hybrid's grows by its two attention layers' keys and values (2 kv heads of 16) alone
+# (3,000 tokens: the attention over 100,000 would take minutes).
+g100=$(state_at "$fx/granite-hybrid" 100)
+g3k=$(state_at "$fx/granite-hybrid" 3000)
+[[ $((g3k - g100)) == $((2900 * 2 * 2 * 2 * 16 * 4)) ]] ||
+  fail "granite-hybrid: the state grew by $((g3k - g100)) bytes over 2,900 tokens, not 2,900 x 512"
+echo "mamba2_model_test: granite-hybrid's state grows from $g100 bytes by 512 a token, its attention layers' KV cache"
 
 # quantize q8 / q4 and convert: the projections and the head quantized, the rest as stored.
 dtypes() {
@@ -93,7 +100,7 @@ dtypes() {
 for k, v in sorted(json.loads(f.read(n)).items()):
     if k != "__metadata__": print(k, v["dtype"])' "$1/model.safetensors"
 }
-for name in mamba2-groups mamba-ssm; do
+for name in mamba2-groups mamba-ssm granite-hybrid; do
   for type in q8 q4; do
     q="$tmp/$type-$name"
     "$recur" quantize "$fx/$name" "$q" --type "$type" > /dev/null 2> "$tmp/err" ||
@@ -131,4 +138,6 @@ made_digits "$tmp/made" --arch mamba2 --ssm-groups 2 --ssm-dt-max 0.08 --ssm-bia
 grep -q '"model_type": "mamba2"' "$tmp/made/config.json" || fail "make-model --arch mamba2 wrote another layout"
 made_digits "$tmp/made-ssm" --arch mamba2 --mamba-ssm-layout --norm-before-gate --tie-embeddings
 grep -q '"ssm_cfg"' "$tmp/made-ssm/config.json" || fail "--mamba-ssm-layout wrote no ssm_cfg"
+made_digits "$tmp/made-granite" --arch granitemoehybrid --heads 4 --attn-kv-heads 2 --layer-types MAMA --multipliers
+made_digits "$tmp/made-granite-dense" --arch granitemoehybrid --heads 4 --layer-types AA --rope --tie-embeddings
 echo "mamba2_model_test: make-model --arch mamba2 (both layouts) writes models that read back with the same digits at chunks 1 and 64"

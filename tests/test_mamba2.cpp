@@ -55,6 +55,23 @@ const char* const kMambaSsm = R"({
   "attn_layer_idx": [], "attn_cfg": {}, "rms_norm": true, "residual_in_fp32": true,
   "fused_add_norm": true, "pad_vocab_size_multiple": 16, "tie_embeddings": true})";
 
+// granitemoehybrid, dense: Mamba-2, attention (no positions), Mamba-2, attention, Granite's
+// multipliers; and IBM's non-hybrid layout (attention with rotary only).
+const char* const kGranite = R"({
+  "model_type": "granitemoehybrid", "vocab_size": 96, "hidden_size": 16, "num_hidden_layers": 4,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "shared_intermediate_size": 24,
+  "intermediate_size": 24, "num_local_experts": 0, "num_experts_per_tok": 0,
+  "layer_types": ["mamba", "attention", "mamba", "attention"], "position_embedding_type": "nope",
+  "mamba_n_heads": 4, "mamba_d_head": 8, "mamba_d_state": 16, "mamba_n_groups": 2,
+  "mamba_expand": 2, "embedding_multiplier": 12, "residual_multiplier": 0.22,
+  "attention_multiplier": 0.25, "logits_scaling": 8, "time_step_limit": [0.0, Infinity]})";
+const char* const kGraniteDense = R"({
+  "model_type": "granitemoehybrid", "vocab_size": 96, "hidden_size": 16, "num_hidden_layers": 2,
+  "num_attention_heads": 2, "num_key_value_heads": 1, "shared_intermediate_size": 24,
+  "num_local_experts": 0, "layer_types": ["attention", "attention"],
+  "position_embedding_type": "rope", "rope_theta": 10000, "mamba_n_heads": 4, "mamba_d_head": 8,
+  "tie_word_embeddings": true})";
+
 ModelConfig config(const char* text) { return ModelConfig::from_json(text, "config.json"); }
 
 std::shared_ptr<const Model> model_of(const char* text) {
@@ -131,7 +148,7 @@ TEST_CASE("every Mamba-2 fixture's logits at every position are the float64 refe
   }
   REQUIRE(ids.size() == 300);
   const auto& fixtures = want.find("fixtures")->object();
-  REQUIRE(fixtures.size() == 4);
+  REQUIRE(fixtures.size() == 6);
   for (const auto& [name, entry] : fixtures) {
     INFO(name);
     const auto m = Model::load(kFixtures + "/" + name);
@@ -158,7 +175,7 @@ TEST_CASE("every Mamba-2 fixture's logits at every position are the float64 refe
 TEST_CASE("a Mamba-2 model's prefill gives the bytes of stepping at every chunk size, thread "
           "count and instruction set", "[mamba2][model][exactness]") {
   const std::vector<int> ids = tokens(150);
-  for (const char* text : {kGroups, kMambaSsm}) {
+  for (const char* text : {kGroups, kMambaSsm, kGranite, kGraniteDense}) {
     const auto m = model_of(text);
     INFO(m->config().model_type());
     recur::test::for_each_isa([&](const std::string& isa) {
@@ -178,7 +195,7 @@ TEST_CASE("a Mamba-2 model's prefill gives the bytes of stepping at every chunk 
 TEST_CASE("a Mamba-2 model gives the scalar target's bytes under every instruction set",
           "[mamba2][model][exactness]") {
   const std::vector<int> ids = tokens(100);
-  for (const char* text : {kGroups, kMambaSsm}) {
+  for (const char* text : {kGroups, kMambaSsm, kGranite}) {
     const auto m = model_of(text);
     std::map<std::string, Run> runs;
     recur::test::for_each_isa([&](const std::string& isa) { runs[isa] = prefilled(m, ids, 64, 2); });
@@ -194,7 +211,9 @@ TEST_CASE("a Mamba-2 model gives the scalar target's bytes under every instructi
 TEST_CASE("a saved Mamba-2 state continues with the bytes of one run, and batched sequences "
           "give the bytes of each alone", "[mamba2][model][exactness]") {
   const std::vector<int> ids = tokens(120);
-  const auto m = model_of(kGroups);
+  for (const char* text : {kGroups, kGranite}) {
+  const auto m = model_of(text);
+  INFO(m->config().model_type());
   Decoder one(m, DecoderOptions{16, 1});
   one.prefill(ids);
   Decoder first(m, DecoderOptions{16, 1});
@@ -230,6 +249,7 @@ TEST_CASE("a saved Mamba-2 state continues with the bytes of one run, and batche
   for (int s = 0; s < 3; ++s) {
     INFO("sequence " << s);
     CHECK(batched[std::size_t(s)].save_bytes() == alone[std::size_t(s)].save_bytes());
+  }
   }
 }
 
@@ -298,10 +318,22 @@ TEST_CASE("a Mamba-2 config the model cannot run is refused, naming the field", 
           "ssm_cfg": {"layer": "Mamba2", "headdim": 8, "mystery": 2}})", {"ssm_cfg.mystery"});
   bad(R"({"d_model": 16, "n_layer": 1, "vocab_size": 32,
           "ssm_cfg": {"layer": "Mamba1"}})", {"model_type is missing"});
+  const std::string granite = R"("model_type": "granitemoehybrid", "hidden_size": 16, )"
+                              R"("num_hidden_layers": 2, "num_attention_heads": 2, "vocab_size": 32, )"
+                              R"("mamba_n_heads": 4, "mamba_d_head": 8, "mamba_d_state": 8)";
+  bad("{" + granite + R"(, "layer_types": ["mamba", "attention"]})", {"num_local_experts is 8", "mixture-of-experts"});
+  bad("{" + granite + R"(, "num_local_experts": 62, "layer_types": ["mamba", "attention"]})", {"num_local_experts is 62"});
+  bad("{" + granite + R"(, "num_local_experts": 0})", {"layer_types is missing"});
+  bad("{" + granite + R"(, "num_local_experts": 0, "layer_types": ["mamba", "mlp"]})", {"layer_types holds \"mlp\""});
+  bad("{" + granite + R"(, "num_local_experts": 0, "layer_types": ["mamba", "attention"], "position_embedding_type": "alibi"})", {"position_embedding_type"});
+  bad(R"({"model_type": "granitemoehybrid", "hidden_size": 16, "num_hidden_layers": 2,
+          "num_attention_heads": 2, "vocab_size": 32, "mamba_n_heads": 5, "mamba_d_head": 8,
+          "num_local_experts": 0, "layer_types": ["mamba", "attention"]})", {"mamba_n_heads 5 * mamba_d_head 8"});
+  bad("{" + granite + R"(, "num_local_experts": 0, "layer_types": ["mamba", "attention"], "rope_scaling": {"type": "linear"}})", {"rope_scaling"});
 }
 
 TEST_CASE("a Mamba-2 configuration written out reads back as itself", "[mamba2][config]") {
-  for (const char* text : {kGroups, kMambaSsm}) {
+  for (const char* text : {kGroups, kMambaSsm, kGranite, kGraniteDense}) {
     const ModelConfig c = config(text);
     const std::string once = c.to_json();
     const ModelConfig back = ModelConfig::from_json(once, "written");

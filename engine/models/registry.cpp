@@ -19,6 +19,7 @@ const Family* const* families_list() {
       &models::rwkv7_family(),
       &models::gdn_family(),
       &models::mamba2_family(),
+      &models::granite_family(),
       nullptr,
   };
   return list;
@@ -60,8 +61,8 @@ ModelConfig config_from_weights(const WeightSource& weights, const std::string& 
 
 const char* known_model_types() {
   return "linear_attn, transformers_are_rnns, gla, retnet, hgrn2, rwkv7, qwen3_5, qwen3_5_text, "
-         "gated_deltanet, delta_net, mamba2 (and mamba_ssm's Mamba2 config) and Based (gpt2 with "
-         "alt_mixer)";
+         "gated_deltanet, delta_net, mamba2 (and mamba_ssm's Mamba2 config), granitemoehybrid "
+         "and Based (gpt2 with alt_mixer)";
 }
 
 }  // namespace recur::model

@@ -48,6 +48,7 @@ enum class Architecture {
                          ///< "qwen3_5_text"; Gated DeltaNet and gated full attention
   kGatedDeltaNet,        ///< model_type "gated_deltanet" or "delta_net" (flash-linear-attention)
   kMamba2,               ///< Mamba-2: model_type "mamba2" (transformers) or mamba_ssm's config
+  kGraniteHybrid,        ///< IBM Granite 4.0 (-H): model_type "granitemoehybrid", dense
 };
 
 /// What mixes tokens in one layer. Every kind keeps a state of fixed size per sequence.

@@ -42,6 +42,18 @@ FIXTURES = {
         "[0.0, 0.05]",
         dict(layout="mamba_ssm", layers=2, groups=2, norm_before_gate=True, tie=True, gain=3.0,
              dt_limit=[0.0, 0.05], seed=5)),
+    "granite-hybrid": (
+        "granitemoehybrid (Granite 4.0-H) dense: Mamba-2, attention, Mamba-2, attention with no "
+        "positions (position_embedding_type nope), 4 heads over 2 kv heads of 16, Granite's "
+        "multipliers (embedding 12, residual 0.22, attention 1/128, logits 8), the shared MLP, "
+        "untied, time_step_limit [0.0, Infinity]",
+        dict(layout="granite", types="MAMA", dt_limit=[0.0, float("inf")], seed=11)),
+    "granite-dense": (
+        "granitemoehybrid as IBM's non-hybrid Granite 4.0 ships it: every layer attention, "
+        "rotary (position_embedding_type rope, theta 1e4), the mamba_* keys still present, "
+        "attention biases, tied, bfloat16",
+        dict(layout="granite", types="AAA", rope=True, attention_bias=True, tie=True, dtype="bf16",
+             seed=13)),
 }
 SPECS = {name: spec for name, (_, spec) in FIXTURES.items()}
 

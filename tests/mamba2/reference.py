@@ -93,8 +93,89 @@ def config_of(s):
     return cfg
 
 
+GRANITE_DEFAULTS = dict(types="MAMA", heads=4, kv_heads=2, rope=False, rope_theta=10000.0,
+                        shared=96, embedding_multiplier=12.0, residual_multiplier=0.22,
+                        attention_multiplier=0.0078125, logits_scaling=8.0, attention_bias=False)
+
+
+def make_granite(out_dir, s):
+    """A granitemoehybrid checkpoint (dense): transformers' names, Granite's multipliers."""
+    s = dict(GRANITE_DEFAULTS, **s)
+    r = Draw(s["seed"])
+    D, V = s["hidden"], s["vocab"]
+    inner, H, conv_dim, width = sizes(s)
+    hd = D // s["heads"]
+    types = ["mamba" if c == "M" else "attention" for c in s["types"]]
+    # Granite's embeddings are small (the multiplier brings them to unit scale).
+    t = {"model.embed_tokens.weight": r.randn(V, D, std=1.0 / s["embedding_multiplier"])}
+    for i, kind in enumerate(types):
+        p = f"model.layers.{i}."
+        t[p + "input_layernorm.weight"] = r.randn(D, std=0.1, mean=1.0)
+        if kind == "attention":
+            a = p + "self_attn."
+            for name, rows in (("q_proj", s["heads"] * hd), ("k_proj", s["kv_heads"] * hd),
+                               ("v_proj", s["kv_heads"] * hd)):
+                t[a + name + ".weight"] = r.randn(rows, D, std=D ** -0.5)
+                if s["attention_bias"]:
+                    t[a + name + ".bias"] = r.randn(rows, std=0.1)
+            # The scores' multiplier is small: q scaled up so that softmax is not uniform.
+            t[a + "q_proj.weight"] *= (hd ** -0.5) / s["attention_multiplier"]
+            t[a + "o_proj.weight"] = r.randn(D, s["heads"] * hd, std=(s["heads"] * hd) ** -0.5 / s["residual_multiplier"])
+            if s["attention_bias"]:
+                t[a + "o_proj.bias"] = r.randn(D, std=0.1)
+        else:
+            m = p + "mamba."
+            t[m + "in_proj.weight"] = r.randn(width, D, std=D ** -0.5)
+            t[m + "conv1d.weight"] = r.randn(conv_dim, 1, s["conv"], std=s["conv"] ** -0.5)
+            if s["conv_bias"]:
+                t[m + "conv1d.bias"] = r.randn(conv_dim, std=0.1)
+            dt = torch.exp(r.rand(H, lo=math.log(1e-3), hi=math.log(0.1)))
+            t[m + "dt_bias"] = dt + torch.log(-torch.expm1(-dt))
+            t[m + "A_log"] = r.rand(H, lo=0.0, hi=math.log(16.0))
+            t[m + "D"] = r.randn(H, std=0.1, mean=1.0)
+            t[m + "norm.weight"] = r.randn(inner, std=0.1, mean=1.0)
+            t[m + "out_proj.weight"] = r.randn(D, inner, std=inner ** -0.5 / s["residual_multiplier"])
+        t[p + "post_attention_layernorm.weight"] = r.randn(D, std=0.1, mean=1.0)
+        t[p + "shared_mlp.input_linear.weight"] = r.randn(2 * s["shared"], D, std=D ** -0.5)
+        t[p + "shared_mlp.output_linear.weight"] = r.randn(D, s["shared"], std=s["shared"] ** -0.5 / s["residual_multiplier"])
+    target = s["logit_std"] * s["logits_scaling"]
+    if s["tie"]:
+        target *= s["embedding_multiplier"] / D ** 0.5
+    t["model.norm.weight"] = target * r.randn(D, std=0.1, mean=1.0)
+    if not s["tie"]:
+        t["lm_head.weight"] = r.randn(V, D, std=D ** -0.5)
+    t = {k: v.to(DTYPES[s["dtype"]]) for k, v in t.items()}
+    cfg = {"architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid",
+           "vocab_size": V, "hidden_size": D, "num_hidden_layers": len(types),
+           "num_attention_heads": s["heads"], "num_key_value_heads": s["kv_heads"],
+           "intermediate_size": s["shared"], "shared_intermediate_size": s["shared"],
+           "num_local_experts": 0, "num_experts_per_tok": 0, "layer_types": types,
+           "position_embedding_type": "rope" if s["rope"] else "nope",
+           "rope_theta": s["rope_theta"], "rope_scaling": None, "rms_norm_eps": s["eps"],
+           "attention_bias": s["attention_bias"], "attention_dropout": 0.0,
+           "embedding_multiplier": s["embedding_multiplier"],
+           "residual_multiplier": s["residual_multiplier"],
+           "attention_multiplier": s["attention_multiplier"], "logits_scaling": s["logits_scaling"],
+           "mamba_n_heads": H, "mamba_d_head": s["head_dim"], "mamba_d_state": s["state"],
+           "mamba_n_groups": s["groups"], "mamba_d_conv": s["conv"], "mamba_expand": s["expand"],
+           "mamba_chunk_size": 256, "mamba_conv_bias": s["conv_bias"], "mamba_proj_bias": False,
+           "hidden_act": "silu", "max_position_embeddings": 4096, "normalization_function": "rmsnorm",
+           "tie_word_embeddings": s["tie"], "bos_token_id": 0, "eos_token_id": 0,
+           "pad_token_id": 0, "torch_dtype": {"f32": "float32", "bf16": "bfloat16"}[s["dtype"]]}
+    if s["dt_limit"] is not None:
+        cfg["time_step_limit"] = list(s["dt_limit"])
+    cfg.update(s["extra"])
+    os.makedirs(out_dir, exist_ok=True)
+    write_safetensors(os.path.join(out_dir, "model.safetensors"), t, {"format": "pt"})
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+
+
 def make(out_dir, spec):
     s = dict(DEFAULTS, **spec)
+    if s["layout"] == "granite":
+        return make_granite(out_dir, s)
     r = Draw(s["seed"])
     D, V = s["hidden"], padded_vocab(s)
     inner, H, conv_dim, width = sizes(s)
@@ -142,7 +223,25 @@ def load(model_dir):
         cfg = json.load(f)  # Python's reader takes Infinity too
     t = {k: v.to(F64) for k, v in read_safetensors(os.path.join(model_dir, "model.safetensors")).items()}
     m = {}
-    if cfg.get("model_type") == "mamba2":
+    if cfg.get("model_type") == "granitemoehybrid":
+        D = cfg["hidden_size"]
+        inner = int(cfg.get("mamba_expand", 2) * D)
+        H = cfg["mamba_n_heads"]
+        dh = cfg.get("mamba_d_head", "auto")
+        m.update(granite=True, layer_types=cfg["layer_types"], H=H,
+                 P=inner // H if dh == "auto" else dh, N=cfg["mamba_d_state"],
+                 G=cfg.get("mamba_n_groups", 1), eps=cfg.get("rms_norm_eps", 1e-6),
+                 norm_before_gate=False, tie=cfg.get("tie_word_embeddings", False),
+                 limit=tuple(cfg.get("time_step_limit", (0.0, math.inf))),
+                 emb="model.embed_tokens.weight", heads=cfg["num_attention_heads"],
+                 kv_heads=cfg.get("num_key_value_heads", cfg["num_attention_heads"]),
+                 rope=cfg.get("position_embedding_type") == "rope",
+                 rope_theta=cfg.get("rope_theta", 10000.0),
+                 embedding_multiplier=cfg.get("embedding_multiplier", 1.0),
+                 residual_multiplier=cfg.get("residual_multiplier", 1.0),
+                 attention_multiplier=cfg.get("attention_multiplier", 1.0),
+                 logits_scaling=cfg.get("logits_scaling", 1.0))
+    elif cfg.get("model_type") == "mamba2":
         D = cfg["hidden_size"]
         m.update(layers=cfg["num_hidden_layers"], H=cfg["num_heads"], P=cfg["head_dim"],
                  N=cfg["state_size"], G=cfg["n_groups"], eps=cfg.get("layer_norm_epsilon", 1e-5),
@@ -232,40 +331,85 @@ def scan_chunked(x, dt, A, B, C, Dskip, block=8):
     return y + Dskip[None, :, None] * x[:T], final
 
 
-def forward(m, ids, scan=scan_recurrent, norm_groups=None):
-    """Logits (T, V) in float64."""
-    t, D, H, P, N, G = m["t"], m["D"], m["H"], m["P"], m["N"], m["G"]
+def mixer(m, q, h, scan=scan_recurrent, norm_groups=None):
+    """One Mamba-2 mixer (tensors under the prefix q) over the normed rows h (T, D)."""
+    t, H, P, N, G = m["t"], m["H"], m["P"], m["N"], m["G"]
     inner = H * P
+    T = h.shape[0]
+    proj = h @ t[q + "in_proj.weight"].T
+    if q + "in_proj.bias" in t:
+        proj = proj + t[q + "in_proj.bias"]
+    z, xBC, dt_raw = proj[:, :inner], proj[:, inner:-H], proj[:, -H:]
+    w = t[q + "conv1d.weight"][:, 0, :]                       # (C, K)
+    K = w.shape[1]
+    padded = torch.cat([torch.zeros(K - 1, xBC.shape[1], dtype=xBC.dtype), xBC])
+    conv = sum(padded[k:k + T] * w[:, k] for k in range(K))
+    if q + "conv1d.bias" in t:
+        conv = conv + t[q + "conv1d.bias"]
+    conv = conv * torch.sigmoid(conv)
+    xs = conv[:, :inner].reshape(T, H, P)
+    B = conv[:, inner:inner + G * N].reshape(T, G, N).repeat_interleave(H // G, dim=1)
+    C = conv[:, inner + G * N:].reshape(T, G, N).repeat_interleave(H // G, dim=1)
+    dt = torch.nn.functional.softplus(dt_raw + t[q + "dt_bias"])
+    dt = torch.clamp(dt, m["limit"][0], m["limit"][1])
+    A = -torch.exp(t[q + "A_log"])
+    y, _ = scan(xs, dt, A, B, C, t[q + "D"])
+    y = gated_norm(y.reshape(T, inner), z, t[q + "norm.weight"],
+                   G if norm_groups is None else norm_groups, m["eps"], m["norm_before_gate"])
+    out = y @ t[q + "out_proj.weight"].T
+    if q + "out_proj.bias" in t:
+        out = out + t[q + "out_proj.bias"]
+    return out
+
+
+def rotate(x, theta):
+    """GPT-NeoX's rotary over the whole head: x (T, heads, d), position = row."""
+    T, _, d = x.shape
+    inv = 1.0 / theta ** (torch.arange(0, d // 2, dtype=F64) * 2.0 / d)
+    ang = torch.arange(T, dtype=F64)[:, None] * inv[None, :]
+    cos, sin = torch.cos(ang).to(x.dtype)[:, None, :], torch.sin(ang).to(x.dtype)[:, None, :]
+    x1, x2 = x[..., :d // 2], x[..., d // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+
+def attention(m, a, h):
+    """Granite's softmax attention: scores times attention_multiplier, grouped kv heads, rotary
+    only with position_embedding_type rope, causal."""
+    t, T = m["t"], h.shape[0]
+    Hq, Hkv = m["heads"], m["kv_heads"]
+    d = h.shape[1] // Hq
+    lin = lambda n: h @ t[a + n + ".weight"].T + (t[a + n + ".bias"] if a + n + ".bias" in t else 0)
+    q, k, v = lin("q_proj").reshape(T, Hq, d), lin("k_proj").reshape(T, Hkv, d), lin("v_proj").reshape(T, Hkv, d)
+    if m["rope"]:
+        q, k = rotate(q, m["rope_theta"]), rotate(k, m["rope_theta"])
+    k, v = k.repeat_interleave(Hq // Hkv, dim=1), v.repeat_interleave(Hq // Hkv, dim=1)
+    s = torch.einsum("thd,shd->hts", q, k) * m["attention_multiplier"]
+    s = s.masked_fill(~torch.tril(torch.ones(T, T, dtype=torch.bool)), -math.inf)
+    o = torch.einsum("hts,shd->thd", torch.softmax(s, -1), v).reshape(T, Hq * d)
+    out = o @ t[a + "o_proj.weight"].T
+    return out + t[a + "o_proj.bias"] if a + "o_proj.bias" in t else out
+
+
+def forward(m, ids, scan=scan_recurrent, norm_groups=None):
+    """Logits (T, V), in the dtype of the model's tensors (float64)."""
+    t = m["t"]
+    if m.get("granite"):
+        x = t["model.embed_tokens.weight"][torch.tensor(ids)] * m["embedding_multiplier"]
+        r = m["residual_multiplier"]
+        for i, kind in enumerate(m["layer_types"]):
+            p = f"model.layers.{i}."
+            h = rms(x, t[p + "input_layernorm.weight"], m["eps"])
+            out = attention(m, p + "self_attn.", h) if kind == "attention" else \
+                mixer(m, p + "mamba.", h, scan, norm_groups)
+            x = x + out * r
+            h = rms(x, t[p + "post_attention_layernorm.weight"], m["eps"])
+            g, u = (h @ t[p + "shared_mlp.input_linear.weight"].T).chunk(2, dim=-1)
+            x = x + ((g * torch.sigmoid(g)) * u) @ t[p + "shared_mlp.output_linear.weight"].T * r
+        return rms(x, t["model.norm.weight"], m["eps"]) @ m["head"].T / m["logits_scaling"]
     x = t[m["emb"]][torch.tensor(ids)]
-    T = x.shape[0]
     for i in range(m["layers"]):
         p = f"backbone.layers.{i}."
-        q = p + "mixer."
-        h = rms(x, t[p + "norm.weight"], m["eps"])
-        proj = h @ t[q + "in_proj.weight"].T
-        if q + "in_proj.bias" in t:
-            proj = proj + t[q + "in_proj.bias"]
-        z, xBC, dt_raw = proj[:, :inner], proj[:, inner:-H], proj[:, -H:]
-        w = t[q + "conv1d.weight"][:, 0, :]                       # (C, K)
-        K = w.shape[1]
-        padded = torch.cat([torch.zeros(K - 1, xBC.shape[1], dtype=xBC.dtype), xBC])
-        conv = sum(padded[k:k + T] * w[:, k] for k in range(K))
-        if q + "conv1d.bias" in t:
-            conv = conv + t[q + "conv1d.bias"]
-        conv = conv * torch.sigmoid(conv)
-        xs = conv[:, :inner].reshape(T, H, P)
-        B = conv[:, inner:inner + G * N].reshape(T, G, N).repeat_interleave(H // G, dim=1)
-        C = conv[:, inner + G * N:].reshape(T, G, N).repeat_interleave(H // G, dim=1)
-        dt = torch.nn.functional.softplus(dt_raw + t[q + "dt_bias"])
-        dt = torch.clamp(dt, m["limit"][0], m["limit"][1])
-        A = -torch.exp(t[q + "A_log"])
-        y, _ = scan(xs, dt, A, B, C, t[q + "D"])
-        y = gated_norm(y.reshape(T, inner), z, t[q + "norm.weight"],
-                       G if norm_groups is None else norm_groups, m["eps"], m["norm_before_gate"])
-        out = y @ t[q + "out_proj.weight"].T
-        if q + "out_proj.bias" in t:
-            out = out + t[q + "out_proj.bias"]
-        x = x + out
+        x = x + mixer(m, p + "mixer.", rms(x, t[p + "norm.weight"], m["eps"]), scan, norm_groups)
     return rms(x, t["backbone.norm_f.weight"], m["eps"]) @ m["head"].T
 
 
