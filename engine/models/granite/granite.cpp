@@ -78,7 +78,7 @@ constexpr const char* kTraining = "training or initialisation only: the same fun
 void read_config(const json::Value& root, Fields& f, ModelConfig& c) {
   (void)root;
   const std::string& source = f.source();
-  c.architecture = Architecture::kGraniteHybrid;
+  c.type = "granitemoehybrid";
   GraniteConfig g;
   c.vocab_size = f.integer("vocab_size", 32000, 1, 1 << 24);
   c.hidden_size = f.integer("hidden_size", 4096, 1, kMaxDim);
@@ -498,10 +498,7 @@ class Family final : public model::Family {
  public:
   const char* name() const override { return "granitemoehybrid"; }
   const char* model_type(const ModelConfig&) const override { return "granitemoehybrid"; }
-  bool has(Architecture a) const override { return a == Architecture::kGraniteHybrid; }
-  bool reads(const std::string& type, const json::Value&) const override {
-    return type == "granitemoehybrid";
-  }
+  std::vector<std::string> model_types() const override { return {"granitemoehybrid"}; }
   void read_config(const std::string&, const json::Value& root, Fields& f,
                    ModelConfig& c) const override {
     granite::read_config(root, f, c);

@@ -133,10 +133,12 @@ void load(const ModelConfig& c, const WeightSource& weights, model::Loader& L, M
 class Family final : public model::Family {
  public:
   const char* name() const override { return "mamba2"; }
-  const char* model_type(const ModelConfig& c) const override {
-    return config_of(c).layout == Mamba2Config::Layout::kMambaSsm ? "mamba_ssm Mamba2" : "mamba2";
+  // Both layouts are one type; the layout is the family's own field (Mamba2Config::layout).
+  std::vector<std::string> model_types() const override { return {"mamba2"}; }
+  const char* also_reads() const override {
+    return "mamba_ssm's config.json (ssm_cfg with layer Mamba2)";
   }
-  bool has(Architecture a) const override { return a == Architecture::kMamba2; }
+  const char* model_type(const ModelConfig&) const override { return "mamba2"; }
   bool reads(const std::string& type, const json::Value& root) const override {
     return mamba2::reads(type, root);
   }
@@ -228,10 +230,12 @@ class Family final : public model::Family {
     if (g.has_dt_limit)
       limit = fmt::format(", dt in [{}, {}]", g.dt_min, g.dt_max);
     return fmt::format(
-        "model: {}: {}, {} Mamba-2 layers ({} heads of {}, state {}, {} group{}, conv {}, norm "
+        "model: {}: {}{}, {} Mamba-2 layers ({} heads of {}, state {}, {} group{}, conv {}, norm "
         "{} the gate per group{}), hidden {}, vocab {}, {:.2f}M parameters\n"
         "state: {:.2f} MiB at any length\n",
-        label, model_type(c), c.num_hidden_layers, s.n_heads, s.head_dim, s.d_state, s.n_groups,
+        label, model_type(c),
+        g.layout == Mamba2Config::Layout::kMambaSsm ? " (mamba_ssm's layout)" : "",
+        c.num_hidden_layers, s.n_heads, s.head_dim, s.d_state, s.n_groups,
         s.n_groups == 1 ? "" : "s", s.d_conv, s.norm_before_gate ? "before" : "after", limit,
         c.hidden_size, c.vocab_size, double(m.parameters()) / 1e6,
         double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20));

@@ -182,7 +182,7 @@ bool reads(const std::string& type, const json::Value& root) {
 
 void read_config(const std::string& type, const json::Value& root, Fields& f, ModelConfig& c) {
   (void)root;
-  c.architecture = Architecture::kMamba2;
+  c.type = "mamba2";
   Mamba2Config g;
   if (type == "mamba2") read_transformers(f, c, g);
   else read_mamba_ssm(f, c, g);
