@@ -162,7 +162,7 @@ TEST_CASE("every Mamba-2 fixture's logits at every position are the float64 refe
     for (std::size_t t = 0; t < ids.size(); ++t)
       for (std::size_t j = 0; j < probe.size(); ++j) {
         const double w = logits[t].array()[j].number();
-        const double g = got.logits[t * V + std::size_t(probe[j].integer())];
+        const double g = double(got.logits[t * V + std::size_t(probe[j].integer())]);
         worst = std::max(worst, std::abs(g - w) / scale[t].number());
       }
     const double float32 = entry.find("float32_reference_normwise_error")->number();
