@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <random>
@@ -196,8 +197,9 @@ TEST_CASE("every instruction set gives the scalar target's bytes, and a state sa
       test::require_same_bytes(test::under_each([&] {
         Decoder d(m, options);
         std::string bytes;
-        const auto last = d.prefill(prompt);
-        test::append_bytes(bytes, last.data(), std::size_t(last.size()));
+        d.prefill(prompt, {}, [&](std::int64_t, const float* l) {
+          test::append_bytes(bytes, l, std::size_t(c.vocab_size));
+        });
         for (int t = 0; t < 12; ++t) {
           const auto l = d.step((t * 13) % c.vocab_size);
           test::append_bytes(bytes, l.data(), std::size_t(l.size()));
@@ -288,8 +290,10 @@ TEST_CASE("each sequence of a batch gets the bytes it gets alone, whoever else i
           "[conformance][batch]") {
   for (const Fixture& f : fixtures()) {
     DYNAMIC_SECTION(f.name) {
-      const auto m = random_model(config_of(f), 3);
+      const ModelConfig c = config_of(f);
+      const auto m = random_model(c, 3);
       for (const int threads : {1, 2, 3}) check_schedule(m, threads, 11u + std::uint32_t(threads));
+      check_schedule(random_model(c, 3, DType::kBF16), 2, 17);
     }
   }
 }
@@ -302,7 +306,8 @@ TEST_CASE("a saved state continues with the bytes of one run; a clone branches a
       const auto m = random_model(c, 2);
       const auto ids = tokens(kSanitized ? 60 : 200, c.vocab_size, 4);
       const auto V = std::size_t(c.vocab_size);
-      const std::vector<int> head(ids.begin(), ids.begin() + 137), tail(ids.begin() + 137, ids.end());
+      const auto cut = ids.begin() + std::ptrdiff_t(ids.size() * 2 / 3);  // 133 of 200
+      const std::vector<int> head(ids.begin(), cut), tail(cut, ids.end());
       Decoder whole(m, {32, 1});
       whole.prefill(ids);
 
@@ -312,7 +317,7 @@ TEST_CASE("a saved state continues with the bytes of one run; a clone branches a
       a.save(dir.file("mid.state"));
       Decoder b(m, {5, 3});  // a fresh decoder, other options
       b.load(dir.file("mid.state"));
-      CHECK(b.n_tokens() == 137);
+      CHECK(b.n_tokens() == std::int64_t(head.size()));
       CHECK(same(b.logits().data(), a.logits().data(), V));
       b.prefill(tail);
       CHECK(same(b.logits().data(), whole.logits().data(), V));
@@ -421,10 +426,14 @@ TEST_CASE("q8 and q4 weights quantize back to their own codes from their dequant
         check_chunks(m, ids, {7, 64}, {2});
         check_schedule(m, 2, 7);
         // A saved state continues on this model, and is another model's to the float one.
-        Decoder a(m, {16, 1});
-        a.prefill({ids.begin(), ids.begin() + 50});
+        Decoder a(m, {16, 1}), whole(m, {16, 1});
+        const auto half = ids.begin() + std::ptrdiff_t(ids.size() / 2);
+        a.prefill({ids.begin(), half});
+        whole.prefill(ids);
         Decoder b(m, {5, 2});
         b.load_bytes(a.save_bytes(), "quantized state");
+        b.prefill({half, ids.end()});
+        CHECK(b.save_bytes() == whole.save_bytes());
         Decoder plain(random_model(c, 5));
         CHECK_THROWS_WITH(plain.load_bytes(a.save_bytes(), "quantized state"), Contains("another model"));
         CHECK(plain.n_tokens() == 0);
@@ -473,38 +482,31 @@ TEST_CASE("a config field the family cannot run is refused, naming the field; a 
 
 namespace {
 
-// Random weights with one tensor hidden, reshaped or added.
+// Random weights held in memory (generated once), with one tensor hidden, reshaped or added.
 class Edited final : public WeightSource {
  public:
-  Edited(const WeightSource& base, std::string name) : base_(base), name_(std::move(name)) {}
-  Edited& hide() { hidden_ = true; return *this; }
-  Edited& reshape(Shape s) { shape_ = std::move(s); return *this; }
-  bool has(const std::string& n) const override {
-    return n == name_ ? !hidden_ : base_.has(n);
+  explicit Edited(const WeightSource& from) {
+    for (const auto& n : from.names()) t_[n] = {from.shape(n), from.read(n)};
   }
-  Shape shape(const std::string& n) const override {
-    return n == name_ && !shape_.empty() ? shape_ : base_.shape(n);
-  }
-  std::vector<float> read(const std::string& n) const override {
-    if (n != name_ || shape_.empty()) return base_.read(n);
+  Edited& hide(const std::string& name) { t_.erase(name); return *this; }
+  Edited& put(const std::string& name, Shape shape) {
     std::size_t count = 1;
-    for (const auto d : shape_) count *= std::size_t(d);
-    return std::vector<float>(count, 0.5f);
+    for (const auto d : shape) count *= std::size_t(d);
+    t_[name] = {std::move(shape), std::vector<float>(count, 0.5f)};
+    return *this;
   }
-  DType dtype(const std::string& n) const override { return base_.dtype(n); }
+  bool has(const std::string& n) const override { return t_.count(n) != 0; }
+  Shape shape(const std::string& n) const override { return t_.at(n).first; }
+  std::vector<float> read(const std::string& n) const override { return t_.at(n).second; }
   std::vector<std::string> names() const override {
-    std::vector<std::string> out = base_.names();
-    if (hidden_) out.erase(std::find(out.begin(), out.end(), name_));
-    else if (!base_.has(name_)) out.push_back(name_);
+    std::vector<std::string> out;
+    for (const auto& [n, v] : t_) out.push_back(n);
     return out;
   }
   std::string describe() const override { return "edited weights"; }
 
  private:
-  const WeightSource& base_;
-  std::string name_;
-  bool hidden_ = false;
-  Shape shape_;
+  std::map<std::string, std::pair<Shape, std::vector<float>>> t_;
 };
 
 std::string refusal(const ModelConfig& c, const WeightSource& w) {
@@ -516,10 +518,39 @@ std::string refusal(const ModelConfig& c, const WeightSource& w) {
   return "(loaded)";
 }
 
+// A shape as the loader's messages print it: "(4, 8)", "(32,)".
 std::string shape_text(const Shape& s) {
   std::string out;
   for (const auto d : s) out += (out.empty() ? "" : ", ") + std::to_string(d);
+  return "(" + out + (s.size() == 1 ? ",)" : ")");
+}
+
+// Misshapen: one more column; the dimensions reversed (the same count, as a transposed matrix
+// has); another rank of the same count: a leading 1 added, or the 1s dropped ([C] for RWKV's
+// [1, 1, C]).
+std::vector<Shape> misshapes(const Shape& s) {
+  std::vector<Shape> out;
+  Shape wider = s;
+  wider.back() += 1;
+  out.push_back(wider);
+  const Shape reversed(s.rbegin(), s.rend());
+  if (reversed != s) out.push_back(reversed);
+  Shape ranked = s;
+  ranked.insert(ranked.begin(), 1);
+  out.push_back(ranked);
+  Shape squeezed;
+  std::copy_if(s.begin(), s.end(), std::back_inserter(squeezed), [](std::int64_t d) { return d != 1; });
+  if (!squeezed.empty() && squeezed != s) out.push_back(squeezed);
   return out;
+}
+
+// A tensor of the layer after the last, which config.json does not have.
+std::string next_layer_name(const std::vector<std::string>& names, int layers) {
+  const std::string last = "." + std::to_string(layers - 1) + ".";
+  for (const auto& n : names)
+    if (const auto at = n.find(last); at != std::string::npos)
+      return n.substr(0, at) + "." + std::to_string(layers) + "." + n.substr(at + last.size());
+  return "";
 }
 
 }  // namespace
@@ -529,22 +560,26 @@ TEST_CASE("a missing, misshapen or unknown tensor is refused, naming the tensor 
   for (const Fixture& f : fixtures()) {
     DYNAMIC_SECTION(f.name) {
       const ModelConfig c = config_of(f);
-      const RandomWeights w(c, 7);
+      const Edited w{RandomWeights(c, 7)};
       REQUIRE_NOTHROW(Model::from_weights(c, w));
       for (const std::string& name : w.names()) {
         INFO(name);
-        CHECK_THAT(refusal(c, Edited(w, name).hide()), Contains("'" + name + "'"));
-        Shape wrong = w.shape(name);
-        wrong.back() += 1;
-        const std::string says = refusal(c, Edited(w, name).reshape(wrong));
-        CHECK_THAT(says, Contains("'" + name + "'") && Contains(shape_text(wrong)) &&
-                             Contains(shape_text(w.shape(name))));
+        CHECK_THAT(refusal(c, Edited(w).hide(name)), Contains("'" + name + "'"));
+        for (const Shape& wrong : misshapes(w.shape(name))) {
+          INFO("as " << shape_text(wrong));
+          CHECK_THAT(refusal(c, Edited(w).put(name, wrong)),
+                     Contains("'" + name + "'") && Contains(shape_text(wrong)) &&
+                         Contains(shape_text(w.shape(name))));
+        }
       }
-      CHECK_THAT(refusal(c, Edited(w, "recur.unknown.weight").reshape({4})),
-                 Contains("'recur.unknown.weight'"));
+      const std::string extra = next_layer_name(w.names(), c.num_hidden_layers);
+      REQUIRE(!extra.empty());
+      for (const std::string& name : {extra, std::string("recur.unknown.weight")})
+        CHECK_THAT(refusal(c, Edited(w).put(name, {4})), Contains("'" + name + "'"));
     }
   }
 }
+
 
 namespace {
 

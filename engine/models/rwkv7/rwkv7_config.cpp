@@ -215,7 +215,10 @@ void fit_to_weights(ModelConfig& c, const WeightSource& w) {
   const auto emb = shape_of(w, n.emb);
   if (emb.size() == 2 && dim(emb[0]) && emb[1] == c.hidden_size) c.vocab_size = dim(emb[0]);
   const std::string l0 = n.layer(0), l1 = n.layer(1);
-  if (const auto f = shape_of(w, l0 + "ffn.key.weight"); f.size() == 2 && dim(f[0]))
+  // A size is taken from a tensor whose other side fits; any other shape is the loader's to
+  // refuse, against config.json's size.
+  if (const auto f = shape_of(w, l0 + "ffn.key.weight");
+      f.size() == 2 && dim(f[0]) && f[1] == c.hidden_size)
     c.intermediate_size = dim(f[0]);
   // A LoRA's rank: BlinkDL's factors are [C, rank] and [rank, C], fla's Linears [rank, C] and
   // [C, rank]. The rank comes from the first; a second that disagrees is named here with both
@@ -227,8 +230,8 @@ void fit_to_weights(ModelConfig& c, const WeightSource& w) {
                                      : layer + "attn." + which + "_lora.lora.2.weight";
     const auto s = shape_of(w, first), t = shape_of(w, second);
     const std::size_t at_s = blink ? 1 : 0, at_t = blink ? 0 : 1;
-    if (s.size() != 2 || !dim(s[at_s])) return;
-    if (t.size() == 2 && t[at_t] != s[at_s]) {
+    if (s.size() != 2 || !dim(s[at_s]) || s[1 - at_s] != c.hidden_size) return;
+    if (t.size() == 2 && t[1 - at_t] == c.hidden_size && t[at_t] != s[at_s]) {
       auto s_by_t = s, t_by_s = t;
       s_by_t[at_s] = t[at_t];
       t_by_s[at_t] = s[at_s];
