@@ -30,7 +30,6 @@
 #include "support/each_isa.h"
 #include "support/temp_dir.h"
 #include "util/hash.h"
-#include "util/json.h"
 
 using namespace recur;
 using recur::conformance::Fixture;
@@ -52,12 +51,8 @@ const int kTokens = kSanitized ? 70 : 300;
 
 ModelConfig config_of(const Fixture& f) { return ModelConfig::from_json(f.config, f.name); }
 
-// The family whose config.json the fixture is, as the reader finds it.
-const model::Family* family_of(const Fixture& f) {
-  const json::Value root = json::parse(f.config, f.name);
-  const json::Value* type = root.find("model_type");
-  return model::family_reading(type && type->is_string() ? type->string() : "", root);
-}
+// The family of the fixture's configuration, as the registry names it.
+const model::Family* family_of(const Fixture& f) { return &model::family_of(config_of(f)); }
 
 std::shared_ptr<const Model> random_model(const ModelConfig& c, std::uint64_t seed,
                                           DType dtype = DType::kF32) {
