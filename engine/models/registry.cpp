@@ -18,6 +18,7 @@ const Family* const* families_list() {
       &models::fla_family(),
       &models::rwkv7_family(),
       &models::gdn_family(),
+      &models::lfm2_family(),
       nullptr,
   };
   return list;
@@ -59,7 +60,7 @@ ModelConfig config_from_weights(const WeightSource& weights, const std::string& 
 
 const char* known_model_types() {
   return "linear_attn, transformers_are_rnns, gla, retnet, hgrn2, rwkv7, qwen3_5, qwen3_5_text, "
-         "gated_deltanet, delta_net and Based (gpt2 with alt_mixer)";
+         "gated_deltanet, delta_net, lfm2 and Based (gpt2 with alt_mixer)";
 }
 
 }  // namespace recur::model

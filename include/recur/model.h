@@ -47,12 +47,14 @@ enum class Architecture {
   kQwen35,               ///< Qwen3.5's text model: model_type "qwen3_5" (its text_config) or
                          ///< "qwen3_5_text"; Gated DeltaNet and gated full attention
   kGatedDeltaNet,        ///< model_type "gated_deltanet" or "delta_net" (flash-linear-attention)
+  kLfm2,                 ///< Liquid AI's LFM2 / LFM2.5 (model_type "lfm2"): gated short
+                         ///< convolutions and grouped-query attention
 };
 
 /// What mixes tokens in one layer. Every kind keeps a state of fixed size per sequence.
 enum class MixerKind {
   kLinearAttention,  ///< S and Z through a feature map (every layer of the first two layouts)
-  kShortConv,        ///< Based's BaseConv: a gated depthwise causal convolution
+  kShortConv,        ///< a gated depthwise causal convolution (Based's BaseConv, LFM2's conv blocks)
   kWindowAttention,  ///< softmax attention over the last tokens, with rotary embeddings
   kGated,            ///< a decayed recurrence (GLA, RetNet, HGRN2), with its short convolutions
   kAttention,        ///< fla's hybrid `attn` layers: causal softmax attention, full (a KV cache
