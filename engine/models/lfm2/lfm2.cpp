@@ -126,8 +126,8 @@ class Family final : public model::Family {
  public:
   const char* name() const override { return "lfm2"; }
   const char* model_type(const ModelConfig&) const override { return "lfm2"; }
-  bool has(Architecture a) const override { return a == Architecture::kLfm2; }
-  // lfm2_moe is read only to be refused by name.
+  std::vector<std::string> model_types() const override { return {"lfm2"}; }
+  // lfm2_moe is read only to be refused by name (read_config).
   bool reads(const std::string& type, const json::Value&) const override {
     return type == "lfm2" || type == "lfm2_moe";
   }

@@ -142,7 +142,7 @@ void read_config(const std::string& type, const json::Value& root, Fields& f, Mo
     config_fail(source, "num_experts is set: an LFM2 mixture-of-experts configuration, which "
                         "recur does not run");
   Lfm2Config g;
-  c.architecture = Architecture::kLfm2;
+  c.type = "lfm2";
   c.vocab_size = f.integer("vocab_size", 65536, 1, 1 << 24);
   c.hidden_size = f.integer("hidden_size", 2560, 1, kMaxDim);
   c.num_hidden_layers = f.integer("num_hidden_layers", 32, 1, 4096);
