@@ -243,11 +243,19 @@ def check_expected(path):
     ids = parse_ids(open(os.path.join(base, exp["prompt_file"])).read())
     bad = 0
     for name, want in exp["fixtures"].items():
-        got = evaluate(load(os.path.join(base, name)), ids)
-        ok = (got["mean_nll"] == want["mean_nll"] and got["greedy_ids"] == want["greedy_ids"]
-              and got["logits"] == want["logits"])
-        print(f"{name}: mean NLL {got['mean_nll']!r} {'ok' if ok else 'DIFFERS from ' + repr(want['mean_nll'])}")
-        bad += not ok
+        m = load(os.path.join(base, name))
+        got = evaluate(m, ids, n_greedy=0)
+        # The greedy ids in one causal pass over prompt + ids: each must be the argmax after the
+        # ids before it (what 16 passes, one per id, would find).
+        seq = ids + want["greedy_ids"]
+        last = m.forward(seq)[len(ids) - 1:-1]
+        greedy = [int(i) for i in torch.argmax(last, -1)]
+        differ = [what for what, same in (("mean NLL", got["mean_nll"] == want["mean_nll"]),
+                                          ("greedy ids", greedy == want["greedy_ids"]),
+                                          ("logits", got["logits"] == want["logits"])) if not same]
+        print(f"{name}: mean NLL {got['mean_nll']!r}, " +
+              ("ok" if not differ else "DIFFERS from expected.json in: " + ", ".join(differ)))
+        bad += bool(differ)
     if bad:
         sys.exit(f"{bad} fixture(s) differ from {path}")
 
