@@ -107,7 +107,7 @@ class Network final : public model::Network {
       w->v_full.assign(n * sz(H * dv), 0.0f);
     }
     w->g.assign(n * sz(c.intermediate_size), 0.0f);
-    if (c.architecture == Architecture::kLinearAttn) w->u.assign(n * sz(c.intermediate_size), 0.0f);
+    if (config_of(c).fla_layout) w->u.assign(n * sz(c.intermediate_size), 0.0f);
     std::size_t scratch = 0;
     for (const auto& l : layers)
       scratch = std::max({scratch, l.phi_q->scratch_floats(std::int64_t(rows) * H, lc.head_k_dim),
@@ -123,7 +123,7 @@ class Network final : public model::Network {
     const int d = c.hidden_size, H = c.num_heads, Hkv = c.num_kv_heads, D = lc.d_feature;
     const int dv = lc.head_v_dim, G = lc.kv_groups, I = c.intermediate_size;
     const int kd = lc.key_dim / G, vd = lc.value_dim / G;
-    const bool pre_norm = c.architecture == Architecture::kLinearAttn;
+    const bool pre_norm = lc.fla_layout;
     for (std::size_t li = 0; li < layers.size(); ++li) {
       const auto& L = layers[li];
       // Attention input: the normed residual (pre-norm) or the residual itself (post-norm).
@@ -251,14 +251,11 @@ std::shared_ptr<const FeatureMap> make_map(const ModelConfig& c, model::Loader& 
 class Family final : public model::Family {
  public:
   const char* name() const override { return "linear attention"; }
+  std::vector<std::string> model_types() const override {
+    return {"linear_attn", "transformers_are_rnns"};
+  }
   const char* model_type(const ModelConfig& c) const override {
-    return c.architecture == Architecture::kLinearAttn ? "linear_attn" : "transformers_are_rnns";
-  }
-  bool has(Architecture a) const override {
-    return a == Architecture::kLinearAttn || a == Architecture::kTransformersAreRnns;
-  }
-  bool reads(const std::string& type, const json::Value&) const override {
-    return type == "linear_attn" || type == "transformers_are_rnns";
+    return model::type_of(c) == "linear_attn" ? "linear_attn" : "transformers_are_rnns";
   }
   void read_config(const std::string& type, const json::Value& root, model::Fields& f,
                    ModelConfig& c) const override {
@@ -285,7 +282,7 @@ class Family final : public model::Family {
     const LinearConfig& lc = config_of(c);
     const int d = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
     const auto eps = static_cast<float>(c.norm_eps);
-    const bool fla = c.architecture == Architecture::kLinearAttn;
+    const bool fla = lc.fla_layout;
     auto net = std::make_unique<Network>(c);
     const model::Ends ends{"model.embeddings.weight", "lm_head.weight", V};
     const model::MatrixWeight table = model::take_embedding(L, c, impl, ends);
