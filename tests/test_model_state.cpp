@@ -434,8 +434,8 @@ TEST_CASE("a declared state saves its frame and parts in order, loads them back,
   std::memcpy(nan.data() + 4 + 2 * sizeof(float), &q, sizeof q);
   refused(nan, "the state's S holds a non-finite number");
   auto lying = raw;  // the frame says 3 tokens, the convolution has seen 2
-  const std::int64_t three = 3;
-  std::memcpy(lying.data() + lying.size() - 8, &three, sizeof three);
+  lying.resize(raw.size() - sizeof(std::int64_t));
+  append(lying, std::int64_t{3});
   refused(lying, "the state's convolutions has seen 2 tokens, the state 3");
 
   s.reset();
