@@ -16,8 +16,6 @@
 #include "recur/model.h"
 #include "recur/sampling.h"
 #include "recur/short_conv.h"
-#include "support/based_config.h"
-#include "support/fla_gated_config.h"
 #include "support/model_cases.h"
 #include "support/quant_model.h"
 #include "support/temp_dir.h"

@@ -387,8 +387,7 @@ inline MatrixWeight take_embedding(Loader& L, const ModelConfig& c, Model::Impl&
     return {};
   }
   // Stored under the embedding's name (and perhaps the head's too, the same values), or, where
-  // the family allows it, under the head's alone (with neither, the embedding's name is the one
-  // said missing).
+  // the family allows it, under the head's alone (with neither, the embedding is said missing).
   const bool alone = e.head_alone && !L.has(e.embedding) && L.has(e.head);
   const std::string why = alone ? std::string(e.why) + " (the tied head)" : e.why;
   MatrixWeight table = L.take_matrix(alone ? e.head : e.embedding, e.embedding, rows, d,

@@ -234,7 +234,8 @@ class Family final : public model::Family {
     const int di = bc.conv_expand * d / 2;
     const auto eps = static_cast<float>(c.norm_eps);
     auto net = std::make_unique<Network>(c);
-    // The head is tied to the embedding; a checkpoint holds it under either name, or both.
+    // The head is tied to the embedding; a checkpoint holds it under either name, or both (with
+    // neither, the embedding's name is the one said missing).
     model::Ends ends{"transformer.embeddings.word_embeddings.weight", "lm_head.weight",
                      bc.embedding_rows, "vocab_size padded, n_embd", true};
     const model::MatrixWeight table = model::take_embedding(L, c, impl, ends);

@@ -1,6 +1,6 @@
 // LFM2 as a family of recur: reading transformers' Lfm2ForCausalLM tensors into one Stack
-// (lfm2_network.h), and the Family interface (config.json, tensor table, make-model,
-// description). docs/lfm2.md.
+// (lfm2_network.h: the reader names the tensors), and the Family interface (config.json,
+// make-model, description). docs/lfm2.md.
 #include "models/lfm2/lfm2.h"
 
 #include <fmt/format.h>
@@ -18,6 +18,7 @@ namespace {
 
 using model::Dense;
 using model::Norm;
+using Init = model::TensorSpec::Init;
 
 class Reader {
  public:
@@ -27,7 +28,7 @@ class Reader {
     Norm n;
     n.dim = dim;
     n.eps = float(c_.norm_eps);
-    n.weight = L_.take(name, {dim}, why, model::Init::kNorm);
+    n.weight = L_.take(name, {dim}, why, Init::kNorm);
     return n;
   }
 
@@ -40,10 +41,10 @@ class Reader {
     const bool bias = g_.conv_bias;
     b.in_proj = dense(a + "in_proj", 3 * d_, d_, bias, "3 * hidden_size (B, C, x), hidden_size");
     const auto taps = L_.take(a + "conv.weight", {d_, 1, g_.conv_L},
-                              "hidden_size, 1, conv_L_cache", model::Init::kConv);
+                              "hidden_size, 1, conv_L_cache", Init::kConv);
     Eigen::VectorXf conv_bias;
     if (bias) {
-      const auto b_values = L_.take(a + "conv.bias", {d_}, "hidden_size", model::Init::kBias);
+      const auto b_values = L_.take(a + "conv.bias", {d_}, "hidden_size", Init::kBias);
       conv_bias = Eigen::Map<const Eigen::VectorXf>(b_values.data(), d_);
     }
     b.conv = std::make_unique<ShortConvolution>(
@@ -74,12 +75,12 @@ class Reader {
   }
 
   void load(Model::Impl& impl) {
-    const int I = c_.intermediate_size;
+    const int V = c_.vocab_size, I = c_.intermediate_size;
     Stack s;
     s.hidden = d_;
     s.intermediate = I;
-    const model::Ends ends{"model.embed_tokens.weight", "lm_head.weight", c_.vocab_size};
-    const model::MatrixWeight tied = model::take_embedding(L_, c_, impl, ends);
+    const model::Ends ends{"model.embed_tokens.weight", "lm_head.weight", V};
+    const model::MatrixWeight table = model::take_embedding(L_, c_, impl, ends);
     for (int i = 0; i < c_.num_hidden_layers; ++i) {
       const std::string p = fmt::format("model.layers.{}.", i);
       Layer l;
@@ -96,7 +97,7 @@ class Reader {
     // transformers names the final norm embedding_norm, and applies it after the last layer.
     impl.has_final_norm = true;
     impl.final_norm = rms("model.embedding_norm.weight", d_, "hidden_size");
-    model::take_head(L_, c_, impl, ends, tied);
+    model::take_head(L_, c_, impl, ends, table);
     impl.network = make_network(std::move(s));
   }
 

@@ -1,7 +1,7 @@
 // LFM2's config.json in its two forms (transformers' Lfm2Config reads both): the first, as
 // Liquid published LFM2 (full_attn_idxs, block_ff_dim, a top-level rope_theta, and the training
 // code's block_* / conv_* keys beside them), and the later one of LFM2.5 (layer_types,
-// intermediate_size, rope_parameters). The tensor table (docs/lfm2.md, "Tensors").
+// intermediate_size, rope_parameters). The tensors are named where lfm2.cpp reads them.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,7 +17,6 @@ using model::config_fail;
 using model::describe_json;
 using model::Fields;
 using model::kMaxDim;
-using Init = model::TensorSpec::Init;
 
 namespace {
 
