@@ -166,13 +166,11 @@ void ModelConfig::resolve(const std::string& source) {
                         "{}, num_heads {}, num_kv_heads {}, intermediate_size {})",
                 vocab_size, hidden_size, num_hidden_layers, num_heads, num_kv_heads,
                 intermediate_size);
-  if (!(hidden_ratio > 0 && hidden_ratio <= 1e6))
-    config_fail(source, "hidden_ratio {} must lie in (0, 1e6]", hidden_ratio);
-  const model::Family* family = model::family_named(model::type_of(*this));
-  if (!family)
+  const model::Family* reader = model::family_named(model::type_of(*this));
+  if (!reader)
     config_fail(source, "type is '{}'; recur reads {}", model::type_of(*this),
                 model::known_model_types());
-  family->resolve(*this, source);
+  reader->resolve(*this, source);
 }
 
 std::string ModelConfig::to_json() const {

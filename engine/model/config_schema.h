@@ -42,6 +42,8 @@ struct MakeField {
   const char* help;
   bool flag = false;       // a flag: given sets the field to flag_value
   bool flag_value = true;
+  const char* fallback = "";  // a value option's default ("": none, the field is left out)
+  double max = 0;             // a value option's largest value (0: the field's)
 };
 
 /// F: the family's config struct (a FamilyConfig). A field lives in ModelConfig (vocab_size,
@@ -59,8 +61,8 @@ class Schema {
     e.spec.max = max;
     e.read = [=](Fields& f, ModelConfig& c, F& g) { at<O>(c, g).*member = f.integer(key, fallback, min, max); };
     e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) { w.number(key, at<O>(c, g).*member); };
-    e.make = [=](const MakeOptions& o, const char* name) {
-      return config_number(double(o.integer(name, min, max)));
+    e.make = [=](const MakeOptions& o, const char* name, double option_max) {
+      return config_number(double(o.integer(name, min, option_max > 0 ? std::int64_t(option_max) : max)));
     };
     return add(std::move(e));
   }
@@ -72,7 +74,9 @@ class Schema {
     e.spec.max = max;
     e.read = [=](Fields& f, ModelConfig& c, F& g) { at<O>(c, g).*member = f.number(key, fallback, min, max); };
     e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) { w.number(key, at<O>(c, g).*member); };
-    e.make = [=](const MakeOptions& o, const char* name) { return config_number(o.real(name, min, max)); };
+    e.make = [=](const MakeOptions& o, const char* name, double option_max) {
+      return config_number(o.real(name, min, option_max > 0 ? option_max : max));
+    };
     return add(std::move(e));
   }
   /// A true / false field.
@@ -86,7 +90,8 @@ class Schema {
   /// A field whose string names a value of the member's type: `names` pairs each value with its
   /// name in config.json; another string is refused, naming the key and the names read.
   template <class O, class T>
-  Schema& choice(const char* key, T O::*member, T fallback, std::vector<std::pair<T, const char*>> names) {
+  Schema& choice(const char* key, T O::*member, T fallback, std::vector<std::pair<T, const char*>> names,
+                 const char* note = "") {
     Entry e = entry(key, FieldSpec::Type::kString, json::quote(name_of(names, fallback)));
     for (const auto& n : names) e.spec.choices.push_back(n.second);
     const std::vector<std::string> choices = e.spec.choices;
@@ -97,12 +102,12 @@ class Schema {
           at<O>(c, g).*member = n.first;
           return;
         }
-      config_fail(f.source(), "{} is '{}', expected {}", f.name(key), s, one_of(choices));
+      config_fail(f.source(), "{} is '{}', expected {}{}", f.name(key), s, one_of(choices), note);
     };
     e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) {
       w.string(key, name_of(names, at<O>(c, g).*member));
     };
-    e.make = [=](const MakeOptions& o, const char* name) { return json::quote(o.str(name)); };
+    e.make = [=](const MakeOptions& o, const char* name, double) { return json::quote(o.str(name)); };
     return add(std::move(e));
   }
   /// A field read as one string value, the only one this layout has (hidden_act "sqrelu"):
@@ -116,6 +121,23 @@ class Schema {
       if (s != v) config_fail(f.source(), "{} is '{}': {}", f.name(key), s, refusal);
     };
     e.write = [=](FieldWriter& w, const ModelConfig&, const F&) { w.string(key, v); };
+    return add(std::move(e));
+  }
+  /// A string field whose every value in `values` computes the same function (a kernel choice):
+  /// checked, not stored, written as `written`; another string is refused naming the values.
+  Schema& same_function(const char* key, std::vector<std::string> values, const char* written,
+                        const char* reason) {
+    Entry e = entry(key, FieldSpec::Type::kString, json::quote(written));
+    e.spec.choices = values;
+    e.spec.reason = reason;
+    const std::string fallback = written;
+    e.read = [=](Fields& f, ModelConfig&, F&) {
+      const std::string s = f.string(key, fallback);
+      for (const auto& v : values)
+        if (s == v) return;
+      config_fail(f.source(), "{} is '{}', expected {}", f.name(key), s, one_of(values));
+    };
+    e.write = [=](FieldWriter& w, const ModelConfig&, const F&) { w.string(key, fallback); };
     return add(std::move(e));
   }
   /// A field recur accepts without reading it: `reason` says why it changes nothing computed.
@@ -167,17 +189,26 @@ class Schema {
     last().read = nullptr;
     return *this;
   }
-  /// make-model's --name sets the field when given (a value option, range-checked as the field).
-  Schema& option(const char* name, const char* help) {
+  /// Written as this JSON text whatever was read (a kernel choice fla records: "fused_chunk").
+  Schema& written_as(std::string json_text) {
+    const char* key = last().spec.key;
+    last().spec.written = true;
+    last().write = [key, json_text](FieldWriter& w, const ModelConfig&, const F&) { w.add(key, json_text); };
+    return *this;
+  }
+  /// make-model's --name sets the field when given (a value option, range-checked as the
+  /// field, or up to `max` when that is positive), or always to `fallback` when that is not
+  /// empty (make-model's own default).
+  Schema& option(const char* name, const char* help, const char* fallback = "", double max = 0) {
     last().spec.option = name;
-    last().make_field = MakeField{name, help};
+    last().make_field = MakeField{name, help, false, true, fallback, max};
     return *this;
   }
   /// make-model's --name is a flag that sets the boolean field to `value`.
   Schema& flag(const char* name, const char* help, bool value = true) {
     last().spec.option = name;
     last().make_field = MakeField{name, help, true, value};
-    last().make = [value](const MakeOptions&, const char*) { return config_bool(value); };
+    last().make = [value](const MakeOptions&, const char*, double) { return config_bool(value); };
     return *this;
   }
 
@@ -197,8 +228,8 @@ class Schema {
     std::vector<MakeOption> out;
     for (const Entry& e : entries_)
       if (e.make_field.name)
-        out.push_back({e.make_field.name, e.make_field.flag ? nullptr : "", e.make_field.help,
-                       e.make_field.flag, archs});
+        out.push_back({e.make_field.name, e.make_field.flag ? nullptr : e.make_field.fallback,
+                       e.make_field.help, e.make_field.flag, archs});
     return out;
   }
   /// config.json's text of the fields whose make-model option is given, as `"key": value`
@@ -208,8 +239,9 @@ class Schema {
     for (const Entry& e : entries_) {
       const MakeField& m = e.make_field;
       if (!m.name || !e.make) continue;
-      if (m.flag ? !o.flag(m.name) : !o.given(m.name)) continue;
-      out += fmt::format("{}\"{}\": {}", out.empty() ? "" : ", ", e.spec.key, e.make(o, m.name));
+      if (m.flag ? !o.flag(m.name) : !o.given(m.name) && !*m.fallback) continue;
+      out += fmt::format("{}\"{}\": {}", out.empty() ? "" : ", ", e.spec.key,
+                         e.make(o, m.name, m.max));
     }
     return out;
   }
@@ -226,7 +258,7 @@ class Schema {
     When when, write_when;
     std::function<void(Fields&, ModelConfig&, F&)> read;
     std::function<void(FieldWriter&, const ModelConfig&, const F&)> write;
-    std::function<std::string(const MakeOptions&, const char*)> make;
+    std::function<std::string(const MakeOptions&, const char*, double)> make;
     MakeField make_field{nullptr, nullptr};
   };
 
@@ -246,6 +278,8 @@ class Schema {
   static std::string name_of(const std::vector<std::pair<T, const char*>>& names, T value) {
     for (const auto& n : names)
       if (n.first == value) return n.second;
+    // A configuration built in code may hold a string no name lists: written as it is.
+    if constexpr (std::is_same_v<T, std::string>) return value;
     return "?";
   }
   // "a, b or c".
