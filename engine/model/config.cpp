@@ -166,11 +166,11 @@ void ModelConfig::resolve(const std::string& source) {
                         "{}, num_heads {}, num_kv_heads {}, intermediate_size {})",
                 vocab_size, hidden_size, num_hidden_layers, num_heads, num_kv_heads,
                 intermediate_size);
-  const model::Family* reader = model::family_named(model::type_of(*this));
-  if (!reader)
+  const model::Family* own = model::family_named(model::type_of(*this));
+  if (!own)
     config_fail(source, "type is '{}'; recur reads {}", model::type_of(*this),
                 model::known_model_types());
-  reader->resolve(*this, source);
+  own->resolve(*this, source);
 }
 
 std::string ModelConfig::to_json() const {
