@@ -328,8 +328,6 @@ void resolve(ModelConfig& c, const std::string& source) {
       config_fail(source, "head_dim {} * partial_rotary_factor {} = {}: expected an even number",
                   g.head_dim, g.partial_rotary_factor, rot);
   }
-  c.num_heads = g.n_v_heads;
-  c.num_kv_heads = g.n_v_heads;
   c.family = std::make_shared<GdnConfig>(g);
 }
 

@@ -191,8 +191,6 @@ void resolve(ModelConfig& c, const std::string& source) {
     config_fail(source, "the MLP width derived from {} {} is {}, out of range",
                 g.first_form ? "block_ff_dim" : "intermediate_size", g.ff_dim, width);
   c.intermediate_size = width;
-  c.num_heads = g.n_heads;
-  c.num_kv_heads = g.n_kv_heads;
   c.family = std::make_shared<Lfm2Config>(g);
 }
 

@@ -374,45 +374,22 @@ class Family final : public model::Family {
     return {"linear_attn", "transformers_are_rnns"};
   }
   std::vector<model::MakeOption> make_model_options() const override {
-    const std::vector<std::string> la = {"linear_attn"}, tar = {"transformers_are_rnns"};
-    return {{"kv-heads", "", "key/value heads (default: as many as heads)", false, la},
-            {"expand-k", "", "key width / hidden size (default 1)", false, la},
-            {"expand-v", "", "value width / hidden size (default 1)", false, la},
-            {"feature-map", "elu", "elu, relu, identity, hedgehog, t2r, dpfp, elementwise_product"},
-            {"hidden-act", "", "relu or gelu (default relu)", false, tar},
-            {"normalized", nullptr, "the normalized form (norm_feature_map)", true, la},
-            {"norm-q", nullptr, "norm_q: divide phi(q) by its sum", true, la},
-            {"norm-k", nullptr, "norm_k: divide phi(k) by its sum", true, la},
-            {"tie-feature-maps", nullptr, "one learned feature map for q and k", true, la},
-            {"no-affine", nullptr, "no weight in the output norm", true, la}};
+    auto out = linear_attn_schema().make_options({"linear_attn"});
+    for (auto& o : transformers_are_rnns_schema().make_options({"transformers_are_rnns"}))
+      out.push_back(std::move(o));
+    return out;
   }
   std::string make_model_config(const std::string& arch, const model::MakeOptions& o) const override {
-    const bool fla = arch == "linear_attn";
-    std::string json = "{";
-    const auto add = [&](const std::string& k, const std::string& v) {
-      json += (json.size() > 1 ? ", " : "") + fmt::format("\"{}\": {}", k, v);
-    };
-    add("model_type", fmt::format("\"{}\"", arch));
-    add("vocab_size", std::to_string(o.integer("vocab", 1, 1 << 24)));
-    add("hidden_size", std::to_string(o.integer("hidden", 1, 1 << 20)));
-    add("num_hidden_layers", std::to_string(o.integer("layers", 1, 4096)));
-    add("num_heads", std::to_string(o.integer("heads", 1, 1 << 16)));
-    add("feature_map", json::quote(o.str("feature-map")));
-    add("tie_word_embeddings", o.flag("tie-embeddings") ? "true" : "false");
+    std::string json = fmt::format(
+        "{{\"model_type\": \"{}\", \"vocab_size\": {}, \"hidden_size\": {}, "
+        "\"num_hidden_layers\": {}, \"num_heads\": {}, \"tie_word_embeddings\": {}",
+        arch, o.integer("vocab", 1, 1 << 24), o.integer("hidden", 1, 1 << 20),
+        o.integer("layers", 1, 4096), o.integer("heads", 1, 1 << 16),
+        o.flag("tie-embeddings") ? "true" : "false");
     if (const auto inter = o.integer("intermediate", 0, 1 << 20); inter > 0)
-      add("intermediate_size", std::to_string(inter));
-    if (fla) {
-      if (o.given("kv-heads")) add("num_kv_heads", std::to_string(o.integer("kv-heads", 1, 1 << 16)));
-      if (o.given("expand-k")) add("expand_k", fmt::format("{}", o.real("expand-k", 1e-6, 1e6)));
-      if (o.given("expand-v")) add("expand_v", fmt::format("{}", o.real("expand-v", 1e-6, 1e6)));
-      add("norm_feature_map", o.flag("normalized") ? "true" : "false");
-      add("norm_q", o.flag("norm-q") ? "true" : "false");
-      add("norm_k", o.flag("norm-k") ? "true" : "false");
-      add("tie_feature_map_qk", o.flag("tie-feature-maps") ? "true" : "false");
-      add("elementwise_affine", o.flag("no-affine") ? "false" : "true");
-    } else if (o.given("hidden-act")) {
-      add("hidden_act", json::quote(o.str("hidden-act")));
-    }
+      json += fmt::format(", \"intermediate_size\": {}", inter);
+    const auto& schema = arch == "linear_attn" ? linear_attn_schema() : transformers_are_rnns_schema();
+    if (const std::string fields = schema.make_fields(o); !fields.empty()) json += ", " + fields;
     return json + "}";
   }
 

@@ -82,7 +82,7 @@ class Reader {
 
   Layer layer(int i) {
     const std::string p = n_.layer(i), a = p + n_.att, f = p + n_.ffn;
-    const int F = c_.intermediate_size, H = c_.num_heads, N = rc_.head_size;
+    const int F = c_.intermediate_size, H = rc_.n_heads, N = rc_.head_size;
     Layer l;
     l.ln1 = layer_norm(p + n_.ln1, true, rc_.norm_bias);
     l.ln2 = layer_norm(p + n_.ln2, true, rc_.norm_bias);
@@ -126,7 +126,7 @@ class Reader {
   void load(Model::Impl& impl) {
     Stack s;
     s.C = C_;
-    s.H = c_.num_heads;
+    s.H = rc_.n_heads;
     s.N = rc_.head_size;
     s.F = c_.intermediate_size;
     s.max_rank = std::max({rc_.rank_w, rc_.rank_a, rc_.rank_v, rc_.rank_g});
@@ -223,9 +223,9 @@ class Family final : public model::Family {
         "w {} a {} v {} g {}, vocab {}, {:.2f}M parameters\nstate: {:.2f} MiB at any length (per "
         "layer two shifted rows and {} matrices of {}x{})\n",
         label, rc.layout == Layout::kBlink ? "BlinkDL" : "fla", c.num_hidden_layers,
-        c.hidden_size, c.num_heads, rc.head_size, c.intermediate_size, rc.rank_w, rc.rank_a,
+        c.hidden_size, rc.n_heads, rc.head_size, c.intermediate_size, rc.rank_w, rc.rank_a,
         rc.rank_v, rc.rank_g, c.vocab_size, double(m.parameters()) / 1e6,
-        double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20), c.num_heads,
+        double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20), rc.n_heads,
         rc.head_size, rc.head_size);
   }
 };
