@@ -47,20 +47,6 @@ void check_ssd_spec(const SsdSpec& s, const std::string& source) {
     config_fail(source, "the gated norm's eps is {}, expected 0 to 1", s.norm_eps);
 }
 
-void append_ssd_tensors(std::vector<TensorSpec>& out, const std::string& p, const SsdSpec& s) {
-  const std::int64_t d = s.hidden, H = s.n_heads;
-  out.push_back({p + "in_proj.weight", {s.in_width(), d}});
-  if (s.proj_bias) out.push_back({p + "in_proj.bias", {s.in_width()}, Init::kBias});
-  out.push_back({p + "conv1d.weight", {s.conv_dim(), 1, s.d_conv}, Init::kConv});
-  if (s.conv_bias) out.push_back({p + "conv1d.bias", {s.conv_dim()}, Init::kBias});
-  out.push_back({p + "dt_bias", {H}, Init::kBias});
-  out.push_back({p + "A_log", {H}, Init::kBias});
-  out.push_back({p + "D", {H}, Init::kNorm});
-  out.push_back({p + "norm.weight", {s.inner()}, Init::kNorm});
-  out.push_back({p + "out_proj.weight", {d, s.inner()}});
-  if (s.proj_bias) out.push_back({p + "out_proj.bias", {d}, Init::kBias});
-}
-
 std::size_t ssd_state_bytes(const SsdSpec& s) {
   return sz(std::int64_t(s.n_heads) * s.d_state * s.head_dim) * sizeof(float) +
          sz(std::int64_t(s.d_conv - 1) * s.conv_dim()) * sizeof(float);
@@ -73,19 +59,20 @@ SsdMixer load_ssd_mixer(Loader& L, const std::string& p, const SsdSpec& s) {
   m.in_proj = dense(L, p + "in_proj", int(s.in_width()), d, s.proj_bias,
                     "2 * heads * head_dim + 2 * n_groups * d_state + heads, hidden_size");
   const auto taps = L.take(p + "conv1d.weight", {C, 1, s.d_conv},
-                           "heads * head_dim + 2 * n_groups * d_state, 1, d_conv");
+                           "heads * head_dim + 2 * n_groups * d_state, 1, d_conv", Init::kConv);
   Eigen::VectorXf bias;
   if (s.conv_bias) {
-    const auto b = L.take(p + "conv1d.bias", {C}, "heads * head_dim + 2 * n_groups * d_state");
+    const auto b = L.take(p + "conv1d.bias", {C}, "heads * head_dim + 2 * n_groups * d_state",
+                          Init::kBias);
     bias = Eigen::Map<const Eigen::VectorXf>(b.data(), C);
   }
   m.conv = std::make_unique<ShortConvolution>(Eigen::Map<const RowMatrix>(taps.data(), C, s.d_conv),
                                               bias);
-  m.dt_bias = L.take(p + "dt_bias", {H}, "heads");
-  for (const float a : L.take(p + "A_log", {H}, "heads"))
+  m.dt_bias = L.take(p + "dt_bias", {H}, "heads", Init::kBias);
+  for (const float a : L.take(p + "A_log", {H}, "heads", Init::kBias))
     m.neg_A.push_back(float(-std::exp(double(a))));
-  m.D = L.take(p + "D", {H}, "heads");
-  m.norm_weight = L.take(p + "norm.weight", {int(s.inner())}, "heads * head_dim");
+  m.D = L.take(p + "D", {H}, "heads", Init::kNorm);
+  m.norm_weight = L.take(p + "norm.weight", {int(s.inner())}, "heads * head_dim", Init::kNorm);
   m.norm.dim = int(s.inner() / s.norm_groups);
   m.norm.eps = float(s.norm_eps);
   m.out_proj = dense(L, p + "out_proj", d, int(s.inner()), s.proj_bias,

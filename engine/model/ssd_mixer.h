@@ -54,9 +54,6 @@ struct SsdSpec {
 /// widths in range, 0 <= dt_min <= dt_max); FormatError "[ModelConfig] SOURCE: ..." naming them.
 void check_ssd_spec(const SsdSpec& s, const std::string& source);
 
-/// The mixer's tensors under `prefix` ("backbone.layers.3.mixer."), in the loader's order.
-void append_ssd_tensors(std::vector<TensorSpec>& out, const std::string& prefix, const SsdSpec& s);
-
 /// Bytes of a new sequence's state in one mixer (the convolution's window, the heads' S).
 std::size_t ssd_state_bytes(const SsdSpec& s);
 
@@ -72,6 +69,8 @@ struct SsdMixer {
   std::unique_ptr<GatedAttention> scan;      // H heads, d_key N, d_value P, scale 1
 };
 
+/// Takes the mixer's tensors under `prefix` ("backbone.layers.3.mixer."): in_proj (and its
+/// bias), conv1d's weight (and bias), dt_bias, A_log, D, norm.weight, out_proj (and its bias).
 SsdMixer load_ssd_mixer(Loader& L, const std::string& prefix, const SsdSpec& s);
 
 /// One mixer's state for one sequence: S of every head and the convolution's window.

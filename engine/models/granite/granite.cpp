@@ -240,37 +240,6 @@ std::string config_fields(const ModelConfig& c) {
 
 std::string layer(int i) { return "model.layers." + std::to_string(i) + "."; }
 
-std::vector<model::TensorSpec> tensors_of(const ModelConfig& c) {
-  const GraniteConfig& g = config_of(c);
-  const std::int64_t d = c.hidden_size, V = c.vocab_size, S = g.shared_intermediate;
-  const std::int64_t hd = g.head_dim(c), q = std::int64_t(g.n_heads) * hd,
-                     kv = std::int64_t(g.n_kv_heads) * hd;
-  std::vector<model::TensorSpec> out;
-  out.push_back({"model.embed_tokens.weight", {V, d}, Init::kEmbedding});
-  for (int i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = layer(i);
-    out.push_back({p + "input_layernorm.weight", {d}, Init::kNorm});
-    if (c.mixers[std::size_t(i)] == MixerKind::kAttention) {
-      const std::string a = p + "self_attn.";
-      for (const auto& [name, rows] : {std::pair<const char*, std::int64_t>{"q_proj", q},
-                                       {"k_proj", kv}, {"v_proj", kv}}) {
-        out.push_back({a + name + ".weight", {rows, d}});
-        if (g.attention_bias) out.push_back({a + name + ".bias", {rows}, Init::kBias});
-      }
-      out.push_back({a + "o_proj.weight", {d, q}});
-      if (g.attention_bias) out.push_back({a + "o_proj.bias", {d}, Init::kBias});
-    } else {
-      model::append_ssd_tensors(out, p + "mamba.", g.ssd(c));
-    }
-    out.push_back({p + "post_attention_layernorm.weight", {d}, Init::kNorm});
-    out.push_back({p + "shared_mlp.input_linear.weight", {2 * S, d}});
-    out.push_back({p + "shared_mlp.output_linear.weight", {d, S}});
-  }
-  out.push_back({"model.norm.weight", {d}, Init::kNorm});
-  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {V, d}});
-  return out;
-}
-
 // ---------------------------------------------------------------------------------------------
 // The layer stack.
 
@@ -427,19 +396,13 @@ void load(const ModelConfig& c, model::Loader& L, Model::Impl& impl) {
     Norm n;
     n.dim = d;
     n.eps = float(c.norm_eps);
-    n.weight = L.take(name, {d}, "hidden_size");
+    n.weight = L.take(name, {d}, "hidden_size", Init::kNorm);
     return n;
   };
-  const std::string emb = "model.embed_tokens.weight";
-  Dense tied;
-  if (c.tie_word_embeddings) {
-    const model::MatrixWeight table = L.take_matrix(emb, emb, V, d, Role::kHead, "vocab_size, hidden_size");
-    impl.embeddings = table.dense_values();
-    L.accept_tied("lm_head.weight", table, {V, d});
-    tied.w = table.rows(0, V);
-  } else {
-    impl.embeddings = L.take(emb, {V, d}, "vocab_size, hidden_size");
-  }
+  model::Ends ends;
+  ends.embedding = "model.embed_tokens.weight";
+  ends.rows = V;
+  const model::MatrixWeight table = model::take_embedding(L, c, impl, ends);
   // embedding_multiplier, rounded once per entry (the reference multiplies the looked-up rows).
   if (g.embedding_multiplier != 1.0)
     for (float& e : impl.embeddings) e = float(double(e) * g.embedding_multiplier);
@@ -488,9 +451,7 @@ void load(const ModelConfig& c, model::Loader& L, Model::Impl& impl) {
   // linear), each weight divided once.
   if (g.logits_scaling != 1.0)
     for (float& w : impl.final_norm.weight) w = float(double(w) / g.logits_scaling);
-  impl.lm_head = c.tie_word_embeddings
-                     ? std::move(tied)
-                     : model::dense(L, "lm_head", V, d, false, "vocab_size, hidden_size", Role::kHead);
+  model::take_head(L, c, impl, ends, table);
   impl.network = std::make_unique<Network>(d, S, float(g.residual_multiplier), std::move(layers));
 }
 
@@ -507,7 +468,6 @@ class Family final : public model::Family {
     granite::resolve(c, source);
   }
   std::string config_fields(const ModelConfig& c) const override { return granite::config_fields(c); }
-  std::vector<model::TensorSpec> tensors(const ModelConfig& c) const override { return tensors_of(c); }
   void load(const ModelConfig& c, const WeightSource&, model::Loader& L,
             Model::Impl& impl) const override {
     granite::load(c, L, impl);

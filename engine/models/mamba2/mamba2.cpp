@@ -19,9 +19,7 @@ const Mamba2Config& config_of(const ModelConfig& c) {
 
 namespace {
 
-using model::Dense;
 using model::Norm;
-using model::Role;
 
 struct Layer {
   Norm norm;  // over hidden
@@ -100,19 +98,14 @@ void load(const ModelConfig& c, const WeightSource& weights, model::Loader& L, M
     Norm norm;
     norm.dim = d;
     norm.eps = float(c.norm_eps);
-    norm.weight = L.take(name, {d}, "hidden_size");
+    norm.weight = L.take(name, {d}, "hidden_size", model::Init::kNorm);
     return norm;
   };
-  Dense tied;
-  if (c.tie_word_embeddings) {
-    const model::MatrixWeight table =
-        L.take_matrix(n.emb, n.emb, V, d, Role::kHead, "vocab_size, hidden_size");
-    impl.embeddings = table.dense_values();
-    L.accept_tied(n.head, table, {V, d});
-    tied.w = table.rows(0, V);
-  } else {
-    impl.embeddings = L.take(n.emb, {V, d}, "vocab_size, hidden_size");
-  }
+  model::Ends ends;
+  ends.embedding = n.emb;
+  ends.head = n.head;
+  ends.rows = V;
+  const model::MatrixWeight table = model::take_embedding(L, c, impl, ends);
   std::vector<Layer> layers;
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = n.layer(i);
@@ -123,10 +116,7 @@ void load(const ModelConfig& c, const WeightSource& weights, model::Loader& L, M
   }
   impl.has_final_norm = true;
   impl.final_norm = rms(n.final_norm);
-  impl.lm_head = c.tie_word_embeddings
-                     ? std::move(tied)
-                     : model::dense(L, "lm_head", V, d, false, "vocab_size, hidden_size",
-                                    Role::kHead);
+  model::take_head(L, c, impl, ends, table);
   impl.network = std::make_unique<Network>(d, std::move(layers));
 }
 
@@ -151,9 +141,6 @@ class Family final : public model::Family {
   }
   std::string config_fields(const ModelConfig& c) const override {
     return mamba2::config_fields(c);
-  }
-  std::vector<model::TensorSpec> tensors(const ModelConfig& c) const override {
-    return tensors_of(c);
   }
   void load(const ModelConfig& c, const WeightSource& weights, model::Loader& L,
             Model::Impl& impl) const override {

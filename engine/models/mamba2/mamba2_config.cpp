@@ -15,7 +15,6 @@ using model::config_fail;
 using model::describe_json;
 using model::Fields;
 using model::kMaxDim;
-using Init = model::TensorSpec::Init;
 using Layout = Mamba2Config::Layout;
 
 namespace {
@@ -253,23 +252,6 @@ std::string config_fields(const ModelConfig& c) {
   w.number("pad_vocab_size_multiple", g.pad_vocab_size_multiple);
   w.boolean("tie_embeddings", c.tie_word_embeddings);
   return w.text();
-}
-
-std::vector<model::TensorSpec> tensors_of(const ModelConfig& c) {
-  const Mamba2Config& g = config_of(c);
-  const Names n = names_of(g);
-  const model::SsdSpec s = g.ssd(c);
-  const std::int64_t d = c.hidden_size, V = c.vocab_size;
-  std::vector<model::TensorSpec> out;
-  out.push_back({n.emb, {V, d}, Init::kEmbedding});
-  for (int i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = n.layer(i);
-    out.push_back({p + "norm.weight", {d}, Init::kNorm});
-    model::append_ssd_tensors(out, p + "mixer.", s);
-  }
-  out.push_back({n.final_norm, {d}, Init::kNorm});
-  if (!c.tie_word_embeddings) out.push_back({n.head, {V, d}});
-  return out;
 }
 
 }  // namespace recur::models::mamba2
