@@ -7,10 +7,11 @@
 //   40 Mamba-2 layers, hidden 1536, 48 heads of 64 (expand 2), d_state 128, 1 group, conv 4;
 //   vocab 100,352, tied
 //
-// Where the shape comes from: Granite 4.0-H-1B's Mamba-2 layers as third-party readers quote
-// its config.json (hidden_size 1536, mamba_n_heads 48, mamba_d_head 64, mamba_d_state 128), with
-// its 4 attention layers and the MLPs left out: this is the family recur reads today, a pure
-// Mamba-2 stack of as many layers. The Hub itself could not be read here.
+// Where the shape comes from: Granite 4.0-H-1B's config.json as third-party readers quote it
+// (hidden_size 1536, 40 layers of which 36 Mamba-2 and 4 attention, mamba_n_heads 48,
+// mamba_d_head 64, mamba_d_state 128, mamba_n_groups 1, vocab 100,352, tied, a shared MLP of
+// 4,096), with the attention layers and the MLPs left out: a pure Mamba-2 stack of 40 layers.
+// The Hub itself could not be read here; a bench of the whole granitemoehybrid model is to come.
 #include <benchmark/benchmark.h>
 
 #include <memory>
