@@ -208,8 +208,9 @@ using model::rows_of;
 class Family final : public model::Family {
  public:
   const char* name() const override { return "Based"; }
+  std::vector<std::string> model_types() const override { return {"based"}; }
+  const char* also_reads() const override { return "gpt2 with Based's mixer fields"; }
   const char* model_type(const ModelConfig&) const override { return "based"; }
-  bool has(Architecture a) const override { return a == Architecture::kBased; }
   bool reads(const std::string& type, const json::Value& root) const override {
     return type == "based" || (type == "gpt2" && (root.find("alt_mixer") || root.find("mixer")));
   }
@@ -270,14 +271,16 @@ class Family final : public model::Family {
     const auto eps = static_cast<float>(c.norm_eps);
     const Shape emb_shape{bc.embedding_rows, d};
     auto net = std::make_unique<Network>(c);
-    // The head is tied to the embedding; a checkpoint holds it under either name, or both.
+    // The head is tied to the embedding; a checkpoint holds it under either name, or both (with
+    // neither, the embedding's name is the one said missing).
     const std::string emb = "transformer.embeddings.word_embeddings.weight", head = "lm_head.weight";
+    const bool head_only = !weights.has(emb) && weights.has(head);
     const model::MatrixWeight table =
-        weights.has(emb)
-            ? L.take_matrix(emb, emb, bc.embedding_rows, d, Role::kHead, "vocab_size padded, n_embd")
-            : L.take_matrix(head, emb, bc.embedding_rows, d, Role::kHead,
-                            "vocab_size padded, n_embd (the tied head)");
-    if (weights.has(emb)) L.accept_tied(head, table, emb_shape);
+        head_only
+            ? L.take_matrix(head, emb, bc.embedding_rows, d, Role::kHead,
+                            "vocab_size padded, n_embd (the tied head)")
+            : L.take_matrix(emb, emb, bc.embedding_rows, d, Role::kHead, "vocab_size padded, n_embd");
+    if (!head_only) L.accept_tied(head, table, emb_shape);
     impl.embeddings = table.dense_values();
     L.ignore("transformer.decay.decay");  // based-1b's fixed_decay buffer: no layer reads it
     for (int i = 0; i < c.num_hidden_layers; ++i) {
