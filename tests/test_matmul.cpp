@@ -6,6 +6,8 @@
 #include <random>
 
 #include "kernels/matmul.h"
+#include "kernels/quant.h"
+#include "util/parallel.h"
 #include "recur/safetensors.h"
 #include "recur/types.h"
 
@@ -106,6 +108,56 @@ TEST_CASE("matmul: 16-bit storage gives the bytes of float storage of the same v
           REQUIRE(std::memcmp(a.data(), b.data(), sizeof(float) * static_cast<std::size_t>(a.size())) == 0);
         }
       }
+    }
+  }
+}
+
+TEST_CASE("matmul: products fused in one job give each product's own bytes at 1, 2 and 3 threads, "
+          "in either range order", "[matmul][exact][threads]") {
+  using recur::kernels::Product;
+  using recur::kernels::QuantType;
+  // Unequal products (one panel to 96) of float, bfloat16 and q8 weights, two of them reading
+  // one input (their q8 activations are quantized once), the others their own.
+  const int k_in = 256;
+  struct Spec {
+    int n_out;
+    int kind;  // 0 f32, 1 bf16, 2 q8
+    int input;
+  };
+  const std::vector<Spec> specs = {{1536, 2, 0}, {16, 2, 0}, {700, 1, 1}, {33, 0, 2}, {512, 2, 1}};
+  std::vector<PackedMatrix> mats;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const RowMatrix W = random_matrix(specs[i].n_out, k_in, std::uint32_t(10 + i));
+    if (specs[i].kind == 2)
+      mats.emplace_back(recur::kernels::quantize_rows(W.data(), specs[i].n_out, k_in, QuantType::kQ8));
+    else
+      mats.emplace_back(W.data(), specs[i].n_out, k_in, specs[i].kind ? recur::DType::kBF16 : recur::DType::kF32);
+  }
+  for (const int rows : {1, 5}) {
+    const RowMatrix X = random_matrix(3 * rows, k_in, 7);  // three inputs, rows apart
+    std::vector<RowMatrix> want;
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      want.emplace_back(rows, specs[i].n_out);
+      mats[i].multiply(X.row(specs[i].input * rows).data(), rows, k_in, want.back().data(),
+                       specs[i].n_out, 1);
+    }
+    for (const auto order : {recur::detail::RangeOrder::kAscending, recur::detail::RangeOrder::kReversed}) {
+      const auto before = recur::detail::set_range_order(order);
+      for (const int threads : {1, 2, 3}) {
+        std::vector<RowMatrix> got;
+        std::vector<Product> products;
+        for (std::size_t i = 0; i < specs.size(); ++i) got.emplace_back(rows, specs[i].n_out);
+        for (std::size_t i = 0; i < specs.size(); ++i)
+          products.push_back({&mats[i], X.row(specs[i].input * rows).data(), rows, k_in,
+                              got[i].data(), specs[i].n_out});
+        recur::kernels::multiply_all(products.data(), int(products.size()), threads);
+        for (std::size_t i = 0; i < specs.size(); ++i) {
+          INFO("rows " << rows << ", threads " << threads << ", product " << i);
+          REQUIRE(std::memcmp(got[i].data(), want[i].data(),
+                              sizeof(float) * std::size_t(got[i].size())) == 0);
+        }
+      }
+      recur::detail::set_range_order(before);
     }
   }
 }

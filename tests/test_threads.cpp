@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "recur/linear_attention.h"
@@ -18,6 +19,7 @@
 #include "models/linear/linear.h"
 #include "recur/model.h"
 #include "support/model_cases.h"
+#include "support/quant_model.h"
 #include "util/parallel.h"
 
 using namespace recur;
@@ -249,5 +251,58 @@ TEST_CASE("several threads decoding with one shared Model each get the bytes the
   for (int i = 0; i < kThreads; ++i) {
     INFO("thread " << i);
     CHECK(same_bytes(got[std::size_t(i)], want[std::size_t(i)]));
+  }
+}
+
+namespace {
+
+// Wide enough that a single token's fused products (q, k and v; gate and up; RWKV-7's r, k, v
+// and LoRAs) split over two threads, with several heads for the walk to split.
+const char* const kQwenDecode = R"({"model_type": "qwen3_5_text", "vocab_size": 300,
+  "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+  "full_attention_interval": 2, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+  "linear_key_head_dim": 64, "linear_value_head_dim": 64, "linear_conv_kernel_dim": 4,
+  "rms_norm_eps": 1e-6, "hidden_act": "silu", "tie_word_embeddings": true,
+  "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25}})";
+const char* const kRwkv7Decode = R"({"model_type": "rwkv7", "vocab_size": 300, "hidden_size": 256,
+  "head_dim": 64, "num_hidden_layers": 2, "intermediate_size": 512, "decay_low_rank_dim": 32,
+  "a_low_rank_dim": 32, "v_low_rank_dim": 32, "gate_low_rank_dim": 64})";
+
+// A prompt, then single-token steps: every step's logits and the state after, as bytes.
+std::pair<std::vector<float>, std::string> decoded(const std::shared_ptr<const Model>& model,
+                                                   int threads) {
+  Decoder dec(model, {16, threads});
+  dec.prefill(random_tokens(20, 300, 9));
+  std::vector<float> out;
+  for (int t = 0; t < 12; ++t) {
+    const auto l = dec.step(t * 37 % 300);
+    out.insert(out.end(), l.data(), l.data() + l.size());
+  }
+  return {out, dec.save_bytes()};
+}
+
+}  // namespace
+
+TEST_CASE("decode of Qwen3.5 and RWKV-7 (the walk split by heads, fused products) gives the "
+          "bytes of one thread at 2 and 3 threads, in either range order", "[threads][exact]") {
+  for (const char* json : {kQwenDecode, kRwkv7Decode}) {
+    const ModelConfig c = ModelConfig::from_json(json, "config.json");
+    for (const char* format : {"bf16", "q8"}) {
+      const auto model = std::string(format) == "q8"
+                             ? recur::testing::quantized_model(c, 5, "q8")
+                             : Model::from_weights(c, RandomWeights(c, 5, DType::kBF16));
+      const auto want = decoded(model, 1);
+      for (const auto order : {detail::RangeOrder::kAscending, detail::RangeOrder::kReversed}) {
+        const OrderScope scope(order);
+        for (const int threads : {2, 3}) {
+          INFO(c.model_type() << " " << format << ", threads " << threads
+                              << (order == detail::RangeOrder::kReversed ? ", reversed" : ""));
+          const auto got = decoded(model, threads);
+          REQUIRE(same_bytes(got.first, want.first));
+          REQUIRE(got.second == want.second);
+        }
+      }
+    }
   }
 }

@@ -27,6 +27,28 @@ namespace recur::kernels {
 /// Output columns per panel: one vector of 16 lanes, two of 8 or four of 4.
 inline constexpr int kPanelCols = 16;
 
+class PackedMatrix;
+
+/// One product of a fused job (multiply_all): Y (rows, n_out; row stride ldy) = X W^T.
+struct Product {
+  const PackedMatrix* w;
+  const float* X;
+  std::int64_t rows, ldx;
+  float* Y;
+  std::int64_t ldy;
+};
+
+/// The most products one multiply_all call takes.
+inline constexpr int kMaxProducts = 8;
+
+/// Several products as one job over up to `threads` workers: their panels in one list, cut into
+/// ranges of about equal bytes of weights (what decode's time goes by), so that the threads
+/// meet once for all of them instead of once per product, and finish together however unequal
+/// the products are. Each output is computed as its own multiply() computes it: the same bytes
+/// for any split. Products that read the same X (pointer, rows, ldx and k_in) share one
+/// quantization of it. n <= kMaxProducts; outputs must not overlap inputs or each other.
+void multiply_all(const Product* products, int n, int threads);
+
 class PackedMatrix {
  public:
   PackedMatrix() = default;
@@ -71,8 +93,7 @@ class PackedMatrix {
   unsigned char* data_ = nullptr;  // 64-byte aligned, (panels, k_in, 16) or quantized records
 
   void allocate();
-  void multiply_quantized(const float* X, std::int64_t rows, std::int64_t ldx, float* Y,
-                          std::int64_t ldy, int threads) const;
+  friend void multiply_all(const Product* products, int n, int threads);
 };
 
 }  // namespace recur::kernels

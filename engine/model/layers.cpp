@@ -25,6 +25,21 @@ void Dense::apply(const float* X, std::int64_t rows, std::int64_t ldx, float* Y,
   for (std::int64_t r = 0; r < rows; ++r) add_inplace(Y + r * ldy, bias.data(), n);
 }
 
+void apply_all(const DenseCall* calls, int n, int threads) {
+  kernels::Product products[kernels::kMaxProducts] = {};
+  for (int j = 0; j < n; ++j) {
+    const DenseCall& c = calls[j];
+    products[j] = kernels::Product{&c.dense->w, c.X, c.rows, c.ldx, c.Y, c.ldy};
+  }
+  kernels::multiply_all(products, n, threads);
+  for (int j = 0; j < n; ++j) {
+    const DenseCall& c = calls[j];
+    if (c.dense->bias.empty()) continue;
+    for (std::int64_t r = 0; r < c.rows; ++r)
+      add_inplace(c.Y + r * c.ldy, c.dense->bias.data(), c.dense->n_out());
+  }
+}
+
 void Norm::apply(const float* x, std::int64_t rows, std::int64_t ldx, float* y,
                  std::int64_t ldy, int groups) const {
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -50,8 +65,7 @@ void swiglu_mlp(const Norm& norm, const Dense& gate, const Dense& up, const Dens
                 float* h, float* g, float* u, float* a, int n, int d, int threads) {
   const int width = gate.n_out();
   norm.apply(x, n, d, h, d);
-  gate.apply(h, n, d, g, width, threads);
-  up.apply(h, n, d, u, width, threads);
+  apply_all({{&gate, h, n, d, g, width}, {&up, h, n, d, u, width}}, threads);
   swiglu(g, u, g, std::int64_t(n) * width);
   down.apply(g, n, width, a, d, threads);
   add_inplace(x, a, std::int64_t(n) * d);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -20,6 +21,23 @@ struct Dense {
   void apply(const float* X, std::int64_t rows, std::int64_t ldx, float* Y, std::int64_t ldy,
              int threads) const;
 };
+
+/// One Dense's product in a fused job (apply_all): Y (rows, n_out; stride ldy) = X W^T (+ b).
+struct DenseCall {
+  const Dense* dense;
+  const float* X;
+  std::int64_t rows, ldx;
+  float* Y;
+  std::int64_t ldy;
+};
+
+/// Several Denses as one job over the threads (kernels::multiply_all: the threads meet once,
+/// the work split by bytes of weights), then their biases: each output the bytes of its own
+/// apply(). At most kernels::kMaxProducts calls.
+void apply_all(const DenseCall* calls, int n, int threads);
+inline void apply_all(std::initializer_list<DenseCall> calls, int threads) {
+  apply_all(calls.begin(), static_cast<int>(calls.size()), threads);
+}
 
 /// RMSNorm (x * rstd * w) or LayerNorm ((x - mean) * rstd * w + b) over `dim` features.
 struct Norm {

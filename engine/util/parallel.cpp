@@ -50,17 +50,18 @@ Clock::duration spin_budget() {
   return budget;
 }
 
-// The shortest wait for a helper that counts as late (Pool::note_wait). A shorter one is a
-// helper waking up or finishing its range a little after the caller, not one that lost its core
-// (which waits for the scheduler's next turn, milliseconds): short jobs with such a wait must not
-// send the long ones after them to the caller alone. RECUR_LATE_US sets it.
-Clock::duration late_floor() {
-  static const Clock::duration floor = [] {
+// How much time helpers may have saved the caller (on the jobs since the last late one) that
+// later waits for them can spend before they count as late (Pool::note_wait). A helper that
+// woke a little late for a short job (tens of microseconds) is paid for by the long products
+// it shares, while waits that cost more than the helpers save, however short each one, add up
+// to a loss. 0 judges each job alone. RECUR_LATE_US sets it.
+Clock::duration late_credit() {
+  static const Clock::duration credit = [] {
     if (const char* us = std::getenv("RECUR_LATE_US"))
       return Clock::duration(std::chrono::microseconds(std::atol(us)));
     return Clock::duration(std::chrono::microseconds(500));
   }();
-  return floor;
+  return credit;
 }
 
 // Spins until done() or the budget is spent; true if done.
@@ -132,7 +133,7 @@ class Pool {
     }
     const auto start = Clock::now();
     t_in_ranges = true;
-    take(word);
+    const int own = take(word);
     t_in_ranges = false;
     // Only ranges a helper has taken are left: wait for them, spinning first.
     const auto own_done = Clock::now();
@@ -143,39 +144,51 @@ class Pool {
       finished_.wait(lock, finished);
       caller_sleeps_.store(false, std::memory_order_relaxed);
     }
-    note_wait(own_done - start, Clock::now() - own_done);
+    note_wait(own_done - start, Clock::now() - own_done, own, ranges);
   }
 
  private:
   static std::uint32_t generation_of(std::uint64_t w) { return std::uint32_t(w >> 32); }
 
   // A helper that loses its core to another process while it holds a range makes the caller
-  // wait for that range: longer than the caller worked (and at least late_floor()) means the
-  // job took longer than it would have on the caller alone. Then the next jobs run on the caller alone, 8 of them
+  // wait for that range. The caller ran `own` of the job's ranges in `worked`; alone it would
+  // have run the others too, in about worked (ranges - own) / own (the ranges are of about equal
+  // work). Waiting less than that, the helpers saved the difference; more, they cost it. The
+  // balance of savings and costs since the last late job, its savings held to late_credit(),
+  // going below zero makes the helpers late: the next jobs run on the caller alone, 8 of them
   // after the first late job and twice as many after each late one that follows (up to 4096,
-  // a few hundred tokens of a small model); each job with the helpers that is on time halves
-  // the next stretch, so that a helper that is late now and then keeps it long.
+  // a few hundred tokens of a small model); each job that saves time halves the next stretch,
+  // so that a helper that is late now and then keeps it long. So a helper that woke a little
+  // late for a short job is not late when the long products around it paid for it, and short
+  // waits that each cost a little still add up to a loss.
   // Which thread runs a range never changes a byte, so this is only a question of speed.
-  void note_wait(Clock::duration worked, Clock::duration waited) {
-    if (waited <= worked || waited < late_floor()) {
-      backoff_ /= 2;
+  void note_wait(Clock::duration worked, Clock::duration waited, int own, int ranges) {
+    if (own <= 0) return;  // the helpers ran it all: nothing to compare with
+    const Clock::duration saved = worked * (ranges - own) / own - waited;
+    balance_ = std::min(balance_ + saved, late_credit());
+    if (balance_ >= Clock::duration(0)) {
+      if (saved >= Clock::duration(0)) backoff_ /= 2;
       return;
     }
+    balance_ = Clock::duration(0);
     backoff_ = backoff_ == 0 ? 8 : std::min(2 * backoff_, 4096);
     inline_jobs_ = backoff_;
   }
 
-  // Takes and runs ranges of the job whose word was `w` until none is left.
-  void take(std::uint64_t w) {
+  // Takes and runs ranges of the job whose word was `w` until none is left; returns how many
+  // it ran.
+  int take(std::uint64_t w) {
     const std::uint32_t gen = generation_of(w);
+    int taken = 0;
     for (;;) {
       const int ranges = int((w >> 16) & 0xffff), next = int(w & 0xffff);
-      if (next >= ranges) return;
+      if (next >= ranges) return taken;
       if (!word_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel,
                                        std::memory_order_acquire)) {
-        if (generation_of(w) != gen) return;
+        if (generation_of(w) != gen) return taken;
         continue;
       }
+      ++taken;
       const int r = g_order.load(std::memory_order_relaxed) == RangeOrder::kReversed ? ranges - 1 - next : next;
       const int n = n_.load(std::memory_order_relaxed);
       fn_.load(std::memory_order_relaxed)(ctx_.load(std::memory_order_relaxed),
@@ -187,7 +200,7 @@ class Pool {
         finished_.notify_one();
       }
       w = word_.load(std::memory_order_acquire);
-      if (generation_of(w) != gen) return;
+      if (generation_of(w) != gen) return taken;
     }
   }
 
@@ -220,6 +233,7 @@ class Pool {
   std::atomic<int> done_{0};
   std::uint32_t generation_ = 0;  // the caller's own count
   int backoff_ = 0;      // the caller's: jobs to run alone after the last late one
+  Clock::duration balance_{0};  // the caller's: time the helpers saved since the last late job
   int inline_jobs_ = 0;  // the caller's: jobs still to run alone
 
   std::mutex mutex_;

@@ -156,11 +156,15 @@ class Network final : public model::Network {
       } else {
         const GdnMixer& m = L.gdn;
         const int W = m.conv_width(), V = m.Hv * m.d_v;
+        // Every projection of the normed rows in one job.
+        model::DenseCall calls[kernels::kMaxProducts];
+        int c = 0;
         for (std::size_t j = 0; j < m.in_proj.size(); ++j)
-          m.in_proj[j].apply(w.h.data(), n, d, w.qkv.data() + m.in_col[j], W, threads);
-        if (m.gate) m.z.apply(w.h.data(), n, d, w.z.data(), V, threads);
-        if (m.use_beta) m.b.apply(w.h.data(), n, d, w.ba.data(), 2 * m.Hv, threads);
-        if (m.decay) m.a.apply(w.h.data(), n, d, w.ba.data() + m.Hv, 2 * m.Hv, threads);
+          calls[c++] = {&m.in_proj[j], w.h.data(), n, d, w.qkv.data() + m.in_col[j], W};
+        if (m.gate) calls[c++] = {&m.z, w.h.data(), n, d, w.z.data(), V};
+        if (m.use_beta) calls[c++] = {&m.b, w.h.data(), n, d, w.ba.data(), 2 * m.Hv};
+        if (m.decay) calls[c++] = {&m.a, w.h.data(), n, d, w.ba.data() + m.Hv, 2 * m.Hv};
+        model::apply_all(calls, c, threads);
         attend(li, kStageMixer, threads);
         // The output norm per value head, gated by silu(z): norm(y) * z * sigmoid(z).
         m.out_norm.apply(w.y.data(), n, V, w.y.data(), V, m.Hv);
@@ -208,10 +212,12 @@ class Network final : public model::Network {
   // q and its gate split from q_proj's rows, q and k normalised per head, v.
   void attention_inputs(const GatedAttentionLayer& A, Rows& w, int n, int threads) const {
     const int d = s_.hidden, hd = A.H * A.d, kv = A.Hkv * A.d;
-    A.k.apply(w.h.data(), n, d, w.k.data(), kv, threads);
-    A.v.apply(w.h.data(), n, d, w.v.data(), kv, threads);
-    if (!A.gated) return A.q.apply(w.h.data(), n, d, w.q.data(), hd, threads);
-    A.q.apply(w.h.data(), n, d, w.qg.data(), 2 * hd, threads);
+    // q (with its gate), k and v in one job.
+    model::apply_all({{&A.q, w.h.data(), n, d, A.gated ? w.qg.data() : w.q.data(), A.gated ? 2 * hd : hd},
+                      {&A.k, w.h.data(), n, d, w.k.data(), kv},
+                      {&A.v, w.h.data(), n, d, w.v.data(), kv}},
+                     threads);
+    if (!A.gated) return;
     const auto step = std::size_t(A.d);
     for (int t = 0; t < n; ++t)
       for (int h = 0; h < A.H; ++h) {
@@ -330,11 +336,13 @@ class Network final : public model::Network {
 
   // S_h = alpha S_h + (S_h k) b^T + (beta v) k^T, y = S_h q, per value head h over the rows, its
   // key head h / G's q and k. Heads are independent: threads take them in any order and the
-  // bytes stay the same; a single token's walk is too short to hand out.
+  // bytes stay the same. A single token's walk is handed out too: a head's state (d_v x d_kp
+  // floats, 64 KiB in Qwen3.5) is read from memory and written back, which is worth a second
+  // core's bandwidth.
   void walk(const GdnMixer& m, GdnState& st, Rows& w, int first, int count, int threads) const {
     const int V = m.Hv * m.d_v, Kp = m.Hk * m.d_kp, Vp = m.Hv * m.d_kp, G = m.Hv / m.Hk;
     const auto row0 = std::size_t(first);
-    const int ranges = count > 1 ? std::min(std::max(threads, 1), m.Hv) : 1;
+    const int ranges = std::min(std::max(threads, 1), m.Hv);
     detail::parallel_ranges(m.Hv, ranges, [&](int begin, int end, int) {
       for (int h = begin; h < end; ++h) {
         const int kh = h / G;

@@ -66,8 +66,8 @@ struct State final : model::DeclaredState<State> {
 struct Rows : model::Scratch {
   // prev: the token-shifted normed rows (cap, C); lerp: the six mixed inputs per row (cap, 6C);
   // r, k, v, w (decay), a (in-context rate), g (gate), kk, neg_kk, b (kk * a), y (the read-out),
-  // v_first (layer 0's v), out (a sublayer's output): (cap, C) each; lo: a LoRA's middle
-  // (cap, max rank); ffn: (cap, F). kk, spent once the walk has run, holds the bonus's products.
+  // v_first (layer 0's v), out (a sublayer's output): (cap, C) each; lo: the LoRAs' middles
+  // (cap, 4 max rank); ffn: (cap, F). kk, spent once the walk has run, holds the bonus's products.
   std::vector<float> prev, lerp, r, k, v, w, a, g, kk, neg_kk, b, y, v_first, out, lo, ffn;
   std::size_t bytes() const override {
     return Scratch::bytes() + model::buffer_bytes({&prev, &lerp, &r, &k, &v, &w, &a, &g, &kk,
@@ -93,7 +93,7 @@ class Network final : public model::Network {
                     &w->neg_kk, &w->b, &w->y, &w->v_first, &w->out})
       b->assign(n * C, 0.0f);
     w->lerp.assign(n * 6 * C, 0.0f);
-    w->lo.assign(n * std::size_t(s_.max_rank), 0.0f);
+    w->lo.assign(n * 4 * std::size_t(s_.max_rank), 0.0f);
     w->ffn.assign(n * std::size_t(s_.F), 0.0f);
     return w;
   }
@@ -169,11 +169,11 @@ class Network final : public model::Network {
   }
 
   // Per head: S = S diag(w) + (S (-kk)) (kk a)^T + v k^T, y = S r, over the sequence's rows.
-  // Heads are independent, so threads may take them in any order (the bytes stay the same); a
-  // single token's walk is too short to hand out.
+  // Heads are independent, so threads may take them in any order (the bytes stay the same),
+  // a single token's too: each head's state is read and written back.
   void recurrence(State& st, Rows& w, int first, int count, int threads) const {
     const std::size_t at = std::size_t(first) * std::size_t(s_.C);
-    const int ranges = count > 1 ? std::min(std::max(threads, 1), s_.H) : 1;
+    const int ranges = std::min(std::max(threads, 1), s_.H);
     detail::parallel_ranges(s_.H, ranges, [&](int begin, int end, int) {
       for (int h = begin; h < end; ++h) walk_head(st, w, at, h, count);
     });
@@ -190,17 +190,44 @@ class Network final : public model::Network {
     kernels::delta_walk_head(view, in, w.y.data() + o, C, count);
   }
 
-  // A LoRA: second(act(first(x))) into y (C wide), the middle in w.lo.
-  template <class Act>
-  void lora(const model::Dense& first, const model::Dense& second, const float* x, int ldx,
-            float* y, Rows& w, int n, int threads, Act act) const {
-    const int r = first.n_out();
-    first.apply(x, n, ldx, w.lo.data(), r, threads);
+  // The time mix's products from the mixed inputs xl: r, k, v and the LoRAs (w, a, g and, past
+  // layer 0, v's residual mix), y = second(act(first(x))), their middles side by side in lo
+  // (max rank apart). Two jobs over the threads: every first product with r, k and v, then the
+  // second products.
+  void projections(const Layer& L, const float* xl, Rows& w, int n, int threads) const {
+    const int C = s_.C, C6 = 6 * C, R4 = 4 * s_.max_rank;
+    struct Lora {
+      const model::Dense *first, *second;
+      const float* x;
+      float* y;
+      float (*act)(float);
+    };
+    const Lora loras[] = {
+        {&L.w1, &L.w2, xl + C, w.w.data(), [](float x) { return std::tanh(x); }},
+        {&L.a1, &L.a2, xl + 4 * C, w.a.data(), [](float x) { return x; }},
+        {&L.g1, &L.g2, xl + 5 * C, w.g.data(), sigmoid},
+        {&L.v1, &L.v2, xl + 3 * C, w.out.data(), [](float x) { return x; }}};
+    // v + (v_first - v) * sigmoid(v0 + xv v1 v2) past layer 0.
+    const int n_loras = L.value_residual ? 4 : 3;
+    model::DenseCall calls[kernels::kMaxProducts] = {
+        {&L.r, xl, n, C6, w.r.data(), C},
+        {&L.k, xl + 2 * C, n, C6, w.k.data(), C},
+        {&L.v, xl + 3 * C, n, C6, w.v.data(), C}};
+    for (int i = 0; i < n_loras; ++i)
+      calls[3 + i] = {loras[i].first, loras[i].x, n, C6, w.lo.data() + i * s_.max_rank, R4};
+    model::apply_all(calls, 3 + n_loras, threads);
     for_rows(n, threads, [&](int r0, int r1) {
-      for (std::size_t i = std::size_t(r0) * std::size_t(r); i < std::size_t(r1) * std::size_t(r); ++i)
-        w.lo[i] = act(w.lo[i]);
+      for (int i = 0; i < n_loras; ++i) {
+        const int rank = loras[i].first->n_out();
+        for (int t = r0; t < r1; ++t) {
+          float* lo = w.lo.data() + std::size_t(t) * std::size_t(R4) + std::size_t(i * s_.max_rank);
+          for (int j = 0; j < rank; ++j) lo[j] = loras[i].act(lo[j]);
+        }
+      }
     });
-    second.apply(w.lo.data(), n, r, y, s_.C, threads);
+    for (int i = 0; i < n_loras; ++i)
+      calls[i] = {loras[i].second, w.lo.data() + i * s_.max_rank, n, R4, loras[i].y, C};
+    model::apply_all(calls, n_loras, threads);
   }
 
   // From the normed rows h and their shifted copies prev: r, k, v, the decay w, -kk, kk * a.
@@ -218,16 +245,7 @@ class Network final : public model::Network {
           }
       }
     });
-    const float* xl = w.lerp.data();  // xr, xw, xk, xv, xa, xg at offsets 0, C, ..., 5C
-    L.r.apply(xl, n, C6, w.r.data(), C, threads);
-    L.k.apply(xl + 2 * C, n, C6, w.k.data(), C, threads);
-    L.v.apply(xl + 3 * C, n, C6, w.v.data(), C, threads);
-    const auto identity = [](float x) { return x; };
-    lora(L.w1, L.w2, xl + C, C6, w.w.data(), w, n, threads, [](float x) { return std::tanh(x); });
-    lora(L.a1, L.a2, xl + 4 * C, C6, w.a.data(), w, n, threads, identity);
-    lora(L.g1, L.g2, xl + 5 * C, C6, w.g.data(), w, n, threads, sigmoid);
-    if (L.value_residual)  // v + (v_first - v) * sigmoid(v0 + xv v1 v2)
-      lora(L.v1, L.v2, xl + 3 * C, C6, w.out.data(), w, n, threads, identity);
+    projections(L, w.lerp.data(), w, n, threads);  // xr, xw, xk, xv, xa, xg at 0, C, ..., 5C
     for_rows(n, threads, [&](int r0, int r1) { gates(L, first_layer, w, r0, r1); });
   }
 
