@@ -223,8 +223,10 @@ void TileScores(const float* q, int ldq, int rows, const float* keys, std::int64
       if (two) TileScoresBlock<kRows, 2>(qr, ldq, keys + t0, stride, d, sr, lds);
       else TileScoresBlock<kRows, 1>(qr, ldq, keys + t0, stride, d, sr, lds);
     }
-    if (two) TileScoresRest<2>(q + std::int64_t(r0) * ldq, ldq, rows - r0, keys + t0, stride, d, s + r0 * lds + t0, lds);
-    else TileScoresRest<1>(q + std::int64_t(r0) * ldq, ldq, rows - r0, keys + t0, stride, d, s + r0 * lds + t0, lds);
+    const float* qr = q + std::int64_t(r0) * ldq;
+    float* sr = s + r0 * lds + t0;
+    if (two) TileScoresRest<2>(qr, ldq, rows - r0, keys + t0, stride, d, sr, lds);
+    else TileScoresRest<1>(qr, ldq, rows - r0, keys + t0, stride, d, sr, lds);
     t0 += two ? 2 * kN : kN;
   }
 }
@@ -275,8 +277,10 @@ void TileWeightedRows(float* acc, std::int64_t lda, int rows, const float* w, st
       if (two) TileWeightedBlock<kRows, 2>(ar, lda, wr, ldw, values + c0, count, dp);
       else TileWeightedBlock<kRows, 1>(ar, lda, wr, ldw, values + c0, count, dp);
     }
-    if (two) TileWeightedRest<2>(acc + r0 * lda + c0, lda, rows - r0, w + r0 * ldw, ldw, values + c0, count, dp);
-    else TileWeightedRest<1>(acc + r0 * lda + c0, lda, rows - r0, w + r0 * ldw, ldw, values + c0, count, dp);
+    float* ar = acc + r0 * lda + c0;
+    const float* wr = w + r0 * ldw;
+    if (two) TileWeightedRest<2>(ar, lda, rows - r0, wr, ldw, values + c0, count, dp);
+    else TileWeightedRest<1>(ar, lda, rows - r0, wr, ldw, values + c0, count, dp);
     c0 += two ? 2 * kN : kN;
   }
 }
