@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <memory>
 #include <string>
 #include <vector>
@@ -145,33 +146,87 @@ void BM_Qwen35Prefill(benchmark::State& state) {
 // empty state (chunks of 64, as BM_Qwen35Prefill), alternated kRatioRounds times in one run, the
 // best time per token of each kept. "long_over_short" is 4,096's best per token over 512's (1.0:
 // no growth; the attention layers' work per token grows with the context, the rest does not);
-// "us/token_512" and "us/token_4096" are the two bests.
+// "us/token_512" and "us/token_4096" are the two bests, "peak_frac_512" and "peak_frac_4096" their
+// FLOP (prompt_flop) over the FMA peak of as many cores. The cpu_ counters are the same from the
+// process's CPU time (all threads): on a machine shared with other work they measure recur's
+// own cost, and on two threads they count a helper's waits as work.
 constexpr int kRatioRounds = 2;
+
+// This process's CPU time in seconds (every thread's): on a shared machine the wall time of a
+// run also holds the time other processes had the cores.
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// The FMA peak of one core by CPU time, as fma_peak() measures it by wall time (best of ten):
+// what the cpu_ counters divide by, so that both sides of their fraction leave out the time
+// other processes had the core.
+double cpu_fma_peak() {
+  static const double peak = [] {
+    double best = 0;
+    for (int r = 0; r < 10; ++r) {
+      const double c0 = cpu_seconds();
+      const double flop = recur::bench::fma_loop(4'000'000);
+      best = std::max(best, flop / (cpu_seconds() - c0));
+    }
+    return best;
+  }();
+  return peak;
+}
+
+void BM_FmaPeakCpu(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(cpu_fma_peak());
+  state.counters["cpu_fma_peak_GFLOP/s"] = cpu_fma_peak() / 1e9;
+  state.counters["fma_peak_GFLOP/s"] = recur::bench::fma_peak() / 1e9;
+}
+BENCHMARK(BM_FmaPeakCpu)->Iterations(1);
+
 void BM_Qwen35PrefillGrowth(benchmark::State& state) {
   const int shape = static_cast<int>(state.range(0)), format = static_cast<int>(state.range(1));
   const int threads = static_cast<int>(state.range(2));
   const auto model = model_of(shape, format);
   recur::Decoder dec(model, {64, threads});
   dec.prefill(recur::bench::prompt_ids(64, kVocab));  // warms the buffers up, untimed
-  const auto seconds_per_token = [&](const std::vector<int>& prompt) {
+  struct Best {
+    double wall = 1e30, cpu = 1e30;  // seconds per token
+  };
+  const auto run = [&](const std::vector<int>& prompt, Best& best) {
     dec.reset();
+    const double c0 = cpu_seconds();
     const auto t0 = std::chrono::steady_clock::now();
     benchmark::DoNotOptimize(dec.prefill(prompt).data());
     const std::chrono::duration<double> s = std::chrono::steady_clock::now() - t0;
-    return s.count() / static_cast<double>(prompt.size());
+    const double n = static_cast<double>(prompt.size());
+    best.wall = std::min(best.wall, s.count() / n);
+    best.cpu = std::min(best.cpu, (cpu_seconds() - c0) / n);
   };
   const auto short_prompt = recur::bench::prompt_ids(kPrompts[0], kVocab);
   const auto long_prompt = recur::bench::prompt_ids(kPrompts[1], kVocab);
-  double best_short = 1e30, best_long = 1e30;
+  Best short_best, long_best;
   for (auto _ : state)
     for (int round = 0; round < kRatioRounds; ++round) {
-      best_short = std::min(best_short, seconds_per_token(short_prompt));
-      best_long = std::min(best_long, seconds_per_token(long_prompt));
+      run(short_prompt, short_best);
+      run(long_prompt, long_best);
     }
   state.SetLabel(label(shape, format));
-  state.counters["long_over_short"] = best_long / best_short;
-  state.counters["us/token_512"] = best_short * 1e6;
-  state.counters["us/token_4096"] = best_long * 1e6;
+  state.counters["long_over_short"] = long_best.wall / short_best.wall;
+  state.counters["cpu_long_over_short"] = long_best.cpu / short_best.cpu;
+  state.counters["us/token_512"] = short_best.wall * 1e6;
+  state.counters["us/token_4096"] = long_best.wall * 1e6;
+  // The FMA peak's fraction at each length, from the best wall times (as BM_Qwen35Prefill
+  // counts it) and from the best CPU times over the peak by CPU time (the work alone, whatever
+  // else the machine ran; all threads' CPU time, so a helper's waits count as work).
+  const double peak = recur::bench::fma_peak() * threads;
+  const auto& s = kShapes[shape];
+  const double flop_short = prompt_flop(s, kPrompts[0]) / kPrompts[0];
+  const double flop_long = prompt_flop(s, kPrompts[1]) / kPrompts[1];
+  state.counters["peak_frac_512"] = flop_short / (short_best.wall * peak);
+  state.counters["peak_frac_4096"] = flop_long / (long_best.wall * peak);
+  state.counters["cpu_peak_frac_512"] = flop_short / (short_best.cpu * cpu_fma_peak());
+  state.counters["cpu_peak_frac_4096"] = flop_long / (long_best.cpu * cpu_fma_peak());
+  state.counters["cpu_fma_peak_GFLOP/s"] = cpu_fma_peak() / 1e9;
 }
 
 // One token at a time after a 512-token prompt, full logits each step. "x_read_time" is the time

@@ -97,10 +97,11 @@ double error_against_float64(const CausalAttention& layer, const Inputs& in, con
   const Eigen::Index T = in.Q.rows();
   auto turned = [&](const float* x, Eigen::Index pos) {
     Eigen::VectorXd y(d);
-    for (int i = 0; i < d; ++i) y[i] = x[i];
+    for (int i = 0; i < d; ++i) y[i] = double(x[i]);
     for (int i = 0; i < half; ++i) {
       const double inv = std::pow(double(c.rope_theta), -2.0 * i / rot);
-      const double a = double(pos) * double(float(inv)), x1 = x[i], x2 = x[i + half];
+      const double a = double(pos) * double(float(inv));
+      const double x1 = double(x[i]), x2 = double(x[i + half]);
       y[i] = x1 * std::cos(a) - x2 * std::sin(a);
       y[i + half] = x2 * std::cos(a) + x1 * std::sin(a);
     }
@@ -203,7 +204,8 @@ TEST_CASE("a prefilled causal state continues under step with the bytes of one s
   bool same = true;
   for (Eigen::Index t = 100; t < 150; ++t) {
     layer.step(s, in.Q.row(t).transpose(), in.K.row(t).transpose(), in.V.row(t).transpose(), o);
-    same = same && std::memcmp(o.data(), want.O.row(t).data(), sizeof(float) * std::size_t(o.size())) == 0;
+    same = same && std::memcmp(o.data(), want.O.row(t).data(),
+                               sizeof(float) * std::size_t(o.size())) == 0;
   }
   CHECK(same);
   CHECK(s.raw_bytes() == want.state);

@@ -430,8 +430,9 @@ void CausalAttention::prefill_full(CausalState& state, const ConstMatrixRef& Q,
   const auto lds = std::size_t((pos0 + T + P - 1) / P * P);  // scores: every page a query sees
   const std::size_t rows = std::size_t(tile) * std::size_t(G);
   const std::size_t table = std::size_t(std::max(chunk, tile)) * std::size_t(half);
-  const std::size_t per_worker =
-      2 * table + std::max<std::size_t>(std::size_t(d), rows * (std::size_t(d) + lds + std::size_t(dp) + 1));
+  // Storing needs a rotated key (d); attending the queries, scores, accumulators and sums.
+  const std::size_t attend = rows * (std::size_t(d) + lds + std::size_t(dp) + 1);
+  const std::size_t per_worker = 2 * table + std::max<std::size_t>(std::size_t(d), attend);
   // Everything allocated before the state changes.
   state.ensure_pages(pos0 + T);
   std::vector<float> scratch(per_worker * std::size_t(threads));
@@ -455,8 +456,8 @@ void CausalAttention::prefill_full(CausalState& state, const ConstMatrixRef& Q,
                  sin_t + std::size_t(t * half), half, d, 1.0f, kr);
           float* kc = state.keys(std::size_t(pos / P), g);
           for (int i = 0; i < d; ++i) kc[std::size_t(i) * P + std::size_t(pos % P)] = kr[i];
-          std::memcpy(state.values(std::size_t(pos / P), g) + std::size_t(pos % P) * std::size_t(dp),
-                      V.data() + row * V.outerStride() + g * d, sizeof(float) * std::size_t(d));
+          float* vc = state.values(std::size_t(pos / P), g) + std::size_t(pos % P) * std::size_t(dp);
+          std::memcpy(vc, V.data() + row * V.outerStride() + g * d, sizeof(float) * std::size_t(d));
         }
     }
   });

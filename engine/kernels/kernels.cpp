@@ -173,16 +173,17 @@ void WeightedRows(float* acc, const float* rows, const float* w, int count, int 
   }
 }
 
-// A block of kRows query rows by kVecs vectors of key columns, in registers over one pass of
-// the d rows of keys: s[r][t] = one FMA chain over i from 0, as ColumnDots makes each column.
+// A block of kRows query rows by kVecs vectors of key columns, in registers over key rows
+// [i0, i1): s[r][t] = one FMA chain over i from 0, as ColumnDots makes each column. From i0 > 0
+// the chain continues from what s holds (a float stored and loaded again is the same float).
 template <int kRows, int kVecs>
 HWY_INLINE void TileScoresBlock(const float* q, int ldq, const float* keys, std::int64_t stride,
-                                int d, float* s, std::int64_t lds) {
+                                int i0, int i1, float* s, std::int64_t lds) {
   VF a[kRows][kVecs];
   for (int r = 0; r < kRows; ++r)
-    for (int v = 0; v < kVecs; ++v) a[r][v] = Zero();
-  const float* row = keys;
-  for (int i = 0; i < d; ++i, row += stride) {
+    for (int v = 0; v < kVecs; ++v) a[r][v] = i0 == 0 ? Zero() : Load(s + r * lds + v * kN);
+  const float* row = keys + i0 * stride;
+  for (int i = i0; i < i1; ++i, row += stride) {
     VF k[kVecs];
     for (int v = 0; v < kVecs; ++v) k[v] = Load(row + v * kN);
     for (int r = 0; r < kRows; ++r) {
@@ -197,35 +198,42 @@ HWY_INLINE void TileScoresBlock(const float* q, int ldq, const float* keys, std:
 // The rows left after the blocks of six, one block of their number.
 template <int kVecs>
 void TileScoresRest(const float* q, int ldq, int rows, const float* keys, std::int64_t stride,
-                    int d, float* s, std::int64_t lds) {
+                    int i0, int i1, float* s, std::int64_t lds) {
   switch (rows) {
-    case 1: return TileScoresBlock<1, kVecs>(q, ldq, keys, stride, d, s, lds);
-    case 2: return TileScoresBlock<2, kVecs>(q, ldq, keys, stride, d, s, lds);
-    case 3: return TileScoresBlock<3, kVecs>(q, ldq, keys, stride, d, s, lds);
-    case 4: return TileScoresBlock<4, kVecs>(q, ldq, keys, stride, d, s, lds);
-    case 5: return TileScoresBlock<5, kVecs>(q, ldq, keys, stride, d, s, lds);
+    case 1: return TileScoresBlock<1, kVecs>(q, ldq, keys, stride, i0, i1, s, lds);
+    case 2: return TileScoresBlock<2, kVecs>(q, ldq, keys, stride, i0, i1, s, lds);
+    case 3: return TileScoresBlock<3, kVecs>(q, ldq, keys, stride, i0, i1, s, lds);
+    case 4: return TileScoresBlock<4, kVecs>(q, ldq, keys, stride, i0, i1, s, lds);
+    case 5: return TileScoresBlock<5, kVecs>(q, ldq, keys, stride, i0, i1, s, lds);
     default: return;
   }
 }
 
 // Six rows by two vectors: twelve chains (kFmaChains), and each key row's vectors loaded once
-// for six rows. The column block is the outer loop, so its d rows of keys stay in L1 while
-// every block of query rows passes over them.
+// for six rows. The key rows go in slices of 64, the column block inside them, so that the
+// slice's keys (64 rows of two vectors) and the queries' slice (every row, 64 floats) stay in
+// L1 while every block of query rows passes over them: with all of d at once they did not, and
+// the keys' loads waited on L2.
 void TileScores(const float* q, int ldq, int rows, const float* keys, std::int64_t stride, int d,
                 int n, float* s, std::int64_t lds) {
-  constexpr int kRows = 6;
-  for (int t0 = 0; t0 < n;) {
-    const bool two = n - t0 >= 2 * kN;
-    int r0 = 0;
-    for (; r0 + kRows <= rows; r0 += kRows) {
+  constexpr int kRows = 6, kSlice = 64;
+  for (int i0 = 0; i0 < d; i0 += kSlice) {
+    const int i1 = std::min(d, i0 + kSlice);
+    for (int t0 = 0; t0 < n;) {
+      const bool two = n - t0 >= 2 * kN;
+      int r0 = 0;
+      for (; r0 + kRows <= rows; r0 += kRows) {
+        const float* qr = q + std::int64_t(r0) * ldq;
+        float* sr = s + r0 * lds + t0;
+        if (two) TileScoresBlock<kRows, 2>(qr, ldq, keys + t0, stride, i0, i1, sr, lds);
+        else TileScoresBlock<kRows, 1>(qr, ldq, keys + t0, stride, i0, i1, sr, lds);
+      }
       const float* qr = q + std::int64_t(r0) * ldq;
       float* sr = s + r0 * lds + t0;
-      if (two) TileScoresBlock<kRows, 2>(qr, ldq, keys + t0, stride, d, sr, lds);
-      else TileScoresBlock<kRows, 1>(qr, ldq, keys + t0, stride, d, sr, lds);
+      if (two) TileScoresRest<2>(qr, ldq, rows - r0, keys + t0, stride, i0, i1, sr, lds);
+      else TileScoresRest<1>(qr, ldq, rows - r0, keys + t0, stride, i0, i1, sr, lds);
+      t0 += two ? 2 * kN : kN;
     }
-    if (two) TileScoresRest<2>(q + std::int64_t(r0) * ldq, ldq, rows - r0, keys + t0, stride, d, s + r0 * lds + t0, lds);
-    else TileScoresRest<1>(q + std::int64_t(r0) * ldq, ldq, rows - r0, keys + t0, stride, d, s + r0 * lds + t0, lds);
-    t0 += two ? 2 * kN : kN;
   }
 }
 
@@ -263,8 +271,8 @@ void TileWeightedRest(float* acc, std::int64_t lda, int rows, const float* w, st
   }
 }
 
-void TileWeightedRows(float* acc, std::int64_t lda, int rows, const float* w, std::int64_t ldw,
-                      const float* values, int count, int dp) {
+void TileWeightedSlice(float* acc, std::int64_t lda, int rows, const float* w, std::int64_t ldw,
+                       const float* values, int count, int dp) {
   constexpr int kRows = 6;
   for (int c0 = 0; c0 < dp;) {
     const bool two = dp - c0 >= 2 * kN;
@@ -275,10 +283,23 @@ void TileWeightedRows(float* acc, std::int64_t lda, int rows, const float* w, st
       if (two) TileWeightedBlock<kRows, 2>(ar, lda, wr, ldw, values + c0, count, dp);
       else TileWeightedBlock<kRows, 1>(ar, lda, wr, ldw, values + c0, count, dp);
     }
-    if (two) TileWeightedRest<2>(acc + r0 * lda + c0, lda, rows - r0, w + r0 * ldw, ldw, values + c0, count, dp);
-    else TileWeightedRest<1>(acc + r0 * lda + c0, lda, rows - r0, w + r0 * ldw, ldw, values + c0, count, dp);
+    float* ar = acc + r0 * lda + c0;
+    const float* wr = w + r0 * ldw;
+    if (two) TileWeightedRest<2>(ar, lda, rows - r0, wr, ldw, values + c0, count, dp);
+    else TileWeightedRest<1>(ar, lda, rows - r0, wr, ldw, values + c0, count, dp);
     c0 += two ? 2 * kN : kN;
   }
+}
+
+// The value rows go in slices of 32: a block of columns of 64 rows, dp floats apart (1 KiB at
+// Qwen3.5's 256), falls into too few of L1's sets to stay there while the row blocks pass over
+// it; 32 rows do. A slice's chains continue from what the one before stored.
+void TileWeightedRows(float* acc, std::int64_t lda, int rows, const float* w, std::int64_t ldw,
+                      const float* values, int count, int dp) {
+  constexpr int kSlice = 32;
+  for (int t0 = 0; t0 < count; t0 += kSlice)
+    TileWeightedSlice(acc, lda, rows, w + t0, ldw, values + std::int64_t(t0) * dp,
+                      std::min(kSlice, count - t0), dp);
 }
 
 const char* IsaName() {
