@@ -234,7 +234,8 @@ std::shared_ptr<const FeatureMap> make_map(const ModelConfig& c, model::Loader& 
     case ModelFeatureMap::kRelu: return make_feature_map(FeatureMapKind::kRelu);
     case ModelFeatureMap::kIdentity: return make_feature_map(FeatureMapKind::kIdentity);
     case ModelFeatureMap::kHedgehog:
-      return make_hedgehog_map(dk, model::map_linear(L, prefix + "layer", dk, true, why));
+      return make_hedgehog_map(dk, model::map_linear(L, prefix + "layer", dk, true, why,
+                                                     Init::kIdentity));  // the library's identity
     case ModelFeatureMap::kT2R:
       return make_t2r_map(dk, model::map_linear(L, prefix + "layer", dk, false, why));
     case ModelFeatureMap::kElementwiseProduct: {
@@ -265,47 +266,6 @@ class Family final : public model::Family {
   }
   std::string config_fields(const ModelConfig& c) const override { return linear::config_fields(c); }
 
-  std::vector<model::TensorSpec> tensors(const ModelConfig& c) const override {
-    const LinearConfig& lc = config_of(c);
-    std::vector<model::TensorSpec> out;
-    const std::int64_t d = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
-    out.push_back({"model.embeddings.weight", {V, d}, Init::kEmbedding});
-    for (int i = 0; i < c.num_hidden_layers; ++i) {
-      const std::string p = layer_prefix(i);
-      if (lc.fla_layout) {
-        const std::int64_t kd = lc.key_dim / lc.kv_groups, vd = lc.value_dim / lc.kv_groups;
-        out.push_back({p + "attn_norm.weight", {d}, Init::kNorm});
-        out.push_back({p + "attn.q_proj.weight", {lc.key_dim, d}});
-        out.push_back({p + "attn.k_proj.weight", {kd, d}});
-        out.push_back({p + "attn.v_proj.weight", {vd, d}});
-        feature_map_tensors(c, p + "attn.feature_map_q.", out);
-        if (!lc.tie_feature_map_qk) feature_map_tensors(c, p + "attn.feature_map_k.", out);
-        if (lc.elementwise_affine) out.push_back({p + "attn.norm.weight", {lc.head_v_dim}, Init::kNorm});
-        out.push_back({p + "attn.o_proj.weight", {d, lc.value_dim}});
-        out.push_back({p + "mlp_norm.weight", {d}, Init::kNorm});
-        out.push_back({p + "mlp.gate_proj.weight", {I, d}});
-        out.push_back({p + "mlp.up_proj.weight", {I, d}});
-        out.push_back({p + "mlp.down_proj.weight", {d, I}});
-      } else {
-        for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
-          out.push_back({p + "attn." + proj + ".weight", {d, d}});
-          out.push_back({p + "attn." + proj + ".bias", {d}, Init::kBias});
-        }
-        out.push_back({p + "attn_norm.weight", {d}, Init::kNorm});
-        out.push_back({p + "attn_norm.bias", {d}, Init::kBias});
-        out.push_back({p + "mlp.fc1.weight", {I, d}});
-        out.push_back({p + "mlp.fc1.bias", {I}, Init::kBias});
-        out.push_back({p + "mlp.fc2.weight", {d, I}});
-        out.push_back({p + "mlp.fc2.bias", {d}, Init::kBias});
-        out.push_back({p + "mlp_norm.weight", {d}, Init::kNorm});
-        out.push_back({p + "mlp_norm.bias", {d}, Init::kBias});
-      }
-    }
-    if (lc.fla_layout) out.push_back({"model.norm.weight", {d}, Init::kNorm});
-    if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {V, d}});
-    return out;
-  }
-
   // One learned map serves q and k when they are tied; the table lists it under q's name, and a
   // checkpoint may store it under k's.
   std::string table_name(const ModelConfig& c, const std::string& name) const override {
@@ -324,16 +284,8 @@ class Family final : public model::Family {
     const auto eps = static_cast<float>(c.norm_eps);
     const bool fla = lc.fla_layout;
     auto net = std::make_unique<Network>(c);
-    // A tied embedding is the head's matrix too (quantized with it); an untied one is only
-    // gathered, a row per token, and stays as stored.
-    model::MatrixWeight table;
-    if (c.tie_word_embeddings) {
-      table = L.take_matrix("model.embeddings.weight", "model.embeddings.weight", V, d, Role::kHead,
-                            "vocab_size, hidden_size");
-      impl.embeddings = table.dense_values();
-    } else {
-      impl.embeddings = L.take("model.embeddings.weight", {V, d}, "vocab_size, hidden_size");
-    }
+    const model::Ends ends{"model.embeddings.weight", "lm_head.weight", V};
+    const model::MatrixWeight table = model::take_embedding(L, c, impl, ends);
     for (int i = 0; i < c.num_hidden_layers; ++i) {
       const std::string p = layer_prefix(i);
       Layer layer;
@@ -343,6 +295,13 @@ class Family final : public model::Family {
         layer.q = model::dense(L, p + "attn.q_proj", lc.key_dim, d, false, "key_dim, hidden_size");
         layer.k = model::dense(L, p + "attn.k_proj", kd, d, false, "key_dim / kv groups, hidden_size");
         layer.v = model::dense(L, p + "attn.v_proj", vd, d, false, "value_dim / kv groups, hidden_size");
+        // The table (the files make-model writes) lists the feature maps and the output norm
+        // here; they are read after the MLP (the fingerprint's order).
+        std::vector<model::TensorSpec> later;
+        feature_map_tensors(c, p + "attn.feature_map_q.", later);
+        if (!lc.tie_feature_map_qk) feature_map_tensors(c, p + "attn.feature_map_k.", later);
+        if (lc.elementwise_affine) later.push_back({p + "attn.norm.weight", {lc.head_v_dim}, Init::kNorm});
+        for (const auto& t : later) L.declare(t.name, t.shape, t.init);
         layer.o = model::dense(L, p + "attn.o_proj", d, lc.value_dim, false, "hidden_size, value_dim");
         layer.mlp_norm = model::norm(L, p + "mlp_norm", d, eps, false, true, "hidden_size");
         layer.gate = model::dense(L, p + "mlp.gate_proj", I, d, false, "intermediate_size, hidden_size");
@@ -374,7 +333,7 @@ class Family final : public model::Family {
         // One module serves both; checkpoints store it under the q name, the k name, or both.
         std::vector<model::TensorSpec> names;
         feature_map_tensors(c, fq, names);
-        const bool under_q = weights.has(names.front().name);
+        const bool under_q = L.has(names.front().name);
         const std::shared_ptr<const FeatureMap> tied = make_map(c, L, under_q ? fq : fk);
         layer.phi_q = normalized(tied, lc.norm_q);
         layer.phi_k = normalized(tied, lc.norm_k);
@@ -407,12 +366,7 @@ class Family final : public model::Family {
       impl.has_final_norm = true;
       impl.final_norm = model::norm(L, "model.norm", d, eps, false, true, "hidden_size");
     }
-    if (c.tie_word_embeddings) {
-      impl.lm_head.w = table.rows(0, V);
-      L.accept_tied("lm_head.weight", table, {V, d});
-    } else {
-      impl.lm_head = model::dense(L, "lm_head", V, d, false, "vocab_size, hidden_size", Role::kHead);
-    }
+    model::take_head(L, c, impl, ends, table);
     impl.network = std::move(net);
   }
 

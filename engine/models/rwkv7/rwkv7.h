@@ -48,7 +48,6 @@ std::string config_fields(const ModelConfig& c);
 void fit_to_weights(ModelConfig& c, const WeightSource& w);
 /// A .pth's configuration, every size from the tensors; nullopt when it is not RWKV-7's.
 std::optional<ModelConfig> config_from_weights(const WeightSource& w, const std::string& source);
-std::vector<model::TensorSpec> tensors_of(const ModelConfig& c);
 
 /// The tensor names of one layout.
 struct Names {

@@ -1,6 +1,5 @@
 // RWKV-7's configuration: fla-hub's config.json field by field (fla/models/rwkv7's configuration
-// class, as fla/layers/rwkv7.py reads it), BlinkDL's .pth with every size from the tensors, and
-// the tensor table of each layout (docs/rwkv7.md, "Tensors").
+// class, as fla/layers/rwkv7.py reads it), and BlinkDL's .pth with every size from the tensors.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -16,7 +15,6 @@ using model::config_fail;
 using model::describe_json;
 using model::Fields;
 using model::kMaxDim;
-using Init = model::TensorSpec::Init;
 using Layout = Rwkv7Config::Layout;
 
 namespace {
@@ -275,60 +273,6 @@ std::optional<ModelConfig> config_from_weights(const WeightSource& w, const std:
   fit_to_weights(c, w);
   c.resolve(source);
   return c;
-}
-
-std::vector<model::TensorSpec> tensors_of(const ModelConfig& c) {
-  const Rwkv7Config& rc = config_of(c);
-  const Names n = names_of(rc);
-  const std::int64_t C = c.hidden_size, V = c.vocab_size, F = c.intermediate_size;
-  const std::int64_t H = rc.n_heads, N = rc.head_size;
-  std::vector<model::TensorSpec> out;
-  const std::vector<std::int64_t> vec3{1, 1, C}, vec{C};
-  const auto norm = [&](const std::string& name, bool bias) {
-    out.push_back({name + ".weight", vec, Init::kNorm});
-    if (bias) out.push_back({name + ".bias", vec, Init::kBias});
-  };
-  // A LoRA pair (first factor, second factor, optional bias), as the layout stores it.
-  const auto lora = [&](const std::string& p, char which, std::int64_t r, bool bias) {
-    if (n.blink) {
-      if (bias) out.push_back({p + "att." + which + "0", vec3, Init::kBias});
-      out.push_back({p + "att." + which + "1", {C, r}});
-      out.push_back({p + "att." + which + "2", {r, C}});
-    } else {
-      const std::string q = p + "attn." + which + "_lora.lora.";
-      out.push_back({q + "0.weight", {r, C}});
-      out.push_back({q + "2.weight", {C, r}});
-      if (bias) out.push_back({q + "2.bias", vec, Init::kBias});
-    }
-  };
-  out.push_back({n.emb, {V, C}, Init::kEmbedding});
-  if (rc.ln0 && rc.ln0_stored) norm(n.ln0, rc.norm_bias);
-  for (int i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = n.layer(i), a = p + n.att, f = p + n.ffn;
-    norm(p + n.ln1, rc.norm_bias);
-    norm(p + n.ln2, rc.norm_bias);
-    if (rc.fused_lerps) {
-      out.push_back({a + "x_x", {6, C}, Init::kBias});
-    } else {
-      for (const char* x : {"x_r", "x_w", "x_k", "x_v", "x_a", "x_g"})
-        out.push_back({a + x, vec3, Init::kBias});
-    }
-    lora(p, 'w', rc.rank_w, true);
-    lora(p, 'a', rc.rank_a, true);
-    if (i > 0) lora(p, 'v', rc.rank_v, true);
-    lora(p, 'g', rc.rank_g, false);
-    out.push_back({a + "k_k", n.blink ? vec3 : vec, Init::kBias});
-    out.push_back({a + "k_a", n.blink ? vec3 : vec, Init::kBias});
-    out.push_back({a + "r_k", {H, N}, Init::kBias});
-    for (const std::string* m : {&n.r, &n.k, &n.v, &n.o}) out.push_back({a + *m + ".weight", {C, C}});
-    norm(a + n.lnx, true);
-    out.push_back({f + "x_k", n.blink ? vec3 : vec, Init::kBias});
-    out.push_back({f + "key.weight", {F, C}});
-    out.push_back({f + "value.weight", {C, F}});
-  }
-  norm(n.ln_out, rc.norm_bias);
-  if (!c.tie_word_embeddings) out.push_back({n.head, {V, C}});
-  return out;
 }
 
 }  // namespace recur::models::rwkv7
