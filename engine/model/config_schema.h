@@ -29,14 +29,14 @@ struct FieldSpec {
   double min = 0, max = 0;           // kInteger, kNumber: the values read
   std::string fallback;              // the default as config.json writes it ("" for none)
   std::vector<std::string> choices;  // kString: the values read (empty: any)
-  /// Why a field recur accepts without reading it changes nothing (kAccepted); null when it is
-  /// read: it changes inference.
+  /// Why the field changes nothing recur computes (an accepted field, a kernel choice); null
+  /// when its value changes inference.
   const char* reason = nullptr;
   const char* option = nullptr;  // make-model's --option that sets it, or null
   bool written = true;           // to_json writes it (when its condition holds)
 };
 
-/// The options make-model takes, and the config.json text it writes from them.
+/// A field's make-model option: how `recur make-model --name` sets it.
 struct MakeField {
   const char* name;        // --name
   const char* help;
