@@ -168,11 +168,11 @@ void ModelConfig::resolve(const std::string& source) {
                 intermediate_size);
   if (!(hidden_ratio > 0 && hidden_ratio <= 1e6))
     config_fail(source, "hidden_ratio {} must lie in (0, 1e6]", hidden_ratio);
-  const model::Family* family = model::family_named(model::type_of(*this));
-  if (!family)
+  const model::Family* own = model::family_named(model::type_of(*this));
+  if (!own)
     config_fail(source, "type is '{}'; recur reads {}", model::type_of(*this),
                 model::known_model_types());
-  family->resolve(*this, source);
+  own->resolve(*this, source);
 }
 
 std::string ModelConfig::to_json() const {

@@ -21,6 +21,7 @@ const Family* const* families_list() {
       &models::fla_family(),
       &models::rwkv7_family(),
       &models::gdn_family(),
+      &models::lfm2_family(),
       nullptr,
   };
   return list;

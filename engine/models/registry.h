@@ -10,5 +10,6 @@ const model::Family& based_family();   // HazyResearch's Based
 const model::Family& fla_family();     // flash-linear-attention's GLA, RetNet, HGRN2
 const model::Family& rwkv7_family();   // RWKV-7: fla-hub's folders and BlinkDL's .pth
 const model::Family& gdn_family();     // Gated DeltaNet: Qwen3.5, fla gated_deltanet
+const model::Family& lfm2_family();    // Liquid AI's LFM2 and LFM2.5 (dense)
 
 }  // namespace recur::models

@@ -48,7 +48,7 @@ enum class Architecture {
 /// What mixes tokens in one layer. Every kind keeps a state of fixed size per sequence.
 enum class MixerKind {
   kLinearAttention,  ///< S and Z through a feature map (every layer of the first two layouts)
-  kShortConv,        ///< Based's BaseConv: a gated depthwise causal convolution
+  kShortConv,        ///< a gated depthwise causal convolution (Based's BaseConv, LFM2's conv blocks)
   kWindowAttention,  ///< softmax attention over the last tokens, with rotary embeddings
   kGated,            ///< a decayed recurrence (GLA, RetNet, HGRN2), with its short convolutions
   kAttention,        ///< fla's hybrid `attn` layers: causal softmax attention, full (a KV cache

@@ -114,6 +114,24 @@ const std::vector<Fixture>& fixtures() {
            "use_gate": true, "use_beta": true, "qk_activation": "relu", "qk_norm": "sum",
            "intermediate_size": 48})",
        {{"\"qk_norm\": \"sum\"", "\"qk_norm\": \"l1\"", "qk_norm"}}},
+      // LFM2 and LFM2.5 (engine/models/lfm2): gated short convolutions beside GQA attention.
+      {"lfm2: the first config form (full_attn_idxs, block_ff_dim auto-adjusted, rope_theta)",
+       R"({"model_type": "lfm2", "vocab_size": 96, "hidden_size": 32, "num_hidden_layers": 3,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "full_attn_idxs": [1],
+           "block_ff_dim": 96, "block_auto_adjust_ff_dim": true,
+           "block_ffn_dim_multiplier": 1.0, "block_multiple_of": 16, "conv_L_cache": 3,
+           "conv_bias": false, "norm_eps": 1e-05, "rope_theta": 1000000.0})",
+       {{"\"conv_L_cache\": 3", "\"conv_L_cache\": 0", "conv_L_cache"},
+        {"\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3", "num_key_value_heads"}}},
+      {"lfm2.5: the later config form (layer_types, intermediate_size, rope_parameters), conv bias",
+       R"({"model_type": "lfm2", "vocab_size": 96, "hidden_size": 32, "num_hidden_layers": 3,
+           "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 8,
+           "layer_types": ["conv", "full_attention", "conv"], "intermediate_size": 64,
+           "block_auto_adjust_ff_dim": false, "conv_L_cache": 4, "conv_bias": true,
+           "tie_word_embeddings": false,
+           "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}})",
+       {{"\"layer_types\": [\"conv\", \"full_attention\", \"conv\"]",
+         "\"layer_types\": [\"conv\", \"sliding_attention\", \"conv\"]", "layer_types"}}},
   };
   return list;
 }
