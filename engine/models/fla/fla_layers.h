@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "model/layers.h"
+#include "layers/dense.h"
 #include "model/network.h"
 #include "models/fla/fla.h"
 #include "recur/causal_attention.h"

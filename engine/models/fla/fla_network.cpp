@@ -10,6 +10,8 @@
 
 #include "attention/rotary.h"
 #include "kernels/dispatch.h"
+#include "layers/mlp.h"
+#include "layers/sequence.h"
 #include "models/fla/fla_layers.h"
 #include "recur/error.h"
 
@@ -160,19 +162,9 @@ void run_mixer(const ModelConfig& c, const Layer& layer, model::LayerState& stat
   using CMap = Eigen::Map<const RowMatrix>;
   using Map = Eigen::Map<RowMatrix>;
   const MixerIo io = mixer_io(c, layer);
-  if (layer.mixer == MixerKind::kAttention) {
-    if (n == 1) {
-      Eigen::Map<Eigen::VectorXf> o(rows.out, io.out);
-      layer.causal->step(model::state_of<CausalState>(state), Eigen::Map<const Eigen::VectorXf>(rows.a, io.a),
-                         Eigen::Map<const Eigen::VectorXf>(rows.b, io.b),
-                         Eigen::Map<const Eigen::VectorXf>(rows.c, io.c), o);
-    } else {
-      Map O(rows.out, n, io.out);
-      layer.causal->prefill(model::state_of<CausalState>(state), CMap(rows.a, n, io.a), CMap(rows.b, n, io.b),
-                            CMap(rows.c, n, io.c), O, PrefillOptions{n, threads});
-    }
-    return;
-  }
+  if (layer.mixer == MixerKind::kAttention)
+    return model::attend(*layer.causal, model::state_of<CausalState>(state), rows.a, rows.b, rows.c,
+                         rows.out, n, threads);
   const auto rn = std::size_t(n);
   float* scratch = rows.scratch;
   const auto take = [&](int width) {
@@ -194,13 +186,7 @@ void run_mixer(const ModelConfig& c, const Layer& layer, model::LayerState& stat
     float* outp[3];
     for (int j = 0; j < 3; ++j) {
       outp[j] = take(width[j]);
-      if (n == 1) {
-        Eigen::Map<Eigen::VectorXf> y(outp[j], width[j]);
-        convs[j]->step(gs.convs[std::size_t(j)], Eigen::Map<const Eigen::VectorXf>(in[j], width[j]), y);
-      } else {
-        Map Y(outp[j], n, width[j]);
-        convs[j]->prefill(gs.convs[std::size_t(j)], CMap(in[j], n, width[j]), Y);
-      }
+      model::convolve(*convs[j], gs.convs[std::size_t(j)], in[j], outp[j], n);
       if (fc.kind == FlaConfig::Kind::kGla) gates::silu(outp[j], outp[j], std::int64_t(n) * width[j]);
     }
     q = outp[0];

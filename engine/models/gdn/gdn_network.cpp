@@ -12,6 +12,8 @@
 
 #include "kernels/delta_kernels.h"
 #include "kernels/dispatch.h"
+#include "layers/mlp.h"
+#include "layers/sequence.h"
 #include "model/state_record.h"
 #include "models/gdn/gdn_network.h"
 #include "recur/error.h"
@@ -287,22 +289,10 @@ class Network final : public model::Network {
 
   void attention(const GatedAttentionLayer& A, CausalState& st, Rows& w, int first, int count,
                  int threads) const {
-    using CMap = Eigen::Map<const RowMatrix>;
-    const int hd = A.H * A.d, kv = A.Hkv * A.d;
-    const float* q = w.q.data() + std::size_t(first) * std::size_t(hd);
-    const float* k = w.k.data() + std::size_t(first) * std::size_t(kv);
-    const float* v = w.v.data() + std::size_t(first) * std::size_t(kv);
-    float* o = w.o.data() + std::size_t(first) * std::size_t(hd);
-    if (count == 1) {
-      Eigen::Map<Eigen::VectorXf> out(o, hd);
-      A.attention->step(st, Eigen::Map<const Eigen::VectorXf>(q, hd),
-                        Eigen::Map<const Eigen::VectorXf>(k, kv),
-                        Eigen::Map<const Eigen::VectorXf>(v, kv), out);
-    } else {
-      Eigen::Map<RowMatrix> O(o, count, hd);
-      A.attention->prefill(st, CMap(q, count, hd), CMap(k, count, kv), CMap(v, count, kv), O,
-                           PrefillOptions{count, threads});
-    }
+    const auto r = std::size_t(first);
+    const auto hd = std::size_t(A.H * A.d), kv = std::size_t(A.Hkv * A.d);
+    model::attend(*A.attention, st, w.q.data() + r * hd, w.k.data() + r * kv,
+                  w.v.data() + r * kv, w.o.data() + r * hd, count, threads);
   }
 
   // The Gated DeltaNet over one sequence's rows: the convolutions (or SiLU alone), the per-row
@@ -318,8 +308,6 @@ class Network final : public model::Network {
   // conv rows = SiLU(the convolutions of the qkv rows), each convolution over its columns with
   // its own past (or, without convolutions, SiLU alone where the layer applies it).
   void convolve(const GdnMixer& m, GdnState& st, Rows& w, int first, int count) const {
-    using CMap = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
-    using Map = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
     const int W = m.conv_width(), K = m.Hk * m.d_k, V = m.Hv * m.d_v;
     const float* in = w.qkv.data() + std::size_t(first) * std::size_t(W);
     float* conv = w.conv.data() + std::size_t(first) * std::size_t(W);
@@ -333,15 +321,8 @@ class Network final : public model::Network {
       return;
     }
     for (std::size_t j = 0; j < m.convs.size(); ++j) {
-      const ShortConvolution& c = *m.convs[j];
-      const int col = m.conv_col[j], ch = c.channels();
-      if (count == 1) {
-        Eigen::Map<Eigen::VectorXf> y(conv + col, ch);
-        c.step(st.convs[j], Eigen::Map<const Eigen::VectorXf>(in + col, ch), y);
-      } else {
-        Map Y(conv + col, count, ch, Eigen::OuterStride<>(W));
-        c.prefill(st.convs[j], CMap(in + col, count, ch, Eigen::OuterStride<>(W)), Y);
-      }
+      const int col = m.conv_col[j], ch = m.convs[j]->channels();
+      model::convolve(*m.convs[j], st.convs[j], in + col, conv + col, count, W);
       if (m.conv_silu[j])
         for (int t = 0; t < count; ++t) {
           float* x = conv + std::size_t(t) * std::size_t(W) + std::size_t(col);

@@ -12,7 +12,7 @@
 
 #include "model/config_fields.h"
 #include "model/family.h"
-#include "model/layers.h"
+#include "layers/dense.h"
 #include "recur/causal_attention.h"
 #include "util/json.h"
 
