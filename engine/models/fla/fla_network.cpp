@@ -11,6 +11,7 @@
 #include "attention/rotary.h"
 #include "kernels/dispatch.h"
 #include "layers/mlp.h"
+#include "layers/output_gate.h"
 #include "layers/sequence.h"
 #include "models/fla/fla_layers.h"
 #include "recur/error.h"
@@ -334,11 +335,10 @@ class Network final : public model::Network {
         if (fc.kind == FlaConfig::Kind::kHgrn2) {
           L.head_norm.apply(w.o.data(), n, d, w.o.data(), d, 1);
         } else {
-          L.head_norm.apply(w.o.data(), n, fc.value_dim, w.o.data(), fc.value_dim, c.num_heads);
-          if (fc.use_output_gate) {  // norm(o) * swish(g): the swish-gated unit with g as its gate
+          if (fc.use_output_gate)
             L.g_proj.apply(w.h.data(), n, d, w.gate.data(), fc.value_dim, threads);
-            model::swiglu(w.gate.data(), w.o.data(), w.o.data(), rows * fc.value_dim);
-          }
+          model::norm_then_gate(L.head_norm, w.o.data(), fc.use_output_gate ? w.gate.data() : nullptr,
+                                n, fc.value_dim, c.num_heads);
         }
       }
       L.o.apply(w.o.data(), n, io.out, w.a.data(), d, threads);

@@ -13,6 +13,7 @@
 #include "kernels/delta_kernels.h"
 #include "kernels/dispatch.h"
 #include "layers/mlp.h"
+#include "layers/output_gate.h"
 #include "layers/sequence.h"
 #include "model/state_record.h"
 #include "models/gdn/gdn_network.h"
@@ -210,11 +211,8 @@ class Network final : public model::Network {
       if (L.attention) {
         attention_inputs(L.attn, w, n, threads);
         attend(li, kStageMixer, threads);
-        const GatedAttentionLayer& A = L.attn;
-        const std::int64_t total = rows * A.H * A.d;
-        if (A.gated)
-          for (std::int64_t i = 0; i < total; ++i)
-            w.o[std::size_t(i)] *= sigmoid(w.gate[std::size_t(i)]);
+        const AttentionLayer& A = L.attn;
+        if (A.output_gate) model::sigmoid_gate(w.o.data(), w.gate.data(), rows * A.H * A.d);
         A.o.apply(w.o.data(), n, A.H * A.d, w.a.data(), d, threads);
       } else {
         const GdnMixer& m = L.gdn;
@@ -225,9 +223,8 @@ class Network final : public model::Network {
         if (m.use_beta) m.b.apply(w.h.data(), n, d, w.ba.data(), 2 * m.Hv, threads);
         if (m.decay) m.a.apply(w.h.data(), n, d, w.ba.data() + m.Hv, 2 * m.Hv, threads);
         attend(li, kStageMixer, threads);
-        // The output norm per value head, gated by silu(z): norm(y) * z * sigmoid(z).
-        m.out_norm.apply(w.y.data(), n, V, w.y.data(), V, m.Hv);
-        if (m.gate) model::swiglu(w.z.data(), w.y.data(), w.y.data(), rows * V);
+        // The output norm per value head, gated by silu(z).
+        model::norm_then_gate(m.out_norm, w.y.data(), m.gate ? w.z.data() : nullptr, n, V, m.Hv);
         m.out.apply(w.y.data(), n, V, w.a.data(), d, threads);
       }
       model::add_inplace(w.x.data(), w.a.data(), rows * d);
@@ -269,11 +266,11 @@ class Network final : public model::Network {
 
  private:
   // q and its gate split from q_proj's rows, q and k normalised per head, v.
-  void attention_inputs(const GatedAttentionLayer& A, Rows& w, int n, int threads) const {
+  void attention_inputs(const AttentionLayer& A, Rows& w, int n, int threads) const {
     const int d = s_.hidden, hd = A.H * A.d, kv = A.Hkv * A.d;
     A.k.apply(w.h.data(), n, d, w.k.data(), kv, threads);
     A.v.apply(w.h.data(), n, d, w.v.data(), kv, threads);
-    if (!A.gated) return A.q.apply(w.h.data(), n, d, w.q.data(), hd, threads);
+    if (!A.output_gate) return A.q.apply(w.h.data(), n, d, w.q.data(), hd, threads);
     A.q.apply(w.h.data(), n, d, w.qg.data(), 2 * hd, threads);
     const auto step = std::size_t(A.d);
     for (int t = 0; t < n; ++t)
@@ -287,7 +284,7 @@ class Network final : public model::Network {
     A.k_norm.apply(w.k.data(), n, kv, w.k.data(), kv, A.Hkv);
   }
 
-  void attention(const GatedAttentionLayer& A, CausalState& st, Rows& w, int first, int count,
+  void attention(const AttentionLayer& A, CausalState& st, Rows& w, int first, int count,
                  int threads) const {
     const auto r = std::size_t(first);
     const auto hd = std::size_t(A.H * A.d), kv = std::size_t(A.Hkv * A.d);
