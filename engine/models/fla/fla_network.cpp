@@ -81,9 +81,9 @@ struct Rows : model::Scratch {
 // v, when the layer has them), saved in that order.
 class GatedLayerState final : public model::LayerState {
  public:
-  GatedLayerState(GatedState sums, std::vector<ShortConvState> conv_states)
+  GatedLayerState(GlaState sums, std::vector<ShortConvState> conv_states)
       : gated(std::move(sums)), convs(std::move(conv_states)) {}
-  GatedState gated;
+  GlaState gated;
   std::vector<ShortConvState> convs;
 
   std::unique_ptr<model::LayerState> clone() const override {
@@ -119,7 +119,7 @@ class GatedLayerState final : public model::LayerState {
       throw FormatError(fmt::format("[LayerState] {} bytes given, this layer's state has {}", size,
                                     raw_size()));
     // Into copies first, so that a failure leaves this state as it was.
-    GatedState g = gated.clone();
+    GlaState g = gated.clone();
     std::size_t at = g.raw_size();
     g.load_raw_bytes(data, at);
     std::vector<ShortConvState> cs;

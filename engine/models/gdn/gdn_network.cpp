@@ -18,7 +18,7 @@
 #include "model/state_record.h"
 #include "models/gdn/gdn_network.h"
 #include "recur/error.h"
-#include "recur/gated_attention.h"
+#include "recur/gla_recurrence.h"
 #include "util/parallel.h"
 
 namespace recur::models::gdn {
