@@ -166,8 +166,6 @@ void ModelConfig::resolve(const std::string& source) {
                         "{}, num_heads {}, num_kv_heads {}, intermediate_size {})",
                 vocab_size, hidden_size, num_hidden_layers, num_heads, num_kv_heads,
                 intermediate_size);
-  if (!(hidden_ratio > 0 && hidden_ratio <= 1e6))
-    config_fail(source, "hidden_ratio {} must lie in (0, 1e6]", hidden_ratio);
   const model::Family* own = model::family_named(model::type_of(*this));
   if (!own)
     config_fail(source, "type is '{}'; recur reads {}", model::type_of(*this),

@@ -1,6 +1,6 @@
 // LFM2 as a family of recur: reading transformers' Lfm2ForCausalLM tensors into one Stack
-// (lfm2_network.h), and the Family interface (config.json, tensor table, make-model,
-// description). docs/lfm2.md.
+// (lfm2_network.h: the reader names the tensors), and the Family interface (config.json,
+// make-model, description). docs/lfm2.md.
 #include "models/lfm2/lfm2.h"
 
 #include <fmt/format.h>
@@ -18,7 +18,7 @@ namespace {
 
 using model::Dense;
 using model::Norm;
-using model::Role;
+using Init = model::TensorSpec::Init;
 
 class Reader {
  public:
@@ -28,7 +28,7 @@ class Reader {
     Norm n;
     n.dim = dim;
     n.eps = float(c_.norm_eps);
-    n.weight = L_.take(name, {dim}, why);
+    n.weight = L_.take(name, {dim}, why, Init::kNorm);
     return n;
   }
 
@@ -41,10 +41,10 @@ class Reader {
     const bool bias = g_.conv_bias;
     b.in_proj = dense(a + "in_proj", 3 * d_, d_, bias, "3 * hidden_size (B, C, x), hidden_size");
     const auto taps = L_.take(a + "conv.weight", {d_, 1, g_.conv_L},
-                              "hidden_size, 1, conv_L_cache");
+                              "hidden_size, 1, conv_L_cache", Init::kConv);
     Eigen::VectorXf conv_bias;
     if (bias) {
-      const auto b_values = L_.take(a + "conv.bias", {d_}, "hidden_size");
+      const auto b_values = L_.take(a + "conv.bias", {d_}, "hidden_size", Init::kBias);
       conv_bias = Eigen::Map<const Eigen::VectorXf>(b_values.data(), d_);
     }
     b.conv = std::make_unique<ShortConvolution>(
@@ -76,20 +76,11 @@ class Reader {
 
   void load(Model::Impl& impl) {
     const int V = c_.vocab_size, I = c_.intermediate_size;
-    const std::string emb = "model.embed_tokens.weight";
     Stack s;
     s.hidden = d_;
     s.intermediate = I;
-    Dense tied;
-    if (c_.tie_word_embeddings) {
-      const model::MatrixWeight table =
-          L_.take_matrix(emb, emb, V, d_, Role::kHead, "vocab_size, hidden_size");
-      impl.embeddings = table.dense_values();
-      L_.accept_tied("lm_head.weight", table, {V, d_});
-      tied.w = table.rows(0, V);
-    } else {
-      impl.embeddings = L_.take(emb, {V, d_}, "vocab_size, hidden_size");
-    }
+    const model::Ends ends{"model.embed_tokens.weight", "lm_head.weight", V};
+    const model::MatrixWeight table = model::take_embedding(L_, c_, impl, ends);
     for (int i = 0; i < c_.num_hidden_layers; ++i) {
       const std::string p = fmt::format("model.layers.{}.", i);
       Layer l;
@@ -106,10 +97,7 @@ class Reader {
     // transformers names the final norm embedding_norm, and applies it after the last layer.
     impl.has_final_norm = true;
     impl.final_norm = rms("model.embedding_norm.weight", d_, "hidden_size");
-    impl.lm_head = c_.tie_word_embeddings
-                       ? std::move(tied)
-                       : model::dense(L_, "lm_head", V, d_, false, "vocab_size, hidden_size",
-                                      Role::kHead);
+    model::take_head(L_, c_, impl, ends, table);
     impl.network = make_network(std::move(s));
   }
 
@@ -137,9 +125,6 @@ class Family final : public model::Family {
   }
   void resolve(ModelConfig& c, const std::string& source) const override { lfm2::resolve(c, source); }
   std::string config_fields(const ModelConfig& c) const override { return lfm2::config_fields(c); }
-  std::vector<model::TensorSpec> tensors(const ModelConfig& c) const override {
-    return tensors_of(c);
-  }
   void load(const ModelConfig& c, const WeightSource&, model::Loader& L,
             Model::Impl& impl) const override {
     Reader(c, L).load(impl);

@@ -1,7 +1,7 @@
 // LFM2's config.json in its two forms (transformers' Lfm2Config reads both): the first, as
 // Liquid published LFM2 (full_attn_idxs, block_ff_dim, a top-level rope_theta, and the training
 // code's block_* / conv_* keys beside them), and the later one of LFM2.5 (layer_types,
-// intermediate_size, rope_parameters). The tensor table (docs/lfm2.md, "Tensors").
+// intermediate_size, rope_parameters). The tensors are named where lfm2.cpp reads them.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,7 +17,6 @@ using model::config_fail;
 using model::describe_json;
 using model::Fields;
 using model::kMaxDim;
-using Init = model::TensorSpec::Init;
 
 namespace {
 
@@ -192,8 +191,6 @@ void resolve(ModelConfig& c, const std::string& source) {
     config_fail(source, "the MLP width derived from {} {} is {}, out of range",
                 g.first_form ? "block_ff_dim" : "intermediate_size", g.ff_dim, width);
   c.intermediate_size = width;
-  c.num_heads = g.n_heads;
-  c.num_kv_heads = g.n_kv_heads;
   c.family = std::make_shared<Lfm2Config>(g);
 }
 
@@ -233,43 +230,6 @@ std::string config_fields(const ModelConfig& c) {
   w.add("rope_parameters", fmt::format("{{\"rope_type\": \"default\", \"rope_theta\": {}}}",
                                        model::config_number(g.rope_theta)));
   return w.text();
-}
-
-std::vector<model::TensorSpec> tensors_of(const ModelConfig& c) {
-  const Lfm2Config& g = config_of(c);
-  const std::int64_t d = c.hidden_size, V = c.vocab_size, I = c.intermediate_size;
-  const std::int64_t hd = g.head_size(c.hidden_size), q = std::int64_t(g.n_heads) * hd;
-  const std::int64_t kv = std::int64_t(g.n_kv_heads) * hd;
-  std::vector<model::TensorSpec> out;
-  out.push_back({"model.embed_tokens.weight", {V, d}, Init::kEmbedding});
-  for (int i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = fmt::format("model.layers.{}.", i);
-    out.push_back({p + "operator_norm.weight", {d}, Init::kNorm});
-    if (c.mixers[std::size_t(i)] == MixerKind::kAttention) {
-      const std::string a = p + "self_attn.";
-      out.push_back({a + "q_proj.weight", {q, d}});
-      out.push_back({a + "k_proj.weight", {kv, d}});
-      out.push_back({a + "v_proj.weight", {kv, d}});
-      out.push_back({a + "out_proj.weight", {d, q}});
-      out.push_back({a + "q_layernorm.weight", {hd}, Init::kNorm});
-      out.push_back({a + "k_layernorm.weight", {hd}, Init::kNorm});
-    } else {
-      const std::string a = p + "conv.";
-      out.push_back({a + "in_proj.weight", {3 * d, d}});
-      if (g.conv_bias) out.push_back({a + "in_proj.bias", {3 * d}, Init::kBias});
-      out.push_back({a + "conv.weight", {d, 1, g.conv_L}, Init::kConv});
-      if (g.conv_bias) out.push_back({a + "conv.bias", {d}, Init::kBias});
-      out.push_back({a + "out_proj.weight", {d, d}});
-      if (g.conv_bias) out.push_back({a + "out_proj.bias", {d}, Init::kBias});
-    }
-    out.push_back({p + "ffn_norm.weight", {d}, Init::kNorm});
-    out.push_back({p + "feed_forward.w1.weight", {I, d}});
-    out.push_back({p + "feed_forward.w3.weight", {I, d}});
-    out.push_back({p + "feed_forward.w2.weight", {d, I}});
-  }
-  out.push_back({"model.embedding_norm.weight", {d}, Init::kNorm});
-  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {V, d}});
-  return out;
 }
 
 }  // namespace recur::models::lfm2
