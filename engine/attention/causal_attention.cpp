@@ -187,7 +187,9 @@ CausalAttention::CausalAttention(const CausalAttentionConfig& config) : config_(
                                  "{}", c.rotary_dim, c.d_head);
   scale_ = c.scale != 0.0f ? c.scale : static_cast<float>(1.0 / std::sqrt(double(c.d_head)));
   const int rot = c.rotary_dim > 0 ? c.rotary_dim : c.d_head;
-  const int half = rot / 2;
+  // Without rotary no pair turns: rotate() then only scales, every dimension as the rest of a
+  // partial rotary's.
+  const int half = c.rotary ? rot / 2 : 0;
   inv_freq_.resize(std::size_t(half));
   for (int i = 0; i < half; ++i)
     inv_freq_[std::size_t(i)] = static_cast<float>(

@@ -110,7 +110,8 @@ ModelConfig ModelConfig::from_file(const std::string& path) {
 }
 
 ModelConfig ModelConfig::from_json(const std::string& text, const std::string& source) {
-  const json::Value root = json::parse(text, "ModelConfig] " + source + ": [config");
+  const json::Value root = json::parse(text, "ModelConfig] " + source + ": [config",
+                                          json::ParseOptions{true});
   if (!root.is_object()) config_fail(source, "the config is {}, not an object", root.kind_name());
   Fields f(root, source);
   ModelConfig c;

@@ -22,6 +22,8 @@ const Family* const* families_list() {
       &models::rwkv7_family(),
       &models::gdn_family(),
       &models::lfm2_family(),
+      &models::mamba2_family(),
+      &models::granite_family(),
       nullptr,
   };
   return list;

@@ -34,6 +34,7 @@ struct CausalAttentionConfig {
   /// (i, i + rotary_dim / 2), the rest pass unturned (Qwen3.5's partial rotary).
   int rotary_dim = 0;
   float scale = 0.0f;           ///< multiplies q . k; 0 picks d_head^-1/2
+  bool rotary = true;           ///< false: no positions at all (Granite 4.0-H's "nope")
 };
 
 class CausalAttention;

@@ -50,7 +50,8 @@ enum class MixerKind {
   kLinearAttention,  ///< S and Z through a feature map (every layer of the first two layouts)
   kShortConv,        ///< a gated depthwise causal convolution (Based's BaseConv, LFM2's conv blocks)
   kWindowAttention,  ///< softmax attention over the last tokens, with rotary embeddings
-  kGated,            ///< a decayed recurrence (GLA, RetNet, HGRN2), with its short convolutions
+  kGated,            ///< a decayed recurrence (GLA, RetNet, HGRN2, Mamba-2's SSD), with its short
+                     ///< convolutions
   kAttention,        ///< fla's hybrid `attn` layers: causal softmax attention, full (a KV cache
                      ///< that grows with the sequence) or windowed (constant)
   kDeltaRule,        ///< a delta-rule recurrence: RWKV-7's time mix with its token shifts,
