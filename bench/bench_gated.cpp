@@ -13,7 +13,7 @@
 
 #include "bench_common.h"
 #include "kernels/gated_kernels.h"
-#include "recur/gated_attention.h"
+#include "recur/gla_recurrence.h"
 #include "recur/isa.h"
 
 namespace {
@@ -29,8 +29,8 @@ constexpr Shape kShapes[] = {
     {"retnet-1.3B", 8, 256, 512, true},
 };
 
-recur::GatedAttention layer_of(const Shape& s) {
-  recur::GatedAttentionConfig c;
+recur::GlaRecurrence layer_of(const Shape& s) {
+  recur::GlaRecurrenceConfig c;
   c.n_heads = s.n_heads;
   c.d_key = s.d_key;
   c.d_value = s.d_value;
@@ -38,7 +38,7 @@ recur::GatedAttention layer_of(const Shape& s) {
     c.decay = recur::DecayKind::kPerHead;
     c.head_decay = recur::gates::retnet_decays(s.n_heads);
   }
-  return recur::GatedAttention(c);
+  return recur::GlaRecurrence(c);
 }
 
 struct Data {

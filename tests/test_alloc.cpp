@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <new>
 
-#include "recur/gated_attention.h"
+#include "recur/gla_recurrence.h"
 #include "recur/linear_attention.h"
 #include "recur/model.h"
 
@@ -78,15 +78,15 @@ TEST_CASE("LinearAttention::step allocates nothing after the state exists", "[al
   }
 }
 
-TEST_CASE("GatedAttention::step allocates nothing after the state exists", "[alloc]") {
+TEST_CASE("GlaRecurrence::step allocates nothing after the state exists", "[alloc]") {
   for (const auto decay : {DecayKind::kPerChannel, DecayKind::kPerHead}) {
-    GatedAttentionConfig c;
+    GlaRecurrenceConfig c;
     c.n_heads = 4;
     c.d_key = 32;
     c.d_value = 48;
     c.decay = decay;
     if (decay == DecayKind::kPerHead) c.head_decay = gates::retnet_decays(4);
-    const GatedAttention layer(c);
+    const GlaRecurrence layer(c);
     auto state = layer.make_state();
     Eigen::VectorXf q = Eigen::VectorXf::Random(128), k = Eigen::VectorXf::Random(128);
     Eigen::VectorXf v = Eigen::VectorXf::Random(192), o(192);

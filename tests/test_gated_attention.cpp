@@ -16,16 +16,16 @@
 #include <vector>
 
 #include "recur/error.h"
-#include "recur/gated_attention.h"
+#include "recur/gla_recurrence.h"
 #include "recur/isa.h"
 #include "support/each_isa.h"
 
 namespace {
 
 using recur::DecayKind;
-using recur::GatedAttention;
-using recur::GatedAttentionConfig;
-using recur::GatedState;
+using recur::GlaRecurrence;
+using recur::GlaRecurrenceConfig;
+using recur::GlaState;
 using recur::RowMatrix;
 
 constexpr double kReferenceTolerance = 2e-6;  // max |o - o64| / max |o64|, 300 tokens
@@ -37,7 +37,7 @@ struct Inputs {
 
 // Q, K standard normal, V uniform in [0, 2] (a non-zero mean, so that S does not average out),
 // A: decays spread over [0.5, 1] with some exactly 1 and some exactly 0 (empty for kPerHead).
-Inputs random_inputs(const GatedAttentionConfig& c, Eigen::Index T, std::uint32_t seed) {
+Inputs random_inputs(const GlaRecurrenceConfig& c, Eigen::Index T, std::uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
@@ -66,7 +66,7 @@ Eigen::VectorXf row(const RowMatrix& M, Eigen::Index t) {
 
 // The recurrence in float64 from the same float inputs: S = diag(alpha) S + k v^T,
 // o = S^T (scale q).
-recur::RowMatrixD reference(const GatedAttention& layer, const Inputs& x) {
+recur::RowMatrixD reference(const GlaRecurrence& layer, const Inputs& x) {
   const auto& c = layer.config();
   const int H = c.n_heads, dk = c.d_key, dv = c.d_value;
   const Eigen::Index T = x.Q.rows();
@@ -93,7 +93,7 @@ recur::RowMatrixD reference(const GatedAttention& layer, const Inputs& x) {
 
 // The canonical order in plain scalar float32 (gated_kernels.h), and, with `other_order`, the
 // textbook one that rounds alpha * S first: S = fma(k, v, alpha * S).
-RowMatrix scalar_order(const GatedAttention& layer, const Inputs& x, bool other_order) {
+RowMatrix scalar_order(const GlaRecurrence& layer, const Inputs& x, bool other_order) {
   const auto& c = layer.config();
   const int H = c.n_heads, dk = c.d_key, dv = c.d_value;
   const Eigen::Index T = x.Q.rows();
@@ -132,7 +132,7 @@ bool same_bytes(const RowMatrix& a, const RowMatrix& b) {
 }
 
 // Steps every token of x; returns the outputs.
-RowMatrix step_all(const GatedAttention& layer, GatedState& s, const Inputs& x,
+RowMatrix step_all(const GlaRecurrence& layer, GlaState& s, const Inputs& x,
                    Eigen::Index t0 = 0, Eigen::Index t1 = -1) {
   if (t1 < 0) t1 = x.Q.rows();
   RowMatrix O(t1 - t0, Eigen::Index(layer.config().n_heads) * layer.config().d_value);
@@ -151,21 +151,21 @@ recur::ConstMatrixRef rows_of(const RowMatrix& M, Eigen::Index t0, Eigen::Index 
 
 // The layers every suite runs: per channel with padding on both sides, RetNet-like per head,
 // and a width with several register tiles of columns.
-std::vector<GatedAttentionConfig> configs() {
-  std::vector<GatedAttentionConfig> out;
-  GatedAttentionConfig a;  // per channel, d_key 12 and d_value 20: padded to 16 and 32
+std::vector<GlaRecurrenceConfig> configs() {
+  std::vector<GlaRecurrenceConfig> out;
+  GlaRecurrenceConfig a;  // per channel, d_key 12 and d_value 20: padded to 16 and 32
   a.n_heads = 3;
   a.d_key = 12;
   a.d_value = 20;
   out.push_back(a);
-  GatedAttentionConfig b;  // RetNet's decays, 4 heads
+  GlaRecurrenceConfig b;  // RetNet's decays, 4 heads
   b.n_heads = 4;
   b.d_key = 16;
   b.d_value = 32;
   b.decay = DecayKind::kPerHead;
   b.head_decay = recur::gates::retnet_decays(4);
   out.push_back(b);
-  GatedAttentionConfig c;  // wider than a register tile, an explicit scale
+  GlaRecurrenceConfig c;  // wider than a register tile, an explicit scale
   c.n_heads = 2;
   c.d_key = 32;
   c.d_value = 80;
@@ -174,7 +174,7 @@ std::vector<GatedAttentionConfig> configs() {
   return out;
 }
 
-std::string describe(const GatedAttentionConfig& c) {
+std::string describe(const GlaRecurrenceConfig& c) {
   return "n_heads " + std::to_string(c.n_heads) + ", d_key " + std::to_string(c.d_key) +
          ", d_value " + std::to_string(c.d_value) +
          (c.decay == DecayKind::kPerHead ? ", per head" : ", per channel");
@@ -185,7 +185,7 @@ std::string describe(const GatedAttentionConfig& c) {
 TEST_CASE("the gated layer follows the float64 recurrence", "[gated]") {
   for (const auto& c : configs()) {
     INFO(describe(c));
-    const GatedAttention layer(c);
+    const GlaRecurrence layer(c);
     const auto x = random_inputs(c, 300, 1);
     const auto ref = reference(layer, x);
     auto s = layer.make_state();
@@ -201,7 +201,7 @@ TEST_CASE("the layer computes the canonical order, and another order gives other
           "[gated][exactness]") {
   for (const auto& c : configs()) {
     INFO(describe(c));
-    const GatedAttention layer(c);
+    const GlaRecurrence layer(c);
     const auto x = random_inputs(c, 300, 2);
     auto s = layer.make_state();
     const RowMatrix O = layer.prefill(s, x.Q, x.K, x.V, x.A);
@@ -218,7 +218,7 @@ TEST_CASE("prefill in any chunking and thread count gives the bytes of stepping"
   for (const auto& c : configs()) {
     for (const Eigen::Index T : {Eigen::Index(0), Eigen::Index(1), Eigen::Index(7), Eigen::Index(300)}) {
       INFO(describe(c) << ", T " << T);
-      const GatedAttention layer(c);
+      const GlaRecurrence layer(c);
       const auto x = random_inputs(c, T + 20, 3);
       auto stepped = layer.make_state();
       const RowMatrix want = step_all(layer, stepped, x, 0, T);
@@ -254,12 +254,12 @@ TEST_CASE("prefill in any chunking and thread count gives the bytes of stepping"
 }
 
 TEST_CASE("a per-head decay is a per-channel decay of equal rows, to the byte", "[gated][exactness]") {
-  GatedAttentionConfig c = configs()[1];
-  const GatedAttention per_head(c);
+  GlaRecurrenceConfig c = configs()[1];
+  const GlaRecurrence per_head(c);
   c.decay = DecayKind::kPerChannel;
   const auto gammas = c.head_decay;
   c.head_decay.clear();
-  const GatedAttention per_channel(c);
+  const GlaRecurrence per_channel(c);
   auto x = random_inputs(c, 100, 4);
   const RowMatrix Q = x.Q, K = x.K, V = x.V;
   RowMatrix A(100, c.n_heads * c.d_key);
@@ -273,7 +273,7 @@ TEST_CASE("a per-head decay is a per-channel decay of equal rows, to the byte", 
 TEST_CASE("a saved state continues to the byte; clones are independent", "[gated][state]") {
   for (const auto& c : configs()) {
     INFO(describe(c));
-    const GatedAttention layer(c);
+    const GlaRecurrence layer(c);
     const auto x = random_inputs(c, 120, 5);
     auto s = layer.make_state();
     step_all(layer, s, x, 0, 60);
@@ -297,7 +297,7 @@ TEST_CASE("a saved state continues to the byte; clones are independent", "[gated
 
 TEST_CASE("a bad saved state is refused and the state kept", "[gated][state]") {
   const auto c = configs()[0];
-  const GatedAttention layer(c);
+  const GlaRecurrence layer(c);
   const auto x = random_inputs(c, 10, 6);
   auto s = layer.make_state();
   step_all(layer, s, x);
@@ -326,12 +326,12 @@ TEST_CASE("a bad saved state is refused and the state kept", "[gated][state]") {
   negative.insert(negative.end(), minus_bytes, minus_bytes + 8);
   refused(negative, "a negative count");
   CHECK_THROWS_WITH(target.load_raw_bytes(other_format.data(), other_format.size()),
-                    Catch::Contains("GatedState::load_raw_bytes") && Catch::Contains("format 2"));
+                    Catch::Contains("GlaState::load_raw_bytes") && Catch::Contains("format 2"));
 }
 
 TEST_CASE("bad input is refused, naming the call, and the state kept", "[gated][errors]") {
   const auto c = configs()[0];  // per channel
-  const GatedAttention layer(c);
+  const GlaRecurrence layer(c);
   const auto x = random_inputs(c, 10, 7);
   auto s = layer.make_state();
   step_all(layer, s, x, 0, 4);
@@ -343,7 +343,7 @@ TEST_CASE("bad input is refused, naming the call, and the state kept", "[gated][
   Eigen::VectorXf short_q = q.head(dk - 1);
   CHECK_THROWS_AS(layer.step(s, short_q, k, v, a, o), recur::ShapeError);
   CHECK_THROWS_WITH(layer.step(s, short_q, k, v, a, o),
-                    Catch::Contains("[GatedAttention::step] q has 35 elements") &&
+                    Catch::Contains("[GlaRecurrence::step] q has 35 elements") &&
                         Catch::Contains("3 * 12 = 36"));
   unchanged();
   CHECK_THROWS_AS(layer.step(s, q, k, v, Eigen::VectorXf(), o), recur::ShapeError);
@@ -362,7 +362,7 @@ TEST_CASE("bad input is refused, naming the call, and the state kept", "[gated][
   Eigen::VectorXf big_a = a;
   big_a(2) = 1.5f;
   CHECK_THROWS_WITH(layer.step(s, q, k, v, big_a, o),
-                    Catch::Contains("[GatedAttention::step] alpha holds 1.5 at element 2 of 36"));
+                    Catch::Contains("[GlaRecurrence::step] alpha holds 1.5 at element 2 of 36"));
 
   // prefill: shapes, non-finite, decays out of range, options; nothing changes.
   RowMatrix O(10, dv);
@@ -372,7 +372,7 @@ TEST_CASE("bad input is refused, naming the call, and the state kept", "[gated][
   bad_A(8, 3) = 2.0f;
   CHECK_THROWS_AS(layer.prefill(s, x.Q, x.K, x.V, bad_A, O), recur::ArgumentError);
   CHECK_THROWS_WITH(layer.prefill(s, x.Q, x.K, x.V, bad_A, O),
-                    Catch::Contains("[GatedAttention::prefill] A holds 2 at row 8, column 3"));
+                    Catch::Contains("[GlaRecurrence::prefill] A holds 2 at row 8, column 3"));
   bad_A(8, 3) = std::nanf("");
   CHECK_THROWS_AS(layer.prefill(s, x.Q, x.K, x.V, bad_A, O), recur::NumericError);
   RowMatrix bad_Q = x.Q;
@@ -384,7 +384,7 @@ TEST_CASE("bad input is refused, naming the call, and the state kept", "[gated][
   CHECK(s.n_tokens() == 4);
 
   // A per-head layer takes no per-channel decays.
-  const GatedAttention retnet(configs()[1]);
+  const GlaRecurrence retnet(configs()[1]);
   auto rs = retnet.make_state();
   const auto rx = random_inputs(configs()[1], 3, 8);
   Eigen::VectorXf ro(retnet.config().n_heads * retnet.config().d_value);
@@ -397,21 +397,21 @@ TEST_CASE("bad input is refused, naming the call, and the state kept", "[gated][
   CHECK_THROWS_AS(layer.step(rs, q, k, v, a, o), recur::ArgumentError);
 
   // Configs.
-  GatedAttentionConfig bad = configs()[1];
+  GlaRecurrenceConfig bad = configs()[1];
   bad.head_decay.pop_back();
-  CHECK_THROWS_AS(GatedAttention(bad), recur::ShapeError);
+  CHECK_THROWS_AS(GlaRecurrence(bad), recur::ShapeError);
   bad = configs()[1];
   bad.head_decay[1] = 1.25f;
-  CHECK_THROWS_AS(GatedAttention(bad), recur::ArgumentError);
+  CHECK_THROWS_AS(GlaRecurrence(bad), recur::ArgumentError);
   bad = configs()[0];
   bad.head_decay = {0.5f};
-  CHECK_THROWS_AS(GatedAttention(bad), recur::ShapeError);
+  CHECK_THROWS_AS(GlaRecurrence(bad), recur::ShapeError);
   bad = configs()[0];
   bad.scale = -1.0f;
-  CHECK_THROWS_AS(GatedAttention(bad), recur::ArgumentError);
+  CHECK_THROWS_AS(GlaRecurrence(bad), recur::ArgumentError);
   bad = configs()[0];
   bad.d_key = 0;
-  CHECK_THROWS_AS(GatedAttention(bad), recur::ArgumentError);
+  CHECK_THROWS_AS(GlaRecurrence(bad), recur::ArgumentError);
 }
 
 namespace {
@@ -432,7 +432,7 @@ void append(std::string& out, const T* data, std::size_t n) {
 TEST_CASE("every instruction set gives the scalar target's bytes", "[gated][isa]") {
   for (const auto& c : configs()) {
     INFO(describe(c));
-    const GatedAttention layer(c);
+    const GlaRecurrence layer(c);
     const auto x = random_inputs(c, 150, 9);
     same_under_each_isa([&] {
       auto s = layer.make_state();
@@ -553,18 +553,18 @@ TEST_CASE("a million tokens stay within the stated error of float64", "[gated][f
       {"no decay (alpha = 1)", -1, 1.0f, 0.0f},
   };
   const int H = int(std::size(cases));
-  GatedAttentionConfig c;
+  GlaRecurrenceConfig c;
   c.n_heads = H;
   c.d_key = dk;
   c.d_value = dv;
-  const GatedAttention layer(c);
-  GatedAttentionConfig r;
+  const GlaRecurrence layer(c);
+  GlaRecurrenceConfig r;
   r.n_heads = 8;  // retnet-1.3B's: gamma from 1 - 2^-5 to 1 - 2^-12
   r.d_key = dk;
   r.d_value = dv;
   r.decay = DecayKind::kPerHead;
   r.head_decay = recur::gates::retnet_decays(8);
-  const GatedAttention retnet(r);
+  const GlaRecurrence retnet(r);
   auto s = layer.make_state();
   auto rs = retnet.make_state();
   std::vector<Eigen::MatrixXd> S(std::size_t(H + 8), Eigen::MatrixXd::Zero(dk, dv));

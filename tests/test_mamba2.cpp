@@ -20,7 +20,7 @@
 #include "model/model_impl.h"
 #include "model/random_weights.h"
 #include "recur/error.h"
-#include "recur/gated_attention.h"
+#include "recur/gla_recurrence.h"
 #include "recur/model.h"
 #include "support/each_isa.h"
 #include "util/json.h"
@@ -352,13 +352,13 @@ TEST_CASE("a Mamba-2 configuration written out reads back as itself", "[mamba2][
 // worst max |y - y64| / max |y64| per window, printed at powers of 4 (docs/mamba2.md).
 TEST_CASE("a million tokens of the SSD walk stay within 1e-6 of float64", "[.][mamba2][fidelity]") {
   constexpr int N = 128, P = 64, kBlock = 4096, kBlocks = (1 << 20) / kBlock;
-  recur::GatedAttentionConfig gc;
+  recur::GlaRecurrenceConfig gc;
   gc.n_heads = 1;
   gc.d_key = N;
   gc.d_value = P;
   gc.scale = 1.0f;
-  const recur::GatedAttention scan(gc);
-  recur::GatedState st = scan.make_state();
+  const recur::GlaRecurrence scan(gc);
+  recur::GlaState st = scan.make_state();
   std::vector<double> S64(std::size_t(N) * P, 0.0);
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;

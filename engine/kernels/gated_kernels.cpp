@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "kernels/dispatch.h"
-#include "recur/gated_attention.h"
+#include "recur/gla_recurrence.h"
 #include "util/check.h"
 
 namespace recur::kernels {

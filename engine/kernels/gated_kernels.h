@@ -1,4 +1,4 @@
-// Ordered inner loops of the decayed (gated) recurrence, shared by GatedAttention's step() and
+// Ordered inner loops of the decayed (gated) recurrence, shared by GlaRecurrence's step() and
 // prefill(), and the elementwise gates of the models that use it.
 //
 // The canonical order (docs/gated-layers.md), which every path below follows:

@@ -18,7 +18,7 @@
 
 namespace recur::model {
 
-/// A mixer's own state type (ShortConvState, GatedState: copied only by clone()) as a part of a
+/// A mixer's own state type (ShortConvState, GlaState: copied only by clone()) as a part of a
 /// declared state: copying it clones it.
 template <class S>
 struct Copyable : S {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "kernels/quant.h"
-#include "model/layers.h"
+#include "layers/dense.h"
 #include "model/family.h"
 #include "model/model_impl.h"
 #include "recur/error.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "model/layers.h"
+#include "layers/dense.h"
 #include "model/network.h"
 #include "recur/model.h"
 

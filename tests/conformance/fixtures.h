@@ -16,8 +16,8 @@ struct Refusal {
 };
 
 struct Fixture {
-  std::string name;    // "gla: short convolutions, grouped kv heads, clamp_min"
-  std::string config;  // config.json's text
+  std::string name;              // "gla: short convolutions, grouped kv heads, clamp_min"
+  std::string config;            // config.json's text
   std::vector<Refusal> refused;  // at least one: a family's own field it must check
 };
 

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <memory>
 
+#include "layers/mlp.h"
+#include "layers/sequence.h"
 #include "model/loader.h"
 #include "models/registry.h"
 #include "recur/linear_attention.h"
@@ -140,15 +142,8 @@ class Network final : public model::Network {
     switch (L.mixer) {
       case MixerKind::kShortConv: {
         const int di = d_inner();
-        float* out = w.o.data() + std::size_t(first) * std::size_t(di);
-        ShortConvState& s = model::state_of<ShortConvState>(state);
-        if (count == 1) {
-          Vec o(out, di);
-          L.conv->step(s, CVec(at(w.u1, di), di), o);
-        } else {
-          Map O(out, count, di);
-          L.conv->prefill(s, CMap(at(w.u1, di), count, di), O);
-        }
+        model::convolve(*L.conv, model::state_of<ShortConvState>(state), at(w.u1, di),
+                        w.o.data() + std::size_t(first) * std::size_t(di), count);
         return;
       }
       case MixerKind::kLinearAttention: {

@@ -131,7 +131,7 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
       }
     }
     if (layer.mixer == MixerKind::kGated) {
-      GatedAttentionConfig gc;
+      GlaRecurrenceConfig gc;
       gc.n_heads = c.num_heads;
       gc.d_key = fc.head_k_dim;
       gc.d_value = fc.head_v_dim;
@@ -140,7 +140,7 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
         gc.decay = DecayKind::kPerHead;
         gc.head_decay = gates::retnet_decays(c.num_heads);
       }
-      layer.gated = std::make_unique<GatedAttention>(gc);
+      layer.gated = std::make_unique<GlaRecurrence>(gc);
     }
     layer.mlp_norm = norm(p + "mlp_norm", d, true, "hidden_size");
     layer.gate = model::dense(ld, p + "mlp.gate_proj", I, d, false, "intermediate_size, hidden_size");

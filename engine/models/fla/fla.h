@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "model/family.h"
-#include "model/hybrid_attention.h"
+#include "layers/attention.h"
 
 namespace recur::models::fla {
 

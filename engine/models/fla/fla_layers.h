@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "model/layers.h"
+#include "layers/dense.h"
 #include "model/network.h"
 #include "models/fla/fla.h"
 #include "recur/causal_attention.h"
-#include "recur/gated_attention.h"
+#include "recur/gla_recurrence.h"
 #include "recur/model.h"
 #include "recur/short_conv.h"
 
@@ -27,7 +27,7 @@ struct Layer {
   // (per head; HGRN2's over the whole width).
   Dense q, k, v, o, g_proj, gk0, gk1;
   std::unique_ptr<ShortConvolution> conv_q, conv_k, conv_v;
-  std::unique_ptr<GatedAttention> gated;
+  std::unique_ptr<GlaRecurrence> gated;
   Norm head_norm;
   std::vector<float> lower_bound;    // HGRN2: (hidden), the forget gate's floor; empty for none
   std::vector<float> rope_inv_freq;  // RetNet: (head_k_dim / 2), rotary on q and k

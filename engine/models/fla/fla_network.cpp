@@ -10,6 +10,9 @@
 
 #include "attention/rotary.h"
 #include "kernels/dispatch.h"
+#include "layers/mlp.h"
+#include "layers/output_gate.h"
+#include "layers/sequence.h"
 #include "model/declared_state.h"
 #include "models/fla/fla_layers.h"
 #include "recur/error.h"
@@ -81,9 +84,9 @@ struct GatedLayerState final : model::DeclaredState<GatedLayerState> {
   static constexpr std::uint32_t kFormat = 0;  // no frame: the recurrence's record carries one
   static constexpr const char* kCall = "LayerState";
   static constexpr const char* kWhat = "this layer's state";
-  GatedLayerState(GatedState sums, std::vector<ShortConvState> conv_states)
+  GatedLayerState(GlaState sums, std::vector<ShortConvState> conv_states)
       : gated(std::move(sums)), convs(model::copyable(std::move(conv_states))) {}
-  model::Copyable<GatedState> gated;
+  model::Copyable<GlaState> gated;
   std::vector<model::Copyable<ShortConvState>> convs;
 
   template <class Self, class F>
@@ -119,19 +122,9 @@ void run_mixer(const ModelConfig& c, const Layer& layer, model::LayerState& stat
   using CMap = Eigen::Map<const RowMatrix>;
   using Map = Eigen::Map<RowMatrix>;
   const MixerIo io = mixer_io(c, layer);
-  if (layer.mixer == MixerKind::kAttention) {
-    if (n == 1) {
-      Eigen::Map<Eigen::VectorXf> o(rows.out, io.out);
-      layer.causal->step(model::state_of<CausalState>(state), Eigen::Map<const Eigen::VectorXf>(rows.a, io.a),
-                         Eigen::Map<const Eigen::VectorXf>(rows.b, io.b),
-                         Eigen::Map<const Eigen::VectorXf>(rows.c, io.c), o);
-    } else {
-      Map O(rows.out, n, io.out);
-      layer.causal->prefill(model::state_of<CausalState>(state), CMap(rows.a, n, io.a), CMap(rows.b, n, io.b),
-                            CMap(rows.c, n, io.c), O, PrefillOptions{n, threads});
-    }
-    return;
-  }
+  if (layer.mixer == MixerKind::kAttention)
+    return model::attend(*layer.causal, model::state_of<CausalState>(state), rows.a, rows.b, rows.c,
+                         rows.out, n, threads);
   const auto rn = std::size_t(n);
   float* scratch = rows.scratch;
   const auto take = [&](int width) {
@@ -153,13 +146,7 @@ void run_mixer(const ModelConfig& c, const Layer& layer, model::LayerState& stat
     float* outp[3];
     for (int j = 0; j < 3; ++j) {
       outp[j] = take(width[j]);
-      if (n == 1) {
-        Eigen::Map<Eigen::VectorXf> y(outp[j], width[j]);
-        convs[j]->step(gs.convs[std::size_t(j)], Eigen::Map<const Eigen::VectorXf>(in[j], width[j]), y);
-      } else {
-        Map Y(outp[j], n, width[j]);
-        convs[j]->prefill(gs.convs[std::size_t(j)], CMap(in[j], n, width[j]), Y);
-      }
+      model::convolve(*convs[j], gs.convs[std::size_t(j)], in[j], outp[j], n);
       if (fc.kind == FlaConfig::Kind::kGla) gates::silu(outp[j], outp[j], std::int64_t(n) * width[j]);
     }
     q = outp[0];
@@ -307,11 +294,10 @@ class Network final : public model::Network {
         if (fc.kind == FlaConfig::Kind::kHgrn2) {
           L.head_norm.apply(w.o.data(), n, d, w.o.data(), d, 1);
         } else {
-          L.head_norm.apply(w.o.data(), n, fc.value_dim, w.o.data(), fc.value_dim, c.num_heads);
-          if (fc.use_output_gate) {  // norm(o) * swish(g): the swish-gated unit with g as its gate
+          if (fc.use_output_gate)
             L.g_proj.apply(w.h.data(), n, d, w.gate.data(), fc.value_dim, threads);
-            model::swiglu(w.gate.data(), w.o.data(), w.o.data(), rows * fc.value_dim);
-          }
+          model::norm_then_gate(L.head_norm, w.o.data(), fc.use_output_gate ? w.gate.data() : nullptr,
+                                n, fc.value_dim, c.num_heads);
         }
       }
       L.o.apply(w.o.data(), n, io.out, w.a.data(), d, threads);

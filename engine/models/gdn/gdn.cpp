@@ -112,12 +112,12 @@ class Reader {
   }
 
   // fla's softmax attention layer (fla/layers/attn.py), loaded as the GLA family loads it
-  // (model/hybrid_attention.h): head_dim = hidden / num_heads, rotary over all of it, the window
-  // as flash-attn's (window_size - 1, 0); here a GatedAttentionLayer without the gate.
-  GatedAttentionLayer fla_attention(const std::string& a, const model::HybridAttentionSpec& s) {
+  // (layers/attention.h): head_dim = hidden / num_heads, rotary over all of it, the window
+  // as flash-attn's (window_size - 1, 0); here an AttentionLayer without the output gate.
+  AttentionLayer fla_attention(const std::string& a, const model::HybridAttentionSpec& s) {
     model::HybridAttentionLayer h = model::load_hybrid_attention(L_, a, d_, s);
-    GatedAttentionLayer A;
-    A.gated = false;
+    AttentionLayer A;
+    A.output_gate = false;
     A.H = s.num_heads;
     A.Hkv = s.num_kv_heads;
     A.d = d_ / s.num_heads;
@@ -129,8 +129,8 @@ class Reader {
     return A;
   }
 
-  GatedAttentionLayer attention(const std::string& a) {
-    GatedAttentionLayer A;
+  AttentionLayer attention(const std::string& a) {
+    AttentionLayer A;
     A.H = g_.n_heads;
     A.Hkv = g_.n_kv_heads;
     A.d = g_.head_dim;

@@ -12,10 +12,13 @@
 
 #include "kernels/delta_kernels.h"
 #include "kernels/dispatch.h"
+#include "layers/mlp.h"
+#include "layers/output_gate.h"
+#include "layers/sequence.h"
 #include "model/declared_state.h"
 #include "models/gdn/gdn_network.h"
 #include "recur/error.h"
-#include "recur/gated_attention.h"
+#include "recur/gla_recurrence.h"
 #include "util/parallel.h"
 
 namespace recur::models::gdn {
@@ -147,11 +150,8 @@ class Network final : public model::Network {
       if (L.attention) {
         attention_inputs(L.attn, w, n, threads);
         attend(li, kStageMixer, threads);
-        const GatedAttentionLayer& A = L.attn;
-        const std::int64_t total = rows * A.H * A.d;
-        if (A.gated)
-          for (std::int64_t i = 0; i < total; ++i)
-            w.o[std::size_t(i)] *= sigmoid(w.gate[std::size_t(i)]);
+        const AttentionLayer& A = L.attn;
+        if (A.output_gate) model::sigmoid_gate(w.o.data(), w.gate.data(), rows * A.H * A.d);
         A.o.apply(w.o.data(), n, A.H * A.d, w.a.data(), d, threads);
       } else {
         const GdnMixer& m = L.gdn;
@@ -166,9 +166,8 @@ class Network final : public model::Network {
         if (m.decay) calls[c++] = {&m.a, w.h.data(), n, d, w.ba.data() + m.Hv, 2 * m.Hv};
         model::apply_all(calls, c, threads);
         attend(li, kStageMixer, threads);
-        // The output norm per value head, gated by silu(z): norm(y) * z * sigmoid(z).
-        m.out_norm.apply(w.y.data(), n, V, w.y.data(), V, m.Hv);
-        if (m.gate) model::swiglu(w.z.data(), w.y.data(), w.y.data(), rows * V);
+        // The output norm per value head, gated by silu(z).
+        model::norm_then_gate(m.out_norm, w.y.data(), m.gate ? w.z.data() : nullptr, n, V, m.Hv);
         m.out.apply(w.y.data(), n, V, w.a.data(), d, threads);
       }
       model::add_inplace(w.x.data(), w.a.data(), rows * d);
@@ -210,14 +209,15 @@ class Network final : public model::Network {
 
  private:
   // q and its gate split from q_proj's rows, q and k normalised per head, v.
-  void attention_inputs(const GatedAttentionLayer& A, Rows& w, int n, int threads) const {
+  void attention_inputs(const AttentionLayer& A, Rows& w, int n, int threads) const {
     const int d = s_.hidden, hd = A.H * A.d, kv = A.Hkv * A.d;
     // q (with its gate), k and v in one job.
-    model::apply_all({{&A.q, w.h.data(), n, d, A.gated ? w.qg.data() : w.q.data(), A.gated ? 2 * hd : hd},
+    float* q = A.output_gate ? w.qg.data() : w.q.data();
+    model::apply_all({{&A.q, w.h.data(), n, d, q, A.output_gate ? 2 * hd : hd},
                       {&A.k, w.h.data(), n, d, w.k.data(), kv},
                       {&A.v, w.h.data(), n, d, w.v.data(), kv}},
                      threads);
-    if (!A.gated) return;
+    if (!A.output_gate) return;
     const auto step = std::size_t(A.d);
     for (int t = 0; t < n; ++t)
       for (int h = 0; h < A.H; ++h) {
@@ -230,24 +230,12 @@ class Network final : public model::Network {
     A.k_norm.apply(w.k.data(), n, kv, w.k.data(), kv, A.Hkv);
   }
 
-  void attention(const GatedAttentionLayer& A, CausalState& st, Rows& w, int first, int count,
+  void attention(const AttentionLayer& A, CausalState& st, Rows& w, int first, int count,
                  int threads) const {
-    using CMap = Eigen::Map<const RowMatrix>;
-    const int hd = A.H * A.d, kv = A.Hkv * A.d;
-    const float* q = w.q.data() + std::size_t(first) * std::size_t(hd);
-    const float* k = w.k.data() + std::size_t(first) * std::size_t(kv);
-    const float* v = w.v.data() + std::size_t(first) * std::size_t(kv);
-    float* o = w.o.data() + std::size_t(first) * std::size_t(hd);
-    if (count == 1) {
-      Eigen::Map<Eigen::VectorXf> out(o, hd);
-      A.attention->step(st, Eigen::Map<const Eigen::VectorXf>(q, hd),
-                        Eigen::Map<const Eigen::VectorXf>(k, kv),
-                        Eigen::Map<const Eigen::VectorXf>(v, kv), out);
-    } else {
-      Eigen::Map<RowMatrix> O(o, count, hd);
-      A.attention->prefill(st, CMap(q, count, hd), CMap(k, count, kv), CMap(v, count, kv), O,
-                           PrefillOptions{count, threads});
-    }
+    const auto r = std::size_t(first);
+    const auto hd = std::size_t(A.H * A.d), kv = std::size_t(A.Hkv * A.d);
+    model::attend(*A.attention, st, w.q.data() + r * hd, w.k.data() + r * kv,
+                  w.v.data() + r * kv, w.o.data() + r * hd, count, threads);
   }
 
   // The Gated DeltaNet over one sequence's rows: the convolutions (or SiLU alone), the per-row
@@ -263,8 +251,6 @@ class Network final : public model::Network {
   // conv rows = SiLU(the convolutions of the qkv rows), each convolution over its columns with
   // its own past (or, without convolutions, SiLU alone where the layer applies it).
   void convolve(const GdnMixer& m, GdnState& st, Rows& w, int first, int count) const {
-    using CMap = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
-    using Map = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
     const int W = m.conv_width(), K = m.Hk * m.d_k, V = m.Hv * m.d_v;
     const float* in = w.qkv.data() + std::size_t(first) * std::size_t(W);
     float* conv = w.conv.data() + std::size_t(first) * std::size_t(W);
@@ -278,15 +264,8 @@ class Network final : public model::Network {
       return;
     }
     for (std::size_t j = 0; j < m.convs.size(); ++j) {
-      const ShortConvolution& c = *m.convs[j];
-      const int col = m.conv_col[j], ch = c.channels();
-      if (count == 1) {
-        Eigen::Map<Eigen::VectorXf> y(conv + col, ch);
-        c.step(st.convs[j], Eigen::Map<const Eigen::VectorXf>(in + col, ch), y);
-      } else {
-        Map Y(conv + col, count, ch, Eigen::OuterStride<>(W));
-        c.prefill(st.convs[j], CMap(in + col, count, ch, Eigen::OuterStride<>(W)), Y);
-      }
+      const int col = m.conv_col[j], ch = m.convs[j]->channels();
+      model::convolve(*m.convs[j], st.convs[j], in + col, conv + col, count, W);
       if (m.conv_silu[j])
         for (int t = 0; t < count; ++t) {
           float* x = conv + std::size_t(t) * std::size_t(W) + std::size_t(col);

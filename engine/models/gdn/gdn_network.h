@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "model/layers.h"
+#include "layers/dense.h"
 #include "model/network.h"
 #include "recur/causal_attention.h"
 #include "recur/short_conv.h"
@@ -43,13 +43,14 @@ struct GdnMixer {
   int conv_width() const { return 2 * Hk * d_k + Hv * d_v; }
 };
 
-/// Qwen3.5's gated full attention: q_proj gives a query and a gate per head, q and k are
-/// normalised per head (zero-centred weights, stored as 1 + w), partial rotary, grouped kv heads,
-/// the output times sigmoid(gate). Without `gated`: fla's softmax attention layer (q_proj gives
-/// the query alone, no norms, rotary on the whole head, perhaps a window).
-struct GatedAttentionLayer {
+/// A softmax attention layer. Qwen3.5's full attention: q_proj gives a query and an output gate
+/// per head, q and k are normalised per head (zero-centred weights, stored as 1 + w), partial
+/// rotary, grouped kv heads, the output times sigmoid(gate). Without `output_gate`: fla's softmax
+/// attention layer (q_proj gives the query alone, no norms, rotary on the whole head, perhaps a
+/// window).
+struct AttentionLayer {
   int H = 0, Hkv = 0, d = 0;
-  bool gated = true;
+  bool output_gate = true;          // o times sigmoid(gate) (layers/output_gate.h)
   model::Dense q, k, v, o;          // q: (2 H d, hidden), rows per head: d of query, d of gate
                                     // (without the gate: (H d, hidden))
   model::Norm q_norm, k_norm;       // over d, weights 1 + w
@@ -60,7 +61,7 @@ struct Layer {
   bool attention = false;
   model::Norm mixer_norm, mlp_norm;  // over hidden (Qwen: weights 1 + w)
   GdnMixer gdn;
-  GatedAttentionLayer attn;
+  AttentionLayer attn;
   model::Dense gate, up, down;       // the SwiGLU MLP
 };
 

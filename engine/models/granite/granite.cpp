@@ -13,7 +13,7 @@
 #include "model/config_fields.h"
 #include "model/loader.h"
 #include "model/model_impl.h"
-#include "model/ssd_mixer.h"
+#include "layers/ssd_mixer.h"
 #include "models/registry.h"
 #include "recur/causal_attention.h"
 #include "recur/error.h"

@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-#include "model/hybrid_attention.h"
+#include "layers/attention.h"
 #include "model/loader.h"
 #include "models/lfm2/lfm2_network.h"
 #include "models/registry.h"

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "layers/mlp.h"
+#include "layers/sequence.h"
 #include "models/lfm2/lfm2_network.h"
 
 namespace recur::models::lfm2 {
@@ -139,39 +141,18 @@ class Network final : public model::Network {
   }
 
  private:
-  // The convolution over one sequence's rows of B * x, into conv: step() for one row, prefill()
-  // for more (the same chain per element, so the same bytes).
+  // The convolution over one sequence's rows of B * x, into conv.
   void convolve(const ConvBlock& C, ShortConvState& st, Rows& w, int first, int count) const {
-    const int d = s_.hidden;
-    const float* in = w.bx.data() + std::size_t(first) * std::size_t(d);
-    float* out = w.conv.data() + std::size_t(first) * std::size_t(d);
-    if (count == 1) {
-      Eigen::Map<Eigen::VectorXf> y(out, d);
-      C.conv->step(st, Eigen::Map<const Eigen::VectorXf>(in, d), y);
-      return;
-    }
-    Eigen::Map<RowMatrix> Y(out, count, d);
-    C.conv->prefill(st, Eigen::Map<const RowMatrix>(in, count, d), Y);
+    const auto at = std::size_t(first) * std::size_t(s_.hidden);
+    model::convolve(*C.conv, st, w.bx.data() + at, w.conv.data() + at, count);
   }
 
   void attention(const AttentionBlock& A, CausalState& st, Rows& w, int first, int count,
                  int threads) const {
-    using CMap = Eigen::Map<const RowMatrix>;
-    const int hd = A.H * A.d, kv = A.Hkv * A.d;
-    const float* q = w.q.data() + std::size_t(first) * std::size_t(hd);
-    const float* k = w.k.data() + std::size_t(first) * std::size_t(kv);
-    const float* v = w.v.data() + std::size_t(first) * std::size_t(kv);
-    float* o = w.o.data() + std::size_t(first) * std::size_t(hd);
-    if (count == 1) {
-      Eigen::Map<Eigen::VectorXf> out(o, hd);
-      A.attention->step(st, Eigen::Map<const Eigen::VectorXf>(q, hd),
-                        Eigen::Map<const Eigen::VectorXf>(k, kv),
-                        Eigen::Map<const Eigen::VectorXf>(v, kv), out);
-    } else {
-      Eigen::Map<RowMatrix> O(o, count, hd);
-      A.attention->prefill(st, CMap(q, count, hd), CMap(k, count, kv), CMap(v, count, kv), O,
-                           PrefillOptions{count, threads});
-    }
+    const auto r = std::size_t(first);
+    const auto hd = std::size_t(A.H * A.d), kv = std::size_t(A.Hkv * A.d);
+    model::attend(*A.attention, st, w.q.data() + r * hd, w.k.data() + r * kv,
+                  w.v.data() + r * kv, w.o.data() + r * hd, count, threads);
   }
 
   Stack s_;

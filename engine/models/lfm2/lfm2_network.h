@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "model/layers.h"
+#include "layers/dense.h"
 #include "model/network.h"
 #include "recur/causal_attention.h"
 #include "recur/short_conv.h"

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 
+#include "layers/mlp.h"
 #include "model/loader.h"
 #include "models/registry.h"
 #include "recur/feature_map.h"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "model/family.h"
-#include "model/ssd_mixer.h"
+#include "layers/ssd_mixer.h"
 
 namespace recur::models::mamba2 {
 

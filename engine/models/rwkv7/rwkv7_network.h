@@ -4,7 +4,7 @@
 #include <memory>
 #include <vector>
 
-#include "model/layers.h"
+#include "layers/dense.h"
 #include "model/network.h"
 #include "models/rwkv7/rwkv7.h"
 

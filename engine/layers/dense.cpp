@@ -1,4 +1,4 @@
-#include "model/layers.h"
+#include "layers/dense.h"
 
 #include <algorithm>
 #include <cmath>
@@ -59,16 +59,6 @@ void Norm::apply(const float* x, std::int64_t rows, std::int64_t ldx, float* y,
       }
     }
   }
-}
-
-void swiglu_mlp(const Norm& norm, const Dense& gate, const Dense& up, const Dense& down, float* x,
-                float* h, float* g, float* u, float* a, int n, int d, int threads) {
-  const int width = gate.n_out();
-  norm.apply(x, n, d, h, d);
-  apply_all({{&gate, h, n, d, g, width}, {&up, h, n, d, u, width}}, threads);
-  swiglu(g, u, g, std::int64_t(n) * width);
-  down.apply(g, n, width, a, d, threads);
-  add_inplace(x, a, std::int64_t(n) * d);
 }
 
 void swiglu(const float* g, const float* u, float* out, std::int64_t n) {

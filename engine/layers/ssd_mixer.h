@@ -8,7 +8,7 @@
 //   dt_h = clamp(softplus(dt_raw_h + dt_bias_h), time_step_limit);  a_h = exp(-exp(A_log_h) dt_h)
 //   S_h = a_h S_h + B_g (dt_h x_h)^T;   y_h = S_h^T C_g + D_h x_h   (g = h / (H / G))
 //   out = out_proj(rmsnorm_per_group(y * silu(z)) * w)  (or rmsnorm(y) * w * silu(z))
-// S_h is (N, P): the gated recurrence of recur/gated_attention.h with the decay a_h on every
+// S_h is (N, P): the gated recurrence of recur/gla_recurrence.h with the decay a_h on every
 // row, so prefill walks the tokens in step's order and gives step's bytes (its kernels keep a
 // tile of S in registers across the tokens of a chunk).
 #pragma once
@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "model/family.h"
-#include "model/layers.h"
+#include "layers/dense.h"
 #include "model/network.h"
-#include "recur/gated_attention.h"
+#include "recur/gla_recurrence.h"
 #include "recur/short_conv.h"
 
 namespace recur::model {
@@ -66,7 +66,7 @@ struct SsdMixer {
   std::vector<float> norm_weight;            // (inner)
   Norm norm;                                 // RMS over inner / norm_groups, no weight
   Dense out_proj;                            // (hidden, inner)
-  std::unique_ptr<GatedAttention> scan;      // H heads, d_key N, d_value P, scale 1
+  std::unique_ptr<GlaRecurrence> scan;      // H heads, d_key N, d_value P, scale 1
 };
 
 /// Takes the mixer's tensors under `prefix` ("backbone.layers.3.mixer."): in_proj (and its
@@ -76,8 +76,8 @@ SsdMixer load_ssd_mixer(Loader& L, const std::string& prefix, const SsdSpec& s);
 /// One mixer's state for one sequence: S of every head and the convolution's window.
 class SsdState final : public LayerState {
  public:
-  SsdState(GatedState s, ShortConvState window) : S(std::move(s)), conv(std::move(window)) {}
-  GatedState S;
+  SsdState(GlaState s, ShortConvState window) : S(std::move(s)), conv(std::move(window)) {}
+  GlaState S;
   ShortConvState conv;
 
   std::unique_ptr<LayerState> clone() const override;

@@ -1,4 +1,4 @@
-#include "model/hybrid_attention.h"
+#include "layers/attention.h"
 
 #include <fmt/format.h>
 

@@ -1,7 +1,8 @@
-// The softmax attention layers of flash-linear-attention's hybrids (fla/layers/attn.py), as an
-// fla config's `attn` block places them among a recurrent family's layers: the block's reader and
-// writer, its tensors and the attention layer built from them. The fla gated family (GLA, RetNet,
-// HGRN2) and fla's gated_deltanet in the Gated DeltaNet family share them.
+// Softmax attention as flash-linear-attention's hybrids place it (fla/layers/attn.py), a block of
+// engine/layers/: an fla config's `attn` block (which layers, heads, kv heads, qkv bias, window,
+// rotary base), its reader and writer, its tensors, and the attention layer built from them (the
+// projections and a CausalAttention; layers/sequence.h runs it over a sequence's rows). The fla
+// family (GLA, RetNet, HGRN2) and fla's gated_deltanet in the Gated DeltaNet family share them.
 #pragma once
 
 #include <cstddef>
@@ -12,7 +13,7 @@
 
 #include "model/config_fields.h"
 #include "model/family.h"
-#include "model/layers.h"
+#include "layers/dense.h"
 #include "recur/causal_attention.h"
 #include "util/json.h"
 

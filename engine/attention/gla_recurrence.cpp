@@ -1,4 +1,4 @@
-#include "recur/gated_attention.h"
+#include "recur/gla_recurrence.h"
 
 #include <algorithm>
 #include <cmath>
@@ -43,9 +43,9 @@ void check_unit_interval(const char* call, const char* name, const float* data,
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// GatedState
+// GlaState
 
-GatedState::Buffer GatedState::allocate(std::size_t floats) {
+GlaState::Buffer GlaState::allocate(std::size_t floats) {
   Buffer b;
   const std::size_t bytes = floats * sizeof(float);
   b.storage.reset(new unsigned char[bytes + kAlign]);
@@ -56,7 +56,7 @@ GatedState::Buffer GatedState::allocate(std::size_t floats) {
   return b;
 }
 
-GatedState::GatedState(int n_heads, int d_key, int d_value)
+GlaState::GlaState(int n_heads, int d_key, int d_value)
     : n_heads_(n_heads),
       d_key_(d_key),
       d_value_(d_value),
@@ -70,25 +70,25 @@ GatedState::GatedState(int n_heads, int d_key, int d_value)
   workspace_ = allocate(H * (3 * Dp + 2 * dvp));
 }
 
-GatedState GatedState::clone() const {
-  GatedState copy(n_heads_, d_key_, d_value_);
+GlaState GlaState::clone() const {
+  GlaState copy(n_heads_, d_key_, d_value_);
   std::memcpy(copy.S_.data, S_.data, S_.floats * sizeof(float));
   copy.n_tokens_ = n_tokens_;
   return copy;
 }
 
-void GatedState::reset() {
+void GlaState::reset() {
   std::memset(S_.data, 0, S_.floats * sizeof(float));
   n_tokens_ = 0;
 }
 
-std::size_t GatedState::bytes() const {
+std::size_t GlaState::bytes() const {
   return sizeof(*this) + (S_.floats + workspace_.floats) * sizeof(float) + 2 * kAlign;
 }
 
-Eigen::MatrixXd GatedState::S(int h) const {
+Eigen::MatrixXd GlaState::S(int h) const {
   if (h < 0 || h >= n_heads_)
-    detail::throw_argument("GatedState::S", "head {} is out of range [0, {})", h, n_heads_);
+    detail::throw_argument("GlaState::S", "head {} is out of range [0, {})", h, n_heads_);
   const float* s = head(h);
   Eigen::MatrixXd out(d_key_, d_value_);
   for (int i = 0; i < d_key_; ++i)
@@ -96,14 +96,14 @@ Eigen::MatrixXd GatedState::S(int h) const {
   return out;
 }
 
-std::size_t GatedState::raw_size() const {
+std::size_t GlaState::raw_size() const {
   return sizeof(std::uint32_t) +
          static_cast<std::size_t>(n_heads_) * static_cast<std::size_t>(d_key_) *
              static_cast<std::size_t>(d_value_) * sizeof(float) +
          sizeof(std::int64_t);
 }
 
-std::vector<unsigned char> GatedState::raw_bytes() const {
+std::vector<unsigned char> GlaState::raw_bytes() const {
   std::vector<unsigned char> out(raw_size());
   unsigned char* p = out.data();
   const std::uint32_t format = kFormat;
@@ -116,8 +116,8 @@ std::vector<unsigned char> GatedState::raw_bytes() const {
   return out;
 }
 
-void GatedState::load_raw_bytes(const unsigned char* data, std::size_t size) {
-  constexpr const char* call = "GatedState::load_raw_bytes";
+void GlaState::load_raw_bytes(const unsigned char* data, std::size_t size) {
+  constexpr const char* call = "GlaState::load_raw_bytes";
   if (size != raw_size())
     throw FormatError(fmt::format("[{}] {} bytes given, a state of this shape has {}", call, size,
                                   raw_size()));
@@ -149,10 +149,10 @@ void GatedState::load_raw_bytes(const unsigned char* data, std::size_t size) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// GatedAttention
+// GlaRecurrence
 
-GatedAttention::GatedAttention(const GatedAttentionConfig& config) : config_(config) {
-  constexpr const char* call = "GatedAttention";
+GlaRecurrence::GlaRecurrence(const GlaRecurrenceConfig& config) : config_(config) {
+  constexpr const char* call = "GlaRecurrence";
   constexpr int kMaxDim = 1 << 16;
   if (config.n_heads < 1 || config.n_heads > kMaxDim)
     detail::throw_argument(call, "n_heads is {}, expected 1 to {}", config.n_heads, kMaxDim);
@@ -184,11 +184,11 @@ GatedAttention::GatedAttention(const GatedAttentionConfig& config) : config_(con
                                 : static_cast<float>(1.0 / std::sqrt(double(config.d_key)));
 }
 
-GatedState GatedAttention::make_state() const {
-  return GatedState(config_.n_heads, config_.d_key, config_.d_value);
+GlaState GlaRecurrence::make_state() const {
+  return GlaState(config_.n_heads, config_.d_key, config_.d_value);
 }
 
-void GatedAttention::check_state(const GatedState& s, const char* call) const {
+void GlaRecurrence::check_state(const GlaState& s, const char* call) const {
   if (s.n_heads_ != config_.n_heads || s.d_key_ != config_.d_key ||
       s.d_value_ != config_.d_value)
     detail::throw_argument(call,
@@ -198,9 +198,9 @@ void GatedAttention::check_state(const GatedState& s, const char* call) const {
                            config_.d_value);
 }
 
-void GatedAttention::step(GatedState& state, ConstVectorRef q, ConstVectorRef k,
+void GlaRecurrence::step(GlaState& state, ConstVectorRef q, ConstVectorRef k,
                           ConstVectorRef v, ConstVectorRef alpha, VectorRef out) const {
-  constexpr const char* call = "GatedAttention::step";
+  constexpr const char* call = "GlaRecurrence::step";
   check_state(state, call);
   const int H = config_.n_heads, dk = config_.d_key, dv = config_.d_value;
   const bool per_channel = config_.decay == DecayKind::kPerChannel;
@@ -251,17 +251,17 @@ void GatedAttention::step(GatedState& state, ConstVectorRef q, ConstVectorRef k,
   ++state.n_tokens_;
 }
 
-Eigen::VectorXf GatedAttention::step(GatedState& state, ConstVectorRef q, ConstVectorRef k,
+Eigen::VectorXf GlaRecurrence::step(GlaState& state, ConstVectorRef q, ConstVectorRef k,
                                      ConstVectorRef v, ConstVectorRef alpha) const {
   Eigen::VectorXf out(Eigen::Index(config_.n_heads) * config_.d_value);
   step(state, q, k, v, alpha, out);
   return out;
 }
 
-void GatedAttention::prefill(GatedState& state, const ConstMatrixRef& Q, const ConstMatrixRef& K,
+void GlaRecurrence::prefill(GlaState& state, const ConstMatrixRef& Q, const ConstMatrixRef& K,
                              const ConstMatrixRef& V, const ConstMatrixRef& A, MatrixRef O,
                              const PrefillOptions& options) const {
-  constexpr const char* call = "GatedAttention::prefill";
+  constexpr const char* call = "GlaRecurrence::prefill";
   check_state(state, call);
   const int H = config_.n_heads, dk = config_.d_key, dv = config_.d_value;
   const bool per_channel = config_.decay == DecayKind::kPerChannel;
@@ -357,7 +357,7 @@ void GatedAttention::prefill(GatedState& state, const ConstMatrixRef& Q, const C
   state.n_tokens_ += T;
 }
 
-RowMatrix GatedAttention::prefill(GatedState& state, const ConstMatrixRef& Q,
+RowMatrix GlaRecurrence::prefill(GlaState& state, const ConstMatrixRef& Q,
                                   const ConstMatrixRef& K, const ConstMatrixRef& V,
                                   const ConstMatrixRef& A, const PrefillOptions& options) const {
   RowMatrix O(Q.rows(), Eigen::Index(config_.n_heads) * config_.d_value);

@@ -1,5 +1,5 @@
 // Mamba-2's SSD mixer: tensors, loading, state and stages (ssd_mixer.h; docs/mamba2.md).
-#include "model/ssd_mixer.h"
+#include "layers/ssd_mixer.h"
 
 #include <fmt/format.h>
 
@@ -77,13 +77,13 @@ SsdMixer load_ssd_mixer(Loader& L, const std::string& p, const SsdSpec& s) {
   m.norm.eps = float(s.norm_eps);
   m.out_proj = dense(L, p + "out_proj", d, int(s.inner()), s.proj_bias,
                      "hidden_size, heads * head_dim");
-  GatedAttentionConfig g;
+  GlaRecurrenceConfig g;
   g.n_heads = H;
   g.d_key = s.d_state;
   g.d_value = s.head_dim;
   g.decay = DecayKind::kPerChannel;
   g.scale = 1.0f;
-  m.scan = std::make_unique<GatedAttention>(g);
+  m.scan = std::make_unique<GlaRecurrence>(g);
   return m;
 }
 
@@ -108,7 +108,7 @@ void SsdState::load_raw_bytes(const unsigned char* data, std::size_t size) {
     throw FormatError(fmt::format("[LayerState] {} bytes given, this Mamba-2 layer's state has {}",
                                   size, raw_size()));
   // Into copies first, so that a failure leaves this state as it was.
-  GatedState s = S.clone();
+  GlaState s = S.clone();
   ShortConvState c = conv.clone();
   s.load_raw_bytes(data, s.raw_size());
   c.load_raw_bytes(data + s.raw_size(), c.raw_size());

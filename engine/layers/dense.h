@@ -1,5 +1,7 @@
-// The model's building blocks, each a pure function of one row: a token's result never depends
-// on which other tokens share the call, so decode and prefill agree to the bit.
+// The dense blocks every layer is made of (engine/layers/): a torch Linear, RMSNorm and
+// LayerNorm, and the elementwise activations; each a pure function of one row, so a token's
+// result never depends on which other tokens share the call and decode and prefill agree to the
+// bit.
 #pragma once
 
 #include <cstdint>
@@ -55,12 +57,6 @@ struct Norm {
 
 /// Bytes of a Dense's weights and bias (what one decode step reads of it).
 inline std::size_t dense_bytes(const Dense& d) { return d.w.bytes() + d.bias.size() * sizeof(float); }
-
-/// The SwiGLU MLP of a pre-norm block, as every family with one runs it:
-/// x += down(silu(gate(norm(x))) * up(norm(x))), over n rows of width d. h (n, d), g and u
-/// (n, gate's width) and a (n, d) are scratch.
-void swiglu_mlp(const Norm& norm, const Dense& gate, const Dense& up, const Dense& down, float* x,
-                float* h, float* g, float* u, float* a, int n, int d, int threads);
 
 /// out[i] = g[i] * sigmoid(g[i]) * u[i] (swish-gated linear unit).
 void swiglu(const float* g, const float* u, float* out, std::int64_t n);
