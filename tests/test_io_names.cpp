@@ -189,7 +189,7 @@ TEST_CASE("names are matched as stored first: a file that matches both ways or n
   SECTION("both ways") {
     // With a tied head GLA's table is model.* alone: a file holding each tensor as stored and
     // again behind the wrapper's prefix (model.model.*) matches both ways.
-    const model::Family& fla = model::family_of(gla->config.architecture);
+    const model::Family& fla = model::family_of(gla->config);
     const ModelConfig tied = ModelConfig::from_json(
         fla.make_model_config("gla", SmallOptions(fla, true)), "make-model gla --tie-embeddings");
     REQUIRE(tied.tie_word_embeddings);

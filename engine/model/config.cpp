@@ -100,7 +100,7 @@ void read_quantization(const json::Value& q, const std::string& source, ModelCon
 }  // namespace
 
 std::string ModelConfig::model_type() const {
-  return model::family_of(architecture).model_type(*this);
+  return model::family_of(*this).model_type(*this);
 }
 
 ModelConfig ModelConfig::from_file(const std::string& path) {
@@ -122,8 +122,7 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
     config_fail(source, "model_type is 'gpt2' without Based's mixer fields: a softmax GPT-2, which "
                         "recur does not run");
   } else if (type.empty()) {
-    config_fail(source, "model_type is missing; expected linear_attn, transformers_are_rnns or a "
-                        "Based checkpoint's gpt2");
+    config_fail(source, "model_type is missing; recur reads {}", model::known_model_types());
   } else {
     config_fail(source, "model_type is '{}'; recur reads {}", type, model::known_model_types());
   }
@@ -169,12 +168,16 @@ void ModelConfig::resolve(const std::string& source) {
                 intermediate_size);
   if (!(hidden_ratio > 0 && hidden_ratio <= 1e6))
     config_fail(source, "hidden_ratio {} must lie in (0, 1e6]", hidden_ratio);
-  model::family_of(architecture).resolve(*this, source);
+  const model::Family* family = model::family_named(model::type_of(*this));
+  if (!family)
+    config_fail(source, "type is '{}'; recur reads {}", model::type_of(*this),
+                model::known_model_types());
+  family->resolve(*this, source);
 }
 
 std::string ModelConfig::to_json() const {
   std::string s = "{\n";
-  s += model::family_of(architecture).config_fields(*this);
+  s += model::family_of(*this).config_fields(*this);
   model::FieldWriter w;
   if (!quantization.empty())
     w.add("quantization_config",

@@ -66,15 +66,21 @@ class MakeOptions {
 class Family {
  public:
   virtual ~Family() = default;
-  /// For messages: "linear_attn", "based", "fla gated".
+  /// For messages: "linear attention", "Based", "fla gated".
   virtual const char* name() const = 0;
-  /// The layout's name as config.json's model_type gives it ("linear_attn", "gla"; "based" for
-  /// Based, whose checkpoints say gpt2).
+  /// The model_type values that name this family's layouts, as config.json and
+  /// ModelConfig::type give them ("linear_attn", "transformers_are_rnns"; "based" for Based,
+  /// whose checkpoints say gpt2). They are the family's identity: the registry finds a
+  /// configuration's family by them, and messages list them.
+  virtual std::vector<std::string> model_types() const = 0;
+  /// Other config.json files it reads, for messages ("" when none): Based's "gpt2 with Based's
+  /// mixer fields".
+  virtual const char* also_reads() const { return ""; }
+  /// The layout's name as config.json's model_type gives it: one of model_types().
   virtual const char* model_type(const ModelConfig& c) const = 0;
-  /// Whether this family reads `architecture`.
-  virtual bool has(Architecture architecture) const = 0;
-  /// Whether config.json, of model_type `type`, is this family's.
-  virtual bool reads(const std::string& type, const json::Value& root) const = 0;
+  /// Whether config.json, of model_type `type`, is this family's (default: `type` is one of
+  /// model_types()).
+  virtual bool reads(const std::string& type, const json::Value& root) const;
   /// Reads this family's fields of config.json into `c` (the common ones, eos_token_id and
   /// quantization_config, are read by ModelConfig::from_json). Every field looked at goes
   /// through `f`, which refuses the others.
@@ -147,8 +153,14 @@ F& edit_family(ModelConfig& c) {
   return fields;
 }
 
-/// The family of a resolved configuration (every Architecture has one).
-const Family& family_of(Architecture architecture);
+/// The model_type naming a configuration's layout: ModelConfig::type, or when that is empty the
+/// one the deprecated `architecture` stands for.
+std::string type_of(const ModelConfig& c);
+/// The family whose model_types() hold `type`, or null.
+const Family* family_named(const std::string& type);
+/// The family of a configuration (family_named(type_of(c))); ArgumentError naming the type when
+/// no family has it.
+const Family& family_of(const ModelConfig& c);
 /// The family whose config.json this is, or null.
 const Family* family_reading(const std::string& type, const json::Value& root);
 /// The configuration of a bare checkpoint, from the first family that recognises its tensors;
@@ -163,8 +175,9 @@ std::unique_ptr<WeightSource> as_named_by_table(const ModelConfig& config,
 /// The same for weights the caller keeps: `weights` itself, or a view of it that `view` holds.
 const WeightSource& as_named_by_table(const ModelConfig& config, const WeightSource& weights,
                                       std::unique_ptr<WeightSource>& view);
-/// The model types every family reads, for messages.
-const char* known_model_types();
+/// The model types every family reads, for messages: "linear_attn, ..., delta_net, and gpt2
+/// with Based's mixer fields", from the registry.
+std::string known_model_types();
 /// Every family, in the registry's order.
 std::vector<const Family*> families();
 /// The family whose make-model --arch is `arch`, or null.

@@ -37,13 +37,13 @@ std::shared_ptr<const Model> Model::from_weights(const ModelConfig& config_in,
   std::unique_ptr<WeightSource> view;
   const WeightSource& weights = model::as_named_by_table(config_in, stored, view);
   ModelConfig c = config_in;
-  model::family_of(c.architecture).fit_to_weights(c, weights);
+  model::family_of(c).fit_to_weights(c, weights);
   c.resolve(weights.describe());
   std::shared_ptr<Model> m(new Model());
   m->config_ = c;
   m->source_ = weights.describe();
   Impl& impl = *m->impl_;
-  const model::Family& family = model::family_of(c.architecture);
+  const model::Family& family = model::family_of(c);
   model::Loader L(weights, c, family);
   try {
     family.load(c, weights, L, impl);
@@ -74,14 +74,14 @@ std::shared_ptr<const Model> Model::builtin(std::uint64_t seed) {
 }
 
 std::string Model::describe(const std::string& label) const {
-  return model::family_of(config_.architecture).describe(*this, label);
+  return model::family_of(config_).describe(*this, label);
 }
 
 std::string Model::missing_tokenizer(const std::string& dir) const {
   // With 256 ids or fewer, bytes are the only reading of the ids: any family's byte-level model
   // takes text without a file.
   if (config_.vocab_size <= 256) return "";
-  return model::family_of(config_.architecture).missing_tokenizer(dir);
+  return model::family_of(config_).missing_tokenizer(dir);
 }
 
 std::size_t Model::weight_bytes_per_token() const {

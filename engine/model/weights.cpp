@@ -176,7 +176,7 @@ struct TableCheck {
 TableCheck check_table(const ModelConfig& config, const WeightSource& weights) {
   TableCheck out;
   ModelConfig c = config;
-  const model::Family& family = model::family_of(c.architecture);
+  const model::Family& family = model::family_of(c);
   try {
     family.fit_to_weights(c, weights);
     c.resolve(weights.describe());
@@ -209,11 +209,11 @@ bool strip_wrapper(const ModelConfig& config, const WeightSource& weights) {
     throw FormatError(fmt::format(
         "[Model] {}: the tensors match the {} table of config.json both as stored and with the "
         "wrapper prefix '{}' removed: which names are the model's is ambiguous",
-        weights.describe(), model::family_of(config.architecture).name(), kWrapperPrefix));
+        weights.describe(), model::family_of(config).name(), kWrapperPrefix));
   throw FormatError(fmt::format(
       "[Model] {}: the tensors do not match the {} table of config.json: {} (as stored); with "
       "the wrapper prefix '{}' removed, {}",
-      weights.describe(), model::family_of(config.architecture).name(), as_stored.say(),
+      weights.describe(), model::family_of(config).name(), as_stored.say(),
       kWrapperPrefix, without.say()));
 }
 
@@ -260,7 +260,7 @@ const WeightSource& as_named_by_table(const ModelConfig& config, const WeightSou
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> model_tensor_shapes(
     const ModelConfig& c) {
   std::vector<std::pair<std::string, std::vector<std::int64_t>>> out;
-  for (auto& t : model::family_of(c.architecture).tensors(c)) out.emplace_back(t.name, t.shape);
+  for (auto& t : model::family_of(c).tensors(c)) out.emplace_back(t.name, t.shape);
   return out;
 }
 

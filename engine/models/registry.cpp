@@ -2,6 +2,9 @@
 // here (docs/adding-a-model.md).
 #include "models/registry.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -23,12 +26,48 @@ const Family* const* families_list() {
   return list;
 }
 
+// The model_type each value of the deprecated Architecture enum stands for: configurations
+// built in code that set `architecture` and leave `type` empty. A new family has no value here.
+const char* deprecated_type(Architecture a) {
+  switch (a) {
+    case Architecture::kLinearAttn: return "linear_attn";
+    case Architecture::kTransformersAreRnns: return "transformers_are_rnns";
+    case Architecture::kBased: return "based";
+    case Architecture::kGla: return "gla";
+    case Architecture::kRetNet: return "retnet";
+    case Architecture::kHgrn2: return "hgrn2";
+    case Architecture::kRwkv7: return "rwkv7";
+    case Architecture::kQwen35: return "qwen3_5";
+    case Architecture::kGatedDeltaNet: return "gated_deltanet";
+  }
+  return "";
+}
+
 }  // namespace
 
-const Family& family_of(Architecture architecture) {
+bool Family::reads(const std::string& type, const json::Value& root) const {
+  (void)root;
+  for (const auto& t : model_types())
+    if (t == type) return true;
+  return false;
+}
+
+std::string type_of(const ModelConfig& c) {
+  return c.type.empty() ? deprecated_type(c.architecture) : c.type;
+}
+
+const Family* family_named(const std::string& type) {
   for (const Family* const* f = families_list(); *f; ++f)
-    if ((*f)->has(architecture)) return **f;
-  throw std::logic_error("[Model] internal: no family reads this architecture");
+    for (const auto& t : (*f)->model_types())
+      if (t == type) return *f;
+  return nullptr;
+}
+
+const Family& family_of(const ModelConfig& c) {
+  const std::string type = type_of(c);
+  if (const Family* f = family_named(type)) return *f;
+  throw ArgumentError(fmt::format("[ModelConfig] type is '{}'; recur reads {}", type,
+                                  known_model_types()));
 }
 
 const Family* family_reading(const std::string& type, const json::Value& root) {
@@ -57,9 +96,15 @@ ModelConfig config_from_weights(const WeightSource& weights, const std::string& 
                     "checkpoint recur reads (BlinkDL's RWKV-7 .pth: emb.weight, blocks.0.att.r_k, ...)");
 }
 
-const char* known_model_types() {
-  return "linear_attn, transformers_are_rnns, gla, retnet, hgrn2, rwkv7, qwen3_5, qwen3_5_text, "
-         "gated_deltanet, delta_net and Based (gpt2 with alt_mixer)";
+std::string known_model_types() {
+  std::vector<std::string> types, also;
+  for (const Family* const* f = families_list(); *f; ++f) {
+    for (const auto& t : (*f)->model_types()) types.push_back(t);
+    if (*(*f)->also_reads()) also.push_back((*f)->also_reads());
+  }
+  for (const auto& a : also) types.push_back(a);
+  if (types.size() > 1) types.back() = "and " + types.back();
+  return fmt::format("{}", fmt::join(types, ", "));
 }
 
 }  // namespace recur::model

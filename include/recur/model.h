@@ -1,19 +1,12 @@
 // A decoder-only language model built on linear-attention layers, and the decoder that runs one
 // sequence through it.
 //
-// Three layouts are read (docs/models.md):
-//  * "linear_attn": the flash-linear-attention library's model, configured by its config.json
-//    field for field: pre-norm RMSNorm blocks, q/k/v/o projections without bias, the feature map
-//    after the head split (elu, relu, identity, hedgehog, t2r, dpfp, elementwise_product),
-//    grouped kv heads, expand_k / expand_v, the normalized form (norm_feature_map) or the
-//    unnormalized one, a per-head RMSNorm on the attention output, a SwiGLU MLP.
-//  * "transformers_are_rnns": the model of Katharopoulos et al. (2020): post-norm LayerNorm
-//    blocks, projections with bias, elu + 1 (or relu), the normalized form, a ReLU or GELU MLP.
-//  * "based": HazyResearch's Based (Arora et al., 2024), as its checkpoints are published
-//    (config.json with model_type "gpt2" and alt_mixer fields, pytorch_model.bin): pre-norm
-//    RMSNorm blocks whose mixer is, layer by layer, a gated short convolution (BaseConv),
-//    Taylor-map linear attention or sliding-window softmax attention with rotary embeddings;
-//    a SwiGLU MLP; tied, padded embeddings (docs/based.md).
+// The layouts read are listed in docs/models.md, one family each under engine/models/: the
+// linear-attention models (flash-linear-attention's linear_attn, the paper's
+// transformers_are_rnns), HazyResearch's Based, flash-linear-attention's gated models (GLA,
+// RetNet, HGRN2), RWKV-7, and the Gated DeltaNet models (Qwen3.5, fla's gated_deltanet and
+// delta_net). A configuration names its layout by config.json's model_type string
+// (ModelConfig::type); the families' own fields are theirs (ModelConfig::family).
 //
 // A Model is immutable once loaded: share it between threads and decoders. A Decoder holds one
 // sequence's state (every layer's S and Z), fixed in size however long the sequence.
@@ -36,6 +29,9 @@ namespace model {
 struct ModelAccess;  // the engine's way to a Model's loaded form (engine/model/model_impl.h)
 }
 
+/// Deprecated: a layout is named by its model_type string (ModelConfig::type), which a new
+/// family needs no enum value for. Kept while configurations built in code set
+/// ModelConfig::architecture; nothing in recur branches on it any more.
 enum class Architecture {
   kLinearAttn,           ///< model_type "linear_attn" (flash-linear-attention)
   kTransformersAreRnns,  ///< model_type "transformers_are_rnns" (the paper's post-norm model)
@@ -70,6 +66,13 @@ struct FamilyConfig {
 
 /// A model's configuration, as read from config.json, with every derived size resolved.
 struct ModelConfig {
+  /// The layout, as config.json's model_type names it ("linear_attn", "gla", "rwkv7",
+  /// "qwen3_5", ...; "based" for Based, whose checkpoints say gpt2): it names the family that
+  /// reads, checks and runs this configuration. Empty: the deprecated `architecture` names it
+  /// (from_json fills `architecture` for the layouts that have a value there, and `type` for
+  /// the others).
+  std::string type;
+  /// Deprecated: read only when `type` is empty.
   Architecture architecture = Architecture::kLinearAttn;
   int vocab_size = 32000;
   int hidden_size = 2048;

@@ -208,8 +208,9 @@ using model::rows_of;
 class Family final : public model::Family {
  public:
   const char* name() const override { return "Based"; }
+  std::vector<std::string> model_types() const override { return {"based"}; }
+  const char* also_reads() const override { return "gpt2 with Based's mixer fields"; }
   const char* model_type(const ModelConfig&) const override { return "based"; }
-  bool has(Architecture a) const override { return a == Architecture::kBased; }
   bool reads(const std::string& type, const json::Value& root) const override {
     return type == "based" || (type == "gpt2" && (root.find("alt_mixer") || root.find("mixer")));
   }

@@ -19,13 +19,13 @@ std::string prefix(int i) { return fmt::format("model.layers.{}.", i); }
 
 std::string out_norm_name(const ModelConfig& c) {
   const FlaConfig& fc = config_of(c);
-  if (c.architecture == Architecture::kHgrn2) return "attn.g_norm";
+  if (fc.kind == FlaConfig::Kind::kHgrn2) return "attn.g_norm";
   return fc.use_output_gate && fc.fuse_norm ? "attn.g_norm_swish_gate" : "attn.g_norm";
 }
 
 Widths gated_widths(const ModelConfig& c) {
   const FlaConfig& fc = config_of(c);
-  if (c.architecture == Architecture::kHgrn2) return {c.hidden_size, c.hidden_size, c.hidden_size};
+  if (fc.kind == FlaConfig::Kind::kHgrn2) return {c.hidden_size, c.hidden_size, c.hidden_size};
   return {fc.key_dim, fc.key_dim / fc.kv_groups, fc.value_dim / fc.kv_groups};
 }
 
@@ -42,14 +42,14 @@ std::vector<model::TensorSpec> tensors_of(const ModelConfig& c) {
   const std::int64_t d = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const std::int64_t K = fc.conv_size;
   out.push_back({"model.embeddings.weight", {V, d}, Init::kEmbedding});
-  if (c.architecture == Architecture::kHgrn2 && fc.use_lower_bound)
+  if (fc.kind == FlaConfig::Kind::kHgrn2 && fc.use_lower_bound)
     out.push_back({"model.lower_bounds", {c.num_hidden_layers, d}, Init::kUnit});
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = prefix(i);
     out.push_back({p + "attn_norm.weight", {d}, Init::kNorm});
     if (c.mixers[std::size_t(i)] == MixerKind::kAttention) {
       model::append_hybrid_attention_tensors(out, p + "attn.", d, fc.attn.at(i));
-    } else if (c.architecture == Architecture::kHgrn2) {
+    } else if (fc.kind == FlaConfig::Kind::kHgrn2) {
       out.push_back({p + "attn.q_proj.weight", {d, d}});
       out.push_back({p + "attn.f_proj.weight", {d, d}});
       out.push_back({p + "attn.i_proj.weight", {d, d}});
@@ -64,12 +64,12 @@ std::vector<model::TensorSpec> tensors_of(const ModelConfig& c) {
       out.push_back({p + "attn.k_proj.weight", {w.k, d}});
       out.push_back({p + "attn.v_proj.weight", {w.v, d}});
       if (fc.use_output_gate) out.push_back({p + "attn.g_proj.weight", {fc.value_dim, d}});
-      if (fc.use_short_conv && c.architecture == Architecture::kGla) {
+      if (fc.use_short_conv && fc.kind == FlaConfig::Kind::kGla) {
         out.push_back({p + "attn.q_conv1d.weight", {w.q, 1, K}, Init::kConv});
         out.push_back({p + "attn.k_conv1d.weight", {w.k, 1, K}, Init::kConv});
         out.push_back({p + "attn.v_conv1d.weight", {w.v, 1, K}, Init::kConv});
       }
-      if (c.architecture == Architecture::kGla) {
+      if (fc.kind == FlaConfig::Kind::kGla) {
         const std::int64_t r = FlaConfig::kGateLowRankDim;
         out.push_back({p + "attn.gk_proj.0.weight", {r, d}});
         out.push_back({p + "attn.gk_proj.1.weight", {w.k, r}});
@@ -122,7 +122,7 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
   // HGRN2's lower bounds: softmax over the layers per channel, its running sum, minus the first
   // layer's share (so layer 0 has none), in double, as the model computes them once per forward.
   std::vector<double> bounds;
-  if (c.architecture == Architecture::kHgrn2 && fc.use_lower_bound) {
+  if (fc.kind == FlaConfig::Kind::kHgrn2 && fc.use_lower_bound) {
     const auto raw = ld.take("model.lower_bounds", {L, d}, "num_hidden_layers, hidden_size");
     bounds.assign(std::size_t(L) * std::size_t(d), 0.0);
     for (int j = 0; j < d; ++j) {
@@ -152,7 +152,7 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
       layer.v = std::move(a.v);
       layer.o = std::move(a.o);
       layer.causal = std::move(a.attention);
-    } else if (c.architecture == Architecture::kHgrn2) {
+    } else if (fc.kind == FlaConfig::Kind::kHgrn2) {
       layer.q = model::dense(ld, p + "attn.q_proj", d, d, false, "hidden_size");
       layer.k = model::dense(ld, p + "attn.f_proj", d, d, false, "hidden_size");
       layer.v = model::dense(ld, p + "attn.i_proj", d, d, false, "hidden_size");
@@ -170,7 +170,7 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
       }
     } else {
       const Widths w = gated_widths(c);
-      const bool gla = c.architecture == Architecture::kGla;
+      const bool gla = fc.kind == FlaConfig::Kind::kGla;
       layer.q = model::dense(ld, p + "attn.q_proj", w.q, d, false, "key_dim, hidden_size");
       layer.k = model::dense(ld, p + "attn.k_proj", w.k, d, false, "key_dim / kv groups, hidden_size");
       layer.v = model::dense(ld, p + "attn.v_proj", w.v, d, false, "value_dim / kv groups, hidden_size");
@@ -201,7 +201,7 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
       gc.d_key = fc.head_k_dim;
       gc.d_value = fc.head_v_dim;
       gc.scale = fc.attn_scale;  // head_k_dim^-1/2, the kernels' default
-      if (c.architecture == Architecture::kRetNet) {  // gamma_h = 1 - 2^(-5 - h)
+      if (fc.kind == FlaConfig::Kind::kRetNet) {  // gamma_h = 1 - 2^(-5 - h)
         gc.decay = DecayKind::kPerHead;
         gc.head_decay = gates::retnet_decays(c.num_heads);
       }
@@ -223,15 +223,10 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
 class Family final : public model::Family {
  public:
   const char* name() const override { return "fla gated"; }
+  std::vector<std::string> model_types() const override { return {"gla", "retnet", "hgrn2"}; }
   const char* model_type(const ModelConfig& c) const override {
-    return c.architecture == Architecture::kGla ? "gla"
-           : c.architecture == Architecture::kRetNet ? "retnet" : "hgrn2";
-  }
-  bool has(Architecture a) const override {
-    return a == Architecture::kGla || a == Architecture::kRetNet || a == Architecture::kHgrn2;
-  }
-  bool reads(const std::string& type, const json::Value&) const override {
-    return type == "gla" || type == "retnet" || type == "hgrn2";
+    const FlaConfig::Kind kind = config_of(c).kind;
+    return kind == FlaConfig::Kind::kGla ? "gla" : kind == FlaConfig::Kind::kRetNet ? "retnet" : "hgrn2";
   }
   void read_config(const std::string& type, const json::Value& root, model::Fields& f,
                    ModelConfig& c) const override {

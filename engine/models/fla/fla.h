@@ -13,6 +13,8 @@ namespace recur::models::fla {
 
 /// What GLA, RetNet and HGRN2 add to ModelConfig's common fields (docs/fla-models.md).
 struct FlaConfig final : FamilyConfig {
+  enum class Kind { kGla, kRetNet, kHgrn2 };
+  Kind kind = Kind::kGla;  // the layout, from the configuration's type (resolve())
   double expand_k = 1.0;  // GLA, RetNet: key width hidden_size * expand_k
   double expand_v = 1.0;  // GLA, RetNet: value width hidden_size * expand_v
   bool elementwise_affine = true;  // the per-head output norm has a weight

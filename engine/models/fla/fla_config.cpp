@@ -148,11 +148,14 @@ void resolve(ModelConfig& c, const std::string& source) {
   if (c.family && !given)
     config_fail(source, "a GLA, RetNet or HGRN2 configuration holds another family's fields");
   FlaConfig fc = given ? *given : FlaConfig{};
+  const std::string type = model::type_of(c);
+  fc.kind = type == "gla" ? FlaConfig::Kind::kGla
+            : type == "retnet" ? FlaConfig::Kind::kRetNet : FlaConfig::Kind::kHgrn2;
   if (!(fc.expand_k > 0 && fc.expand_k <= 1e6 && fc.expand_v > 0 && fc.expand_v <= 1e6))
     config_fail(source, "expand_k {} and expand_v {} must lie in (0, 1e6]", fc.expand_k,
                 fc.expand_v);
   const int d = c.hidden_size;
-  if (c.architecture == Architecture::kHgrn2) {
+  if (fc.kind == FlaConfig::Kind::kHgrn2) {
     if (fc.expand_ratio < 1 || d % fc.expand_ratio != 0)
       config_fail(source, "hidden_size {} is not a multiple of expand_ratio {} (the forget gate and the "
                    "lower bounds span hidden_size)", d, fc.expand_ratio);
@@ -179,7 +182,7 @@ void resolve(ModelConfig& c, const std::string& source) {
   }
   fc.head_k_dim = fc.key_dim / c.num_heads;
   fc.head_v_dim = fc.value_dim / c.num_heads;
-  if (c.architecture == Architecture::kRetNet && (fc.head_k_dim % 2 != 0 || fc.head_k_dim > 256))
+  if (fc.kind == FlaConfig::Kind::kRetNet && (fc.head_k_dim % 2 != 0 || fc.head_k_dim > 256))
     config_fail(source, "head_k_dim {} must be even (rotary) and at most 256 (MultiScaleRetention's limit)",
          fc.head_k_dim);
   if (fc.head_k_dim > (1 << 16) || fc.head_v_dim > (1 << 16))
@@ -203,7 +206,7 @@ void resolve(ModelConfig& c, const std::string& source) {
 std::string config_fields(const ModelConfig& c) {
   const FlaConfig& fc = config_of(c);
   model::FieldWriter w;
-  const bool gla = c.architecture == Architecture::kGla, retnet = c.architecture == Architecture::kRetNet;
+  const bool gla = fc.kind == FlaConfig::Kind::kGla, retnet = fc.kind == FlaConfig::Kind::kRetNet;
   w.add("model_type", gla ? "\"gla\"" : retnet ? "\"retnet\"" : "\"hgrn2\"");
   w.add("architectures", gla      ? "[\"GLAForCausalLM\"]"
                          : retnet ? "[\"RetNetForCausalLM\"]"
@@ -218,7 +221,7 @@ std::string config_fields(const ModelConfig& c) {
   w.boolean("elementwise_affine", fc.elementwise_affine);
   w.boolean("fuse_norm", fc.fuse_norm);
   w.number("max_position_embeddings", fc.max_position_embeddings);
-  if (c.architecture == Architecture::kHgrn2) {
+  if (fc.kind == FlaConfig::Kind::kHgrn2) {
     w.number("expand_ratio", fc.expand_ratio);
     w.boolean("use_lower_bound", fc.use_lower_bound);
   } else {
@@ -229,7 +232,7 @@ std::string config_fields(const ModelConfig& c) {
     w.boolean("use_output_gate", fc.use_output_gate);
     w.add("feature_map", fc.qk_activation.empty() ? "null" : json::quote(fc.qk_activation));
   }
-  if (c.architecture != Architecture::kRetNet) {
+  if (fc.kind != FlaConfig::Kind::kRetNet) {
     w.boolean("use_short_conv", fc.use_short_conv);
     w.number("conv_size", fc.conv_size);
   }

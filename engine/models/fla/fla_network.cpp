@@ -142,10 +142,10 @@ MixerIo mixer_io(const ModelConfig& c, const Layer& layer) {
     const int kv = layer.causal->config().n_kv_heads * layer.causal->config().d_head;
     return {d, kv, kv, 0, 0, d};
   }
-  if (c.architecture == Architecture::kHgrn2)  // conv outputs, then q, k and alpha
+  if (fc.kind == FlaConfig::Kind::kHgrn2)  // conv outputs, then q, k and alpha
     return {d, d, d, 0, (fc.use_short_conv ? 3 * d : 0) + 3 * d, d};
   const Widths w = gated_widths(c);
-  const bool gla = c.architecture == Architecture::kGla;
+  const bool gla = fc.kind == FlaConfig::Kind::kGla;
   int scratch = 0;
   if (gla && fc.use_short_conv) scratch += w.q + w.k + w.v;
   if (!gla) scratch += w.q + w.k;  // RetNet: q and k after rotary
@@ -201,7 +201,7 @@ void run_mixer(const ModelConfig& c, const Layer& layer, model::LayerState& stat
         Map Y(outp[j], n, width[j]);
         convs[j]->prefill(gs.convs[std::size_t(j)], CMap(in[j], n, width[j]), Y);
       }
-      if (c.architecture == Architecture::kGla) gates::silu(outp[j], outp[j], std::int64_t(n) * width[j]);
+      if (fc.kind == FlaConfig::Kind::kGla) gates::silu(outp[j], outp[j], std::int64_t(n) * width[j]);
     }
     q = outp[0];
     k = outp[1];
@@ -221,7 +221,7 @@ void run_mixer(const ModelConfig& c, const Layer& layer, model::LayerState& stat
     q = qf;
     k = kf;
   }
-  if (c.architecture == Architecture::kHgrn2) {
+  if (fc.kind == FlaConfig::Kind::kHgrn2) {
     const int d = c.hidden_size;
     const auto total = std::int64_t(n) * d;
     float* qa = take(d);
@@ -239,7 +239,7 @@ void run_mixer(const ModelConfig& c, const Layer& layer, model::LayerState& stat
     k = ka;
     alpha = al;
   }
-  if (c.architecture == Architecture::kRetNet) {
+  if (fc.kind == FlaConfig::Kind::kRetNet) {
     float* qr = take(io.a);
     float* kr = take(io.b);
     rotate_rows(q, qr, n, c.num_heads, fc.head_k_dim, pos0, layer.rope_inv_freq);
@@ -345,7 +345,7 @@ class Network final : public model::Network {
       }
       attend(li, 0, threads);
       if (L.mixer == MixerKind::kGated) {
-        if (c.architecture == Architecture::kHgrn2) {
+        if (fc.kind == FlaConfig::Kind::kHgrn2) {
           L.head_norm.apply(w.o.data(), n, d, w.o.data(), d, 1);
         } else {
           L.head_norm.apply(w.o.data(), n, fc.value_dim, w.o.data(), fc.value_dim, c.num_heads);
@@ -397,7 +397,7 @@ class Network final : public model::Network {
 
  private:
   bool gla_gate(const Layer& l) const {
-    return l.mixer == MixerKind::kGated && c_.architecture == Architecture::kGla;
+    return l.mixer == MixerKind::kGated && config_of(c_).kind == FlaConfig::Kind::kGla;
   }
   ModelConfig c_;
 };

@@ -215,12 +215,8 @@ class Family final : public model::Family {
       default: return "gated_deltanet";
     }
   }
-  bool has(Architecture a) const override {
-    return a == Architecture::kQwen35 || a == Architecture::kGatedDeltaNet;
-  }
-  bool reads(const std::string& type, const json::Value&) const override {
-    return type == "qwen3_5" || type == "qwen3_5_text" || type == "gated_deltanet" ||
-           type == "delta_net";
+  std::vector<std::string> model_types() const override {
+    return {"qwen3_5", "qwen3_5_text", "gated_deltanet", "delta_net"};
   }
   void read_config(const std::string& type, const json::Value& root, model::Fields& f,
                    ModelConfig& c) const override {

@@ -107,7 +107,7 @@ class Network final : public model::Network {
       w->v_full.assign(n * sz(H * dv), 0.0f);
     }
     w->g.assign(n * sz(c.intermediate_size), 0.0f);
-    if (c.architecture == Architecture::kLinearAttn) w->u.assign(n * sz(c.intermediate_size), 0.0f);
+    if (config_of(c).fla_layout) w->u.assign(n * sz(c.intermediate_size), 0.0f);
     std::size_t scratch = 0;
     for (const auto& l : layers)
       scratch = std::max({scratch, l.phi_q->scratch_floats(std::int64_t(rows) * H, lc.head_k_dim),
@@ -123,7 +123,7 @@ class Network final : public model::Network {
     const int d = c.hidden_size, H = c.num_heads, Hkv = c.num_kv_heads, D = lc.d_feature;
     const int dv = lc.head_v_dim, G = lc.kv_groups, I = c.intermediate_size;
     const int kd = lc.key_dim / G, vd = lc.value_dim / G;
-    const bool pre_norm = c.architecture == Architecture::kLinearAttn;
+    const bool pre_norm = lc.fla_layout;
     for (std::size_t li = 0; li < layers.size(); ++li) {
       const auto& L = layers[li];
       // Attention input: the normed residual (pre-norm) or the residual itself (post-norm).
@@ -250,14 +250,11 @@ std::shared_ptr<const FeatureMap> make_map(const ModelConfig& c, model::Loader& 
 class Family final : public model::Family {
  public:
   const char* name() const override { return "linear attention"; }
+  std::vector<std::string> model_types() const override {
+    return {"linear_attn", "transformers_are_rnns"};
+  }
   const char* model_type(const ModelConfig& c) const override {
-    return c.architecture == Architecture::kLinearAttn ? "linear_attn" : "transformers_are_rnns";
-  }
-  bool has(Architecture a) const override {
-    return a == Architecture::kLinearAttn || a == Architecture::kTransformersAreRnns;
-  }
-  bool reads(const std::string& type, const json::Value&) const override {
-    return type == "linear_attn" || type == "transformers_are_rnns";
+    return model::type_of(c) == "linear_attn" ? "linear_attn" : "transformers_are_rnns";
   }
   void read_config(const std::string& type, const json::Value& root, model::Fields& f,
                    ModelConfig& c) const override {
@@ -275,7 +272,7 @@ class Family final : public model::Family {
     out.push_back({"model.embeddings.weight", {V, d}, Init::kEmbedding});
     for (int i = 0; i < c.num_hidden_layers; ++i) {
       const std::string p = layer_prefix(i);
-      if (c.architecture == Architecture::kLinearAttn) {
+      if (lc.fla_layout) {
         const std::int64_t kd = lc.key_dim / lc.kv_groups, vd = lc.value_dim / lc.kv_groups;
         out.push_back({p + "attn_norm.weight", {d}, Init::kNorm});
         out.push_back({p + "attn.q_proj.weight", {lc.key_dim, d}});
@@ -304,7 +301,7 @@ class Family final : public model::Family {
         out.push_back({p + "mlp_norm.bias", {d}, Init::kBias});
       }
     }
-    if (c.architecture == Architecture::kLinearAttn) out.push_back({"model.norm.weight", {d}, Init::kNorm});
+    if (lc.fla_layout) out.push_back({"model.norm.weight", {d}, Init::kNorm});
     if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {V, d}});
     return out;
   }
@@ -325,7 +322,7 @@ class Family final : public model::Family {
     const LinearConfig& lc = config_of(c);
     const int d = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
     const auto eps = static_cast<float>(c.norm_eps);
-    const bool fla = c.architecture == Architecture::kLinearAttn;
+    const bool fla = lc.fla_layout;
     auto net = std::make_unique<Network>(c);
     // A tied embedding is the head's matrix too (quantized with it); an untied one is only
     // gathered, a row per token, and stays as stored.

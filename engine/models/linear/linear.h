@@ -15,6 +15,7 @@ enum class ModelFeatureMap { kElu, kRelu, kIdentity, kHedgehog, kT2R, kDpfp, kEl
 
 /// What linear_attn and the paper's model add to ModelConfig's common fields.
 struct LinearConfig final : FamilyConfig {
+  bool fla_layout = true;  // linear_attn (pre-norm, SwiGLU); false: transformers_are_rnns (resolved)
   double expand_k = 1.0;  // key width hidden_size * expand_k
   double expand_v = 1.0;  // value width hidden_size * expand_v
   std::string hidden_act = "swish";

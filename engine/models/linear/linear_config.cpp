@@ -129,7 +129,8 @@ void resolve(ModelConfig& c, const std::string& source) {
     config_fail(source, "expand_k {} and expand_v {} must lie in (0, 1e6]", lc.expand_k,
                 lc.expand_v);
   c.mixers.assign(std::size_t(c.num_hidden_layers), MixerKind::kLinearAttention);
-  if (c.architecture == Architecture::kLinearAttn) {
+  lc.fla_layout = model::type_of(c) == "linear_attn";
+  if (lc.fla_layout) {
     if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;
     if (c.num_kv_heads < 1 || c.num_heads % c.num_kv_heads != 0)
       config_fail(source, "num_heads {} is not a multiple of num_kv_heads {}", c.num_heads,
@@ -173,7 +174,7 @@ void resolve(ModelConfig& c, const std::string& source) {
     config_fail(source, "per-head sizes key {}, value {}, feature {} exceed the limit of {}",
                 lc.head_k_dim, lc.head_v_dim, std::int64_t(lc.head_k_dim) * expansion, kMaxHeadDim);
   lc.d_feature = lc.head_k_dim * expansion;
-  if (c.architecture == Architecture::kLinearAttn) {
+  if (lc.fla_layout) {
     // scale = K^-1/2 with K the key size after the feature map (chunk_linear_attn's default),
     // applied to q in the numerator and, when normalized, in the denominator.
     lc.attn_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(lc.d_feature)));
@@ -186,7 +187,7 @@ void resolve(ModelConfig& c, const std::string& source) {
 std::string config_fields(const ModelConfig& c) {
   const LinearConfig& lc = config_of(c);
   model::FieldWriter w;
-  if (c.architecture == Architecture::kLinearAttn) {
+  if (lc.fla_layout) {
     w.add("model_type", "\"linear_attn\"");
     w.add("architectures", "[\"LinearAttentionForCausalLM\"]");
     w.add("attn_mode", "\"fused_chunk\"");

@@ -167,8 +167,7 @@ class Family final : public model::Family {
  public:
   const char* name() const override { return "rwkv7"; }
   const char* model_type(const ModelConfig&) const override { return "rwkv7"; }
-  bool has(Architecture a) const override { return a == Architecture::kRwkv7; }
-  bool reads(const std::string& type, const json::Value&) const override { return type == "rwkv7"; }
+  std::vector<std::string> model_types() const override { return {"rwkv7"}; }
   void read_config(const std::string&, const json::Value& root, model::Fields& f,
                    ModelConfig& c) const override {
     rwkv7::read_config(root, f, c);
