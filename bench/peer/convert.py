@@ -9,7 +9,8 @@ VIEW_DIR is what the converter reads: MODEL_DIR's weights linked, its config.jso
 `architectures` entry added where recur writes none (the converter picks its model class by
 it), and a tokenizer: for `gpt2` a byte-level BPE tokenizer.json written here (256 byte tokens,
 a few merges, an end-of-text token; the converter pads the vocabulary to vocab_size with unused
-entries), for `rwkv` the RWKV world vocabulary file given. MODEL_DIR is never changed.
+entries), for `rwkv` the RWKV world vocabulary file given (a repeated token replaced).
+MODEL_DIR is never changed.
 
 The stand-ins (the converter is otherwise run as it is):
   - `transformers`: not installed. AutoConfig.from_pretrained raises, so the converter reads
@@ -22,6 +23,7 @@ The stand-ins (the converter is otherwise run as it is):
     (--tokenizer-pre, default qwen35). No text is tokenized by the benchmark: it runs ids.
 """
 import argparse
+import ast
 import json
 import os
 import sys
@@ -67,6 +69,22 @@ def write_bpe_tokenizer(path: Path):
     path.write_text(json.dumps(tok, ensure_ascii=False), encoding="utf-8")
     (path.parent / "tokenizer_config.json").write_text(json.dumps(
         {"eos_token": "<|endoftext|>", "model_max_length": 262144}), encoding="utf-8")
+
+
+def write_world_vocab(source: Path, out: Path):
+    """The RWKV world vocabulary file, with a token seen before replaced by one of its own
+    (tests/world's file repeats one on purpose; llama.cpp's loader refuses repeated tokens)."""
+    seen, lines = set(), []
+    for line in source.read_text(encoding="utf-8").splitlines():
+        parts = line.split(" ")
+        token = ast.literal_eval(" ".join(parts[1:-1]))
+        token = token.encode("utf-8") if isinstance(token, str) else token
+        if token in seen:
+            token = f"<repeated {parts[0]}>".encode("ascii")
+            line = f"{parts[0]} {token!r} {len(token)}"
+        seen.add(token)
+        lines.append(line)
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 class _AddedToken:
@@ -177,7 +195,7 @@ def make_view(model_dir: Path, view: Path, architecture, vocab, rwkv_vocab):
     if vocab == "gpt2":
         write_bpe_tokenizer(view / "tokenizer.json")
     elif vocab == "rwkv":
-        (view / "rwkv_vocab_v20230424.txt").symlink_to(Path(rwkv_vocab).resolve())
+        write_world_vocab(Path(rwkv_vocab), view / "rwkv_vocab_v20230424.txt")
 
 
 def main():

@@ -9,7 +9,7 @@
 # What it does (everything under build/peer/, reused when already there):
 #  1. llama.cpp: clones the source bundle that the npm package node-llama-cpp ships
 #     ($LLAMA_BUNDLE; `npm pack node-llama-cpp` into build/peer/npm when it is not there) and
-#     builds llama-bench and llama-quantize (CPU only, Release, -j2).
+#     builds llama-bench and llama-quantize (CPU only, Release, -j2; the ISA: isa_flags below).
 #  2. recur: builds recur and bench/bench_model_dir in build/release (-j2).
 #  3. Per shape of bench/peer/shapes.tsv: `recur make-model --config shapes/X.json --dtype bf16
 #     --seed 1` (random bf16 weights, as the Hub ships these models), `recur quantize --type
@@ -63,9 +63,25 @@ if [[ ! -d "$llama/.git" ]]; then
   log "cloning $bundle"
   git clone -q "$bundle" "$llama"
 fi
+# The instruction sets: -march=native, except where the CPU lists AMX. ggml's AMX kernels for
+# q8_0 died of SIGILL at their first tile load on the Sapphire Rapids KVM guest this was written
+# on, so there the ISA is the CPU's own list without AMX (LLAMA_CPP_ISA overrides either).
+isa_flags() {
+  local cpu; cpu=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
+  if [[ -n "${LLAMA_CPP_ISA:-}" ]]; then echo "$LLAMA_CPP_ISA"; return; fi
+  if [[ " $cpu " != *" amx_tile "* ]]; then echo "-DGGML_NATIVE=ON"; return; fi
+  local out="-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" f v
+  for f in sse4_2:SSE42 avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx_vnni:AVX_VNNI \
+           avx512f:AVX512 avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
+    v=OFF; [[ " $cpu " == *" ${f%%:*} "* ]] && v=ON
+    out+=" -DGGML_${f#*:}=$v"
+  done
+  echo "$out"
+}
 if [[ ! -x "$llama/build/bin/llama-bench" || ! -x "$llama/build/bin/llama-quantize" ]]; then
   log "building llama.cpp (CPU, Release, -j2; about half an hour on two busy cores)"
-  cmake -S "$llama" -B "$llama/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+  # shellcheck disable=SC2046
+  cmake -S "$llama" -B "$llama/build" -G Ninja -DCMAKE_BUILD_TYPE=Release $(isa_flags) \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
     -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
     -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >"$peer/cmake.log"
