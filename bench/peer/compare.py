@@ -101,7 +101,7 @@ def main():
     if len(a.runs) % 5:
         raise SystemExit("compare.py: runs come in fives: SHAPE FORMAT RECUR_DIR GGUF PROMPTS")
 
-    rows = []
+    done = []  # the rows of the models measured so far
     for i in range(0, len(a.runs), 5):
         shape, fmt, model_dir, gguf, prompts = a.runs[i:i + 5]
         got = {"recur": {}, "llama": {}}
@@ -110,12 +110,22 @@ def main():
             for e in engines:
                 best(got[e], recur_round(a, model_dir, prompts) if e == "recur"
                      else llama_round(a, gguf, prompts))
-        for key in sorted(got["recur"], key=test_order):
-            mine, theirs = got["recur"][key], got["llama"].get(key, [0.0])
-            rows.append((shape, fmt, key[0], key[1], mine, theirs))
-        print_table(a, rows, sys.stderr)  # progress: the table so far
+                # The table so far after every run: a run stopped early still leaves its figures.
+                report(a, done + rows_of(shape, fmt, got), sys.stderr)
+        done += rows_of(shape, fmt, got)
 
-    print_table(a, rows, sys.stdout)
+    report(a, done, sys.stdout)
+
+
+def rows_of(shape, fmt, got):
+    rows = []
+    for key in sorted(set(got["recur"]) | set(got["llama"]), key=test_order):
+        rows.append((shape, fmt, key[0], key[1], got["recur"].get(key, []), got["llama"].get(key, [])))
+    return rows
+
+
+def report(a, rows, stream):
+    print_table(a, rows, stream)
     if a.out:
         with open(a.out, "w", encoding="utf-8") as f:
             print_table(a, rows, f)
@@ -132,12 +142,14 @@ def print_table(a, rows, f):
     print(file=f)
     print("| shape | weights | test | threads | recur | llama.cpp | recur / llama.cpp |", file=f)
     print("|---|---|---|---|---|---|---|", file=f)
+    def cell(v):
+        return f"{max(v):.1f} [{', '.join(f'{x:.1f}' for x in v)}]" if v else "-"
+
     for shape, fmt, test, threads, mine, theirs in rows:
         fmt_name = fmt if fmt != "q8" else "q8 (llama.cpp q8_0)"
-        ratio = max(mine) / max(theirs) if max(theirs) > 0 else float("nan")
-        spread = lambda v: ", ".join(f"{x:.1f}" for x in v)  # noqa: E731
-        print(f"| {shape} | {fmt_name} | {test} | {threads} | {max(mine):.1f} [{spread(mine)}] | "
-              f"{max(theirs):.1f} [{spread(theirs)}] | {ratio:.2f}x |", file=f)
+        ratio = f"{max(mine) / max(theirs):.2f}x" if mine and theirs and max(theirs) > 0 else "-"
+        print(f"| {shape} | {fmt_name} | {test} | {threads} | {cell(mine)} | {cell(theirs)} | {ratio} |",
+              file=f)
     f.flush()
 
 
