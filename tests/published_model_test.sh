@@ -145,4 +145,20 @@ if [[ -f "$q/chat_template.jinja" ]]; then
   [[ "$(cat "$tmp/out")" == *$'<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>'* ]] ||
     fail "qwen3.5-4b: the tool call is not in Qwen3.5's XML form"
 fi
+# LFM2.5's template, read by hand: the system turn first, an earlier assistant turn without its
+# think block, the last one with it, the tools listed in the system turn as JSON.
+l="$fx/lfm2.5-1.2b-instruct"
+if [[ -f "$l/chat_template.jinja" ]]; then
+  cat > "$tmp/think.json" <<'JSON'
+[{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hello"},
+ {"role": "assistant", "content": "<think>greet</think>  Hi."}, {"role": "user", "content": "2+2?"},
+ {"role": "assistant", "content": "<think>add</think>4"}, {"role": "user", "content": "Thanks"}]
+JSON
+  render lfm2.5-1.2b-instruct "$l" --messages "$tmp/think.json" --add-generation-prompt
+  printf '%s' $'<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\nHi.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n<think>add</think>4<|im_end|>\n<|im_start|>user\nThanks<|im_end|>\n<|im_start|>assistant\n' > "$tmp/want"
+  cmp -s "$tmp/out" "$tmp/want" || { diff "$tmp/want" "$tmp/out" >&2 || true; fail "lfm2.5-1.2b-instruct: rendered text"; }
+  render lfm2.5-1.2b-instruct "$l" --messages "$tmp/chat.json" --tools "$tmp/tools.json" --add-generation-prompt
+  [[ "$(cat "$tmp/out")" == $'<|im_start|>system\nList of tools: [{"type": "function", "function": {"name": "get_weather"'* ]] ||
+    fail "lfm2.5-1.2b-instruct: the tools are not listed in the system turn: $(cat "$tmp/out")"
+fi
 echo "published templates: $t rendered, $gaps known gaps"

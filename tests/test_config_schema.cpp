@@ -4,11 +4,15 @@
 // refused names the key and the file; what is written reads back as the same configuration.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "model/config_schema.h"
 #include "model/family.h"
 #include "recur/error.h"
+#include "util/json.h"
 #include "recur/model.h"
 
 namespace {
@@ -64,4 +68,176 @@ TEST_CASE("a configuration built in code names its family by type, before the de
   CHECK_THROWS_WITH(bad.resolve("in code"), Contains("in code") && Contains("'mamba9'") &&
                                                 Contains(recur::model::known_model_types()));
   CHECK_THROWS_AS(bad.to_json(), recur::ArgumentError);
+}
+
+namespace {
+
+// A toy family's fields, to test the schema apart from any real family.
+struct ToyConfig final : recur::FamilyConfig {
+  enum class Mode { kPlain, kFancy };
+  int rank = 8;
+  double ratio = 2.5;
+  bool gated = false;
+  Mode mode = Mode::kPlain;
+};
+
+const recur::model::Schema<ToyConfig>& toy_schema() {
+  static const recur::model::Schema<ToyConfig> s = [] {
+    recur::model::Schema<ToyConfig> t;
+    t.written("model_type", "\"toy\"")
+        .integer("hidden_size", &ModelConfig::hidden_size, 64, 1, 1024)
+        .integer("rank", &ToyConfig::rank, 8, 1, 64)
+        .option("rank", "the rank")
+        .number("ratio", &ToyConfig::ratio, 2.5, 0.5, 8.0)
+        .boolean("gated", &ToyConfig::gated, false)
+        .flag("gated", "gate it")
+        .choice("mode", &ToyConfig::mode, ToyConfig::Mode::kPlain,
+                {{ToyConfig::Mode::kPlain, "plain"}, {ToyConfig::Mode::kFancy, "fancy"}})
+        .integer("fancy_width", &ModelConfig::intermediate_size, 0, 1, 99)
+        .only_when([](const ModelConfig&, const ToyConfig& g) { return g.mode == ToyConfig::Mode::kFancy; })
+        .accepted("use_cache", "caching only: the same function");
+    return t;
+  }();
+  return s;
+}
+
+// Reads `text` through the toy schema as a family's reader does, refusing unknown fields.
+std::pair<ModelConfig, ToyConfig> read_toy(const std::string& text) {
+  const recur::json::Value root = recur::json::parse(text, "toy");
+  const std::string source = "toy.json";
+  recur::model::Fields f(root, source);
+  ModelConfig c;
+  ToyConfig g;
+  toy_schema().read(f, c, g);
+  f.accept("model_type", "names the layout");
+  f.reject_unknown("recur does not know what it changes");
+  return {c, g};
+}
+
+std::string write_toy(const ModelConfig& c, const ToyConfig& g) {
+  recur::model::FieldWriter w;
+  toy_schema().write(w, c, g);
+  return w.text();
+}
+
+}  // namespace
+
+TEST_CASE("a schema reads its fields with their defaults, and refuses by key and file",
+          "[model][config][schema]") {
+  const auto [c, g] = read_toy(R"({"model_type": "toy", "rank": 16, "mode": "fancy", "fancy_width": 7})");
+  CHECK(c.hidden_size == 64);  // the default
+  CHECK(g.rank == 16);
+  CHECK(g.ratio == 2.5);
+  CHECK(g.mode == ToyConfig::Mode::kFancy);
+  CHECK(c.intermediate_size == 7);
+  const auto refused = [](const std::string& text, const std::vector<std::string>& parts) {
+    INFO(text);
+    try {
+      read_toy(text);
+      FAIL("accepted");
+    } catch (const FormatError& e) {
+      const std::string msg = e.what();
+      INFO(msg);
+      CHECK_THAT(msg, Contains("toy.json"));
+      for (const auto& p : parts) CHECK_THAT(msg, Contains(p));
+    }
+  };
+  // Out of range, of the wrong type, a name not among the choices, unknown.
+  refused(R"({"rank": 65})", {"rank is 65", "1 to 64"});
+  refused(R"({"ratio": 0.25})", {"ratio is 0.25", "0.5 to 8"});
+  refused(R"({"rank": 2.5})", {"rank is 2.5", "an integer"});
+  refused(R"({"gated": "yes"})", {"gated is \"yes\"", "true or false"});
+  refused(R"({"mode": "odd"})", {"mode is 'odd'", "plain or fancy"});
+  refused(R"({"colour": 1})", {"unknown field 'colour'"});
+  // A field of another layout is unknown in this one.
+  refused(R"({"fancy_width": 7})", {"unknown field 'fancy_width'"});
+  // An accepted field is read whatever its value, and carries its reason.
+  CHECK_NOTHROW(read_toy(R"({"use_cache": true})"));
+  bool found = false;
+  for (const auto& field : toy_schema().fields())
+    if (std::string(field.key) == "use_cache") {
+      found = true;
+      CHECK(field.type == recur::model::FieldSpec::Type::kAccepted);
+      CHECK_THAT(std::string(field.reason), Contains("same function"));
+      CHECK_FALSE(field.written);
+    }
+  CHECK(found);
+}
+
+TEST_CASE("a schema writes what it reads, in its order, and only its layout's fields",
+          "[model][config][schema]") {
+  auto [c, g] = read_toy(R"({"rank": 16, "gated": true})");
+  const std::string plain = write_toy(c, g);
+  CHECK(plain == "  \"model_type\": \"toy\",\n  \"hidden_size\": 64,\n  \"rank\": 16,\n"
+                 "  \"ratio\": 2.5,\n  \"gated\": true,\n  \"mode\": \"plain\",\n");
+  g.mode = ToyConfig::Mode::kFancy;
+  c.intermediate_size = 9;
+  const std::string fancy = write_toy(c, g);
+  CHECK_THAT(fancy, Contains("\"mode\": \"fancy\",\n  \"fancy_width\": 9,\n"));
+  // Reading what was written gives the same fields.
+  const auto [c2, g2] = read_toy("{" + fancy.substr(0, fancy.size() - 2) + "}");
+  CHECK(write_toy(c2, g2) == fancy);
+}
+
+namespace {
+
+// make-model's options as the tool gives them when none is passed: its own defaults for the
+// common ones, each family option's fallback.
+class DefaultOptions final : public recur::model::MakeOptions {
+ public:
+  explicit DefaultOptions(std::vector<recur::model::MakeOption> family) : family_(std::move(family)) {}
+  bool given(const char*) const override { return false; }
+  bool flag(const char*) const override { return false; }
+  std::int64_t integer(const char* name, std::int64_t, std::int64_t) const override {
+    return std::stoll(text(name));
+  }
+  double real(const char* name, double, double) const override { return std::stod(text(name)); }
+  std::string str(const char* name) const override { return text(name); }
+
+ private:
+  std::string text(const std::string& name) const {
+    if (name == "vocab") return "256";
+    if (name == "hidden") return "256";  // HGRN2's default expand_ratio, 128, must divide it
+    if (name == "layers") return "2";
+    if (name == "heads") return "4";
+    if (name == "intermediate") return "0";
+    for (const auto& o : family_)
+      if (name == o.name && o.fallback) return o.fallback;
+    return "";
+  }
+  std::vector<recur::model::MakeOption> family_;
+};
+
+}  // namespace
+
+TEST_CASE("for every family, config.json written then read is the same configuration",
+          "[model][config][schema]") {
+  int checked = 0;
+  for (const recur::model::Family* f : recur::model::families()) {
+    const DefaultOptions options(f->make_model_options());
+    for (const std::string& arch : f->make_model_archs()) {
+      INFO(f->name() << " --arch " << arch);
+      const ModelConfig a = ModelConfig::from_json(f->make_model_config(arch, options), "made.json");
+      const std::string text = a.to_json();
+      const ModelConfig b = ModelConfig::from_json(text, "written.json");
+      CHECK(b.to_json() == text);
+      CHECK(b.model_type() == a.model_type());
+      CHECK(b.mixers == a.mixers);
+      CHECK(b.intermediate_size == a.intermediate_size);
+      ++checked;
+    }
+  }
+  CHECK(checked >= 9);  // every make-model --arch of every family
+}
+
+TEST_CASE("a family's make-model options and their defaults come from its schema",
+          "[model][config][schema]") {
+  const auto options = toy_schema().make_options({"toy"});
+  REQUIRE(options.size() == 2);
+  CHECK(std::string(options[0].name) == "rank");
+  CHECK_FALSE(options[0].flag);
+  CHECK(std::string(options[1].name) == "gated");
+  CHECK(options[1].flag);
+  // Only the options given are written.
+  CHECK(toy_schema().make_fields(DefaultOptions({})) == "");
 }

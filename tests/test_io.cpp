@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <clocale>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -339,6 +340,27 @@ TEST_CASE("json: strict parsing", "[io][json]") {
   std::string deep(100, '[');
   CHECK_THROWS_WITH(json::parse(deep, "t"), Catch::Contains("nesting"));
   CHECK(json::quote("a\"b\\\n\x01") == "\"a\\\"b\\\\\\n\\u0001\"");
+}
+
+TEST_CASE("json: Python's bare Infinity is a number only where config.json is read", "[io][json]") {
+  const json::ParseOptions python{true};
+  const auto v = json::parse(R"({"time_step_limit": [0.0, Infinity], "low": -Infinity})", "t", python);
+  const auto& limit = v.find("time_step_limit")->array();
+  CHECK(limit[0].number() == 0.0);
+  CHECK(std::isinf(limit[1].number()));
+  CHECK(limit[1].number() > 0.0);
+  CHECK_FALSE(limit[1].is_integer());
+  CHECK(std::isinf(v.find("low")->number()));
+  CHECK(v.find("low")->number() < 0.0);
+  CHECK(std::isinf(json::parse("Infinity", "t", python).number()));
+  // Strict JSON elsewhere (request bodies, tokenizer.json, safetensors headers).
+  CHECK_THROWS_WITH(json::parse("[Infinity]", "t"), Catch::Contains("unexpected character 'I'"));
+  CHECK_THROWS_WITH(json::parse("[-Infinity]", "t"), Catch::Contains("malformed number"));
+  for (const char* bad : {"NaN", "[Infinit]", "[+Infinity]", "Infinityx", "[-Inf]"})
+    CHECK_THROWS_AS(json::parse(bad, "t", python), FormatError);
+  // A ModelConfig reads it through that option (a field that refuses infinity says so by name).
+  CHECK_THROWS_WITH(ModelConfig::from_json(R"({"model_type": "linear_attn", "norm_eps": Infinity})", "cfg.json"),
+                    Catch::Contains("norm_eps"));
 }
 
 TEST_CASE("tied feature maps may be stored under the q name, the k name or both", "[io][config]") {

@@ -290,3 +290,31 @@ TEST_CASE("fla's early norm_first is accepted when false and refused by name whe
                Catch::Contains("norm_first is true") && Catch::Contains("recur does not run"));
   }
 }
+
+TEST_CASE("a family's tensor table is its loader run shape-only: no weight is held while it is "
+          "listed", "[model][config]") {
+  // A terabyte of weights: listing them must allocate none (a recorder that made zeros of a
+  // matrix, or of the embedding, throws std::bad_alloc here).
+  const std::int64_t V = 1 << 20, d = 1 << 18;  // each matrix alone is 256 GiB
+  for (const bool tied : {false, true}) {
+    INFO("tied " << tied);
+    const ModelConfig c = ModelConfig::from_json(
+        "{\"model_type\": \"linear_attn\", \"vocab_size\": " + std::to_string(V) +
+            ", \"hidden_size\": " + std::to_string(d) +
+            ", \"num_hidden_layers\": 2, \"num_heads\": 1024, \"intermediate_size\": 262144, "
+            "\"tie_word_embeddings\": " + (tied ? "true" : "false") + "}",
+        "config.json");
+    const auto table = recur::model_tensor_shapes(c);
+    REQUIRE(!table.empty());
+    CHECK(table.front().first == "model.embeddings.weight");
+    CHECK(table.front().second == std::vector<std::int64_t>{V, d});
+    CHECK(table.back().first == (tied ? "model.norm.weight" : "lm_head.weight"));
+    std::int64_t parameters = 0;
+    for (const auto& [name, shape] : table) {
+      std::int64_t n = 1;
+      for (const auto s : shape) n *= s;
+      parameters += n;
+    }
+    CHECK(parameters > (tied ? 1 : 2) * V * d);
+  }
+}

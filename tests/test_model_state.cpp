@@ -1,6 +1,6 @@
-// Saved states and state files: a saved state continues bit-identically (float and quantized
-// models), clones branch independently, and every bad, corrupt or lying file is refused with the
-// decoder left as it was.
+// Saved states and state files: a quantized model's saved state continues bit-identically, and
+// every bad, corrupt or lying file is refused with the decoder left as it was. That a saved
+// state continues and a clone branches alone, for every family, is test_conformance's.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -11,11 +11,11 @@
 #include <random>
 
 #include "recur/error.h"
+#include "model/declared_state.h"
 #include "model/random_weights.h"
 #include "recur/model.h"
 #include "recur/sampling.h"
-#include "support/based_config.h"
-#include "support/fla_gated_config.h"
+#include "recur/short_conv.h"
 #include "support/model_cases.h"
 #include "support/quant_model.h"
 #include "support/temp_dir.h"
@@ -28,48 +28,8 @@ using recur::testing::kSanitized;
 using recur::testing::quantized_model;
 using recur::testing::random_tokens;
 using recur::testing::same_bytes;
-using recur::testing::small_based;
 using recur::testing::small_fla;
 using recur::testing::TempDir;
-
-TEST_CASE("a saved state continues bit-identically, and clones branch independently", "[model][state]") {
-  const ModelConfig c = GENERATE(small_fla(ModelFeatureMap::kHedgehog, true), small_based(),
-                                 recur::testing::small_gla(), recur::testing::small_hgrn2(),
-                                 recur::testing::small_gla_full(), recur::testing::small_gla_window());
-  const auto model = Model::from_weights(c, RandomWeights(c, 2));
-  const auto tokens = random_tokens(kSanitized ? 60 : 290, c.vocab_size, 4);
-  const auto nV = static_cast<std::size_t>(c.vocab_size);
-  const std::size_t half = tokens.size() / 2;
-  const std::vector<int> first(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(half));
-
-  Decoder whole(model, {32, 1});
-  whole.prefill(tokens);
-  const Eigen::VectorXf want = whole.logits();
-
-  TempDir dir;
-  Decoder a(model, {32, 2});
-  a.prefill(first);
-  a.save(dir.file("mid.state"));
-  Decoder b(model, {5, 1});  // a fresh decoder, other options
-  b.load(dir.file("mid.state"));
-  CHECK(b.n_tokens() == static_cast<std::int64_t>(half));
-  CHECK(same_bytes(b.logits().data(), a.logits().data(), nV));
-  for (std::size_t i = half; i < tokens.size(); ++i) b.step(tokens[i]);
-  CHECK(same_bytes(b.logits().data(), want.data(), nV));
-
-  // A clone taken mid-sequence follows its own branch; the original is untouched by it.
-  Decoder fork = a.clone();
-  fork.step(1);
-  fork.step(2);
-  for (std::size_t i = half; i < tokens.size(); ++i) a.step(tokens[i]);
-  CHECK(same_bytes(a.logits().data(), want.data(), nV));
-  Decoder straight(model);
-  std::vector<int> branch = first;
-  branch.push_back(1);
-  branch.push_back(2);
-  straight.prefill(branch);
-  CHECK(same_bytes(fork.logits().data(), straight.logits().data(), nV));
-}
 
 TEST_CASE("a quantized model's saved state continues bit-identically, and only on that model",
           "[model][state][quant]") {
@@ -353,4 +313,91 @@ TEST_CASE("saving refuses to replace what is not a regular file and leaves nothi
   for (const auto& e : std::filesystem::directory_iterator(dir.str()))
     files += e.is_regular_file() && !e.is_symlink();
   CHECK(files == 1);  // target.state; no temporary files
+}
+
+namespace {
+
+// A state declared as its parts (model/declared_state.h): a buffer and a convolution's state,
+// inside a frame of format 7.
+struct ToyState final : model::DeclaredState<ToyState> {
+  static constexpr std::uint32_t kFormat = 7;
+  static constexpr const char* kCall = "ToyState::load_raw_bytes";
+  static constexpr const char* kWhat = "a toy state";
+  explicit ToyState(ShortConvState conv) : S(5, 0.0f) { convs.emplace_back(std::move(conv)); }
+  std::vector<float> S;
+  std::vector<model::Copyable<ShortConvState>> convs;
+  template <class Self, class F>
+  static void parts(Self& s, F&& f) {
+    f("S", s.S);
+    f("convolutions", s.convs);
+  }
+  MixerKind kind() const override { return MixerKind::kDeltaRule; }
+};
+
+template <class T>
+void append(std::vector<unsigned char>& out, const T& v) {
+  const auto* p = reinterpret_cast<const unsigned char*>(&v);
+  out.insert(out.end(), p, p + sizeof v);
+}
+
+}  // namespace
+
+TEST_CASE("a declared state saves its frame and parts in order, loads them back, and refuses bad "
+          "bytes unchanged", "[model][state]") {
+  const RowMatrix taps = RowMatrix::Constant(3, 4, 0.5f);  // 3 channels, kernel 4
+  const ShortConvolution conv(taps);
+  ToyState s(conv.make_state());
+  for (std::size_t i = 0; i < s.S.size(); ++i) s.S[i] = 0.25f * float(i) - 1.0f;
+  const RowMatrix x = RowMatrix::Constant(2, 3, 1.5f);
+  (void)conv.prefill(s.convs[0], x);
+  s.tokens = 2;
+
+  // The record: the format, S, the convolution's own record, the token count.
+  std::vector<unsigned char> want;
+  append(want, std::uint32_t{7});
+  for (const float v : s.S) append(want, v);
+  const auto conv_raw = s.convs[0].raw_bytes();
+  want.insert(want.end(), conv_raw.begin(), conv_raw.end());
+  append(want, std::int64_t{2});
+  const auto raw = s.raw_bytes();
+  CHECK(raw == want);
+  CHECK(s.raw_size() == want.size());
+  CHECK(s.n_tokens() == 2);
+
+  ToyState fresh(conv.make_state());
+  fresh.load_raw_bytes(raw.data(), raw.size());
+  CHECK(fresh.raw_bytes() == raw);
+  CHECK(fresh.convs[0].n_tokens() == 2);
+
+  // A clone is its own: stepping it leaves the original's bytes.
+  auto copy = s.clone();
+  auto& c = static_cast<ToyState&>(*copy);
+  c.S[0] = 9.0f;
+  (void)conv.prefill(c.convs[0], x);
+  CHECK(s.raw_bytes() == raw);
+  CHECK(c.convs[0].n_tokens() == 4);
+
+  const auto refused = [&](std::vector<unsigned char> bytes, const char* what) {
+    ToyState t(conv.make_state());
+    t.load_raw_bytes(raw.data(), raw.size());
+    CHECK_THROWS_WITH(t.load_raw_bytes(bytes.data(), bytes.size()), Catch::Contains(what));
+    CHECK(t.raw_bytes() == raw);
+  };
+  refused(std::vector<unsigned char>(raw.begin(), raw.end() - 1), "bytes given, a toy state has");
+  auto bad_format = raw;
+  bad_format[0] = 6;
+  refused(bad_format, "state format 6");
+  auto nan = raw;
+  const float q = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(nan.data() + 4 + 2 * sizeof(float), &q, sizeof q);
+  refused(nan, "the state's S holds a non-finite number");
+  auto lying = raw;  // the frame says 3 tokens, the convolution has seen 2
+  lying.resize(raw.size() - sizeof(std::int64_t));
+  append(lying, std::int64_t{3});
+  refused(lying, "the state's convolutions has seen 2 tokens, the state 3");
+
+  s.reset();
+  CHECK(s.n_tokens() == 0);
+  CHECK(s.convs[0].n_tokens() == 0);
+  CHECK(std::all_of(s.S.begin(), s.S.end(), [](float v) { return v == 0.0f; }));
 }

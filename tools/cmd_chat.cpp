@@ -202,12 +202,15 @@ class Chat {
       return double(p.first) / std::max(p.second, 1e-9);
     };
     fmt::print(stdout,
-               "state: {} tokens run, {} bytes ({}) at any length\n"
+               "state: {} tokens run, {} bytes ({}){}\n"
                "last turn: {} tokens prefilled ({} kept from earlier turns) at {:.0f} tokens/s, "
                "{} generated at {:.1f} tokens/s\n"
                "conversation: {} messages; the state started again {} times (a prompt that did not "
                "extend the ids already run)\n",
                decoder_.n_tokens(), decoder_.state_bytes(), human_bytes(double(decoder_.state_bytes())),
+               decoder_.state_grows() ? ", growing with the conversation (full-attention layers' "
+                                        "KV cache)"
+                                      : " at any length",
                last_prefill_.first, last_reused_, rate(last_prefill_), last_decode_.first,
                rate(last_decode_), messages_.size(), restarts_);
     flush_stdout();

@@ -189,9 +189,9 @@ int run_make_model(int argc, char** argv) {
   check_memory(4.0 * double(params) / shards, "a model of " + std::to_string(params) + " parameters");
   prepare_model_dir(dir, args.flag_set("force"));
   const int files = write_random_model(dir, c, seed, dtype, shards);
-  fmt::print("wrote {}: {}, {} layers, hidden {}, {} heads, {} parameters as {}, "
+  fmt::print("wrote {}: {}, {} layers, hidden {}, {} parameters as {}, "
              "{} weight file{}{}, seed {}\n",
-             printable(dir), c.model_type(), c.num_hidden_layers, c.hidden_size, c.num_heads,
+             printable(dir), c.model_type(), c.num_hidden_layers, c.hidden_size,
              params, dtype_name(dtype), files,
              files > 1 ? "s" : "",
              files < shards ? fmt::format(" (--shards {}: the model has only {} tensors)", shards, files) : "",

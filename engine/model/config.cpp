@@ -110,7 +110,8 @@ ModelConfig ModelConfig::from_file(const std::string& path) {
 }
 
 ModelConfig ModelConfig::from_json(const std::string& text, const std::string& source) {
-  const json::Value root = json::parse(text, "ModelConfig] " + source + ": [config");
+  const json::Value root = json::parse(text, "ModelConfig] " + source + ": [config",
+                                          json::ParseOptions{true});
   if (!root.is_object()) config_fail(source, "the config is {}, not an object", root.kind_name());
   Fields f(root, source);
   ModelConfig c;
@@ -166,13 +167,11 @@ void ModelConfig::resolve(const std::string& source) {
                         "{}, num_heads {}, num_kv_heads {}, intermediate_size {})",
                 vocab_size, hidden_size, num_hidden_layers, num_heads, num_kv_heads,
                 intermediate_size);
-  if (!(hidden_ratio > 0 && hidden_ratio <= 1e6))
-    config_fail(source, "hidden_ratio {} must lie in (0, 1e6]", hidden_ratio);
-  const model::Family* family = model::family_named(model::type_of(*this));
-  if (!family)
+  const model::Family* own = model::family_named(model::type_of(*this));
+  if (!own)
     config_fail(source, "type is '{}'; recur reads {}", model::type_of(*this),
                 model::known_model_types());
-  family->resolve(*this, source);
+  own->resolve(*this, source);
 }
 
 std::string ModelConfig::to_json() const {

@@ -106,9 +106,6 @@ class Family {
   virtual void resolve(ModelConfig& c, const std::string& source) const = 0;
   /// config.json's fields for `c`, each line "  \"key\": value,\n", model_type first.
   virtual std::string config_fields(const ModelConfig& c) const = 0;
-  /// Every tensor the configuration has, in a fixed order: what loading, make-model's random
-  /// weights and the fingerprint go by.
-  virtual std::vector<TensorSpec> tensors(const ModelConfig& c) const = 0;
   /// The name under which the table lists a tensor stored as `name` (the same, unless one
   /// tensor of the table may be stored under another name too).
   virtual std::string table_name(const ModelConfig& c, const std::string& name) const {
@@ -116,7 +113,9 @@ class Family {
     return name;
   }
   /// Reads every tensor through `L` into `impl`: the embeddings, the final norm, the head and
-  /// the layer stack (impl.network).
+  /// the layer stack (impl.network). Each tensor is named here alone: run against a recording
+  /// Loader, load() gives the family's table (tensor_table()), so it must take the same tensors
+  /// whatever `weights` hold (ask L.has() only to choose between two names of one tensor).
   virtual void load(const ModelConfig& c, const WeightSource& weights, Loader& L,
                     Model::Impl& impl) const = 0;
   /// The --arch names `recur make-model` takes for this family (none: make-model does not
@@ -152,6 +151,11 @@ F& edit_family(ModelConfig& c) {
   c.family = std::move(fresh);
   return fields;
 }
+
+/// Every tensor the configuration has, in load()'s order (tensors it declares ahead are listed
+/// where it declares them): what loading, make-model's random weights and the files it writes go
+/// by. load() run against a shape-only recording Loader.
+std::vector<TensorSpec> tensor_table(const Family& family, const ModelConfig& c);
 
 /// The model_type naming a configuration's layout: ModelConfig::type, or when that is empty the
 /// one the deprecated `architecture` stands for.

@@ -109,18 +109,6 @@ void write_hybrid_attention(FieldWriter& w, const HybridAttention& a) {
   w.add("attn", text);
 }
 
-void append_hybrid_attention_tensors(std::vector<TensorSpec>& out, const std::string& prefix,
-                                     std::int64_t hidden_size, const HybridAttentionSpec& s) {
-  const std::int64_t d = hidden_size, kv = std::int64_t(s.num_kv_heads) * (d / s.num_heads);
-  out.push_back({prefix + "q_proj.weight", {d, d}});
-  if (s.qkv_bias) out.push_back({prefix + "q_proj.bias", {d}, Init::kBias});
-  out.push_back({prefix + "k_proj.weight", {kv, d}});
-  if (s.qkv_bias) out.push_back({prefix + "k_proj.bias", {kv}, Init::kBias});
-  out.push_back({prefix + "v_proj.weight", {kv, d}});
-  if (s.qkv_bias) out.push_back({prefix + "v_proj.bias", {kv}, Init::kBias});
-  out.push_back({prefix + "o_proj.weight", {d, d}});
-}
-
 std::size_t hybrid_attention_growth(const HybridAttention& a, int hidden_size) {
   std::size_t grow = 0;
   for (const HybridAttentionSpec& s : a.specs)

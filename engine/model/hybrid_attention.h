@@ -58,10 +58,6 @@ void resolve_hybrid_attention(HybridAttention& a, int hidden_size, int n_layers,
 /// Writes the block as config.json's field "attn" (a dict or a list, as read).
 void write_hybrid_attention(FieldWriter& w, const HybridAttention& a);
 
-/// The tensors of one attention layer whose names start with `prefix` ("model.layers.3.attn.").
-void append_hybrid_attention_tensors(std::vector<TensorSpec>& out, const std::string& prefix,
-                                     std::int64_t hidden_size, const HybridAttentionSpec& s);
-
 /// Bytes the full-attention layers' KV caches grow by every token: a key and a value per kv
 /// head (a windowed layer's ring stays the same size).
 std::size_t hybrid_attention_growth(const HybridAttention& a, int hidden_size);

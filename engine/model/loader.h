@@ -46,8 +46,9 @@ struct MatrixWeight {
 
   // Rows [first, first + n) as a packed matrix. Every output is one ordered chain over k_in
   // (over the blocks, for quantized rows) whatever matrix holds its row, so a split changes no
-  // byte.
+  // byte. A shape-only weight (Loader::recording) gives an empty matrix.
   kernels::PackedMatrix rows(int first, int n) const {
+    if (!quantized && values.empty()) return kernels::PackedMatrix();
     if (!quantized)
       return kernels::PackedMatrix(values.data() + std::size_t(first) * std::size_t(k_in), n,
                                    k_in, dtype);
@@ -77,9 +78,10 @@ struct MatrixWeight {
 };
 
 // Reads tensors from a WeightSource, checking each shape against the configuration, hashing
-// every value into the fingerprint, and remembering which names were used. The architecture's
-// table (Family::tensors) is the one list of tensors: the loader takes exactly its names
-// with its shapes, so that loading, make-model and the random weights cannot drift apart.
+// every value into the fingerprint, and remembering which names were used. The family's table
+// (tensor_table: its load() run against a recording Loader) is the one list of tensors: the
+// loader takes exactly its names with its shapes, so that loading, make-model and the random
+// weights cannot drift apart.
 class Loader {
  public:
   Loader(const WeightSource& src, const ModelConfig& config, const Family& family)
@@ -90,7 +92,38 @@ class Loader {
     numeric.eos_token_ids.clear();
     const std::string cfg = numeric.to_json();
     hash_.update(cfg.data(), cfg.size());
-    for (const auto& t : family.tensors(config)) table_.emplace(t.name, t.shape);
+    for (const auto& t : tensor_table(family, config)) table_.emplace(t.name, t.shape);
+  }
+
+  /// A shape-only loader (as PyTorch's meta device): it reads nothing, and lists in `table`
+  /// every tensor the family's load() takes or declares, in that order (tensor_table()). Takes
+  /// give zeros (matrices: no values at all), enough for load() to build its layers.
+  Loader(const ModelConfig& config, const Family& family, std::vector<TensorSpec>& table)
+      : src_(no_weights()), config_(config), family_(family), record_(&table) {}
+
+  /// A source of no tensors: what a recording loader reads.
+  static const WeightSource& no_weights() {
+    struct None final : WeightSource {
+      bool has(const std::string&) const override { return false; }
+      std::vector<std::int64_t> shape(const std::string& name) const override { throw missing(name); }
+      std::vector<float> read(const std::string& name) const override { throw missing(name); }
+      std::vector<std::string> names() const override { return {}; }
+      std::string describe() const override { return "the tensor table"; }
+      static std::logic_error missing(const std::string& name) {
+        return std::logic_error("[Model] internal: a recording loader read '" + name + "'");
+      }
+    };
+    static const None none;
+    return none;
+  }
+
+  /// Whether this loader only records the table (reads nothing).
+  bool recording() const { return record_ != nullptr; }
+
+  /// Lists a tensor in the table here, to be taken later: where the table's order (the files
+  /// make-model writes) differs from the order load() reads in (the fingerprint's).
+  void declare(const std::string& name, const Shape& shape, Init init) {
+    if (record_) record(name, shape, init);
   }
 
   /// Every tensor of the table was taken: a loader that skipped one is a bug in recur.
@@ -102,15 +135,20 @@ class Loader {
                                            shape_string(shape)));
   }
 
-  std::vector<float> take(const std::string& name, const Shape& shape, const char* why) {
-    return take_as(name, name, shape, why);
+  /// The tensor `name` of `shape` as float values; `init` is how make-model's random weights
+  /// fill it.
+  std::vector<float> take(const std::string& name, const Shape& shape, const char* why,
+                          Init init) {
+    return take_as(name, name, shape, why, init);
   }
 
   /// take() of `name`, hashed into the fingerprint as `canonical` (a tied tensor stored under
   /// either of two names is the same model).
   std::vector<float> take_as(const std::string& name, const std::string& canonical,
-                             const Shape& shape, const char* why, Role role = Role::kOther) {
-    claim(name, canonical, shape, why);
+                             const Shape& shape, const char* why, Init init,
+                             Role role = Role::kOther) {
+    claim(name, canonical, shape, why, init);
+    if (record_) return std::vector<float>(element_count(shape), 0.0f);
     const std::string scales = scale_name(name);
     if (src_.has(scales) && role != Role::kOther)
       fail("tensor '{}' is {}, but '{}' is there as if it were quantized: a quantized weight's "
@@ -133,17 +171,21 @@ class Loader {
   /// F16 scales of a quantized weight (docs/quantization.md), each checked against
   /// config.json's quantization_config, the shape and the block count before it is used.
   MatrixWeight take_matrix(const std::string& name, const std::string& canonical, int n_out,
-                           int k_in, Role role, const char* why) {
+                           int k_in, Role role, const char* why, Init init = Init::kMatrix) {
     const Shape shape{n_out, k_in};
     MatrixWeight w;
     w.n_out = n_out;
     w.k_in = k_in;
+    if (record_) {  // shape only: no values
+      claim(name, canonical, shape, why, init);
+      return w;
+    }
     if (!src_.has(name) || is_float_dtype(src_.dtype(name))) {
-      w.values = take_as(name, canonical, shape, why, role);
+      w.values = take_as(name, canonical, shape, why, init, role);
       w.dtype = src_.dtype(name);
       return w;
     }
-    claim(name, canonical, shape, why);
+    claim(name, canonical, shape, why, init);
     const DType dt = src_.dtype(name);
     const auto type = dt == DType::kI8 ? kernels::QuantType::kQ8 : kernels::QuantType::kQ4;
     const char* format = kernels::quant_name(type);
@@ -235,6 +277,8 @@ class Loader {
              name);
   }
 
+  /// Whether the source holds `name` (never, when recording).
+  bool has(const std::string& name) const { return src_.has(name); }
   DType dtype(const std::string& name) const { return src_.dtype(name); }
   std::vector<TensorUse> uses() const { return uses_; }
   std::uint64_t fingerprint() const { return hash_.digest(); }
@@ -251,13 +295,29 @@ class Loader {
   const Family& family_;
   std::map<std::string, Shape> table_;  // the architecture's tensors
   std::set<std::string> taken_;         // of those, the ones read
+  std::vector<TensorSpec>* record_ = nullptr;  // the table being recorded (recording())
+  std::set<std::string> recorded_;             // its names
   detail::Hasher hash_;
   // NAME.weight's scales: NAME.weight_scale.
   static std::string scale_name(const std::string& name) { return name + "_scale"; }
 
-  // The table check and the presence check that every take begins with.
+  static std::size_t element_count(const Shape& shape) {
+    std::size_t n = 1;
+    for (const auto d : shape) n *= static_cast<std::size_t>(d);
+    return n;
+  }
+
+  // Lists a tensor under the table's name for it, once (a declared tensor is taken later).
+  void record(const std::string& canonical, const Shape& shape, Init init) {
+    std::string listed = family_.table_name(config_, canonical);
+    if (recorded_.insert(listed).second) record_->push_back({std::move(listed), shape, init});
+  }
+
+  // The table check and the presence check that every take begins with (when recording: the
+  // entry it adds to the table).
   void claim(const std::string& name, const std::string& canonical, const Shape& shape,
-             const char* why) {
+             const char* why, Init init) {
+    if (record_) return record(canonical, shape, init);
     const auto entry = table_.find(family_.table_name(config_, canonical));
     if (entry == table_.end() || entry->second != shape)
       throw std::logic_error(fmt::format("[Model] internal: tensor '{}' {} is not in the "
@@ -278,17 +338,17 @@ inline Dense dense(Loader& L, const std::string& name, int n_out, int k_in, bool
   Dense d;
   const std::string weight = name + ".weight";
   d.w = L.take_matrix(weight, weight, n_out, k_in, role, why).rows(0, n_out);
-  if (bias) d.bias = L.take(name + ".bias", {n_out}, why);
+  if (bias) d.bias = L.take(name + ".bias", {n_out}, why, Init::kBias);
   return d;
 }
 
 // One Linear(d_key, d_key) of a learned feature map, taken as dense() takes it: weight, then bias.
 inline FeatureMapLinear map_linear(Loader& L, const std::string& name, int d_key, bool bias,
-                            const char* why) {
+                                   const char* why, Init init = Init::kMatrix) {
   FeatureMapLinear l;
-  l.weight = L.take(name + ".weight", {d_key, d_key}, why);
+  l.weight = L.take(name + ".weight", {d_key, d_key}, why, init);
   l.storage = L.dtype(name + ".weight");
-  if (bias) l.bias = L.take(name + ".bias", {d_key}, why);
+  if (bias) l.bias = L.take(name + ".bias", {d_key}, why, Init::kBias);
   return l;
 }
 
@@ -298,12 +358,58 @@ inline Norm norm(Loader& L, const std::string& name, int dim, float eps, bool la
   n.dim = dim;
   n.eps = eps;
   n.layer_norm = layer_norm;
-  if (affine) n.weight = L.take(name + ".weight", {dim}, why);
-  if (layer_norm) n.bias = L.take(name + ".bias", {dim}, why);
+  if (affine) n.weight = L.take(name + ".weight", {dim}, why, Init::kNorm);
+  if (layer_norm) n.bias = L.take(name + ".bias", {dim}, why, Init::kBias);
   return n;
 }
 
 
+
+/// Where a family keeps its token embedding and its head (lm_head), which every family reads
+/// the same way around its layers: take_embedding() first, take_head() after the final norm.
+struct Ends {
+  std::string embedding;
+  std::string head = "lm_head.weight";
+  std::int64_t rows = 0;          // the embedding's: vocab_size, or more (padding rows)
+  const char* why = "vocab_size, hidden_size";
+  bool head_alone = false;        // a tied embedding may be stored as the head alone
+};
+
+/// The token embedding into impl.embeddings. A tied one is the head's matrix too (quantized
+/// with it), returned for take_head(); an untied one is only gathered, a row per token, and
+/// stays as stored.
+inline MatrixWeight take_embedding(Loader& L, const ModelConfig& c, Model::Impl& impl,
+                                   const Ends& e) {
+  const int rows = static_cast<int>(e.rows), d = c.hidden_size;
+  if (!c.tie_word_embeddings) {
+    if (L.recording()) L.declare(e.embedding, {rows, d}, Init::kEmbedding);  // no zeros: it is big
+    else impl.embeddings = L.take(e.embedding, {rows, d}, e.why, Init::kEmbedding);
+    return {};
+  }
+  // Stored under the embedding's name (and perhaps the head's too, the same values), or, where
+  // the family allows it, under the head's alone (with neither, the embedding is said missing).
+  const bool alone = e.head_alone && !L.has(e.embedding) && L.has(e.head);
+  const std::string why = alone ? std::string(e.why) + " (the tied head)" : e.why;
+  MatrixWeight table = L.take_matrix(alone ? e.head : e.embedding, e.embedding, rows, d,
+                                     Role::kHead, why.c_str(), Init::kEmbedding);
+  if (!alone) L.accept_tied(e.head, table, {rows, d});
+  impl.embeddings = table.dense_values();
+  return table;
+}
+
+/// The head into impl.lm_head: the tied embedding's first vocab_size rows (padding rows are
+/// never a token), or its own matrix.
+inline void take_head(Loader& L, const ModelConfig& c, Model::Impl& impl, const Ends& e,
+                      const MatrixWeight& tied) {
+  const int V = c.vocab_size, d = c.hidden_size;
+  if (c.tie_word_embeddings) {
+    impl.lm_head = Dense{};
+    impl.lm_head.w = tied.rows(0, V);
+    return;
+  }
+  const std::string head = e.head.substr(0, e.head.size() - std::string(".weight").size());
+  impl.lm_head = dense(L, head, V, d, false, "vocab_size, hidden_size", Role::kHead);
+}
 
 // Rows [first, first + n) of a fused weight as their own matrix (MatrixWeight::rows).
 inline Dense rows_of(const MatrixWeight& w, const std::vector<float>& bias, int first, int n) {

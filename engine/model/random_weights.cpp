@@ -40,7 +40,7 @@ RandomWeights::RandomWeights(const ModelConfig& config_in, std::uint64_t seed, D
   ModelConfig config = config_in;
   config.resolve("RandomWeights");
   // How each tensor is filled is the family's word (TensorSpec::init), not a rule on names.
-  for (const auto& t : model::family_of(config).tensors(config)) {
+  for (const auto& t : model::tensor_table(model::family_of(config), config)) {
     Spec s;
     s.shape = t.shape;
     const auto fan = [&](std::size_t axis) {

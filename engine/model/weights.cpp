@@ -8,6 +8,7 @@
 #include <set>
 
 #include "model/family.h"
+#include "model/loader.h"
 #include "model/model_impl.h"
 #include "recur/error.h"
 #include "recur/pytorch.h"
@@ -186,7 +187,7 @@ TableCheck check_table(const ModelConfig& config, const WeightSource& weights) {
   }
   std::set<std::string> listed;  // the stored names as the table lists them
   for (const auto& name : weights.names()) listed.insert(family.table_name(c, name));
-  for (const auto& t : family.tensors(c))
+  for (const auto& t : model::tensor_table(family, c))
     if (!listed.count(t.name))
       out.missing.push_back(fmt::format("'{}' {}", t.name, shape_string(t.shape)));
   return out;
@@ -241,6 +242,14 @@ ModelConfig bare_config(const WeightSource& raw, const std::string& source) {
 
 namespace model {
 
+std::vector<TensorSpec> tensor_table(const Family& family, const ModelConfig& c) {
+  std::vector<TensorSpec> table;
+  Loader recorder(c, family, table);
+  Model::Impl impl;
+  family.load(c, Loader::no_weights(), recorder, impl);
+  return table;
+}
+
 std::unique_ptr<WeightSource> as_named_by_table(const ModelConfig& config,
                                                 std::unique_ptr<WeightSource> weights) {
   if (!strip_wrapper(config, *weights)) return weights;
@@ -260,7 +269,7 @@ const WeightSource& as_named_by_table(const ModelConfig& config, const WeightSou
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> model_tensor_shapes(
     const ModelConfig& c) {
   std::vector<std::pair<std::string, std::vector<std::int64_t>>> out;
-  for (auto& t : model::family_of(c).tensors(c)) out.emplace_back(t.name, t.shape);
+  for (auto& t : model::tensor_table(model::family_of(c), c)) out.emplace_back(t.name, t.shape);
   return out;
 }
 

@@ -21,6 +21,9 @@ const Family* const* families_list() {
       &models::fla_family(),
       &models::rwkv7_family(),
       &models::gdn_family(),
+      &models::lfm2_family(),
+      &models::mamba2_family(),
+      &models::granite_family(),
       nullptr,
   };
   return list;

@@ -32,7 +32,8 @@ const char* Value::kind_name(Kind kind) {
 
 class Parser {
  public:
-  Parser(std::string_view text, const std::string& what) : s_(text), what_(what) {}
+  Parser(std::string_view text, const std::string& what, const ParseOptions& options)
+      : s_(text), what_(what), options_(options) {}
 
   Value document() {
     Value v = value(0);
@@ -144,6 +145,14 @@ class Parser {
     if (literal("false")) {
       v.kind_ = Value::Kind::kBool;
       return v;
+    }
+    if (options_.python_infinity) {
+      const bool positive = literal("Infinity"), negative = !positive && literal("-Infinity");
+      if (positive || negative) {
+        v.kind_ = Value::Kind::kNumber;
+        v.number_ = negative ? -HUGE_VAL : HUGE_VAL;
+        return v;
+      }
     }
     if (c == '-' || (c >= '0' && c <= '9')) return number();
     if (pos_ >= s_.size()) fail("unexpected end of text");
@@ -276,10 +285,13 @@ class Parser {
 
   std::string_view s_;
   const std::string& what_;
+  ParseOptions options_;
   std::size_t pos_ = 0;
 };
 
-Value parse(std::string_view text, const std::string& what) { return Parser(text, what).document(); }
+Value parse(std::string_view text, const std::string& what, const ParseOptions& options) {
+  return Parser(text, what, options).document();
+}
 
 std::string quote(std::string_view s) {
   std::string out = "\"";

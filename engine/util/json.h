@@ -55,9 +55,17 @@ class Value {
   std::vector<std::pair<std::string, Value>> object_;
 };
 
+/// What a parse accepts beyond RFC 8259.
+struct ParseOptions {
+  /// Python's json writes a float infinity as a bare `Infinity` (`-Infinity`), which config.json
+  /// files written by transformers carry (Mamba-2's `time_step_limit` is `[0.0, Infinity]`):
+  /// read them as numbers. NaN stays refused: no config value means it.
+  bool python_infinity = false;
+};
+
 /// Parses a whole document. Throws FormatError("[what] ...: <problem> at byte N") on any error;
 /// duplicate keys in one object are an error too.
-Value parse(std::string_view text, const std::string& what);
+Value parse(std::string_view text, const std::string& what, const ParseOptions& options = {});
 
 /// `s` as a JSON string literal, quotes included.
 std::string quote(std::string_view s);

@@ -48,9 +48,10 @@ enum class Architecture {
 /// What mixes tokens in one layer. Every kind keeps a state of fixed size per sequence.
 enum class MixerKind {
   kLinearAttention,  ///< S and Z through a feature map (every layer of the first two layouts)
-  kShortConv,        ///< Based's BaseConv: a gated depthwise causal convolution
+  kShortConv,        ///< a gated depthwise causal convolution (Based's BaseConv, LFM2's conv blocks)
   kWindowAttention,  ///< softmax attention over the last tokens, with rotary embeddings
-  kGated,            ///< a decayed recurrence (GLA, RetNet, HGRN2), with its short convolutions
+  kGated,            ///< a decayed recurrence (GLA, RetNet, HGRN2, Mamba-2's SSD), with its short
+                     ///< convolutions
   kAttention,        ///< fla's hybrid `attn` layers: causal softmax attention, full (a KV cache
                      ///< that grows with the sequence) or windowed (constant)
   kDeltaRule,        ///< a delta-rule recurrence: RWKV-7's time mix with its token shifts,
@@ -77,10 +78,13 @@ struct ModelConfig {
   int vocab_size = 32000;
   int hidden_size = 2048;
   int num_hidden_layers = 24;
+  /// The attention heads of the layouts whose layers are all one kind of attention with one
+  /// head count (linear_attn, transformers_are_rnns, GLA, RetNet; HGRN2's, hidden_size /
+  /// expand_ratio); the other families keep their heads in their own fields (Based's per mixer,
+  /// RWKV-7's from head_dim, Gated DeltaNet's key and value heads) and leave these as they are.
   int num_heads = 4;
   int num_kv_heads = 0;        ///< 0 in a config means num_heads; resolved here
-  int intermediate_size = 0;   ///< resolved from hidden_ratio when the config gives none
-  double hidden_ratio = 4;
+  int intermediate_size = 0;   ///< the MLP's width; 0: the family's rule (its hidden_ratio)
   double norm_eps = 1e-6;
   bool tie_word_embeddings = false;
   /// End-of-sequence ids (eos_token_id, a number or a list); generation stops at one.

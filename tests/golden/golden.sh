@@ -40,8 +40,10 @@ for name in h2x16-f32.pth h2x16-bf16.pth h2x16-f16.pth h1x64-bf16.pth h2x16-fla 
 done
 # Gated DeltaNet: Qwen3.5 (multimodal f32, tied bf16, text-only), fla's gated_deltanet and delta_net.
 for d in "$src"/tests/gdn/*/; do [[ -f "$d/config.json" ]] && models+=("gdn-$(basename "$d") $d"); done
+# Mamba-2: transformers' mamba2 layout and mamba_ssm's; Granite 4.0(-H) (granitemoehybrid).
+for d in "$src"/tests/mamba2/*/; do [[ -f "$d/config.json" ]] && models+=("mamba2-$(basename "$d") $d"); done
 # The models whose states are committed (tests/golden/states/NAME.state).
-keep=" la-elu la-gqa-norm tar-gelu la-q4 fla-gla-conv fla-gla-hybrid fla-hgrn2-hybrid fla-retnet based-tiny rwkv7-h2x16-f32.pth rwkv7-h1x64-fla-bf16 gdn-qwen35-hybrid gdn-fla-gdn-plain "
+keep=" la-elu la-gqa-norm tar-gelu la-q4 fla-gla-conv fla-gla-hybrid fla-hgrn2-hybrid fla-retnet based-tiny rwkv7-h2x16-f32.pth rwkv7-h1x64-fla-bf16 gdn-qwen35-hybrid gdn-fla-gdn-plain mamba2-mamba2-groups mamba2-granite-hybrid "
 
 out="$tmp/expected.txt"
 : > "$out"
@@ -66,6 +68,8 @@ done <<'ARGS'
 --arch rwkv7 --vocab 300 --hidden 32 --layers 2 --heads 2 --lora-ranks 4,3,2,8 --dtype bf16
 --arch qwen35 --vocab 300 --hidden 32 --layers 4 --heads 2 --attn-kv-heads 1 --gdn-k-heads 2 --gdn-v-heads 4 --dtype bf16
 --arch gated_deltanet --vocab 300 --hidden 32 --layers 2 --heads 2 --gdn-v-heads 4 --allow-neg-eigval --tie-embeddings
+--arch mamba2 --vocab 300 --hidden 32 --layers 2 --ssm-groups 2 --ssm-dt-max 0.08 --dtype bf16
+--arch granitemoehybrid --vocab 300 --hidden 32 --heads 4 --attn-kv-heads 2 --layer-types MAMA --multipliers
 ARGS
 for entry in "${models[@]}"; do
   read -r name dir <<< "$entry"

@@ -1,7 +1,7 @@
 // recur serve with the gated and delta-rule models (small random ones from `recur make-model`,
 // byte-level: fla's HGRN2, RetNet and a GLA hybrid with a full softmax attention layer and a
 // windowed one; RWKV-7; a Qwen3.5 hybrid, three Gated DeltaNet layers and one gated attention
-// layer; fla's gated_deltanet): 16 requests at once get the bytes each gets alone, a conversation
+// layer; fla's gated_deltanet; LFM2, gated short convolutions and attention): 16 requests at once get the bytes each gets alone, a conversation
 // continued from its kept state equals one request over the whole text, and the conversation
 // store counts the full layer's KV cache, which grows with the conversation: a long hybrid
 // conversation holds more bytes than a short one, by exactly that cache (and a Qwen3.5 one by
@@ -28,6 +28,8 @@ writeFileSync(path.join(tmp, "hybrid.json"), JSON.stringify({
 }));
 // The Qwen3.5 hybrid: Gated DeltaNet at 0-2, gated attention at 3 (4 heads over 2 kv heads of 16).
 const QWEN_KV_BYTES_PER_TOKEN = 2 * 2 * 16 * 4;
+// LFM2: convolutions at 0 and 2, attention at 1 and 3 (4 heads over 2 kv heads of 16).
+const LFM2_KV_BYTES_PER_TOKEN = 2 * 2 * 2 * 16 * 4;
 const models = {
   "hgrn2": ["--arch", "hgrn2", "--vocab", "256", "--hidden", "64", "--layers", "2", "--expand-ratio", "16", "--intermediate", "64"],
   "retnet": ["--arch", "retnet", "--vocab", "256", "--hidden", "64", "--layers", "2", "--heads", "4", "--intermediate", "64"],
@@ -37,8 +39,16 @@ const models = {
                     "--attn-kv-heads", "2", "--gdn-k-heads", "2", "--intermediate", "64"],
   "gated_deltanet": ["--arch", "gated_deltanet", "--vocab", "256", "--hidden", "64", "--layers", "2", "--heads", "2",
                      "--intermediate", "64"],
+  "lfm2": ["--arch", "lfm2", "--vocab", "256", "--hidden", "64", "--layers", "4", "--heads", "4",
+           "--attn-kv-heads", "2", "--intermediate", "96"],
+  "mamba2": ["--arch", "mamba2", "--vocab", "256", "--hidden", "64", "--layers", "2", "--ssm-groups", "2"],
+  "granite-hybrid": ["--arch", "granitemoehybrid", "--vocab", "256", "--hidden", "64", "--heads", "4",
+                     "--attn-kv-heads", "2", "--layer-types", "MAMA", "--multipliers"],
 };
-const growth = { "gla-hybrid": HYBRID_KV_BYTES_PER_TOKEN, "qwen35-hybrid": QWEN_KV_BYTES_PER_TOKEN };
+// Granite: two attention layers of 2 kv heads of 16.
+const growth = { "gla-hybrid": HYBRID_KV_BYTES_PER_TOKEN, "qwen35-hybrid": QWEN_KV_BYTES_PER_TOKEN,
+                 "lfm2": LFM2_KV_BYTES_PER_TOKEN,
+                 "granite-hybrid": 2 * 2 * 2 * 16 * 4 };
 for (const [name, args] of Object.entries(models))
   execFileSync(recur, ["make-model", path.join(tmp, name), "--seed", "3", ...args],
                { stdio: ["ignore", "ignore", "inherit"] });

@@ -221,65 +221,24 @@ class Family final : public model::Family {
   void resolve(ModelConfig& c, const std::string& source) const override { based::resolve(c, source); }
   std::string config_fields(const ModelConfig& c) const override { return based::config_fields(c); }
 
-  std::vector<model::TensorSpec> tensors(const ModelConfig& c) const override {
-    const BasedConfig& bc = config_of(c);
-    std::vector<model::TensorSpec> out;
-    const std::int64_t d = c.hidden_size, Hm = c.intermediate_size;
-    const std::int64_t di = std::int64_t(bc.conv_expand) * d / 2;
-    out.push_back({"transformer.embeddings.word_embeddings.weight", {bc.embedding_rows, d}, Init::kEmbedding});
-    for (int i = 0; i < c.num_hidden_layers; ++i) {
-      const std::string p = fmt::format("transformer.layers.{}.", i);
-      out.push_back({p + "norm1.weight", {d}, Init::kNorm});
-      switch (c.mixers[std::size_t(i)]) {
-        case MixerKind::kShortConv:
-          out.push_back({p + "mixer.in_proj.weight", {2 * di, d}});
-          if (bc.conv_bias) out.push_back({p + "mixer.in_proj.bias", {2 * di}, Init::kBias});
-          out.push_back({p + "mixer.conv.conv.weight", {di, 1, bc.conv_kernel}, Init::kConv});
-          out.push_back({p + "mixer.out_proj.weight", {d, di}});
-          if (bc.conv_bias) out.push_back({p + "mixer.out_proj.bias", {d}, Init::kBias});
-          break;
-        case MixerKind::kLinearAttention:
-          out.push_back({p + "mixer.proj_q.weight", {bc.key_dim, d}});
-          out.push_back({p + "mixer.proj_k.weight", {bc.key_dim, d}});
-          out.push_back({p + "mixer.proj_v.weight", {d, d}});
-          out.push_back({p + "mixer.out_proj.weight", {d, d}});
-          break;
-        default:  // kWindowAttention
-          out.push_back({p + "mixer.Wqkv.weight", {3 * d, d}});
-          out.push_back({p + "mixer.out_proj.weight", {d, d}});
-          break;
-      }
-      out.push_back({p + "norm2.weight", {d}, Init::kNorm});
-      out.push_back({p + "mlp.fc1.weight", {2 * Hm, d}});
-      out.push_back({p + "mlp.fc2.weight", {d, Hm}});
-    }
-    out.push_back({"transformer.ln_f.weight", {d}, Init::kNorm});
-    return out;
-  }
-
   // The head is the embedding; a checkpoint may store it as lm_head.weight alone.
   std::string table_name(const ModelConfig& c, const std::string& name) const override {
     (void)c;
     return name == "lm_head.weight" ? "transformer.embeddings.word_embeddings.weight" : name;
   }
 
-  void load(const ModelConfig& c, const WeightSource& weights, model::Loader& L,
+  void load(const ModelConfig& c, const WeightSource&, model::Loader& L,
             Model::Impl& impl) const override {
     const BasedConfig& bc = config_of(c);
     const int d = c.hidden_size, Hm = c.intermediate_size;
     const int di = bc.conv_expand * d / 2;
     const auto eps = static_cast<float>(c.norm_eps);
-    const Shape emb_shape{bc.embedding_rows, d};
     auto net = std::make_unique<Network>(c);
-    // The head is tied to the embedding; a checkpoint holds it under either name, or both.
-    const std::string emb = "transformer.embeddings.word_embeddings.weight", head = "lm_head.weight";
-    const model::MatrixWeight table =
-        weights.has(emb)
-            ? L.take_matrix(emb, emb, bc.embedding_rows, d, Role::kHead, "vocab_size padded, n_embd")
-            : L.take_matrix(head, emb, bc.embedding_rows, d, Role::kHead,
-                            "vocab_size padded, n_embd (the tied head)");
-    if (weights.has(emb)) L.accept_tied(head, table, emb_shape);
-    impl.embeddings = table.dense_values();
+    // The head is tied to the embedding; a checkpoint holds it under either name, or both (with
+    // neither, the embedding's name is the one said missing).
+    model::Ends ends{"transformer.embeddings.word_embeddings.weight", "lm_head.weight",
+                     bc.embedding_rows, "vocab_size padded, n_embd", true};
+    const model::MatrixWeight table = model::take_embedding(L, c, impl, ends);
     L.ignore("transformer.decay.decay");  // based-1b's fixed_decay buffer: no layer reads it
     for (int i = 0; i < c.num_hidden_layers; ++i) {
       const std::string p = fmt::format("transformer.layers.{}.", i);
@@ -291,11 +250,12 @@ class Family final : public model::Family {
           const std::string in = p + "mixer.in_proj.weight";
           const auto w = L.take_matrix(in, in, 2 * di, d, Role::kMatrix, "expand_proj * n_embd, n_embd");
           std::vector<float> b;
-          if (bc.conv_bias) b = L.take(p + "mixer.in_proj.bias", {2 * di}, "expand_proj * n_embd");
+          if (bc.conv_bias)
+            b = L.take(p + "mixer.in_proj.bias", {2 * di}, "expand_proj * n_embd", Init::kBias);
           layer.in_u1 = rows_of(w, b, 0, di);
           layer.in_u2 = rows_of(w, b, di, di);
           const auto taps = L.take(p + "mixer.conv.conv.weight", {di, 1, bc.conv_kernel},
-                                   "expand_proj * n_embd / 2, 1, kernel_size");
+                                   "expand_proj * n_embd / 2, 1, kernel_size", Init::kConv);
           layer.conv = std::make_unique<ShortConvolution>(
               Eigen::Map<const RowMatrix>(taps.data(), di, bc.conv_kernel));
           layer.out_proj = model::dense(L, p + "mixer.out_proj", d, di, bc.conv_bias,
@@ -345,8 +305,7 @@ class Family final : public model::Family {
     }
     impl.has_final_norm = true;
     impl.final_norm = model::norm(L, "transformer.ln_f", d, eps, false, true, "n_embd");
-    // Only the vocabulary's rows: the padding rows are never a token.
-    impl.lm_head.w = table.rows(0, c.vocab_size);
+    model::take_head(L, c, impl, ends, table);
     impl.network = std::move(net);
   }
 

@@ -146,7 +146,6 @@ void read_gpt2_fields(const json::Value& root, Fields& f, ModelConfig& c, BasedC
   c.hidden_size = f.integer("n_embd", 768, 1, kMax);
   c.num_hidden_layers = f.integer("n_layer", 12, 1, 4096);
   b.window_heads = f.integer("n_head", 12, 1, kMax);
-  c.num_heads = b.window_heads;
   c.vocab_size = f.integer("vocab_size", 50257, 1, 1 << 24);
   c.intermediate_size = f.integer("n_inner", 0, 1, kMax);
   c.norm_eps = f.number("layer_norm_epsilon", 1e-5, 0.0, 1.0);
@@ -303,8 +302,6 @@ void resolve(ModelConfig& c, const std::string& source) {
   b.embedding_rows = checked_dim(source, "vocab_size rounded up to pad_vocab_size_multiple",
                                  double(b.pad_vocab_multiple) *
                                      std::ceil(double(c.vocab_size) / double(b.pad_vocab_multiple)));
-  c.num_heads = b.la_heads;
-  c.num_kv_heads = b.la_heads;
   b.key_dim = b.la_heads * b.la_feature_dim;
   c.tie_word_embeddings = true;
   c.family = std::make_shared<BasedConfig>(std::move(b));

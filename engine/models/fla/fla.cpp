@@ -32,61 +32,7 @@ Widths gated_widths(const ModelConfig& c) {
 
 namespace {
 
-using model::Role;
-using model::Shape;
 using Init = model::TensorSpec::Init;
-
-std::vector<model::TensorSpec> tensors_of(const ModelConfig& c) {
-  const FlaConfig& fc = config_of(c);
-  std::vector<model::TensorSpec> out;
-  const std::int64_t d = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
-  const std::int64_t K = fc.conv_size;
-  out.push_back({"model.embeddings.weight", {V, d}, Init::kEmbedding});
-  if (fc.kind == FlaConfig::Kind::kHgrn2 && fc.use_lower_bound)
-    out.push_back({"model.lower_bounds", {c.num_hidden_layers, d}, Init::kUnit});
-  for (int i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = prefix(i);
-    out.push_back({p + "attn_norm.weight", {d}, Init::kNorm});
-    if (c.mixers[std::size_t(i)] == MixerKind::kAttention) {
-      model::append_hybrid_attention_tensors(out, p + "attn.", d, fc.attn.at(i));
-    } else if (fc.kind == FlaConfig::Kind::kHgrn2) {
-      out.push_back({p + "attn.q_proj.weight", {d, d}});
-      out.push_back({p + "attn.f_proj.weight", {d, d}});
-      out.push_back({p + "attn.i_proj.weight", {d, d}});
-      if (fc.use_short_conv)
-        for (const char* n : {"q", "f", "i"})
-          out.push_back({p + "attn." + n + "_conv1d.weight", {d, 1, K}, Init::kConv});
-      if (fc.elementwise_affine) out.push_back({p + "attn.g_norm.weight", {d}, Init::kNorm});
-      out.push_back({p + "attn.o_proj.weight", {d, d}});
-    } else {
-      const Widths w = gated_widths(c);
-      out.push_back({p + "attn.q_proj.weight", {w.q, d}});
-      out.push_back({p + "attn.k_proj.weight", {w.k, d}});
-      out.push_back({p + "attn.v_proj.weight", {w.v, d}});
-      if (fc.use_output_gate) out.push_back({p + "attn.g_proj.weight", {fc.value_dim, d}});
-      if (fc.use_short_conv && fc.kind == FlaConfig::Kind::kGla) {
-        out.push_back({p + "attn.q_conv1d.weight", {w.q, 1, K}, Init::kConv});
-        out.push_back({p + "attn.k_conv1d.weight", {w.k, 1, K}, Init::kConv});
-        out.push_back({p + "attn.v_conv1d.weight", {w.v, 1, K}, Init::kConv});
-      }
-      if (fc.kind == FlaConfig::Kind::kGla) {
-        const std::int64_t r = FlaConfig::kGateLowRankDim;
-        out.push_back({p + "attn.gk_proj.0.weight", {r, d}});
-        out.push_back({p + "attn.gk_proj.1.weight", {w.k, r}});
-        out.push_back({p + "attn.gk_proj.1.bias", {w.k}, Init::kBias});
-      }
-      out.push_back({p + "attn.o_proj.weight", {d, fc.value_dim}});
-      if (fc.elementwise_affine) out.push_back({p + out_norm_name(c) + ".weight", {fc.head_v_dim}, Init::kNorm});
-    }
-    out.push_back({p + "mlp_norm.weight", {d}, Init::kNorm});
-    out.push_back({p + "mlp.gate_proj.weight", {I, d}});
-    out.push_back({p + "mlp.up_proj.weight", {I, d}});
-    out.push_back({p + "mlp.down_proj.weight", {d, I}});
-  }
-  out.push_back({"model.norm.weight", {d}, Init::kNorm});
-  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {V, d}});
-  return out;
-}
 
 void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
                std::vector<Layer>& layers) {
@@ -97,33 +43,22 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
     Norm n;
     n.dim = dim;
     n.eps = eps;
-    if (affine) n.weight = ld.take(name + ".weight", {dim}, why);
+    if (affine) n.weight = ld.take(name + ".weight", {dim}, why, Init::kNorm);
     return n;
   };
   const auto conv = [&](const std::string& name, int channels, const char* why) {
-    const auto taps = ld.take(name + ".weight", {channels, 1, fc.conv_size}, why);
+    const auto taps = ld.take(name + ".weight", {channels, 1, fc.conv_size}, why, Init::kConv);
     return std::make_unique<ShortConvolution>(
         Eigen::Map<const RowMatrix>(taps.data(), channels, fc.conv_size));
   };
-  // A tied embedding is the head's matrix too (quantized with it); an untied one is only
-  // gathered, a row per token, and stays as stored.
-  model::Dense tied_head;
-  if (c.tie_word_embeddings)
-  {
-    const model::MatrixWeight table = ld.take_matrix("model.embeddings.weight",
-                                                     "model.embeddings.weight", V, d, Role::kHead,
-                                                     "vocab_size, hidden_size");
-    impl.embeddings = table.dense_values();
-    ld.accept_tied("lm_head.weight", table, {V, d});
-    tied_head.w = table.rows(0, V);
-  }
-  else
-    impl.embeddings = ld.take("model.embeddings.weight", {V, d}, "vocab_size, hidden_size");
+  const model::Ends ends{"model.embeddings.weight", "lm_head.weight", V};
+  const model::MatrixWeight table = model::take_embedding(ld, c, impl, ends);
   // HGRN2's lower bounds: softmax over the layers per channel, its running sum, minus the first
   // layer's share (so layer 0 has none), in double, as the model computes them once per forward.
   std::vector<double> bounds;
   if (fc.kind == FlaConfig::Kind::kHgrn2 && fc.use_lower_bound) {
-    const auto raw = ld.take("model.lower_bounds", {L, d}, "num_hidden_layers, hidden_size");
+    const auto raw = ld.take("model.lower_bounds", {L, d}, "num_hidden_layers, hidden_size",
+                             Init::kUnit);
     bounds.assign(std::size_t(L) * std::size_t(d), 0.0);
     for (int j = 0; j < d; ++j) {
       double m = double(raw[std::size_t(j)]);
@@ -215,9 +150,7 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
   }
   impl.has_final_norm = true;
   impl.final_norm = norm("model.norm", d, true, "hidden_size");
-  impl.lm_head = c.tie_word_embeddings
-                     ? std::move(tied_head)
-                     : model::dense(ld, "lm_head", V, d, false, "vocab_size, hidden_size", Role::kHead);
+  model::take_head(ld, c, impl, ends, table);
 }
 
 class Family final : public model::Family {
@@ -234,9 +167,6 @@ class Family final : public model::Family {
   }
   void resolve(ModelConfig& c, const std::string& source) const override { fla::resolve(c, source); }
   std::string config_fields(const ModelConfig& c) const override { return fla::config_fields(c); }
-  std::vector<model::TensorSpec> tensors(const ModelConfig& c) const override {
-    return tensors_of(c);
-  }
   void load(const ModelConfig& c, const WeightSource&, model::Loader& L,
             Model::Impl& impl) const override {
     std::vector<Layer> layers;

@@ -29,6 +29,7 @@ struct FlaConfig final : FamilyConfig {
   int expand_ratio = 128;       // HGRN2: the forget gate's width per head
   bool use_lower_bound = true;  // HGRN2: the per-layer lower bounds of the forget gate
   int max_position_embeddings = 2048;
+  double hidden_ratio = 4;      // the MLP's width when intermediate_size is not given
   model::HybridAttention attn;  // the `attn` block: softmax attention at some layers
   // Derived (resolve()).
   int key_dim = 0, value_dim = 0;      // q and o widths

@@ -29,7 +29,7 @@ void read_shared_fields(const json::Value& root, Fields& f, bool retnet, ModelCo
   c.vocab_size = f.integer("vocab_size", 32000, 1, 1 << 24);
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
   c.norm_eps = f.number("norm_eps", 1e-6, 0.0, 1.0);
-  c.hidden_ratio = f.number("hidden_ratio", retnet ? 2 : 4, 1e-6, 1e6);
+  fc.hidden_ratio = f.number("hidden_ratio", retnet ? 2 : 4, 1e-6, 1e6);
   c.intermediate_size = f.integer("intermediate_size", 0, 1, kMaxDim);
   fc.max_position_embeddings = f.integer("max_position_embeddings", 2048, 0, 1 << 30);
   fc.fuse_norm = f.boolean("fuse_norm", true);
@@ -191,7 +191,7 @@ void resolve(ModelConfig& c, const std::string& source) {
   fc.attn_scale = static_cast<float>(1.0 / std::sqrt(double(fc.head_k_dim)));
   if (c.intermediate_size == 0) {
     // GatedMLP: int(hidden * ratio * 2 / 3) rounded up to a multiple of 256.
-    const double raw = std::floor(double(d) * c.hidden_ratio * 2.0 / 3.0);
+    const double raw = std::floor(double(d) * fc.hidden_ratio * 2.0 / 3.0);
     if (!(raw >= 1 && raw <= kMaxDim)) config_fail(source, "hidden_size * hidden_ratio * 2/3 = {} is out of range", raw);
     c.intermediate_size = 256 * ((static_cast<int>(raw) + 255) / 256);
   }

@@ -10,6 +10,7 @@
 
 #include "attention/rotary.h"
 #include "kernels/dispatch.h"
+#include "model/declared_state.h"
 #include "models/fla/fla_layers.h"
 #include "recur/error.h"
 
@@ -76,61 +77,19 @@ struct Rows : model::Scratch {
 
 // A gated layer's state: the recurrence's sums and the short convolutions' past inputs (q, k,
 // v, when the layer has them), saved in that order.
-class GatedLayerState final : public model::LayerState {
- public:
+struct GatedLayerState final : model::DeclaredState<GatedLayerState> {
+  static constexpr std::uint32_t kFormat = 0;  // no frame: the recurrence's record carries one
+  static constexpr const char* kCall = "LayerState";
+  static constexpr const char* kWhat = "this layer's state";
   GatedLayerState(GatedState sums, std::vector<ShortConvState> conv_states)
-      : gated(std::move(sums)), convs(std::move(conv_states)) {}
-  GatedState gated;
-  std::vector<ShortConvState> convs;
+      : gated(std::move(sums)), convs(model::copyable(std::move(conv_states))) {}
+  model::Copyable<GatedState> gated;
+  std::vector<model::Copyable<ShortConvState>> convs;
 
-  std::unique_ptr<model::LayerState> clone() const override {
-    std::vector<ShortConvState> c;
-    for (const auto& x : convs) c.push_back(x.clone());
-    return std::make_unique<GatedLayerState>(gated.clone(), std::move(c));
-  }
-  void reset() override {
-    gated.reset();
-    for (auto& c : convs) c.reset();
-  }
-  std::int64_t n_tokens() const override { return gated.n_tokens(); }
-  std::size_t bytes() const override {
-    std::size_t n = gated.bytes();
-    for (const auto& c : convs) n += c.bytes();
-    return n;
-  }
-  std::size_t raw_size() const override {
-    std::size_t n = gated.raw_size();
-    for (const auto& c : convs) n += c.raw_size();
-    return n;
-  }
-  std::vector<unsigned char> raw_bytes() const override {
-    std::vector<unsigned char> out = gated.raw_bytes();
-    for (const auto& c : convs) {
-      const auto r = c.raw_bytes();
-      out.insert(out.end(), r.begin(), r.end());
-    }
-    return out;
-  }
-  void load_raw_bytes(const unsigned char* data, std::size_t size) override {
-    if (size != raw_size())
-      throw FormatError(fmt::format("[LayerState] {} bytes given, this layer's state has {}", size,
-                                    raw_size()));
-    // Into copies first, so that a failure leaves this state as it was.
-    GatedState g = gated.clone();
-    std::size_t at = g.raw_size();
-    g.load_raw_bytes(data, at);
-    std::vector<ShortConvState> cs;
-    for (const auto& c : convs) {
-      ShortConvState copy = c.clone();
-      copy.load_raw_bytes(data + at, copy.raw_size());
-      if (copy.n_tokens() != g.n_tokens())
-        throw FormatError(fmt::format("[LayerState] a convolution has seen {} tokens, the "
-                                      "recurrence {}", copy.n_tokens(), g.n_tokens()));
-      at += copy.raw_size();
-      cs.push_back(std::move(copy));
-    }
-    gated = std::move(g);
-    convs = std::move(cs);
+  template <class Self, class F>
+  static void parts(Self& s, F&& f) {
+    f("recurrence", s.gated);
+    f("convolutions", s.convs);
   }
   MixerKind kind() const override { return MixerKind::kGated; }
 };

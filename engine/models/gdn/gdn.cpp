@@ -18,7 +18,7 @@ namespace {
 
 using model::Dense;
 using model::Norm;
-using model::Role;
+using Init = model::TensorSpec::Init;
 using Layout = GdnConfig::Layout;
 
 int round16(int n) { return (n + 15) / 16 * 16; }
@@ -34,7 +34,8 @@ class Reader {
     Norm n;
     n.dim = dim;
     n.eps = float(c_.norm_eps);
-    n.weight = L_.take(name, {dim}, why);
+    // Random zero-centred weights are near 0 (of 1 + w), the others near 1.
+    n.weight = L_.take(name, {dim}, why, zero_centred ? Init::kBias : Init::kNorm);
     if (zero_centred)
       for (float& w : n.weight) w = 1.0f + w;
     return n;
@@ -46,7 +47,7 @@ class Reader {
 
   std::unique_ptr<ShortConvolution> conv(const std::string& name, int channels) {
     const auto taps = L_.take(name, {channels, 1, g_.conv_size},
-                              "the convolution's channels, 1, its kernel size");
+                              "the convolution's channels, 1, its kernel size", Init::kConv);
     return std::make_unique<ShortConvolution>(
         Eigen::Map<const RowMatrix>(taps.data(), channels, g_.conv_size));
   }
@@ -74,6 +75,8 @@ class Reader {
       m.convs.push_back(conv(a + "conv1d.weight", W));
       m.conv_col = {0};
       m.conv_silu = {true};
+      // The table lists dt_bias before A_log, which are read below (the fingerprint's order).
+      if (m.decay) L_.declare(a + "dt_bias", {m.Hv}, Init::kBias);
     } else {
       m.in_proj.push_back(dense(a + "q_proj", K, d_, "num_heads * head_dim, hidden_size"));
       m.in_proj.push_back(dense(a + "k_proj", K, d_, "num_heads * head_dim, hidden_size"));
@@ -81,6 +84,10 @@ class Reader {
       m.in_col = {0, K, 2 * K};
       if (m.decay) m.a = dense(a + "a_proj", m.Hv, d_, "value heads, hidden_size");
       if (m.use_beta) m.b = dense(a + "b_proj", m.Hv, d_, "value heads, hidden_size");
+      // The table lists the decay's parameters here, which are read below (the fingerprint's
+      // order).
+      if (m.decay)
+        for (const char* x : {"A_log", "dt_bias"}) L_.declare(a + x, {m.Hv}, Init::kBias);
       if (g_.use_conv) {
         m.convs.push_back(conv(a + "q_conv1d.weight", K));
         m.convs.push_back(conv(a + "k_conv1d.weight", K));
@@ -94,8 +101,8 @@ class Reader {
       L_.ignore(a + "D");
     }
     if (m.decay) {
-      const auto A_log = L_.take(a + "A_log", {m.Hv}, "value heads");
-      m.dt_bias = L_.take(a + "dt_bias", {m.Hv}, "value heads");
+      const auto A_log = L_.take(a + "A_log", {m.Hv}, "value heads", Init::kBias);
+      m.dt_bias = L_.take(a + "dt_bias", {m.Hv}, "value heads", Init::kBias);
       for (const float x : A_log) m.neg_A.push_back(float(-std::exp(double(x))));
     }
     m.out_norm = rms(a + (g_.qwen() ? "norm.weight" : "o_norm.weight"), m.d_v, false,
@@ -150,16 +157,8 @@ class Reader {
     Stack s;
     s.hidden = d_;
     s.intermediate = I;
-    Dense tied;
-    if (c_.tie_word_embeddings) {
-      const model::MatrixWeight table =
-          L_.take_matrix(n_.emb, n_.emb, V, d_, Role::kHead, "vocab_size, hidden_size");
-      impl.embeddings = table.dense_values();
-      L_.accept_tied(n_.head, table, {V, d_});
-      tied.w = table.rows(0, V);
-    } else {
-      impl.embeddings = L_.take(n_.emb, {V, d_}, "vocab_size, hidden_size");
-    }
+    const model::Ends ends{n_.emb, n_.head, V};
+    const model::MatrixWeight table = model::take_embedding(L_, c_, impl, ends);
     for (int i = 0; i < c_.num_hidden_layers; ++i) {
       const std::string p = n_.layer(i);
       Layer l;
@@ -179,10 +178,7 @@ class Reader {
     }
     impl.has_final_norm = true;
     impl.final_norm = rms(n_.final_norm, d_, qwen, "hidden_size");
-    impl.lm_head = c_.tie_word_embeddings
-                       ? std::move(tied)
-                       : model::dense(L_, "lm_head", V, d_, false, "vocab_size, hidden_size",
-                                      Role::kHead);
+    model::take_head(L_, c_, impl, ends, table);
     // The multimodal checkpoint's vision tower and multi-token-prediction head: skipped by
     // name; any other tensor the table does not list is refused by the loader.
     if (g_.layout == Layout::kQwen35)
@@ -224,9 +220,6 @@ class Family final : public model::Family {
   }
   void resolve(ModelConfig& c, const std::string& source) const override { gdn::resolve(c, source); }
   std::string config_fields(const ModelConfig& c) const override { return gdn::config_fields(c); }
-  std::vector<model::TensorSpec> tensors(const ModelConfig& c) const override {
-    return tensors_of(c);
-  }
   void load(const ModelConfig& c, const WeightSource& weights, model::Loader& L,
             Model::Impl& impl) const override {
     Reader(c, L).load(weights, impl);

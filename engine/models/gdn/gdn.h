@@ -71,6 +71,5 @@ void read_config(const std::string& type, const json::Value& root, model::Fields
                  ModelConfig& c);
 void resolve(ModelConfig& c, const std::string& source);
 std::string config_fields(const ModelConfig& c);
-std::vector<model::TensorSpec> tensors_of(const ModelConfig& c);
 
 }  // namespace recur::models::gdn

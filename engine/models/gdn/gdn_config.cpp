@@ -1,7 +1,7 @@
 // The Gated DeltaNet models' configuration: Qwen3.5's config.json (transformers'
 // Qwen3_5Config: the text model's fields inside text_config, or a text-only Qwen3_5TextConfig),
-// fla's gated_deltanet config (fla/models/gated_deltanet), and the tensor table of each layout
-// (docs/qwen35.md, "Tensors").
+// and fla's gated_deltanet config (fla/models/gated_deltanet). The tensors of each layout
+// (docs/qwen35.md, "Tensors") are named where gdn.cpp reads them.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -16,7 +16,6 @@ using model::config_fail;
 using model::describe_json;
 using model::Fields;
 using model::kMaxDim;
-using Init = model::TensorSpec::Init;
 using Layout = GdnConfig::Layout;
 
 namespace {
@@ -329,8 +328,6 @@ void resolve(ModelConfig& c, const std::string& source) {
       config_fail(source, "head_dim {} * partial_rotary_factor {} = {}: expected an even number",
                   g.head_dim, g.partial_rotary_factor, rot);
   }
-  c.num_heads = g.n_v_heads;
-  c.num_kv_heads = g.n_v_heads;
   c.family = std::make_shared<GdnConfig>(g);
 }
 
@@ -407,83 +404,6 @@ std::string config_fields(const ModelConfig& c) {
   w.add("architectures", "[\"Qwen3_5ForConditionalGeneration\"]");
   w.add("text_config", text);
   return w.text();
-}
-
-std::vector<model::TensorSpec> tensors_of(const ModelConfig& c) {
-  const GdnConfig& g = config_of(c);
-  const Names n = names_of(g);
-  const std::int64_t d = c.hidden_size, V = c.vocab_size, I = c.intermediate_size;
-  const std::int64_t K = std::int64_t(g.n_k_heads) * g.d_k, Vw = std::int64_t(g.n_v_heads) * g.d_v;
-  const std::int64_t Hv = g.n_v_heads, taps = g.conv_size;
-  // Qwen's zero-centred norms store w of (1 + w): random ones near 0.
-  const Init zc = n.qwen ? Init::kBias : Init::kNorm;
-  std::vector<model::TensorSpec> out;
-  out.push_back({n.emb, {V, d}, Init::kEmbedding});
-  for (int i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = n.layer(i);
-    const bool attention = c.mixers[std::size_t(i)] == MixerKind::kAttention;
-    if (n.qwen) {
-      out.push_back({p + "input_layernorm.weight", {d}, zc});
-      if (attention) {
-        const std::int64_t hd = g.head_dim, q = std::int64_t(g.n_heads) * hd;
-        const std::int64_t kv = std::int64_t(g.n_kv_heads) * hd;
-        const std::string a = p + "self_attn.";
-        out.push_back({a + "q_proj.weight", {2 * q, d}});
-        out.push_back({a + "k_proj.weight", {kv, d}});
-        out.push_back({a + "v_proj.weight", {kv, d}});
-        out.push_back({a + "o_proj.weight", {d, q}});
-        out.push_back({a + "q_norm.weight", {hd}, zc});
-        out.push_back({a + "k_norm.weight", {hd}, zc});
-      } else {
-        const std::string a = p + "linear_attn.";
-        out.push_back({a + "in_proj_qkv.weight", {2 * K + Vw, d}});
-        out.push_back({a + "in_proj_z.weight", {Vw, d}});
-        out.push_back({a + "in_proj_b.weight", {Hv, d}});
-        out.push_back({a + "in_proj_a.weight", {Hv, d}});
-        out.push_back({a + "conv1d.weight", {2 * K + Vw, 1, taps}, Init::kConv});
-        out.push_back({a + "dt_bias", {Hv}, Init::kBias});
-        out.push_back({a + "A_log", {Hv}, Init::kBias});
-        out.push_back({a + "norm.weight", {g.d_v}, Init::kNorm});
-        out.push_back({a + "out_proj.weight", {d, Vw}});
-      }
-      out.push_back({p + "post_attention_layernorm.weight", {d}, zc});
-    } else {
-      const std::string a = p + "attn.";
-      out.push_back({p + "attn_norm.weight", {d}, Init::kNorm});
-      if (attention) {
-        model::append_hybrid_attention_tensors(out, a, d, g.attn.at(i));
-        out.push_back({p + "mlp_norm.weight", {d}, Init::kNorm});
-        out.push_back({p + "mlp.gate_proj.weight", {I, d}});
-        out.push_back({p + "mlp.up_proj.weight", {I, d}});
-        out.push_back({p + "mlp.down_proj.weight", {d, I}});
-        continue;
-      }
-      out.push_back({a + "q_proj.weight", {K, d}});
-      out.push_back({a + "k_proj.weight", {K, d}});
-      out.push_back({a + "v_proj.weight", {Vw, d}});
-      if (g.decay()) out.push_back({a + "a_proj.weight", {Hv, d}});
-      if (g.use_beta) out.push_back({a + "b_proj.weight", {Hv, d}});
-      if (g.decay()) {
-        out.push_back({a + "A_log", {Hv}, Init::kBias});
-        out.push_back({a + "dt_bias", {Hv}, Init::kBias});
-      }
-      if (g.use_conv) {
-        out.push_back({a + "q_conv1d.weight", {K, 1, taps}, Init::kConv});
-        out.push_back({a + "k_conv1d.weight", {K, 1, taps}, Init::kConv});
-        out.push_back({a + "v_conv1d.weight", {Vw, 1, taps}, Init::kConv});
-      }
-      if (g.use_gate) out.push_back({a + "g_proj.weight", {Vw, d}});
-      out.push_back({a + "o_norm.weight", {g.d_v}, Init::kNorm});
-      out.push_back({a + "o_proj.weight", {d, Vw}});
-      out.push_back({p + "mlp_norm.weight", {d}, Init::kNorm});
-    }
-    out.push_back({p + "mlp.gate_proj.weight", {I, d}});
-    out.push_back({p + "mlp.up_proj.weight", {I, d}});
-    out.push_back({p + "mlp.down_proj.weight", {d, I}});
-  }
-  out.push_back({n.final_norm, {d}, zc});
-  if (!c.tie_word_embeddings) out.push_back({n.head, {V, d}});
-  return out;
 }
 
 }  // namespace recur::models::gdn

@@ -12,7 +12,7 @@
 
 #include "kernels/delta_kernels.h"
 #include "kernels/dispatch.h"
-#include "model/state_record.h"
+#include "model/declared_state.h"
 #include "models/gdn/gdn_network.h"
 #include "recur/error.h"
 #include "recur/gated_attention.h"
@@ -26,81 +26,20 @@ constexpr int kStageMixer = 0;
 // A Gated DeltaNet layer's state for one sequence: the convolutions' past inputs and S per value
 // head, (d_v, d_kp) row-major (row i: what value channel i remembers; the padding columns stay
 // zero), and the tokens seen.
-class GdnState final : public model::LayerState {
- public:
+struct GdnState final : model::DeclaredState<GdnState> {
   static constexpr std::uint32_t kFormat = 1;
+  static constexpr const char* kCall = "GdnState::load_raw_bytes";
+  static constexpr const char* kWhat = "this Gated DeltaNet layer's state";
   GdnState(std::vector<ShortConvState> conv_states, std::size_t s_floats)
-      : convs(std::move(conv_states)), S(s_floats, 0.0f) {}
-  std::vector<ShortConvState> convs;
+      : convs(model::copyable(std::move(conv_states))), S(s_floats, 0.0f) {}
+  std::vector<model::Copyable<ShortConvState>> convs;
   std::vector<float> S;  // (Hv, d_v, d_kp)
-  std::int64_t tokens = 0;
 
-  std::unique_ptr<model::LayerState> clone() const override {
-    std::vector<ShortConvState> c;
-    for (const auto& x : convs) c.push_back(x.clone());
-    auto out = std::make_unique<GdnState>(std::move(c), 0);
-    out->S = S;
-    out->tokens = tokens;
-    return out;
-  }
-  void reset() override {
-    for (auto& c : convs) c.reset();
-    std::fill(S.begin(), S.end(), 0.0f);
-    tokens = 0;
-  }
-  std::int64_t n_tokens() const override { return tokens; }
-  std::size_t bytes() const override {
-    std::size_t n = sizeof(*this) + S.capacity() * sizeof(float);
-    for (const auto& c : convs) n += c.bytes();
-    return n;
-  }
-  std::size_t raw_size() const override {
-    std::size_t n = sizeof(std::uint32_t) + S.size() * sizeof(float) + sizeof(std::int64_t);
-    for (const auto& c : convs) n += c.raw_size();
-    return n;
-  }
-  // format (u32), each convolution's raw bytes, S, the token count (i64); little-endian hosts.
-  std::vector<unsigned char> raw_bytes() const override {
-    std::vector<unsigned char> out(sizeof(std::uint32_t));
-    const std::uint32_t format = kFormat;
-    std::memcpy(out.data(), &format, sizeof format);
-    for (const auto& c : convs) {
-      const auto r = c.raw_bytes();
-      out.insert(out.end(), r.begin(), r.end());
-    }
-    const auto* s = reinterpret_cast<const unsigned char*>(S.data());
-    out.insert(out.end(), s, s + S.size() * sizeof(float));
-    const auto* t = reinterpret_cast<const unsigned char*>(&tokens);
-    out.insert(out.end(), t, t + sizeof tokens);
-    return out;
-  }
-  void load_raw_bytes(const unsigned char* data, std::size_t size) override {
-    constexpr const char* call = "GdnState::load_raw_bytes";
-    if (size != raw_size())
-      throw FormatError(fmt::format("[{}] {} bytes given, this Gated DeltaNet layer's state ({} "
-                                    "floats of S, {} convolutions) has {}", call, size, S.size(),
-                                    convs.size(), raw_size()));
-    const std::int64_t n = model::read_state_frame(data, size, kFormat, call);
-    // Into copies first, so that a failure leaves this state as it was.
-    std::size_t at = sizeof(std::uint32_t);
-    std::vector<ShortConvState> loaded;
-    for (const auto& c : convs) {
-      ShortConvState copy = c.clone();
-      copy.load_raw_bytes(data + at, copy.raw_size());
-      if (copy.n_tokens() != n)
-        throw FormatError(fmt::format("[{}] a convolution has seen {} tokens, the recurrence {}",
-                                      call, copy.n_tokens(), n));
-      at += copy.raw_size();
-      loaded.push_back(std::move(copy));
-    }
-    std::vector<float> s(S.size());
-    std::memcpy(s.data(), data + at, s.size() * sizeof(float));
-    for (const float x : s)
-      if (!std::isfinite(x))
-        throw FormatError(fmt::format("[{}] the state holds a non-finite number", call));
-    convs = std::move(loaded);
-    S = std::move(s);
-    tokens = n;
+  // Saved in this order, inside the frame.
+  template <class Self, class F>
+  static void parts(Self& s, F&& f) {
+    f("convolutions", s.convs);
+    f("S", s.S);
   }
   MixerKind kind() const override { return MixerKind::kDeltaRule; }
 };

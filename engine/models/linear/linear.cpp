@@ -234,7 +234,8 @@ std::shared_ptr<const FeatureMap> make_map(const ModelConfig& c, model::Loader& 
     case ModelFeatureMap::kRelu: return make_feature_map(FeatureMapKind::kRelu);
     case ModelFeatureMap::kIdentity: return make_feature_map(FeatureMapKind::kIdentity);
     case ModelFeatureMap::kHedgehog:
-      return make_hedgehog_map(dk, model::map_linear(L, prefix + "layer", dk, true, why));
+      return make_hedgehog_map(dk, model::map_linear(L, prefix + "layer", dk, true, why,
+                                                     Init::kIdentity));  // the library's identity
     case ModelFeatureMap::kT2R:
       return make_t2r_map(dk, model::map_linear(L, prefix + "layer", dk, false, why));
     case ModelFeatureMap::kElementwiseProduct: {
@@ -265,47 +266,6 @@ class Family final : public model::Family {
   }
   std::string config_fields(const ModelConfig& c) const override { return linear::config_fields(c); }
 
-  std::vector<model::TensorSpec> tensors(const ModelConfig& c) const override {
-    const LinearConfig& lc = config_of(c);
-    std::vector<model::TensorSpec> out;
-    const std::int64_t d = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
-    out.push_back({"model.embeddings.weight", {V, d}, Init::kEmbedding});
-    for (int i = 0; i < c.num_hidden_layers; ++i) {
-      const std::string p = layer_prefix(i);
-      if (lc.fla_layout) {
-        const std::int64_t kd = lc.key_dim / lc.kv_groups, vd = lc.value_dim / lc.kv_groups;
-        out.push_back({p + "attn_norm.weight", {d}, Init::kNorm});
-        out.push_back({p + "attn.q_proj.weight", {lc.key_dim, d}});
-        out.push_back({p + "attn.k_proj.weight", {kd, d}});
-        out.push_back({p + "attn.v_proj.weight", {vd, d}});
-        feature_map_tensors(c, p + "attn.feature_map_q.", out);
-        if (!lc.tie_feature_map_qk) feature_map_tensors(c, p + "attn.feature_map_k.", out);
-        if (lc.elementwise_affine) out.push_back({p + "attn.norm.weight", {lc.head_v_dim}, Init::kNorm});
-        out.push_back({p + "attn.o_proj.weight", {d, lc.value_dim}});
-        out.push_back({p + "mlp_norm.weight", {d}, Init::kNorm});
-        out.push_back({p + "mlp.gate_proj.weight", {I, d}});
-        out.push_back({p + "mlp.up_proj.weight", {I, d}});
-        out.push_back({p + "mlp.down_proj.weight", {d, I}});
-      } else {
-        for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
-          out.push_back({p + "attn." + proj + ".weight", {d, d}});
-          out.push_back({p + "attn." + proj + ".bias", {d}, Init::kBias});
-        }
-        out.push_back({p + "attn_norm.weight", {d}, Init::kNorm});
-        out.push_back({p + "attn_norm.bias", {d}, Init::kBias});
-        out.push_back({p + "mlp.fc1.weight", {I, d}});
-        out.push_back({p + "mlp.fc1.bias", {I}, Init::kBias});
-        out.push_back({p + "mlp.fc2.weight", {d, I}});
-        out.push_back({p + "mlp.fc2.bias", {d}, Init::kBias});
-        out.push_back({p + "mlp_norm.weight", {d}, Init::kNorm});
-        out.push_back({p + "mlp_norm.bias", {d}, Init::kBias});
-      }
-    }
-    if (lc.fla_layout) out.push_back({"model.norm.weight", {d}, Init::kNorm});
-    if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {V, d}});
-    return out;
-  }
-
   // One learned map serves q and k when they are tied; the table lists it under q's name, and a
   // checkpoint may store it under k's.
   std::string table_name(const ModelConfig& c, const std::string& name) const override {
@@ -324,16 +284,8 @@ class Family final : public model::Family {
     const auto eps = static_cast<float>(c.norm_eps);
     const bool fla = lc.fla_layout;
     auto net = std::make_unique<Network>(c);
-    // A tied embedding is the head's matrix too (quantized with it); an untied one is only
-    // gathered, a row per token, and stays as stored.
-    model::MatrixWeight table;
-    if (c.tie_word_embeddings) {
-      table = L.take_matrix("model.embeddings.weight", "model.embeddings.weight", V, d, Role::kHead,
-                            "vocab_size, hidden_size");
-      impl.embeddings = table.dense_values();
-    } else {
-      impl.embeddings = L.take("model.embeddings.weight", {V, d}, "vocab_size, hidden_size");
-    }
+    const model::Ends ends{"model.embeddings.weight", "lm_head.weight", V};
+    const model::MatrixWeight table = model::take_embedding(L, c, impl, ends);
     for (int i = 0; i < c.num_hidden_layers; ++i) {
       const std::string p = layer_prefix(i);
       Layer layer;
@@ -343,6 +295,13 @@ class Family final : public model::Family {
         layer.q = model::dense(L, p + "attn.q_proj", lc.key_dim, d, false, "key_dim, hidden_size");
         layer.k = model::dense(L, p + "attn.k_proj", kd, d, false, "key_dim / kv groups, hidden_size");
         layer.v = model::dense(L, p + "attn.v_proj", vd, d, false, "value_dim / kv groups, hidden_size");
+        // The table (the files make-model writes) lists the feature maps and the output norm
+        // here; they are read after the MLP (the fingerprint's order).
+        std::vector<model::TensorSpec> later;
+        feature_map_tensors(c, p + "attn.feature_map_q.", later);
+        if (!lc.tie_feature_map_qk) feature_map_tensors(c, p + "attn.feature_map_k.", later);
+        if (lc.elementwise_affine) later.push_back({p + "attn.norm.weight", {lc.head_v_dim}, Init::kNorm});
+        for (const auto& t : later) L.declare(t.name, t.shape, t.init);
         layer.o = model::dense(L, p + "attn.o_proj", d, lc.value_dim, false, "hidden_size, value_dim");
         layer.mlp_norm = model::norm(L, p + "mlp_norm", d, eps, false, true, "hidden_size");
         layer.gate = model::dense(L, p + "mlp.gate_proj", I, d, false, "intermediate_size, hidden_size");
@@ -374,7 +333,7 @@ class Family final : public model::Family {
         // One module serves both; checkpoints store it under the q name, the k name, or both.
         std::vector<model::TensorSpec> names;
         feature_map_tensors(c, fq, names);
-        const bool under_q = weights.has(names.front().name);
+        const bool under_q = L.has(names.front().name);
         const std::shared_ptr<const FeatureMap> tied = make_map(c, L, under_q ? fq : fk);
         layer.phi_q = normalized(tied, lc.norm_q);
         layer.phi_k = normalized(tied, lc.norm_k);
@@ -407,12 +366,7 @@ class Family final : public model::Family {
       impl.has_final_norm = true;
       impl.final_norm = model::norm(L, "model.norm", d, eps, false, true, "hidden_size");
     }
-    if (c.tie_word_embeddings) {
-      impl.lm_head.w = table.rows(0, V);
-      L.accept_tied("lm_head.weight", table, {V, d});
-    } else {
-      impl.lm_head = model::dense(L, "lm_head", V, d, false, "vocab_size, hidden_size", Role::kHead);
-    }
+    model::take_head(L, c, impl, ends, table);
     impl.network = std::move(net);
   }
 
@@ -420,45 +374,22 @@ class Family final : public model::Family {
     return {"linear_attn", "transformers_are_rnns"};
   }
   std::vector<model::MakeOption> make_model_options() const override {
-    const std::vector<std::string> la = {"linear_attn"}, tar = {"transformers_are_rnns"};
-    return {{"kv-heads", "", "key/value heads (default: as many as heads)", false, la},
-            {"expand-k", "", "key width / hidden size (default 1)", false, la},
-            {"expand-v", "", "value width / hidden size (default 1)", false, la},
-            {"feature-map", "elu", "elu, relu, identity, hedgehog, t2r, dpfp, elementwise_product"},
-            {"hidden-act", "", "relu or gelu (default relu)", false, tar},
-            {"normalized", nullptr, "the normalized form (norm_feature_map)", true, la},
-            {"norm-q", nullptr, "norm_q: divide phi(q) by its sum", true, la},
-            {"norm-k", nullptr, "norm_k: divide phi(k) by its sum", true, la},
-            {"tie-feature-maps", nullptr, "one learned feature map for q and k", true, la},
-            {"no-affine", nullptr, "no weight in the output norm", true, la}};
+    auto out = linear_attn_schema().make_options({"linear_attn"});
+    for (auto& o : transformers_are_rnns_schema().make_options({"transformers_are_rnns"}))
+      out.push_back(std::move(o));
+    return out;
   }
   std::string make_model_config(const std::string& arch, const model::MakeOptions& o) const override {
-    const bool fla = arch == "linear_attn";
-    std::string json = "{";
-    const auto add = [&](const std::string& k, const std::string& v) {
-      json += (json.size() > 1 ? ", " : "") + fmt::format("\"{}\": {}", k, v);
-    };
-    add("model_type", fmt::format("\"{}\"", arch));
-    add("vocab_size", std::to_string(o.integer("vocab", 1, 1 << 24)));
-    add("hidden_size", std::to_string(o.integer("hidden", 1, 1 << 20)));
-    add("num_hidden_layers", std::to_string(o.integer("layers", 1, 4096)));
-    add("num_heads", std::to_string(o.integer("heads", 1, 1 << 16)));
-    add("feature_map", json::quote(o.str("feature-map")));
-    add("tie_word_embeddings", o.flag("tie-embeddings") ? "true" : "false");
+    std::string json = fmt::format(
+        "{{\"model_type\": \"{}\", \"vocab_size\": {}, \"hidden_size\": {}, "
+        "\"num_hidden_layers\": {}, \"num_heads\": {}, \"tie_word_embeddings\": {}",
+        arch, o.integer("vocab", 1, 1 << 24), o.integer("hidden", 1, 1 << 20),
+        o.integer("layers", 1, 4096), o.integer("heads", 1, 1 << 16),
+        o.flag("tie-embeddings") ? "true" : "false");
     if (const auto inter = o.integer("intermediate", 0, 1 << 20); inter > 0)
-      add("intermediate_size", std::to_string(inter));
-    if (fla) {
-      if (o.given("kv-heads")) add("num_kv_heads", std::to_string(o.integer("kv-heads", 1, 1 << 16)));
-      if (o.given("expand-k")) add("expand_k", fmt::format("{}", o.real("expand-k", 1e-6, 1e6)));
-      if (o.given("expand-v")) add("expand_v", fmt::format("{}", o.real("expand-v", 1e-6, 1e6)));
-      add("norm_feature_map", o.flag("normalized") ? "true" : "false");
-      add("norm_q", o.flag("norm-q") ? "true" : "false");
-      add("norm_k", o.flag("norm-k") ? "true" : "false");
-      add("tie_feature_map_qk", o.flag("tie-feature-maps") ? "true" : "false");
-      add("elementwise_affine", o.flag("no-affine") ? "false" : "true");
-    } else if (o.given("hidden-act")) {
-      add("hidden_act", json::quote(o.str("hidden-act")));
-    }
+      json += fmt::format(", \"intermediate_size\": {}", inter);
+    const auto& schema = arch == "linear_attn" ? linear_attn_schema() : transformers_are_rnns_schema();
+    if (const std::string fields = schema.make_fields(o); !fields.empty()) json += ", " + fields;
     return json + "}";
   }
 

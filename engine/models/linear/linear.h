@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "model/config_schema.h"
 #include "model/family.h"
 
 namespace recur::models::linear {
@@ -26,6 +27,8 @@ struct LinearConfig final : FamilyConfig {
   bool norm_feature_map = false;   // the normalized form
   bool elementwise_affine = true;  // the per-head output norm has a weight
   double attn_eps = 1e-10;         // added to the denominator in the normalized form
+  double hidden_ratio = 4;         // the MLP's width when intermediate_size is not given
+  int max_position_embeddings = 2048;  // read and range-checked; no positional encoding uses it
   // Derived (resolve()).
   int key_dim = 0, value_dim = 0;      // q and o widths: hidden_size * expand_k / expand_v
   int head_k_dim = 0, head_v_dim = 0;  // per head
@@ -42,6 +45,9 @@ inline LinearConfig& edit(ModelConfig& c) { return model::edit_family<LinearConf
 const char* feature_map_name(ModelFeatureMap map);
 
 // linear_config.cpp
+/// config.json's fields of each layout, declared once (reading, writing, make-model).
+const model::Schema<LinearConfig>& linear_attn_schema();
+const model::Schema<LinearConfig>& transformers_are_rnns_schema();
 void read_config(const std::string& type, const json::Value& root, model::Fields& f,
                  ModelConfig& c);
 void resolve(ModelConfig& c, const std::string& source);

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "model/config_schema.h"
 #include "models/linear/linear.h"
 
 namespace recur::models::linear {
@@ -46,76 +47,113 @@ const char* feature_map_name(ModelFeatureMap map) {
   return "?";
 }
 
+namespace {
+
+std::vector<std::pair<ModelFeatureMap, const char*>> feature_map_names() {
+  std::vector<std::pair<ModelFeatureMap, const char*>> out;
+  for (const auto& f : kFeatureMapNames) out.emplace_back(f.map, f.name);
+  return out;
+}
+
+}  // namespace
+
+// fla's linear_attn: every field once, in the order config.json is written; make-model's
+// options beside the fields they set.
+const model::Schema<LinearConfig>& linear_attn_schema() {
+  static const model::Schema<LinearConfig> s = [] {
+    model::Schema<LinearConfig> t;
+    t.written("model_type", "\"linear_attn\"")
+        .written("architectures", "[\"LinearAttentionForCausalLM\"]")
+        .same_function("attn_mode", {"chunk", "fused_chunk", "fused_recurrent"}, "fused_chunk",
+                       "fla's kernel choice: every mode computes the same function")
+        .integer("vocab_size", &ModelConfig::vocab_size, 32000, 1, 1 << 24)
+        .integer("hidden_size", &ModelConfig::hidden_size, 2048, 1, kMaxDim)
+        .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 24, 1, 4096)
+        .integer("num_heads", &ModelConfig::num_heads, 4, 1, kMaxDim)
+        .integer("num_kv_heads", &ModelConfig::num_kv_heads, 0, 1, kMaxDim)
+        .option("kv-heads", "key/value heads (default: as many as heads)", "", 1 << 16)
+        .number("expand_k", &LinearConfig::expand_k, 1.0, 1e-6, 1e6)
+        .option("expand-k", "key width / hidden size (default 1)")
+        .number("expand_v", &LinearConfig::expand_v, 1.0, 1e-6, 1e6)
+        .option("expand-v", "value width / hidden size (default 1)")
+        .integer("intermediate_size", &ModelConfig::intermediate_size, 0, 1, kMaxDim)
+        .number("hidden_ratio", &LinearConfig::hidden_ratio, 4, 1e-6, 1e6).not_written()
+        .fixed("hidden_act", "swish", "the linear_attn MLP supports only swish")
+        .choice("feature_map", &LinearConfig::feature_map, ModelFeatureMap::kElementwiseProduct,
+                feature_map_names())
+        .option("feature-map", "elu, relu, identity, hedgehog, t2r, dpfp, elementwise_product",
+                "elu")
+        .boolean("tie_feature_map_qk", &LinearConfig::tie_feature_map_qk, false)
+        .flag("tie-feature-maps", "one learned feature map for q and k")
+        .boolean("norm_q", &LinearConfig::norm_q, false)
+        .flag("norm-q", "norm_q: divide phi(q) by its sum")
+        .boolean("norm_k", &LinearConfig::norm_k, false)
+        .flag("norm-k", "norm_k: divide phi(k) by its sum")
+        .boolean("norm_feature_map", &LinearConfig::norm_feature_map, false)
+        .flag("normalized", "the normalized form (norm_feature_map)")
+        // null means false here, as in the library (RMSNorm(elementwise_affine=None) has no
+        // weight): read apart.
+        .boolean("elementwise_affine", &LinearConfig::elementwise_affine, true).read_apart()
+        .flag("no-affine", "no weight in the output norm", false)
+        .number("norm_eps", &ModelConfig::norm_eps, 1e-6, 0.0, 1.0)
+        .integer("max_position_embeddings", &LinearConfig::max_position_embeddings, 2048, 0, 1 << 30)
+        .not_written()  // no positional encoding: unused
+        .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false).not_written();
+    return t;
+  }();
+  return s;
+}
+
+// The paper's model (Katharopoulos et al.), with its own defaults.
+const model::Schema<LinearConfig>& transformers_are_rnns_schema() {
+  static const model::Schema<LinearConfig> s = [] {
+    model::Schema<LinearConfig> t;
+    t.written("model_type", "\"transformers_are_rnns\"")
+        .integer("vocab_size", &ModelConfig::vocab_size, 256, 1, 1 << 24)
+        .integer("hidden_size", &ModelConfig::hidden_size, 512, 1, kMaxDim)
+        .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 6, 1, 4096)
+        .integer("num_heads", &ModelConfig::num_heads, 8, 1, kMaxDim)
+        // Its default, 4 * hidden_size, depends on another field: read apart.
+        .integer("intermediate_size", &ModelConfig::intermediate_size, 0, 1, kMaxDim).read_apart()
+        .choice("hidden_act", &LinearConfig::hidden_act, std::string("relu"),
+                {{"relu", "relu"}, {"gelu", "gelu"}})
+        .option("hidden-act", "relu or gelu (default relu)")
+        .choice("feature_map", &LinearConfig::feature_map, ModelFeatureMap::kElu,
+                {{ModelFeatureMap::kElu, "elu"}, {ModelFeatureMap::kRelu, "relu"}},
+                " for this model type")
+        .option("feature-map", "elu, relu, identity, hedgehog, t2r, dpfp, elementwise_product",
+                "elu")
+        .number("norm_eps", &ModelConfig::norm_eps, 1e-5, 0.0, 1.0)
+        .number("attn_eps", &LinearConfig::attn_eps, 1e-6, 0.0, 1.0)
+        .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false).not_written();
+    return t;
+  }();
+  return s;
+}
+
 void read_config(const std::string& type, const json::Value& root, model::Fields& f,
                  ModelConfig& c) {
   const std::string& source = f.source();
-  constexpr int kMax = kMaxDim;
   LinearConfig lc;
   if (type == "linear_attn") {
     c.architecture = Architecture::kLinearAttn;
-    const std::string mode = f.string("attn_mode", "fused_chunk");
-    if (mode != "chunk" && mode != "fused_chunk" && mode != "fused_recurrent")
-      config_fail(source, "attn_mode is '{}', expected chunk, fused_chunk or fused_recurrent", mode);
-    c.hidden_size = f.integer("hidden_size", 2048, 1, kMax);
-    lc.expand_k = f.number("expand_k", 1.0, 1e-6, 1e6);
-    lc.expand_v = f.number("expand_v", 1.0, 1e-6, 1e6);
-    c.hidden_ratio = f.number("hidden_ratio", 4, 1e-6, 1e6);
-    c.intermediate_size = f.integer("intermediate_size", 0, 1, kMax);
-    c.num_hidden_layers = f.integer("num_hidden_layers", 24, 1, 4096);
-    c.num_heads = f.integer("num_heads", 4, 1, kMax);
-    c.num_kv_heads = f.integer("num_kv_heads", 0, 1, kMax);
-    const std::string map = f.string("feature_map", "elementwise_product");
-    bool known = false;
-    for (const auto& fm : kFeatureMapNames)
-      if (map == fm.name) {
-        lc.feature_map = fm.map;
-        known = true;
-      }
-    if (!known)
-      config_fail(source, "feature_map is '{}', expected one of elu, relu, identity, hedgehog, "
-                          "t2r, dpfp, elementwise_product", map);
-    lc.tie_feature_map_qk = f.boolean("tie_feature_map_qk", false);
-    lc.norm_q = f.boolean("norm_q", false);
-    lc.norm_k = f.boolean("norm_k", false);
-    lc.norm_feature_map = f.boolean("norm_feature_map", false);
-    lc.hidden_act = f.string("hidden_act", "swish");
-    if (lc.hidden_act != "swish")
-      config_fail(source, "hidden_act is '{}'; the linear_attn MLP supports only swish", lc.hidden_act);
-    f.integer("max_position_embeddings", 2048, 0, 1 << 30);  // no positional encoding: unused
-    // null means false here, as in the library (RMSNorm(elementwise_affine=None) has no weight).
+    linear_attn_schema().read(f, c, lc);
     const json::Value* affine = f.get("elementwise_affine");
     if (affine && !affine->is_bool())
       config_fail(source, "elementwise_affine is {}, expected true, false or null", affine->kind_name());
     lc.elementwise_affine = root.find("elementwise_affine") == nullptr ? true
                            : affine                               ? affine->boolean()
                                                                   : false;
-    c.norm_eps = f.number("norm_eps", 1e-6, 0.0, 1.0);
     if (f.get("attn"))
       config_fail(source, "attn is set: hybrid models with softmax-attention layers are not supported");
-    c.vocab_size = f.integer("vocab_size", 32000, 1, 1 << 24);
-    c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
     lc.attn_eps = 1e-10;
-    c.family = std::make_shared<LinearConfig>(std::move(lc));
-    return;
+  } else {
+    c.architecture = Architecture::kTransformersAreRnns;
+    transformers_are_rnns_schema().read(f, c, lc);
+    c.intermediate_size = f.integer("intermediate_size", 4 * c.hidden_size, 1, kMaxDim);
+    lc.norm_feature_map = true;
+    lc.elementwise_affine = false;
   }
-  c.architecture = Architecture::kTransformersAreRnns;
-  c.vocab_size = f.integer("vocab_size", 256, 1, 1 << 24);
-  c.hidden_size = f.integer("hidden_size", 512, 1, kMax);
-  c.num_hidden_layers = f.integer("num_hidden_layers", 6, 1, 4096);
-  c.num_heads = f.integer("num_heads", 8, 1, kMax);
-  c.intermediate_size = f.integer("intermediate_size", 4 * c.hidden_size, 1, kMax);
-  lc.hidden_act = f.string("hidden_act", "relu");
-  if (lc.hidden_act != "relu" && lc.hidden_act != "gelu")
-    config_fail(source, "hidden_act is '{}', expected relu or gelu", lc.hidden_act);
-  const std::string map = f.string("feature_map", "elu");
-  if (map == "elu") lc.feature_map = ModelFeatureMap::kElu;
-  else if (map == "relu") lc.feature_map = ModelFeatureMap::kRelu;
-  else config_fail(source, "feature_map is '{}', expected elu or relu for this model type", map);
-  c.norm_eps = f.number("norm_eps", 1e-5, 0.0, 1.0);
-  lc.attn_eps = f.number("attn_eps", 1e-6, 0.0, 1.0);
-  c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
-  lc.norm_feature_map = true;
-  lc.elementwise_affine = false;
   c.family = std::make_shared<LinearConfig>(std::move(lc));
 }
 
@@ -149,7 +187,7 @@ void resolve(ModelConfig& c, const std::string& source) {
     if (c.intermediate_size == 0) {
       // The library's rule: 2/3 of hidden_size * hidden_ratio, rounded up to a multiple of 256.
       const int raw = checked_dim(source, "hidden_size * hidden_ratio * 2/3",
-                                  double(c.hidden_size) * c.hidden_ratio * 2.0 / 3.0);
+                                  double(c.hidden_size) * lc.hidden_ratio * 2.0 / 3.0);
       c.intermediate_size = checked_dim(source, "intermediate_size rounded up to 256",
                                         256.0 * std::ceil(double(raw) / 256.0));
     }
@@ -187,38 +225,7 @@ void resolve(ModelConfig& c, const std::string& source) {
 std::string config_fields(const ModelConfig& c) {
   const LinearConfig& lc = config_of(c);
   model::FieldWriter w;
-  if (lc.fla_layout) {
-    w.add("model_type", "\"linear_attn\"");
-    w.add("architectures", "[\"LinearAttentionForCausalLM\"]");
-    w.add("attn_mode", "\"fused_chunk\"");
-    w.number("vocab_size", c.vocab_size);
-    w.number("hidden_size", c.hidden_size);
-    w.number("num_hidden_layers", c.num_hidden_layers);
-    w.number("num_heads", c.num_heads);
-    w.number("num_kv_heads", c.num_kv_heads);
-    w.number("expand_k", lc.expand_k);
-    w.number("expand_v", lc.expand_v);
-    w.number("intermediate_size", c.intermediate_size);
-    w.string("hidden_act", lc.hidden_act);
-    w.string("feature_map", feature_map_name(lc.feature_map));
-    w.boolean("tie_feature_map_qk", lc.tie_feature_map_qk);
-    w.boolean("norm_q", lc.norm_q);
-    w.boolean("norm_k", lc.norm_k);
-    w.boolean("norm_feature_map", lc.norm_feature_map);
-    w.boolean("elementwise_affine", lc.elementwise_affine);
-    w.number("norm_eps", c.norm_eps);
-  } else {
-    w.add("model_type", "\"transformers_are_rnns\"");
-    w.number("vocab_size", c.vocab_size);
-    w.number("hidden_size", c.hidden_size);
-    w.number("num_hidden_layers", c.num_hidden_layers);
-    w.number("num_heads", c.num_heads);
-    w.number("intermediate_size", c.intermediate_size);
-    w.string("hidden_act", lc.hidden_act);
-    w.string("feature_map", feature_map_name(lc.feature_map));
-    w.number("norm_eps", c.norm_eps);
-    w.number("attn_eps", lc.attn_eps);
-  }
+  (lc.fla_layout ? linear_attn_schema() : transformers_are_rnns_schema()).write(w, c, lc);
   return w.text();
 }
 

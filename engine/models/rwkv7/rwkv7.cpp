@@ -17,7 +17,7 @@ namespace {
 
 using model::Dense;
 using model::Norm;
-using model::Role;
+using Init = model::TensorSpec::Init;
 using Layout = Rwkv7Config::Layout;
 
 // The transpose of a (rows, cols) row-major matrix.
@@ -36,8 +36,8 @@ class Reader {
       : c_(c), rc_(config_of(c)), n_(names_of(rc_)), L_(L), C_(c.hidden_size) {}
 
   // A per-channel vector: [1, 1, C] in BlinkDL's layout (and fla's lerps), [C] otherwise.
-  std::vector<float> vec(const std::string& name, bool three_d) {
-    return L_.take(name, three_d ? model::Shape{1, 1, C_} : model::Shape{C_}, "hidden_size");
+  std::vector<float> vec(const std::string& name, bool three_d, Init init = Init::kBias) {
+    return L_.take(name, three_d ? model::Shape{1, 1, C_} : model::Shape{C_}, "hidden_size", init);
   }
 
   Norm layer_norm(const std::string& name, bool stored, bool bias) {
@@ -46,7 +46,7 @@ class Reader {
     n.dim = C_;
     n.eps = float(c_.norm_eps);
     if (stored) {
-      n.weight = vec(name + ".weight", false);
+      n.weight = vec(name + ".weight", false, Init::kNorm);
       if (bias) n.bias = vec(name + ".bias", false);
     }
     return n;
@@ -55,7 +55,7 @@ class Reader {
   // A LoRA factor as a Linear (out, in): fla stores it so; BlinkDL stores its transpose.
   Dense factor(const std::string& name, int out, int in, const char* why) {
     const model::Shape stored = n_.blink ? model::Shape{in, out} : model::Shape{out, in};
-    std::vector<float> v = L_.take(name, stored, why);
+    std::vector<float> v = L_.take(name, stored, why, Init::kMatrix);
     if (n_.blink) v = transposed(v, in, out);
     Dense d;
     d.w = kernels::PackedMatrix(v.data(), out, in, L_.dtype(name));
@@ -82,12 +82,12 @@ class Reader {
 
   Layer layer(int i) {
     const std::string p = n_.layer(i), a = p + n_.att, f = p + n_.ffn;
-    const int F = c_.intermediate_size, H = c_.num_heads, N = rc_.head_size;
+    const int F = c_.intermediate_size, H = rc_.n_heads, N = rc_.head_size;
     Layer l;
     l.ln1 = layer_norm(p + n_.ln1, true, rc_.norm_bias);
     l.ln2 = layer_norm(p + n_.ln2, true, rc_.norm_bias);
     if (rc_.fused_lerps) {
-      l.mix = L_.take(a + "x_x", {6, C_}, "6 lerps of hidden_size");
+      l.mix = L_.take(a + "x_x", {6, C_}, "6 lerps of hidden_size", Init::kBias);
     } else {
       for (const char* x : {"x_r", "x_w", "x_k", "x_v", "x_a", "x_g"}) {
         const auto v = vec(a + x, true);
@@ -107,7 +107,7 @@ class Reader {
     lora(p, 'g', rc_.rank_g, false, l.g1, l.g2);
     l.k_k = vec(a + "k_k", n_.blink);
     l.k_a = vec(a + "k_a", n_.blink);
-    l.r_k = L_.take(a + "r_k", {H, N}, "heads, head_dim");
+    l.r_k = L_.take(a + "r_k", {H, N}, "heads, head_dim", Init::kBias);
     const auto proj = [&](const std::string& name) {
       return model::dense(L_, a + name, C_, C_, false, "hidden_size");
     };
@@ -115,7 +115,7 @@ class Reader {
     l.k = proj(n_.k);
     l.v = proj(n_.v);
     l.o = proj(n_.o);
-    l.lnx_w = vec(a + n_.lnx + ".weight", false);
+    l.lnx_w = vec(a + n_.lnx + ".weight", false, Init::kNorm);
     l.lnx_b = vec(a + n_.lnx + ".bias", false);
     l.ffn_x_k = vec(f + "x_k", n_.blink);
     l.ffn_key = model::dense(L_, f + "key", F, C_, false, "intermediate_size, hidden_size");
@@ -124,34 +124,22 @@ class Reader {
   }
 
   void load(Model::Impl& impl) {
-    const int V = c_.vocab_size;
     Stack s;
     s.C = C_;
-    s.H = c_.num_heads;
+    s.H = rc_.n_heads;
     s.N = rc_.head_size;
     s.F = c_.intermediate_size;
     s.max_rank = std::max({rc_.rank_w, rc_.rank_a, rc_.rank_v, rc_.rank_g});
     s.lnx_eps = rc_.lnx_eps;
     s.fla_l2 = rc_.fla_l2;
     s.ln0 = rc_.ln0;
-    Dense tied;
-    if (c_.tie_word_embeddings) {
-      const model::MatrixWeight table =
-          L_.take_matrix(n_.emb, n_.emb, V, C_, Role::kHead, "vocab_size, hidden_size");
-      impl.embeddings = table.dense_values();
-      L_.accept_tied(n_.head, table, {V, C_});
-      tied.w = table.rows(0, V);
-    } else {
-      impl.embeddings = L_.take(n_.emb, {V, C_}, "vocab_size, hidden_size");
-    }
+    const model::Ends ends{n_.emb, n_.head, c_.vocab_size};
+    const model::MatrixWeight table = model::take_embedding(L_, c_, impl, ends);
     if (rc_.ln0) s.ln0_norm = layer_norm(n_.ln0, rc_.ln0_stored, rc_.norm_bias);
     for (int i = 0; i < c_.num_hidden_layers; ++i) s.layers.push_back(layer(i));
     impl.has_final_norm = true;
     impl.final_norm = layer_norm(n_.ln_out, true, rc_.norm_bias);
-    impl.lm_head = c_.tie_word_embeddings
-                       ? std::move(tied)
-                       : model::dense(L_, n_.head.substr(0, n_.head.size() - 7), V, C_, false,
-                                      "vocab_size, hidden_size", Role::kHead);
+    model::take_head(L_, c_, impl, ends, table);
     impl.network = make_network(std::move(s));
   }
 
@@ -183,9 +171,6 @@ class Family final : public model::Family {
     rwkv7::fit_to_weights(c, w);
   }
   std::string config_fields(const ModelConfig& c) const override { return rwkv7::config_fields(c); }
-  std::vector<model::TensorSpec> tensors(const ModelConfig& c) const override {
-    return tensors_of(c);
-  }
   void load(const ModelConfig& c, const WeightSource&, model::Loader& L,
             Model::Impl& impl) const override {
     Reader(c, L).load(impl);
@@ -238,9 +223,9 @@ class Family final : public model::Family {
         "w {} a {} v {} g {}, vocab {}, {:.2f}M parameters\nstate: {:.2f} MiB at any length (per "
         "layer two shifted rows and {} matrices of {}x{})\n",
         label, rc.layout == Layout::kBlink ? "BlinkDL" : "fla", c.num_hidden_layers,
-        c.hidden_size, c.num_heads, rc.head_size, c.intermediate_size, rc.rank_w, rc.rank_a,
+        c.hidden_size, rc.n_heads, rc.head_size, c.intermediate_size, rc.rank_w, rc.rank_a,
         rc.rank_v, rc.rank_g, c.vocab_size, double(m.parameters()) / 1e6,
-        double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20), c.num_heads,
+        double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20), rc.n_heads,
         rc.head_size, rc.head_size);
   }
 };

@@ -23,6 +23,7 @@ struct Rwkv7Config final : FamilyConfig {
   };
   Layout layout = Layout::kFla;
   int head_size = 64;  // N; C = H N
+  int n_heads = 0;     // H = C / N (resolved)
   // LoRA ranks: decay, in-context rate, value residual, output gate.
   int rank_w = 64, rank_a = 64, rank_v = 16, rank_g = 128;
   double lnx_eps = 64e-5;   // the per-head group norm's (BlinkDL 64e-5, fla head_dim * norm_eps)
@@ -47,7 +48,6 @@ std::string config_fields(const ModelConfig& c);
 void fit_to_weights(ModelConfig& c, const WeightSource& w);
 /// A .pth's configuration, every size from the tensors; nullopt when it is not RWKV-7's.
 std::optional<ModelConfig> config_from_weights(const WeightSource& w, const std::string& source);
-std::vector<model::TensorSpec> tensors_of(const ModelConfig& c);
 
 /// The tensor names of one layout.
 struct Names {

@@ -1,11 +1,11 @@
 // RWKV-7's configuration: fla-hub's config.json field by field (fla/models/rwkv7's configuration
-// class, as fla/layers/rwkv7.py reads it), BlinkDL's .pth with every size from the tensors, and
-// the tensor table of each layout (docs/rwkv7.md, "Tensors").
+// class, as fla/layers/rwkv7.py reads it), and BlinkDL's .pth with every size from the tensors.
 #include <fmt/format.h>
 
 #include <cmath>
 #include <stdexcept>
 
+#include "model/config_schema.h"
 #include "models/rwkv7/rwkv7.h"
 #include "recur/error.h"
 
@@ -15,7 +15,6 @@ using model::config_fail;
 using model::describe_json;
 using model::Fields;
 using model::kMaxDim;
-using Init = model::TensorSpec::Init;
 using Layout = Rwkv7Config::Layout;
 
 namespace {
@@ -81,21 +80,50 @@ Names names_of(const Rwkv7Config& rc) {
   return n;
 }
 
+// Every field of config.json once, in the order config.json is written.
+const model::Schema<Rwkv7Config>& schema() {
+  static const model::Schema<Rwkv7Config> s = [] {
+    const auto fla = [](const ModelConfig&, const Rwkv7Config& rc) { return rc.layout == Layout::kFla; };
+    const auto blink = [](const ModelConfig&, const Rwkv7Config& rc) { return rc.layout == Layout::kBlink; };
+    model::Schema<Rwkv7Config> t;
+    t.written("model_type", "\"rwkv7\"")
+        // BlinkDL's layout in a folder recur wrote from a .pth (convert, quantize): which names
+        // the tensors have.
+        .choice("checkpoint_layout", &Rwkv7Config::layout, Layout::kFla,
+                {{Layout::kFla, "fla"}, {Layout::kBlink, kBlinkLayoutName}})
+        .written_when(blink)
+        .written("architectures", "[\"RWKV7ForCausalLM\"]").only_when(fla)
+        .integer("vocab_size", &ModelConfig::vocab_size, 32000, 1, 1 << 24)
+        .integer("hidden_size", &ModelConfig::hidden_size, 2048, 1, kMaxDim)
+        .integer("head_dim", &Rwkv7Config::head_size, 64, 1, kMaxDim).read_apart()
+        .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 24, 1, 4096)
+        .integer("intermediate_size", &ModelConfig::intermediate_size, 0, 1, kMaxDim)
+        .number("hidden_ratio", &Rwkv7Config::hidden_ratio, 4, 1e-6, 1e6)
+        .integer("decay_low_rank_dim", &Rwkv7Config::rank_w, 64, 1, kMaxDim)
+        .integer("a_low_rank_dim", &Rwkv7Config::rank_a, 64, 1, kMaxDim)
+        .integer("v_low_rank_dim", &Rwkv7Config::rank_v, 16, 1, kMaxDim)
+        .integer("gate_low_rank_dim", &Rwkv7Config::rank_g, 128, 1, kMaxDim)
+        .fixed("hidden_act", "sqrelu", "RWKV-7's channel mix is sqrelu (relu squared)")
+        .integer("max_position_embeddings", &Rwkv7Config::max_position_embeddings, 2048, 0, 1 << 30)
+        // BlinkDL's eps are fixed in its code (kBlinkLnEps, kBlinkLnxEps), its l2 norm unfused.
+        .number("norm_eps", &ModelConfig::norm_eps, 1e-5, 0.0, 1.0).only_when(fla)
+        .boolean("norm_first", &Rwkv7Config::ln0, true).only_when(fla)
+        .boolean("norm_bias", &Rwkv7Config::norm_bias, true).only_when(fla)
+        .boolean("fuse_norm", &Rwkv7Config::fla_l2, true).only_when(fla)
+        .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false).not_written()
+        .accepted("attn_mode", "fla's kernel choice (chunked or recurrent): the same model")
+        .accepted("_attn_implementation_autoset",
+                  "transformers' note that it chose the attention kernel itself: bookkeeping");
+    return t;
+  }();
+  return s;
+}
+
 void read_config(const json::Value& root, Fields& f, ModelConfig& c) {
   const std::string& source = f.source();
   Rwkv7Config rc;
   c.architecture = Architecture::kRwkv7;
-  const std::string layout = f.string("checkpoint_layout", "fla");
-  if (layout == kBlinkLayoutName) {
-    rc.layout = Layout::kBlink;
-  } else if (layout != "fla") {
-    config_fail(source, "checkpoint_layout is '{}', expected fla or {}", layout, kBlinkLayoutName);
-  }
-  const bool blink = rc.layout == Layout::kBlink;
-  c.hidden_size = f.integer("hidden_size", 2048, 1, kMaxDim);
-  c.num_hidden_layers = f.integer("num_hidden_layers", 24, 1, 4096);
-  c.vocab_size = f.integer("vocab_size", 32000, 1, 1 << 24);
-  c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
+  schema().read(f, c, rc);
   // Heads: fla's layer takes head_dim when it is set (num_heads = hidden_size // head_dim) and
   // then ignores num_heads, which fla's converter leaves stale (its default config's 32).
   const json::Value* head_dim = root.find("head_dim");
@@ -111,17 +139,6 @@ void read_config(const json::Value& root, Fields& f, ModelConfig& c) {
   } else {
     config_fail(source, "head_dim and num_heads are both null: the head size is unknown");
   }
-  rc.rank_w = f.integer("decay_low_rank_dim", 64, 1, kMaxDim);
-  rc.rank_a = f.integer("a_low_rank_dim", 64, 1, kMaxDim);
-  rc.rank_v = f.integer("v_low_rank_dim", 16, 1, kMaxDim);
-  rc.rank_g = f.integer("gate_low_rank_dim", 128, 1, kMaxDim);
-  c.intermediate_size = f.integer("intermediate_size", 0, 1, kMaxDim);
-  rc.hidden_ratio = f.number("hidden_ratio", 4, 1e-6, 1e6);
-  c.hidden_ratio = rc.hidden_ratio;
-  rc.max_position_embeddings = f.integer("max_position_embeddings", 2048, 0, 1 << 30);
-  const std::string act = f.string("hidden_act", "sqrelu");
-  if (act != "sqrelu")
-    config_fail(source, "hidden_act is '{}': RWKV-7's channel mix is sqrelu (relu squared)", act);
   if (const json::Value* attn = f.get("attn"))
     config_fail(source, "attn is {}: fla's hybrid softmax-attention layers are not RWKV-7",
                 describe_json(*attn));
@@ -138,18 +155,10 @@ void read_config(const json::Value& root, Fields& f, ModelConfig& c) {
       check(*vd);
     }
   }
-  f.accept({{"attn_mode", "fla's kernel choice (chunked or recurrent): the same model"},
-            {"_attn_implementation_autoset",
-             "transformers' note that it chose the attention kernel itself: bookkeeping"}});
-  if (blink) {
+  if (rc.layout == Layout::kBlink) {
     c.norm_eps = kBlinkLnEps;
     rc.lnx_eps = kBlinkLnxEps;
     rc.fla_l2 = false;
-  } else {
-    c.norm_eps = f.number("norm_eps", 1e-5, 0.0, 1.0);
-    rc.ln0 = f.boolean("norm_first", true);
-    rc.norm_bias = f.boolean("norm_bias", true);
-    rc.fla_l2 = f.boolean("fuse_norm", true);
   }
   c.family = std::make_shared<Rwkv7Config>(rc);
 }
@@ -163,8 +172,7 @@ void resolve(ModelConfig& c, const std::string& source) {
   if (N % 16 != 0 || N > (1 << 12))
     config_fail(source, "head_dim {}: recur's delta-rule kernel takes head sizes that are "
                         "multiples of 16 up to 4096 (every published RWKV-7 has 64)", N);
-  c.num_heads = C / N;
-  c.num_kv_heads = c.num_heads;
+  rc.n_heads = C / N;
   if (c.intermediate_size == 0) {
     // fla: 32 * ceil(hidden_size * hidden_ratio / 32) when intermediate_size is null.
     const double raw = std::ceil(double(C) * rc.hidden_ratio / 32.0) * 32.0;
@@ -182,29 +190,8 @@ void resolve(ModelConfig& c, const std::string& source) {
 }
 
 std::string config_fields(const ModelConfig& c) {
-  const Rwkv7Config& rc = config_of(c);
   model::FieldWriter w;
-  w.add("model_type", "\"rwkv7\"");
-  if (rc.layout == Layout::kBlink) w.string("checkpoint_layout", kBlinkLayoutName);
-  else w.add("architectures", "[\"RWKV7ForCausalLM\"]");
-  w.number("vocab_size", c.vocab_size);
-  w.number("hidden_size", c.hidden_size);
-  w.number("head_dim", rc.head_size);
-  w.number("num_hidden_layers", c.num_hidden_layers);
-  w.number("intermediate_size", c.intermediate_size);
-  w.number("hidden_ratio", rc.hidden_ratio);
-  w.number("decay_low_rank_dim", rc.rank_w);
-  w.number("a_low_rank_dim", rc.rank_a);
-  w.number("v_low_rank_dim", rc.rank_v);
-  w.number("gate_low_rank_dim", rc.rank_g);
-  w.add("hidden_act", "\"sqrelu\"");
-  w.number("max_position_embeddings", rc.max_position_embeddings);
-  if (rc.layout == Layout::kFla) {
-    w.number("norm_eps", c.norm_eps);
-    w.boolean("norm_first", rc.ln0);
-    w.boolean("norm_bias", rc.norm_bias);
-    w.boolean("fuse_norm", rc.fla_l2);
-  }
+  schema().write(w, c, config_of(c));
   return w.text();
 }
 
@@ -215,14 +202,33 @@ void fit_to_weights(ModelConfig& c, const WeightSource& w) {
   const auto emb = shape_of(w, n.emb);
   if (emb.size() == 2 && dim(emb[0]) && emb[1] == c.hidden_size) c.vocab_size = dim(emb[0]);
   const std::string l0 = n.layer(0), l1 = n.layer(1);
-  if (const auto f = shape_of(w, l0 + "ffn.key.weight"); f.size() == 2 && dim(f[0]))
+  // A size is taken from a tensor whose other side fits; any other shape is the loader's to
+  // refuse, against config.json's size.
+  if (const auto f = shape_of(w, l0 + "ffn.key.weight");
+      f.size() == 2 && dim(f[0]) && f[1] == c.hidden_size)
     c.intermediate_size = dim(f[0]);
-  // A LoRA's rank: BlinkDL's first factor is [C, rank], fla's first Linear [rank, C].
+  // A LoRA's rank: BlinkDL's factors are [C, rank] and [rank, C], fla's Linears [rank, C] and
+  // [C, rank]. The rank comes from the first; a second that disagrees is named here with both
+  // shapes, since the loader would blame it alone for a size config.json never gave.
   const auto rank = [&](const std::string& layer, char which, int& out) {
-    const std::string name = blink ? layer + "att." + which + "1"
-                                   : layer + "attn." + which + "_lora.lora.0.weight";
-    const auto s = shape_of(w, name);
-    if (s.size() == 2 && dim(s[blink ? 1 : 0])) out = dim(s[blink ? 1 : 0]);
+    const std::string first = blink ? layer + "att." + which + "1"
+                                    : layer + "attn." + which + "_lora.lora.0.weight";
+    const std::string second = blink ? layer + "att." + which + "2"
+                                     : layer + "attn." + which + "_lora.lora.2.weight";
+    const auto s = shape_of(w, first), t = shape_of(w, second);
+    const std::size_t at_s = blink ? 1 : 0, at_t = blink ? 0 : 1;
+    if (s.size() != 2 || !dim(s[at_s]) || s[1 - at_s] != c.hidden_size) return;
+    if (t.size() == 2 && t[1 - at_t] == c.hidden_size && t[at_t] != s[at_s]) {
+      auto s_by_t = s, t_by_s = t;
+      s_by_t[at_s] = t[at_t];
+      t_by_s[at_t] = s[at_s];
+      throw FormatError(fmt::format(
+          "[Model] {}: tensors '{}' {} and '{}' {} disagree on the LoRA's rank: expected {} and "
+          "{} (rank {}), or {} and {} (rank {})", w.describe(), first, shape_string(s), second,
+          shape_string(t), shape_string(s), shape_string(t_by_s), s[at_s], shape_string(s_by_t),
+          shape_string(t), t[at_t]));
+    }
+    out = dim(s[at_s]);
   };
   rank(l0, 'w', rc.rank_w);
   rank(l0, 'a', rc.rank_a);
@@ -230,7 +236,8 @@ void fit_to_weights(ModelConfig& c, const WeightSource& w) {
   if (c.num_hidden_layers > 1) rank(l1, 'v', rc.rank_v);  // layer 0 has no value residual
   if (!blink) {
     rc.fused_lerps = w.has(l0 + "attn.x_x");
-    rc.ln0_stored = w.has(n.ln0 + ".weight");
+    // Either half of the norm says it is stored: a missing weight beside its bias is named.
+    rc.ln0_stored = w.has(n.ln0 + ".weight") || w.has(n.ln0 + ".bias");
   }
   c.family = std::make_shared<Rwkv7Config>(rc);
 }
@@ -266,60 +273,6 @@ std::optional<ModelConfig> config_from_weights(const WeightSource& w, const std:
   fit_to_weights(c, w);
   c.resolve(source);
   return c;
-}
-
-std::vector<model::TensorSpec> tensors_of(const ModelConfig& c) {
-  const Rwkv7Config& rc = config_of(c);
-  const Names n = names_of(rc);
-  const std::int64_t C = c.hidden_size, V = c.vocab_size, F = c.intermediate_size;
-  const std::int64_t H = c.num_heads, N = rc.head_size;
-  std::vector<model::TensorSpec> out;
-  const std::vector<std::int64_t> vec3{1, 1, C}, vec{C};
-  const auto norm = [&](const std::string& name, bool bias) {
-    out.push_back({name + ".weight", vec, Init::kNorm});
-    if (bias) out.push_back({name + ".bias", vec, Init::kBias});
-  };
-  // A LoRA pair (first factor, second factor, optional bias), as the layout stores it.
-  const auto lora = [&](const std::string& p, char which, std::int64_t r, bool bias) {
-    if (n.blink) {
-      if (bias) out.push_back({p + "att." + which + "0", vec3, Init::kBias});
-      out.push_back({p + "att." + which + "1", {C, r}});
-      out.push_back({p + "att." + which + "2", {r, C}});
-    } else {
-      const std::string q = p + "attn." + which + "_lora.lora.";
-      out.push_back({q + "0.weight", {r, C}});
-      out.push_back({q + "2.weight", {C, r}});
-      if (bias) out.push_back({q + "2.bias", vec, Init::kBias});
-    }
-  };
-  out.push_back({n.emb, {V, C}, Init::kEmbedding});
-  if (rc.ln0 && rc.ln0_stored) norm(n.ln0, rc.norm_bias);
-  for (int i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = n.layer(i), a = p + n.att, f = p + n.ffn;
-    norm(p + n.ln1, rc.norm_bias);
-    norm(p + n.ln2, rc.norm_bias);
-    if (rc.fused_lerps) {
-      out.push_back({a + "x_x", {6, C}, Init::kBias});
-    } else {
-      for (const char* x : {"x_r", "x_w", "x_k", "x_v", "x_a", "x_g"})
-        out.push_back({a + x, vec3, Init::kBias});
-    }
-    lora(p, 'w', rc.rank_w, true);
-    lora(p, 'a', rc.rank_a, true);
-    if (i > 0) lora(p, 'v', rc.rank_v, true);
-    lora(p, 'g', rc.rank_g, false);
-    out.push_back({a + "k_k", n.blink ? vec3 : vec, Init::kBias});
-    out.push_back({a + "k_a", n.blink ? vec3 : vec, Init::kBias});
-    out.push_back({a + "r_k", {H, N}, Init::kBias});
-    for (const std::string* m : {&n.r, &n.k, &n.v, &n.o}) out.push_back({a + *m + ".weight", {C, C}});
-    norm(a + n.lnx, true);
-    out.push_back({f + "x_k", n.blink ? vec3 : vec, Init::kBias});
-    out.push_back({f + "key.weight", {F, C}});
-    out.push_back({f + "value.weight", {C, F}});
-  }
-  norm(n.ln_out, rc.norm_bias);
-  if (!c.tie_word_embeddings) out.push_back({n.head, {V, C}});
-  return out;
 }
 
 }  // namespace recur::models::rwkv7

@@ -14,7 +14,7 @@
 
 #include "kernels/delta_kernels.h"
 #include "kernels/dispatch.h"
-#include "model/state_record.h"
+#include "model/declared_state.h"
 #include "models/rwkv7/rwkv7_network.h"
 #include "recur/error.h"
 #include "util/parallel.h"
@@ -43,68 +43,24 @@ void for_rows(int n, int threads, const Fn& fn) {
 // One sequence's state in one layer: the time mix's and the channel mix's previous normed
 // inputs, and S per head, S[h][i][j] with i the value channel and j the key channel (BlinkDL's
 // orientation: a row of S is what the read-out and the removal walk).
-class State final : public model::LayerState {
- public:
+struct State final : model::DeclaredState<State> {
   static constexpr std::uint32_t kFormat = 1;
+  static constexpr const char* kCall = "Rwkv7State::load_raw_bytes";
+  static constexpr const char* kWhat = "an RWKV-7 layer's state";
   State(int C, int H, int N)
       : att_x(std::size_t(C), 0.0f), ffn_x(std::size_t(C), 0.0f),
         S(std::size_t(H) * std::size_t(N) * std::size_t(N), 0.0f) {}
   std::vector<float> att_x, ffn_x;  // (C) each
   std::vector<float> S;             // (H, N, N)
-  std::int64_t tokens = 0;
 
-  std::unique_ptr<model::LayerState> clone() const override {
-    return std::make_unique<State>(*this);
-  }
-  void reset() override {
-    std::fill(att_x.begin(), att_x.end(), 0.0f);
-    std::fill(ffn_x.begin(), ffn_x.end(), 0.0f);
-    std::fill(S.begin(), S.end(), 0.0f);
-    tokens = 0;
-  }
-  std::int64_t n_tokens() const override { return tokens; }
-  std::size_t bytes() const override {
-    return sizeof(*this) + (att_x.capacity() + ffn_x.capacity() + S.capacity()) * sizeof(float);
-  }
-  std::size_t raw_size() const override {
-    return sizeof(std::uint32_t) + floats() * sizeof(float) + sizeof(std::int64_t);
-  }
-  // format (u32), att_x, ffn_x, S, the token count (i64); little-endian hosts.
-  std::vector<unsigned char> raw_bytes() const override {
-    std::vector<unsigned char> out(raw_size());
-    unsigned char* p = out.data();
-    const std::uint32_t format = kFormat;
-    std::memcpy(p, &format, sizeof format);
-    p += sizeof format;
-    for (const auto* v : {&att_x, &ffn_x, &S}) {
-      std::memcpy(p, v->data(), v->size() * sizeof(float));
-      p += v->size() * sizeof(float);
-    }
-    std::memcpy(p, &tokens, sizeof tokens);
-    return out;
-  }
-  void load_raw_bytes(const unsigned char* data, std::size_t size) override {
-    constexpr const char* call = "Rwkv7State::load_raw_bytes";
-    if (size != raw_size())
-      throw FormatError(fmt::format("[{}] {} bytes given, an RWKV-7 layer's state of hidden size "
-                                    "{} has {}", call, size, att_x.size(), raw_size()));
-    const std::int64_t n = model::read_state_frame(data, size, kFormat, call);
-    State incoming = *this;  // checked there first: this state changes only when all is well
-    const unsigned char* p = data + sizeof(std::uint32_t);
-    for (auto* v : {&incoming.att_x, &incoming.ffn_x, &incoming.S}) {
-      std::memcpy(v->data(), p, v->size() * sizeof(float));
-      p += v->size() * sizeof(float);
-      for (const float x : *v)
-        if (!std::isfinite(x))
-          throw FormatError(fmt::format("[{}] the state holds a non-finite number", call));
-    }
-    incoming.tokens = n;
-    *this = std::move(incoming);
+  // Saved in this order, inside the frame.
+  template <class Self, class F>
+  static void parts(Self& s, F&& f) {
+    f("att_x", s.att_x);
+    f("ffn_x", s.ffn_x);
+    f("S", s.S);
   }
   MixerKind kind() const override { return MixerKind::kDeltaRule; }
-
- private:
-  std::size_t floats() const { return att_x.size() + ffn_x.size() + S.size(); }
 };
 
 struct Rows : model::Scratch {

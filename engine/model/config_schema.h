@@ -1,0 +1,308 @@
+// A family's config.json fields, each declared once: its key, the member that holds it (in
+// ModelConfig or in the family's own config struct), its type, default and range, and for a
+// field recur does not read, the reason it changes nothing at inference or the one value it is
+// accepted at. One table drives reading (through Fields, whose messages name the key and the
+// file), writing config.json (to_json, in the table's order) and make-model's options.
+// docs/adding-a-model.md, "The configuration", shows a family's table.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "model/config_fields.h"
+#include "model/family.h"
+#include "recur/model.h"
+
+namespace recur::model {
+
+/// What the table says of one field, for make-model's help, the docs and the tests.
+struct FieldSpec {
+  enum class Type { kInteger, kNumber, kBoolean, kString, kAccepted };
+  const char* key = "";
+  Type type = Type::kAccepted;
+  double min = 0, max = 0;           // kInteger, kNumber: the values read
+  std::string fallback;              // the default as config.json writes it ("" for none)
+  std::vector<std::string> choices;  // kString: the values read (empty: any)
+  /// Why a field recur accepts without reading it changes nothing (kAccepted); null when it is
+  /// read: it changes inference.
+  const char* reason = nullptr;
+  const char* option = nullptr;  // make-model's --option that sets it, or null
+  bool written = true;           // to_json writes it (when its condition holds)
+};
+
+/// The options make-model takes, and the config.json text it writes from them.
+struct MakeField {
+  const char* name;        // --name
+  const char* help;
+  bool flag = false;       // a flag: given sets the field to flag_value
+  bool flag_value = true;
+  const char* fallback = "";  // a value option's default ("": none, the field is left out)
+  double max = 0;             // a value option's largest value (0: the field's)
+};
+
+/// F: the family's config struct (a FamilyConfig). A field lives in ModelConfig (vocab_size,
+/// hidden_size, ...: what generic code reads) or in F; the member pointer says which.
+template <class F>
+class Schema {
+ public:
+  using When = std::function<bool(const ModelConfig&, const F&)>;
+
+  /// An integer field in [min, max].
+  template <class O>
+  Schema& integer(const char* key, int O::*member, int fallback, int min, int max) {
+    Entry e = entry(key, FieldSpec::Type::kInteger, config_number(fallback));
+    e.spec.min = min;
+    e.spec.max = max;
+    e.read = [=](Fields& f, ModelConfig& c, F& g) { at<O>(c, g).*member = f.integer(key, fallback, min, max); };
+    e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) { w.number(key, at<O>(c, g).*member); };
+    e.make = [=](const MakeOptions& o, const char* name, double option_max) {
+      return config_number(double(o.integer(name, min, option_max > 0 ? std::int64_t(option_max) : max)));
+    };
+    return add(std::move(e));
+  }
+  /// A number field in [min, max].
+  template <class O>
+  Schema& number(const char* key, double O::*member, double fallback, double min, double max) {
+    Entry e = entry(key, FieldSpec::Type::kNumber, config_number(fallback));
+    e.spec.min = min;
+    e.spec.max = max;
+    e.read = [=](Fields& f, ModelConfig& c, F& g) { at<O>(c, g).*member = f.number(key, fallback, min, max); };
+    e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) { w.number(key, at<O>(c, g).*member); };
+    e.make = [=](const MakeOptions& o, const char* name, double option_max) {
+      return config_number(o.real(name, min, option_max > 0 ? option_max : max));
+    };
+    return add(std::move(e));
+  }
+  /// A true / false field.
+  template <class O>
+  Schema& boolean(const char* key, bool O::*member, bool fallback) {
+    Entry e = entry(key, FieldSpec::Type::kBoolean, config_bool(fallback));
+    e.read = [=](Fields& f, ModelConfig& c, F& g) { at<O>(c, g).*member = f.boolean(key, fallback); };
+    e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) { w.boolean(key, at<O>(c, g).*member); };
+    return add(std::move(e));
+  }
+  /// A field whose string names a value of the member's type: `names` pairs each value with its
+  /// name in config.json; another string is refused, naming the key and the names read.
+  template <class O, class T>
+  Schema& choice(const char* key, T O::*member, T fallback, std::vector<std::pair<T, const char*>> names,
+                 const char* note = "") {
+    Entry e = entry(key, FieldSpec::Type::kString, json::quote(name_of(names, fallback)));
+    for (const auto& n : names) e.spec.choices.push_back(n.second);
+    const std::vector<std::string> choices = e.spec.choices;
+    e.read = [=](Fields& f, ModelConfig& c, F& g) {
+      const std::string s = f.string(key, name_of(names, fallback));
+      for (const auto& n : names)
+        if (s == n.second) {
+          at<O>(c, g).*member = n.first;
+          return;
+        }
+      config_fail(f.source(), "{} is '{}', expected {}{}", f.name(key), s, one_of(choices), note);
+    };
+    e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) {
+      w.string(key, name_of(names, at<O>(c, g).*member));
+    };
+    e.make = [=](const MakeOptions& o, const char* name, double) { return json::quote(o.str(name)); };
+    return add(std::move(e));
+  }
+  /// A field read as one string value, the only one this layout has (hidden_act "sqrelu"):
+  /// written as it, any other refused with `refusal` ending the message.
+  Schema& fixed(const char* key, const char* value, const char* refusal) {
+    Entry e = entry(key, FieldSpec::Type::kString, json::quote(value));
+    e.spec.choices = {value};
+    const std::string v = value;
+    e.read = [=](Fields& f, ModelConfig&, F&) {
+      const std::string s = f.string(key, v);
+      if (s != v) config_fail(f.source(), "{} is '{}': {}", f.name(key), s, refusal);
+    };
+    e.write = [=](FieldWriter& w, const ModelConfig&, const F&) { w.string(key, v); };
+    return add(std::move(e));
+  }
+  /// A string field whose every value in `values` computes the same function (a kernel choice):
+  /// checked, not stored, written as `written`; another string is refused naming the values.
+  Schema& same_function(const char* key, std::vector<std::string> values, const char* written,
+                        const char* reason) {
+    Entry e = entry(key, FieldSpec::Type::kString, json::quote(written));
+    e.spec.choices = values;
+    e.spec.reason = reason;
+    const std::string fallback = written;
+    e.read = [=](Fields& f, ModelConfig&, F&) {
+      const std::string s = f.string(key, fallback);
+      for (const auto& v : values)
+        if (s == v) return;
+      config_fail(f.source(), "{} is '{}', expected {}", f.name(key), s, one_of(values));
+    };
+    e.write = [=](FieldWriter& w, const ModelConfig&, const F&) { w.string(key, fallback); };
+    return add(std::move(e));
+  }
+  /// A field recur accepts without reading it: `reason` says why it changes nothing computed.
+  Schema& accepted(const char* key, const char* reason) {
+    Entry e = entry(key, FieldSpec::Type::kAccepted, "");
+    e.spec.reason = reason;
+    e.spec.written = false;
+    e.read = [=](Fields& f, ModelConfig&, F&) { f.accept(key, reason); };
+    return add(std::move(e));
+  }
+  /// A field accepted at the values `changes_nothing` approves (Fields::accept_when).
+  Schema& accepted_when(const char* key, std::function<bool(const json::Value&)> changes_nothing,
+                        const char* reason, const char* refusal) {
+    Entry e = entry(key, FieldSpec::Type::kAccepted, "");
+    e.spec.reason = reason;
+    e.spec.written = false;
+    e.read = [=](Fields& f, ModelConfig&, F&) { f.accept_when(key, changes_nothing, reason, refusal); };
+    return add(std::move(e));
+  }
+  /// A field config.json must carry as this text (model_type, architectures): written only.
+  Schema& written(const char* key, std::string json_text) {
+    Entry e = entry(key, FieldSpec::Type::kAccepted, json_text);
+    e.write = [=](FieldWriter& w, const ModelConfig&, const F&) { w.add(key, json_text); };
+    return add(std::move(e));
+  }
+
+  // Modifiers of the field declared last.
+  /// Read and written only when `when` holds (another layout of the family has other fields);
+  /// for reading, `when` sees the fields read before it.
+  Schema& only_when(When when) {
+    last().when = std::move(when);
+    return *this;
+  }
+  /// Written only when `when` holds (read whatever the layout).
+  Schema& written_when(When when) {
+    last().write_when = std::move(when);
+    return *this;
+  }
+  /// Read, never written (a field whose value is the same function whatever it says, and that
+  /// config.json need not carry).
+  Schema& not_written() {
+    last().write = nullptr;
+    last().spec.written = false;
+    return *this;
+  }
+  /// Written, never read: the family reads it in its own code (a field whose null means
+  /// something, or one read before the table).
+  Schema& read_apart() {
+    last().read = nullptr;
+    return *this;
+  }
+  /// Written as this JSON text whatever was read (a kernel choice fla records: "fused_chunk").
+  Schema& written_as(std::string json_text) {
+    const char* key = last().spec.key;
+    last().spec.written = true;
+    last().write = [key, json_text](FieldWriter& w, const ModelConfig&, const F&) { w.add(key, json_text); };
+    return *this;
+  }
+  /// make-model's --name sets the field when given (a value option, range-checked as the
+  /// field, or up to `max` when that is positive), or always to `fallback` when that is not
+  /// empty (make-model's own default).
+  Schema& option(const char* name, const char* help, const char* fallback = "", double max = 0) {
+    last().spec.option = name;
+    last().make_field = MakeField{name, help, false, true, fallback, max};
+    return *this;
+  }
+  /// make-model's --name is a flag that sets the boolean field to `value`.
+  Schema& flag(const char* name, const char* help, bool value = true) {
+    last().spec.option = name;
+    last().make_field = MakeField{name, help, true, value};
+    last().make = [value](const MakeOptions&, const char*, double) { return config_bool(value); };
+    return *this;
+  }
+
+  /// Reads every field the table declares, in its order.
+  void read(Fields& f, ModelConfig& c, F& g) const {
+    for (const Entry& e : entries_)
+      if (e.read && (!e.when || e.when(c, g))) e.read(f, c, g);
+  }
+  /// Writes every written field, in the table's order.
+  void write(FieldWriter& w, const ModelConfig& c, const F& g) const {
+    for (const Entry& e : entries_)
+      if (e.write && (!e.when || e.when(c, g)) && (!e.write_when || e.write_when(c, g)))
+        e.write(w, c, g);
+  }
+  /// make-model's options of the fields that have one, each serving `archs` (empty: all).
+  std::vector<MakeOption> make_options(const std::vector<std::string>& archs = {}) const {
+    std::vector<MakeOption> out;
+    for (const Entry& e : entries_)
+      if (e.make_field.name)
+        out.push_back({e.make_field.name, e.make_field.flag ? nullptr : e.make_field.fallback,
+                       e.make_field.help, e.make_field.flag, archs});
+    return out;
+  }
+  /// config.json's text of the fields whose make-model option is given, as `"key": value`
+  /// items joined by ", " (the family adds model_type and the shape).
+  std::string make_fields(const MakeOptions& o) const {
+    std::string out;
+    for (const Entry& e : entries_) {
+      const MakeField& m = e.make_field;
+      if (!m.name || !e.make) continue;
+      if (m.flag ? !o.flag(m.name) : !o.given(m.name) && !*m.fallback) continue;
+      out += fmt::format("{}\"{}\": {}", out.empty() ? "" : ", ", e.spec.key,
+                         e.make(o, m.name, m.max));
+    }
+    return out;
+  }
+  /// Every field, in the table's order.
+  std::vector<FieldSpec> fields() const {
+    std::vector<FieldSpec> out;
+    for (const Entry& e : entries_) out.push_back(e.spec);
+    return out;
+  }
+
+ private:
+  struct Entry {
+    FieldSpec spec;
+    When when, write_when;
+    std::function<void(Fields&, ModelConfig&, F&)> read;
+    std::function<void(FieldWriter&, const ModelConfig&, const F&)> write;
+    std::function<std::string(const MakeOptions&, const char*, double)> make;
+    MakeField make_field{nullptr, nullptr};
+  };
+
+  // The object a member pointer of O points into: the configuration or the family's fields.
+  template <class O, class C, class G>
+  static auto& at(C& c, G& g) {
+    if constexpr (std::is_same_v<O, ModelConfig>) {
+      (void)g;
+      return c;
+    } else {
+      static_assert(std::is_same_v<O, F>, "a field lives in ModelConfig or in the family's struct");
+      (void)c;
+      return g;
+    }
+  }
+  template <class T>
+  static std::string name_of(const std::vector<std::pair<T, const char*>>& names, T value) {
+    for (const auto& n : names)
+      if (n.first == value) return n.second;
+    // A configuration built in code may hold a string no name lists: written as it is.
+    if constexpr (std::is_same_v<T, std::string>) return value;
+    return "?";
+  }
+  // "a, b or c".
+  static std::string one_of(const std::vector<std::string>& names) {
+    std::string s;
+    for (std::size_t i = 0; i < names.size(); ++i)
+      s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+    return s;
+  }
+  static Entry entry(const char* key, FieldSpec::Type type, std::string fallback) {
+    Entry e;
+    e.spec.key = key;
+    e.spec.type = type;
+    e.spec.fallback = std::move(fallback);
+    return e;
+  }
+  Schema& add(Entry e) {
+    entries_.push_back(std::move(e));
+    return *this;
+  }
+  Entry& last() { return entries_.back(); }
+
+  std::vector<Entry> entries_;
+};
+
+}  // namespace recur::model

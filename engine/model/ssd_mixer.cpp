@@ -1,0 +1,263 @@
+// Mamba-2's SSD mixer: tensors, loading, state and stages (ssd_mixer.h; docs/mamba2.md).
+#include "model/ssd_mixer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "model/config_fields.h"
+#include "model/loader.h"
+#include "recur/error.h"
+
+namespace recur::model {
+namespace {
+
+using CMap = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
+using Map = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
+
+// torch's softplus (beta 1, threshold 20), in double.
+double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
+
+std::size_t sz(std::int64_t n) { return std::size_t(n); }
+
+}  // namespace
+
+void check_ssd_spec(const SsdSpec& s, const std::string& source) {
+  if (s.n_heads < 1 || s.head_dim < 1 || s.d_state < 1 || s.n_groups < 1 || s.d_conv < 1 ||
+      s.norm_groups < 1)
+    config_fail(source, "the Mamba-2 sizes (heads {}, head_dim {}, d_state {}, n_groups {}, "
+                        "d_conv {}, norm groups {}) must be positive", s.n_heads, s.head_dim,
+                s.d_state, s.n_groups, s.d_conv, s.norm_groups);
+  if (s.n_heads % s.n_groups != 0)
+    config_fail(source, "{} Mamba-2 heads are not a multiple of n_groups {}: B and C are shared "
+                        "by the heads of a group", s.n_heads, s.n_groups);
+  if (s.inner() > kMaxDim || s.in_width() > kMaxDim ||
+      std::int64_t(s.n_heads) * s.d_state > kMaxDim)
+    config_fail(source, "the Mamba-2 widths ({} heads of {}, d_state {}, n_groups {}) are out of "
+                        "range", s.n_heads, s.head_dim, s.d_state, s.n_groups);
+  if (s.inner() % s.norm_groups != 0)
+    config_fail(source, "the gated norm's {} groups do not divide the mixer's width {}",
+                s.norm_groups, s.inner());
+  if (!(s.dt_min >= 0.0 && s.dt_min <= s.dt_max))
+    config_fail(source, "time_step_limit is [{}, {}]: expected 0 <= min <= max", s.dt_min,
+                s.dt_max);
+  if (!(s.norm_eps >= 0.0 && s.norm_eps <= 1.0))
+    config_fail(source, "the gated norm's eps is {}, expected 0 to 1", s.norm_eps);
+}
+
+std::size_t ssd_state_bytes(const SsdSpec& s) {
+  return sz(std::int64_t(s.n_heads) * s.d_state * s.head_dim) * sizeof(float) +
+         sz(std::int64_t(s.d_conv - 1) * s.conv_dim()) * sizeof(float);
+}
+
+SsdMixer load_ssd_mixer(Loader& L, const std::string& p, const SsdSpec& s) {
+  SsdMixer m;
+  m.spec = s;
+  const int d = s.hidden, H = s.n_heads, C = int(s.conv_dim());
+  m.in_proj = dense(L, p + "in_proj", int(s.in_width()), d, s.proj_bias,
+                    "2 * heads * head_dim + 2 * n_groups * d_state + heads, hidden_size");
+  const auto taps = L.take(p + "conv1d.weight", {C, 1, s.d_conv},
+                           "heads * head_dim + 2 * n_groups * d_state, 1, d_conv", Init::kConv);
+  Eigen::VectorXf bias;
+  if (s.conv_bias) {
+    const auto b = L.take(p + "conv1d.bias", {C}, "heads * head_dim + 2 * n_groups * d_state",
+                          Init::kBias);
+    bias = Eigen::Map<const Eigen::VectorXf>(b.data(), C);
+  }
+  m.conv = std::make_unique<ShortConvolution>(Eigen::Map<const RowMatrix>(taps.data(), C, s.d_conv),
+                                              bias);
+  m.dt_bias = L.take(p + "dt_bias", {H}, "heads", Init::kBias);
+  for (const float a : L.take(p + "A_log", {H}, "heads", Init::kBias))
+    m.neg_A.push_back(float(-std::exp(double(a))));
+  m.D = L.take(p + "D", {H}, "heads", Init::kNorm);
+  m.norm_weight = L.take(p + "norm.weight", {int(s.inner())}, "heads * head_dim", Init::kNorm);
+  m.norm.dim = int(s.inner() / s.norm_groups);
+  m.norm.eps = float(s.norm_eps);
+  m.out_proj = dense(L, p + "out_proj", d, int(s.inner()), s.proj_bias,
+                     "hidden_size, heads * head_dim");
+  GatedAttentionConfig g;
+  g.n_heads = H;
+  g.d_key = s.d_state;
+  g.d_value = s.head_dim;
+  g.decay = DecayKind::kPerChannel;
+  g.scale = 1.0f;
+  m.scan = std::make_unique<GatedAttention>(g);
+  return m;
+}
+
+std::unique_ptr<LayerState> SsdState::clone() const {
+  return std::make_unique<SsdState>(S.clone(), conv.clone());
+}
+
+void SsdState::reset() {
+  S.reset();
+  conv.reset();
+}
+
+std::vector<unsigned char> SsdState::raw_bytes() const {
+  std::vector<unsigned char> out = S.raw_bytes();
+  const auto c = conv.raw_bytes();
+  out.insert(out.end(), c.begin(), c.end());
+  return out;
+}
+
+void SsdState::load_raw_bytes(const unsigned char* data, std::size_t size) {
+  if (size != raw_size())
+    throw FormatError(fmt::format("[LayerState] {} bytes given, this Mamba-2 layer's state has {}",
+                                  size, raw_size()));
+  // Into copies first, so that a failure leaves this state as it was.
+  GatedState s = S.clone();
+  ShortConvState c = conv.clone();
+  s.load_raw_bytes(data, s.raw_size());
+  c.load_raw_bytes(data + s.raw_size(), c.raw_size());
+  if (c.n_tokens() != s.n_tokens())
+    throw FormatError(fmt::format("[LayerState] the convolution has seen {} tokens, the "
+                                  "recurrence {}", c.n_tokens(), s.n_tokens()));
+  S = std::move(s);
+  conv = std::move(c);
+}
+
+std::unique_ptr<LayerState> make_ssd_state(const SsdMixer& m) {
+  return std::make_unique<SsdState>(m.scan->make_state(), m.conv->make_state());
+}
+
+void SsdRows::grow(int rows, const SsdSpec& s) {
+  const auto n = std::size_t(rows);
+  const auto sized = [&](std::vector<float>& b, std::int64_t width) {
+    if (b.size() < n * sz(width)) b.assign(n * sz(width), 0.0f);
+  };
+  sized(proj, s.in_width());
+  sized(xbc, s.conv_dim());
+  for (auto* b : {&q, &k, &a}) sized(*b, std::int64_t(s.n_heads) * s.d_state);
+  sized(v, s.inner());
+  sized(y, s.inner());
+}
+
+void ssd_project(const SsdMixer& m, const float* h, int n, SsdRows& b, int threads) {
+  const SsdSpec& s = m.spec;
+  m.in_proj.apply(h, n, s.hidden, b.proj.data(), s.in_width(), threads);
+}
+
+namespace {
+
+// xbc rows = silu(conv(the xBC columns of the proj rows)), with the sequence's window.
+void convolve(const SsdMixer& m, SsdState& st, SsdRows& b, int first, int count) {
+  const SsdSpec& s = m.spec;
+  const std::int64_t W = s.in_width(), C = s.conv_dim();
+  const float* in = b.proj.data() + sz(first) * sz(W) + sz(s.inner());
+  float* out = b.xbc.data() + sz(first) * sz(C);
+  if (count == 1) {
+    Eigen::Map<Eigen::VectorXf> y(out, C);
+    m.conv->step(st.conv, Eigen::Map<const Eigen::VectorXf>(in, C), y);
+  } else {
+    Map Y(out, count, C, Eigen::OuterStride<>(C));
+    m.conv->prefill(st.conv, CMap(in, count, C, Eigen::OuterStride<>(W)), Y);
+  }
+  gates::silu(out, out, std::int64_t(count) * C);
+}
+
+// Per row: dt per head (softplus, clamp), the decay a = exp(dt A) (in double, rounded once),
+// and the scan's inputs per head: q = C and k = B of its group, every key row decayed by a,
+// v = dt x.
+void scan_inputs(const SsdMixer& m, SsdRows& b, int first, int count) {
+  const SsdSpec& s = m.spec;
+  const int H = s.n_heads, P = s.head_dim, N = s.d_state, per_group = s.n_heads / s.n_groups;
+  const std::int64_t W = s.in_width(), C = s.conv_dim(), I = s.inner();
+  const std::int64_t GN = std::int64_t(s.n_groups) * N, HN = std::int64_t(H) * N;
+  for (int t = first; t < first + count; ++t) {
+    const float* dt_raw = b.proj.data() + sz(t) * sz(W) + sz(I + C);
+    const float* x = b.xbc.data() + sz(t) * sz(C);
+    const float* B = x + I;
+    const float* Cm = B + GN;
+    float* q = b.q.data() + sz(t) * sz(HN);
+    float* k = b.k.data() + sz(t) * sz(HN);
+    float* a = b.a.data() + sz(t) * sz(HN);
+    float* v = b.v.data() + sz(t) * sz(I);
+    for (int h = 0; h < H; ++h) {
+      const double sp = softplus(double(dt_raw[h]) + double(m.dt_bias[sz(h)]));
+      const float dt = float(std::min(std::max(sp, s.dt_min), s.dt_max));
+      const float decay = float(std::exp(double(dt) * double(m.neg_A[sz(h)])));
+      const std::int64_t g = h / per_group;
+      std::memcpy(q + h * N, Cm + g * N, sz(N) * sizeof(float));
+      std::memcpy(k + h * N, B + g * N, sz(N) * sizeof(float));
+      std::fill(a + h * N, a + (h + 1) * N, decay);
+      for (int j = 0; j < P; ++j) v[h * P + j] = dt * x[h * P + j];
+    }
+  }
+}
+
+}  // namespace
+
+void ssd_sequence(const SsdMixer& m, SsdState& st, SsdRows& b, int first, int count,
+                  int threads) {
+  const SsdSpec& s = m.spec;
+  const std::int64_t HN = std::int64_t(s.n_heads) * s.d_state, I = s.inner(), C = s.conv_dim();
+  // The window goes back if the scan refuses its inputs (non-finite numbers): the state then is
+  // as it was before the call.
+  ShortConvState window = st.conv.clone();
+  convolve(m, st, b, first, count);
+  scan_inputs(m, b, first, count);
+  const auto row = [&](std::vector<float>& v, std::int64_t width) {
+    return v.data() + sz(first) * sz(width);
+  };
+  try {
+    if (count == 1) {
+      Eigen::Map<Eigen::VectorXf> y(row(b.y, I), I);
+      m.scan->step(st.S, Eigen::Map<const Eigen::VectorXf>(row(b.q, HN), HN),
+                   Eigen::Map<const Eigen::VectorXf>(row(b.k, HN), HN),
+                   Eigen::Map<const Eigen::VectorXf>(row(b.v, I), I),
+                   Eigen::Map<const Eigen::VectorXf>(row(b.a, HN), HN), y);
+    } else {
+      Map Y(row(b.y, I), count, I, Eigen::OuterStride<>(I));
+      m.scan->prefill(st.S, CMap(row(b.q, HN), count, HN, Eigen::OuterStride<>(HN)),
+                      CMap(row(b.k, HN), count, HN, Eigen::OuterStride<>(HN)),
+                      CMap(row(b.v, I), count, I, Eigen::OuterStride<>(I)),
+                      CMap(row(b.a, HN), count, HN, Eigen::OuterStride<>(HN)), Y,
+                      PrefillOptions{count, threads});
+    }
+  } catch (...) {
+    st.conv = std::move(window);
+    throw;
+  }
+  // y += D x, per head.
+  const int P = s.head_dim;
+  for (int t = first; t < first + count; ++t) {
+    const float* x = b.xbc.data() + sz(t) * sz(C);
+    float* y = b.y.data() + sz(t) * sz(I);
+    for (int h = 0; h < s.n_heads; ++h) {
+      const float D = m.D[sz(h)];
+      for (int j = h * P; j < (h + 1) * P; ++j) y[j] += D * x[j];
+    }
+  }
+}
+
+void ssd_output(const SsdMixer& m, SsdRows& b, int n, float* out, int threads) {
+  const SsdSpec& s = m.spec;
+  const std::int64_t I = s.inner(), W = s.in_width(), total = std::int64_t(n) * I;
+  // z is the first inner columns of each proj row: gather them beside y (into v, free now).
+  for (int t = 0; t < n; ++t)
+    std::memcpy(b.v.data() + sz(t) * sz(I), b.proj.data() + sz(t) * sz(W), sz(I) * sizeof(float));
+  float* y = b.y.data();
+  const float* z = b.v.data();
+  if (!s.norm_before_gate) swiglu(z, y, y, total);  // y * silu(z)
+  m.norm.apply(y, n, I, y, I, s.norm_groups);
+  for (int t = 0; t < n; ++t) {
+    float* r = y + sz(t) * sz(I);
+    for (std::int64_t j = 0; j < I; ++j) r[j] *= m.norm_weight[sz(j)];
+  }
+  if (s.norm_before_gate) swiglu(z, y, y, total);
+  m.out_proj.apply(y, n, I, out, s.hidden, threads);
+}
+
+void ssd_clear(const SsdMixer& m, SsdRows& b, int first, int count) {
+  const std::int64_t I = m.spec.inner();
+  std::fill(b.y.data() + sz(first) * sz(I), b.y.data() + sz(first + count) * sz(I), 0.0f);
+}
+
+std::size_t ssd_weight_bytes(const SsdMixer& m) {
+  return dense_bytes(m.in_proj) + dense_bytes(m.out_proj);
+}
+
+}  // namespace recur::model

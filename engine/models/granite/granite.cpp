@@ -1,0 +1,550 @@
+// IBM's Granite 4.0 models as transformers' granitemoehybrid reads them, dense (no experts):
+// Granite 4.0-H (Mamba-2 layers with a few softmax attention layers, no positions) and the
+// non-hybrid Granite 4.0 (every layer attention, rotary). Per layer, with Granite's multipliers:
+//   x += r * mixer(rmsnorm(x));   x += r * shared_mlp(rmsnorm(x))
+// the embeddings times embedding_multiplier, attention scores times attention_multiplier (in
+// place of 1/sqrt(d)), the logits divided by logits_scaling. docs/mamba2.md, "Granite 4.0".
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "model/config_fields.h"
+#include "model/loader.h"
+#include "model/model_impl.h"
+#include "model/ssd_mixer.h"
+#include "models/registry.h"
+#include "recur/causal_attention.h"
+#include "recur/error.h"
+
+namespace recur::models::granite {
+namespace {
+
+using model::config_fail;
+using model::describe_json;
+using model::Dense;
+using model::Fields;
+using model::kMaxDim;
+using model::Norm;
+using model::Role;
+using Init = model::TensorSpec::Init;
+
+constexpr int kMaxHeads = 1 << 16;
+
+struct GraniteConfig final : FamilyConfig {
+  int n_heads = 32, n_kv_heads = 8;
+  bool rope = false;
+  double rope_theta = 10000;
+  bool attention_bias = false;
+  double embedding_multiplier = 1, residual_multiplier = 1, attention_multiplier = 1,
+         logits_scaling = 1;
+  int shared_intermediate = 1024;
+  // The Mamba-2 layers.
+  int m_heads = 128, m_head_dim = 64, m_state = 256, m_groups = 1, m_conv = 4;
+  bool m_conv_bias = true, m_proj_bias = false;
+  double dt_min = 0, dt_max = HUGE_VAL;
+  bool has_dt_limit = false;
+  double expand = 2;
+  int max_position_embeddings = 4096;
+
+  int head_dim(const ModelConfig& c) const { return c.hidden_size / n_heads; }
+  model::SsdSpec ssd(const ModelConfig& c) const {
+    model::SsdSpec s;
+    s.hidden = c.hidden_size;
+    s.n_heads = m_heads;
+    s.head_dim = m_head_dim;
+    s.d_state = m_state;
+    s.n_groups = m_groups;
+    s.d_conv = m_conv;
+    s.proj_bias = m_proj_bias;
+    s.conv_bias = m_conv_bias;
+    s.norm_groups = m_groups;  // per group, as mamba_ssm and llama.cpp (docs/mamba2.md)
+    s.norm_eps = c.norm_eps;
+    s.dt_min = dt_min;
+    s.dt_max = dt_max;
+    return s;
+  }
+};
+
+const GraniteConfig& config_of(const ModelConfig& c) {
+  const auto* g = dynamic_cast<const GraniteConfig*>(c.family.get());
+  if (!g) throw std::logic_error("[Model] internal: a Granite configuration without its fields");
+  return *g;
+}
+
+constexpr const char* kTraining = "training or initialisation only: the same function at inference";
+
+void read_config(const json::Value& root, Fields& f, ModelConfig& c) {
+  (void)root;
+  const std::string& source = f.source();
+  c.type = "granitemoehybrid";
+  GraniteConfig g;
+  c.vocab_size = f.integer("vocab_size", 32000, 1, 1 << 24);
+  c.hidden_size = f.integer("hidden_size", 4096, 1, kMaxDim);
+  c.num_hidden_layers = f.integer("num_hidden_layers", 32, 1, 4096);
+  c.norm_eps = f.number("rms_norm_eps", 1e-6, 0.0, 1.0);
+  c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
+  g.n_heads = f.integer("num_attention_heads", 32, 1, kMaxHeads);
+  g.n_kv_heads = f.integer("num_key_value_heads", g.n_heads, 1, kMaxHeads);
+  g.attention_bias = f.boolean("attention_bias", false);
+  g.embedding_multiplier = f.number("embedding_multiplier", 1.0, -1e6, 1e6);
+  g.residual_multiplier = f.number("residual_multiplier", 1.0, -1e6, 1e6);
+  g.attention_multiplier = f.number("attention_multiplier", 1.0, 1e-12, 1e6);
+  g.logits_scaling = f.number("logits_scaling", 1.0, 1e-12, 1e12);
+  g.shared_intermediate = f.integer("shared_intermediate_size", 1024, 1, kMaxDim);
+  g.max_position_embeddings = f.integer("max_position_embeddings", 2048, 0, 1 << 30);
+  // Experts: refused by name until recur runs them.
+  const int experts = f.integer("num_local_experts", 8, 0, 1 << 16);
+  if (experts > 0)
+    config_fail(source, "num_local_experts is {}: a mixture-of-experts Granite (granite-4.0-h-tiny, "
+                        "-small), whose experts recur does not run; the dense models (num_local_experts "
+                        "0) load", experts);
+  f.accept({{"num_experts_per_tok", "the experts' routing: no experts in a dense model"},
+            {"output_router_logits", "the experts' routing: no experts in a dense model"},
+            {"router_aux_loss_coef", "the experts' routing: no experts in a dense model"},
+            {"intermediate_size", "an expert's width: no experts in a dense model (its MLP is "
+                                  "shared_intermediate_size wide)"},
+            {"attention_dropout", kTraining}, {"mamba_chunk_size", "the GPU kernels' chunk length"},
+            {"init_method", kTraining}, {"normalization_function", "rmsnorm, checked below"},
+            {"time_step_min", kTraining}, {"time_step_max", kTraining},
+            {"time_step_floor", kTraining}, {"rope_scaling", "checked below"}});
+  if (const json::Value* v = root.find("normalization_function");
+      v && !(v->is_string() && v->string() == "rmsnorm"))
+    config_fail(source, "normalization_function is {}: Granite 4.0 norms with rmsnorm",
+                describe_json(*v));
+  if (const json::Value* v = root.find("rope_scaling"); v && !v->is_null())
+    config_fail(source, "rope_scaling is {}: recur runs Granite's plain rotary", describe_json(*v));
+  const std::string act = f.string("hidden_act", "silu");
+  if (act != "silu" && act != "swish")
+    config_fail(source, "hidden_act is '{}': Granite's MLP is a SwiGLU", act);
+  // Rotary only where the config asks for it (transformers builds no rotary embedding otherwise).
+  const std::string pos = f.string("position_embedding_type", "");
+  if (pos != "" && pos != "rope" && pos != "nope")
+    config_fail(source, "position_embedding_type is '{}', expected rope or nope", pos);
+  g.rope = pos == "rope";
+  g.rope_theta = f.number("rope_theta", 10000, 1.0 + 1e-9, 1e12);
+  if (const json::Value* rp = f.get("rope_parameters")) {
+    if (!rp->is_object()) config_fail(source, "rope_parameters is {}", describe_json(*rp));
+    Fields r(*rp, source, "rope_parameters");
+    const std::string type = r.string("rope_type", "default");
+    if (type != "default") config_fail(source, "rope_parameters.rope_type is '{}'", type);
+    g.rope_theta = r.number("rope_theta", g.rope_theta, 1.0 + 1e-9, 1e12);
+    r.reject_unknown("recur does not know what it changes in the rotary embedding");
+  }
+  g.m_heads = f.integer("mamba_n_heads", 128, 1, kMaxHeads);
+  g.m_groups = f.integer("mamba_n_groups", 1, 1, kMaxHeads);
+  g.m_state = f.integer("mamba_d_state", 256, 1, model::kMaxHeadDim);
+  g.m_conv = f.integer("mamba_d_conv", 4, 1, 64);
+  g.expand = f.number("mamba_expand", 2, 1e-6, 1e6);
+  g.m_conv_bias = f.boolean("mamba_conv_bias", true);
+  g.m_proj_bias = f.boolean("mamba_proj_bias", false);
+  const double inner = std::floor(g.expand * double(c.hidden_size));
+  const json::Value* dh = f.get("mamba_d_head");
+  if (!dh || (dh->is_string() && dh->string() == "auto")) {
+    g.m_head_dim = int(inner) / g.m_heads;
+  } else if (dh->is_integer() && dh->integer() >= 1 && dh->integer() <= model::kMaxHeadDim) {
+    g.m_head_dim = int(dh->integer());
+  } else {
+    config_fail(source, "mamba_d_head is {}, expected a size or \"auto\"", describe_json(*dh));
+  }
+  if (const json::Value* v = f.get("time_step_limit")) {
+    if (!v->is_array() || v->array().size() != 2 || !v->array()[0].is_number() ||
+        !v->array()[1].is_number())
+      config_fail(source, "time_step_limit is {}, expected [min, max]", describe_json(*v));
+    g.dt_min = v->array()[0].number();
+    g.dt_max = v->array()[1].number();
+    g.has_dt_limit = true;
+  }
+  c.mixers.clear();
+  if (const json::Value* lt = f.get("layer_types")) {
+    if (!lt->is_array() || lt->array().size() != std::size_t(c.num_hidden_layers))
+      config_fail(source, "layer_types is {}, expected {} entries (num_hidden_layers)",
+                  describe_json(*lt), c.num_hidden_layers);
+    for (const auto& v : lt->array()) {
+      if (v.is_string() && v.string() == "mamba") c.mixers.push_back(MixerKind::kGated);
+      else if (v.is_string() && v.string() == "attention") c.mixers.push_back(MixerKind::kAttention);
+      else config_fail(source, "layer_types holds {}, expected mamba or attention", describe_json(v));
+    }
+  } else {
+    config_fail(source, "layer_types is missing: every Granite 4.0 config.json lists its layers' "
+                        "kinds (mamba or attention)");
+  }
+  c.family = std::make_shared<GraniteConfig>(g);
+}
+
+void resolve(ModelConfig& c, const std::string& source) {
+  GraniteConfig g = c.family ? config_of(c) : GraniteConfig{};
+  if (c.mixers.size() != std::size_t(c.num_hidden_layers))
+    config_fail(source, "{} layer types for {} layers", c.mixers.size(), c.num_hidden_layers);
+  if (c.hidden_size % g.n_heads != 0 || g.head_dim(c) % 2 != 0)
+    config_fail(source, "hidden_size {} is not num_attention_heads {} heads of one even size",
+                c.hidden_size, g.n_heads);
+  if (g.n_heads % g.n_kv_heads != 0)
+    config_fail(source, "num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                g.n_heads, g.n_kv_heads);
+  if (std::count(c.mixers.begin(), c.mixers.end(), MixerKind::kGated) > 0) {
+    const double inner = std::floor(g.expand * double(c.hidden_size));
+    if (double(g.m_heads) * double(g.m_head_dim) != inner)
+      config_fail(source, "mamba_n_heads {} * mamba_d_head {} is not mamba_expand {} * "
+                          "hidden_size {} = {}", g.m_heads, g.m_head_dim, g.expand, c.hidden_size,
+                  inner);
+    model::check_ssd_spec(g.ssd(c), source);
+  }
+  c.num_heads = g.n_heads;
+  c.num_kv_heads = g.n_kv_heads;
+  c.intermediate_size = g.shared_intermediate;
+  c.family = std::make_shared<GraniteConfig>(g);
+}
+
+std::string config_fields(const ModelConfig& c) {
+  const GraniteConfig& g = config_of(c);
+  model::FieldWriter w;
+  using model::config_number;
+  w.add("model_type", "\"granitemoehybrid\"");
+  w.number("vocab_size", c.vocab_size);
+  w.number("hidden_size", c.hidden_size);
+  w.number("num_hidden_layers", c.num_hidden_layers);
+  w.number("num_attention_heads", g.n_heads);
+  w.number("num_key_value_heads", g.n_kv_heads);
+  w.number("shared_intermediate_size", g.shared_intermediate);
+  w.number("num_local_experts", 0);
+  w.number("rms_norm_eps", c.norm_eps);
+  w.boolean("attention_bias", g.attention_bias);
+  w.number("embedding_multiplier", g.embedding_multiplier);
+  w.number("residual_multiplier", g.residual_multiplier);
+  w.number("attention_multiplier", g.attention_multiplier);
+  w.number("logits_scaling", g.logits_scaling);
+  w.string("position_embedding_type", g.rope ? "rope" : "nope");
+  w.number("rope_theta", g.rope_theta);
+  w.number("max_position_embeddings", g.max_position_embeddings);
+  std::string types = "[";
+  for (std::size_t i = 0; i < c.mixers.size(); ++i)
+    types += fmt::format("{}\"{}\"", i ? ", " : "",
+                         c.mixers[i] == MixerKind::kAttention ? "attention" : "mamba");
+  w.add("layer_types", types + "]");
+  w.number("mamba_n_heads", g.m_heads);
+  w.number("mamba_d_head", g.m_head_dim);
+  w.number("mamba_d_state", g.m_state);
+  w.number("mamba_n_groups", g.m_groups);
+  w.number("mamba_d_conv", g.m_conv);
+  w.number("mamba_expand", g.expand);
+  w.boolean("mamba_conv_bias", g.m_conv_bias);
+  w.boolean("mamba_proj_bias", g.m_proj_bias);
+  if (g.has_dt_limit)
+    w.add("time_step_limit", fmt::format("[{}, {}]", config_number(g.dt_min),
+                                         std::isinf(g.dt_max) ? std::string("Infinity")
+                                                              : config_number(g.dt_max)));
+  return w.text();
+}
+
+std::string layer(int i) { return "model.layers." + std::to_string(i) + "."; }
+
+// ---------------------------------------------------------------------------------------------
+// The layer stack.
+
+struct AttentionLayer {
+  int H = 0, Hkv = 0, d = 0;
+  Dense q, k, v, o;
+  std::unique_ptr<CausalAttention> attention;
+};
+
+struct Layer {
+  bool attention = false;
+  Norm mixer_norm, mlp_norm;
+  model::SsdMixer mamba;
+  AttentionLayer attn;
+  Dense gate, up, down;  // shared_mlp: input_linear's halves, output_linear
+};
+
+struct Rows : model::Scratch {
+  std::vector<float> a, g, u, q, k, v, o;
+  model::SsdRows ssd;
+  std::size_t bytes() const override {
+    return Scratch::bytes() + model::buffer_bytes({&a, &g, &u, &q, &k, &v, &o}) + ssd.bytes();
+  }
+};
+
+class Network final : public model::Network {
+ public:
+  Network(int hidden, int shared, float residual, std::vector<Layer> layers)
+      : hidden_(hidden), shared_(shared), residual_(residual), layers_(std::move(layers)) {}
+
+  std::size_t n_layers() const override { return layers_.size(); }
+
+  std::unique_ptr<model::LayerState> make_state(std::size_t layer) const override {
+    const Layer& l = layers_[layer];
+    if (l.attention)
+      return std::make_unique<model::MixerState<CausalState>>(l.attn.attention->make_state(),
+                                                              MixerKind::kAttention);
+    return model::make_ssd_state(l.mamba);
+  }
+
+  std::unique_ptr<model::Scratch> make_scratch(int rows) const override {
+    auto w = std::make_unique<Rows>();
+    w->cap = rows;
+    const auto n = std::size_t(rows);
+    for (auto* b : {&w->x, &w->h, &w->a}) b->assign(n * std::size_t(hidden_), 0.0f);
+    for (auto* b : {&w->g, &w->u}) b->assign(n * std::size_t(shared_), 0.0f);
+    for (const auto& l : layers_) {
+      if (!l.attention) {
+        w->ssd.grow(rows, l.mamba.spec);
+        continue;
+      }
+      const auto hd = n * std::size_t(l.attn.H) * std::size_t(l.attn.d);
+      const auto kv = n * std::size_t(l.attn.Hkv) * std::size_t(l.attn.d);
+      for (auto* b : {&w->q, &w->o}) if (b->size() < hd) b->assign(hd, 0.0f);
+      for (auto* b : {&w->k, &w->v}) if (b->size() < kv) b->assign(kv, 0.0f);
+    }
+    return w;
+  }
+
+  void run(model::Scratch& scratch, int n, int threads, model::Attend attend) const override {
+    Rows& w = static_cast<Rows&>(scratch);
+    const int d = hidden_;
+    const std::int64_t total = std::int64_t(n) * d;
+    for (std::size_t li = 0; li < layers_.size(); ++li) {
+      const Layer& L = layers_[li];
+      L.mixer_norm.apply(w.x.data(), n, d, w.h.data(), d);
+      if (L.attention) {
+        const AttentionLayer& A = L.attn;
+        const int hd = A.H * A.d, kv = A.Hkv * A.d;
+        A.q.apply(w.h.data(), n, d, w.q.data(), hd, threads);
+        A.k.apply(w.h.data(), n, d, w.k.data(), kv, threads);
+        A.v.apply(w.h.data(), n, d, w.v.data(), kv, threads);
+        attend(li, 0, threads);
+        A.o.apply(w.o.data(), n, hd, w.a.data(), d, threads);
+      } else {
+        model::ssd_project(L.mamba, w.h.data(), n, w.ssd, threads);
+        attend(li, 0, threads);
+        model::ssd_output(L.mamba, w.ssd, n, w.a.data(), threads);
+      }
+      add_scaled(w.x.data(), w.a.data(), total);
+      // The shared MLP: silu(first half of input_linear) * second half, output_linear.
+      L.mlp_norm.apply(w.x.data(), n, d, w.h.data(), d);
+      L.gate.apply(w.h.data(), n, d, w.g.data(), shared_, threads);
+      L.up.apply(w.h.data(), n, d, w.u.data(), shared_, threads);
+      model::swiglu(w.g.data(), w.u.data(), w.g.data(), std::int64_t(n) * shared_);
+      L.down.apply(w.g.data(), n, shared_, w.a.data(), d, threads);
+      add_scaled(w.x.data(), w.a.data(), total);
+    }
+  }
+
+  void run_sequence(std::size_t layer, int stage, model::Scratch& scratch,
+                    model::LayerState& state, int first, int count, int threads) const override {
+    (void)stage;
+    Rows& w = static_cast<Rows&>(scratch);
+    const Layer& L = layers_[layer];
+    if (!L.attention)
+      return model::ssd_sequence(L.mamba, static_cast<model::SsdState&>(state), w.ssd, first,
+                                 count, threads);
+    using CMap = Eigen::Map<const RowMatrix>;
+    const AttentionLayer& A = L.attn;
+    CausalState& st = model::state_of<CausalState>(state);
+    const int hd = A.H * A.d, kv = A.Hkv * A.d;
+    const float* q = w.q.data() + std::size_t(first) * std::size_t(hd);
+    const float* k = w.k.data() + std::size_t(first) * std::size_t(kv);
+    const float* v = w.v.data() + std::size_t(first) * std::size_t(kv);
+    float* o = w.o.data() + std::size_t(first) * std::size_t(hd);
+    if (count == 1) {
+      Eigen::Map<Eigen::VectorXf> out(o, hd);
+      A.attention->step(st, Eigen::Map<const Eigen::VectorXf>(q, hd),
+                        Eigen::Map<const Eigen::VectorXf>(k, kv),
+                        Eigen::Map<const Eigen::VectorXf>(v, kv), out);
+    } else {
+      Eigen::Map<RowMatrix> O(o, count, hd);
+      A.attention->prefill(st, CMap(q, count, hd), CMap(k, count, kv), CMap(v, count, kv), O,
+                           PrefillOptions{count, threads});
+    }
+  }
+
+  void clear_sequence(std::size_t layer, int, model::Scratch& scratch, int first,
+                      int count) const override {
+    Rows& w = static_cast<Rows&>(scratch);
+    const Layer& L = layers_[layer];
+    if (!L.attention) return model::ssd_clear(L.mamba, w.ssd, first, count);
+    const auto width = std::size_t(L.attn.H) * std::size_t(L.attn.d);
+    std::fill(w.o.data() + std::size_t(first) * width, w.o.data() + std::size_t(first + count) * width,
+              0.0f);
+  }
+
+  std::size_t weight_bytes() const override {
+    std::size_t bytes = 0;
+    for (const auto& L : layers_) {
+      for (const auto* d : {&L.gate, &L.up, &L.down, &L.attn.q, &L.attn.k, &L.attn.v, &L.attn.o})
+        bytes += model::dense_bytes(*d);
+      if (!L.attention) bytes += model::ssd_weight_bytes(L.mamba);
+    }
+    return bytes;
+  }
+
+ private:
+  // x += residual_multiplier * a (Granite scales what each sublayer adds).
+  void add_scaled(float* x, const float* a, std::int64_t n) const {
+    for (std::int64_t i = 0; i < n; ++i) x[i] += residual_ * a[i];
+  }
+
+  int hidden_, shared_;
+  float residual_;
+  std::vector<Layer> layers_;
+};
+
+void load(const ModelConfig& c, model::Loader& L, Model::Impl& impl) {
+  const GraniteConfig& g = config_of(c);
+  const int V = c.vocab_size, d = c.hidden_size, S = g.shared_intermediate;
+  const auto rms = [&](const std::string& name) {
+    Norm n;
+    n.dim = d;
+    n.eps = float(c.norm_eps);
+    n.weight = L.take(name, {d}, "hidden_size", Init::kNorm);
+    return n;
+  };
+  model::Ends ends;
+  ends.embedding = "model.embed_tokens.weight";
+  ends.rows = V;
+  const model::MatrixWeight table = model::take_embedding(L, c, impl, ends);
+  // embedding_multiplier, rounded once per entry (the reference multiplies the looked-up rows).
+  if (g.embedding_multiplier != 1.0)
+    for (float& e : impl.embeddings) e = float(double(e) * g.embedding_multiplier);
+  const int hd = g.head_dim(c);
+  std::vector<Layer> layers;
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = layer(i);
+    Layer l;
+    l.attention = c.mixers[std::size_t(i)] == MixerKind::kAttention;
+    l.mixer_norm = rms(p + "input_layernorm.weight");
+    if (l.attention) {
+      AttentionLayer& A = l.attn;
+      A.H = g.n_heads;
+      A.Hkv = g.n_kv_heads;
+      A.d = hd;
+      const std::string a = p + "self_attn.";
+      const bool b = g.attention_bias;
+      A.q = model::dense(L, a + "q_proj", A.H * hd, d, b, "num_attention_heads * head_dim, hidden_size");
+      A.k = model::dense(L, a + "k_proj", A.Hkv * hd, d, b, "num_key_value_heads * head_dim, hidden_size");
+      A.v = model::dense(L, a + "v_proj", A.Hkv * hd, d, b, "num_key_value_heads * head_dim, hidden_size");
+      A.o = model::dense(L, a + "o_proj", d, A.H * hd, b, "hidden_size, num_attention_heads * head_dim");
+      CausalAttentionConfig ac;
+      ac.n_heads = A.H;
+      ac.n_kv_heads = A.Hkv;
+      ac.d_head = hd;
+      ac.rope_theta = float(g.rope_theta);
+      ac.rotary = g.rope;
+      ac.scale = float(g.attention_multiplier);
+      A.attention = std::make_unique<CausalAttention>(ac);
+    } else {
+      l.mamba = model::load_ssd_mixer(L, p + "mamba.", g.ssd(c));
+    }
+    l.mlp_norm = rms(p + "post_attention_layernorm.weight");
+    const model::MatrixWeight in = L.take_matrix(p + "shared_mlp.input_linear.weight",
+                                                 p + "shared_mlp.input_linear.weight", 2 * S, d,
+                                                 Role::kMatrix, "2 * shared_intermediate_size, hidden_size");
+    l.gate.w = in.rows(0, S);
+    l.up.w = in.rows(S, S);
+    l.down = model::dense(L, p + "shared_mlp.output_linear", d, S, false,
+                          "hidden_size, shared_intermediate_size");
+    layers.push_back(std::move(l));
+  }
+  impl.has_final_norm = true;
+  impl.final_norm = rms("model.norm.weight");
+  // The logits divided by logits_scaling: folded into the final norm's weight (the head is
+  // linear), each weight divided once.
+  if (g.logits_scaling != 1.0)
+    for (float& w : impl.final_norm.weight) w = float(double(w) / g.logits_scaling);
+  model::take_head(L, c, impl, ends, table);
+  impl.network = std::make_unique<Network>(d, S, float(g.residual_multiplier), std::move(layers));
+}
+
+class Family final : public model::Family {
+ public:
+  const char* name() const override { return "granitemoehybrid"; }
+  const char* model_type(const ModelConfig&) const override { return "granitemoehybrid"; }
+  std::vector<std::string> model_types() const override { return {"granitemoehybrid"}; }
+  void read_config(const std::string&, const json::Value& root, Fields& f,
+                   ModelConfig& c) const override {
+    granite::read_config(root, f, c);
+  }
+  void resolve(ModelConfig& c, const std::string& source) const override {
+    granite::resolve(c, source);
+  }
+  std::string config_fields(const ModelConfig& c) const override { return granite::config_fields(c); }
+  void load(const ModelConfig& c, const WeightSource&, model::Loader& L,
+            Model::Impl& impl) const override {
+    granite::load(c, L, impl);
+  }
+  std::vector<std::string> make_model_archs() const override { return {"granitemoehybrid"}; }
+  std::vector<model::MakeOption> make_model_options() const override {
+    const std::vector<std::string> a = {"granitemoehybrid"};
+    return {{"layer-types", "MAMA", "one letter a layer: M Mamba-2, A attention", false, a},
+            {"attn-kv-heads", "", "the attention layers' kv heads (default: as many as heads)", false, a},
+            {"ssm-head-dim", "16", "Mamba-2 head size", false, a},
+            {"ssm-state", "16", "Mamba-2 state size", false, a},
+            {"ssm-groups", "1", "Mamba-2 groups", false, a},
+            {"rope", nullptr, "rotary positions in the attention layers (position_embedding_type rope)", true, a},
+            {"multipliers", nullptr, "Granite's multipliers (embedding 12, residual 0.22, attention "
+                                     "0.0078125, logits 8) instead of 1", true, a}};
+  }
+  std::string make_model_config(const std::string&, const model::MakeOptions& o) const override {
+    const auto hidden = o.integer("hidden", 2, 1 << 20), heads = o.integer("heads", 1, 1 << 16);
+    const auto vocab = o.integer("vocab", 1, 1 << 24), inter = o.integer("intermediate", 0, 1 << 20);
+    const std::string letters = o.str("layer-types");
+    std::string types;
+    for (const char ch : letters) {
+      if (ch != 'M' && ch != 'A')
+        throw ArgumentError(fmt::format("--layer-types '{}': M (Mamba-2) or A (attention) per layer", letters));
+      types += fmt::format("{}\"{}\"", types.empty() ? "" : ", ", ch == 'M' ? "mamba" : "attention");
+    }
+    if (letters.empty()) throw ArgumentError("--layer-types is empty");
+    const auto P = o.integer("ssm-head-dim", 1, 1 << 16);
+    if ((2 * hidden) % P != 0)
+      throw ArgumentError(fmt::format("2 * --hidden {} is not heads of --ssm-head-dim {}", hidden, P));
+    const bool m = o.flag("multipliers");
+    return fmt::format(
+        "{{\"model_type\": \"granitemoehybrid\", \"vocab_size\": {}, \"hidden_size\": {}, "
+        "\"num_hidden_layers\": {}, \"num_attention_heads\": {}, \"num_key_value_heads\": {}, "
+        "\"shared_intermediate_size\": {}, \"num_local_experts\": 0, \"layer_types\": [{}], "
+        "\"position_embedding_type\": \"{}\", \"mamba_n_heads\": {}, \"mamba_d_head\": {}, "
+        "\"mamba_d_state\": {}, \"mamba_n_groups\": {}, \"mamba_expand\": 2, "
+        "\"embedding_multiplier\": {}, \"residual_multiplier\": {}, \"attention_multiplier\": {}, "
+        "\"logits_scaling\": {}, \"tie_word_embeddings\": {}}}",
+        vocab, hidden, letters.size(), heads,
+        o.given("attn-kv-heads") ? o.integer("attn-kv-heads", 1, 1 << 16) : heads,
+        inter > 0 ? inter : 2 * hidden, types, o.flag("rope") ? "rope" : "nope", 2 * hidden / P, P,
+        o.integer("ssm-state", 1, 1 << 16), o.integer("ssm-groups", 1, 1 << 16), m ? 12 : 1,
+        m ? 0.22 : 1, m ? 0.0078125 : 1, m ? 8 : 1, model::config_bool(o.flag("tie-embeddings")));
+  }
+  std::string missing_tokenizer(const std::string& dir) const override {
+    return fmt::format("{} holds no tokenizer.json (the model's vocabulary): pass --tokenizer "
+                       "FILE|DIR, or give and take token ids (--prompt-ids and --ids, "
+                       "--token-ids)", dir);
+  }
+  std::string describe(const Model& m, const std::string& label) const override {
+    const ModelConfig& c = m.config();
+    const GraniteConfig& g = config_of(c);
+    const auto n_attn = std::count(c.mixers.begin(), c.mixers.end(), MixerKind::kAttention);
+    const std::size_t grow = std::size_t(n_attn) * 2 * std::size_t(g.n_kv_heads) *
+                             std::size_t(g.head_dim(c)) * sizeof(float);
+    return fmt::format(
+        "model: {}: granitemoehybrid (dense), {} layers ({} Mamba-2: {} heads of {}, state {}; "
+        "{} attention: {} heads ({} kv) of {}, {}), hidden {}, MLP {}, vocab {}, {:.2f}M "
+        "parameters\nstate: {:.2f} MiB{}\n",
+        label, c.num_hidden_layers, c.num_hidden_layers - n_attn, g.m_heads, g.m_head_dim,
+        g.m_state, n_attn, g.n_heads, g.n_kv_heads, g.head_dim(c), g.rope ? "rotary" : "no positions",
+        c.hidden_size, g.shared_intermediate, c.vocab_size, double(m.parameters()) / 1e6,
+        double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20),
+        grow ? fmt::format(", growing by {} bytes a token (the attention layers' KV cache)", grow)
+             : std::string(" at any length"));
+  }
+};
+
+}  // namespace
+}  // namespace recur::models::granite
+
+namespace recur::models {
+
+const model::Family& granite_family() {
+  static const granite::Family family;
+  return family;
+}
+
+}  // namespace recur::models
