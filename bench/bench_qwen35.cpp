@@ -19,8 +19,11 @@
 // this and then eager PyTorch at the same shapes (bench/qwen35_reference.py), side by side.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "bench_common.h"
 #include "recur/isa.h"
@@ -138,6 +141,39 @@ void BM_Qwen35Prefill(benchmark::State& state) {
   state_counters(state, dec);
 }
 
+// How a prompt's cost per token grows with its length: prompts of 512 and 4,096 tokens from an
+// empty state (chunks of 64, as BM_Qwen35Prefill), alternated kRatioRounds times in one run, the
+// best time per token of each kept. "long_over_short" is 4,096's best per token over 512's (1.0:
+// no growth; the attention layers' work per token grows with the context, the rest does not);
+// "us/token_512" and "us/token_4096" are the two bests.
+constexpr int kRatioRounds = 2;
+void BM_Qwen35PrefillGrowth(benchmark::State& state) {
+  const int shape = static_cast<int>(state.range(0)), format = static_cast<int>(state.range(1));
+  const int threads = static_cast<int>(state.range(2));
+  const auto model = model_of(shape, format);
+  recur::Decoder dec(model, {64, threads});
+  dec.prefill(recur::bench::prompt_ids(64, kVocab));  // warms the buffers up, untimed
+  const auto seconds_per_token = [&](const std::vector<int>& prompt) {
+    dec.reset();
+    const auto t0 = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(dec.prefill(prompt).data());
+    const std::chrono::duration<double> s = std::chrono::steady_clock::now() - t0;
+    return s.count() / static_cast<double>(prompt.size());
+  };
+  const auto short_prompt = recur::bench::prompt_ids(kPrompts[0], kVocab);
+  const auto long_prompt = recur::bench::prompt_ids(kPrompts[1], kVocab);
+  double best_short = 1e30, best_long = 1e30;
+  for (auto _ : state)
+    for (int round = 0; round < kRatioRounds; ++round) {
+      best_short = std::min(best_short, seconds_per_token(short_prompt));
+      best_long = std::min(best_long, seconds_per_token(long_prompt));
+    }
+  state.SetLabel(label(shape, format));
+  state.counters["long_over_short"] = best_long / best_short;
+  state.counters["us/token_512"] = best_short * 1e6;
+  state.counters["us/token_4096"] = best_long * 1e6;
+}
+
 // One token at a time after a 512-token prompt, full logits each step. "x_read_time" is the time
 // per token over the time to read every weight once at the bandwidth measured in this run with
 // as many threads (four streams each; read_bandwidth measures once per thread count, at the
@@ -180,6 +216,11 @@ const int kRegistered = [] {
       prefill->ArgNames({"shape", "format", "prompt", "threads"});
       for (const int n : kPrompts) prefill->Args({shape, format, n, 1})->Args({shape, format, n, 2});
       prefill->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+      benchmark::RegisterBenchmark(("BM_Qwen35PrefillGrowth/" + name).c_str(),
+                                   BM_Qwen35PrefillGrowth)
+          ->ArgNames({"shape", "format", "threads"})
+          ->Args({shape, format, 1})->Args({shape, format, 2})
+          ->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
     }
   }
   return 0;

@@ -24,8 +24,9 @@ run "$build/tests/test_quant"
 run "$build/tests/test_gated_attention" --warn NoTests "[exactness],[isa],[gates]"
 # The delta rule's update (RWKV-7, Gated DeltaNet): NEON's bytes against the scalar order.
 run "$build/tests/test_delta" --warn NoTests "[exactness]"
-# A Qwen3.5 hybrid, fla's gated_deltanet and delta_net: NEON's bytes against the scalar target's.
-run "$build/tests/test_gdn" --warn NoTests "a Gated DeltaNet model gives the scalar target's bytes*"
+# Every family's fixtures: prefill against stepping at every chunking, NEON's bytes against the
+# scalar target's, saved states and clones.
+run "$build/tests/test_conformance" --warn NoTests "[exact],[state]"
 run "$build/tests/test_model" --warn NoTests "prefill in any chunking*"
 run "$build/tests/test_model" --warn NoTests "[state]"
 run "$build/tests/test_io"

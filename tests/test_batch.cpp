@@ -1,7 +1,8 @@
 // Batched decoding: every sequence's logits in a batch are the bytes of the same sequence
 // decoded alone, whoever else is in the batch, at whatever position, in whatever order, on any
 // number of threads, whether it decodes one token or prefills a chunk in the call; bad batches
-// are refused before anything changes; one sequence's overflow fails that sequence alone.
+// are refused before anything changes; one sequence's overflow fails that sequence alone. The
+// same schedule runs over every family's fixtures in test_conformance.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
@@ -13,9 +14,7 @@
 #include "model/random_weights.h"
 #include "models/linear/linear.h"
 #include "recur/model.h"
-#include "support/based_config.h"
 #include "support/quant_model.h"
-#include "support/fla_gated_config.h"
 
 using namespace recur;
 using recur::models::linear::ModelFeatureMap;
@@ -114,59 +113,10 @@ void check_schedule(const std::shared_ptr<const Model>& model, int threads, std:
 
 }  // namespace
 
+// Every family's fixtures get this schedule in test_conformance (float, bf16, q8 and q4 weights);
+// here, the built-in test model (a byte vocabulary, its own widths).
 TEST_CASE("each sequence of a batch gets the bytes it gets alone", "[batch][exact]") {
-  const std::vector<std::pair<std::string, ModelConfig>> configs = {
-      {"elu, normalized", small(ModelFeatureMap::kElu, true)},
-      {"hedgehog, unnormalized", small(ModelFeatureMap::kHedgehog, false)},
-      {"elementwise_product, grouped kv heads", small(ModelFeatureMap::kElementwiseProduct, false, 2)},
-  };
-  for (const auto& [name, config] : configs) {
-    const auto model = Model::from_weights(config, RandomWeights(config, 3));
-    for (const int threads : {1, 2}) {
-      INFO(name << ", threads " << threads);
-      check_schedule(model, threads, 11u + std::uint32_t(threads));
-    }
-  }
-  // Based: BaseConv, Taylor linear attention and a window of 8 tokens, in every item's own state.
-  {
-    const ModelConfig b = recur::testing::small_based();
-    const auto model = Model::from_weights(b, RandomWeights(b, 3));
-    for (const int threads : {1, 2}) {
-      INFO("based, threads " << threads);
-      check_schedule(model, threads, 21u + std::uint32_t(threads));
-    }
-  }
-  // fla's gated models and hybrids: short convolutions, rotary, a growing KV cache, per item.
-  for (const ModelConfig& g : {recur::testing::small_gla(), recur::testing::small_retnet(),
-                               recur::testing::small_hgrn2(), recur::testing::small_gla_full(),
-                               recur::testing::small_gla_window()}) {
-    const auto model = Model::from_weights(g, RandomWeights(g, 3));
-    for (const int threads : {1, 2, 3}) {
-      INFO(static_cast<int>(g.architecture) << ", threads " << threads);
-      check_schedule(model, threads, 31u + std::uint32_t(threads));
-    }
-  }
-  // RWKV-7: two token shifts and the delta-rule state per item, v_first across the layers.
-  {
-    const ModelConfig r = ModelConfig::from_json(
-        R"({"model_type": "rwkv7", "vocab_size": 300, "hidden_size": 64, "head_dim": 32,
-            "num_hidden_layers": 2, "intermediate_size": 128, "decay_low_rank_dim": 8,
-            "a_low_rank_dim": 8, "v_low_rank_dim": 4, "gate_low_rank_dim": 16})",
-        "rwkv7 config");
-    const auto model = Model::from_weights(r, RandomWeights(r, 3));
-    for (const int threads : {1, 2}) {
-      INFO("rwkv7, threads " << threads);
-      check_schedule(model, threads, 41u + std::uint32_t(threads));
-    }
-    check_schedule(recur::testing::quantized_model(r, 4, "q8"), 2, 9);
-  }
-  // The random-weight built-in model (byte vocabulary, its own widths) and 16-bit weights.
-  check_schedule(Model::builtin(1), 2, 5);
-  const ModelConfig c = small(ModelFeatureMap::kElu, true);
-  check_schedule(Model::from_weights(c, RandomWeights(c, 4, DType::kBF16)), 2, 6);
-  // Quantized weights: activations quantized per row, blocks combined in one order.
-  check_schedule(recur::testing::quantized_model(c, 4, "q8"), 2, 7);
-  check_schedule(recur::testing::quantized_model(recur::testing::small_based(), 4, "q4", "q8"), 2, 8);
+  for (const int threads : {1, 2}) check_schedule(Model::builtin(1), threads, 5u + std::uint32_t(threads));
 }
 
 namespace {

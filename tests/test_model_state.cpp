@@ -1,6 +1,6 @@
-// Saved states and state files: a saved state continues bit-identically (float and quantized
-// models), clones branch independently, and every bad, corrupt or lying file is refused with the
-// decoder left as it was.
+// Saved states and state files: a quantized model's saved state continues bit-identically, and
+// every bad, corrupt or lying file is refused with the decoder left as it was. That a saved
+// state continues and a clone branches alone, for every family, is test_conformance's.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -14,8 +14,6 @@
 #include "model/random_weights.h"
 #include "recur/model.h"
 #include "recur/sampling.h"
-#include "support/based_config.h"
-#include "support/fla_gated_config.h"
 #include "support/model_cases.h"
 #include "support/quant_model.h"
 #include "support/temp_dir.h"
@@ -28,48 +26,8 @@ using recur::testing::kSanitized;
 using recur::testing::quantized_model;
 using recur::testing::random_tokens;
 using recur::testing::same_bytes;
-using recur::testing::small_based;
 using recur::testing::small_fla;
 using recur::testing::TempDir;
-
-TEST_CASE("a saved state continues bit-identically, and clones branch independently", "[model][state]") {
-  const ModelConfig c = GENERATE(small_fla(ModelFeatureMap::kHedgehog, true), small_based(),
-                                 recur::testing::small_gla(), recur::testing::small_hgrn2(),
-                                 recur::testing::small_gla_full(), recur::testing::small_gla_window());
-  const auto model = Model::from_weights(c, RandomWeights(c, 2));
-  const auto tokens = random_tokens(kSanitized ? 60 : 290, c.vocab_size, 4);
-  const auto nV = static_cast<std::size_t>(c.vocab_size);
-  const std::size_t half = tokens.size() / 2;
-  const std::vector<int> first(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(half));
-
-  Decoder whole(model, {32, 1});
-  whole.prefill(tokens);
-  const Eigen::VectorXf want = whole.logits();
-
-  TempDir dir;
-  Decoder a(model, {32, 2});
-  a.prefill(first);
-  a.save(dir.file("mid.state"));
-  Decoder b(model, {5, 1});  // a fresh decoder, other options
-  b.load(dir.file("mid.state"));
-  CHECK(b.n_tokens() == static_cast<std::int64_t>(half));
-  CHECK(same_bytes(b.logits().data(), a.logits().data(), nV));
-  for (std::size_t i = half; i < tokens.size(); ++i) b.step(tokens[i]);
-  CHECK(same_bytes(b.logits().data(), want.data(), nV));
-
-  // A clone taken mid-sequence follows its own branch; the original is untouched by it.
-  Decoder fork = a.clone();
-  fork.step(1);
-  fork.step(2);
-  for (std::size_t i = half; i < tokens.size(); ++i) a.step(tokens[i]);
-  CHECK(same_bytes(a.logits().data(), want.data(), nV));
-  Decoder straight(model);
-  std::vector<int> branch = first;
-  branch.push_back(1);
-  branch.push_back(2);
-  straight.prefill(branch);
-  CHECK(same_bytes(fork.logits().data(), straight.logits().data(), nV));
-}
 
 TEST_CASE("a quantized model's saved state continues bit-identically, and only on that model",
           "[model][state][quant]") {

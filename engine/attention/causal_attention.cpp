@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "kernels/dispatch.h"
 #include "attention/rotary.h"
@@ -321,7 +322,6 @@ void CausalAttention::prefill(CausalState& state, const ConstMatrixRef& Q, const
   constexpr const char* call = "CausalAttention::prefill";
   check_state(state, call);
   const int H = config_.n_heads, Hkv = config_.n_kv_heads, d = config_.d_head;
-  const int G = H / Hkv;
   const Eigen::Index T = Q.rows();
   if (Q.cols() != Eigen::Index(H) * d || O.rows() != T || O.cols() != Eigen::Index(H) * d ||
       K.rows() != T || V.rows() != T || K.cols() != Eigen::Index(Hkv) * d ||
@@ -335,18 +335,193 @@ void CausalAttention::prefill(CausalState& state, const ConstMatrixRef& Q, const
   detail::check_finite(call, "K", K.data(), T, K.cols(), K.outerStride());
   detail::check_finite(call, "V", V.data(), T, V.cols(), V.outerStride());
   if (T == 0) return;
+  const int chunk = int(std::min<Eigen::Index>(options.chunk, T));
+  if (config_.window > 0) return prefill_ring(state, Q, K, V, O, chunk, options.threads);
+  prefill_full(state, Q, K, V, O, chunk, options.threads);
+}
+
+namespace {
+
+// Query rows of one tile: positions times the query heads of one kv head. Every page of keys
+// and values is read once for all of them (64 rows: the page's 64 x d_head keys are read once
+// per 64 queries, not once per query, and the tile's scores, 64 x the context, stay in L2 at
+// the lengths that matter).
+constexpr int kTileRows = 64;
+
+// Rows r of S (row stride lds) each hold the scores of the first n[r] keys their query sees,
+// oldest first. Each becomes its weights exp(s - m) with m the row's largest score, l[r] their
+// sum, exactly as attend_one computes them for one query (the same compares and adds, in the
+// same order); columns [n[r], n_max) are set to 0, so that the tile's weighted sum over the
+// first n_max values adds nothing for them. Four rows walk together: their chains are
+// independent, so one row's add waits on no other's.
+void softmax_rows(const kernels::Kernels& kern, float* S, std::size_t lds, int rows,
+                  const std::int64_t* n, std::int64_t n_max, float* l) {
+  constexpr int kAtOnce = 4;
+  for (int r0 = 0; r0 < rows; r0 += kAtOnce) {
+    const int k = std::min(kAtOnce, rows - r0);
+    float* row[kAtOnce];
+    float m[kAtOnce], sum[kAtOnce];
+    std::int64_t common = n[r0];
+    for (int i = 0; i < k; ++i) {
+      row[i] = S + std::size_t(r0 + i) * lds;
+      m[i] = row[i][0];
+      common = std::min(common, n[r0 + i]);
+    }
+    for (std::int64_t j = 1; j < common; ++j)
+      for (int i = 0; i < k; ++i) m[i] = row[i][j] > m[i] ? row[i][j] : m[i];
+    for (int i = 0; i < k; ++i)
+      for (std::int64_t j = std::max<std::int64_t>(common, 1); j < n[r0 + i]; ++j)
+        m[i] = row[i][j] > m[i] ? row[i][j] : m[i];
+    for (int i = 0; i < k; ++i) {
+      kern.exp_minus(row[i], row[i], n[r0 + i], m[i]);
+      std::fill(row[i] + n[r0 + i], row[i] + n_max, 0.0f);
+      sum[i] = 0.0f;
+    }
+    for (std::int64_t j = 0; j < common; ++j)
+      for (int i = 0; i < k; ++i) sum[i] += row[i][j];
+    for (int i = 0; i < k; ++i) {
+      for (std::int64_t j = common; j < n[r0 + i]; ++j) sum[i] += row[i][j];
+      l[r0 + i] = sum[i];
+    }
+  }
+}
+
+// Splits `items` items, item i costing cost(i), into `parts` contiguous ranges of about equal
+// cost: range r is [cut[r], cut[r + 1]). Causal tiles cost more the later they are, so equal
+// counts would leave the first thread idle.
+template <class Cost>
+std::vector<std::int64_t> balanced_cuts(std::int64_t items, int parts, Cost&& cost) {
+  std::vector<double> cumulative(std::size_t(items) + 1, 0.0);
+  for (std::int64_t i = 0; i < items; ++i)
+    cumulative[std::size_t(i) + 1] = cumulative[std::size_t(i)] + cost(i);
+  std::vector<std::int64_t> cut{0};
+  std::int64_t i = 0;
+  for (int r = 1; r < parts; ++r) {
+    const double target = cumulative.back() * r / parts;
+    while (i < items && cumulative[std::size_t(i) + 1] <= target) ++i;
+    cut.push_back(i);
+  }
+  cut.push_back(items);
+  return cut;
+}
+
+}  // namespace
+
+// A full layer: every key and value of the T tokens is stored first (threads split the kv
+// heads), then tiles of queries attend (threads split the (kv head, tile) pairs). A tile's rows
+// are its positions times the G query heads of its kv head; for each page up to its last
+// position it computes the scores of every row against the page's 64 keys (tile_scores: each
+// score the FMA chain column_dots gives step), then each row's max, weights and sum over the
+// keys its query sees (softmax_rows), then, page by page, every row's accumulator over the
+// page's values (tile_weighted_rows: each column the chain weighted_rows gives step, a row's
+// keys past its own position weighted by 0). Every query's arithmetic is attend_one's, in
+// attend_one's order, whatever the tile, the chunk or the thread that runs it.
+void CausalAttention::prefill_full(CausalState& state, const ConstMatrixRef& Q,
+                                   const ConstMatrixRef& K, const ConstMatrixRef& V, MatrixRef O,
+                                   int chunk, int threads_asked) const {
+  const int H = config_.n_heads, Hkv = config_.n_kv_heads, d = config_.d_head;
+  const int G = H / Hkv, half = int(inv_freq_.size()), dp = state.d_padded_;
+  const std::int64_t T = Q.rows(), pos0 = state.n_tokens_;
+  const int tile = std::max(1, kTileRows / G);  // positions per tile
+  const std::int64_t n_tiles = (T + tile - 1) / tile, items = Hkv * n_tiles;
+  const int threads = int(std::min<std::int64_t>(detail::resolve_threads(threads_asked), items));
+  const auto lds = std::size_t((pos0 + T + P - 1) / P * P);  // scores: every page a query sees
+  const std::size_t rows = std::size_t(tile) * std::size_t(G);
+  const std::size_t table = std::size_t(std::max(chunk, tile)) * std::size_t(half);
+  const std::size_t per_worker =
+      2 * table + std::max<std::size_t>(std::size_t(d), rows * (std::size_t(d) + lds + std::size_t(dp) + 1));
+  // Everything allocated before the state changes.
+  state.ensure_pages(pos0 + T);
+  std::vector<float> scratch(per_worker * std::size_t(threads));
+  std::vector<std::int64_t> visible(rows * std::size_t(threads));
+  const kernels::Kernels& kern = kernels::active();
+
+  // The keys (after rotary) and values of every token, each kv head by one worker.
+  const int store_threads = std::min(threads, Hkv);
+  detail::parallel_ranges(Hkv, store_threads, [&](int g0, int g1, int worker) {
+    float* cos_t = scratch.data() + per_worker * std::size_t(worker);
+    float* sin_t = cos_t + table;
+    float* kr = sin_t + table;
+    for (std::int64_t b0 = 0; b0 < T; b0 += chunk) {
+      const int n = int(std::min<std::int64_t>(chunk, T - b0));
+      for (int t = 0; t < n; ++t)
+        rotary(pos0 + b0 + t, cos_t + std::size_t(t * half), sin_t + std::size_t(t * half));
+      for (int g = g0; g < g1; ++g)
+        for (int t = 0; t < n; ++t) {
+          const std::int64_t row = b0 + t, pos = pos0 + row;
+          rotate(K.data() + row * K.outerStride() + g * d, cos_t + std::size_t(t * half),
+                 sin_t + std::size_t(t * half), half, d, 1.0f, kr);
+          float* kc = state.keys(std::size_t(pos / P), g);
+          for (int i = 0; i < d; ++i) kc[std::size_t(i) * P + std::size_t(pos % P)] = kr[i];
+          std::memcpy(state.values(std::size_t(pos / P), g) + std::size_t(pos % P) * std::size_t(dp),
+                      V.data() + row * V.outerStride() + g * d, sizeof(float) * std::size_t(d));
+        }
+    }
+  });
+
+  // Item i: kv head i / n_tiles, tile i % n_tiles; a tile costs about its positions' context.
+  const std::vector<std::int64_t> cut = balanced_cuts(items, threads, [&](std::int64_t i) {
+    return double(pos0 + (i % n_tiles) * tile + tile / 2 + P);
+  });
+  detail::parallel_ranges(threads, threads, [&](int r, int, int worker) {
+    float* cos_t = scratch.data() + per_worker * std::size_t(worker);
+    float* sin_t = cos_t + table;
+    float* qs = sin_t + table;                 // (rows, d): rotated, scaled queries
+    float* S = qs + rows * std::size_t(d);     // (rows, lds): scores, then weights
+    float* acc = S + rows * lds;               // (rows, dp)
+    float* l = acc + rows * std::size_t(dp);   // (rows)
+    std::int64_t* n = visible.data() + rows * std::size_t(worker);  // (rows): keys each sees
+    for (std::int64_t item = cut[std::size_t(r)]; item < cut[std::size_t(r) + 1]; ++item) {
+      const int g = int(item / n_tiles);
+      const std::int64_t a = (item % n_tiles) * tile;
+      const int nt = int(std::min<std::int64_t>(tile, T - a)), R = nt * G;
+      for (int t = 0; t < nt; ++t) {
+        rotary(pos0 + a + t, cos_t + std::size_t(t * half), sin_t + std::size_t(t * half));
+        for (int u = 0; u < G; ++u) {
+          const std::size_t at = std::size_t(t * G + u);
+          rotate(Q.data() + (a + t) * Q.outerStride() + (g * G + u) * d,
+                 cos_t + std::size_t(t * half), sin_t + std::size_t(t * half), half, d, scale_,
+                 qs + at * std::size_t(d));
+          n[at] = pos0 + a + t + 1;
+        }
+      }
+      const std::int64_t last = pos0 + a + nt;  // keys the tile's last query sees
+      const auto pages = std::size_t((last + P - 1) / P);
+      for (std::size_t p = 0; p < pages; ++p)
+        kern.tile_scores(qs, d, R, state.keys(p, g), P, d, P, S + p * P, std::int64_t(lds));
+      softmax_rows(kern, S, lds, R, n, last, l);
+      std::fill(acc, acc + std::size_t(R) * std::size_t(dp), 0.0f);
+      for (std::size_t p = 0; p < pages; ++p) {
+        const int count = int(std::min<std::int64_t>(P, last - std::int64_t(p) * P));
+        kern.tile_weighted_rows(acc, dp, R, S + p * P, std::int64_t(lds), state.values(p, g),
+                                count, dp);
+      }
+      for (int t = 0; t < nt; ++t)
+        for (int u = 0; u < G; ++u) {
+          const std::size_t at = std::size_t(t * G + u);
+          const float inv = 1.0f / l[at];
+          float* out = O.data() + (a + t) * O.outerStride() + (g * G + u) * d;
+          for (int j = 0; j < d; ++j) out[j] = acc[at * std::size_t(dp) + std::size_t(j)] * inv;
+        }
+    }
+  });
+  state.n_tokens_ += T;
+}
+
+// A windowed layer: its ring holds window + 1 slots, so a token's key overwrites one that the
+// queries before it may still need; the tokens are walked in turn, each stored and then
+// attended, as step() does (a token's cost is bounded by the window, whatever the context).
+void CausalAttention::prefill_ring(CausalState& state, const ConstMatrixRef& Q,
+                                   const ConstMatrixRef& K, const ConstMatrixRef& V, MatrixRef O,
+                                   int chunk, int threads_asked) const {
+  const int H = config_.n_heads, Hkv = config_.n_kv_heads, d = config_.d_head;
+  const int G = H / Hkv;
+  const Eigen::Index T = Q.rows();
   const int window = config_.window;
   const std::int64_t pos0 = state.n_tokens_;
-  // Everything allocated before the state changes.
-  if (window == 0) {
-    state.ensure_pages(pos0 + T);
-    if (state.weights_.size() < std::size_t(pos0 + T))
-      state.weights_.resize(std::max<std::size_t>(std::size_t(pos0 + T), 2 * state.weights_.size()));
-  }
   const int half = int(inv_freq_.size()), dp = state.d_padded_;
-  const int chunk = int(std::min<Eigen::Index>(options.chunk, T));
-  const int threads = std::min(detail::resolve_threads(options.threads), Hkv);
-  const std::size_t visible = window > 0 ? std::size_t(window + 1) : std::size_t(pos0 + T);
+  const int threads = std::min(detail::resolve_threads(threads_asked), Hkv);
+  const std::size_t visible = std::size_t(window + 1);
   const std::size_t table = std::size_t(chunk) * std::size_t(half);
   const std::size_t per_worker = 2 * table + std::size_t(2 * d + P + dp) + visible;
   std::vector<float> scratch(per_worker * std::size_t(threads), 0.0f);
@@ -369,7 +544,7 @@ void CausalAttention::prefill(CausalState& state, const ConstMatrixRef& Q, const
           const std::int64_t pos = pos0 + row;
           const float* c = cos_t + std::size_t(t * half);
           const float* s = sin_t + std::size_t(t * half);
-          const std::int64_t slot = window > 0 ? pos % (window + 1) : pos;
+          const std::int64_t slot = pos % (window + 1);
           rotate(K.data() + row * K.outerStride() + g * d, c, s, half, d, 1.0f, kr);
           float* kc = state.keys(std::size_t(slot / P), g);
           for (int i = 0; i < d; ++i) kc[std::size_t(i) * P + std::size_t(slot % P)] = kr[i];

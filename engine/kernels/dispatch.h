@@ -79,6 +79,16 @@ struct Kernels {
   // acc[j] = fma(w[t], rows[t * dp + j], acc[j]) for t = 0 .. count-1 in turn, every column j of
   // dp (a multiple of 16): one chain per column that continues from what acc holds.
   void (*weighted_rows)(float* acc, const float* rows, const float* w, int count, int dp);
+  // Causal attention's blocked prefill (causal_attention.cpp): column_dots and weighted_rows
+  // for a tile of query rows at once, each row's chains exactly theirs. tile_scores:
+  // s[r * lds + t] = sum_i q[r * ldq + i] keys[i * stride + t] for r < rows, t < n (n a multiple
+  // of 16), one FMA chain over i from 0. tile_weighted_rows: for each r < rows,
+  // acc[r * lda + j] = fma(w[r * ldw + t], values[t * dp + j], acc[r * lda + j]) for t = 0 ..
+  // count-1 in turn, every column j of dp (a multiple of 16).
+  void (*tile_scores)(const float* q, int ldq, int rows, const float* keys, std::int64_t stride,
+                      int d, int n, float* s, std::int64_t lds);
+  void (*tile_weighted_rows)(float* acc, std::int64_t lda, int rows, const float* w,
+                             std::int64_t ldw, const float* values, int count, int dp);
   // The quantized matrix kernel (quant_call.h, quant-inl.h).
   void (*matmul_q)(const QuantCall& call, int p0, int p1);
   // The activation rule of quantize_activations (quant_call.h).

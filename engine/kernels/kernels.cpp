@@ -173,6 +173,114 @@ void WeightedRows(float* acc, const float* rows, const float* w, int count, int 
   }
 }
 
+// A block of kRows query rows by kVecs vectors of key columns, in registers over one pass of
+// the d rows of keys: s[r][t] = one FMA chain over i from 0, as ColumnDots makes each column.
+template <int kRows, int kVecs>
+HWY_INLINE void TileScoresBlock(const float* q, int ldq, const float* keys, std::int64_t stride,
+                                int d, float* s, std::int64_t lds) {
+  VF a[kRows][kVecs];
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < kVecs; ++v) a[r][v] = Zero();
+  const float* row = keys;
+  for (int i = 0; i < d; ++i, row += stride) {
+    VF k[kVecs];
+    for (int v = 0; v < kVecs; ++v) k[v] = Load(row + v * kN);
+    for (int r = 0; r < kRows; ++r) {
+      const VF qi = Set(q[r * ldq + i]);
+      for (int v = 0; v < kVecs; ++v) a[r][v] = Fma(qi, k[v], a[r][v]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < kVecs; ++v) Store(a[r][v], s + r * lds + v * kN);
+}
+
+// The rows left after the blocks of six, one block of their number.
+template <int kVecs>
+void TileScoresRest(const float* q, int ldq, int rows, const float* keys, std::int64_t stride,
+                    int d, float* s, std::int64_t lds) {
+  switch (rows) {
+    case 1: return TileScoresBlock<1, kVecs>(q, ldq, keys, stride, d, s, lds);
+    case 2: return TileScoresBlock<2, kVecs>(q, ldq, keys, stride, d, s, lds);
+    case 3: return TileScoresBlock<3, kVecs>(q, ldq, keys, stride, d, s, lds);
+    case 4: return TileScoresBlock<4, kVecs>(q, ldq, keys, stride, d, s, lds);
+    case 5: return TileScoresBlock<5, kVecs>(q, ldq, keys, stride, d, s, lds);
+    default: return;
+  }
+}
+
+// Six rows by two vectors: twelve chains (kFmaChains), and each key row's vectors loaded once
+// for six rows. The column block is the outer loop, so its d rows of keys stay in L1 while
+// every block of query rows passes over them.
+void TileScores(const float* q, int ldq, int rows, const float* keys, std::int64_t stride, int d,
+                int n, float* s, std::int64_t lds) {
+  constexpr int kRows = 6;
+  for (int t0 = 0; t0 < n;) {
+    const bool two = n - t0 >= 2 * kN;
+    int r0 = 0;
+    for (; r0 + kRows <= rows; r0 += kRows) {
+      const float* qr = q + std::int64_t(r0) * ldq;
+      float* sr = s + r0 * lds + t0;
+      if (two) TileScoresBlock<kRows, 2>(qr, ldq, keys + t0, stride, d, sr, lds);
+      else TileScoresBlock<kRows, 1>(qr, ldq, keys + t0, stride, d, sr, lds);
+    }
+    if (two) TileScoresRest<2>(q + std::int64_t(r0) * ldq, ldq, rows - r0, keys + t0, stride, d, s + r0 * lds + t0, lds);
+    else TileScoresRest<1>(q + std::int64_t(r0) * ldq, ldq, rows - r0, keys + t0, stride, d, s + r0 * lds + t0, lds);
+    t0 += two ? 2 * kN : kN;
+  }
+}
+
+// kRows rows' accumulators for kVecs vectors of columns, over `count` value rows in turn:
+// acc = fma(w[t], values[t], acc), the chain of WeightedRows for each row of the tile.
+template <int kRows, int kVecs>
+HWY_INLINE void TileWeightedBlock(float* acc, std::int64_t lda, const float* w, std::int64_t ldw,
+                                  const float* values, int count, int dp) {
+  VF a[kRows][kVecs];
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < kVecs; ++v) a[r][v] = Load(acc + r * lda + v * kN);
+  const float* row = values;
+  for (int t = 0; t < count; ++t, row += dp) {
+    VF x[kVecs];
+    for (int v = 0; v < kVecs; ++v) x[v] = Load(row + v * kN);
+    for (int r = 0; r < kRows; ++r) {
+      const VF wt = Set(w[r * ldw + t]);
+      for (int v = 0; v < kVecs; ++v) a[r][v] = Fma(wt, x[v], a[r][v]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < kVecs; ++v) Store(a[r][v], acc + r * lda + v * kN);
+}
+
+template <int kVecs>
+void TileWeightedRest(float* acc, std::int64_t lda, int rows, const float* w, std::int64_t ldw,
+                      const float* values, int count, int dp) {
+  switch (rows) {
+    case 1: return TileWeightedBlock<1, kVecs>(acc, lda, w, ldw, values, count, dp);
+    case 2: return TileWeightedBlock<2, kVecs>(acc, lda, w, ldw, values, count, dp);
+    case 3: return TileWeightedBlock<3, kVecs>(acc, lda, w, ldw, values, count, dp);
+    case 4: return TileWeightedBlock<4, kVecs>(acc, lda, w, ldw, values, count, dp);
+    case 5: return TileWeightedBlock<5, kVecs>(acc, lda, w, ldw, values, count, dp);
+    default: return;
+  }
+}
+
+void TileWeightedRows(float* acc, std::int64_t lda, int rows, const float* w, std::int64_t ldw,
+                      const float* values, int count, int dp) {
+  constexpr int kRows = 6;
+  for (int c0 = 0; c0 < dp;) {
+    const bool two = dp - c0 >= 2 * kN;
+    int r0 = 0;
+    for (; r0 + kRows <= rows; r0 += kRows) {
+      float* ar = acc + r0 * lda + c0;
+      const float* wr = w + r0 * ldw;
+      if (two) TileWeightedBlock<kRows, 2>(ar, lda, wr, ldw, values + c0, count, dp);
+      else TileWeightedBlock<kRows, 1>(ar, lda, wr, ldw, values + c0, count, dp);
+    }
+    if (two) TileWeightedRest<2>(acc + r0 * lda + c0, lda, rows - r0, w + r0 * ldw, ldw, values + c0, count, dp);
+    else TileWeightedRest<1>(acc + r0 * lda + c0, lda, rows - r0, w + r0 * ldw, ldw, values + c0, count, dp);
+    c0 += two ? 2 * kN : kN;
+  }
+}
+
 const char* IsaName() {
 #if HWY_TARGET == HWY_AVX3_DL
   return "avx512vnni";
@@ -213,7 +321,8 @@ const Kernels* Table() {
   static const Kernels table{IsaName(), kN,           HWY_TARGET, &StepHead, &WalkHead,
                              &GatherTiles, &Matmul,   &EluPlusOne,  &Relu,      &ExpMinus, &Swiglu,   &Gelu,
                              &Sum,      &SumSquares,  &KvScores,  &KvAccumulate,
-                             &FmaChains, &ColumnDots, &WeightedRows,
+                             &FmaChains, &ColumnDots, &WeightedRows, &TileScores,
+                             &TileWeightedRows,
                              &MatmulQ, &QuantizeActivations,
                              &GatedStepHead, &GatedWalkHead, &GlaDecay, &Hgrn2Gates,
                              &SigmoidMap, &Silu, &AllFinite, &DeltaWalkHead};

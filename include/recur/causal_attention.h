@@ -106,13 +106,20 @@ class CausalAttention {
   /// d_head); before rotary. A full layer allocates when its cache gains a page.
   void step(CausalState& state, ConstVectorRef q, ConstVectorRef k, ConstVectorRef v,
             VectorRef out) const;
-  /// T tokens: Q, O (T, n_heads * d_head); K, V (T, n_kv_heads * d_head). options.threads splits
-  /// the kv heads; options.chunk bounds the rotary table. Neither changes any result.
+  /// T tokens: Q, O (T, n_heads * d_head); K, V (T, n_kv_heads * d_head). A full layer stores
+  /// the T keys, then attends tiles of queries against each page of keys, and options.threads
+  /// splits the (kv head, tile) pairs; a windowed layer walks the tokens in turn, its threads
+  /// split over kv heads. options.chunk bounds the rotary table. Nothing here changes a result:
+  /// each query's sums are the chains step() runs.
   void prefill(CausalState& state, const ConstMatrixRef& Q, const ConstMatrixRef& K,
                const ConstMatrixRef& V, MatrixRef O, const PrefillOptions& options = {}) const;
 
  private:
   void check_state(const CausalState& state, const char* call) const;
+  void prefill_full(CausalState& state, const ConstMatrixRef& Q, const ConstMatrixRef& K,
+                    const ConstMatrixRef& V, MatrixRef O, int chunk, int threads) const;
+  void prefill_ring(CausalState& state, const ConstMatrixRef& Q, const ConstMatrixRef& K,
+                    const ConstMatrixRef& V, MatrixRef O, int chunk, int threads) const;
   void rotary(std::int64_t pos, float* cos_out, float* sin_out) const;
 
   CausalAttentionConfig config_;

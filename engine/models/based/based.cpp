@@ -271,14 +271,16 @@ class Family final : public model::Family {
     const auto eps = static_cast<float>(c.norm_eps);
     const Shape emb_shape{bc.embedding_rows, d};
     auto net = std::make_unique<Network>(c);
-    // The head is tied to the embedding; a checkpoint holds it under either name, or both.
+    // The head is tied to the embedding; a checkpoint holds it under either name, or both (with
+    // neither, the embedding's name is the one said missing).
     const std::string emb = "transformer.embeddings.word_embeddings.weight", head = "lm_head.weight";
+    const bool head_only = !weights.has(emb) && weights.has(head);
     const model::MatrixWeight table =
-        weights.has(emb)
-            ? L.take_matrix(emb, emb, bc.embedding_rows, d, Role::kHead, "vocab_size padded, n_embd")
-            : L.take_matrix(head, emb, bc.embedding_rows, d, Role::kHead,
-                            "vocab_size padded, n_embd (the tied head)");
-    if (weights.has(emb)) L.accept_tied(head, table, emb_shape);
+        head_only
+            ? L.take_matrix(head, emb, bc.embedding_rows, d, Role::kHead,
+                            "vocab_size padded, n_embd (the tied head)")
+            : L.take_matrix(emb, emb, bc.embedding_rows, d, Role::kHead, "vocab_size padded, n_embd");
+    if (!head_only) L.accept_tied(head, table, emb_shape);
     impl.embeddings = table.dense_values();
     L.ignore("transformer.decay.decay");  // based-1b's fixed_decay buffer: no layer reads it
     for (int i = 0; i < c.num_hidden_layers; ++i) {

@@ -215,14 +215,33 @@ void fit_to_weights(ModelConfig& c, const WeightSource& w) {
   const auto emb = shape_of(w, n.emb);
   if (emb.size() == 2 && dim(emb[0]) && emb[1] == c.hidden_size) c.vocab_size = dim(emb[0]);
   const std::string l0 = n.layer(0), l1 = n.layer(1);
-  if (const auto f = shape_of(w, l0 + "ffn.key.weight"); f.size() == 2 && dim(f[0]))
+  // A size is taken from a tensor whose other side fits; any other shape is the loader's to
+  // refuse, against config.json's size.
+  if (const auto f = shape_of(w, l0 + "ffn.key.weight");
+      f.size() == 2 && dim(f[0]) && f[1] == c.hidden_size)
     c.intermediate_size = dim(f[0]);
-  // A LoRA's rank: BlinkDL's first factor is [C, rank], fla's first Linear [rank, C].
+  // A LoRA's rank: BlinkDL's factors are [C, rank] and [rank, C], fla's Linears [rank, C] and
+  // [C, rank]. The rank comes from the first; a second that disagrees is named here with both
+  // shapes, since the loader would blame it alone for a size config.json never gave.
   const auto rank = [&](const std::string& layer, char which, int& out) {
-    const std::string name = blink ? layer + "att." + which + "1"
-                                   : layer + "attn." + which + "_lora.lora.0.weight";
-    const auto s = shape_of(w, name);
-    if (s.size() == 2 && dim(s[blink ? 1 : 0])) out = dim(s[blink ? 1 : 0]);
+    const std::string first = blink ? layer + "att." + which + "1"
+                                    : layer + "attn." + which + "_lora.lora.0.weight";
+    const std::string second = blink ? layer + "att." + which + "2"
+                                     : layer + "attn." + which + "_lora.lora.2.weight";
+    const auto s = shape_of(w, first), t = shape_of(w, second);
+    const std::size_t at_s = blink ? 1 : 0, at_t = blink ? 0 : 1;
+    if (s.size() != 2 || !dim(s[at_s]) || s[1 - at_s] != c.hidden_size) return;
+    if (t.size() == 2 && t[1 - at_t] == c.hidden_size && t[at_t] != s[at_s]) {
+      auto s_by_t = s, t_by_s = t;
+      s_by_t[at_s] = t[at_t];
+      t_by_s[at_t] = s[at_s];
+      throw FormatError(fmt::format(
+          "[Model] {}: tensors '{}' {} and '{}' {} disagree on the LoRA's rank: expected {} and "
+          "{} (rank {}), or {} and {} (rank {})", w.describe(), first, shape_string(s), second,
+          shape_string(t), shape_string(s), shape_string(t_by_s), s[at_s], shape_string(s_by_t),
+          shape_string(t), t[at_t]));
+    }
+    out = dim(s[at_s]);
   };
   rank(l0, 'w', rc.rank_w);
   rank(l0, 'a', rc.rank_a);
@@ -230,7 +249,8 @@ void fit_to_weights(ModelConfig& c, const WeightSource& w) {
   if (c.num_hidden_layers > 1) rank(l1, 'v', rc.rank_v);  // layer 0 has no value residual
   if (!blink) {
     rc.fused_lerps = w.has(l0 + "attn.x_x");
-    rc.ln0_stored = w.has(n.ln0 + ".weight");
+    // Either half of the norm says it is stored: a missing weight beside its bias is named.
+    rc.ln0_stored = w.has(n.ln0 + ".weight") || w.has(n.ln0 + ".bias");
   }
   c.family = std::make_shared<Rwkv7Config>(rc);
 }
