@@ -5,8 +5,8 @@
 #   tests/golden/golden.sh RECUR SOURCE_DIR            compare with tests/golden/expected.txt
 #   tests/golden/golden.sh RECUR SOURCE_DIR --write    write expected.txt and the saved states
 #
-# For each model (the fixtures of tests/golden/models, tests/fla, tests/based, tests/rwkv7 and
-# tests/gdn):
+# For each model (the fixtures of tests/golden/models, tests/fla, tests/based, tests/rwkv7,
+# tests/gdn and tests/lfm2):
 # - `score --json` on 120 ids: the tokens, the mean NLL's 17 digits, the bits;
 # - 12 greedy ids after a 40-id prompt, and the SHA-256 of the state saved after them (the
 #   state's bytes, the model's fingerprint in its header, the tokens and the sampler's state);
@@ -42,8 +42,10 @@ done
 for d in "$src"/tests/gdn/*/; do [[ -f "$d/config.json" ]] && models+=("gdn-$(basename "$d") $d"); done
 # Mamba-2: transformers' mamba2 layout and mamba_ssm's; Granite 4.0(-H) (granitemoehybrid).
 for d in "$src"/tests/mamba2/*/; do [[ -f "$d/config.json" ]] && models+=("mamba2-$(basename "$d") $d"); done
+# LFM2: both config forms (f32 tied, bf16 untied with conv biases), the aliases.
+for d in "$src"/tests/lfm2/*/; do [[ -f "$d/config.json" ]] && models+=("lfm2-$(basename "$d") $d"); done
 # The models whose states are committed (tests/golden/states/NAME.state).
-keep=" la-elu la-gqa-norm tar-gelu la-q4 fla-gla-conv fla-gla-hybrid fla-hgrn2-hybrid fla-retnet based-tiny rwkv7-h2x16-f32.pth rwkv7-h1x64-fla-bf16 gdn-qwen35-hybrid gdn-fla-gdn-plain mamba2-mamba2-groups mamba2-granite-hybrid "
+keep=" la-elu la-gqa-norm tar-gelu la-q4 fla-gla-conv fla-gla-hybrid fla-hgrn2-hybrid fla-retnet based-tiny rwkv7-h2x16-f32.pth rwkv7-h1x64-fla-bf16 gdn-qwen35-hybrid gdn-fla-gdn-plain mamba2-mamba2-groups mamba2-granite-hybrid lfm2-lfm2.5-later "
 
 out="$tmp/expected.txt"
 : > "$out"
@@ -70,6 +72,8 @@ done <<'ARGS'
 --arch gated_deltanet --vocab 300 --hidden 32 --layers 2 --heads 2 --gdn-v-heads 4 --allow-neg-eigval --tie-embeddings
 --arch mamba2 --vocab 300 --hidden 32 --layers 2 --ssm-groups 2 --ssm-dt-max 0.08 --dtype bf16
 --arch granitemoehybrid --vocab 300 --hidden 32 --heads 4 --attn-kv-heads 2 --layer-types MAMA --multipliers
+--arch lfm2 --vocab 300 --hidden 32 --layers 4 --heads 4 --attn-kv-heads 2 --conv-taps 4 --conv-bias --dtype bf16
+--arch lfm2 --vocab 300 --hidden 32 --layers 3 --heads 2 --first-form --tie-embeddings
 ARGS
 for entry in "${models[@]}"; do
   read -r name dir <<< "$entry"
