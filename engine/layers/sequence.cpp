@@ -22,7 +22,7 @@ void attend(const CausalAttention& attention, CausalState& state, const float* q
 }
 
 void convolve(const ShortConvolution& conv, ShortConvState& state, const float* x, float* y,
-              int count, int stride) {
+              int count, int stride, int y_stride) {
   const int ch = conv.channels();
   if (count == 1) {
     Eigen::Map<Eigen::VectorXf> out(y, ch);
@@ -30,7 +30,8 @@ void convolve(const ShortConvolution& conv, ShortConvState& state, const float* 
     return;
   }
   const Eigen::OuterStride<> rows(stride > 0 ? stride : ch);
-  Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>> Y(y, count, ch, rows);
+  const Eigen::OuterStride<> y_rows(y_stride > 0 ? y_stride : rows.outer());
+  Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>> Y(y, count, ch, y_rows);
   conv.prefill(state, Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>(x, count, ch, rows), Y);
 }
 

@@ -15,9 +15,9 @@ void attend(const CausalAttention& attention, CausalState& state, const float* q
             const float* v, float* o, int count, int threads);
 
 /// A depthwise causal convolution: x and y (count, channels), each row `stride` floats after the
-/// one before (0: channels; a wider row holds the convolution's columns among others); for one
-/// row y may be x.
+/// one before (0: channels; a wider row holds the convolution's columns among others), y's rows
+/// `y_stride` apart when that is given (else as x's); for one row y may be x.
 void convolve(const ShortConvolution& conv, ShortConvState& state, const float* x, float* y,
-              int count, int stride = 0);
+              int count, int stride = 0, int y_stride = 0);
 
 }  // namespace recur::model

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "layers/sequence.h"
 #include "model/config_fields.h"
 #include "model/loader.h"
 #include "recur/error.h"
@@ -148,13 +149,7 @@ void convolve(const SsdMixer& m, SsdState& st, SsdRows& b, int first, int count)
   const std::int64_t W = s.in_width(), C = s.conv_dim();
   const float* in = b.proj.data() + sz(first) * sz(W) + sz(s.inner());
   float* out = b.xbc.data() + sz(first) * sz(C);
-  if (count == 1) {
-    Eigen::Map<Eigen::VectorXf> y(out, C);
-    m.conv->step(st.conv, Eigen::Map<const Eigen::VectorXf>(in, C), y);
-  } else {
-    Map Y(out, count, C, Eigen::OuterStride<>(C));
-    m.conv->prefill(st.conv, CMap(in, count, C, Eigen::OuterStride<>(W)), Y);
-  }
+  model::convolve(*m.conv, st.conv, in, out, count, int(W), int(C));
   gates::silu(out, out, std::int64_t(count) * C);
 }
 

@@ -13,6 +13,7 @@
 #include "model/config_fields.h"
 #include "model/loader.h"
 #include "model/model_impl.h"
+#include "layers/sequence.h"
 #include "layers/ssd_mixer.h"
 #include "models/registry.h"
 #include "recur/causal_attention.h"
@@ -338,24 +339,11 @@ class Network final : public model::Network {
     if (!L.attention)
       return model::ssd_sequence(L.mamba, static_cast<model::SsdState&>(state), w.ssd, first,
                                  count, threads);
-    using CMap = Eigen::Map<const RowMatrix>;
     const AttentionLayer& A = L.attn;
-    CausalState& st = model::state_of<CausalState>(state);
-    const int hd = A.H * A.d, kv = A.Hkv * A.d;
-    const float* q = w.q.data() + std::size_t(first) * std::size_t(hd);
-    const float* k = w.k.data() + std::size_t(first) * std::size_t(kv);
-    const float* v = w.v.data() + std::size_t(first) * std::size_t(kv);
-    float* o = w.o.data() + std::size_t(first) * std::size_t(hd);
-    if (count == 1) {
-      Eigen::Map<Eigen::VectorXf> out(o, hd);
-      A.attention->step(st, Eigen::Map<const Eigen::VectorXf>(q, hd),
-                        Eigen::Map<const Eigen::VectorXf>(k, kv),
-                        Eigen::Map<const Eigen::VectorXf>(v, kv), out);
-    } else {
-      Eigen::Map<RowMatrix> O(o, count, hd);
-      A.attention->prefill(st, CMap(q, count, hd), CMap(k, count, kv), CMap(v, count, kv), O,
-                           PrefillOptions{count, threads});
-    }
+    const std::size_t r = std::size_t(first), hd = std::size_t(A.H * A.d),
+                      kv = std::size_t(A.Hkv * A.d);
+    model::attend(*A.attention, model::state_of<CausalState>(state), w.q.data() + r * hd,
+                  w.k.data() + r * kv, w.v.data() + r * kv, w.o.data() + r * hd, count, threads);
   }
 
   void clear_sequence(std::size_t layer, int, model::Scratch& scratch, int first,
