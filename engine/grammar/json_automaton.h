@@ -14,6 +14,9 @@ namespace recur::grammar {
 
 constexpr std::size_t kInf = std::numeric_limits<std::size_t>::max() / 4;
 
+// a + b, held at kInf (a cost that cannot be met stays so).
+inline std::size_t add_sat(std::size_t a, std::size_t b) { return a >= kInf - b ? kInf : a + b; }
+
 struct Node {
   enum Kind : std::uint8_t { kObject, kArray, kString, kNumber, kInteger, kLiteral, kChoice, kRef, kSequence, kText };
   Kind kind = kLiteral;
