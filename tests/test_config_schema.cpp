@@ -101,17 +101,37 @@ const recur::model::Schema<ToyConfig>& toy_schema() {
   return s;
 }
 
-// Reads `text` through the toy schema as a family's reader does, refusing unknown fields.
-std::pair<ModelConfig, ToyConfig> read_toy(const std::string& text) {
+// Reads `text` through a toy schema as a family's reader does, refusing unknown fields.
+template <class G>
+std::pair<ModelConfig, G> read_by(const recur::model::Schema<G>& schema, const std::string& text) {
   const recur::json::Value root = recur::json::parse(text, "toy");
   const std::string source = "toy.json";
   recur::model::Fields f(root, source);
   ModelConfig c;
-  ToyConfig g;
-  toy_schema().read(f, c, g);
+  G g;
+  schema.read(f, c, g);
   f.accept("model_type", "names the layout");
   f.reject_unknown("recur does not know what it changes");
   return {c, g};
+}
+
+std::pair<ModelConfig, ToyConfig> read_toy(const std::string& text) {
+  return read_by(toy_schema(), text);
+}
+
+// Checks that `read` refuses `text` with a FormatError naming toy.json and every one of `parts`.
+template <class Read>
+void check_refused(const Read& read, const std::string& text, const std::vector<std::string>& parts) {
+  INFO(text);
+  try {
+    read(text);
+    FAIL("accepted");
+  } catch (const FormatError& e) {
+    const std::string msg = e.what();
+    INFO(msg);
+    CHECK_THAT(msg, Contains("toy.json"));
+    for (const auto& p : parts) CHECK_THAT(msg, Contains(p));
+  }
 }
 
 std::string write_toy(const ModelConfig& c, const ToyConfig& g) {
@@ -131,16 +151,7 @@ TEST_CASE("a schema reads its fields with their defaults, and refuses by key and
   CHECK(g.mode == ToyConfig::Mode::kFancy);
   CHECK(c.intermediate_size == 7);
   const auto refused = [](const std::string& text, const std::vector<std::string>& parts) {
-    INFO(text);
-    try {
-      read_toy(text);
-      FAIL("accepted");
-    } catch (const FormatError& e) {
-      const std::string msg = e.what();
-      INFO(msg);
-      CHECK_THAT(msg, Contains("toy.json"));
-      for (const auto& p : parts) CHECK_THAT(msg, Contains(p));
-    }
+    check_refused(read_toy, text, parts);
   };
   // Out of range, of the wrong type, a name not among the choices, unknown.
   refused(R"({"rank": 65})", {"rank is 65", "1 to 64"});
@@ -301,15 +312,7 @@ const recur::model::Schema<NestedToy>& nested_toy_schema() {
 }
 
 std::pair<ModelConfig, NestedToy> read_nested(const std::string& text) {
-  const recur::json::Value root = recur::json::parse(text, "toy");
-  const std::string source = "toy.json";
-  recur::model::Fields f(root, source);
-  ModelConfig c;
-  NestedToy g;
-  nested_toy_schema().read(f, c, g);
-  f.accept("model_type", "names the layout");
-  f.reject_unknown("recur does not know what it changes");
-  return {c, g};
+  return read_by(nested_toy_schema(), text);
 }
 
 }  // namespace
@@ -333,16 +336,7 @@ TEST_CASE("a schema reads a nested object's fields, names them by their path, an
   CHECK(read_nested(R"({"text_config": {"theta": 500, "rope": {}}})").second.theta == 500);
   CHECK(read_nested(R"({"text_config": {"theta": 500, "rope": {"theta": null}}})").second.theta == 500);
   const auto refused = [](const std::string& text, const std::vector<std::string>& parts) {
-    INFO(text);
-    try {
-      read_nested(text);
-      FAIL("accepted");
-    } catch (const FormatError& e) {
-      const std::string msg = e.what();
-      INFO(msg);
-      CHECK_THAT(msg, Contains("toy.json"));
-      for (const auto& p : parts) CHECK_THAT(msg, Contains(p));
-    }
+    check_refused(read_nested, text, parts);
   };
   refused(R"({"text_config": {"heads": 65}})", {"text_config.heads is 65", "1 to 64"});
   refused(R"({"text_config": {"rope": {"theta": 0.5}}})", {"text_config.rope.theta is 0.5"});
