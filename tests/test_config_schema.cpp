@@ -11,6 +11,7 @@
 
 #include "model/config_schema.h"
 #include "model/family.h"
+#include "support/given_options.h"
 #include "recur/error.h"
 #include "util/json.h"
 #include "recur/model.h"
@@ -354,41 +355,8 @@ TEST_CASE("a schema reads a nested object's fields, names them by their path, an
   CHECK(fields[1].members[2].derived);
 }
 
-namespace {
-
-// make-model's options as given on a command line: the values named, the tool's defaults for
-// the common ones.
-class GivenOptions final : public recur::model::MakeOptions {
- public:
-  explicit GivenOptions(std::vector<std::pair<std::string, std::string>> given)
-      : given_(std::move(given)) {}
-  bool given(const char* name) const override { return find(name) != nullptr; }
-  bool flag(const char* name) const override { return given(name); }
-  std::int64_t integer(const char* name, std::int64_t min, std::int64_t max) const override {
-    const std::int64_t v = std::stoll(text(name));
-    if (v < min || v > max) throw recur::ArgumentError(std::string("--") + name + " out of range");
-    return v;
-  }
-  double real(const char* name, double, double) const override { return std::stod(text(name)); }
-  std::string str(const char* name) const override { return text(name); }
-
- private:
-  const std::string* find(const std::string& name) const {
-    for (const auto& [n, v] : given_)
-      if (n == name) return &v;
-    return nullptr;
-  }
-  std::string text(const std::string& name) const {
-    if (const std::string* v = find(name)) return *v;
-    if (name == "hidden") return "64";
-    if (name == "heads") return "4";
-    if (name == "intermediate") return "0";
-    return "";
-  }
-  std::vector<std::pair<std::string, std::string>> given_;
-};
-
-}  // namespace
+using recur::testing::GivenOptions;
+using Given = GivenOptions::Values;
 
 TEST_CASE("make-model's options derive their defaults from the fields made before them",
           "[model][config][schema]") {
@@ -401,10 +369,10 @@ TEST_CASE("make-model's options derive their defaults from the fields made befor
   CHECK(schema.make_fields(GivenOptions({})) ==
         "\"text_config\": {\"hidden_size\": 64, \"heads\": 4, \"kv_heads\": 4, \"head_dim\": 16, "
         "\"ratio\": 2, \"intermediate_size\": 192}");
-  CHECK(schema.make_fields(GivenOptions({{"hidden", "96"}, {"heads", "3"}, {"width", "8"},
+  CHECK(schema.make_fields(GivenOptions(Given{{"hidden", "96"}, {"heads", "3"}, {"width", "8"},
                                          {"kv", "1"}, {"intermediate", "40"}})) ==
         "\"text_config\": {\"hidden_size\": 96, \"heads\": 3, \"kv_heads\": 1, \"head_dim\": 32, "
         "\"ratio\": 0.25, \"intermediate_size\": 40}");
   // A given option is range-checked as its field.
-  CHECK_THROWS_AS(schema.make_fields(GivenOptions({{"kv", "65"}, {"heads", "4"}})), recur::ArgumentError);
+  CHECK_THROWS_AS(schema.make_fields(GivenOptions(Given{{"kv", "65"}})), recur::ArgumentError);
 }

@@ -1,6 +1,8 @@
 // The Gated DeltaNet models' configuration: Qwen3.5's config.json (transformers'
 // Qwen3_5Config: the text model's fields inside text_config, or a text-only Qwen3_5TextConfig),
-// and fla's gated_deltanet config (fla/models/gated_deltanet). The tensors of each layout
+// and fla's gated_deltanet and delta_net configs (fla/models/{gated_deltanet,delta_net}). Each
+// layout's fields are one Schema table, which reads, writes and gives make-model its options;
+// the checks across fields and the derived sizes are code beside it. The tensors of each layout
 // (docs/qwen35.md, "Tensors") are named where gdn.cpp reads them.
 #include <fmt/format.h>
 
@@ -44,7 +46,7 @@ constexpr const char* kUnknown =
 constexpr const char* kHelpVHeads =
     "Gated DeltaNet value heads (default: twice the key heads for qwen35, the key heads for "
     "gated_deltanet)";
-constexpr const char* kHelpHeadDim = "Gated DeltaNet key head size (default 16)";
+constexpr const char* kHelpHeadDim = "Gated DeltaNet key head size";
 constexpr const char* kHelpVDim =
     "Gated DeltaNet value head size (default: the key head size; gated_deltanet: twice it)";
 
@@ -74,7 +76,8 @@ void write_layer_types(FieldWriter& w, const ModelConfig& c, const GdnConfig&) {
   std::string types = "[";
   for (std::size_t i = 0; i < c.mixers.size(); ++i)
     types += fmt::format("{}\"{}\"", i ? ", " : "",
-                         c.mixers[i] == MixerKind::kAttention ? "full_attention" : "linear_attention");
+                         c.mixers[i] == MixerKind::kAttention ? "full_attention"
+                                                              : "linear_attention");
   w.add("layer_types", types + "]");
 }
 
@@ -111,8 +114,9 @@ model::Schema<GdnConfig> rope_schema() {
       .default_from([](const ModelConfig&, const GdnConfig& g) { return g.rope_theta; })
       .number("partial_rotary_factor", &GdnConfig::partial_rotary_factor, 0.25, 1e-9, 1.0)
       .default_from([](const ModelConfig&, const GdnConfig& g) { return g.partial_rotary_factor; })
-      .accepted("mrope_section", "the multimodal rotary's split of the angles over time, height "
-                                 "and width; text positions turn every section by the same position")
+      .accepted("mrope_section", "the multimodal rotary's split of the angles over time, "
+                                 "height and width; text positions turn every section by the "
+                                 "same position")
       .accepted("mrope_interleaved", "how those sections are laid out: for text positions every "
                                      "layout gives the same angles");
   return t;
@@ -132,7 +136,8 @@ const model::Schema<GdnConfig>& qwen_text_schema() {
                        [](const ModelConfig& c, const GdnConfig&) { return 3.0 * c.hidden_size; })
         .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 32, 1, 4096)
         .common_option("layers")
-        .integer("num_attention_heads", &GdnConfig::n_heads, 16, 1, kMaxHeads).common_option("heads")
+        .integer("num_attention_heads", &GdnConfig::n_heads, 16, 1, kMaxHeads)
+        .common_option("heads")
         .integer("num_key_value_heads", &GdnConfig::n_kv_heads, 4, 1, kMaxHeads)
         .option("attn-kv-heads", "the full-attention layers' kv heads (default: as many as heads)",
                 [](const ModelConfig&, const GdnConfig& g) { return g.n_heads; })
@@ -141,7 +146,8 @@ const model::Schema<GdnConfig>& qwen_text_schema() {
                 [](const ModelConfig& c, const GdnConfig& g) {
                   if (c.hidden_size % g.n_heads != 0)
                     throw ArgumentError(fmt::format("--hidden {} is not --heads {} heads of one "
-                                                    "size: give --head-dim", c.hidden_size, g.n_heads));
+                                                    "size: give --head-dim",
+                                                    c.hidden_size, g.n_heads));
                   return c.hidden_size / g.n_heads;
                 })
         .same_function("hidden_act", {"silu", "swish"}, "silu",
@@ -152,7 +158,8 @@ const model::Schema<GdnConfig>& qwen_text_schema() {
         .integer("linear_key_head_dim", &GdnConfig::d_k, 128, 1, model::kMaxHeadDim)
         .option("gdn-head-dim", kHelpHeadDim, "16")
         .integer("linear_value_head_dim", &GdnConfig::d_v, 128, 1, model::kMaxHeadDim)
-        .option("gdn-v-dim", kHelpVDim, [](const ModelConfig&, const GdnConfig& g) { return g.d_k; })
+        .option("gdn-v-dim", kHelpVDim,
+                [](const ModelConfig&, const GdnConfig& g) { return g.d_k; })
         .integer("linear_num_key_heads", &GdnConfig::n_k_heads, 16, 1, kMaxHeads)
         .option("gdn-k-heads", "Gated DeltaNet key heads (default: --heads)",
                 [](const ModelConfig&, const GdnConfig& g) { return g.n_heads; })
@@ -184,7 +191,8 @@ const model::Schema<GdnConfig>& qwen_text_schema() {
         // MLP where the others have experts. Every published dense Qwen3.5 carries an empty
         // list; a non-empty one belongs to a MoE configuration, whose experts recur does not run.
         .accepted_when(
-            "mlp_only_layers", [](const json::Value& v) { return v.is_array() && v.array().empty(); },
+            "mlp_only_layers",
+            [](const json::Value& v) { return v.is_array() && v.array().empty(); },
             "empty: no layer is an exception to the dense MLP every layer of a dense Qwen3.5 has",
             "the layers that keep a dense MLP in a mixture-of-experts model; recur runs dense "
             "Qwen3.5, where the list is empty")
@@ -266,7 +274,8 @@ const model::Schema<GdnConfig>& fla_schema() {
         .only_when(delta)
         .integer("num_v_heads", &GdnConfig::n_v_heads, 6, 1, kMaxHeads).only_when(gated)
         .default_from([](const ModelConfig&, const GdnConfig& g) { return g.n_k_heads; })
-        .option("gdn-v-heads", kHelpVHeads, [](const ModelConfig&, const GdnConfig& g) { return g.n_k_heads; })
+        .option("gdn-v-heads", kHelpVHeads,
+                [](const ModelConfig&, const GdnConfig& g) { return g.n_k_heads; })
         .integer("head_dim", &GdnConfig::d_k, 256, 1, model::kMaxHeadDim).only_when(gated)
         .option("gdn-head-dim", kHelpHeadDim, "16")
         // make-model's value head size, as the ratio fla's config keeps.
@@ -311,7 +320,8 @@ const model::Schema<GdnConfig>& fla_schema() {
         .accepted("use_output_norm", "fla's DeltaNet layer has its o_norm whatever this says")
         .only_when(delta);
     for (const char* k : {"attn_mode", "fuse_norm", "fuse_swiglu", "fuse_cross_entropy",
-                          "fuse_linear_cross_entropy", "use_l2warp", "_attn_implementation_autoset"})
+                          "fuse_linear_cross_entropy", "use_l2warp",
+                          "_attn_implementation_autoset"})
       t.accepted(k, kFlaKernel);
     // norm_first, in fla's first gated_deltanet and delta_net (until February 2025): false keeps
     // the block's attn_norm and mlp_norm, the layout recur reads; true moved the norms into the
