@@ -1,12 +1,13 @@
 // recur serve's /v1/chat/completions with the Mamba-2 and short-convolution families (issue 44),
 // random models from `recur make-model` with the chat tests' byte-level tokenizer
-// (chat_fixture.mjs): plain Mamba-2, a Granite 4.0-H hybrid (Mamba-2 and attention layers) and
-// LFM2 (gated short convolutions and attention) with LFM2.5-1.2B-Instruct's published template
-// (tests/fixtures/published); no published template of the other two was found, so they get the
-// fixture's ChatML one. For each: the template renders the messages into the prompt's ids, the
-// reply streams (role, content deltas, finish reason) with the text of the reply sent whole, the
-// server reports the state a new conversation takes and whether it grows (/v1/models), and a
-// longer conversation holds exactly the attention layers' KV cache more (Mamba-2: nothing more).
+// (chat_fixture.mjs): plain Mamba-2 (no published template of one was found: the fixture's
+// ChatML one), a Granite 4.0-H hybrid (Mamba-2 and attention layers) with Granite
+// 4.0-H-Micro's published template and LFM2 (gated short convolutions and attention) with
+// LFM2.5-1.2B-Instruct's (tests/fixtures/published). For each: the template renders the
+// messages into the prompt's ids, the reply streams (role, content deltas, finish reason) with the
+// text of the reply sent whole, the server reports the state a new conversation takes and
+// whether it grows (/v1/models), and a longer conversation holds exactly the attention layers' KV
+// cache more (Mamba-2: nothing more).
 // Usage: node hybrids_test.mjs path/to/recur path/to/tests/fixtures
 import assert from "node:assert/strict";
 import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -22,15 +23,29 @@ const fixtures = path.resolve(process.argv[3] ?? "tests/fixtures");
 const tmp = mkdtempSync(path.join(os.tmpdir(), "recur-hybrids-serve-"));
 const KEY = "sk-recur-hybrids-test";
 
+// The text each template gives the messages (a system turn first), and its ids under the
+// fixture's tokenizer: one per ASCII byte, ChatML's specials after them (Granite's markers are
+// not in it, so they are bytes too).
+const chatml = (messages) =>
+  messages.map((m) => `<|im_start|>${m.role}\n${m.content}<|im_end|>\n`).join("") + "<|im_start|>assistant\n";
+const granite = (messages) =>
+  messages.map((m) => `<|start_of_role|>${m.role}<|end_of_role|>${m.content}<|end_of_text|>\n`).join("") +
+  "<|start_of_role|>assistant<|end_of_role|>";
+const SPECIAL = { "<|im_start|>": 128, "<|im_end|>": IM_END };
+const idsOf = (text) => text.split(/(<\|im_start\|>|<\|im_end\|>)/).filter((p) => p)
+  .flatMap((p) => SPECIAL[p] !== undefined ? [SPECIAL[p]] : [...p].map((c) => c.charCodeAt(0)));
+
 // Keys and values of 2 kv heads of 16 floats, in each of two attention layers.
 const KV_BYTES_PER_TOKEN = 2 * 2 * 2 * 16 * 4;
 const families = {
-  "mamba2": { args: ["--arch", "mamba2", "--hidden", "64", "--layers", "2"], grows: 0 },
+  "mamba2": { args: ["--arch", "mamba2", "--hidden", "64", "--layers", "2"], grows: 0, render: chatml },
   "granite-hybrid": { args: ["--arch", "granitemoehybrid", "--hidden", "64", "--heads", "4", "--attn-kv-heads", "2",
-                             "--layer-types", "MAMA", "--multipliers"], grows: KV_BYTES_PER_TOKEN },
+                             "--layer-types", "MAMA", "--multipliers"], grows: KV_BYTES_PER_TOKEN,
+                      template: path.join(fixtures, "published/granite-4.0-h-micro/chat_template.jinja"),
+                      render: granite },
   "lfm2": { args: ["--arch", "lfm2", "--hidden", "64", "--layers", "4", "--heads", "4", "--attn-kv-heads", "2",
                    "--intermediate", "96"], grows: KV_BYTES_PER_TOKEN,
-            template: path.join(fixtures, "published/lfm2.5-1.2b-instruct/chat_template.jinja") },
+            template: path.join(fixtures, "published/lfm2.5-1.2b-instruct/chat_template.jinja"), render: chatml },
 };
 for (const [name, f] of Object.entries(families)) {
   const dir = path.join(tmp, name);
@@ -39,17 +54,11 @@ for (const [name, f] of Object.entries(families)) {
   writeChatTokenizer(dir, !f.template);
   if (f.template) {
     copyFileSync(f.template, path.join(dir, "chat_template.jinja"));
-    // LFM2.5's template opens with the bos token; the fixture's tokenizer has none to give.
+    // The fixture's tokenizer has no bos token to give (LFM2.5's template opens with one).
     writeFileSync(path.join(dir, "tokenizer_config.json"), JSON.stringify({ eos_token: "<|im_end|>", bos_token: "" }));
   }
 }
 
-// The ids of a ChatML text under the fixture's tokenizer: one per ASCII byte, the specials after.
-const SPECIAL = { "<|im_start|>": 128, "<|im_end|>": IM_END };
-const idsOf = (text) => text.split(/(<\|im_start\|>|<\|im_end\|>)/).filter((p) => p)
-  .flatMap((p) => SPECIAL[p] !== undefined ? [SPECIAL[p]] : [...p].map((c) => c.charCodeAt(0)));
-const chatml = (messages) =>
-  messages.map((m) => `<|im_start|>${m.role}\n${m.content}<|im_end|>\n`).join("") + "<|im_start|>assistant\n";
 
 const greedy = { temperature: 0, return_token_ids: true, ignore_eos: true };
 for (const [name, f] of Object.entries(families)) {
@@ -60,7 +69,7 @@ for (const [name, f] of Object.entries(families)) {
 
   await check(`${name}: the template lays the messages out, and the reply streams with the text of one sent whole`, async () => {
     const whole = await client.chat.completions.create({ model: name, messages, max_tokens: 12, ...greedy });
-    assert.deepEqual(whole.choices[0].prompt_token_ids, idsOf(chatml(messages)));
+    assert.deepEqual(whole.choices[0].prompt_token_ids, idsOf(f.render(messages)));
     assert.equal(whole.choices[0].token_ids.length, 12);
     const stream = await client.chat.completions.create({ model: name, messages, max_tokens: 12, stream: true, ...greedy });
     const chunks = [];
