@@ -24,6 +24,7 @@ const Family* const* families_list() {
       &models::lfm2_family(),
       &models::mamba2_family(),
       &models::granite_family(),
+      &models::nemotron_h_family(),
       nullptr,
   };
   return list;
