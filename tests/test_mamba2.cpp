@@ -138,6 +138,16 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 
+// A config.json text refused with a FormatError whose message holds every one of `parts`.
+void bad(const std::string& text, const std::vector<std::string>& parts) {
+  try {
+    ModelConfig::from_json(text, "cfg.json");
+    FAIL("accepted: " << text);
+  } catch (const FormatError& e) {
+    for (const auto& p : parts) CHECK_THAT(e.what(), Contains(p));
+  }
+}
+
 }  // namespace
 
 // The reference's logits of 8 ids at each of 300 positions, against recur's: the normwise
@@ -302,14 +312,6 @@ TEST_CASE("a Mamba-2 state is fixed in size and refuses bytes of another shape, 
 }
 
 TEST_CASE("a Mamba-2 config the model cannot run is refused, naming the field", "[mamba2][config]") {
-  const auto bad = [](const std::string& text, const std::vector<std::string>& parts) {
-    try {
-      ModelConfig::from_json(text, "cfg.json");
-      FAIL("accepted: " << text);
-    } catch (const FormatError& e) {
-      for (const auto& p : parts) CHECK_THAT(e.what(), Contains(p));
-    }
-  };
   const std::string base = R"("model_type": "mamba2", "hidden_size": 16, "num_hidden_layers": 1, )"
                            R"("vocab_size": 32, "state_size": 8, "n_groups": 1, "head_dim": 8)";
   bad("{" + base + R"(, "num_heads": 3})", {"num_heads 3", "expand"});
@@ -347,14 +349,6 @@ TEST_CASE("a Mamba-2 config the model cannot run is refused, naming the field", 
 
 TEST_CASE("a Nemotron-H config the model cannot run is refused, naming the field",
           "[mamba2][nemotron_h][config]") {
-  const auto bad = [](const std::string& text, const std::vector<std::string>& parts) {
-    try {
-      ModelConfig::from_json(text, "cfg.json");
-      FAIL("accepted: " << text);
-    } catch (const FormatError& e) {
-      for (const auto& p : parts) CHECK_THAT(e.what(), Contains(p));
-    }
-  };
   const std::string base = R"("model_type": "nemotron_h", "hidden_size": 16, "vocab_size": 32, )"
                            R"("num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8, )"
                            R"("mamba_num_heads": 4, "mamba_head_dim": 8, "ssm_state_size": 8, )"

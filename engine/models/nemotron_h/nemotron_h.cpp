@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "layers/attention.h"
 #include "layers/sequence.h"
 #include "model/loader.h"
 #include "model/model_impl.h"
@@ -235,11 +236,6 @@ class Family final : public model::Family {
   std::string make_model_config(const std::string&, const model::MakeOptions& o) const override {
     return nemotron_h::make_model_config(o);
   }
-  std::string missing_tokenizer(const std::string& dir) const override {
-    return fmt::format("{} holds no tokenizer.json (the model's vocabulary): pass --tokenizer "
-                       "FILE|DIR, or give and take token ids (--prompt-ids and --ids, "
-                       "--token-ids)", dir);
-  }
   std::string describe(const Model& m, const std::string& label) const override {
     const ModelConfig& c = m.config();
     const NemotronHConfig& g = config_of(c);
@@ -254,8 +250,7 @@ class Family final : public model::Family {
         g.m_groups, count('*'), g.n_heads, g.n_kv_heads, g.head_dim, count('-'),
         c.intermediate_size, c.hidden_size, c.vocab_size, double(m.parameters()) / 1e6,
         double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20),
-        grow ? fmt::format(", growing by {} bytes a token (the attention layers' KV cache)", grow)
-             : std::string(" at any length"));
+        model::state_growth_note(grow));
   }
 };
 
