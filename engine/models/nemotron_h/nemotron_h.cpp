@@ -243,8 +243,8 @@ class Family final : public model::Family {
     const std::size_t grow = std::size_t(count('*')) * 2 * std::size_t(g.n_kv_heads) *
                              std::size_t(g.head_dim) * sizeof(float);
     return fmt::format(
-        "model: {}: nemotron_h (dense), {} layers {} ({} Mamba-2: {} heads of {}, state {}, {} "
-        "groups; {} attention: {} heads ({} kv) of {}, no positions; {} MLP: relu2, {} wide), "
+        "model: {}: nemotron_h (dense), {} layers {} ({} Mamba-2: {} heads of {}, state {}, "
+        "groups {}; {} attention: {} heads ({} kv) of {}, no positions; {} MLP: relu2, {} wide), "
         "hidden {}, vocab {}, {:.2f}M parameters\nstate: {:.2f} MiB{}\n",
         label, c.num_hidden_layers, g.pattern, count('M'), g.m_heads, g.m_head_dim, g.m_state,
         g.m_groups, count('*'), g.n_heads, g.n_kv_heads, g.head_dim, count('-'),
