@@ -354,7 +354,8 @@ TEST_CASE("a Nemotron-H config the model cannot run is refused, naming the field
                            R"("mamba_num_heads": 4, "mamba_head_dim": 8, "ssm_state_size": 8, )"
                            R"("n_groups": 2, "intermediate_size": 32)";
   const auto with = [&](const std::string& more) { return "{" + base + ", " + more + "}"; };
-  CHECK_NOTHROW(ModelConfig::from_json(with(R"("num_hidden_layers": 3, "hybrid_override_pattern": "M*-")"), "cfg.json"));
+  CHECK_NOTHROW(ModelConfig::from_json(
+      with(R"("num_hidden_layers": 3, "hybrid_override_pattern": "M*-")"), "cfg.json"));
   bad(with(R"("num_hidden_layers": 3, "hybrid_override_pattern": "ME*")"),
       {"hybrid_override_pattern has E", "layer 1", "mixture-of-experts"});
   bad(with(R"("num_hidden_layers": 3, "hybrid_override_pattern": "M*X")"),
@@ -374,7 +375,8 @@ TEST_CASE("a Nemotron-H config the model cannot run is refused, naming the field
   std::string kv3 = with(R"("num_hidden_layers": 2, "hybrid_override_pattern": "*-")");
   kv3.replace(kv3.find("\"num_key_value_heads\": 1"), 24, "\"num_key_value_heads\": 3");
   bad(kv3, {"num_attention_heads 2 is not a multiple of num_key_value_heads 3"});
-  bad(with(R"("num_hidden_layers": 2, "hybrid_override_pattern": "M-", "n_groups": 3)"), {"n_groups"});
+  bad(with(R"("num_hidden_layers": 2, "hybrid_override_pattern": "M-", "n_groups": 3)"),
+      {"n_groups"});
 }
 
 TEST_CASE("a Nemotron-H MLP block keeps no state, and only the attention layers' state grows",

@@ -49,7 +49,8 @@ const model::Schema<NemotronHConfig>& schema() {
         .integer("conv_kernel", &F::m_conv, 4, 1, 64)
         .boolean("use_conv_bias", &F::m_conv_bias, true)
         .boolean("use_bias", &F::use_bias, false)
-        .fixed("mamba_hidden_act", "silu", "Nemotron-H's Mamba-2 layers take silu after the convolution")
+        .fixed("mamba_hidden_act", "silu",
+               "Nemotron-H's Mamba-2 layers take silu after the convolution")
         .number("layer_norm_epsilon", &ModelConfig::norm_eps, 1e-5, 0.0, 1.0)
         .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false).not_written()
         .accepted("rms_norm_eps", "NVIDIA's and transformers' code norm with layer_norm_epsilon "
@@ -192,7 +193,8 @@ std::vector<model::MakeOption> make_model_options() {
   const std::vector<std::string> a = {"nemotron_h"};
   return {{"pattern", "M*M-", "Nemotron-H's hybrid_override_pattern: M Mamba-2, * attention, - MLP",
            false, a},
-          {"attn-kv-heads", "", "the attention layers' kv heads (default: as many as heads)", false, a},
+          {"attn-kv-heads", "", "the attention layers' kv heads (default: as many as heads)",
+           false, a},
           {"ssm-head-dim", "16", "Mamba-2 head size", false, a},
           {"ssm-state", "16", "Mamba-2 state size", false, a},
           {"ssm-groups", "1", "Mamba-2 groups", false, a}};
@@ -205,9 +207,11 @@ std::string make_model_config(const model::MakeOptions& o) {
   const std::string pattern = o.str("pattern");
   if (pattern.empty()) throw ArgumentError("--pattern is empty");
   if ((2 * hidden) % P != 0)
-    throw ArgumentError(fmt::format("2 * --hidden {} is not heads of --ssm-head-dim {}", hidden, P));
+    throw ArgumentError(
+        fmt::format("2 * --hidden {} is not heads of --ssm-head-dim {}", hidden, P));
   if (hidden % heads != 0)
-    throw ArgumentError(fmt::format("--hidden {} is not --heads {} heads of one size", hidden, heads));
+    throw ArgumentError(
+        fmt::format("--hidden {} is not --heads {} heads of one size", hidden, heads));
   const auto inter = o.integer("intermediate", 0, 1 << 20);
   return fmt::format(
       "{{\"model_type\": \"nemotron_h\", \"vocab_size\": {}, \"hidden_size\": {}, "
