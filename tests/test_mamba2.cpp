@@ -377,6 +377,40 @@ TEST_CASE("a Nemotron-H config the model cannot run is refused, naming the field
   bad(kv3, {"num_attention_heads 2 is not a multiple of num_key_value_heads 3"});
   bad(with(R"("num_hidden_layers": 2, "hybrid_override_pattern": "M-", "n_groups": 3)"),
       {"n_groups"});
+  // NVIDIA's name for the heads' size (Nemotron-H 8B's config.json), alone or agreeing.
+  std::string nvidia = with(R"("num_hidden_layers": 2, "hybrid_override_pattern": "*-")");
+  nvidia.replace(nvidia.find("\"head_dim\": 8"), 13, "\"attention_head_dim\": 24");
+  CHECK(ModelConfig::from_json(nvidia, "cfg.json").to_json().find("\"head_dim\": 24") !=
+        std::string::npos);
+  bad(with(R"("num_hidden_layers": 2, "hybrid_override_pattern": "*-", "attention_head_dim": 16)"),
+      {"head_dim is 8 and attention_head_dim 16"});
+}
+
+// The fields of Nemotron-H 8B's config.json as a unit test of NVIDIA's TensorRT-LLM quotes them
+// (a Python dict, not the file verbatim, so not a published fixture), written as JSON: every key
+// is read or accepted, attention_head_dim (NVIDIA's name) among them.
+TEST_CASE("Nemotron-H 8B's config.json fields read as its shape", "[mamba2][nemotron_h][config]") {
+  const ModelConfig c = config(R"({
+    "architectures": ["NemotronHForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "attention_head_dim": 128, "bos_token_id": 1, "chunk_size": 256, "conv_kernel": 4,
+    "eos_token_id": 2, "expand": 2, "hidden_dropout": 0.0, "hidden_size": 4096,
+    "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+    "initializer_range": 0.02, "intermediate_size": 21504, "layer_norm_epsilon": 1e-05,
+    "mamba_head_dim": 64, "mamba_hidden_act": "silu", "mamba_num_heads": 128,
+    "mamba_proj_bias": false, "max_position_embeddings": 8192, "mlp_bias": false,
+    "mlp_hidden_act": "relu2", "model_type": "nemotron_h", "n_groups": 8,
+    "num_attention_heads": 32, "num_hidden_layers": 52, "num_key_value_heads": 8,
+    "num_logits_to_keep": 1, "pad_token_id": 0, "rescale_prenorm_residual": true,
+    "residual_in_fp32": false, "rms_norm_eps": 1e-05, "sliding_window": null,
+    "ssm_state_size": 128, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "use_bias": false, "use_cache": true, "use_conv_bias": true, "use_mamba_kernels": true,
+    "vocab_size": 131072})");
+  CHECK(c.num_hidden_layers == 52);
+  // 24 Mamba-2 and 4 attention layers keep a state; the 24 MLP blocks none.
+  CHECK(std::count(c.mixers.begin(), c.mixers.end(), recur::MixerKind::kGated) == 24);
+  CHECK(std::count(c.mixers.begin(), c.mixers.end(), recur::MixerKind::kAttention) == 4);
+  CHECK(c.mixers.size() == 28);
+  CHECK_THAT(c.to_json(), Contains("\"head_dim\": 128"));
 }
 
 TEST_CASE("a Nemotron-H MLP block keeps no state, and only the attention layers' state grows",

@@ -37,7 +37,7 @@ const model::Schema<NemotronHConfig>& schema() {
         .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 52, 1, 4096)
         .integer("num_attention_heads", &F::n_heads, 32, 1, kMaxHeads)
         .integer("num_key_value_heads", &F::n_kv_heads, 8, 1, kMaxHeads)
-        .integer("head_dim", &F::head_dim, 128, 2, kMaxHeadDim)
+        .integer("head_dim", &F::head_dim, 128, 2, kMaxHeadDim).read_apart()
         .boolean("attention_bias", &F::attention_bias, false)
         .integer("intermediate_size", &ModelConfig::intermediate_size, 21504, 1, kMaxDim)
         .fixed("mlp_hidden_act", "relu2", "Nemotron-H's MLP is relu2 (relu squared)")
@@ -55,6 +55,10 @@ const model::Schema<NemotronHConfig>& schema() {
         .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false).not_written()
         .accepted("rms_norm_eps", "NVIDIA's and transformers' code norm with layer_norm_epsilon "
                                   "and never read it")
+        .accepted_when("hidden_act",
+                       [](const json::Value& v) { return v.is_string() && v.string() == "relu2"; },
+                       "relu2, as mlp_hidden_act says: the code reads mlp_hidden_act",
+                       "Nemotron-H's MLP is relu2 (mlp_hidden_act)")
         .accepted("expand", "the Mamba-2 width is mamba_num_heads * mamba_head_dim; the code "
                             "never reads expand")
         .accepted_when("mamba_proj_bias", is_false,
@@ -107,6 +111,21 @@ std::string read_pattern(Fields& f, int n_layers) {
   return p;
 }
 
+// The attention heads' size: NVIDIA's configuration calls it attention_head_dim (Nemotron-H 8B,
+// 47B, 56B), transformers' head_dim; either may come, both must agree.
+int read_head_dim(const json::Value& root, Fields& f) {
+  const auto given = [&](const char* key) {
+    const json::Value* v = root.find(key);
+    return v && !v->is_null();
+  };
+  const int nvidia = f.integer("attention_head_dim", 128, 2, kMaxHeadDim);
+  const int transformers = f.integer("head_dim", nvidia, 2, kMaxHeadDim);
+  if (given("attention_head_dim") && given("head_dim") && nvidia != transformers)
+    config_fail(f.source(), "head_dim is {} and attention_head_dim {}: the attention heads' size "
+                            "must be one", transformers, nvidia);
+  return transformers;
+}
+
 }  // namespace
 
 Block block_of(char letter) {
@@ -138,11 +157,12 @@ const NemotronHConfig& config_of(const ModelConfig& c) {
   return *g;
 }
 
-void read_config(const json::Value&, Fields& f, ModelConfig& c) {
+void read_config(const json::Value& root, Fields& f, ModelConfig& c) {
   c.type = "nemotron_h";
   NemotronHConfig g;
   schema().read(f, c, g);
   g.pattern = read_pattern(f, c.num_hidden_layers);
+  g.head_dim = read_head_dim(root, f);
   if (const json::Value* v = f.get("time_step_limit")) {
     if (!v->is_array() || v->array().size() != 2 || !v->array()[0].is_number() ||
         !v->array()[1].is_number())
