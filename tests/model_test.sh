@@ -51,6 +51,15 @@ within() {  # within A B TOL: |A - B| / |B| < TOL
   awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(d < t) }'
 }
 relative() { awk -v a="$1" -v b="$2" 'BEGIN { d = (a - b) / b; printf "%.2g", d < 0 ? -d : d }'; }
+same_digits() {  # same_digits WHAT MODEL IDS JSON "CHUNKS" "THREADS": every chunking scores JSON
+  local chunk t
+  for chunk in $5; do
+    for t in $6; do
+      [[ "$(score -m "$2" --token-ids "$3" --chunk "$chunk" --threads "$t")" == "$4" ]] ||
+        fail "$1: chunk $chunk, threads $t gave other digits"
+    done
+  done
+}
 dtypes() {  # name dtype per line of $1/model.safetensors
   /usr/bin/python3 -c 'import json, struct, sys; f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]
 for k, v in sorted(json.loads(f.read(n)).items()):
@@ -84,12 +93,7 @@ while read -r name want; do
   within "$got" "$want" "$tolerance" ||
     fail "$name: recur's mean NLL $got, the float64 reference's $want (more than $tolerance apart)"
   say "$name: mean NLL $got, reference $want, relative difference $(relative "$got" "$want")"
-  for chunk in $chunks; do
-    for t in $threads; do
-      [[ "$(score -m "$path" --token-ids "$ids" --chunk "$chunk" --threads "$t")" == "$got_json" ]] ||
-        fail "$name: chunk $chunk, threads $t gave other digits"
-    done
-  done
+  same_digits "$name" "$path" "$ids" "$got_json" "$chunks" "$threads"
   for isa in $isas; do
     [[ "$(RECUR_ISA=$isa score -m "$path" --token-ids "$ids" --chunk 64)" == "$got_json" ]] ||
       fail "$name: RECUR_ISA=$isa gave other digits"
@@ -171,12 +175,7 @@ for name in $quantized; do
     got=$(nll "$got_json")
     within "$got" "$float" "$kQuantSanity" ||
       fail "$name $type: mean NLL $got, the float model's $float (more than $kQuantSanity apart)"
-    for chunk in $quant_chunks; do
-      for t in $quant_threads; do
-        [[ "$(score -m "$q" --token-ids "$ids" --chunk "$chunk" --threads "$t")" == "$got_json" ]] ||
-          fail "$name $type: chunk $chunk, threads $t gave other digits"
-      done
-    done
+    same_digits "$name $type" "$q" "$ids" "$got_json" "$quant_chunks" "$quant_threads"
     say "$name quantized $type: mean NLL $got (float $float, $(relative "$got" "$float") apart), the same digits at chunks 1 $quant_chunks"
   done
 done
@@ -188,12 +187,7 @@ for ((i = 0; i < ${#made[@]}; i += 2)); do
   "$recur" make-model "$dir" $args > /dev/null 2> "$tmp/err" || { cat "$tmp/err" >&2; fail "make-model $args"; }
   grep -q "$pattern" "$dir/config.json" || fail "make-model $args: config.json has no $pattern"
   digits=$(score -m "$dir" --token-ids "$made_ids")
-  for chunk in $made_chunks; do
-    for t in 2 3; do
-      [[ "$(score -m "$dir" --token-ids "$made_ids" --chunk "$chunk" --threads "$t")" == "$digits" ]] ||
-        fail "make-model $args: chunk $chunk, threads $t gave other digits"
-    done
-  done
+  same_digits "make-model $args" "$dir" "$made_ids" "$digits" "$made_chunks" "2 3"
   say "make-model $args: reads back with the same digits at chunks $made_chunks"
 done
 
