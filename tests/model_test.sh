@@ -31,6 +31,7 @@
 #   quantized, quant_chunks, quant_threads   fixtures quantized q8 and q4, their chunkings [none, "7 64 300", "1 2"]
 #   made, made_ids, made_chunks   pairs of make-model arguments and a pattern config.json must
 #                             hold, the ids they score, the chunk sizes compared [none, the prompt, "1 64"]
+#   ids                       the prompt: 300 ids [the folder's prompt_ids.txt]
 #   reference_expectations    the file `reference.py --check-expected` recomputes [none]
 # and may define fixture_checks NAME PATH JSON (after a fixture's digits), quantized_checks NAME
 # TYPE DIR (after each quantization) and family_checks (at the end). Files the checks leave in
@@ -71,13 +72,14 @@ first_isa=$(tail -n 1 <<< "$isas")
 fixtures="" chunks="1 7 64 300" threads="1 2 3" greedy=0 greedy_key=greedy_ids
 saved="" saved_prompts=40 constant_state="" growing_state=""
 quantized="" quant_chunks="7 64 300" quant_threads="1 2"
-made=() made_ids=$ids made_chunks="1 64" reference_expectations=""
+made=() made_ids="" made_chunks="1 64" reference_expectations=""
 fixture_checks() { :; }
 quantized_checks() { :; }
 family_checks() { :; }
 # shellcheck source=/dev/null
 source "$fx/suite.sh"
 : "${tolerance:?tests/$family/suite.sh sets no tolerance}"
+: "${made_ids:=$ids}"
 
 # Every fixture: the reference's mean NLL, the same digits at every chunking, thread count and
 # instruction set, and the reference's greedy ids.
@@ -183,8 +185,8 @@ done
 # make-model's models read back, with the same digits at every chunking.
 for ((i = 0; i < ${#made[@]}; i += 2)); do
   args=${made[i]} pattern=${made[i + 1]} dir="$tmp/made$i"
-  # shellcheck disable=SC2086 # the arguments are split on purpose
-  "$recur" make-model "$dir" $args > /dev/null 2> "$tmp/err" || { cat "$tmp/err" >&2; fail "make-model $args"; }
+  read -ra argv <<< "$args"  # split on spaces, never globbed (nemotron_h's --pattern M-*M)
+  "$recur" make-model "$dir" "${argv[@]}" > /dev/null 2> "$tmp/err" || { cat "$tmp/err" >&2; fail "make-model $args"; }
   grep -q "$pattern" "$dir/config.json" || fail "make-model $args: config.json has no $pattern"
   digits=$(score -m "$dir" --token-ids "$made_ids")
   same_digits "make-model $args" "$dir" "$made_ids" "$digits" "$made_chunks" "2 3"

@@ -78,8 +78,8 @@ out="$tmp/expected.txt"
 : > "$out"
 # make-model's random weights and config.json, for every family: the files' SHA-256.
 for args in "${made[@]}"; do
-  # shellcheck disable=SC2086
-  run make-model "$tmp/made" $args > /dev/null
+  read -ra argv <<< "$args"  # split on spaces, never globbed (nemotron_h's --pattern M-*M-)
+  run make-model "$tmp/made" "${argv[@]}" > /dev/null
   echo "make-model $args: $(cat "$tmp/made"/config.json "$tmp/made"/model.safetensors | sha256sum | cut -c1-64)" >> "$out"
   rm -rf "$tmp/made"
 done
