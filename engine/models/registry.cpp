@@ -24,6 +24,7 @@ const Family* const* families_list() {
       &models::lfm2_family(),
       &models::mamba2_family(),
       &models::granite_family(),
+      &models::falcon_h1_family(),
       nullptr,
   };
   return list;
