@@ -9,11 +9,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,6 +21,7 @@
 #include "recur/gla_recurrence.h"
 #include "recur/model.h"
 #include "support/each_isa.h"
+#include "support/probe_logits.h"
 #include "util/json.h"
 
 namespace {
@@ -119,14 +118,6 @@ bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  REQUIRE(f);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 }  // namespace
 
 // The reference's logits of 8 ids at each of 300 positions, against recur's: the normwise
@@ -139,32 +130,16 @@ constexpr double kLogitTolerance = 1e-6;
 
 TEST_CASE("every Mamba-2 fixture's logits at every position are the float64 reference's",
           "[mamba2][model][reference]") {
-  const json::Value want = json::parse(slurp(kFixtures + "/expected.json"), "expected.json",
-                                       json::ParseOptions{true});
-  std::vector<int> ids;
-  {
-    std::istringstream in(slurp(kFixtures + "/prompt_ids.txt"));
-    for (int id; in >> id;) ids.push_back(id);
-  }
+  const json::Value want = recur::testing::read_expected(kFixtures + "/expected.json");
+  const std::vector<int> ids = recur::testing::read_ids(kFixtures + "/prompt_ids.txt");
   REQUIRE(ids.size() == 300);
   const auto& fixtures = want.find("fixtures")->object();
   REQUIRE(fixtures.size() == 6);
   for (const auto& [name, entry] : fixtures) {
     INFO(name);
     const auto m = Model::load(kFixtures + "/" + name);
-    const Run got = prefilled(m, ids, 64, 2);
-    const auto V = std::size_t(m->config().vocab_size);
-    const auto& probe = entry.find("probe_ids")->array();
-    const auto& logits = entry.find("probe_logits")->array();
-    const auto& scale = entry.find("logit_max_abs")->array();
-    REQUIRE(logits.size() == ids.size());
-    double worst = 0;
-    for (std::size_t t = 0; t < ids.size(); ++t)
-      for (std::size_t j = 0; j < probe.size(); ++j) {
-        const double w = logits[t].array()[j].number();
-        const double g = double(got.logits[t * V + std::size_t(probe[j].integer())]);
-        worst = std::max(worst, std::abs(g - w) / scale[t].number());
-      }
+    const double worst = recur::testing::probe_error(
+        entry, recur::testing::prefill_logits(m, ids), std::size_t(m->config().vocab_size));
     const double float32 = entry.find("float32_reference_normwise_error")->number();
     INFO("largest difference over the position's largest logit: " << worst
          << " (PyTorch in float32: " << float32 << ")");

@@ -166,6 +166,26 @@ const std::vector<Fixture>& fixtures() {
            "tie_word_embeddings": true})",
        {{"\"position_embedding_type\": \"rope\"", "\"position_embedding_type\": \"alibi\"",
          "position_embedding_type"}}},
+      // TII Falcon-H1 (engine/models/falcon_h1): Mamba-2 beside attention in every layer.
+      {"falcon_h1: the gated norm per group, head_dim apart from hidden_size / heads, muP multipliers",
+       R"({"model_type": "falcon_h1", "vocab_size": 96, "hidden_size": 32, "intermediate_size": 48,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "head_dim": 16, "mamba_d_ssm": 48, "mamba_n_heads": 3, "mamba_d_head": 16,
+           "mamba_d_state": 16, "mamba_n_groups": 1, "mamba_rms_norm": true,
+           "mamba_norm_before_gate": false, "projectors_bias": true, "rope_theta": 1e11,
+           "embedding_multiplier": 5, "lm_head_multiplier": 0.05, "key_multiplier": 0.4,
+           "attention_in_multiplier": 1.5, "attention_out_multiplier": 0.9,
+           "ssm_in_multiplier": 1.25, "ssm_out_multiplier": 0.25, "mlp_multipliers": [0.9, 0.6],
+           "ssm_multipliers": [0.35, 0.25, 0.5, 0.7, 1.2], "time_step_limit": [0.0, Infinity]})",
+       {{"\"mamba_n_heads\": 3", "\"mamba_n_heads\": 5", "mamba_n_heads 5"},
+        {"\"ssm_multipliers\": [0.35, 0.25, 0.5, 0.7, 1.2]", "\"ssm_multipliers\": [0.35, 0.25]",
+         "ssm_multipliers"}}},
+      {"falcon_h1 as published: no gated norm, tied, defaults for what the config leaves out",
+       R"({"model_type": "falcon_h1", "vocab_size": 96, "hidden_size": 32, "intermediate_size": 32,
+           "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+           "mamba_n_heads": 4, "mamba_d_head": "auto", "mamba_d_state": 8, "mamba_n_groups": 2,
+           "tie_word_embeddings": true})",
+       {{"\"mamba_n_groups\": 2", "\"mamba_n_groups\": 3", "n_groups 3"}}},
   };
   return list;
 }

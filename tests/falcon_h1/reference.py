@@ -97,8 +97,8 @@ def make(out_dir, spec):
         lin(m + "out_proj", D, inner, s["projectors_bias"],
             inner ** -0.5 / mult["ssm_out_multiplier"])
         a = p + "self_attn."
-        # q scaled up so that the scores (times key_multiplier / sqrt(hd)) are not uniform.
-        lin(a + "q_proj", s["heads"] * hd, D, s["attention_bias"], 2.0 * D ** -0.5 / mult["key_multiplier"])
+        # q over key_multiplier: the scores (times key_multiplier / sqrt(hd)) of unit scale.
+        lin(a + "q_proj", s["heads"] * hd, D, s["attention_bias"], D ** -0.5 / mult["key_multiplier"])
         lin(a + "k_proj", kv * hd, D, s["attention_bias"], D ** -0.5)
         lin(a + "v_proj", kv * hd, D, s["attention_bias"], D ** -0.5)
         lin(a + "o_proj", D, s["heads"] * hd, s["attention_bias"],
