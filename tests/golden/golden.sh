@@ -44,8 +44,10 @@ for d in "$src"/tests/gdn/*/; do [[ -f "$d/config.json" ]] && models+=("gdn-$(ba
 for d in "$src"/tests/mamba2/*/; do [[ -f "$d/config.json" ]] && models+=("mamba2-$(basename "$d") $d"); done
 # LFM2: both config forms (f32 tied, bf16 untied with conv biases), the aliases.
 for d in "$src"/tests/lfm2/*/; do [[ -f "$d/config.json" ]] && models+=("lfm2-$(basename "$d") $d"); done
+# Falcon-H1: without the gated norm, with it before and after the gate.
+for d in "$src"/tests/falcon_h1/*/; do [[ -f "$d/config.json" ]] && models+=("falcon_h1-$(basename "$d") $d"); done
 # The models whose states are committed (tests/golden/states/NAME.state).
-keep=" la-elu la-gqa-norm tar-gelu la-q4 fla-gla-conv fla-gla-hybrid fla-hgrn2-hybrid fla-retnet based-tiny rwkv7-h2x16-f32.pth rwkv7-h1x64-fla-bf16 gdn-qwen35-hybrid gdn-fla-gdn-plain mamba2-mamba2-groups mamba2-granite-hybrid lfm2-lfm2.5-later "
+keep=" la-elu la-gqa-norm tar-gelu la-q4 fla-gla-conv fla-gla-hybrid fla-hgrn2-hybrid fla-retnet based-tiny rwkv7-h2x16-f32.pth rwkv7-h1x64-fla-bf16 gdn-qwen35-hybrid gdn-fla-gdn-plain mamba2-mamba2-groups mamba2-granite-hybrid lfm2-lfm2.5-later falcon_h1-falcon-h1 "
 
 out="$tmp/expected.txt"
 : > "$out"
@@ -74,6 +76,7 @@ done <<'ARGS'
 --arch granitemoehybrid --vocab 300 --hidden 32 --heads 4 --attn-kv-heads 2 --layer-types MAMA --multipliers
 --arch lfm2 --vocab 300 --hidden 32 --layers 4 --heads 4 --attn-kv-heads 2 --conv-taps 4 --conv-bias --dtype bf16
 --arch lfm2 --vocab 300 --hidden 32 --layers 3 --heads 2 --first-form --tie-embeddings
+--arch falcon_h1 --vocab 300 --hidden 32 --heads 4 --attn-kv-heads 2 --ssm-groups 2 --ssm-rms-norm --multipliers --dtype bf16
 ARGS
 for entry in "${models[@]}"; do
   read -r name dir <<< "$entry"
