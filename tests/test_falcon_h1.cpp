@@ -49,21 +49,9 @@ constexpr double kLogitTolerance = 1e-6;
 
 TEST_CASE("every Falcon-H1 fixture's logits at every position are the float64 reference's",
           "[falcon_h1][model][reference]") {
-  const auto want = recur::testing::read_expected(kFixtures + "/expected.json");
   const std::vector<int> ids = recur::testing::read_ids(kPrompt);
   REQUIRE(ids.size() == 300);
-  const auto& fixtures = want.find("fixtures")->object();
-  REQUIRE(fixtures.size() == 3);
-  for (const auto& [name, entry] : fixtures) {
-    INFO(name);
-    const auto m = Model::load(kFixtures + "/" + name);
-    const double worst = recur::testing::probe_error(
-        entry, recur::testing::prefill_logits(m, ids), std::size_t(m->config().vocab_size));
-    const double float32 = entry.find("float32_reference_normwise_error")->number();
-    INFO("largest difference over the position's largest logit: " << worst
-         << " (PyTorch in float32: " << float32 << ")");
-    CHECK(worst < std::max(kLogitTolerance, float32));
-  }
+  recur::testing::check_reference_fixtures(kFixtures, ids, 3, kLogitTolerance);
 }
 
 TEST_CASE("a Falcon-H1 state is the Mamba-2 part, fixed, and the attention's keys and values, "

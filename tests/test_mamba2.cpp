@@ -22,7 +22,6 @@
 #include "recur/model.h"
 #include "support/each_isa.h"
 #include "support/probe_logits.h"
-#include "util/json.h"
 
 namespace {
 
@@ -34,7 +33,6 @@ using recur::Model;
 using recur::ModelConfig;
 using recur::RandomWeights;
 using Catch::Matchers::Contains;
-namespace json = recur::json;
 
 const std::string kFixtures = RECUR_MAMBA2_FIXTURES;
 
@@ -130,21 +128,9 @@ constexpr double kLogitTolerance = 1e-6;
 
 TEST_CASE("every Mamba-2 fixture's logits at every position are the float64 reference's",
           "[mamba2][model][reference]") {
-  const json::Value want = recur::testing::read_expected(kFixtures + "/expected.json");
   const std::vector<int> ids = recur::testing::read_ids(kFixtures + "/prompt_ids.txt");
   REQUIRE(ids.size() == 300);
-  const auto& fixtures = want.find("fixtures")->object();
-  REQUIRE(fixtures.size() == 6);
-  for (const auto& [name, entry] : fixtures) {
-    INFO(name);
-    const auto m = Model::load(kFixtures + "/" + name);
-    const double worst = recur::testing::probe_error(
-        entry, recur::testing::prefill_logits(m, ids), std::size_t(m->config().vocab_size));
-    const double float32 = entry.find("float32_reference_normwise_error")->number();
-    INFO("largest difference over the position's largest logit: " << worst
-         << " (PyTorch in float32: " << float32 << ")");
-    CHECK(worst < std::max(kLogitTolerance, float32));
-  }
+  recur::testing::check_reference_fixtures(kFixtures, ids, 6, kLogitTolerance);
 }
 
 TEST_CASE("a Mamba-2 model's prefill gives the bytes of stepping at every chunk size, thread "

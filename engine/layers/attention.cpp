@@ -143,4 +143,19 @@ HybridAttentionLayer load_hybrid_attention(Loader& L, const std::string& prefix,
   return a;
 }
 
+GqaAttention load_gqa_attention(Loader& L, const std::string& prefix, int hidden_size, bool bias,
+                                const CausalAttentionConfig& ac) {
+  GqaAttention a;
+  a.H = ac.n_heads;
+  a.Hkv = ac.n_kv_heads;
+  a.d = ac.d_head;
+  const int D = hidden_size, q = a.H * a.d, kv = a.Hkv * a.d;
+  a.q = dense(L, prefix + "q_proj", q, D, bias, "num_attention_heads * head_dim, hidden_size");
+  a.k = dense(L, prefix + "k_proj", kv, D, bias, "num_key_value_heads * head_dim, hidden_size");
+  a.v = dense(L, prefix + "v_proj", kv, D, bias, "num_key_value_heads * head_dim, hidden_size");
+  a.o = dense(L, prefix + "o_proj", D, q, bias, "hidden_size, num_attention_heads * head_dim");
+  a.attention = std::make_unique<CausalAttention>(ac);
+  return a;
+}
+
 }  // namespace recur::model

@@ -78,4 +78,18 @@ struct HybridAttentionLayer {
 HybridAttentionLayer load_hybrid_attention(Loader& L, const std::string& prefix, int hidden_size,
                                            const HybridAttentionSpec& s);
 
+/// Softmax attention as transformers' Llama-like layers name it (Granite 4.0's, Falcon-H1's):
+/// q_proj, k_proj, v_proj and o_proj under one prefix, each with a bias or none, H heads over
+/// Hkv kv heads of d, their size apart from hidden_size / H.
+struct GqaAttention {
+  int H = 0, Hkv = 0, d = 0;
+  Dense q, k, v, o;  // q: (H d, hidden); k, v: (Hkv d, hidden); o: (hidden, H d)
+  std::unique_ptr<CausalAttention> attention;
+};
+
+/// Takes the four projections under `prefix` (biases when `bias`), shaped by ac's heads, kv
+/// heads and head size, and builds the attention ac describes.
+GqaAttention load_gqa_attention(Loader& L, const std::string& prefix, int hidden_size, bool bias,
+                                const CausalAttentionConfig& ac);
+
 }  // namespace recur::model

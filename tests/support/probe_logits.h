@@ -67,4 +67,25 @@ inline double probe_error(const json::Value& entry, const std::vector<float>& lo
   return worst;
 }
 
+// Every fixture of `dir`/expected.json (`count` of them) loaded from `dir` and prefilled with
+// `ids`: its logits within `tolerance` of the reference's at every position, or within the
+// error of the same reference computed in float32 by PyTorch (the entry's
+// float32_reference_normwise_error) where float32's own rounding goes past `tolerance`.
+inline void check_reference_fixtures(const std::string& dir, const std::vector<int>& ids,
+                                     std::size_t count, double tolerance) {
+  const json::Value want = read_expected(dir + "/expected.json");
+  const auto& fixtures = want.find("fixtures")->object();
+  REQUIRE(fixtures.size() == count);
+  for (const auto& [name, entry] : fixtures) {
+    INFO(name);
+    const auto m = Model::load(dir + "/" + name);
+    const double worst =
+        probe_error(entry, prefill_logits(m, ids), std::size_t(m->config().vocab_size));
+    const double float32 = entry.find("float32_reference_normwise_error")->number();
+    INFO("largest difference over the position's largest logit: " << worst
+         << " (PyTorch in float32: " << float32 << ")");
+    CHECK(worst < std::max(tolerance, float32));
+  }
+}
+
 }  // namespace recur::testing

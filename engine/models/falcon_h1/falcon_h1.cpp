@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "layers/attention.h"
 #include "layers/dense.h"
 #include "layers/mlp.h"
 #include "layers/sequence.h"
@@ -32,11 +33,7 @@ namespace {
 using model::Dense;
 using model::Norm;
 
-struct Attention {
-  int H = 0, Hkv = 0, d = 0;
-  Dense q, k, v, o;
-  std::unique_ptr<CausalAttention> attention;
-};
+using Attention = model::GqaAttention;
 
 struct Layer {
   Norm input_norm, ff_norm;
@@ -164,26 +161,15 @@ class Network final : public model::Network {
 
 Attention load_attention(model::Loader& L, const std::string& p, const ModelConfig& c,
                          const FalconH1Config& g) {
-  Attention A;
-  A.H = g.n_heads;
-  A.Hkv = g.n_kv_heads;
-  A.d = g.attn_head_dim(c);
-  const int d = c.hidden_size;
-  const bool b = g.attention_bias;
-  A.q = model::dense(L, p + "q_proj", A.H * A.d, d, b, "num_attention_heads * head_dim, hidden_size");
-  A.k = model::dense(L, p + "k_proj", A.Hkv * A.d, d, b, "num_key_value_heads * head_dim, hidden_size");
-  A.v = model::dense(L, p + "v_proj", A.Hkv * A.d, d, b, "num_key_value_heads * head_dim, hidden_size");
-  A.o = model::dense(L, p + "o_proj", d, A.H * A.d, b, "hidden_size, num_attention_heads * head_dim");
   CausalAttentionConfig ac;
-  ac.n_heads = A.H;
-  ac.n_kv_heads = A.Hkv;
-  ac.d_head = A.d;
+  ac.n_heads = g.n_heads;
+  ac.n_kv_heads = g.n_kv_heads;
+  ac.d_head = g.attn_head_dim(c);
   ac.rope_theta = float(g.rope_theta);
   // The keys times key_multiplier, folded into the scores' scale (rotary and q . k are linear
   // in k), rounded once.
-  ac.scale = float(g.key_multiplier / std::sqrt(double(A.d)));
-  A.attention = std::make_unique<CausalAttention>(ac);
-  return A;
+  ac.scale = float(g.key_multiplier / std::sqrt(double(ac.d_head)));
+  return model::load_gqa_attention(L, p, c.hidden_size, g.attention_bias, ac);
 }
 
 void load(const ModelConfig& c, model::Loader& L, Model::Impl& impl) {

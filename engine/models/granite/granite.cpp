@@ -13,6 +13,7 @@
 #include "model/config_fields.h"
 #include "model/loader.h"
 #include "model/model_impl.h"
+#include "layers/attention.h"
 #include "layers/sequence.h"
 #include "layers/ssd_mixer.h"
 #include "models/registry.h"
@@ -244,11 +245,7 @@ std::string layer(int i) { return "model.layers." + std::to_string(i) + "."; }
 // ---------------------------------------------------------------------------------------------
 // The layer stack.
 
-struct AttentionLayer {
-  int H = 0, Hkv = 0, d = 0;
-  Dense q, k, v, o;
-  std::unique_ptr<CausalAttention> attention;
-};
+using AttentionLayer = model::GqaAttention;
 
 struct Layer {
   bool attention = false;
@@ -402,24 +399,14 @@ void load(const ModelConfig& c, model::Loader& L, Model::Impl& impl) {
     l.attention = c.mixers[std::size_t(i)] == MixerKind::kAttention;
     l.mixer_norm = rms(p + "input_layernorm.weight");
     if (l.attention) {
-      AttentionLayer& A = l.attn;
-      A.H = g.n_heads;
-      A.Hkv = g.n_kv_heads;
-      A.d = hd;
-      const std::string a = p + "self_attn.";
-      const bool b = g.attention_bias;
-      A.q = model::dense(L, a + "q_proj", A.H * hd, d, b, "num_attention_heads * head_dim, hidden_size");
-      A.k = model::dense(L, a + "k_proj", A.Hkv * hd, d, b, "num_key_value_heads * head_dim, hidden_size");
-      A.v = model::dense(L, a + "v_proj", A.Hkv * hd, d, b, "num_key_value_heads * head_dim, hidden_size");
-      A.o = model::dense(L, a + "o_proj", d, A.H * hd, b, "hidden_size, num_attention_heads * head_dim");
       CausalAttentionConfig ac;
-      ac.n_heads = A.H;
-      ac.n_kv_heads = A.Hkv;
+      ac.n_heads = g.n_heads;
+      ac.n_kv_heads = g.n_kv_heads;
       ac.d_head = hd;
       ac.rope_theta = float(g.rope_theta);
       ac.rotary = g.rope;
       ac.scale = float(g.attention_multiplier);
-      A.attention = std::make_unique<CausalAttention>(ac);
+      l.attn = model::load_gqa_attention(L, p + "self_attn.", d, g.attention_bias, ac);
     } else {
       l.mamba = model::load_ssd_mixer(L, p + "mamba.", g.ssd(c));
     }
