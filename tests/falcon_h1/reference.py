@@ -187,22 +187,10 @@ def mamba(s, q, h, scan):
     """FalconH1Mixer.torch_forward over the normed rows h (T, D), without a cache."""
     t = s["t"]
     inner, H, P, _, _ = sizes(s)
-    G, N, T = s["groups"], s["state"], h.shape[0]
+    G, N = s["groups"], s["state"]
     proj = linear(t, q + "in_proj", h * s["mult"]["ssm_in_multiplier"]) * mup_vector(s, h.dtype)
     z, xBC, dt_raw = proj[:, :inner], proj[:, inner:-H], proj[:, -H:]
-    w = t[q + "conv1d.weight"][:, 0, :]
-    K = w.shape[1]
-    padded = torch.cat([torch.zeros(K - 1, xBC.shape[1], dtype=xBC.dtype), xBC])
-    conv = sum(padded[k:k + T] * w[:, k] for k in range(K))
-    if q + "conv1d.bias" in t:
-        conv = conv + t[q + "conv1d.bias"]
-    conv = conv * torch.sigmoid(conv)
-    xs = conv[:, :inner].reshape(T, H, P)
-    B = conv[:, inner:inner + G * N].reshape(T, G, N).repeat_interleave(H // G, dim=1)
-    C = conv[:, inner + G * N:].reshape(T, G, N).repeat_interleave(H // G, dim=1)
-    dt = torch.clamp(torch.nn.functional.softplus(dt_raw + t[q + "dt_bias"]), *s["limit"])
-    y, _ = scan(xs, dt, -torch.exp(t[q + "A_log"]), B, C, t[q + "D"])
-    y = y.reshape(T, inner)
+    y = m2.ssd(t, q, xBC, dt_raw, H, P, N, G, s["limit"], scan)
     if s["rms_norm"]:  # FalconH1RMSNormGated: per group, before or after the gate
         y = m2.gated_norm(y, z, t[q + "norm.weight"], G, s["eps"], s["norm_before_gate"])
     else:

@@ -331,15 +331,11 @@ def scan_chunked(x, dt, A, B, C, Dskip, block=8):
     return y + Dskip[None, :, None] * x[:T], final
 
 
-def mixer(m, q, h, scan=scan_recurrent, norm_groups=None):
-    """One Mamba-2 mixer (tensors under the prefix q) over the normed rows h (T, D)."""
-    t, H, P, N, G = m["t"], m["H"], m["P"], m["N"], m["G"]
+def ssd(t, q, xBC, dt_raw, H, P, N, G, limit, scan):
+    """The middle of a Mamba-2 mixer (tensors under the prefix q): the causal convolution of
+    xBC and its silu, dt, the scan and the D skip; y (T, H P). Falcon-H1's reference uses it too."""
+    T = xBC.shape[0]
     inner = H * P
-    T = h.shape[0]
-    proj = h @ t[q + "in_proj.weight"].T
-    if q + "in_proj.bias" in t:
-        proj = proj + t[q + "in_proj.bias"]
-    z, xBC, dt_raw = proj[:, :inner], proj[:, inner:-H], proj[:, -H:]
     w = t[q + "conv1d.weight"][:, 0, :]                       # (C, K)
     K = w.shape[1]
     padded = torch.cat([torch.zeros(K - 1, xBC.shape[1], dtype=xBC.dtype), xBC])
@@ -351,10 +347,22 @@ def mixer(m, q, h, scan=scan_recurrent, norm_groups=None):
     B = conv[:, inner:inner + G * N].reshape(T, G, N).repeat_interleave(H // G, dim=1)
     C = conv[:, inner + G * N:].reshape(T, G, N).repeat_interleave(H // G, dim=1)
     dt = torch.nn.functional.softplus(dt_raw + t[q + "dt_bias"])
-    dt = torch.clamp(dt, m["limit"][0], m["limit"][1])
+    dt = torch.clamp(dt, limit[0], limit[1])
     A = -torch.exp(t[q + "A_log"])
     y, _ = scan(xs, dt, A, B, C, t[q + "D"])
-    y = gated_norm(y.reshape(T, inner), z, t[q + "norm.weight"],
+    return y.reshape(T, inner)
+
+
+def mixer(m, q, h, scan=scan_recurrent, norm_groups=None):
+    """One Mamba-2 mixer (tensors under the prefix q) over the normed rows h (T, D)."""
+    t, H, P, N, G = m["t"], m["H"], m["P"], m["N"], m["G"]
+    inner = H * P
+    proj = h @ t[q + "in_proj.weight"].T
+    if q + "in_proj.bias" in t:
+        proj = proj + t[q + "in_proj.bias"]
+    z, xBC, dt_raw = proj[:, :inner], proj[:, inner:-H], proj[:, -H:]
+    y = ssd(t, q, xBC, dt_raw, H, P, N, G, m["limit"], scan)
+    y = gated_norm(y, z, t[q + "norm.weight"],
                    G if norm_groups is None else norm_groups, m["eps"], m["norm_before_gate"])
     out = y @ t[q + "out_proj.weight"].T
     if q + "out_proj.bias" in t:
