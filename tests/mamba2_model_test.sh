@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Mamba-2 (tests/mamba2: transformers' mamba2 layout with one, two and four groups, biases,
-# clamps, bf16; state-spaces' mamba_ssm layout with the norm before the gate) through the recur
-# binary:
+# Mamba-2 and its hybrids (tests/mamba2: transformers' mamba2 layout with one, two and four
+# groups, biases, clamps, bf16; state-spaces' mamba_ssm layout with the norm before the gate;
+# Granite 4.0-H; tests/nemotron_h: Nemotron-H) through the recur binary:
 # - recur score on each committed random-weight checkpoint within 1e-6 relative of the float64
 #   reference (tests/mamba2/reference.py) that wrote expected_nll.txt;
 # - the same 17 digits at chunk sizes 1, 7, 64 and 300, on 1-3 threads, and under every
@@ -10,12 +10,14 @@
 #   same size after 100 and 100,000 tokens;
 # - recur quantize to q8 and q4 (A_log, dt_bias, D, the norms and the convolution stay as
 #   stored) and convert keep the digits at every chunking;
-# - make-model --arch mamba2 writes both layouts, which read back with the same digits.
+# - make-model --arch mamba2 (both layouts), granitemoehybrid and nemotron_h write models that
+#   read back with the same digits.
 #
 #   tests/mamba2_model_test.sh RECUR SOURCE_DIR
 set -euo pipefail
 recur="$1" src="$2"
 fx="$src/tests/mamba2"
+nfx="$src/tests/nemotron_h"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 ids="$fx/prompt_ids.txt"
@@ -25,10 +27,14 @@ name=mamba2_model_test
 source "$src/tests/ssd_model_lib.sh"
 
 [[ $(wc -l < "$ids") == 300 ]] || fail "$ids should hold 300 ids"
-[[ $(wc -l < "$fx/expected_nll.txt") == 6 ]] || fail "expected_nll.txt should list 6 fixtures"
+[[ $(wc -l < "$fx/expected_nll.txt") == 6 ]] || fail "$fx/expected_nll.txt should list 6 fixtures"
+[[ $(wc -l < "$nfx/expected_nll.txt") == 2 ]] || fail "$nfx/expected_nll.txt should list 2 fixtures"
 check_fixtures "$fx"
+check_fixtures "$nfx"
 # A saved state continues as one run, saved under one instruction set and continued under each.
-for fixture in mamba2-groups mamba-ssm granite-hybrid; do check_saved_state "$fx/$fixture"; done
+for m in "$fx/mamba2-groups" "$fx/mamba-ssm" "$fx/granite-hybrid" "$nfx/nemotron-h-hybrid"; do
+  check_saved_state "$m"
+done
 s100=$(state_at "$fx/mamba2-plain" 100)
 s100k=$(state_at "$fx/mamba2-plain" 100000)
 [[ "$s100" == "$s100k" ]] || fail "mamba2-plain: the state holds $s100 bytes after 101 tokens, $s100k after 100,001"
@@ -42,8 +48,8 @@ g3k=$(state_at "$fx/granite-hybrid" 3000)
 echo "mamba2_model_test: granite-hybrid's state grows from $g100 bytes by 512 a token, its attention layers' KV cache"
 
 # quantize q8 / q4 and convert: the projections and the head quantized, the rest as stored.
-for fixture in mamba2-groups mamba-ssm granite-hybrid; do
-  check_quantized "$fx/$fixture" '(A_log|dt_bias|mixer\.D|conv1d\.(weight|bias)|norm\.weight|norm_f\.weight) ' \
+for m in "$fx/mamba2-groups" "$fx/mamba-ssm" "$fx/granite-hybrid" "$nfx/nemotron-h-hybrid"; do
+  check_quantized "$m" '(A_log|dt_bias|mixer\.D|conv1d\.(weight|bias)|norm\.weight|norm_f\.weight) ' \
     'in_proj\.weight '
 done
 
@@ -53,4 +59,6 @@ check_made "$tmp/made-ssm" --arch mamba2 --mamba-ssm-layout --norm-before-gate -
 grep -q '"ssm_cfg"' "$tmp/made-ssm/config.json" || fail "--mamba-ssm-layout wrote no ssm_cfg"
 check_made "$tmp/made-granite" --arch granitemoehybrid --heads 4 --attn-kv-heads 2 --layer-types MAMA --multipliers
 check_made "$tmp/made-granite-dense" --arch granitemoehybrid --heads 4 --layer-types AA --rope --tie-embeddings
-echo "mamba2_model_test: make-model --arch mamba2 (both layouts) writes models that read back with the same digits at chunks 1 and 64"
+check_made "$tmp/made-nemotron" --arch nemotron_h --heads 4 --attn-kv-heads 2 --pattern 'M-*M' --ssm-groups 2
+grep -q '"hybrid_override_pattern": "M-\*M"' "$tmp/made-nemotron/config.json" || fail "make-model --arch nemotron_h wrote another pattern"
+echo "mamba2_model_test: make-model --arch mamba2 (both layouts), granitemoehybrid and nemotron_h writes models that read back with the same digits at chunks 1 and 64"

@@ -26,6 +26,7 @@ std::vector<const Family*>& families_list() {
       &models::mamba2_family(),
       &models::granite_family(),
       &models::falcon_h1_family(),
+      &models::nemotron_h_family(),
   };
   return list;
 }

@@ -186,6 +186,18 @@ const std::vector<Fixture>& fixtures() {
            "mamba_n_heads": 4, "mamba_d_head": "auto", "mamba_d_state": 8, "mamba_n_groups": 2,
            "tie_word_embeddings": true})",
        {{"\"mamba_n_groups\": 2", "\"mamba_n_groups\": 3", "n_groups 3"}}},
+      // NVIDIA's Nemotron-H, dense (engine/models/nemotron_h).
+      {"nemotron_h: Mamba-2, MLP and attention blocks, attention and MLP biases",
+       R"({"model_type": "nemotron_h", "vocab_size": 96, "hidden_size": 32,
+           "num_hidden_layers": 5, "hybrid_override_pattern": "M-*M-",
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 12,
+           "attention_bias": true, "intermediate_size": 48, "mlp_bias": true,
+           "mamba_num_heads": 4, "mamba_head_dim": 12, "ssm_state_size": 16, "n_groups": 2,
+           "time_step_limit": [0.0, Infinity]})",
+       {{"\"hybrid_override_pattern\": \"M-*M-\"", "\"hybrid_override_pattern\": \"M-*ME\"",
+         "hybrid_override_pattern has E"},
+        {"\"mlp_bias\": true", "\"mlp_bias\": true, \"mlp_hidden_act\": \"gelu\"",
+         "mlp_hidden_act is 'gelu'"}}},
 
       // The toy family docs/adding-a-model.md walks through (tests/conformance/toy_family.cpp,
       // registered by the suite itself).
