@@ -44,16 +44,27 @@ inline std::string config_bool(bool b) { return b ? "true" : "false"; }
 class FieldWriter {
  public:
   /// A field whose value is already JSON text (a list, an object, a quoted literal, null).
-  void add(const char* key, const std::string& value) {
-    text_ += fmt::format("  \"{}\": {},\n", key, value);
-  }
+  void add(const char* key, const std::string& value) { fields_.emplace_back(key, value); }
   void number(const char* key, double x) { add(key, config_number(x)); }
   void boolean(const char* key, bool b) { add(key, config_bool(b)); }
   void string(const char* key, const std::string& s) { add(key, json::quote(s)); }
-  const std::string& text() const { return text_; }
+  /// The fields as config.json's lines.
+  std::string text() const {
+    std::string out;
+    for (const auto& [key, value] : fields_) out += fmt::format("  \"{}\": {},\n", key, value);
+    return out;
+  }
+  /// The fields as one JSON object on a line, the value of a nested block:
+  /// {"key": value, "key": value}.
+  std::string object() const {
+    std::string out = "{";
+    for (const auto& [key, value] : fields_)
+      out += fmt::format("{}\"{}\": {}", out.size() > 1 ? ", " : "", key, value);
+    return out + "}";
+  }
 
  private:
-  std::string text_;
+  std::vector<std::pair<std::string, std::string>> fields_;
 };
 
 /// A field that config.json may carry and recur accepts without reading it, with the reason it
@@ -73,6 +84,12 @@ class Fields {
 
   /// The field, or null when absent or null; marks it read.
   const json::Value* get(const char* name);
+  /// Whether the object holds the field as null (which for some fields means other than its
+  /// absence).
+  bool is_null(const char* name) const {
+    const json::Value* v = object_.find(name);
+    return v && v->is_null();
+  }
   int integer(const char* name, int fallback, int min, int max);
   double number(const char* name, double fallback, double min, double max);
   bool boolean(const char* name, bool fallback);
