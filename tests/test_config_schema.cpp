@@ -11,6 +11,7 @@
 
 #include "model/config_schema.h"
 #include "model/family.h"
+#include "models/fla/fla.h"
 #include "recur/error.h"
 #include "util/json.h"
 #include "recur/model.h"
@@ -240,4 +241,172 @@ TEST_CASE("a family's make-model options and their defaults come from its schema
   CHECK(options[1].flag);
   // Only the options given are written.
   CHECK(toy_schema().make_fields(DefaultOptions({})) == "");
+}
+
+namespace {
+
+// A small fla configuration: the sizes every case shares, and `fields`.
+std::string fla_json(const std::string& fields) {
+  return "{\"vocab_size\": 301, \"hidden_size\": 32, \"num_hidden_layers\": 4, " + fields + "}";
+}
+
+// Reads `text`, writes it, reads that: the same configuration, written the same again.
+ModelConfig round_trip(const std::string& text) {
+  INFO(text);
+  const ModelConfig a = ModelConfig::from_json(text, "given.json");
+  const std::string written = a.to_json();
+  INFO(written);
+  const ModelConfig b = ModelConfig::from_json(written, "written.json");
+  CHECK(b.to_json() == written);
+  CHECK(b.model_type() == a.model_type());
+  CHECK(b.mixers == a.mixers);
+  CHECK(b.intermediate_size == a.intermediate_size);
+  CHECK(b.num_heads == a.num_heads);
+  CHECK(b.num_kv_heads == a.num_kv_heads);
+  return b;
+}
+
+// `text` is refused, naming the file and each of `parts` (the key first).
+void refused(const std::string& text, const std::vector<std::string>& parts) {
+  INFO(text);
+  try {
+    ModelConfig::from_json(text, "bad.json");
+    FAIL("accepted");
+  } catch (const FormatError& e) {
+    const std::string msg = e.what();
+    INFO(msg);
+    CHECK_THAT(msg, Contains("bad.json"));
+    for (const auto& p : parts) CHECK_THAT(msg, Contains(p));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("fla's layouts, written then read, are the same configuration, every field kept",
+          "[model][config][schema][fla]") {
+  using recur::models::fla::config_of;
+  SECTION("gla: grouped kv heads, widths, null affine, silu, clamp_min, short convolutions") {
+    const ModelConfig c = round_trip(fla_json(
+        R"("model_type": "gla", "num_heads": 4, "num_kv_heads": 2, "expand_k": 1, "expand_v": 2,
+           "elementwise_affine": null, "feature_map": "silu", "clamp_min": -2.5,
+           "use_short_conv": true, "conv_size": 3, "use_output_gate": false, "fuse_norm": false,
+           "hidden_ratio": 2, "attn_mode": "fused_recurrent", "use_gk": true, "use_gv": false)"));
+    const auto& f = config_of(c);
+    CHECK(c.num_kv_heads == 2);
+    CHECK(f.expand_k == 1);
+    CHECK(f.expand_v == 2);
+    CHECK_FALSE(f.elementwise_affine);  // null: no weight
+    CHECK(f.qk_activation == "swish");
+    REQUIRE(f.clamp_min);
+    CHECK(*f.clamp_min == -2.5);
+    CHECK(f.use_short_conv);
+    CHECK(f.conv_size == 3);
+    CHECK_FALSE(f.use_output_gate);
+    CHECK_FALSE(f.fuse_norm);
+    CHECK(c.intermediate_size == 256);  // from hidden_ratio 2: 2/3 * 64, rounded up to 256
+  }
+  SECTION("gla's defaults: no clamp_min, no feature map, written as null") {
+    const ModelConfig c = round_trip(fla_json(R"("model_type": "gla", "num_heads": 4)"));
+    CHECK_FALSE(config_of(c).clamp_min);
+    CHECK(config_of(c).qk_activation.empty());
+    CHECK_THAT(c.to_json(), Contains("\"feature_map\": null") && Contains("\"clamp_min\": null"));
+    CHECK(config_of(c).expand_k == 0.5);
+  }
+  SECTION("retnet: its own defaults, relu, the parallel mode") {
+    const ModelConfig c = round_trip(fla_json(
+        R"("model_type": "retnet", "num_heads": 2, "feature_map": "relu", "attn_mode": "parallel",
+           "use_short_conv": true, "conv_size": 9)"));
+    CHECK(config_of(c).expand_v == 2);
+    CHECK(config_of(c).qk_activation == "relu");
+    CHECK_FALSE(config_of(c).use_short_conv);  // RetNet's block has none
+    CHECK_THAT(c.to_json(), !Contains("use_short_conv") && Contains("\"attn_mode\": \"chunk\""));
+  }
+  SECTION("hgrn2: expand_ratio, or hidden_size / num_heads when it is null") {
+    const ModelConfig a = round_trip(fla_json(
+        R"("model_type": "hgrn2", "expand_ratio": 8, "use_lower_bound": false, "elementwise_affine": false)"));
+    CHECK(config_of(a).expand_ratio == 8);
+    CHECK(a.num_heads == 4);
+    CHECK_FALSE(config_of(a).use_lower_bound);
+    const ModelConfig b =
+        round_trip(fla_json(R"("model_type": "hgrn2", "expand_ratio": null, "num_heads": 2)"));
+    CHECK(config_of(b).expand_ratio == 16);
+    CHECK(b.num_heads == 2);
+    const ModelConfig c = round_trip(
+        R"({"model_type": "hgrn2", "num_heads": 2, "hidden_size": 256, "num_hidden_layers": 2})");
+    CHECK(config_of(c).expand_ratio == 128);  // num_heads counts only when expand_ratio is null
+  }
+  SECTION("the hybrid attention block, as an object and as a list") {
+    const ModelConfig one = round_trip(fla_json(
+        R"("model_type": "gla", "num_heads": 4,
+           "attn": {"layers": [1, 3], "num_heads": 4, "num_kv_heads": 2, "qkv_bias": true, "rope_theta": 500})"));
+    const auto& a = config_of(one).attn;
+    CHECK_FALSE(a.is_list);
+    REQUIRE(a.specs.size() == 1);
+    CHECK(a.specs[0].layers == std::vector<int>{1, 3});
+    CHECK(a.specs[0].num_kv_heads == 2);
+    CHECK(a.specs[0].qkv_bias);
+    CHECK(a.specs[0].rope_theta == 500);
+    CHECK(a.specs[0].window_size == 0);
+    CHECK_THAT(one.to_json(), Contains("\"attn\": {\"layers\": [1, 3], \"num_heads\": 4, "
+                                       "\"num_kv_heads\": 2, \"qkv_bias\": true, \"window_size\": null"));
+    const ModelConfig list = round_trip(fla_json(
+        R"("model_type": "hgrn2", "expand_ratio": 8,
+           "attn": [{"layers": [2], "num_heads": 2, "window_size": 8}, {"layers": [0], "num_heads": 4}])"));
+    const auto& b = config_of(list).attn;
+    CHECK(b.is_list);
+    REQUIRE(b.specs.size() == 2);
+    CHECK(b.specs[0].window_size == 8);
+    CHECK(b.specs[0].num_kv_heads == 2);  // as many as heads
+    CHECK(b.specs[1].layers == std::vector<int>{0});
+    CHECK(list.mixers[0] == recur::MixerKind::kAttention);
+    CHECK(list.mixers[1] == recur::MixerKind::kGated);
+    CHECK(list.mixers[2] == recur::MixerKind::kAttention);
+    CHECK_THAT(list.to_json(), Contains("\"attn\": [{\"layers\": [2]"));
+    CHECK_THAT(round_trip(fla_json(R"("model_type": "retnet", "num_heads": 2, "attn": [])")).to_json(),
+               Contains("\"attn\": []"));
+  }
+}
+
+TEST_CASE("a bad value of an fla layout is refused with its key and the file",
+          "[model][config][schema][fla]") {
+  const auto gla = [](const std::string& fields) {
+    return fla_json("\"model_type\": \"gla\", \"num_heads\": 4, " + fields);
+  };
+  refused(gla(R"("clamp_min": 1)"), {"clamp_min is 1", "null or a number"});
+  refused(gla(R"("clamp_min": "x")"), {"clamp_min is \"x\""});
+  refused(gla(R"("feature_map": "elu")"), {"feature_map is 'elu'", "null, relu, swish or silu"});
+  refused(gla(R"("elementwise_affine": 1)"), {"elementwise_affine is 1", "true, false or null"});
+  refused(gla(R"("use_gk": false)"), {"use_gk is false", "gk gate"});
+  refused(gla(R"("use_gv": true)"), {"use_gv is true"});
+  refused(gla(R"("attnres_block_size": 2)"), {"attnres_block_size is 2"});
+  refused(gla(R"("conv_size": 65)"), {"conv_size is 65", "1 to 64"});
+  refused(gla(R"("expand_k": 0)"), {"expand_k is 0"});
+  refused(gla(R"("hidden_act": "gelu")"), {"hidden_act is 'gelu'"});
+  refused(gla(R"("attn_mode": "parallel")"), {"attn_mode is 'parallel'", "fused_recurrent"});
+  refused(gla(R"("use_short_conv": 1)"), {"use_short_conv is 1"});
+  refused(gla(R"("expand_ratio": 8)"), {"unknown field 'expand_ratio'"});
+  refused(fla_json(R"("model_type": "retnet", "num_heads": 2, "clamp_min": -1)"),
+          {"unknown field 'clamp_min'"});
+  refused(fla_json(R"("model_type": "hgrn2", "expand_ratio": 0)"), {"expand_ratio is 0"});
+  refused(fla_json(R"("model_type": "hgrn2", "num_heads": 2.5, "expand_ratio": null)"),
+          {"num_heads is 2.5"});
+  refused(fla_json(R"("model_type": "hgrn2", "use_lower_bound": "no")"), {"use_lower_bound is \"no\""});
+  refused(fla_json(R"("model_type": "hgrn2", "feature_map": "relu")"), {"unknown field 'feature_map'"});
+  // The attention block: each entry's fields by their place.
+  refused(gla(R"("attn": 3)"), {"attn is a number", "an object or a list"});
+  refused(gla(R"("attn": [3])"), {"attn[0] is a number", "expected an object"});
+  refused(gla(R"("attn": {"layers": [4], "num_heads": 4})"), {"attn.layers holds 4", "0 to num_hidden_layers - 1 = 3"});
+  refused(gla(R"("attn": {"layers": [1, 1], "num_heads": 4})"), {"attn.layers names layer 1 twice"});
+  refused(gla(R"("attn": {"num_heads": 4})"), {"attn.layers is missing"});
+  refused(gla(R"("attn": {"layers": [1], "num_heads": null})"), {"attn.num_heads is missing"});
+  refused(gla(R"("attn": {"layers": [1], "num_heads": 4, "qkv_bias": "yes"})"), {"attn.qkv_bias is \"yes\""});
+  refused(gla(R"("attn": [{"layers": [1], "num_heads": 4}, {"layers": [2], "num_heads": 4, "window_size": 1}])"),
+          {"attn[1].window_size is 1"});
+  refused(gla(R"("attn": [{"layers": [1], "num_heads": 4}, {"layers": [2], "num_heads": 4, "rope_theta": 1}])"),
+          {"attn[1].rope_theta is 1"});
+  refused(gla(R"("attn": [{"layers": [1], "num_heads": 4}, {"layers": [1], "num_heads": 4}])"),
+          {"attn[1].layers names layer 1, which attn[0] already has"});
+  refused(gla(R"("attn": {"layers": [1], "num_heads": 4, "num_kv_heads": 3})"),
+          {"attn: num_heads 4 is not a multiple of num_kv_heads 3"});
+  refused(gla(R"("attn": {"layers": [1], "num_heads": 4, "qk_norm": true})"), {"unknown field 'attn.qk_norm'"});
 }
