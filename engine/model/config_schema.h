@@ -70,6 +70,26 @@ void read_objects(const json::Value& v, const std::string& source, const std::st
 template <class S>
 std::string objects_text(const Schema<S>& inner, const ModelConfig& c, const ObjectBlock<S>& block);
 
+/// make-model's list of layer indices --name, "1,6,11", as config.json's [1, 6, 11] (empty:
+/// [], when `allow_empty`); ArgumentError for anything but indices of up to 4 digits between
+/// commas (config.json's reader checks the range and repeats).
+inline std::string layer_indices_option(const MakeOptions& o, const char* name, bool allow_empty) {
+  const std::string v = o.str(name);
+  const auto refuse = [&](const std::string& why) {
+    throw ArgumentError(fmt::format("--{} is {}, expected layer indices such as 1,3{}", name,
+                                    json::quote(v), why));
+  };
+  if (v.empty() && !allow_empty) refuse("");
+  for (std::size_t i = 0, j = 0; i < v.size(); i = j + 1) {
+    j = std::min(v.find(',', i), v.size());
+    const std::string index = v.substr(i, j - i);
+    if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos) refuse("");
+    if (index.size() > 4) refuse(fmt::format(" (layer index {} is too large)", index));
+    if (j + 1 == v.size()) refuse("");  // a trailing comma
+  }
+  return "[" + v + "]";
+}
+
 /// F: the family's config struct (a FamilyConfig). A field lives in ModelConfig (vocab_size,
 /// hidden_size, ...: what generic code reads) or in F; the member pointer says which.
 template <class F>
@@ -193,6 +213,9 @@ class Schema {
       for (const int l : at<O>(c, g).*member) text += (text.size() > 1 ? ", " : "") + std::to_string(l);
       w.add(key, text + "]");
     };
+    e.make = [](const MakeOptions& o, const char* name, double) {
+      return layer_indices_option(o, name, true);
+    };
     return add(std::move(e));
   }
   /// A block holding one object or a list of them (fla's `attn`), each read by `inner` (which
@@ -258,6 +281,55 @@ class Schema {
       config_fail(f.source(), "{} is '{}', expected {}", f.name(key), s, one_of(values));
     };
     e.write = [=](FieldWriter& w, const ModelConfig&, const F&) { w.string(key, fallback); };
+    return add(std::move(e));
+  }
+  /// A field whose one value is `json_text` (rms_norm `true`, rotary_emb_fraction `1`), also
+  /// when absent: written as it; another is refused, `refusal` ending the message.
+  Schema& fixed_json(const char* key, const char* json_text, const char* refusal) {
+    Entry e = entry(key, FieldSpec::Type::kAccepted, json_text);
+    const std::string text = json_text;
+    e.read = [=](Fields& f, ModelConfig&, F&) {
+      const json::Value* v = f.get(key);
+      if (v && describe_json(*v) != text)
+        config_fail(f.source(), "{} is {}: {}", f.name(key), describe_json(*v), refusal);
+    };
+    e.write = [=](FieldWriter& w, const ModelConfig&, const F&) { w.add(key, text); };
+    return add(std::move(e));
+  }
+  /// A string field whose values `accepts` approves all say one thing (a hydra _target_ naming
+  /// a class by a module path that may differ): written as `value`; another is refused,
+  /// `refusal` ending the message.
+  Schema& fixed_when(const char* key, const char* value, std::function<bool(const std::string&)> accepts,
+                     const char* refusal) {
+    Entry e = entry(key, FieldSpec::Type::kString, json::quote(value));
+    e.spec.choices = {value};
+    const std::string v = value;
+    e.read = [=](Fields& f, ModelConfig&, F&) {
+      const std::string s = f.string(key, v);
+      if (!accepts(s)) config_fail(f.source(), "{} is '{}': {}", f.name(key), s, refusal);
+    };
+    e.write = [=](FieldWriter& w, const ModelConfig&, const F&) { w.string(key, v); };
+    return add(std::move(e));
+  }
+  /// An object whose fields, read by `inner`, are the family's own (Based's mixer specs): named
+  /// "key.field" in messages, any other refused with `why` ending the message; absent or null,
+  /// they keep what they hold. Written as one JSON object.
+  Schema& object(const char* key, const Schema<F>& inner, const char* why) {
+    Entry e = entry(key, FieldSpec::Type::kObjects, "");
+    const Schema<F>* schema = &inner;
+    e.read = [=](Fields& f, ModelConfig& c, F& g) {
+      const json::Value* v = f.get(key);
+      if (!v) return;
+      if (!v->is_object()) config_fail(f.source(), "{} is {}, expected an object", f.name(key), v->kind_name());
+      Fields sub(*v, f.source(), f.name(key));
+      schema->read(sub, c, g);
+      sub.reject_unknown(why);
+    };
+    e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) {
+      FieldWriter inner_writer;
+      schema->write(inner_writer, c, g);
+      w.add(key, inner_writer.object());
+    };
     return add(std::move(e));
   }
   /// A field recur accepts without reading it: `reason` says why it changes nothing computed.
