@@ -11,6 +11,7 @@
 
 #include "model/config_schema.h"
 #include "model/family.h"
+#include "models/based/based.h"
 #include "models/fla/fla.h"
 #include "recur/error.h"
 #include "util/json.h"
@@ -409,4 +410,104 @@ TEST_CASE("a bad value of an fla layout is refused with its key and the file",
   refused(gla(R"("attn": {"layers": [1], "num_heads": 4, "num_kv_heads": 3})"),
           {"attn: num_heads 4 is not a multiple of num_kv_heads 3"});
   refused(gla(R"("attn": {"layers": [1], "num_heads": 4, "qk_norm": true})"), {"unknown field 'attn.qk_norm'"});
+}
+
+namespace {
+
+// Based as its checkpoints publish it: a GPT-2 config with the mixer specs; `extra` adds fields.
+std::string based_json(const std::string& extra = "") {
+  return std::string(R"({"model_type": "gpt2", "vocab_size": 250, "n_embd": 32, "n_layer": 4, "n_head": 4,
+      "rms_norm": true, "activation_function": "swiglu", "pad_vocab_size_multiple": 8,
+      "alt_mixer_layers": [1, 3], "alt_mixer_2_layers": [2],
+      "mixer": {"_target_": "based.models.mixers.convolution.BaseConv", "use_bias": false,
+                "expand_proj": 6, "kernel_size": 5, "kernel_sizes": 3, "l_max": 1024},
+      "alt_mixer": {"_target_": "x.LinearAttention", "feature_dim": 8, "num_heads": 2,
+                    "num_key_value_heads": 2, "eps": 1e-12,
+                    "feature_map": {"_target_": "x.TaylorExp", "input_dim": 8}},
+      "alt_mixer_2": {"_target_": "x.SlidingAttention", "window_size": 12, "num_heads": 4,
+                      "causal": true})") +
+         extra + "}";
+}
+
+}  // namespace
+
+TEST_CASE("Based, written then read, is the same configuration, every field kept",
+          "[model][config][schema][based]") {
+  using recur::models::based::config_of;
+  const ModelConfig c = round_trip(based_json(R"(, "rotary_emb_base": 500, "n_inner": 300,
+      "layer_norm_epsilon": 1e-6, "prenorm": true, "summary_type": "cls_index")"));
+  const auto& b = config_of(c);
+  CHECK(c.hidden_size == 32);
+  CHECK(c.intermediate_size == 512);  // rounded up to 256
+  CHECK(c.norm_eps == 1e-6);
+  CHECK(b.rope_theta == 500);
+  CHECK(b.linear_layers == std::vector<int>{1, 3});
+  CHECK(b.window_layers == std::vector<int>{2});
+  CHECK_FALSE(b.conv_bias);
+  CHECK(b.conv_expand == 6);
+  CHECK(b.conv_kernel == 5);  // kernel_size over kernel_sizes
+  CHECK(b.la_feature_dim == 8);
+  CHECK(b.la_heads == 2);
+  CHECK(b.window_size == 12);
+  CHECK(b.window_heads == 4);
+  CHECK(b.embedding_rows == 256);
+  CHECK(c.mixers == std::vector<recur::MixerKind>{recur::MixerKind::kShortConv, recur::MixerKind::kLinearAttention,
+                                                  recur::MixerKind::kWindowAttention,
+                                                  recur::MixerKind::kLinearAttention});
+  // Written as the published layout: every mixer spec whole, the kernel once.
+  CHECK_THAT(c.to_json(), Contains("\"model_type\": \"gpt2\"") &&
+                              Contains("\"kernel_sizes\": 5}") && !Contains("kernel_size\"") &&
+                              Contains("\"feature_map\": {\"_target_\": "
+                                       "\"based.models.mixers.linear_attention.TaylorExp\", \"input_dim\": 8}"));
+  // model_type "based" reads the same fields.
+  std::string as_based = based_json();
+  as_based.replace(as_based.find("\"gpt2\""), 6, "\"based\"");
+  CHECK(round_trip(as_based).to_json() == round_trip(based_json()).to_json());
+  // Absent mixer specs keep their defaults when no layer needs them.
+  const ModelConfig conv_only = round_trip(R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 2,
+      "vocab_size": 50, "rms_norm": true, "activation_function": "swiglu",
+      "mixer": {"_target_": "based.models.mixers.convolution.BaseConv"}})");
+  CHECK(config_of(conv_only).la_heads == 16);
+  CHECK(config_of(conv_only).window_size == 256);
+}
+
+TEST_CASE("a bad value of Based's config is refused with its key and the file",
+          "[model][config][schema][based]") {
+  refused(based_json(R"(, "rotary_emb_fraction": 0.5)"), {"rotary_emb_fraction is 0.5"});
+  refused(based_json(R"(, "max_position_embeddings": 1024)"), {"max_position_embeddings is 1024"});
+  refused(based_json(R"(, "rotary_emb_dim": 8)"), {"rotary_emb_dim is 8"});
+  refused(based_json(R"(, "prenorm": false)"), {"prenorm is false"});
+  refused(based_json(R"(, "qkv_proj_bias": true)"), {"qkv_proj_bias is true"});
+  refused(based_json(R"(, "tie_word_embeddings": false)"), {"tie_word_embeddings is false"});
+  std::string no_rms = based_json();
+  no_rms.erase(no_rms.find("\"rms_norm\": true, "), 18);
+  refused(no_rms, {"rms_norm is missing"});
+  refused(based_json(R"(, "mixer_extra": 1)"), {"unknown field 'mixer_extra'"});
+  const auto with = [](const char* key, const char* from, const char* to) {
+    std::string s = based_json();
+    const auto at = s.find(from, s.find(key));
+    REQUIRE(at != std::string::npos);
+    return s.replace(at, std::string(from).size(), to);
+  };
+  refused(with("\"mixer\"", "\"l_max\": 1024", "\"fused\": 1"), {"unknown field 'mixer.fused'"});
+  refused(with("\"mixer\"", "\"expand_proj\": 6", "\"expand_proj\": 5"), {"mixer.expand_proj is 5", "even"});
+  refused(with("\"mixer\"", "\"kernel_size\": 5", "\"kernel_size\": 65"), {"mixer.kernel_size is 65"});
+  refused(with("\"mixer\"", "\"use_bias\": false", "\"use_cuda\": true"), {"mixer.use_cuda is true"});
+  refused(with("\"mixer\"", "\"_target_\": \"based.models.mixers.convolution.BaseConv\", ", ""),
+          {"mixer._target_ is missing"});
+  refused(with("\"alt_mixer\"", "\"feature_dim\": 8", "\"feature_dim\": 257"), {"alt_mixer.feature_dim is 257"});
+  refused(with("\"alt_mixer\"", "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 1"),
+          {"alt_mixer.num_key_value_heads 1 differs"});
+  refused(with("\"alt_mixer\"", "\"input_dim\": 8", "\"input_dim\": 4"),
+          {"alt_mixer.feature_map.input_dim 4 differs"});
+  refused(with("\"alt_mixer\"", "\"input_dim\": 8", "\"temp\": 1, \"scale\": 2"),
+          {"unknown field 'alt_mixer.feature_map.scale'"});
+  refused(with("\"alt_mixer\"", "x.TaylorExp", "x.PosELU"), {"alt_mixer.feature_map._target_ is 'x.PosELU'"});
+  refused(with("\"alt_mixer_2\"", "\"num_heads\": 4", "\"num_heads\": 2"), {"alt_mixer_2.num_heads 2 differs"});
+  refused(with("\"alt_mixer_2\"", "\"causal\": true", "\"causal\": false"), {"alt_mixer_2.causal is false"});
+  refused(with("\"alt_mixer_2\"", "\"window_size\": 12", "\"window_size\": 0"), {"alt_mixer_2.window_size is 0"});
+  refused(with("\"n_head\"", "4", "2.5"), {"n_head is 2.5"});
+  refused(with("\"alt_mixer_layers\"", "[1, 3]", "[1, 4]"), {"alt_mixer_layers holds 4", "n_layer - 1 = 3"});
+  refused(with("\"alt_mixer_2_layers\"", "[2]", "[2, 2]"), {"alt_mixer_2_layers names layer 2 twice"});
+  refused(with("\"alt_mixer_2_layers\"", "[2]", "[3]"), {"layer 3 is in both"});
 }

@@ -209,9 +209,9 @@ class Family final : public model::Family {
   bool reads(const std::string& type, const json::Value& root) const override {
     return type == "based" || (type == "gpt2" && (root.find("alt_mixer") || root.find("mixer")));
   }
-  void read_config(const std::string&, const json::Value& root, model::Fields& f,
+  void read_config(const std::string&, const json::Value&, model::Fields& f,
                    ModelConfig& c) const override {
-    based::read_config(root, f, c);
+    based::read_config(f, c);
   }
   void resolve(ModelConfig& c, const std::string& source) const override { based::resolve(c, source); }
   std::string config_fields(const ModelConfig& c) const override { return based::config_fields(c); }
@@ -306,50 +306,39 @@ class Family final : public model::Family {
 
   std::vector<std::string> make_model_archs() const override { return {"based"}; }
   std::vector<model::MakeOption> make_model_options() const override {
-    return {{"la-layers", "", "the Taylor linear-attention layers, e.g. 1,6 (alt_mixer_layers)"},
-            {"window-layers", "", "the sliding-window layers, e.g. 2,7 (alt_mixer_2_layers)"},
-            {"la-heads", "", "linear-attention heads (default: --heads)"},
-            {"feature-dim", "16", "q and k width per linear-attention head"},
-            {"window-size", "16", "window_size (a token sees window_size / 2 before it)"}};
+    std::vector<model::MakeOption> out;
+    for (const auto* schema : {&gpt2_schema(), &linear_schema(), &window_schema()})
+      for (auto& o : schema->make_options()) out.push_back(std::move(o));
+    return out;
   }
+  // The published layout with the mixers' defaults (a bias, expand_proj 4, 3 taps); the
+  // window layers have --heads heads, as n_head.
   std::string make_model_config(const std::string&, const model::MakeOptions& o) const override {
     if (o.given("tie-embeddings"))
       throw ArgumentError("--tie-embeddings does not apply to --arch based (its head is always tied)");
-    // A list of layer indices, "1,6,11": digits and commas only; config.json's reader checks
-    // the range and repeats.
-    const auto ids = [&](const char* name) {
-      const std::string v = o.str(name);
-      if (v.find_first_not_of("0123456789,") != std::string::npos || v.find(",,") != std::string::npos ||
-          (!v.empty() && (v.front() == ',' || v.back() == ',')))
-        throw ArgumentError(fmt::format("--{} is {}, expected layer indices such as 1,6,11", name,
-                                        json::quote(v)));
-      for (std::size_t i = 0, j; i < v.size(); i = j + 1) {
-        j = v.find(',', i);
-        if (j == std::string::npos) j = v.size();
-        if (j - i > 4)
-          throw ArgumentError(fmt::format("--{}: layer index {} is too large", name,
-                                          json::quote(v.substr(i, j - i))));
-      }
-      return "[" + v + "]";
-    };
     const auto heads = o.integer("heads", 1, 1 << 16);
-    return fmt::format(
+    std::string json = fmt::format(
         "{{\"model_type\": \"gpt2\", \"vocab_size\": {}, \"n_embd\": {}, \"n_layer\": {}, "
-        "\"n_head\": {}, {}\"rms_norm\": true, \"activation_function\": \"swiglu\", "
-        "\"pad_vocab_size_multiple\": 8, \"alt_mixer_layers\": {}, \"alt_mixer_2_layers\": {}, "
-        "\"mixer\": {{\"_target_\": \"based.models.mixers.convolution.BaseConv\", "
-        "\"use_bias\": true, \"expand_proj\": 4, \"kernel_sizes\": 3}}, "
-        "\"alt_mixer\": {{\"_target_\": \"based.models.mixers.linear_attention.LinearAttention\", "
-        "\"feature_dim\": {}, \"num_heads\": {}}}, "
-        "\"alt_mixer_2\": {{\"_target_\": \"based.models.mixers.slide_attention.SlidingAttention\", "
-        "\"window_size\": {}, \"num_heads\": {}}}}}",
+        "\"n_head\": {}, \"rms_norm\": true, \"activation_function\": \"swiglu\", "
+        "\"pad_vocab_size_multiple\": 8",
         o.integer("vocab", 1, 1 << 24), o.integer("hidden", 1, 1 << 20), o.integer("layers", 1, 4096),
-        heads,
-        o.integer("intermediate", 0, 1 << 20) > 0
-            ? fmt::format("\"n_inner\": {}, ", o.integer("intermediate", 0, 1 << 20)) : "",
-        ids("la-layers"), ids("window-layers"), o.integer("feature-dim", 1, 256),
-        o.given("la-heads") ? o.integer("la-heads", 1, 1 << 16) : heads,
-        o.integer("window-size", 1, 1 << 24), heads);
+        heads);
+    if (const auto inter = o.integer("intermediate", 0, 1 << 20); inter > 0)
+      json += fmt::format(", \"n_inner\": {}", inter);
+    if (const std::string lists = gpt2_schema().make_fields(o); !lists.empty()) json += ", " + lists;
+    // A mixer spec: its class, and the fields its options give.
+    const auto spec = [&](const char* key, const char* cls, std::string fields) {
+      json += fmt::format(", \"{}\": {{\"_target_\": \"{}\"{}{}}}", key, cls,
+                          fields.empty() ? "" : ", ", fields);
+    };
+    const auto and_heads = [&](std::string fields) {
+      return fields + fmt::format("{}\"num_heads\": {}", fields.empty() ? "" : ", ", heads);
+    };
+    const std::string la = linear_schema().make_fields(o);
+    spec("mixer", kBaseConv, "");
+    spec("alt_mixer", kLinearAttention, o.given("la-heads") ? la : and_heads(la));
+    spec("alt_mixer_2", kSlidingAttention, and_heads(window_schema().make_fields(o)));
+    return json + "}";
   }
 
   std::string describe(const Model& m, const std::string& label) const override {

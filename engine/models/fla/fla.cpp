@@ -200,13 +200,9 @@ class Family final : public model::Family {
     if (kind != FlaConfig::Kind::kHgrn2) add("num_heads", std::to_string(heads));  // HGRN2's are derived
     if (const std::string fields = schema(kind).make_fields(o); !fields.empty()) json += ", " + fields;
     if (o.given("attn-layers")) {
-      const std::string v = o.str("attn-layers");
-      if (v.empty() || v.find_first_not_of("0123456789,") != std::string::npos ||
-          v.find(",,") != std::string::npos || v.front() == ',' || v.back() == ',' || v.size() > 4096)
-        throw ArgumentError(fmt::format("--attn-layers is {}, expected layer indices such as 1,3",
-                                        json::quote(v)));
+      const std::string layers = model::layer_indices_option(o, "attn-layers", false);
       const auto ah = o.given("attn-heads") ? o.integer("attn-heads", 1, 1 << 16) : heads;
-      std::string spec = fmt::format("{{\"layers\": [{}], \"num_heads\": {}", v, ah);
+      std::string spec = fmt::format("{{\"layers\": {}, \"num_heads\": {}", layers, ah);
       if (o.given("attn-kv-heads"))
         spec += fmt::format(", \"num_kv_heads\": {}", o.integer("attn-kv-heads", 1, 1 << 16));
       if (o.given("attn-window"))
