@@ -2,8 +2,10 @@
 // ModelConfig or in the family's own config struct), its type, default and range, and for a
 // field recur does not read, the reason it changes nothing at inference or the one value it is
 // accepted at. One table drives reading (through Fields, whose messages name the key and the
-// file), writing config.json (to_json, in the table's order) and make-model's options.
-// docs/adding-a-model.md, "The configuration", shows a family's table.
+// file), writing config.json (to_json, in the table's order) and make-model's options. An object
+// nested in config.json (Qwen3.5's text_config) is a table of its own inside the table; a
+// default computed from other fields (a width from hidden_size) is a function of those read or
+// made before it. docs/adding-a-model.md, "The configuration", shows a family's table.
 #pragma once
 
 #include <fmt/format.h>
@@ -11,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -25,7 +28,12 @@ namespace recur::model {
 
 /// What the table says of one field, for make-model's help, the docs and the tests.
 struct FieldSpec {
-  enum class Type { kInteger, kNumber, kBoolean, kString, kLayers, kObjects, kAccepted };
+  enum class Type {
+    kInteger, kNumber, kBoolean, kString, kAccepted,
+    kObject,     // an object nested in config.json (or a list of them): `members` are its fields
+    kLayers,     // a list of layer indices
+    kStructure,  // a list or object the family reads and writes in its own code (custom())
+  };
   const char* key = "";
   Type type = Type::kAccepted;
   double min = 0, max = 0;           // kInteger, kNumber: the values read
@@ -36,6 +44,8 @@ struct FieldSpec {
   const char* reason = nullptr;
   const char* option = nullptr;  // make-model's --option that sets it, or null
   bool written = true;           // to_json writes it (when its condition holds)
+  bool derived = false;          // its default is computed from other fields (default_from)
+  std::vector<FieldSpec> members;  // kObject: the nested object's fields
 };
 
 /// A field's make-model option: how `recur make-model --name` sets it.
@@ -46,7 +56,31 @@ struct MakeField {
   bool flag_value = true;
   const char* fallback = "";  // a value option's default ("": none, the field is left out)
   double max = 0;             // a value option's largest value (0: the field's)
+  /// One of the options the tool itself declares (vocab, hidden, layers, heads, intermediate,
+  /// tie-embeddings): always read, never listed among the family's.
+  bool common = false;
+  bool zero_is_default = false;  // 0 means "not given" (--intermediate 0: the family's rule)
 };
+
+/// make-model's list of layer indices --name, "1,6,11", as config.json's [1, 6, 11] (empty:
+/// [], when `allow_empty`); ArgumentError for anything but indices of up to 4 digits between
+/// commas (config.json's reader checks the range and repeats).
+inline std::string layer_indices_option(const MakeOptions& o, const char* name, bool allow_empty) {
+  const std::string v = o.str(name);
+  const auto refuse = [&](const std::string& why) {
+    throw ArgumentError(fmt::format("--{} is {}, expected layer indices such as 1,3{}", name,
+                                    json::quote(v), why));
+  };
+  if (v.empty() && !allow_empty) refuse("");
+  for (std::size_t i = 0, j = 0; i < v.size(); i = j + 1) {
+    j = std::min(v.find(',', i), v.size());
+    const std::string index = v.substr(i, j - i);
+    if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos) refuse("");
+    if (index.size() > 4) refuse(fmt::format(" (layer index {} is too large)", index));
+    if (j + 1 == v.size()) refuse("");  // a trailing comma
+  }
+  return "[" + v + "]";
+}
 
 /// A block of config.json holding one object or a list of them (Schema::objects): the objects
 /// as read, and the form to write them back in.
@@ -70,32 +104,16 @@ void read_objects(const json::Value& v, const std::string& source, const std::st
 template <class S>
 std::string objects_text(const Schema<S>& inner, const ModelConfig& c, const ObjectBlock<S>& block);
 
-/// make-model's list of layer indices --name, "1,6,11", as config.json's [1, 6, 11] (empty:
-/// [], when `allow_empty`); ArgumentError for anything but indices of up to 4 digits between
-/// commas (config.json's reader checks the range and repeats).
-inline std::string layer_indices_option(const MakeOptions& o, const char* name, bool allow_empty) {
-  const std::string v = o.str(name);
-  const auto refuse = [&](const std::string& why) {
-    throw ArgumentError(fmt::format("--{} is {}, expected layer indices such as 1,3{}", name,
-                                    json::quote(v), why));
-  };
-  if (v.empty() && !allow_empty) refuse("");
-  for (std::size_t i = 0, j = 0; i < v.size(); i = j + 1) {
-    j = std::min(v.find(',', i), v.size());
-    const std::string index = v.substr(i, j - i);
-    if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos) refuse("");
-    if (index.size() > 4) refuse(fmt::format(" (layer index {} is too large)", index));
-    if (j + 1 == v.size()) refuse("");  // a trailing comma
-  }
-  return "[" + v + "]";
-}
-
 /// F: the family's config struct (a FamilyConfig). A field lives in ModelConfig (vocab_size,
 /// hidden_size, ...: what generic code reads) or in F; the member pointer says which.
 template <class F>
 class Schema {
  public:
   using When = std::function<bool(const ModelConfig&, const F&)>;
+  /// A value computed from the fields read (or made) before it.
+  using Derive = std::function<double(const ModelConfig&, const F&)>;
+  /// A field's value from its make-model option's (a head size to a ratio of widths).
+  using Convert = std::function<double(double option, const ModelConfig&, const F&)>;
 
   /// An integer field in [min, max].
   template <class O>
@@ -105,8 +123,10 @@ class Schema {
     e.spec.max = max;
     e.read = [=](Fields& f, ModelConfig& c, F& g) { at<O>(c, g).*member = f.integer(key, fallback, min, max); };
     e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) { w.number(key, at<O>(c, g).*member); };
-    e.make = [=](const MakeOptions& o, const char* name, double option_max) {
-      return config_number(double(o.integer(name, min, option_max > 0 ? std::int64_t(option_max) : max)));
+    e.assign = [=](ModelConfig& c, F& g, double v) { at<O>(c, g).*member = int(v); };
+    e.option_value = [=](const MakeOptions& o, const MakeField& m) {
+      return double(o.integer(m.name, m.zero_is_default ? 0 : min,
+                              m.max > 0 ? std::int64_t(m.max) : max));
     };
     return add(std::move(e));
   }
@@ -118,8 +138,9 @@ class Schema {
     e.spec.max = max;
     e.read = [=](Fields& f, ModelConfig& c, F& g) { at<O>(c, g).*member = f.number(key, fallback, min, max); };
     e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) { w.number(key, at<O>(c, g).*member); };
-    e.make = [=](const MakeOptions& o, const char* name, double option_max) {
-      return config_number(o.real(name, min, option_max > 0 ? option_max : max));
+    e.assign = [=](ModelConfig& c, F& g, double v) { at<O>(c, g).*member = v; };
+    e.option_value = [=](const MakeOptions& o, const MakeField& m) {
+      return o.real(m.name, min, m.max > 0 ? m.max : max);
     };
     return add(std::move(e));
   }
@@ -129,7 +150,22 @@ class Schema {
     Entry e = entry(key, FieldSpec::Type::kBoolean, config_bool(fallback));
     e.read = [=](Fields& f, ModelConfig& c, F& g) { at<O>(c, g).*member = f.boolean(key, fallback); };
     e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) { w.boolean(key, at<O>(c, g).*member); };
+    e.assign = [=](ModelConfig& c, F& g, double v) { at<O>(c, g).*member = v != 0; };
     return add(std::move(e));
+  }
+  /// A field whose string names a value of the member's type: `names` pairs each value with its
+  /// name in config.json; another string is refused, naming the key and the names read.
+  template <class O, class T>
+  Schema& choice(const char* key, T O::*member, T fallback, std::vector<std::pair<T, const char*>> names,
+                 const char* note = "") {
+    return named(key, member, fallback, std::move(names), note, false);
+  }
+  /// A choice whose null (or absence) is the value `if_null`, which no name stands for: written
+  /// as null (fla's feature_map: null is no activation).
+  template <class O, class T>
+  Schema& choice_or_null(const char* key, T O::*member, T if_null,
+                         std::vector<std::pair<T, const char*>> names) {
+    return named(key, member, if_null, std::move(names), "", true);
   }
   /// A true / false field whose null is a value of its own, apart from its absence (fla's
   /// elementwise_affine: absent is true, null no weight, as RMSNorm(elementwise_affine=None)).
@@ -148,6 +184,7 @@ class Schema {
       out = v->boolean();
     };
     e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) { w.boolean(key, at<O>(c, g).*member); };
+    e.assign = [=](ModelConfig& c, F& g, double v) { at<O>(c, g).*member = v != 0; };
     return add(std::move(e));
   }
   /// An integer field in [min, max] whose null (or absence) is `if_null`, a value outside the
@@ -187,7 +224,8 @@ class Schema {
     return add(std::move(e));
   }
   /// A list of distinct layer indices, each below the model's num_hidden_layers (read before
-  /// it), which messages call `count` ("n_layer"); absent or null is none.
+  /// it), which messages call `count` ("n_layer"); absent or null is none. Its make-model
+  /// option takes "1,6,11".
   template <class O>
   Schema& layers(const char* key, std::vector<int> O::*member, const char* count) {
     Entry e = entry(key, FieldSpec::Type::kLayers, "[]");
@@ -213,7 +251,7 @@ class Schema {
       for (const int l : at<O>(c, g).*member) text += (text.size() > 1 ? ", " : "") + std::to_string(l);
       w.add(key, text + "]");
     };
-    e.make = [](const MakeOptions& o, const char* name, double) {
+    e.option_text = [](const MakeOptions& o, const char* name) {
       return layer_indices_option(o, name, true);
     };
     return add(std::move(e));
@@ -223,7 +261,8 @@ class Schema {
   /// that message; written back in the form it was read in, when present.
   template <class O, class B, class S>
   Schema& objects(const char* key, B O::*member, const Schema<S>& inner, const char* why) {
-    Entry e = entry(key, FieldSpec::Type::kObjects, "");
+    Entry e = entry(key, FieldSpec::Type::kObject, "");
+    e.spec.members = inner.fields();
     const Schema<S>* schema = &inner;
     e.read = [=](Fields& f, ModelConfig& c, F& g) {
       ObjectBlock<S>& out = at<O>(c, g).*member;
@@ -238,20 +277,6 @@ class Schema {
       if (block.present) w.add(key, objects_text(*schema, c, block));
     };
     return add(std::move(e));
-  }
-  /// A field whose string names a value of the member's type: `names` pairs each value with its
-  /// name in config.json; another string is refused, naming the key and the names read.
-  template <class O, class T>
-  Schema& choice(const char* key, T O::*member, T fallback, std::vector<std::pair<T, const char*>> names,
-                 const char* note = "") {
-    return named(key, member, fallback, std::move(names), note, false);
-  }
-  /// A choice whose null (or absence) is the value `if_null`, which no name stands for: written
-  /// as null (fla's feature_map: null is no activation).
-  template <class O, class T>
-  Schema& choice_or_null(const char* key, T O::*member, T if_null,
-                         std::vector<std::pair<T, const char*>> names) {
-    return named(key, member, if_null, std::move(names), "", true);
   }
   /// A field read as one string value, the only one this layout has (hidden_act "sqrelu"):
   /// written as it, any other refused with `refusal` ending the message.
@@ -311,27 +336,6 @@ class Schema {
     e.write = [=](FieldWriter& w, const ModelConfig&, const F&) { w.string(key, v); };
     return add(std::move(e));
   }
-  /// An object whose fields, read by `inner`, are the family's own (Based's mixer specs): named
-  /// "key.field" in messages, any other refused with `why` ending the message; absent or null,
-  /// they keep what they hold. Written as one JSON object.
-  Schema& object(const char* key, const Schema<F>& inner, const char* why) {
-    Entry e = entry(key, FieldSpec::Type::kObjects, "");
-    const Schema<F>* schema = &inner;
-    e.read = [=](Fields& f, ModelConfig& c, F& g) {
-      const json::Value* v = f.get(key);
-      if (!v) return;
-      if (!v->is_object()) config_fail(f.source(), "{} is {}, expected an object", f.name(key), v->kind_name());
-      Fields sub(*v, f.source(), f.name(key));
-      schema->read(sub, c, g);
-      sub.reject_unknown(why);
-    };
-    e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) {
-      FieldWriter inner_writer;
-      schema->write(inner_writer, c, g);
-      w.add(key, inner_writer.object());
-    };
-    return add(std::move(e));
-  }
   /// A field recur accepts without reading it: `reason` says why it changes nothing computed.
   Schema& accepted(const char* key, const char* reason) {
     Entry e = entry(key, FieldSpec::Type::kAccepted, "");
@@ -354,6 +358,46 @@ class Schema {
     Entry e = entry(key, FieldSpec::Type::kAccepted, json_text);
     e.write = [=](FieldWriter& w, const ModelConfig&, const F&) { w.add(key, json_text); };
     return add(std::move(e));
+  }
+  /// An object nested in config.json whose fields are `fields`' (Qwen3.5's text_config, a
+  /// rope_parameters): read when present (messages name its fields "key.field", and a field it
+  /// does not declare is refused, `unknown` ending the message), written on one line, and its
+  /// make-model options made inside it.
+  Schema& object(const char* key, Schema fields, const char* unknown) {
+    Entry e = entry(key, FieldSpec::Type::kObject, "");
+    e.spec.members = fields.fields();
+    e.nested = std::make_shared<const Schema>(std::move(fields));
+    const std::shared_ptr<const Schema> inner = e.nested;
+    e.read = [=](Fields& f, ModelConfig& c, F& g) {
+      const json::Value* v = f.get(key);
+      if (!v) return;
+      if (!v->is_object())
+        config_fail(f.source(), "{} is {}, expected an object", f.name(key), describe_json(*v));
+      Fields own(*v, f.source(), f.name(key));
+      inner->read(own, c, g);
+      own.reject_unknown(unknown);
+    };
+    e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) {
+      FieldWriter own;
+      inner->write(own, c, g);
+      if (!own.empty()) w.add(key, own.object());
+    };
+    return add(std::move(e));
+  }
+  /// A field whose value is a structure (a list of layer kinds, a list of objects) the family
+  /// reads and writes in its own functions, in the table's place; either may be null.
+  Schema& custom(const char* key, std::function<void(Fields&, ModelConfig&, F&)> read,
+                 std::function<void(FieldWriter&, const ModelConfig&, const F&)> write) {
+    Entry e = entry(key, FieldSpec::Type::kStructure, "");
+    e.read = std::move(read);
+    e.write = std::move(write);
+    e.spec.written = e.write != nullptr;
+    return add(std::move(e));
+  }
+  /// Every field of `other`, in its order (fields two layouts share, at different places).
+  Schema& include(const Schema& other) {
+    entries_.insert(entries_.end(), other.entries_.begin(), other.entries_.end());
+    return *this;
   }
 
   // Modifiers of the field declared last.
@@ -391,6 +435,13 @@ class Schema {
     last().read = nullptr;
     return *this;
   }
+  /// When config.json does not give the field (an integer, number or boolean), its value is
+  /// `value` of the fields read before it (fla's num_v_heads: num_heads) instead of the default.
+  Schema& default_from(Derive value) {
+    last().read_default = std::move(value);
+    last().spec.derived = true;
+    return *this;
+  }
   /// Written as this JSON text whatever was read (a kernel choice fla records: "fused_chunk").
   Schema& written_as(std::string json_text) {
     const char* key = last().spec.key;
@@ -406,18 +457,55 @@ class Schema {
     last().make_field = MakeField{name, help, false, true, fallback, max};
     return *this;
   }
+  /// make-model's --name sets the field when given; otherwise its value is `derived` of the
+  /// fields made before it (a width from hidden_size). `to_field`, when set, turns the option's
+  /// value (given or derived) into the field's (a head size into fla's expand_v).
+  Schema& option(const char* name, const char* help, Derive derived, Convert to_field = nullptr) {
+    option(name, help);
+    last().make_default = std::move(derived);
+    last().make_convert = std::move(to_field);
+    return *this;
+  }
+  /// One of make-model's common options (--vocab, --hidden, --layers, --heads, --intermediate)
+  /// sets the field; with `zero_is_default`, its 0 leaves the field to `derived` (when set) or
+  /// out of config.json.
+  Schema& common_option(const char* name, bool zero_is_default = false, Derive derived = nullptr) {
+    option(name, "");
+    last().make_field.common = true;
+    last().make_field.zero_is_default = zero_is_default;
+    last().make_default = std::move(derived);
+    return *this;
+  }
+  /// make-model writes the field as config.json does, with no option (a class name the reader
+  /// requires: a mixer spec's _target_).
+  Schema& made_as_written() {
+    last().made_as_written = true;
+    return *this;
+  }
   /// make-model's --name is a flag that sets the boolean field to `value`.
   Schema& flag(const char* name, const char* help, bool value = true) {
     last().spec.option = name;
     last().make_field = MakeField{name, help, true, value};
-    last().make = [value](const MakeOptions&, const char*, double) { return config_bool(value); };
+    return *this;
+  }
+  /// make-model's common flag --name (--tie-embeddings) sets the boolean field.
+  Schema& common_flag(const char* name) {
+    flag(name, "");
+    last().make_field.common = true;
     return *this;
   }
 
   /// Reads every field the table declares, in its order.
   void read(Fields& f, ModelConfig& c, F& g) const {
-    for (const Entry& e : entries_)
-      if (e.read && (!e.when || e.when(c, g))) e.read(f, c, g);
+    for (const Entry& e : entries_) {
+      if (!e.read || (e.when && !e.when(c, g))) continue;
+      if (e.read_default && !f.has(e.spec.key)) {
+        f.get(e.spec.key);  // a null is read too
+        e.assign(c, g, e.read_default(c, g));
+      } else {
+        e.read(f, c, g);
+      }
+    }
   }
   /// Writes every written field, in the table's order.
   void write(FieldWriter& w, const ModelConfig& c, const F& g) const {
@@ -428,26 +516,25 @@ class Schema {
   /// make-model's options of the fields that have one, each serving `archs` (empty: all).
   std::vector<MakeOption> make_options(const std::vector<std::string>& archs = {}) const {
     std::vector<MakeOption> out;
-    for (const Entry& e : entries_)
-      if (e.make_field.name)
-        out.push_back({e.make_field.name, e.make_field.flag ? nullptr : e.make_field.fallback,
-                       e.make_field.help, e.make_field.flag, archs});
-    return out;
-  }
-  /// config.json's text of the fields whose make-model option is given, as `"key": value`
-  /// items joined by ", " (the family adds model_type and the shape).
-  std::string make_fields(const MakeOptions& o) const {
-    std::string out;
     for (const Entry& e : entries_) {
+      if (e.nested)
+        for (auto& o : e.nested->make_options(archs)) out.push_back(std::move(o));
       const MakeField& m = e.make_field;
-      if (!m.name || !e.make) continue;
-      if (m.flag ? !o.flag(m.name) : !o.given(m.name) && !*m.fallback) continue;
-      out += fmt::format("{}\"{}\": {}", out.empty() ? "" : ", ", e.spec.key,
-                         e.make(o, m.name, m.max));
+      if (m.name && !m.common)
+        out.push_back({m.name, m.flag ? nullptr : m.fallback, m.help, m.flag, archs});
     }
     return out;
   }
-  /// Every field, in the table's order.
+  /// config.json's text of the fields make-model's options set (given, defaulted or derived), as
+  /// `"key": value` items joined by ", " (the family adds model_type).
+  std::string make_fields(const MakeOptions& o) const {
+    ModelConfig c;
+    F g;
+    FieldWriter w;
+    make(o, c, g, w);
+    return w.items();
+  }
+  /// Every field, in the table's order (an object's fields as its members).
   std::vector<FieldSpec> fields() const {
     std::vector<FieldSpec> out;
     for (const Entry& e : entries_) out.push_back(e.spec);
@@ -460,9 +547,54 @@ class Schema {
     When when, write_when;
     std::function<void(Fields&, ModelConfig&, F&)> read;
     std::function<void(FieldWriter&, const ModelConfig&, const F&)> write;
-    std::function<std::string(const MakeOptions&, const char*, double)> make;
+    std::shared_ptr<const Schema> nested;  // an object's own table
+    // A number's, integer's or boolean's member set from a derived or made value.
+    std::function<void(ModelConfig&, F&, double)> assign;
+    Derive read_default, make_default;
+    Convert make_convert;
+    // make-model's value of a numeric option, or the JSON text of a string one.
+    std::function<double(const MakeOptions&, const MakeField&)> option_value;
+    std::function<std::string(const MakeOptions&, const char*)> option_text;
     MakeField make_field{nullptr, nullptr};
+    bool made_as_written = false;
   };
+
+  // Writes into `w` the fields make-model's options set, and into c and g the numbers among
+  // them, which later derived defaults read.
+  void make(const MakeOptions& o, ModelConfig& c, F& g, FieldWriter& w) const {
+    for (const Entry& e : entries_) {
+      if (e.nested) {
+        FieldWriter own;
+        e.nested->make(o, c, g, own);
+        if (!own.empty()) w.add(e.spec.key, own.object());
+        continue;
+      }
+      if (e.made_as_written) {
+        e.write(w, c, g);
+        continue;
+      }
+      const MakeField& m = e.make_field;
+      if (!m.name) continue;
+      if (m.flag) {
+        if (!o.flag(m.name)) continue;
+        e.assign(c, g, m.flag_value);
+        w.boolean(e.spec.key, m.flag_value);
+        continue;
+      }
+      const bool read_option = m.common || o.given(m.name) || *m.fallback;
+      if (e.option_text) {
+        if (read_option) w.add(e.spec.key, e.option_text(o, m.name));
+        continue;
+      }
+      double value = read_option ? e.option_value(o, m) : 0;
+      const bool set = read_option && !(m.zero_is_default && value == 0);
+      if (!set && !e.make_default) continue;
+      if (!set) value = e.make_default(c, g);
+      if (e.make_convert) value = e.make_convert(value, c, g);
+      e.assign(c, g, value);
+      w.number(e.spec.key, value);
+    }
+  }
 
   // choice() and choice_or_null(): `nullable` makes null (and absence) `fallback`.
   template <class O, class T>
@@ -493,9 +625,10 @@ class Schema {
       else
         w.string(key, name_of(names, v));
     };
-    e.make = [=](const MakeOptions& o, const char* name, double) { return json::quote(o.str(name)); };
+    e.option_text = [](const MakeOptions& o, const char* name) { return json::quote(o.str(name)); };
     return add(std::move(e));
   }
+
   // The object a member pointer of O points into: the configuration or the family's fields.
   template <class O, class C, class G>
   static auto& at(C& c, G& g) {

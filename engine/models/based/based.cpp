@@ -306,39 +306,15 @@ class Family final : public model::Family {
 
   std::vector<std::string> make_model_archs() const override { return {"based"}; }
   std::vector<model::MakeOption> make_model_options() const override {
-    std::vector<model::MakeOption> out;
-    for (const auto* schema : {&gpt2_schema(), &linear_schema(), &window_schema()})
-      for (auto& o : schema->make_options()) out.push_back(std::move(o));
-    return out;
+    return gpt2_schema().make_options();
   }
-  // The published layout with the mixers' defaults (a bias, expand_proj 4, 3 taps); the
-  // window layers have --heads heads, as n_head.
+  // The published layout from the table, with the mixers' defaults (a bias, expand_proj 4, 3
+  // taps) and the published embedding's padding to a multiple of 8.
   std::string make_model_config(const std::string&, const model::MakeOptions& o) const override {
     if (o.given("tie-embeddings"))
       throw ArgumentError("--tie-embeddings does not apply to --arch based (its head is always tied)");
-    const auto heads = o.integer("heads", 1, 1 << 16);
-    std::string json = fmt::format(
-        "{{\"model_type\": \"gpt2\", \"vocab_size\": {}, \"n_embd\": {}, \"n_layer\": {}, "
-        "\"n_head\": {}, \"rms_norm\": true, \"activation_function\": \"swiglu\", "
-        "\"pad_vocab_size_multiple\": 8",
-        o.integer("vocab", 1, 1 << 24), o.integer("hidden", 1, 1 << 20), o.integer("layers", 1, 4096),
-        heads);
-    if (const auto inter = o.integer("intermediate", 0, 1 << 20); inter > 0)
-      json += fmt::format(", \"n_inner\": {}", inter);
-    if (const std::string lists = gpt2_schema().make_fields(o); !lists.empty()) json += ", " + lists;
-    // A mixer spec: its class, and the fields its options give.
-    const auto spec = [&](const char* key, const char* cls, std::string fields) {
-      json += fmt::format(", \"{}\": {{\"_target_\": \"{}\"{}{}}}", key, cls,
-                          fields.empty() ? "" : ", ", fields);
-    };
-    const auto and_heads = [&](std::string fields) {
-      return fields + fmt::format("{}\"num_heads\": {}", fields.empty() ? "" : ", ", heads);
-    };
-    const std::string la = linear_schema().make_fields(o);
-    spec("mixer", kBaseConv, "");
-    spec("alt_mixer", kLinearAttention, o.given("la-heads") ? la : and_heads(la));
-    spec("alt_mixer_2", kSlidingAttention, and_heads(window_schema().make_fields(o)));
-    return json + "}";
+    return "{\"model_type\": \"gpt2\", \"pad_vocab_size_multiple\": 8, " +
+           gpt2_schema().make_fields(o) + "}";
   }
 
   std::string describe(const Model& m, const std::string& label) const override {

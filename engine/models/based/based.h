@@ -42,16 +42,9 @@ struct BasedConfig final : FamilyConfig {
 const BasedConfig& config_of(const ModelConfig& c);
 
 // based_config.cpp
-/// The hydra classes of the mixer specs, as config.json names them.
-extern const char* const kBaseConv;
-extern const char* const kLinearAttention;
-extern const char* const kSlidingAttention;
 /// Based's config.json fields, each once: the GPT-2 config's with its mixer specs (reading,
-/// writing, make-model's options), and those of alt_mixer and alt_mixer_2 apart, for the
-/// options make-model writes into them.
+/// writing, make-model's options).
 const model::Schema<BasedConfig>& gpt2_schema();
-const model::Schema<BasedConfig>& linear_schema();
-const model::Schema<BasedConfig>& window_schema();
 void read_config(model::Fields& f, ModelConfig& c);
 void resolve(ModelConfig& c, const std::string& source);
 std::string config_fields(const ModelConfig& c);

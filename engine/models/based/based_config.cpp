@@ -72,13 +72,10 @@ std::function<bool(const std::string&)> names_class(std::vector<std::string> cla
   };
 }
 
-}  // namespace
-
-const char* const kBaseConv = "based.models.mixers.convolution.BaseConv";
-const char* const kLinearAttention = "based.models.mixers.linear_attention.LinearAttention";
-const char* const kSlidingAttention = "based.models.mixers.slide_attention.SlidingAttention";
-
-namespace {
+// The hydra classes of the mixer specs, as config.json names them.
+constexpr const char* kBaseConv = "based.models.mixers.convolution.BaseConv";
+constexpr const char* kLinearAttention = "based.models.mixers.linear_attention.LinearAttention";
+constexpr const char* kSlidingAttention = "based.models.mixers.slide_attention.SlidingAttention";
 
 // mixer: BaseConv, the layers in neither list. kernel_sizes (plural) is what the training
 // configs say; the published code reads kernel_size (docs/based.md): the kernel is kernel_size,
@@ -87,7 +84,7 @@ const model::Schema<BasedConfig>& conv_schema() {
   static const model::Schema<BasedConfig> s = [] {
     model::Schema<BasedConfig> t;
     t.fixed_when("_target_", kBaseConv, names_class({"BaseConv"}),
-                 "expected a BaseConv (the mixer Based's checkpoints use)").required()
+                 "expected a BaseConv (the mixer Based's checkpoints use)").required().made_as_written()
         .accepted("l_max", kTrainingLength).written_as("2048")
         .boolean("use_bias", &BasedConfig::conv_bias, true)
         .integer("expand_proj", &BasedConfig::conv_expand, 4, 2, 64)
@@ -124,20 +121,20 @@ const model::Schema<BasedConfig>& taylor_schema() {
   return s;
 }
 
-}  // namespace
-
 // alt_mixer: Taylor linear attention, the layers of alt_mixer_layers.
 const model::Schema<BasedConfig>& linear_schema() {
   static const model::Schema<BasedConfig> s = [] {
     model::Schema<BasedConfig> t;
     t.fixed_when("_target_", kLinearAttention, names_class({"LinearAttention"}),
                  "expected a LinearAttention (the mixer Based's checkpoints use)").required()
+        .made_as_written()
         .accepted("l_max", kTrainingLength).written_as("2048")
         .object("feature_map", taylor_schema(), kUnknown)
         .integer("feature_dim", &BasedConfig::la_feature_dim, 16, 1, 256)
         .option("feature-dim", "q and k width per linear-attention head", "16")
         .integer("num_heads", &BasedConfig::la_heads, 16, 1, kMaxDim)
-        .option("la-heads", "linear-attention heads (default: --heads)", "", 1 << 16)
+        .option("la-heads", "linear-attention heads (default: --heads)",
+                [](const ModelConfig&, const BasedConfig& b) { return double(b.window_heads); })
         .integer("num_key_value_heads", &BasedConfig::la_kv_heads, 0, 1, kMaxDim).not_written()
         .accepted("parallel_implementation", "which parallel kernel training uses: the same function")
         .accepted("eps", "the denominator's eps: the published layers keep their default, 1e-12, "
@@ -157,9 +154,11 @@ const model::Schema<BasedConfig>& window_schema() {
     model::Schema<BasedConfig> t;
     t.fixed_when("_target_", kSlidingAttention, names_class({"SlidingAttention"}),
                  "expected a SlidingAttention (the mixer Based's checkpoints use)").required()
+        .made_as_written()
         .integer("window_size", &BasedConfig::window_size, 256, 1, 1 << 24)
         .option("window-size", "window_size (a token sees window_size / 2 before it)", "16")
         .integer("num_heads", &BasedConfig::window_spec_heads, 0, 1, kMaxDim)
+        .common_option("heads")  // the published code's window heads are n_head's
         .fixed_json("causal", "true", "Based's windows are causal")
         .accepted("l_max", kTrainingLength)
         .accepted("do_update", kTrainingCode)
@@ -168,6 +167,8 @@ const model::Schema<BasedConfig>& window_schema() {
   }();
   return s;
 }
+
+}  // namespace
 
 // The published checkpoints' layout: a GPT2Config with Based's mixer specs, its every field
 // once, in the order config.json is written. What all of Based's checkpoints have (RMSNorm, a
@@ -183,18 +184,19 @@ const model::Schema<BasedConfig>& gpt2_schema() {
                     names_class({"GPT2MixerConfig", "GPT2Config"}),
                     "expected based.models.gpt.GPT2MixerConfig (or transformers' GPT2Config): "
                     "recur reads Based's GPT-2 config fields").not_written()
-        .integer("vocab_size", &ModelConfig::vocab_size, 50257, 1, 1 << 24)
-        .integer("n_embd", &ModelConfig::hidden_size, 768, 1, kMaxDim)
+        .integer("vocab_size", &ModelConfig::vocab_size, 50257, 1, 1 << 24).common_option("vocab")
+        .integer("n_embd", &ModelConfig::hidden_size, 768, 1, kMaxDim).common_option("hidden")
         .integer("n_inner", &ModelConfig::intermediate_size, 0, 1, kMaxDim)
-        .integer("n_layer", &ModelConfig::num_hidden_layers, 12, 1, 4096)
-        .integer("n_head", &BasedConfig::window_heads, 12, 1, kMaxDim)
+        .common_option("intermediate", true)
+        .integer("n_layer", &ModelConfig::num_hidden_layers, 12, 1, 4096).common_option("layers")
+        .integer("n_head", &BasedConfig::window_heads, 12, 1, kMaxDim).common_option("heads")
         .number("layer_norm_epsilon", &ModelConfig::norm_eps, 1e-5, 0.0, 1.0)
         .number("rotary_emb_base", &BasedConfig::rope_theta, 10000, 1.0, 1e12)
         .fixed_json("rotary_emb_fraction", "1", "only rotary over the whole head is supported")
         .fixed_json("max_position_embeddings", "0", "Based has no learned position embedding")
         .integer("pad_vocab_size_multiple", &BasedConfig::pad_vocab_multiple, 1, 1, 1 << 16)
-        .fixed_json("rms_norm", "true", "Based's blocks use RMSNorm").required()
-        .fixed("activation_function", "swiglu", "Based's MLP is swiglu").required()
+        .fixed_json("rms_norm", "true", "Based's blocks use RMSNorm").required().made_as_written()
+        .fixed("activation_function", "swiglu", "Based's MLP is swiglu").required().made_as_written()
         .accepted("residual_in_fp32", "recur's residual stream is float32 whatever it says")
         .written_as("true")
         .layers("alt_mixer_layers", &BasedConfig::linear_layers, "n_layer")
