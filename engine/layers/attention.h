@@ -1,6 +1,6 @@
 // Softmax attention as flash-linear-attention's hybrids place it (fla/layers/attn.py), a block of
 // engine/layers/: an fla config's `attn` block (which layers, heads, kv heads, qkv bias, window,
-// rotary base), its reader and writer, its tensors, and the attention layer built from them (the
+// rotary base) and the table of its fields, its tensors, and the attention layer built from them (the
 // projections and a CausalAttention; layers/sequence.h runs it over a sequence's rows). The fla
 // family (GLA, RetNet, HGRN2) and fla's gated_deltanet in the Gated DeltaNet family share them.
 #pragma once

@@ -1,14 +1,14 @@
 // config.json of HazyResearch's Based as its checkpoints publish it (model_type "gpt2" with the
-// alt_mixer fields, or "based"): read field by field, each mixer spec by its hydra class; the
-// derived sizes and layer schedule; the lines make-model writes. docs/based.md.
+// alt_mixer fields, or "based"): one table of its fields, each mixer spec a table of its own
+// checked by its hydra class; the derived sizes and layer schedule. docs/based.md.
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <string>
 #include <memory>
-#include <vector>
 #include <stdexcept>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "model/config_schema.h"
 #include "models/based/based.h"

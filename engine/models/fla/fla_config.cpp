@@ -1,7 +1,6 @@
-// config.json of flash-linear-attention's GLA, RetNet and HGRN2 models, field by field as their
-// configuration classes and blocks read them (fla/models/{gla,retnet,hgrn2}, fla/models/hybrid.py).
-#include <fmt/format.h>
-
+// config.json of flash-linear-attention's GLA, RetNet and HGRN2 models: a table per layout of the
+// fields as their configuration classes and blocks read them (fla/models/{gla,retnet,hgrn2},
+// fla/models/hybrid.py), and the sizes derived from them.
 #include <cmath>
 #include <limits>
 #include <memory>
