@@ -5,10 +5,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "layers/attention.h"
-#include "layers/sequence.h"
+#include "layers/gqa.h"
 #include "model/loader.h"
 #include "model/model_impl.h"
 #include "models/nemotron_h/nemotron_h.h"
@@ -22,28 +21,20 @@ namespace {
 using model::Dense;
 using model::Norm;
 
-// Attention as NemotronHAttention: q, k, v, o projections, grouped kv heads of head_dim (its
-// own size, not hidden / heads), scores times head_dim^-1/2, no positions (its forward applies
-// no rotary embedding).
-struct AttentionLayer {
-  int H = 0, Hkv = 0, d = 0;
-  Dense q, k, v, o;
-  std::unique_ptr<CausalAttention> attention;
-};
-
 struct Layer {
   Block kind = Block::kMlp;
   Norm norm;
   model::SsdMixer mamba;
-  AttentionLayer attn;
+  model::GqaLayer attn;
   Dense up, down;  // the MLP: down(relu(up(h))^2)
 };
 
 struct Rows : model::Scratch {
-  std::vector<float> a, u, q, k, v, o;
+  std::vector<float> a, u;
   model::SsdRows ssd;
+  model::GqaRows attn;
   std::size_t bytes() const override {
-    return Scratch::bytes() + model::buffer_bytes({&a, &u, &q, &k, &v, &o}) + ssd.bytes();
+    return Scratch::bytes() + model::buffer_bytes({&a, &u}) + ssd.bytes() + attn.bytes();
   }
 };
 
@@ -65,9 +56,7 @@ class Network final : public model::Network {
 
   std::unique_ptr<model::LayerState> make_state(std::size_t layer) const override {
     const Layer& l = layers_[stateful_[layer]];
-    if (l.kind == Block::kAttention)
-      return std::make_unique<model::MixerState<CausalState>>(l.attn.attention->make_state(),
-                                                              MixerKind::kAttention);
+    if (l.kind == Block::kAttention) return model::make_gqa_state(l.attn);
     return model::make_ssd_state(l.mamba);
   }
 
@@ -82,10 +71,7 @@ class Network final : public model::Network {
       } else if (l.kind == Block::kMamba) {
         w->ssd.grow(rows, l.mamba.spec);
       } else {
-        const auto hd = n * std::size_t(l.attn.H) * std::size_t(l.attn.d);
-        const auto kv = n * std::size_t(l.attn.Hkv) * std::size_t(l.attn.d);
-        for (auto* b : {&w->q, &w->o}) if (b->size() < hd) b->assign(hd, 0.0f);
-        for (auto* b : {&w->k, &w->v}) if (b->size() < kv) b->assign(kv, 0.0f);
+        w->attn.grow(rows, l.attn);
       }
     }
     return w;
@@ -102,13 +88,9 @@ class Network final : public model::Network {
         relu_squared(w.u.data(), std::int64_t(n) * intermediate_);
         L.down.apply(w.u.data(), n, intermediate_, w.a.data(), d, threads);
       } else if (L.kind == Block::kAttention) {
-        const AttentionLayer& A = L.attn;
-        const int hd = A.H * A.d, kv = A.Hkv * A.d;
-        A.q.apply(w.h.data(), n, d, w.q.data(), hd, threads);
-        A.k.apply(w.h.data(), n, d, w.k.data(), kv, threads);
-        A.v.apply(w.h.data(), n, d, w.v.data(), kv, threads);
+        model::gqa_project(L.attn, w.h.data(), n, d, w.attn, threads);
         attend(state++, 0, threads);
-        A.o.apply(w.o.data(), n, hd, w.a.data(), d, threads);
+        model::gqa_output(L.attn, w.attn, n, w.a.data(), d, threads);
       } else {
         model::ssd_project(L.mamba, w.h.data(), n, w.ssd, threads);
         attend(state++, 0, threads);
@@ -125,11 +107,7 @@ class Network final : public model::Network {
     if (L.kind == Block::kMamba)
       return model::ssd_sequence(L.mamba, static_cast<model::SsdState&>(state), w.ssd, first,
                                  count, threads);
-    const AttentionLayer& A = L.attn;
-    const std::size_t r = std::size_t(first), hd = std::size_t(A.H * A.d),
-                      kv = std::size_t(A.Hkv * A.d);
-    model::attend(*A.attention, model::state_of<CausalState>(state), w.q.data() + r * hd,
-                  w.k.data() + r * kv, w.v.data() + r * kv, w.o.data() + r * hd, count, threads);
+    model::gqa_sequence(L.attn, state, w.attn, first, count, threads);
   }
 
   void clear_sequence(std::size_t layer, int, model::Scratch& scratch, int first,
@@ -137,16 +115,14 @@ class Network final : public model::Network {
     Rows& w = static_cast<Rows&>(scratch);
     const Layer& L = layers_[stateful_[layer]];
     if (L.kind == Block::kMamba) return model::ssd_clear(L.mamba, w.ssd, first, count);
-    const auto width = std::size_t(L.attn.H) * std::size_t(L.attn.d);
-    std::fill(w.o.data() + std::size_t(first) * width,
-              w.o.data() + std::size_t(first + count) * width, 0.0f);
+    model::gqa_clear(L.attn, w.attn, first, count);
   }
 
   std::size_t weight_bytes() const override {
     std::size_t bytes = 0;
     for (const auto& L : layers_) {
-      for (const auto* d : {&L.up, &L.down, &L.attn.q, &L.attn.k, &L.attn.v, &L.attn.o})
-        bytes += model::dense_bytes(*d);
+      bytes += model::dense_bytes(L.up) + model::dense_bytes(L.down);
+      if (L.kind == Block::kAttention) bytes += model::gqa_weight_bytes(L.attn);
       if (L.kind == Block::kMamba) bytes += model::ssd_weight_bytes(L.mamba);
     }
     return bytes;
@@ -158,25 +134,16 @@ class Network final : public model::Network {
   std::vector<std::size_t> stateful_;  // the decoder's layer i is layers_[stateful_[i]]
 };
 
-AttentionLayer load_attention(model::Loader& L, const std::string& p, const NemotronHConfig& g,
-                              int hidden) {
-  AttentionLayer A;
-  A.H = g.n_heads;
-  A.Hkv = g.n_kv_heads;
-  A.d = g.head_dim;
-  const bool b = g.attention_bias;
-  const int hd = A.H * A.d, kv = A.Hkv * A.d;
-  A.q = model::dense(L, p + "q_proj", hd, hidden, b, "num_attention_heads * head_dim, hidden_size");
-  A.k = model::dense(L, p + "k_proj", kv, hidden, b, "num_key_value_heads * head_dim, hidden_size");
-  A.v = model::dense(L, p + "v_proj", kv, hidden, b, "num_key_value_heads * head_dim, hidden_size");
-  A.o = model::dense(L, p + "o_proj", hidden, hd, b, "hidden_size, num_attention_heads * head_dim");
+// Attention as NemotronHAttention: grouped kv heads of head_dim (its own size, not hidden /
+// heads), scores times head_dim^-1/2, no positions (its forward applies no rotary embedding).
+model::GqaLayer load_attention(model::Loader& L, const std::string& p, const NemotronHConfig& g,
+                               int hidden) {
   CausalAttentionConfig ac;
-  ac.n_heads = A.H;
-  ac.n_kv_heads = A.Hkv;
-  ac.d_head = A.d;
+  ac.n_heads = g.n_heads;
+  ac.n_kv_heads = g.n_kv_heads;
+  ac.d_head = g.head_dim;
   ac.rotary = false;
-  A.attention = std::make_unique<CausalAttention>(ac);
-  return A;
+  return model::load_gqa(L, p, hidden, g.attention_bias, ac);
 }
 
 void load(const ModelConfig& c, model::Loader& L, Model::Impl& impl) {

@@ -26,6 +26,60 @@ constexpr const char* kTraining = "training or initialisation only: the same fun
 
 bool is_false(const json::Value& v) { return v.is_bool() && !v.boolean(); }
 
+// hybrid_override_pattern: required (every published config has it), one letter a layer.
+void read_pattern(Fields& f, ModelConfig& c, NemotronHConfig& g) {
+  const std::string& source = f.source();
+  const int n_layers = c.num_hidden_layers;
+  const json::Value* v = f.get("hybrid_override_pattern");
+  if (!v)
+    config_fail(source, "hybrid_override_pattern is missing: every Nemotron-H config.json gives "
+                        "its layers' kinds (M Mamba-2, * attention, - MLP)");
+  if (!v->is_string()) config_fail(source, "hybrid_override_pattern is {}", describe_json(*v));
+  const std::string p = v->string();
+  if (p.size() != std::size_t(n_layers))
+    config_fail(source, "hybrid_override_pattern has {} letters for num_hidden_layers {}",
+                p.size(), n_layers);
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == 'E')
+      config_fail(source, "hybrid_override_pattern has E (a mixture-of-experts block) at layer "
+                          "{}: Nemotron-H with experts (Nemotron 3 Nano), which recur does not "
+                          "run; the dense models (M, * and - only) load", i);
+    if (p[i] != 'M' && p[i] != '*' && p[i] != '-')
+      config_fail(source, "hybrid_override_pattern has '{}' at layer {}, expected M (Mamba-2), "
+                          "* (attention) or - (MLP)", p.substr(i, 1), i);
+  }
+  g.pattern = p;
+}
+
+// The attention heads' size: NVIDIA's configuration calls it attention_head_dim (Nemotron-H 8B,
+// 47B, 56B), transformers' head_dim; either may come, both must agree.
+void read_head_dim(Fields& f, ModelConfig&, NemotronHConfig& g) {
+  const bool both = f.get("attention_head_dim") && f.get("head_dim");
+  const int nvidia = f.integer("attention_head_dim", 128, 2, kMaxHeadDim);
+  g.head_dim = f.integer("head_dim", nvidia, 2, kMaxHeadDim);
+  if (both && nvidia != g.head_dim)
+    config_fail(f.source(), "head_dim is {} and attention_head_dim {}: the attention heads' size "
+                            "must be one", g.head_dim, nvidia);
+}
+
+// time_step_limit: dt's clamp, [min, max] (Python writes the infinity as a bare Infinity).
+void read_dt_limit(Fields& f, ModelConfig&, NemotronHConfig& g) {
+  const json::Value* v = f.get("time_step_limit");
+  if (!v) return;
+  if (!v->is_array() || v->array().size() != 2 || !v->array()[0].is_number() ||
+      !v->array()[1].is_number())
+    config_fail(f.source(), "time_step_limit is {}, expected [min, max]", describe_json(*v));
+  g.dt_min = v->array()[0].number();
+  g.dt_max = v->array()[1].number();
+  g.has_dt_limit = true;
+}
+
+void write_dt_limit(model::FieldWriter& w, const ModelConfig&, const NemotronHConfig& g) {
+  if (!g.has_dt_limit) return;
+  const std::string max = std::isinf(g.dt_max) ? "Infinity" : config_number(g.dt_max);
+  w.add("time_step_limit", fmt::format("[{}, {}]", config_number(g.dt_min), max));
+}
+
 const model::Schema<NemotronHConfig>& schema() {
   static const model::Schema<NemotronHConfig> s = [] {
     using F = NemotronHConfig;
@@ -35,9 +89,16 @@ const model::Schema<NemotronHConfig>& schema() {
         .integer("vocab_size", &ModelConfig::vocab_size, 131072, 1, 1 << 24)
         .integer("hidden_size", &ModelConfig::hidden_size, 4096, 1, kMaxDim)
         .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 52, 1, 4096)
+        .custom("hybrid_override_pattern", read_pattern,
+                [](model::FieldWriter& w, const ModelConfig&, const F& g) {
+                  w.string("hybrid_override_pattern", g.pattern);
+                })
         .integer("num_attention_heads", &F::n_heads, 32, 1, kMaxHeads)
         .integer("num_key_value_heads", &F::n_kv_heads, 8, 1, kMaxHeads)
-        .integer("head_dim", &F::head_dim, 128, 2, kMaxHeadDim).read_apart()
+        .custom("head_dim", read_head_dim,
+                [](model::FieldWriter& w, const ModelConfig&, const F& g) {
+                  w.number("head_dim", g.head_dim);
+                })
         .boolean("attention_bias", &F::attention_bias, false)
         .integer("intermediate_size", &ModelConfig::intermediate_size, 21504, 1, kMaxDim)
         .fixed("mlp_hidden_act", "relu2", "Nemotron-H's MLP is relu2 (relu squared)")
@@ -49,6 +110,7 @@ const model::Schema<NemotronHConfig>& schema() {
         .integer("conv_kernel", &F::m_conv, 4, 1, 64)
         .boolean("use_conv_bias", &F::m_conv_bias, true)
         .boolean("use_bias", &F::use_bias, false)
+        .custom("time_step_limit", read_dt_limit, write_dt_limit)
         .fixed("mamba_hidden_act", "silu",
                "Nemotron-H's Mamba-2 layers take silu after the convolution")
         .number("layer_norm_epsilon", &ModelConfig::norm_eps, 1e-5, 0.0, 1.0)
@@ -87,45 +149,6 @@ const model::Schema<NemotronHConfig>& schema() {
   return s;
 }
 
-// hybrid_override_pattern: required (every published config has it), one letter a layer.
-std::string read_pattern(Fields& f, int n_layers) {
-  const std::string& source = f.source();
-  const json::Value* v = f.get("hybrid_override_pattern");
-  if (!v)
-    config_fail(source, "hybrid_override_pattern is missing: every Nemotron-H config.json gives "
-                        "its layers' kinds (M Mamba-2, * attention, - MLP)");
-  if (!v->is_string()) config_fail(source, "hybrid_override_pattern is {}", describe_json(*v));
-  const std::string p = v->string();
-  if (p.size() != std::size_t(n_layers))
-    config_fail(source, "hybrid_override_pattern has {} letters for num_hidden_layers {}",
-                p.size(), n_layers);
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    if (p[i] == 'E')
-      config_fail(source, "hybrid_override_pattern has E (a mixture-of-experts block) at layer "
-                          "{}: Nemotron-H with experts (Nemotron 3 Nano), which recur does not "
-                          "run; the dense models (M, * and - only) load", i);
-    if (p[i] != 'M' && p[i] != '*' && p[i] != '-')
-      config_fail(source, "hybrid_override_pattern has '{}' at layer {}, expected M (Mamba-2), "
-                          "* (attention) or - (MLP)", p.substr(i, 1), i);
-  }
-  return p;
-}
-
-// The attention heads' size: NVIDIA's configuration calls it attention_head_dim (Nemotron-H 8B,
-// 47B, 56B), transformers' head_dim; either may come, both must agree.
-int read_head_dim(const json::Value& root, Fields& f) {
-  const auto given = [&](const char* key) {
-    const json::Value* v = root.find(key);
-    return v && !v->is_null();
-  };
-  const int nvidia = f.integer("attention_head_dim", 128, 2, kMaxHeadDim);
-  const int transformers = f.integer("head_dim", nvidia, 2, kMaxHeadDim);
-  if (given("attention_head_dim") && given("head_dim") && nvidia != transformers)
-    config_fail(f.source(), "head_dim is {} and attention_head_dim {}: the attention heads' size "
-                            "must be one", transformers, nvidia);
-  return transformers;
-}
-
 }  // namespace
 
 Block block_of(char letter) {
@@ -157,20 +180,10 @@ const NemotronHConfig& config_of(const ModelConfig& c) {
   return *g;
 }
 
-void read_config(const json::Value& root, Fields& f, ModelConfig& c) {
+void read_config(const json::Value&, Fields& f, ModelConfig& c) {
   c.type = "nemotron_h";
   NemotronHConfig g;
   schema().read(f, c, g);
-  g.pattern = read_pattern(f, c.num_hidden_layers);
-  g.head_dim = read_head_dim(root, f);
-  if (const json::Value* v = f.get("time_step_limit")) {
-    if (!v->is_array() || v->array().size() != 2 || !v->array()[0].is_number() ||
-        !v->array()[1].is_number())
-      config_fail(f.source(), "time_step_limit is {}, expected [min, max]", describe_json(*v));
-    g.dt_min = v->array()[0].number();
-    g.dt_max = v->array()[1].number();
-    g.has_dt_limit = true;
-  }
   c.family = std::make_shared<NemotronHConfig>(g);
 }
 
@@ -198,14 +211,8 @@ void resolve(ModelConfig& c, const std::string& source) {
 }
 
 std::string config_fields(const ModelConfig& c) {
-  const NemotronHConfig& g = config_of(c);
   model::FieldWriter w;
-  schema().write(w, c, g);
-  w.string("hybrid_override_pattern", g.pattern);
-  if (g.has_dt_limit)
-    w.add("time_step_limit", fmt::format("[{}, {}]", config_number(g.dt_min),
-                                         std::isinf(g.dt_max) ? std::string("Infinity")
-                                                              : config_number(g.dt_max)));
+  schema().write(w, c, config_of(c));
   return w.text();
 }
 
