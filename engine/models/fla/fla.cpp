@@ -185,20 +185,11 @@ class Family final : public model::Family {
     return out;
   }
   std::string make_model_config(const std::string& arch, const model::MakeOptions& o) const override {
-    const FlaConfig::Kind kind = kind_of(arch);
-    const auto heads = o.integer("heads", 1, 1 << 16);
-    std::string json = fmt::format(
-        "{{\"model_type\": \"{}\", \"vocab_size\": {}, \"hidden_size\": {}, "
-        "\"num_hidden_layers\": {}, \"tie_word_embeddings\": {}",
-        arch, o.integer("vocab", 1, 1 << 24), o.integer("hidden", 1, 1 << 20),
-        o.integer("layers", 1, 4096), o.flag("tie-embeddings") ? "true" : "false");
+    const auto heads = o.integer("heads", 1, 1 << 16);  // the attention layers' default too
+    std::string json = fmt::format("{{\"model_type\": \"{}\", {}", arch, schema(kind_of(arch)).make_fields(o));
     const auto add = [&](const std::string& k, const std::string& v) {
       json += fmt::format(", \"{}\": {}", k, v);
     };
-    if (const auto inter = o.integer("intermediate", 0, 1 << 20); inter > 0)
-      add("intermediate_size", std::to_string(inter));
-    if (kind != FlaConfig::Kind::kHgrn2) add("num_heads", std::to_string(heads));  // HGRN2's are derived
-    if (const std::string fields = schema(kind).make_fields(o); !fields.empty()) json += ", " + fields;
     if (o.given("attn-layers")) {
       const std::string layers = model::layer_indices_option(o, "attn-layers", false);
       const auto ah = o.given("attn-heads") ? o.integer("attn-heads", 1, 1 << 16) : heads;

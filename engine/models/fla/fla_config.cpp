@@ -40,10 +40,12 @@ model::Schema<FlaConfig> build_schema(Kind kind) {
                                          : "[\"HGRN2ForCausalLM\"]")
       .same_function("attn_mode", modes, "chunk",
                      "fla's kernel choice: every mode computes the same function")
-      .integer("vocab_size", &ModelConfig::vocab_size, 32000, 1, 1 << 24)
-      .integer("hidden_size", &ModelConfig::hidden_size, 2048, 1, kMaxDim)
+      .integer("vocab_size", &ModelConfig::vocab_size, 32000, 1, 1 << 24).common_option("vocab")
+      .integer("hidden_size", &ModelConfig::hidden_size, 2048, 1, kMaxDim).common_option("hidden")
       .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 24, 1, 4096)
+      .common_option("layers")
       .integer("intermediate_size", &ModelConfig::intermediate_size, 0, 1, kMaxDim)
+      .common_option("intermediate", true)
       .number("hidden_ratio", &FlaConfig::hidden_ratio, retnet ? 2 : 4, 1e-6, 1e6).not_written()
       .fixed("hidden_act", "swish", "recur runs fla's GatedMLP with swish only (not powlu)")
       .number("norm_eps", &ModelConfig::norm_eps, 1e-6, 0.0, 1.0)
@@ -53,6 +55,7 @@ model::Schema<FlaConfig> build_schema(Kind kind) {
       .boolean("fuse_norm", &FlaConfig::fuse_norm, true)
       .integer("max_position_embeddings", &FlaConfig::max_position_embeddings, 2048, 0, 1 << 30)
       .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false).not_written()
+      .common_flag("tie-embeddings")
       .accepted_when("attnres_block_size", [](const json::Value&) { return false; },
                      "null: no attention residuals", "fla's attention residuals are not supported")
       .accepted("share_conv_kernel", "read by older configuration classes and by no layer "
@@ -69,7 +72,7 @@ model::Schema<FlaConfig> build_schema(Kind kind) {
         .boolean("use_lower_bound", &FlaConfig::use_lower_bound, true)
         .flag("no-lower-bound", "no lower bounds on the forget gate (use_lower_bound false)", false);
   } else {
-    t.integer("num_heads", &ModelConfig::num_heads, gla ? 4 : 8, 1, kMaxDim)
+    t.integer("num_heads", &ModelConfig::num_heads, gla ? 4 : 8, 1, kMaxDim).common_option("heads")
         .integer("num_kv_heads", &ModelConfig::num_kv_heads, 0, 1, kMaxDim)
         .option("kv-heads", "key/value heads (default: as many as heads)", "", 1 << 16)
         .number("expand_k", &FlaConfig::expand_k, gla ? 0.5 : 1.0, 1e-6, 1e6)
