@@ -33,6 +33,7 @@ Sampler::Sampler(const SamplerOptions& options) : options_(options), state_(opti
   if (!(options.temperature >= 0.0f) || !std::isfinite(options.temperature))
     detail::throw_argument(call, "temperature is {}, expected a finite number >= 0", options.temperature);
   if (options.top_k < 0) detail::throw_argument(call, "top_k is {}, expected >= 0", options.top_k);
+  if (options.threads < 0) detail::throw_argument(call, "threads is {}, expected >= 0", options.threads);
   if (!(options.top_p > 0.0f && options.top_p <= 1.0f))
     detail::throw_argument(call, "top_p is {}, expected 0 < top_p <= 1", options.top_p);
   if (!(options.repetition_penalty > 0.0f) || !std::isfinite(options.repetition_penalty))
