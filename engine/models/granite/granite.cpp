@@ -13,6 +13,7 @@
 #include "model/config_fields.h"
 #include "model/loader.h"
 #include "model/model_impl.h"
+#include "layers/attention.h"
 #include "layers/gqa.h"
 #include "layers/ssd_mixer.h"
 #include "models/registry.h"
@@ -486,8 +487,7 @@ class Family final : public model::Family {
         g.m_state, n_attn, g.n_heads, g.n_kv_heads, g.head_dim(c), g.rope ? "rotary" : "no positions",
         c.hidden_size, g.shared_intermediate, c.vocab_size, double(m.parameters()) / 1e6,
         double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20),
-        grow ? fmt::format(", growing by {} bytes a token (the attention layers' KV cache)", grow)
-             : std::string(" at any length"));
+        model::state_growth_note(grow));
   }
 };
 
