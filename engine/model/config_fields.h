@@ -44,16 +44,27 @@ inline std::string config_bool(bool b) { return b ? "true" : "false"; }
 class FieldWriter {
  public:
   /// A field whose value is already JSON text (a list, an object, a quoted literal, null).
-  void add(const char* key, const std::string& value) {
-    text_ += fmt::format("  \"{}\": {},\n", key, value);
-  }
+  void add(const char* key, const std::string& value) { items_.emplace_back(key, value); }
   void number(const char* key, double x) { add(key, config_number(x)); }
   void boolean(const char* key, bool b) { add(key, config_bool(b)); }
   void string(const char* key, const std::string& s) { add(key, json::quote(s)); }
-  const std::string& text() const { return text_; }
+  /// The fields as config.json's lines, "  \"key\": value,\n" each.
+  std::string text() const {
+    std::string s;
+    for (const auto& [key, value] : items_) s += fmt::format("  \"{}\": {},\n", key, value);
+    return s;
+  }
+  /// The fields as one JSON object on one line, {"key": value, ...}: an object nested in
+  /// config.json (mamba_ssm's ssm_cfg, rope_parameters).
+  std::string object() const {
+    std::string s;
+    for (const auto& [key, value] : items_)
+      s += fmt::format("{}\"{}\": {}", s.empty() ? "" : ", ", key, value);
+    return "{" + s + "}";
+  }
 
  private:
-  std::string text_;
+  std::vector<std::pair<std::string, std::string>> items_;
 };
 
 /// A field that config.json may carry and recur accepts without reading it, with the reason it

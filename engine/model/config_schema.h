@@ -23,12 +23,12 @@ namespace recur::model {
 
 /// What the table says of one field, for make-model's help, the docs and the tests.
 struct FieldSpec {
-  enum class Type { kInteger, kNumber, kBoolean, kString, kAccepted };
+  enum class Type { kInteger, kNumber, kBoolean, kString, kAccepted, kList, kCustom };
   const char* key = "";
   Type type = Type::kAccepted;
   double min = 0, max = 0;           // kInteger, kNumber: the values read
   std::string fallback;              // the default as config.json writes it ("" for none)
-  std::vector<std::string> choices;  // kString: the values read (empty: any)
+  std::vector<std::string> choices;  // kString, kList: the values read (empty: any)
   /// Why the field changes nothing recur computes (an accepted field, a kernel choice); null
   /// when its value changes inference.
   const char* reason = nullptr;
@@ -52,6 +52,9 @@ template <class F>
 class Schema {
  public:
   using When = std::function<bool(const ModelConfig&, const F&)>;
+  using Read = std::function<void(Fields&, ModelConfig&, F&)>;
+  using Text = std::function<std::string(const ModelConfig&, const F&)>;
+  using Make = std::function<std::string(const MakeOptions&, const char* name)>;
 
   /// An integer field in [min, max].
   template <class O>
@@ -157,6 +160,55 @@ class Schema {
     e.read = [=](Fields& f, ModelConfig&, F&) { f.accept_when(key, changes_nothing, reason, refusal); };
     return add(std::move(e));
   }
+  /// A list of names, each a value of T (layer_types), as many as the field `length_key` (read
+  /// before it, at `length`) says: another name, another count or no list is refused naming the
+  /// key. Absent, the member is left as it was (the family says what that means).
+  template <class O, class T>
+  Schema& list(const char* key, std::vector<T> O::*member, std::vector<std::pair<T, const char*>> names,
+               int ModelConfig::*length, const char* length_key) {
+    Entry e = entry(key, FieldSpec::Type::kList, "");
+    e.spec.written = true;
+    for (const auto& n : names) e.spec.choices.push_back(n.second);
+    const std::vector<std::string> choices = e.spec.choices;
+    e.read = [=](Fields& f, ModelConfig& c, F& g) {
+      const json::Value* v = f.get(key);
+      if (!v) return;
+      const int n = c.*length;
+      if (!v->is_array() || v->array().size() != std::size_t(n))
+        config_fail(f.source(), "{} is {}, expected {} entries ({})", f.name(key), describe_json(*v), n,
+                    length_key);
+      std::vector<T> out;
+      for (const json::Value& item : v->array()) {
+        const char* found = nullptr;
+        for (const auto& name : names)
+          if (item.is_string() && item.string() == name.second) {
+            out.push_back(name.first);
+            found = name.second;
+          }
+        if (!found)
+          config_fail(f.source(), "{} holds {}, expected {}", f.name(key), describe_json(item), one_of(choices));
+      }
+      at<O>(c, g).*member = std::move(out);
+    };
+    e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) {
+      std::string items;
+      for (const T& value : at<O>(c, g).*member)
+        items += (items.empty() ? "" : ", ") + json::quote(name_of(names, value));
+      w.add(key, "[" + items + "]");
+    };
+    return add(std::move(e));
+  }
+  /// A field whose value is no single number, boolean or name, or whose check involves other
+  /// fields (a [min, max] pair, a nested object, an alias): `read` takes it through Fields, so
+  /// that its messages name the key and the file; `text` gives its JSON text (null: not
+  /// written).
+  Schema& custom(const char* key, Read read, Text text = nullptr) {
+    Entry e = entry(key, FieldSpec::Type::kCustom, "");
+    e.spec.written = bool(text);
+    e.read = std::move(read);
+    if (text) e.write = [key, text](FieldWriter& w, const ModelConfig& c, const F& g) { w.add(key, text(c, g)); };
+    return add(std::move(e));
+  }
   /// A field config.json must carry as this text (model_type, architectures): written only.
   Schema& written(const char* key, std::string json_text) {
     Entry e = entry(key, FieldSpec::Type::kAccepted, json_text);
@@ -196,12 +248,26 @@ class Schema {
     last().write = [key, json_text](FieldWriter& w, const ModelConfig&, const F&) { w.add(key, json_text); };
     return *this;
   }
+  /// Written as the JSON text `text` computes (a field recur accepts, written as the value the
+  /// rest of the configuration implies).
+  Schema& written_as(Text text) {
+    const char* key = last().spec.key;
+    last().spec.written = true;
+    last().write = [key, text](FieldWriter& w, const ModelConfig& c, const F& g) { w.add(key, text(c, g)); };
+    return *this;
+  }
   /// make-model's --name sets the field when given (a value option, range-checked as the
   /// field, or up to `max` when that is positive), or always to `fallback` when that is not
   /// empty (make-model's own default).
   Schema& option(const char* name, const char* help, const char* fallback = "", double max = 0) {
     last().spec.option = name;
     last().make_field = MakeField{name, help, false, true, fallback, max};
+    return *this;
+  }
+  /// The field's JSON text from its make-model option, for a field no scalar rule reads (a list
+  /// given as letters); after option().
+  Schema& made_by(Make make) {
+    last().make = [make](const MakeOptions& o, const char* name, double) { return make(o, name); };
     return *this;
   }
   /// make-model's --name is a flag that sets the boolean field to `value`.
@@ -222,6 +288,13 @@ class Schema {
     for (const Entry& e : entries_)
       if (e.write && (!e.when || e.when(c, g)) && (!e.write_when || e.write_when(c, g)))
         e.write(w, c, g);
+  }
+  /// The written fields as one JSON object, {"key": value, ...}: the table of an object nested
+  /// in config.json.
+  std::string object(const ModelConfig& c, const F& g) const {
+    FieldWriter w;
+    write(w, c, g);
+    return w.object();
   }
   /// make-model's options of the fields that have one, each serving `archs` (empty: all).
   std::vector<MakeOption> make_options(const std::vector<std::string>& archs = {}) const {
