@@ -84,6 +84,11 @@ class Fields {
 
   /// The field, or null when absent or null; marks it read.
   const json::Value* get(const char* name);
+  /// Whether the field is there and null (where null says something absence does not).
+  bool null(const char* name) const {
+    const json::Value* v = object_.find(name);
+    return v && v->is_null();
+  }
   int integer(const char* name, int fallback, int min, int max);
   double number(const char* name, double fallback, double min, double max);
   bool boolean(const char* name, bool fallback);

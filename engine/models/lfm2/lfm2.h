@@ -47,5 +47,8 @@ void read_config(const std::string& type, const json::Value& root, model::Fields
                  ModelConfig& c);
 void resolve(ModelConfig& c, const std::string& source);
 std::string config_fields(const ModelConfig& c);
+/// make-model --arch lfm2: its options and the config.json they give.
+std::vector<model::MakeOption> make_options();
+std::string make_config(const model::MakeOptions& o);
 
 }  // namespace recur::models::lfm2
