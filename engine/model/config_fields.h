@@ -40,7 +40,7 @@ inline std::string config_number(double x) { return fmt::format("{}", x); }
 inline std::string config_bool(bool b) { return b ? "true" : "false"; }
 
 /// Writes a family's part of config.json (Family::config_fields), a line per field:
-/// "  \"key\": value,\n", in the order written.
+/// "  \"key\": value,\n", in the order written; or an object nested in it, on one line.
 class FieldWriter {
  public:
   /// A field whose value is already JSON text (a list, an object, a quoted literal, null).
@@ -48,20 +48,22 @@ class FieldWriter {
   void number(const char* key, double x) { add(key, config_number(x)); }
   void boolean(const char* key, bool b) { add(key, config_bool(b)); }
   void string(const char* key, const std::string& s) { add(key, json::quote(s)); }
-  /// The fields as config.json's lines, "  \"key\": value,\n" each.
+  /// The fields as config.json's top level holds them, a line each.
   std::string text() const {
-    std::string s;
-    for (const auto& [key, value] : items_) s += fmt::format("  \"{}\": {},\n", key, value);
-    return s;
+    std::string out;
+    for (const auto& [key, value] : items_) out += fmt::format("  \"{}\": {},\n", key, value);
+    return out;
   }
-  /// The fields as one JSON object on one line, {"key": value, ...}: an object nested in
-  /// config.json (mamba_ssm's ssm_cfg, rope_parameters).
-  std::string object() const {
-    std::string s;
+  /// The fields on one line, "\"key\": value" joined by ", " (without braces).
+  std::string items() const {
+    std::string out;
     for (const auto& [key, value] : items_)
-      s += fmt::format("{}\"{}\": {}", s.empty() ? "" : ", ", key, value);
-    return "{" + s + "}";
+      out += fmt::format("{}\"{}\": {}", out.empty() ? "" : ", ", key, value);
+    return out;
   }
+  /// The fields as one object on one line: {"key": value, ...}.
+  std::string object() const { return "{" + items() + "}"; }
+  bool empty() const { return items_.empty(); }
 
  private:
   std::vector<std::pair<std::string, std::string>> items_;
@@ -88,6 +90,11 @@ class Fields {
   bool null(const char* name) const {
     const json::Value* v = object_.find(name);
     return v && v->is_null();
+  }
+  /// Whether the field is there and not null (without marking it read).
+  bool has(const char* name) const {
+    const json::Value* v = object_.find(name);
+    return v && !v->is_null();
   }
   int integer(const char* name, int fallback, int min, int max);
   double number(const char* name, double fallback, double min, double max);

@@ -136,7 +136,7 @@ const Schema& schema() {
                                        "shared_intermediate_size wide, which IBM's dense files repeat here)")
         .written_as([number](const ModelConfig&, const GraniteConfig& g) { return number(g.shared_intermediate); })
         .integer("shared_intermediate_size", &GraniteConfig::shared_intermediate, 1024, 1, kMaxDim)
-        .custom("num_local_experts", read_experts, [](const ModelConfig&, const GraniteConfig&) { return "0"; })
+        .custom("num_local_experts", read_experts, nullptr).written_as("0")
         .accepted("num_experts_per_tok", kNoExperts).written_as("0")
         .accepted("output_router_logits", kNoExperts).written_as("false")
         .accepted("router_aux_loss_coef", kNoExperts)
@@ -155,7 +155,7 @@ const Schema& schema() {
         .flag("rope", "rotary positions in the attention layers (position_embedding_type rope)")
         .made_by([](const model::MakeOptions&, const char*) { return std::string("\"rope\""); })
         .number("rope_theta", &GraniteConfig::rope_theta, 10000, 1.0 + 1e-9, 1e12)
-        .custom("rope_parameters", read_rope_parameters)
+        .custom("rope_parameters", read_rope_parameters, nullptr)
         .accepted_when("rope_scaling", [](const json::Value&) { return false; }, "null: no scaling",
                        "recur runs Granite's plain rotary")
         .written_as("null")
@@ -168,8 +168,8 @@ const Schema& schema() {
         .number("logits_scaling", &GraniteConfig::logits_scaling, 1.0, 1e-12, 1e12)
         .integer("mamba_n_heads", &GraniteConfig::m_heads, 128, 1, kMaxHeads)
         .number("mamba_expand", &GraniteConfig::expand, 2, 1e-6, 1e6)
-        .custom("mamba_d_head", read_mamba_d_head,
-                [number](const ModelConfig&, const GraniteConfig& g) { return number(g.m_head_dim); })
+        .custom("mamba_d_head", read_mamba_d_head, nullptr)
+        .written_as([number](const ModelConfig&, const GraniteConfig& g) { return number(g.m_head_dim); })
         .option("ssm-head-dim", "Mamba-2 head size", "16")
         .made_by([](const model::MakeOptions& o, const char* name) {
           return model::config_number(double(o.integer(name, 1, 1 << 16)));
@@ -186,7 +186,8 @@ const Schema& schema() {
                 [](Fields& f, ModelConfig&, GraniteConfig& g) {
                   g.has_dt_limit = model::read_dt_limit(f, "time_step_limit", g.dt_min, g.dt_max);
                 },
-                [](const ModelConfig&, const GraniteConfig& g) { return model::dt_limit_text(g.dt_min, g.dt_max); })
+                nullptr)
+        .written_as([](const ModelConfig&, const GraniteConfig& g) { return model::dt_limit_text(g.dt_min, g.dt_max); })
         .written_when([](const ModelConfig&, const GraniteConfig& g) { return g.has_dt_limit; })
         .accepted("time_step_min", kTraining)
         .accepted("time_step_max", kTraining)

@@ -43,7 +43,8 @@ Schema& repeats(Schema& t, const char* key, Value value, const char* what) {
                     key, [v](const json::Value& j) { return j.is_number() && j.number() == v; },
                     "repeats the value recur reads elsewhere", what);
               },
-              [value](const ModelConfig& c, const Lfm2Config& g) { return model::config_number(value(c, g)); })
+              nullptr)
+      .written_as([value](const ModelConfig& c, const Lfm2Config& g) { return model::config_number(value(c, g)); })
       .written_when(first_form);
 }
 
@@ -80,7 +81,7 @@ std::string full_attn_idxs_text(const ModelConfig& c, const Lfm2Config&) {
 }
 
 // rope_parameters (transformers 5) or rope_scaling: the default rotary, whose theta they may give.
-Schema::Read rope_object(const char* key) {
+std::function<void(Fields&, ModelConfig&, Lfm2Config&)> rope_object(const char* key) {
   return [key](Fields& f, ModelConfig&, Lfm2Config& g) {
     const json::Value* rp = f.get(key);
     if (!rp) return;
@@ -139,9 +140,10 @@ const Schema& schema() {
                   g.ffn_multiplier = f.number("block_ffn_dim_multiplier", 1.0, 1e-6, 1e6);
                   g.has_multiplier = !f.null("block_ffn_dim_multiplier");
                 },
-                [](const ModelConfig&, const Lfm2Config& g) {
-                  return g.has_multiplier ? model::config_number(g.ffn_multiplier) : std::string("null");
-                })
+                nullptr)
+        .written_as([](const ModelConfig&, const Lfm2Config& g) {
+          return g.has_multiplier ? model::config_number(g.ffn_multiplier) : std::string("null");
+        })
         .integer("block_multiple_of", &Lfm2Config::multiple_of, 256, 1, kMaxDim)
         .option("ff-multiple-of", "block_multiple_of, the MLP width's rounding", "16", 1 << 20)
         .integer("intermediate_size", &Lfm2Config::ff_dim, 12288, 1, kMaxDim).written_when(later_form)
@@ -154,32 +156,34 @@ const Schema& schema() {
           if (f.get("tie_word_embeddings") && f.get("tie_embedding") && tie != c.tie_word_embeddings)
             config_fail(f.source(), "tie_embedding is {} but tie_word_embeddings is {}",
                         c.tie_word_embeddings, tie);
-        })
+        }, nullptr)
         .list("layer_types", &ModelConfig::mixers,
               {{MixerKind::kShortConv, "conv"}, {MixerKind::kAttention, "full_attention"}},
               &ModelConfig::num_hidden_layers, "num_hidden_layers")
         .written_when(later_form)
-        .custom("full_attn_idxs", read_full_attn_idxs, full_attn_idxs_text).written_when(first_form)
+        .custom("full_attn_idxs", read_full_attn_idxs, nullptr)
+        .written_as(full_attn_idxs_text)
+        .written_when(first_form)
         // The rotary base: rope_theta (or theta) at the top, which rope_parameters overrides.
         .number("rope_theta", &Lfm2Config::rope_theta, 1000000, 1.0 + 1e-9, 1e12).written_when(first_form)
         .custom("theta", [](Fields& f, ModelConfig&, Lfm2Config& g) {
           g.rope_theta = f.number("theta", g.rope_theta, 1.0 + 1e-9, 1e12);
+        }, nullptr)
+        .custom("rope_parameters", rope_object("rope_parameters"), nullptr)
+        .written_as([](const ModelConfig&, const Lfm2Config& g) {
+          return fmt::format("{{\"rope_type\": \"default\", \"rope_theta\": {}}}",
+                             model::config_number(g.rope_theta));
         })
-        .custom("rope_parameters", rope_object("rope_parameters"),
-                [](const ModelConfig&, const Lfm2Config& g) {
-                  return fmt::format("{{\"rope_type\": \"default\", \"rope_theta\": {}}}",
-                                     model::config_number(g.rope_theta));
-                })
         .written_when(later_form)
-        .custom("rope_scaling", rope_object("rope_scaling"))
+        .custom("rope_scaling", rope_object("rope_scaling"), nullptr)
         .custom("num_experts", [](Fields& f, ModelConfig&, Lfm2Config&) {
           if (f.get("num_experts"))
             config_fail(f.source(), "num_experts is set: an LFM2 mixture-of-experts configuration, "
                                     "which recur does not run");
-        })
+        }, nullptr)
         // The first form: the width as block_ff_dim, and the training code's keys.
-        .custom("block_ff_dim", read_block_ff_dim,
-                [](const ModelConfig&, const Lfm2Config& g) { return model::config_number(g.ff_dim); })
+        .custom("block_ff_dim", read_block_ff_dim, nullptr)
+        .written_as([](const ModelConfig&, const Lfm2Config& g) { return model::config_number(g.ff_dim); })
         .written_when(first_form)
         .accepted_when("block_use_swiglu", is_true, "true: what transformers' Lfm2 always does",
                        "false would be another MLP than transformers' SwiGLU")

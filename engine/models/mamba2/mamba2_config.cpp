@@ -44,7 +44,8 @@ Schema& dt_limit(Schema& t, const char* key) {
               [key](Fields& f, ModelConfig&, Mamba2Config& g) {
                 g.has_dt_limit = model::read_dt_limit(f, key, g.dt_min, g.dt_max);
               },
-              [](const ModelConfig&, const Mamba2Config& g) { return model::dt_limit_text(g.dt_min, g.dt_max); })
+              nullptr)
+      .written_as([](const ModelConfig&, const Mamba2Config& g) { return model::dt_limit_text(g.dt_min, g.dt_max); })
       .written_when(dt_limit_given)
       .option("ssm-dt-max", "the upper time_step_limit (default: none)")
       .made_by([](const model::MakeOptions& o, const char* name) {
@@ -82,7 +83,8 @@ const Schema& transformers_schema() {
                     config_fail(f.source(), "intermediate_size is {}, but expand {} * hidden_size {} = {}",
                                 describe_json(*v), g.expand, c.hidden_size, inner_of(c, g));
                 },
-                [](const ModelConfig& c, const Mamba2Config& g) { return model::config_number(inner_of(c, g)); })
+                nullptr)
+        .written_as([](const ModelConfig& c, const Mamba2Config& g) { return model::config_number(inner_of(c, g)); })
         .boolean("use_bias", &Mamba2Config::use_bias, false)
         .flag("ssm-bias", "biases in in_proj and out_proj (use_bias)")
         .boolean("use_conv_bias", &Mamba2Config::use_conv_bias, true)
@@ -147,7 +149,7 @@ const Schema& ssm_cfg_schema() {
           if (v && (!v->is_number() || v->number() != inner_of(c, g)))
             config_fail(f.source(), "{} is {}: recur runs the SSM over the whole expand * d_model = {}",
                         f.name("d_ssm"), describe_json(*v), inner_of(c, g));
-        })
+        }, nullptr)
         .accepted("chunk_size", kKernel)
         .accepted("dt_min", kTraining)
         .accepted("dt_max", kTraining)
@@ -171,13 +173,8 @@ const Schema& mamba_ssm_schema() {
         .written_as("0")
         .integer("n_layer", &ModelConfig::num_hidden_layers, 64, 1, 4096)
         .integer("vocab_size", &Mamba2Config::stored_vocab, 50277, 1, 1 << 24)
-        .custom("ssm_cfg",
-                [](Fields& f, ModelConfig& c, Mamba2Config& g) {
-                  Fields cfg(*f.get("ssm_cfg"), f.source(), "ssm_cfg");
-                  ssm_cfg_schema().read(cfg, c, g);
-                  cfg.reject_unknown("recur does not know what it changes in the mixer, so it will not guess");
-                },
-                [](const ModelConfig& c, const Mamba2Config& g) { return ssm_cfg_schema().object(c, g); })
+        .object("ssm_cfg", ssm_cfg_schema(),
+                "recur does not know what it changes in the mixer, so it will not guess")
         .accepted_when("attn_layer_idx", [](const json::Value& v) { return v.is_array() && v.array().empty(); },
                        "empty: no attention layer", kNoAttention)
         .written_as("[]")
@@ -197,7 +194,7 @@ const Schema& mamba_ssm_schema() {
           if (tied && (!tied->is_bool() || tied->boolean() != c.tie_word_embeddings))
             config_fail(f.source(), "tie_word_embeddings is {} but tie_embeddings is {}", describe_json(*tied),
                         c.tie_word_embeddings);
-        });
+        }, nullptr);
     return t;
   }();
   return s;
