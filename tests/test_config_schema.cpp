@@ -408,3 +408,65 @@ TEST_CASE("make-model's options derive their defaults from the fields made befor
   // A given option is range-checked as its field.
   CHECK_THROWS_AS(schema.make_fields(GivenOptions({{"kv", "65"}, {"heads", "4"}})), recur::ArgumentError);
 }
+
+namespace {
+
+// A toy family whose layers are a list of kinds, and whose flag picks a name.
+struct ListToy final : recur::FamilyConfig {
+  bool rotary = false;
+};
+
+const recur::model::Schema<ListToy>& list_toy_schema() {
+  static const recur::model::Schema<ListToy> s = [] {
+    recur::model::Schema<ListToy> t;
+    t.integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 2, 1, 64)
+        .list("layer_types", &ModelConfig::mixers,
+              {{recur::MixerKind::kGated, "mamba"}, {recur::MixerKind::kAttention, "attention"}},
+              &ModelConfig::num_hidden_layers, "num_hidden_layers")
+        .choice("positions", &ListToy::rotary, false, {{true, "rope"}, {false, "nope"}})
+        .flag("rope", "rotary positions")
+        .made_by([](const recur::model::MakeOptions&, const char*) { return std::string("\"rope\""); });
+    return t;
+  }();
+  return s;
+}
+
+// make-model's options with one flag set.
+class OneFlag final : public recur::model::MakeOptions {
+ public:
+  explicit OneFlag(std::string name) : name_(std::move(name)) {}
+  bool given(const char* name) const override { return name == name_; }
+  bool flag(const char* name) const override { return name == name_; }
+  std::int64_t integer(const char*, std::int64_t, std::int64_t) const override { return 0; }
+  double real(const char*, double, double) const override { return 0; }
+  std::string str(const char*) const override { return ""; }
+
+ private:
+  std::string name_;
+};
+
+}  // namespace
+
+TEST_CASE("a schema's list of names reads as many kinds as its length field says, writes them "
+          "back, and refuses by key", "[model][config][schema]") {
+  const auto read = [](const std::string& text) { return read_by(list_toy_schema(), text); };
+  const auto [c, g] = read(R"({"num_hidden_layers": 3, "layer_types": ["mamba", "attention", "mamba"]})");
+  using recur::MixerKind;
+  CHECK(c.mixers == std::vector<MixerKind>{MixerKind::kGated, MixerKind::kAttention, MixerKind::kGated});
+  recur::model::FieldWriter w;
+  list_toy_schema().write(w, c, g);
+  CHECK_THAT(w.text(), Contains("  \"layer_types\": [\"mamba\", \"attention\", \"mamba\"],\n"));
+  // Absent, the member is left as it was.
+  CHECK(read(R"({"num_hidden_layers": 3})").first.mixers.empty());
+  check_refused(read, R"({"num_hidden_layers": 3, "layer_types": ["mamba", "attention"]})",
+                {"layer_types is", "expected 3 entries (num_hidden_layers)"});
+  check_refused(read, R"({"num_hidden_layers": 2, "layer_types": ["mamba", "mlp"]})",
+                {"layer_types holds \"mlp\"", "mamba or attention"});
+  check_refused(read, R"({"num_hidden_layers": 1, "layer_types": "mamba"})", {"layer_types is \"mamba\""});
+  const auto spec = list_toy_schema().fields()[1];
+  CHECK(spec.type == recur::model::FieldSpec::Type::kList);
+  CHECK(spec.choices == std::vector<std::string>{"mamba", "attention"});
+  // A flag whose field is a name writes the name its made_by() gives.
+  CHECK(list_toy_schema().make_fields(OneFlag("rope")) == "\"positions\": \"rope\"");
+  CHECK(list_toy_schema().make_fields(OneFlag("other")) == "");
+}

@@ -73,7 +73,9 @@ void read_full_attn_idxs(Fields& f, ModelConfig& c, Lfm2Config& g) {
   c.mixers = from_idxs;
 }
 
-std::string full_attn_idxs_text(const ModelConfig& c, const Lfm2Config&) {
+// The later form writes it null, as transformers saves it beside layer_types.
+std::string full_attn_idxs_text(const ModelConfig& c, const Lfm2Config& g) {
+  if (!g.first_form) return "null";
   std::string idx;
   for (std::size_t i = 0; i < c.mixers.size(); ++i)
     if (c.mixers[i] == MixerKind::kAttention) idx += fmt::format("{}{}", idx.empty() ? "" : ", ", i);
@@ -163,7 +165,6 @@ const Schema& schema() {
         .written_when(later_form)
         .custom("full_attn_idxs", read_full_attn_idxs, nullptr)
         .written_as(full_attn_idxs_text)
-        .written_when(first_form)
         // The rotary base: rope_theta (or theta) at the top, which rope_parameters overrides.
         .number("rope_theta", &Lfm2Config::rope_theta, 1000000, 1.0 + 1e-9, 1e12).written_when(first_form)
         .custom("theta", [](Fields& f, ModelConfig&, Lfm2Config& g) {

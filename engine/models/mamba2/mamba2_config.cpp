@@ -99,6 +99,8 @@ const Schema& transformers_schema() {
         .accepted("chunk_size", kKernel).written_as("256")
         .accepted("time_step_rank", "Mamba-1's dt projection rank: Mamba-2's dt is one column per "
                                     "head of in_proj")
+        // As transformers saves its "auto": ceil(hidden_size / 16).
+        .written_as([](const ModelConfig& c, const Mamba2Config&) { return std::to_string((c.hidden_size + 15) / 16); })
         .accepted("time_step_min", kTraining).written_as("0.001")
         .accepted("time_step_max", kTraining).written_as("0.1")
         .accepted("time_step_floor", kTraining).written_as("0.0001")
