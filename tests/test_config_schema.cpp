@@ -419,7 +419,8 @@ struct ListToy final : recur::FamilyConfig {
 const recur::model::Schema<ListToy>& list_toy_schema() {
   static const recur::model::Schema<ListToy> s = [] {
     recur::model::Schema<ListToy> t;
-    t.integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 2, 1, 64)
+    t.written("architectures", "[\"ListToyForCausalLM\"]").for_other_tools()
+        .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 2, 1, 64)
         .list("layer_types", &ModelConfig::mixers,
               {{recur::MixerKind::kGated, "mamba"}, {recur::MixerKind::kAttention, "attention"}},
               &ModelConfig::num_hidden_layers, "num_hidden_layers")
@@ -456,6 +457,12 @@ TEST_CASE("a schema's list of names reads as many kinds as its length field says
   recur::model::FieldWriter w;
   list_toy_schema().write(w, c, g);
   CHECK_THAT(w.text(), Contains("  \"layer_types\": [\"mamba\", \"attention\", \"mamba\"],\n"));
+  // A field written for other tools is left out of what the fingerprint hashes.
+  CHECK_THAT(w.text(), Contains("\"architectures\""));
+  recur::model::FieldWriter hashed;
+  list_toy_schema().write(hashed, c, g, true);
+  CHECK(hashed.text() == "  \"num_hidden_layers\": 3,\n  \"layer_types\": [\"mamba\", \"attention\", \"mamba\"],\n"
+                         "  \"positions\": \"nope\",\n");
   // Absent, the member is left as it was.
   CHECK(read(R"({"num_hidden_layers": 3})").first.mixers.empty());
   check_refused(read, R"({"num_hidden_layers": 3, "layer_types": ["mamba", "attention"]})",
@@ -463,7 +470,8 @@ TEST_CASE("a schema's list of names reads as many kinds as its length field says
   check_refused(read, R"({"num_hidden_layers": 2, "layer_types": ["mamba", "mlp"]})",
                 {"layer_types holds \"mlp\"", "mamba or attention"});
   check_refused(read, R"({"num_hidden_layers": 1, "layer_types": "mamba"})", {"layer_types is \"mamba\""});
-  const auto spec = list_toy_schema().fields()[1];
+  CHECK(list_toy_schema().fields()[0].for_other_tools);
+  const auto spec = list_toy_schema().fields()[2];
   CHECK(spec.type == recur::model::FieldSpec::Type::kList);
   CHECK(spec.choices == std::vector<std::string>{"mamba", "attention"});
   // A flag whose field is a name writes the name its made_by() gives.

@@ -44,6 +44,9 @@ struct FieldSpec {
   const char* option = nullptr;  // make-model's --option that sets it, or null
   bool written = true;           // to_json writes it (when its condition holds)
   bool derived = false;          // its default is computed from other fields (default_from)
+  /// Written because the published files carry it, for the other tools that read config.json
+  /// (for_other_tools()): it changes nothing recur computes, and the fingerprint leaves it out.
+  bool for_other_tools = false;
   std::vector<FieldSpec> members;  // kObject: the nested object's fields
 };
 
@@ -307,7 +310,16 @@ class Schema {
     last().write = [key, text](FieldWriter& w, const ModelConfig& c, const F& g) { w.add(key, text(c, g)); };
     return *this;
   }
-  /// make-model's --name sets the field when given
+  /// Written for the other tools that read config.json (llama.cpp's converter), as the
+  /// published files carry it (when `when` holds; null: always): left out of the text the
+  /// model's fingerprint hashes, so that saved states of the configuration as recur wrote it
+  /// before still load.
+  Schema& for_other_tools(When when = nullptr) {
+    last().spec.for_other_tools = true;
+    last().tools_when = std::move(when);
+    return *this;
+  }
+  /// make-model's --name sets the field when given (a value option, range-checked as the
   /// field, or up to `max` when that is positive), or always to `fallback` when that is not
   /// empty (make-model's own default).
   Schema& option(const char* name, const char* help, const char* fallback = "", double max = 0) {
@@ -365,11 +377,20 @@ class Schema {
       }
     }
   }
-  /// Writes every written field, in the table's order.
-  void write(FieldWriter& w, const ModelConfig& c, const F& g) const {
-    for (const Entry& e : entries_)
-      if (e.write && (!e.when || e.when(c, g)) && (!e.write_when || e.write_when(c, g)))
-        e.write(w, c, g);
+  /// Writes every written field, in the table's order; for the fingerprint, not those written
+  /// for other tools.
+  void write(FieldWriter& w, const ModelConfig& c, const F& g, bool fingerprint = false) const {
+    for (const Entry& e : entries_) {
+      if (!e.write || (e.when && !e.when(c, g)) || (e.write_when && !e.write_when(c, g))) continue;
+      if (fingerprint && e.spec.for_other_tools && (!e.tools_when || e.tools_when(c, g))) continue;
+      if (e.nested && fingerprint) {
+        FieldWriter own;
+        e.nested->write(own, c, g, true);
+        if (!own.empty()) w.add(e.spec.key, own.object());
+        continue;
+      }
+      e.write(w, c, g);
+    }
   }
   /// make-model's options of the fields that have one, each serving `archs` (empty: all).
   std::vector<MakeOption> make_options(const std::vector<std::string>& archs = {}) const {
@@ -402,7 +423,7 @@ class Schema {
  private:
   struct Entry {
     FieldSpec spec;
-    When when, write_when;
+    When when, write_when, tools_when;
     std::function<void(Fields&, ModelConfig&, F&)> read;
     std::function<void(FieldWriter&, const ModelConfig&, const F&)> write;
     std::shared_ptr<const Schema> nested;  // an object's own table

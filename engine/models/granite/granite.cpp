@@ -92,11 +92,12 @@ void read_experts(Fields& f, ModelConfig&, GraniteConfig&) {
                             "0) load", experts);
 }
 
-// The Mamba-2 head size: a number, or "auto" (absent too) for expand * hidden_size / heads.
-void read_mamba_d_head(Fields& f, ModelConfig& c, GraniteConfig& g) {
+// The Mamba-2 head size: a number, or "auto" (absent too) for expand * hidden_size / heads,
+// which resolve() computes (0 here).
+void read_mamba_d_head(Fields& f, ModelConfig&, GraniteConfig& g) {
   const json::Value* dh = f.get("mamba_d_head");
   if (!dh || (dh->is_string() && dh->string() == "auto")) {
-    g.m_head_dim = int(std::floor(g.expand * double(c.hidden_size))) / g.m_heads;
+    g.m_head_dim = 0;
   } else if (dh->is_integer() && dh->integer() >= 1 && dh->integer() <= model::kMaxHeadDim) {
     g.m_head_dim = int(dh->integer());
   } else {
@@ -117,13 +118,13 @@ void read_rope_parameters(Fields& f, ModelConfig&, GraniteConfig& g) {
   r.reject_unknown("recur does not know what it changes in the rotary embedding");
 }
 
-// transformers' GraniteMoeHybridConfig, dense, in the order IBM's config.json lists the fields
-// read (the Mamba-2 fields after layer_types, which they follow).
+// transformers' GraniteMoeHybridConfig, dense. The fields recur wrote before it wrote the rest
+// of IBM's keys keep their order, which the fingerprint of saved states hashes.
 const Schema& schema() {
   static const Schema s = [] {
     const auto number = [](double x) { return model::config_number(x); };
     Schema t;
-    t.written("architectures", "[\"GraniteMoeHybridForCausalLM\"]")
+    t.written("architectures", "[\"GraniteMoeHybridForCausalLM\"]").for_other_tools()
         .written("model_type", "\"granitemoehybrid\"")
         .integer("vocab_size", &ModelConfig::vocab_size, 32000, 1, 1 << 24)
         .integer("hidden_size", &ModelConfig::hidden_size, 4096, 1, kMaxDim)
@@ -135,20 +136,19 @@ const Schema& schema() {
         .accepted("intermediate_size", "an expert's width: no experts in a dense model (its MLP is "
                                        "shared_intermediate_size wide, which IBM's dense files repeat here)")
         .written_as([number](const ModelConfig&, const GraniteConfig& g) { return number(g.shared_intermediate); })
+        .for_other_tools()
         .integer("shared_intermediate_size", &GraniteConfig::shared_intermediate, 1024, 1, kMaxDim)
         .custom("num_local_experts", read_experts, nullptr).written_as("0")
-        .accepted("num_experts_per_tok", kNoExperts).written_as("0")
-        .accepted("output_router_logits", kNoExperts).written_as("false")
+        .accepted("num_experts_per_tok", kNoExperts).written_as("0").for_other_tools()
+        .accepted("output_router_logits", kNoExperts).written_as("false").for_other_tools()
         .accepted("router_aux_loss_coef", kNoExperts)
-        .list("layer_types", &ModelConfig::mixers,
-              {{MixerKind::kGated, "mamba"}, {MixerKind::kAttention, "attention"}},
-              &ModelConfig::num_hidden_layers, "num_hidden_layers")
-        .option("layer-types", "one letter a layer: M Mamba-2, A attention", "MAMA")
-        .made_by([](const model::MakeOptions& o, const char* name) {
-          std::string types;
-          for (const char ch : o.str(name)) types += fmt::format("{}\"{}\"", types.empty() ? "" : ", ", ch == 'M' ? "mamba" : "attention");
-          return "[" + types + "]";
-        })
+        .number("rms_norm_eps", &ModelConfig::norm_eps, 1e-6, 0.0, 1.0)
+        .boolean("attention_bias", &GraniteConfig::attention_bias, false)
+        .accepted("attention_dropout", kTraining).written_as("0.0").for_other_tools()
+        .number("embedding_multiplier", &GraniteConfig::embedding_multiplier, 1.0, -1e6, 1e6)
+        .number("residual_multiplier", &GraniteConfig::residual_multiplier, 1.0, -1e6, 1e6)
+        .number("attention_multiplier", &GraniteConfig::attention_multiplier, 1.0, 1e-12, 1e6)
+        .number("logits_scaling", &GraniteConfig::logits_scaling, 1.0, 1e-12, 1e12)
         // Rotary only where the config asks for it (transformers builds no rotary embedding
         // otherwise).
         .choice("position_embedding_type", &GraniteConfig::rope, false, {{true, "rope"}, {false, "nope"}})
@@ -158,16 +158,20 @@ const Schema& schema() {
         .custom("rope_parameters", read_rope_parameters, nullptr)
         .accepted_when("rope_scaling", [](const json::Value&) { return false; }, "null: no scaling",
                        "recur runs Granite's plain rotary")
-        .written_as("null")
-        .number("rms_norm_eps", &ModelConfig::norm_eps, 1e-6, 0.0, 1.0)
-        .boolean("attention_bias", &GraniteConfig::attention_bias, false)
-        .accepted("attention_dropout", kTraining).written_as("0.0")
-        .number("embedding_multiplier", &GraniteConfig::embedding_multiplier, 1.0, -1e6, 1e6)
-        .number("residual_multiplier", &GraniteConfig::residual_multiplier, 1.0, -1e6, 1e6)
-        .number("attention_multiplier", &GraniteConfig::attention_multiplier, 1.0, 1e-12, 1e6)
-        .number("logits_scaling", &GraniteConfig::logits_scaling, 1.0, 1e-12, 1e12)
+        .written_as("null").for_other_tools()
+        .integer("max_position_embeddings", &GraniteConfig::max_position_embeddings, 2048, 0, 1 << 30)
+        .list("layer_types", &ModelConfig::mixers,
+              {{MixerKind::kGated, "mamba"}, {MixerKind::kAttention, "attention"}},
+              &ModelConfig::num_hidden_layers, "num_hidden_layers")
+        .option("layer-types", "one letter a layer: M Mamba-2, A attention", "MAMA")
+        .made_by([](const model::MakeOptions& o, const char* name) {
+          std::string types;
+          for (const char ch : o.str(name)) types += fmt::format("{}\"{}\"", types.empty() ? "" : ", ", ch == 'M' ? "mamba" : "attention");
+          return "[" + types + "]";
+        })
         .integer("mamba_n_heads", &GraniteConfig::m_heads, 128, 1, kMaxHeads)
-        .number("mamba_expand", &GraniteConfig::expand, 2, 1e-6, 1e6)
+        // A size, or "auto" (absent too: 0 here) for mamba_expand * hidden_size / mamba_n_heads,
+        // resolved.
         .custom("mamba_d_head", read_mamba_d_head, nullptr)
         .written_as([number](const ModelConfig&, const GraniteConfig& g) { return number(g.m_head_dim); })
         .option("ssm-head-dim", "Mamba-2 head size", "16")
@@ -179,7 +183,9 @@ const Schema& schema() {
         .integer("mamba_n_groups", &GraniteConfig::m_groups, 1, 1, kMaxHeads)
         .option("ssm-groups", "Mamba-2 groups", "1")
         .integer("mamba_d_conv", &GraniteConfig::m_conv, 4, 1, 64)
-        .accepted("mamba_chunk_size", "the GPU kernels' chunk length: the same function").written_as("256")
+        .number("mamba_expand", &GraniteConfig::expand, 2, 1e-6, 1e6)
+        .accepted("mamba_chunk_size", "the GPU kernels' chunk length: the same function")
+        .written_as("256").for_other_tools()
         .boolean("mamba_conv_bias", &GraniteConfig::m_conv_bias, true)
         .boolean("mamba_proj_bias", &GraniteConfig::m_proj_bias, false)
         .custom("time_step_limit",
@@ -194,11 +200,11 @@ const Schema& schema() {
         .accepted("time_step_floor", kTraining)
         .same_function("hidden_act", {"silu", "swish"}, "silu",
                        "silu and swish name one function, the SwiGLU's")
-        .integer("max_position_embeddings", &GraniteConfig::max_position_embeddings, 2048, 0, 1 << 30)
+        .for_other_tools()
         .accepted_when("normalization_function",
                        [](const json::Value& v) { return v.is_string() && v.string() == "rmsnorm"; },
                        "rmsnorm: the norm recur runs", "Granite 4.0 norms with rmsnorm")
-        .written_as("\"rmsnorm\"")
+        .written_as("\"rmsnorm\"").for_other_tools()
         .accepted("init_method", kTraining)
         .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false).not_written();
     return t;
@@ -228,8 +234,9 @@ void resolve(ModelConfig& c, const std::string& source) {
   if (g.n_heads % g.n_kv_heads != 0)
     config_fail(source, "num_attention_heads {} is not a multiple of num_key_value_heads {}",
                 g.n_heads, g.n_kv_heads);
+  const double inner = std::floor(g.expand * double(c.hidden_size));
+  if (g.m_head_dim == 0 && g.m_heads > 0 && inner <= kMaxDim) g.m_head_dim = int(inner) / g.m_heads;
   if (has_mamba(c)) {
-    const double inner = std::floor(g.expand * double(c.hidden_size));
     if (double(g.m_heads) * double(g.m_head_dim) != inner)
       config_fail(source, "mamba_n_heads {} * mamba_d_head {} is not mamba_expand {} * "
                           "hidden_size {} = {}", g.m_heads, g.m_head_dim, g.expand, c.hidden_size,
@@ -242,9 +249,9 @@ void resolve(ModelConfig& c, const std::string& source) {
   c.family = std::make_shared<GraniteConfig>(g);
 }
 
-std::string config_fields(const ModelConfig& c) {
+std::string config_fields(const ModelConfig& c, bool fingerprint) {
   model::FieldWriter w;
-  schema().write(w, c, config_of(c));
+  schema().write(w, c, config_of(c), fingerprint);
   return w.text();
 }
 
@@ -463,7 +470,12 @@ class Family final : public model::Family {
   void resolve(ModelConfig& c, const std::string& source) const override {
     granite::resolve(c, source);
   }
-  std::string config_fields(const ModelConfig& c) const override { return granite::config_fields(c); }
+  std::string config_fields(const ModelConfig& c) const override {
+    return granite::config_fields(c, false);
+  }
+  std::string fingerprint_fields(const ModelConfig& c) const override {
+    return granite::config_fields(c, true);
+  }
   void load(const ModelConfig& c, const WeightSource&, model::Loader& L,
             Model::Impl& impl) const override {
     granite::load(c, L, impl);

@@ -123,6 +123,9 @@ class Family final : public model::Family {
   }
   void resolve(ModelConfig& c, const std::string& source) const override { lfm2::resolve(c, source); }
   std::string config_fields(const ModelConfig& c) const override { return lfm2::config_fields(c); }
+  std::string fingerprint_fields(const ModelConfig& c) const override {
+    return lfm2::config_fields(c, true);
+  }
   void load(const ModelConfig& c, const WeightSource&, model::Loader& L,
             Model::Impl& impl) const override {
     Reader(c, L).load(impl);

@@ -45,7 +45,8 @@ Schema& repeats(Schema& t, const char* key, Value value, const char* what) {
               },
               nullptr)
       .written_as([value](const ModelConfig& c, const Lfm2Config& g) { return model::config_number(value(c, g)); })
-      .written_when(first_form);
+      .written_when(first_form)
+      .for_other_tools();
 }
 
 // Which layers are attention, when config.json gives full_attn_idxs (the first form): they must
@@ -99,26 +100,31 @@ std::function<void(Fields&, ModelConfig&, Lfm2Config&)> rope_object(const char* 
   };
 }
 
-// block_ff_dim, which transformers takes over intermediate_size: a file giving both is read
-// when intermediate_size repeats block_ff_dim or the width it adjusts to (a converter's copy),
-// and refused when it says a third thing.
+// block_ff_dim, which transformers takes over intermediate_size (read before it; the two are
+// compared after the table, once the adjustment's fields are read).
 void read_block_ff_dim(Fields& f, ModelConfig&, Lfm2Config& g) {
-  if (!f.get("block_ff_dim")) return;
-  const int inter = g.ff_dim;
-  g.ff_dim = f.integer("block_ff_dim", 12288, 1, kMaxDim);
-  if (f.get("intermediate_size") && inter != g.ff_dim && inter != g.mlp_width())
+  if (f.get("block_ff_dim")) g.ff_dim = f.integer("block_ff_dim", 12288, 1, kMaxDim);
+}
+
+// A file giving both widths is read when intermediate_size repeats block_ff_dim or the width it
+// adjusts to (a converter's copy), and refused when it says a third thing.
+void check_widths(Fields& f, const Lfm2Config& g) {
+  if (!f.has("block_ff_dim") || !f.has("intermediate_size")) return;
+  const int inter = f.integer("intermediate_size", 12288, 1, kMaxDim);
+  if (inter != g.ff_dim && inter != g.mlp_width())
     config_fail(f.source(), "block_ff_dim {} (an MLP of {}) and intermediate_size {} say different "
                             "widths", g.ff_dim, g.mlp_width(), inter);
 }
 
-// transformers' Lfm2Config in both forms: the later one's fields, then the first form's (which
-// Liquid's LFM2 files list beside them, from its training code).
+// transformers' Lfm2Config in both forms. The fields recur wrote before it wrote the rest of
+// Liquid's keys keep their order, which the fingerprint of saved states hashes; the first form's
+// training keys come last.
 const Schema& schema() {
   static const Schema s = [] {
     const auto hidden = [](const ModelConfig& c, const Lfm2Config&) { return double(c.hidden_size); };
     Schema t;
-    t.written("architectures", "[\"Lfm2ForCausalLM\"]")
-        .written("model_type", "\"lfm2\"")
+    t.written("model_type", "\"lfm2\"")
+        .written("architectures", "[\"Lfm2ForCausalLM\"]")
         .integer("vocab_size", &ModelConfig::vocab_size, 65536, 1, 1 << 24)
         .integer("hidden_size", &ModelConfig::hidden_size, 2560, 1, kMaxDim)
         .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 32, 1, 4096)
@@ -133,7 +139,12 @@ const Schema& schema() {
         .option("conv-taps", "the convolution's taps (conv_L_cache)", "3")
         .boolean("conv_bias", &Lfm2Config::conv_bias, false)
         .flag("conv-bias", "biases in the convolution blocks (conv_bias)")
-        // The MLP: its width (block_ff_dim below in the first form) and the adjustment.
+        // The MLP's width (the later form's name, then the first form's, which wins) and its
+        // adjustment.
+        .integer("intermediate_size", &Lfm2Config::ff_dim, 12288, 1, kMaxDim).written_when(later_form)
+        .custom("block_ff_dim", read_block_ff_dim, nullptr)
+        .written_as([](const ModelConfig&, const Lfm2Config& g) { return model::config_number(g.ff_dim); })
+        .written_when(first_form)
         .boolean("block_auto_adjust_ff_dim", &Lfm2Config::auto_adjust, true)
         .flag("no-ff-adjust", "the MLP width as given (block_auto_adjust_ff_dim false)", false)
         // Absent: transformers' default 1.0; null: no multiplier (and no rounding to the multiple).
@@ -148,7 +159,6 @@ const Schema& schema() {
         })
         .integer("block_multiple_of", &Lfm2Config::multiple_of, 256, 1, kMaxDim)
         .option("ff-multiple-of", "block_multiple_of, the MLP width's rounding", "16", 1 << 20)
-        .integer("intermediate_size", &Lfm2Config::ff_dim, 12288, 1, kMaxDim).written_when(later_form)
         .integer("max_position_embeddings", &Lfm2Config::max_position_embeddings, 128000, 0, 1 << 30)
         .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, true).not_written()
         // transformers' Lfm2Config reads tie_embedding over tie_word_embeddings.
@@ -159,12 +169,15 @@ const Schema& schema() {
             config_fail(f.source(), "tie_embedding is {} but tie_word_embeddings is {}",
                         c.tie_word_embeddings, tie);
         }, nullptr)
+        // Which layers attend: layer_types (the later form), full_attn_idxs (the first; null in
+        // the later, as transformers saves it).
         .list("layer_types", &ModelConfig::mixers,
               {{MixerKind::kShortConv, "conv"}, {MixerKind::kAttention, "full_attention"}},
               &ModelConfig::num_hidden_layers, "num_hidden_layers")
         .written_when(later_form)
         .custom("full_attn_idxs", read_full_attn_idxs, nullptr)
         .written_as(full_attn_idxs_text)
+        .for_other_tools(later_form)
         // The rotary base: rope_theta (or theta) at the top, which rope_parameters overrides.
         .number("rope_theta", &Lfm2Config::rope_theta, 1000000, 1.0 + 1e-9, 1e12).written_when(first_form)
         .custom("theta", [](Fields& f, ModelConfig&, Lfm2Config& g) {
@@ -182,20 +195,17 @@ const Schema& schema() {
             config_fail(f.source(), "num_experts is set: an LFM2 mixture-of-experts configuration, "
                                     "which recur does not run");
         }, nullptr)
-        // The first form: the width as block_ff_dim, and the training code's keys.
-        .custom("block_ff_dim", read_block_ff_dim, nullptr)
-        .written_as([](const ModelConfig&, const Lfm2Config& g) { return model::config_number(g.ff_dim); })
-        .written_when(first_form)
+        // The training code's keys, which Liquid's files of the first form carry.
         .accepted_when("block_use_swiglu", is_true, "true: what transformers' Lfm2 always does",
                        "false would be another MLP than transformers' SwiGLU")
-        .written_as("true").written_when(first_form)
+        .written_as("true").written_when(first_form).for_other_tools()
         .accepted_when("use_pos_enc", is_true, "true: what transformers' Lfm2 always does",
                        "false would drop the rotary embedding transformers' LFM2 always applies")
-        .written_as("true").written_when(first_form)
-        .accepted("block_mlp_init_scale", kInit).written_as("1.0").written_when(first_form)
-        .accepted("block_out_init_scale", kInit).written_as("1.0").written_when(first_form)
-        .accepted("block_use_xavier_init", kInit).written_as("true").written_when(first_form)
-        .accepted("conv_use_xavier_init", kInit).written_as("true").written_when(first_form);
+        .written_as("true").written_when(first_form).for_other_tools()
+        .accepted("block_mlp_init_scale", kInit).written_as("1.0").written_when(first_form).for_other_tools()
+        .accepted("block_out_init_scale", kInit).written_as("1.0").written_when(first_form).for_other_tools()
+        .accepted("block_use_xavier_init", kInit).written_as("true").written_when(first_form).for_other_tools()
+        .accepted("conv_use_xavier_init", kInit).written_as("true").written_when(first_form).for_other_tools();
     repeats(t, "block_dim", hidden, "the block width is hidden_size in transformers' LFM2");
     repeats(t, "conv_dim", hidden, "the convolution's width is hidden_size in transformers' LFM2");
     repeats(t, "conv_dim_out", hidden, "the convolution's width is hidden_size in transformers' LFM2");
@@ -236,6 +246,7 @@ void read_config(const std::string& type, const json::Value&, Fields& f, ModelCo
   c.type = "lfm2";
   c.mixers.clear();
   schema().read(f, c, g);
+  check_widths(f, g);
   c.family = std::make_shared<Lfm2Config>(g);
 }
 
@@ -262,9 +273,9 @@ void resolve(ModelConfig& c, const std::string& source) {
   c.family = std::make_shared<Lfm2Config>(g);
 }
 
-std::string config_fields(const ModelConfig& c) {
+std::string config_fields(const ModelConfig& c, bool fingerprint) {
   model::FieldWriter w;
-  schema().write(w, c, config_of(c));
+  schema().write(w, c, config_of(c), fingerprint);
   return w.text();
 }
 

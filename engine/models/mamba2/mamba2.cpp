@@ -142,6 +142,9 @@ class Family final : public model::Family {
   std::string config_fields(const ModelConfig& c) const override {
     return mamba2::config_fields(c);
   }
+  std::string fingerprint_fields(const ModelConfig& c) const override {
+    return mamba2::config_fields(c, true);
+  }
   void load(const ModelConfig& c, const WeightSource& weights, model::Loader& L,
             Model::Impl& impl) const override {
     mamba2::load(c, weights, L, impl);

@@ -57,7 +57,7 @@ Schema& dt_limit(Schema& t, const char* key) {
 const Schema& transformers_schema() {
   static const Schema s = [] {
     Schema t;
-    t.written("architectures", "[\"Mamba2ForCausalLM\"]")
+    t.written("architectures", "[\"Mamba2ForCausalLM\"]").for_other_tools()
         .written("model_type", "\"mamba2\"")
         .integer("vocab_size", &ModelConfig::vocab_size, 32768, 1, 1 << 24)
         .integer("hidden_size", &ModelConfig::hidden_size, 4096, 1, kMaxDim)
@@ -85,28 +85,31 @@ const Schema& transformers_schema() {
                 },
                 nullptr)
         .written_as([](const ModelConfig& c, const Mamba2Config& g) { return model::config_number(inner_of(c, g)); })
+        .for_other_tools()
         .boolean("use_bias", &Mamba2Config::use_bias, false)
         .flag("ssm-bias", "biases in in_proj and out_proj (use_bias)")
         .boolean("use_conv_bias", &Mamba2Config::use_conv_bias, true)
         .flag("ssm-no-conv-bias", "no convolution bias (use_conv_bias false)", false)
+        .number("layer_norm_epsilon", &ModelConfig::norm_eps, 1e-5, 0.0, 1.0)
         .same_function("hidden_act", {"silu", "swish"}, "silu",
                        "silu and swish name one function, the one after Mamba-2's convolution")
-        .number("layer_norm_epsilon", &ModelConfig::norm_eps, 1e-5, 0.0, 1.0)
         .accepted_when("rms_norm", is_true, "true: transformers' Mamba-2 always norms with RMSNorm",
                        "transformers' Mamba-2 always norms with RMSNorm")
         .written_as("true")
-        .accepted("residual_in_fp32", kResidual).written_as("true")
-        .accepted("chunk_size", kKernel).written_as("256")
+        // Written as transformers saves them, for other tools.
+        .accepted("residual_in_fp32", kResidual).written_as("true").for_other_tools()
+        .accepted("chunk_size", kKernel).written_as("256").for_other_tools()
         .accepted("time_step_rank", "Mamba-1's dt projection rank: Mamba-2's dt is one column per "
                                     "head of in_proj")
         // As transformers saves its "auto": ceil(hidden_size / 16).
         .written_as([](const ModelConfig& c, const Mamba2Config&) { return std::to_string((c.hidden_size + 15) / 16); })
-        .accepted("time_step_min", kTraining).written_as("0.001")
-        .accepted("time_step_max", kTraining).written_as("0.1")
-        .accepted("time_step_floor", kTraining).written_as("0.0001")
+        .for_other_tools()
+        .accepted("time_step_min", kTraining).written_as("0.001").for_other_tools()
+        .accepted("time_step_max", kTraining).written_as("0.1").for_other_tools()
+        .accepted("time_step_floor", kTraining).written_as("0.0001").for_other_tools()
         .accepted("time_step_init_scheme", kTraining)
         .accepted("time_step_scale", kTraining)
-        .accepted("rescale_prenorm_residual", kTraining).written_as("false")
+        .accepted("rescale_prenorm_residual", kTraining).written_as("false").for_other_tools()
         .accepted("norm_before_gate",
                   "transformers' Mamba-2 never reads it: it norms y * silu(z), as mamba_ssm's "
                   "default (Codestral Mamba's file says true; its mamba_ssm training configuration "
@@ -182,12 +185,12 @@ const Schema& mamba_ssm_schema() {
         .written_as("[]")
         .accepted_when("attn_cfg", [](const json::Value& v) { return v.is_object() && v.object().empty(); },
                        "empty: no attention layer", kNoAttention)
-        .written_as("{}")
+        .written_as("{}").for_other_tools()
         .accepted_when("rms_norm", is_true, "true: the RMSNorm blocks recur runs",
                        "recur runs mamba_ssm's RMSNorm blocks")
         .written_as("true")
-        .accepted("residual_in_fp32", kResidual).written_as("true")
-        .accepted("fused_add_norm", "the fused kernel of the same add and norm").written_as("true")
+        .accepted("residual_in_fp32", kResidual).written_as("true").for_other_tools()
+        .accepted("fused_add_norm", "the fused kernel of the same add and norm").written_as("true").for_other_tools()
         .integer("pad_vocab_size_multiple", &Mamba2Config::pad_vocab_size_multiple, 8, 1, 1 << 16)
         .boolean("tie_embeddings", &ModelConfig::tie_word_embeddings, true)
         // The files recur writes end with tie_word_embeddings too: the same value.
@@ -291,10 +294,10 @@ void resolve(ModelConfig& c, const std::string& source) {
   c.family = std::make_shared<Mamba2Config>(g);
 }
 
-std::string config_fields(const ModelConfig& c) {
+std::string config_fields(const ModelConfig& c, bool fingerprint) {
   const Mamba2Config& g = config_of(c);
   model::FieldWriter w;
-  (g.layout == Layout::kTransformers ? transformers_schema() : mamba_ssm_schema()).write(w, c, g);
+  (g.layout == Layout::kTransformers ? transformers_schema() : mamba_ssm_schema()).write(w, c, g, fingerprint);
   return w.text();
 }
 
