@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Mamba-2 (tests/mamba2: transformers' mamba2 layout with one, two and four groups, biases,
-# clamps, bf16; state-spaces' mamba_ssm layout with the norm before the gate) through the recur
-# binary:
+# Mamba-2 and its hybrids (tests/mamba2: transformers' mamba2 layout with one, two and four
+# groups, biases, clamps, bf16; state-spaces' mamba_ssm layout with the norm before the gate;
+# Granite 4.0-H; tests/nemotron_h: Nemotron-H) through the recur binary:
 # - recur score on each committed random-weight checkpoint within 1e-6 relative of the float64
 #   reference (tests/mamba2/reference.py) that wrote expected_nll.txt;
 # - the same 17 digits at chunk sizes 1, 7, 64 and 300, on 1-3 threads, and under every
@@ -10,12 +10,14 @@
 #   same size after 100 and 100,000 tokens;
 # - recur quantize to q8 and q4 (A_log, dt_bias, D, the norms and the convolution stay as
 #   stored) and convert keep the digits at every chunking;
-# - make-model --arch mamba2 writes both layouts, which read back with the same digits.
+# - make-model --arch mamba2 (both layouts), granitemoehybrid and nemotron_h write models that
+#   read back with the same digits.
 #
 #   tests/mamba2_model_test.sh RECUR SOURCE_DIR
 set -euo pipefail
 recur="$1" src="$2"
 fx="$src/tests/mamba2"
+nfx="$src/tests/nemotron_h"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAILED: $*" >&2; exit 1; }
@@ -30,10 +32,12 @@ relative() { awk -v a="$1" -v b="$2" 'BEGIN { d = (a - b) / b; printf "%.2g", d 
 isas=$("$recur" isa --available)
 
 [[ $(wc -l < "$ids") == 300 ]] || fail "$ids should hold 300 ids"
-[[ $(wc -l < "$fx/expected_nll.txt") == 6 ]] || fail "expected_nll.txt should list 6 fixtures"
+[[ $(wc -l < "$fx/expected_nll.txt") == 6 ]] || fail "$fx/expected_nll.txt should list 6 fixtures"
+[[ $(wc -l < "$nfx/expected_nll.txt") == 2 ]] || fail "$nfx/expected_nll.txt should list 2 fixtures"
 declare -A got_nll
+for dir in "$fx" "$nfx"; do
 while read -r name want; do
-  path="$fx/$name"
+  path="$dir/$name"
   got_json=$(score -m "$path" --token-ids "$ids")
   got=$(nll "$got_json")
   got_nll[$name]=$got
@@ -51,16 +55,17 @@ while read -r name want; do
       fail "$name: RECUR_ISA=$isa gave other digits"
   done
   greedy=$(gen -m "$path" --prompt-ids "$ids" -n 8 | tr '\n' ' ')
-  want_greedy=$(/usr/bin/python3 -c 'import json, sys; print(" ".join(map(str, json.load(open(sys.argv[1]))["fixtures"][sys.argv[2]]["greedy_ids"])) + " ")' "$fx/expected.json" "$name")
+  want_greedy=$(/usr/bin/python3 -c 'import json, sys; print(" ".join(map(str, json.load(open(sys.argv[1]))["fixtures"][sys.argv[2]]["greedy_ids"])) + " ")' "$dir/expected.json" "$name")
   [[ "$greedy" == "$want_greedy" ]] || fail "$name: greedy ids $greedy, the reference's $want_greedy"
   echo "mamba2_model_test: $name: the same digits at chunks 1, 7, 64, 300, threads 1-3 and under $(tr '\n' ' ' <<< "$isas"); the reference's greedy ids $greedy"
-done < "$fx/expected_nll.txt"
+done < "$dir/expected_nll.txt"
+done
 
 # A saved state continues as one run, saved under one instruction set and continued under each.
 head -n 40 "$ids" > "$tmp/p.txt"
 first_isa=$(tail -n 1 <<< "$isas")
-for name in mamba2-groups mamba-ssm granite-hybrid; do
-  m="$fx/$name"
+for m in "$fx/mamba2-groups" "$fx/mamba-ssm" "$fx/granite-hybrid" "$nfx/nemotron-h-hybrid"; do
+  name=$(basename "$m")
   gen -m "$m" --prompt-ids "$tmp/p.txt" -n 12 > "$tmp/whole"
   gen -m "$m" --prompt-ids "$tmp/p.txt" -n 5 --save-state "$tmp/s" > "$tmp/a"
   gen -m "$m" --load-state "$tmp/s" -n 7 > "$tmp/b"
@@ -100,10 +105,11 @@ dtypes() {
 for k, v in sorted(json.loads(f.read(n)).items()):
     if k != "__metadata__": print(k, v["dtype"])' "$1/model.safetensors"
 }
-for name in mamba2-groups mamba-ssm granite-hybrid; do
+for model in "$fx/mamba2-groups" "$fx/mamba-ssm" "$fx/granite-hybrid" "$nfx/nemotron-h-hybrid"; do
+  name=$(basename "$model")
   for type in q8 q4; do
     q="$tmp/$type-$name"
-    "$recur" quantize "$fx/$name" "$q" --type "$type" > /dev/null 2> "$tmp/err" ||
+    "$recur" quantize "$model" "$q" --type "$type" > /dev/null 2> "$tmp/err" ||
       { cat "$tmp/err" >&2; fail "recur quantize $name --type $type"; }
     dtypes "$q" > "$tmp/dtypes"
     kept=$(grep -E '(A_log|dt_bias|mixer\.D|conv1d\.(weight|bias)|norm\.weight|norm_f\.weight) ' "$tmp/dtypes" | awk '$2 != "F32"' || true)
@@ -118,7 +124,7 @@ for name in mamba2-groups mamba-ssm granite-hybrid; do
     done
     echo "mamba2_model_test: $name quantized $type: mean NLL $got (float ${got_nll[$name]}), the same digits at chunks 1, 7, 300"
   done
-  "$recur" convert "$fx/$name" "$tmp/conv-$name" > /dev/null 2> "$tmp/err" ||
+  "$recur" convert "$model" "$tmp/conv-$name" > /dev/null 2> "$tmp/err" ||
     { cat "$tmp/err" >&2; fail "recur convert $name"; }
   [[ "$(nll "$(score -m "$tmp/conv-$name" --token-ids "$ids")")" == "${got_nll[$name]}" ]] ||
     fail "$name: converted, it scores otherwise"
@@ -140,4 +146,6 @@ made_digits "$tmp/made-ssm" --arch mamba2 --mamba-ssm-layout --norm-before-gate 
 grep -q '"ssm_cfg"' "$tmp/made-ssm/config.json" || fail "--mamba-ssm-layout wrote no ssm_cfg"
 made_digits "$tmp/made-granite" --arch granitemoehybrid --heads 4 --attn-kv-heads 2 --layer-types MAMA --multipliers
 made_digits "$tmp/made-granite-dense" --arch granitemoehybrid --heads 4 --layer-types AA --rope --tie-embeddings
-echo "mamba2_model_test: make-model --arch mamba2 (both layouts) writes models that read back with the same digits at chunks 1 and 64"
+made_digits "$tmp/made-nemotron" --arch nemotron_h --heads 4 --attn-kv-heads 2 --pattern 'M-*M' --ssm-groups 2
+grep -q '"hybrid_override_pattern": "M-\*M"' "$tmp/made-nemotron/config.json" || fail "make-model --arch nemotron_h wrote another pattern"
+echo "mamba2_model_test: make-model --arch mamba2 (both layouts), granitemoehybrid and nemotron_h writes models that read back with the same digits at chunks 1 and 64"

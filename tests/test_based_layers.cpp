@@ -396,8 +396,9 @@ TEST_CASE("short convolution: bad input is refused by name, the state unchanged"
                                       {"[ShortConvState::load_raw_bytes]", "bytes given"});
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(bytes.data() + 4, &nan, sizeof nan);
-  expect_rejected<recur::FormatError>(s, [&] { s.load_raw_bytes(bytes.data(), bytes.size()); },
-                                      {"not finite"});
+  expect_rejected<recur::FormatError>(
+      s, [&] { s.load_raw_bytes(bytes.data(), bytes.size()); },
+      {"the state's history has a non-finite number (nan) at row 0, column 1"});
   CHECK_THROWS_WITH(recur::ShortConvolution(random_matrix(8, 3, 1), Eigen::VectorXf::Ones(7)),
                     Catch::Contains("[ShortConvolution]") && Catch::Contains("bias has 7"));
   RowMatrix Wbad = random_matrix(8, 3, 1);
@@ -606,8 +607,9 @@ TEST_CASE("window attention: bad input is refused by name, the state unchanged",
                                       {"[WindowState::load_raw_bytes]", "3 bytes given"});
   const float inf = std::numeric_limits<float>::infinity();
   std::memcpy(bytes.data() + 8, &inf, sizeof inf);
-  expect_rejected<recur::FormatError>(s, [&] { s.load_raw_bytes(bytes.data(), bytes.size()); },
-                                      {"non-finite key"});
+  expect_rejected<recur::FormatError>(
+      s, [&] { s.load_raw_bytes(bytes.data(), bytes.size()); },
+      {"the state's keys has a non-finite number (inf) at element 2"});
   CHECK_THROWS_WITH(recur::WindowAttention(window_config(2, 7, 4)),
                     Catch::Contains("[WindowAttention]") && Catch::Contains("d_head is 7"));
   CHECK_THROWS_AS(recur::WindowAttention(window_config(2, 8, -1)), recur::ArgumentError);

@@ -245,7 +245,8 @@ TEST_CASE("a state file that passes its checksum but says false things is refuse
     CHECK(victim.save_bytes() == before);
     CHECK(out.tokens == untouched.tokens);
   };
-  refused(with(good, layer0, nan), "layer 0: [LinearState::load_raw_bytes] head 0 holds a non-finite sum");
+  refused(with(good, layer0, nan),
+          "layer 0: [LinearState::load_raw_bytes] the state's P of head 0 has a non-finite number");
   refused(with(good, layer1 + 64, std::numeric_limits<float>::infinity()), "layer 1");
   refused(with(good, 24, std::int64_t{-5}), "token count is -5");
   refused(with(good, 24, std::int64_t{49}), "layer 0 has seen 50 tokens, the header says 49");
@@ -390,7 +391,7 @@ TEST_CASE("a declared state saves its frame and parts in order, loads them back,
   auto nan = raw;
   const float q = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(nan.data() + 4 + 2 * sizeof(float), &q, sizeof q);
-  refused(nan, "the state's S holds a non-finite number");
+  refused(nan, "the state's S has a non-finite number");
   auto lying = raw;  // the frame says 3 tokens, the convolution has seen 2
   lying.resize(raw.size() - sizeof(std::int64_t));
   append(lying, std::int64_t{3});

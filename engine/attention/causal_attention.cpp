@@ -10,6 +10,7 @@
 #include "kernels/finite.h"
 #include "util/check.h"
 #include "util/parallel.h"
+#include "util/state_buffers.h"
 
 namespace recur {
 namespace {
@@ -75,27 +76,33 @@ void CausalState::ensure_pages(std::int64_t slots) {
 
 std::int64_t CausalState::slots_used() const { return window_ > 0 ? window_ + 1 : n_tokens_; }
 
-CausalState CausalState::clone() const {
-  CausalState c(n_kv_heads_, d_head_, window_);
-  c.ensure_pages(std::int64_t(pages_.size()) * P);
-  for (std::size_t p = 0; p < pages_.size(); ++p)
-    std::memcpy(c.pages_[p].get(), pages_[p].get(), page_floats_ * sizeof(float));
-  c.n_tokens_ = n_tokens_;
-  c.weights_.assign(weights_.size(), 0.0f);
-  return c;
+// The record holds, per kv head, the slots in use (every slot of a ring; the tokens so far of a
+// full cache), each its key (a column of its page) then its value (a row): the same bytes
+// whatever pages were allocated.
+template <class Self, class F>
+void CausalState::buffers(Self& s, F&& f) {
+  const auto d = std::size_t(s.d_head_);
+  const std::int64_t slots = s.slots_used();
+  for (int g = 0; g < s.n_kv_heads_; ++g)
+    for (std::int64_t t = 0; t < slots; ++t) {
+      const auto page = std::size_t(t / P), slot = std::size_t(t % P);
+      f(detail::block("keys", s.keys(page, g) + slot, d, 1, std::size_t(P), g));
+      f(detail::contiguous("values", s.values(page, g) + slot * std::size_t(s.d_padded_), d, g));
+    }
 }
 
-void CausalState::reset() {
-  if (window_ > 0) {
-    for (auto& p : pages_) std::fill(p.get(), p.get() + page_floats_, 0.0f);
-  } else {
-    pages_.clear();
-    pages_.shrink_to_fit();
-    weights_.clear();
-    weights_.shrink_to_fit();
+CausalState CausalState::blank(std::int64_t n_tokens) const {
+  CausalState s(n_kv_heads_, d_head_, window_);
+  s.n_tokens_ = n_tokens;
+  if (window_ == 0) {
+    s.ensure_pages(n_tokens);
+    s.weights_.assign(std::size_t(n_tokens), 0.0f);
   }
-  n_tokens_ = 0;
+  return s;
 }
+
+CausalState CausalState::clone() const { return detail::DeclaredBuffers::clone(*this); }
+void CausalState::reset() { detail::DeclaredBuffers::reset(*this); }
 
 std::size_t CausalState::bytes() const {
   return sizeof(*this) + (pages_.size() * page_floats_ + workspace_.capacity() + weights_.capacity()) *
@@ -110,56 +117,10 @@ std::size_t CausalState::raw_size_at(std::int64_t n_tokens) const {
 }
 
 std::vector<unsigned char> CausalState::raw_bytes() const {
-  std::vector<unsigned char> out(raw_size());
-  const std::int64_t slots = slots_used();
-  const std::size_t d = std::size_t(d_head_);
-  float* o = reinterpret_cast<float*>(out.data());
-  std::vector<float> row(d);
-  for (int g = 0; g < n_kv_heads_; ++g)
-    for (std::int64_t s = 0; s < slots; ++s) {
-      const float* k = keys(std::size_t(s / P), g);
-      for (std::size_t i = 0; i < d; ++i) row[i] = k[i * P + std::size_t(s % P)];
-      std::memcpy(o, row.data(), d * sizeof(float));
-      std::memcpy(o + d, values(std::size_t(s / P), g) + std::size_t(s % P) * std::size_t(d_padded_),
-                  d * sizeof(float));
-      o += 2 * d;
-    }
-  std::memcpy(out.data() + out.size() - sizeof n_tokens_, &n_tokens_, sizeof n_tokens_);
-  return out;
+  return detail::DeclaredBuffers::raw_bytes(*this);
 }
-
 void CausalState::load_raw_bytes(const unsigned char* data, std::size_t size) {
-  constexpr const char* call = "CausalState::load_raw_bytes";
-  std::int64_t count = -1;
-  if (size >= sizeof count) std::memcpy(&count, data + size - sizeof count, sizeof count);
-  if (count < 0) throw FormatError(fmt::format("[{}] the token count is {}", call, count));
-  if (size != raw_size_at(count))
-    throw FormatError(fmt::format("[{}] {} bytes given, a state of this shape (kv heads {}, d_head "
-                                  "{}, window {}) after {} tokens has {}",
-                                  call, size, n_kv_heads_, d_head_, window_, count,
-                                  raw_size_at(count)));
-  const std::size_t n = (size - sizeof count) / sizeof(float);
-  std::vector<float> values_in(n);
-  std::memcpy(values_in.data(), data, n * sizeof(float));
-  for (float x : values_in)
-    if (!std::isfinite(x))
-      throw FormatError(fmt::format("[{}] the cache holds a non-finite value ({})", call, x));
-  CausalState s(n_kv_heads_, d_head_, window_);
-  s.n_tokens_ = count;
-  const std::int64_t slots = s.slots_used();
-  s.ensure_pages(slots);
-  if (window_ == 0) s.weights_.assign(std::size_t(slots), 0.0f);
-  const std::size_t d = std::size_t(d_head_);
-  const float* in = values_in.data();
-  for (int g = 0; g < n_kv_heads_; ++g)
-    for (std::int64_t t = 0; t < slots; ++t) {
-      float* k = s.keys(std::size_t(t / P), g);
-      for (std::size_t i = 0; i < d; ++i) k[i * P + std::size_t(t % P)] = in[i];
-      std::memcpy(s.values(std::size_t(t / P), g) + std::size_t(t % P) * std::size_t(d_padded_),
-                  in + d, d * sizeof(float));
-      in += 2 * d;
-    }
-  *this = std::move(s);
+  detail::DeclaredBuffers::load(*this, data, size);
 }
 
 // ---------------------------------------------------------------------------------------------

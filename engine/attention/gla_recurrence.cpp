@@ -9,6 +9,7 @@
 #include "kernels/finite.h"
 #include "util/check.h"
 #include "util/parallel.h"
+#include "util/state_buffers.h"
 
 namespace recur {
 namespace {
@@ -70,17 +71,29 @@ GlaState::GlaState(int n_heads, int d_key, int d_value)
   workspace_ = allocate(H * (3 * Dp + 2 * dvp));
 }
 
-GlaState GlaState::clone() const {
-  GlaState copy(n_heads_, d_key_, d_value_);
-  std::memcpy(copy.S_.data, S_.data, S_.floats * sizeof(float));
-  copy.n_tokens_ = n_tokens_;
-  return copy;
+// The record holds each head's S without its padding (which stays zero): (d_key, d_value).
+template <class Self, class F>
+void GlaState::buffers(Self& s, F&& f) {
+  for (int h = 0; h < s.n_heads_; ++h)
+    f(detail::block("S", s.head(h), std::size_t(s.d_key_), std::size_t(s.d_value_),
+                    std::size_t(s.d_value_padded_), h));
 }
 
-void GlaState::reset() {
-  std::memset(S_.data, 0, S_.floats * sizeof(float));
-  n_tokens_ = 0;
+GlaState GlaState::blank(std::int64_t n_tokens) const {
+  GlaState s(n_heads_, d_key_, d_value_);
+  s.n_tokens_ = n_tokens;
+  return s;
 }
+
+GlaState GlaState::clone() const { return detail::DeclaredBuffers::clone(*this); }
+void GlaState::reset() { detail::DeclaredBuffers::reset(*this); }
+std::vector<unsigned char> GlaState::raw_bytes() const {
+  return detail::DeclaredBuffers::raw_bytes(*this);
+}
+void GlaState::load_raw_bytes(const unsigned char* data, std::size_t size) {
+  detail::DeclaredBuffers::load(*this, data, size);
+}
+std::size_t GlaState::raw_size() const { return detail::DeclaredBuffers::raw_size(*this); }
 
 std::size_t GlaState::bytes() const {
   return sizeof(*this) + (S_.floats + workspace_.floats) * sizeof(float) + 2 * kAlign;
@@ -96,57 +109,6 @@ Eigen::MatrixXd GlaState::S(int h) const {
   return out;
 }
 
-std::size_t GlaState::raw_size() const {
-  return sizeof(std::uint32_t) +
-         static_cast<std::size_t>(n_heads_) * static_cast<std::size_t>(d_key_) *
-             static_cast<std::size_t>(d_value_) * sizeof(float) +
-         sizeof(std::int64_t);
-}
-
-std::vector<unsigned char> GlaState::raw_bytes() const {
-  std::vector<unsigned char> out(raw_size());
-  unsigned char* p = out.data();
-  const std::uint32_t format = kFormat;
-  std::memcpy(p, &format, sizeof format);
-  p += sizeof format;
-  const std::size_t row = static_cast<std::size_t>(d_value_) * sizeof(float);
-  for (int h = 0; h < n_heads_; ++h)
-    for (int i = 0; i < d_key_; ++i, p += row) std::memcpy(p, head(h) + i * d_value_padded_, row);
-  std::memcpy(p, &n_tokens_, sizeof n_tokens_);
-  return out;
-}
-
-void GlaState::load_raw_bytes(const unsigned char* data, std::size_t size) {
-  constexpr const char* call = "GlaState::load_raw_bytes";
-  if (size != raw_size())
-    throw FormatError(fmt::format("[{}] {} bytes given, a state of this shape has {}", call, size,
-                                  raw_size()));
-  std::uint32_t format = 0;
-  std::memcpy(&format, data, sizeof format);
-  if (format != kFormat)
-    throw FormatError(fmt::format("[{}] state format {}, this build reads format {}", call, format,
-                                  kFormat));
-  std::int64_t n = 0;
-  std::memcpy(&n, data + size - sizeof n, sizeof n);
-  if (n < 0) throw FormatError(fmt::format("[{}] the token count is {}", call, n));
-  // Into a fresh buffer first, checked there: the state changes only when all is well. The
-  // padding stays zero.
-  Buffer incoming = allocate(S_.floats);
-  const unsigned char* p = data + sizeof format;
-  const std::size_t row = static_cast<std::size_t>(d_value_) * sizeof(float);
-  for (int h = 0; h < n_heads_; ++h) {
-    float* dst = incoming.data + static_cast<std::size_t>(h) * head_floats_;
-    bool ok = true;
-    for (int i = 0; i < d_key_; ++i, p += row) {
-      float* r = dst + i * d_value_padded_;
-      std::memcpy(r, p, row);
-      for (int j = 0; j < d_value_; ++j) ok &= std::isfinite(r[j]);
-    }
-    if (!ok) throw FormatError(fmt::format("[{}] head {} holds a non-finite entry", call, h));
-  }
-  S_ = std::move(incoming);
-  n_tokens_ = n;
-}
 
 // ---------------------------------------------------------------------------------------------
 // GlaRecurrence

@@ -10,6 +10,7 @@
 #include "kernels/finite.h"
 #include "util/check.h"
 #include "util/parallel.h"
+#include "util/state_buffers.h"
 
 namespace recur {
 namespace {
@@ -62,18 +63,6 @@ LinearState::LinearState(int n_heads, int d_feature, int d_value, bool normalize
   workspace_ = allocate(static_cast<std::size_t>(n_heads_) * (2 * Dp + 2 * dvp) * sizeof(float));
 }
 
-LinearState LinearState::clone() const {
-  LinearState copy(n_heads_, d_feature_, d_value_, normalized_);
-  std::memcpy(copy.sums_.data, sums_.data, sums_.size);
-  copy.n_tokens_ = n_tokens_;
-  return copy;
-}
-
-void LinearState::reset() {
-  std::memset(sums_.data, 0, sums_.size);
-  n_tokens_ = 0;
-}
-
 std::size_t LinearState::bytes() const {
   return sizeof(*this) + sums_.size + workspace_.size + 2 * kAlign;
 }
@@ -123,39 +112,40 @@ Eigen::VectorXd LinearState::Z(int head) const {
   return z;
 }
 
-std::vector<unsigned char> LinearState::raw_bytes() const {
-  std::vector<unsigned char> out(sums_.size + sizeof n_tokens_);  // one allocation
-  std::memcpy(out.data(), sums_.data, sums_.size);
-  std::memcpy(out.data() + sums_.size, &n_tokens_, sizeof n_tokens_);
-  return out;
+// The record holds each head's sums as they lie in memory, padding included: P, L32, L64, then
+// when normalized Z64, Zp, Z32.
+template <class Self, class F>
+void LinearState::buffers(Self& s, F&& f) {
+  const auto n = static_cast<std::size_t>(s.d_feature_padded_) *
+                 static_cast<std::size_t>(s.d_value_padded_);
+  const auto Dp = static_cast<std::size_t>(s.d_feature_padded_);
+  for (int head = 0; head < s.n_heads_; ++head) {
+    const auto h = head_view(s.sums_.data, s.head_bytes_, head, s.d_feature_padded_,
+                             s.d_value_padded_, s.normalized_);
+    f(detail::contiguous("P", h.P, n, head));
+    f(detail::contiguous("L32", h.L32, n, head));
+    f(detail::contiguous("L64", h.L64, n, head));
+    if (!s.normalized_) continue;
+    f(detail::contiguous("Z64", h.Z64, Dp, head));
+    f(detail::contiguous("Zp", h.Zp, Dp, head));
+    f(detail::contiguous("Z32", h.Z32, Dp, head));
+  }
 }
 
+LinearState LinearState::blank(std::int64_t n_tokens) const {
+  LinearState s(n_heads_, d_feature_, d_value_, normalized_);
+  s.n_tokens_ = n_tokens;
+  return s;
+}
+
+LinearState LinearState::clone() const { return detail::DeclaredBuffers::clone(*this); }
+void LinearState::reset() { detail::DeclaredBuffers::reset(*this); }
+std::size_t LinearState::raw_size() const { return detail::DeclaredBuffers::raw_size(*this); }
+std::vector<unsigned char> LinearState::raw_bytes() const {
+  return detail::DeclaredBuffers::raw_bytes(*this);
+}
 void LinearState::load_raw_bytes(const unsigned char* data, std::size_t size) {
-  constexpr const char* call = "LinearState::load_raw_bytes";
-  if (size != raw_size())
-    throw FormatError(fmt::format("[{}] {} bytes given, a state of this shape has {}", call, size,
-                                  raw_size()));
-  std::int64_t n = 0;
-  std::memcpy(&n, data + sums_.size, sizeof n);
-  if (n < 0) throw FormatError(fmt::format("[{}] the token count is {}", call, n));
-  // Check every sum before copying, through a view of the incoming bytes.
-  Buffer incoming = allocate(sums_.size);
-  std::memcpy(incoming.data, data, sums_.size);
-  const std::size_t elems = static_cast<std::size_t>(d_feature_padded_) * static_cast<std::size_t>(d_value_padded_);
-  for (int head = 0; head < n_heads_; ++head) {
-    const auto h = head_view(incoming.data, head_bytes_, head, d_feature_padded_, d_value_padded_,
-                             normalized_);
-    bool ok = true;
-    for (std::size_t e = 0; e < elems; ++e)
-      ok &= std::isfinite(h.P[e]) && std::isfinite(h.L32[e]) && std::isfinite(h.L64[e]);
-    if (normalized_)
-      for (int i = 0; i < d_feature_padded_; ++i)
-        ok &= std::isfinite(h.Zp[i]) && std::isfinite(h.Z32[i]) && std::isfinite(h.Z64[i]);
-    if (!ok)
-      throw FormatError(fmt::format("[{}] head {} holds a non-finite sum", call, head));
-  }
-  sums_ = std::move(incoming);
-  n_tokens_ = n;
+  detail::DeclaredBuffers::load(*this, data, size);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 
 #include "kernels/finite.h"
 #include "util/check.h"
+#include "util/state_buffers.h"
 
 namespace recur {
 namespace {
@@ -48,16 +49,27 @@ ShortConvState::ShortConvState(int channels, int kernel_size)
       history_(static_cast<std::size_t>(kernel_size - 1) * static_cast<std::size_t>(channels), 0.0f),
       input_(static_cast<std::size_t>(channels), 0.0f) {}
 
-ShortConvState ShortConvState::clone() const {
-  ShortConvState copy(channels_, kernel_size_);
-  copy.history_ = history_;
-  copy.n_tokens_ = n_tokens_;
-  return copy;
+// The record holds the past inputs, (kernel_size - 1, channels), oldest first.
+template <class Self, class F>
+void ShortConvState::buffers(Self& s, F&& f) {
+  const auto C = static_cast<std::size_t>(s.channels_);
+  f(detail::block("history", s.history_.data(), s.history_.size() / C, C, C));
 }
 
-void ShortConvState::reset() {
-  std::fill(history_.begin(), history_.end(), 0.0f);
-  n_tokens_ = 0;
+ShortConvState ShortConvState::blank(std::int64_t n_tokens) const {
+  ShortConvState s(channels_, kernel_size_);
+  s.n_tokens_ = n_tokens;
+  return s;
+}
+
+ShortConvState ShortConvState::clone() const { return detail::DeclaredBuffers::clone(*this); }
+void ShortConvState::reset() { detail::DeclaredBuffers::reset(*this); }
+std::size_t ShortConvState::raw_size() const { return detail::DeclaredBuffers::raw_size(*this); }
+std::vector<unsigned char> ShortConvState::raw_bytes() const {
+  return detail::DeclaredBuffers::raw_bytes(*this);
+}
+void ShortConvState::load_raw_bytes(const unsigned char* data, std::size_t size) {
+  detail::DeclaredBuffers::load(*this, data, size);
 }
 
 std::size_t ShortConvState::bytes() const {
@@ -70,34 +82,6 @@ RowMatrix ShortConvState::history() const {
   return h;
 }
 
-std::vector<unsigned char> ShortConvState::raw_bytes() const {
-  std::vector<unsigned char> out(raw_size());
-  const std::size_t n = history_.size() * sizeof(float);
-  if (n != 0) std::memcpy(out.data(), history_.data(), n);
-  std::memcpy(out.data() + n, &n_tokens_, sizeof n_tokens_);
-  return out;
-}
-
-void ShortConvState::load_raw_bytes(const unsigned char* data, std::size_t size) {
-  constexpr const char* call = "ShortConvState::load_raw_bytes";
-  if (size != raw_size())
-    throw FormatError(fmt::format("[{}] {} bytes given, a state of {} channels and kernel size {} "
-                                  "has {}",
-                                  call, size, channels_, kernel_size_, raw_size()));
-  const std::size_t n = history_.size() * sizeof(float);
-  std::int64_t count = 0;
-  std::memcpy(&count, data + n, sizeof count);
-  if (count < 0) throw FormatError(fmt::format("[{}] the token count is {}", call, count));
-  std::vector<float> incoming(history_.size());
-  if (n != 0) std::memcpy(incoming.data(), data, n);
-  for (std::size_t i = 0; i < incoming.size(); ++i)
-    if (!std::isfinite(incoming[i]))
-      throw FormatError(fmt::format("[{}] past input {} of channel {} is not finite ({})", call,
-                                    i / static_cast<std::size_t>(channels_),
-                                    i % static_cast<std::size_t>(channels_), incoming[i]));
-  history_ = std::move(incoming);
-  n_tokens_ = count;
-}
 
 // ---------------------------------------------------------------------------------------------
 // ShortConvolution

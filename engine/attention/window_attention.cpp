@@ -9,6 +9,7 @@
 #include "kernels/finite.h"
 #include "util/check.h"
 #include "util/parallel.h"
+#include "util/state_buffers.h"
 
 namespace recur {
 
@@ -114,55 +115,34 @@ WindowState::WindowState(int n_heads, int d_head, int window)
               0.0f),
       workspace_(static_cast<std::size_t>(3 * d_head + slots_padded_ + slots_ + d_padded_), 0.0f) {}
 
-WindowState WindowState::clone() const {
-  WindowState copy(n_heads_, d_head_, window_);
-  copy.keys_ = keys_;
-  copy.values_ = values_;
-  copy.n_tokens_ = n_tokens_;
-  return copy;
+// The record holds the rings as they lie in memory, padding included: every head's keys, then
+// every head's values.
+template <class Self, class F>
+void WindowState::buffers(Self& s, F&& f) {
+  f(detail::contiguous("keys", s.keys_.data(), s.keys_.size()));
+  f(detail::contiguous("values", s.values_.data(), s.values_.size()));
 }
 
-void WindowState::reset() {
-  std::fill(keys_.begin(), keys_.end(), 0.0f);
-  std::fill(values_.begin(), values_.end(), 0.0f);
-  n_tokens_ = 0;
+WindowState WindowState::blank(std::int64_t n_tokens) const {
+  WindowState s(n_heads_, d_head_, window_);
+  s.n_tokens_ = n_tokens;
+  return s;
 }
+
+WindowState WindowState::clone() const { return detail::DeclaredBuffers::clone(*this); }
+void WindowState::reset() { detail::DeclaredBuffers::reset(*this); }
+std::vector<unsigned char> WindowState::raw_bytes() const {
+  return detail::DeclaredBuffers::raw_bytes(*this);
+}
+void WindowState::load_raw_bytes(const unsigned char* data, std::size_t size) {
+  detail::DeclaredBuffers::load(*this, data, size);
+}
+std::size_t WindowState::raw_size() const { return detail::DeclaredBuffers::raw_size(*this); }
 
 std::size_t WindowState::bytes() const {
   return sizeof(*this) + (keys_.size() + values_.size() + workspace_.size()) * sizeof(float);
 }
 
-std::vector<unsigned char> WindowState::raw_bytes() const {
-  std::vector<unsigned char> out(raw_size());
-  const std::size_t nk = keys_.size() * sizeof(float), nv = values_.size() * sizeof(float);
-  std::memcpy(out.data(), keys_.data(), nk);
-  std::memcpy(out.data() + nk, values_.data(), nv);
-  std::memcpy(out.data() + nk + nv, &n_tokens_, sizeof n_tokens_);
-  return out;
-}
-
-void WindowState::load_raw_bytes(const unsigned char* data, std::size_t size) {
-  constexpr const char* call = "WindowState::load_raw_bytes";
-  if (size != raw_size())
-    throw FormatError(fmt::format("[{}] {} bytes given, a state of this shape (n_heads {}, d_head "
-                                  "{}, window {}) has {}",
-                                  call, size, n_heads_, d_head_, window_, raw_size()));
-  const std::size_t nk = keys_.size() * sizeof(float), nv = values_.size() * sizeof(float);
-  std::int64_t count = 0;
-  std::memcpy(&count, data + nk + nv, sizeof count);
-  if (count < 0) throw FormatError(fmt::format("[{}] the token count is {}", call, count));
-  std::vector<float> keys(keys_.size()), values(values_.size());
-  std::memcpy(keys.data(), data, nk);
-  std::memcpy(values.data(), data + nk, nv);
-  for (const auto* v : {&keys, &values})
-    for (float x : *v)
-      if (!std::isfinite(x))
-        throw FormatError(fmt::format("[{}] the ring holds a non-finite {} ({})", call,
-                                      v == &keys ? "key" : "value", x));
-  keys_ = std::move(keys);
-  values_ = std::move(values);
-  n_tokens_ = count;
-}
 
 // ---------------------------------------------------------------------------------------------
 // WindowAttention

@@ -1,11 +1,12 @@
-// A layer's state declared as its buffers: a family lists what its state holds, in the order the
+// A layer's state declared as its parts: a family lists what its state holds, in the order the
 // saved state stores it, and gets clone, reset, sizes, the saved bytes, loading (checked before
-// anything changes) and the finiteness check from here, instead of writing each by hand.
+// anything changes) and the finiteness check from here, instead of writing each by hand. Its
+// float buffers are written and read as the public mixers' states write theirs
+// (util/state_buffers.h), and those states are parts here as themselves.
 #pragma once
 
 #include <fmt/format.h>
 
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -13,8 +14,8 @@
 #include <vector>
 
 #include "model/network.h"
-#include "model/state_record.h"
 #include "recur/error.h"
+#include "util/state_buffers.h"
 
 namespace recur::model {
 
@@ -49,16 +50,11 @@ inline std::size_t raw_size(const std::vector<float>& v) { return v.size() * siz
 inline std::size_t bytes(const std::vector<float>& v) { return v.capacity() * sizeof(float); }
 inline void reset(std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); }
 inline void write(const std::vector<float>& v, unsigned char*& p) {
-  if (!v.empty()) std::memcpy(p, v.data(), raw_size(v));
-  p += raw_size(v);
+  detail::write_buffer(detail::contiguous("", v.data(), v.size()), p);
 }
 inline void read(std::vector<float>& v, const unsigned char*& p, const char* name,
                  const char* call, std::vector<std::int64_t>&) {
-  if (!v.empty()) std::memcpy(v.data(), p, raw_size(v));
-  p += raw_size(v);
-  for (const float x : v)
-    if (!std::isfinite(x))
-      throw FormatError(fmt::format("[{}] the state's {} holds a non-finite number", call, name));
+  detail::read_buffer(detail::contiguous(name, v.data(), v.size()), p, call);
 }
 
 template <class S>
@@ -162,7 +158,7 @@ class DeclaredState : public LayerState {
     if (size != raw_size())
       throw FormatError(fmt::format("[{}] {} bytes given, {} has {}", call, size, Derived::kWhat,
                                     raw_size()));
-    std::int64_t n = framed ? read_state_frame(data, size, Derived::kFormat, call) : -1;
+    std::int64_t n = framed ? detail::read_state_frame(data, size, Derived::kFormat, call) : -1;
     // Into a copy first, so that a failure leaves this state as it was.
     Derived incoming = self();
     const unsigned char* p = data + (framed ? sizeof(std::uint32_t) : 0);

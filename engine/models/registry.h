@@ -13,5 +13,6 @@ const model::Family& mamba2_family();  // Mamba-2: transformers' mamba2, mamba_s
 const model::Family& granite_family();  // IBM Granite 4.0(-H): granitemoehybrid, dense
 const model::Family& gdn_family();     // Gated DeltaNet: Qwen3.5, fla gated_deltanet
 const model::Family& lfm2_family();    // Liquid AI's LFM2 and LFM2.5 (dense)
+const model::Family& nemotron_h_family();  // NVIDIA's Nemotron-H and Nemotron Nano 2, dense
 
 }  // namespace recur::models

@@ -76,6 +76,14 @@ class CausalState {
   friend class CausalAttention;
   friend struct CausalAccess;
   CausalState(int n_kv_heads, int d_head, int window);
+  // Declared as its buffers (engine/util/state_buffers.h): the record, load, clone and reset.
+  friend struct detail::DeclaredBuffers;
+  static constexpr const char* kName = "CausalState";
+  static constexpr std::uint32_t kFormat = 0;  // no format word
+  static constexpr bool kGrows = true;
+  template <class Self, class F>
+  static void buffers(Self& s, F&& f);
+  CausalState blank(std::int64_t n_tokens) const;
   std::int64_t slots_used() const;
   void ensure_pages(std::int64_t tokens);
   float* keys(std::size_t page, int kv_head) const;    // (d_head, kPageSlots): column = slot

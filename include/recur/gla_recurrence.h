@@ -97,6 +97,13 @@ class GlaState {
  private:
   friend class GlaRecurrence;
   GlaState(int n_heads, int d_key, int d_value);
+  // Declared as its buffers (engine/util/state_buffers.h): the record, load, clone and reset.
+  friend struct detail::DeclaredBuffers;
+  static constexpr const char* kName = "GlaState";
+  static constexpr bool kGrows = false;
+  template <class Self, class F>
+  static void buffers(Self& s, F&& f);
+  GlaState blank(std::int64_t n_tokens) const;
 
   struct Buffer {  // 64-byte aligned storage that owns its memory
     std::unique_ptr<unsigned char[]> storage;

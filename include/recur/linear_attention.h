@@ -19,6 +19,10 @@
 
 namespace recur {
 
+namespace detail {
+struct DeclaredBuffers;  // engine/util/state_buffers.h: a state's record, load, clone and reset
+}  // namespace detail
+
 /// Shape and form of one linear-attention layer.
 struct LinearAttentionConfig {
   int n_heads = 8;
@@ -76,7 +80,7 @@ class LinearState {
   /// The raw bytes of the sums and the token count, for exact comparison, hashing and saving.
   std::vector<unsigned char> raw_bytes() const;
   /// raw_bytes().size(), without the copy.
-  std::size_t raw_size() const { return sums_.size + sizeof n_tokens_; }
+  std::size_t raw_size() const;
   /// Restores what raw_bytes() returned for a state of the same shape. Throws FormatError if the
   /// size differs, a sum is not finite or the count is negative; the state is unchanged then.
   void load_raw_bytes(const unsigned char* data, std::size_t size);
@@ -84,6 +88,14 @@ class LinearState {
  private:
   friend class LinearAttention;
   LinearState(int n_heads, int d_feature, int d_value, bool normalized);
+  // Declared as its buffers (engine/util/state_buffers.h): the record, load, clone and reset.
+  friend struct detail::DeclaredBuffers;
+  static constexpr const char* kName = "LinearState";
+  static constexpr std::uint32_t kFormat = 0;  // no format word
+  static constexpr bool kGrows = false;
+  template <class Self, class F>
+  static void buffers(Self& s, F&& f);
+  LinearState blank(std::int64_t n_tokens) const;
 
   struct Buffer {  // 64-byte aligned storage that owns its memory
     std::unique_ptr<unsigned char[]> storage;

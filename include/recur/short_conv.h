@@ -17,6 +17,10 @@
 
 namespace recur {
 
+namespace detail {
+struct DeclaredBuffers;  // engine/util/state_buffers.h: a state's record, load, clone and reset
+}  // namespace detail
+
 class ShortConvolution;
 
 /// The state of one convolution for one sequence: the last kernel_size - 1 inputs, oldest first,
@@ -46,7 +50,7 @@ class ShortConvState {
   /// The raw bytes of the past inputs and the token count, for exact comparison and saving.
   std::vector<unsigned char> raw_bytes() const;
   /// raw_bytes().size(), without the copy.
-  std::size_t raw_size() const { return history_.size() * sizeof(float) + sizeof n_tokens_; }
+  std::size_t raw_size() const;
   /// Restores what raw_bytes() returned for a state of the same shape. Throws FormatError if the
   /// size differs, an input is not finite or the count is negative; the state is unchanged then.
   void load_raw_bytes(const unsigned char* data, std::size_t size);
@@ -54,6 +58,14 @@ class ShortConvState {
  private:
   friend class ShortConvolution;
   ShortConvState(int channels, int kernel_size);
+  // Declared as its buffers (engine/util/state_buffers.h): the record, load, clone and reset.
+  friend struct detail::DeclaredBuffers;
+  static constexpr const char* kName = "ShortConvState";
+  static constexpr std::uint32_t kFormat = 0;  // no format word
+  static constexpr bool kGrows = false;
+  template <class Self, class F>
+  static void buffers(Self& s, F&& f);
+  ShortConvState blank(std::int64_t n_tokens) const;
 
   int channels_ = 0;
   int kernel_size_ = 0;

@@ -57,9 +57,7 @@ class WindowState {
   /// The raw bytes of the ring and the token count, for exact comparison, hashing and saving.
   std::vector<unsigned char> raw_bytes() const;
   /// raw_bytes().size(), without the copy.
-  std::size_t raw_size() const {
-    return (keys_.size() + values_.size()) * sizeof(float) + sizeof n_tokens_;
-  }
+  std::size_t raw_size() const;
   /// Restores what raw_bytes() returned for a state of the same shape. Throws FormatError if the
   /// size differs, an entry is not finite or the count is negative; the state is unchanged then.
   void load_raw_bytes(const unsigned char* data, std::size_t size);
@@ -67,6 +65,14 @@ class WindowState {
  private:
   friend class WindowAttention;
   WindowState(int n_heads, int d_head, int window);
+  // Declared as its buffers (engine/util/state_buffers.h): the record, load, clone and reset.
+  friend struct detail::DeclaredBuffers;
+  static constexpr const char* kName = "WindowState";
+  static constexpr std::uint32_t kFormat = 0;  // no format word
+  static constexpr bool kGrows = false;
+  template <class Self, class F>
+  static void buffers(Self& s, F&& f);
+  WindowState blank(std::int64_t n_tokens) const;
 
   int n_heads_ = 0;
   int d_head_ = 0;

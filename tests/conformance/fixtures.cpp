@@ -166,6 +166,18 @@ const std::vector<Fixture>& fixtures() {
            "tie_word_embeddings": true})",
        {{"\"position_embedding_type\": \"rope\"", "\"position_embedding_type\": \"alibi\"",
          "position_embedding_type"}}},
+      // NVIDIA's Nemotron-H, dense (engine/models/nemotron_h).
+      {"nemotron_h: Mamba-2, MLP and attention blocks, attention and MLP biases",
+       R"({"model_type": "nemotron_h", "vocab_size": 96, "hidden_size": 32,
+           "num_hidden_layers": 5, "hybrid_override_pattern": "M-*M-",
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 12,
+           "attention_bias": true, "intermediate_size": 48, "mlp_bias": true,
+           "mamba_num_heads": 4, "mamba_head_dim": 12, "ssm_state_size": 16, "n_groups": 2,
+           "time_step_limit": [0.0, Infinity]})",
+       {{"\"hybrid_override_pattern\": \"M-*M-\"", "\"hybrid_override_pattern\": \"M-*ME\"",
+         "hybrid_override_pattern has E"},
+        {"\"mlp_bias\": true", "\"mlp_bias\": true, \"mlp_hidden_act\": \"gelu\"",
+         "mlp_hidden_act is 'gelu'"}}},
 
       // The toy family docs/adding-a-model.md walks through (tests/conformance/toy_family.cpp,
       // registered by the suite itself).

@@ -6,7 +6,7 @@
 #   tests/golden/golden.sh RECUR SOURCE_DIR --write    write expected.txt and the saved states
 #
 # For each model (the fixtures of tests/golden/models, tests/fla, tests/based, tests/rwkv7,
-# tests/gdn and tests/lfm2):
+# tests/gdn, tests/lfm2, tests/mamba2 and tests/nemotron_h):
 # - `score --json` on 120 ids: the tokens, the mean NLL's 17 digits, the bits;
 # - 12 greedy ids after a 40-id prompt, and the SHA-256 of the state saved after them (the
 #   state's bytes, the model's fingerprint in its header, the tokens and the sampler's state);
@@ -44,8 +44,10 @@ for d in "$src"/tests/gdn/*/; do [[ -f "$d/config.json" ]] && models+=("gdn-$(ba
 for d in "$src"/tests/mamba2/*/; do [[ -f "$d/config.json" ]] && models+=("mamba2-$(basename "$d") $d"); done
 # LFM2: both config forms (f32 tied, bf16 untied with conv biases), the aliases.
 for d in "$src"/tests/lfm2/*/; do [[ -f "$d/config.json" ]] && models+=("lfm2-$(basename "$d") $d"); done
+# Nemotron-H: Mamba-2, attention and MLP blocks (f32 untied; bf16 tied with biases).
+for d in "$src"/tests/nemotron_h/*/; do [[ -f "$d/config.json" ]] && models+=("nemotron_h-$(basename "$d") $d"); done
 # The models whose states are committed (tests/golden/states/NAME.state).
-keep=" la-elu la-gqa-norm tar-gelu la-q4 fla-gla-conv fla-gla-hybrid fla-hgrn2-hybrid fla-retnet based-tiny rwkv7-h2x16-f32.pth rwkv7-h1x64-fla-bf16 gdn-qwen35-hybrid gdn-fla-gdn-plain mamba2-mamba2-groups mamba2-granite-hybrid lfm2-lfm2.5-later "
+keep=" la-elu la-gqa-norm tar-gelu la-q4 fla-gla-conv fla-gla-hybrid fla-hgrn2-hybrid fla-retnet based-tiny rwkv7-h2x16-f32.pth rwkv7-h1x64-fla-bf16 gdn-qwen35-hybrid gdn-fla-gdn-plain mamba2-mamba2-groups mamba2-granite-hybrid lfm2-lfm2.5-later nemotron_h-nemotron-h-hybrid "
 
 out="$tmp/expected.txt"
 : > "$out"
@@ -74,6 +76,7 @@ done <<'ARGS'
 --arch granitemoehybrid --vocab 300 --hidden 32 --heads 4 --attn-kv-heads 2 --layer-types MAMA --multipliers
 --arch lfm2 --vocab 300 --hidden 32 --layers 4 --heads 4 --attn-kv-heads 2 --conv-taps 4 --conv-bias --dtype bf16
 --arch lfm2 --vocab 300 --hidden 32 --layers 3 --heads 2 --first-form --tie-embeddings
+--arch nemotron_h --vocab 300 --hidden 32 --heads 4 --attn-kv-heads 2 --pattern M-*M- --ssm-groups 2 --dtype bf16
 ARGS
 for entry in "${models[@]}"; do
   read -r name dir <<< "$entry"

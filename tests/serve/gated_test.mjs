@@ -44,11 +44,13 @@ const models = {
   "mamba2": ["--arch", "mamba2", "--vocab", "256", "--hidden", "64", "--layers", "2", "--ssm-groups", "2"],
   "granite-hybrid": ["--arch", "granitemoehybrid", "--vocab", "256", "--hidden", "64", "--heads", "4",
                      "--attn-kv-heads", "2", "--layer-types", "MAMA", "--multipliers"],
+  "nemotron_h": ["--arch", "nemotron_h", "--vocab", "256", "--hidden", "64", "--heads", "4",
+                 "--attn-kv-heads", "2", "--pattern", "M-*M-", "--intermediate", "96"],
 };
-// Granite: two attention layers of 2 kv heads of 16.
+// Granite: two attention layers of 2 kv heads of 16; Nemotron-H: one.
 const growth = { "gla-hybrid": HYBRID_KV_BYTES_PER_TOKEN, "qwen35-hybrid": QWEN_KV_BYTES_PER_TOKEN,
                  "lfm2": LFM2_KV_BYTES_PER_TOKEN,
-                 "granite-hybrid": 2 * 2 * 2 * 16 * 4 };
+                 "granite-hybrid": 2 * 2 * 2 * 16 * 4, "nemotron_h": 2 * 2 * 16 * 4 };
 for (const [name, args] of Object.entries(models))
   execFileSync(recur, ["make-model", path.join(tmp, name), "--seed", "3", ...args],
                { stdio: ["ignore", "ignore", "inherit"] });

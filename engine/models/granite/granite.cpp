@@ -13,7 +13,8 @@
 #include "model/config_schema.h"
 #include "model/loader.h"
 #include "model/model_impl.h"
-#include "layers/sequence.h"
+#include "layers/attention.h"
+#include "layers/gqa.h"
 #include "layers/ssd_mixer.h"
 #include "models/registry.h"
 #include "recur/causal_attention.h"
@@ -260,25 +261,20 @@ std::string layer(int i) { return "model.layers." + std::to_string(i) + "."; }
 // ---------------------------------------------------------------------------------------------
 // The layer stack.
 
-struct AttentionLayer {
-  int H = 0, Hkv = 0, d = 0;
-  Dense q, k, v, o;
-  std::unique_ptr<CausalAttention> attention;
-};
-
 struct Layer {
   bool attention = false;
   Norm mixer_norm, mlp_norm;
   model::SsdMixer mamba;
-  AttentionLayer attn;
+  model::GqaLayer attn;
   Dense gate, up, down;  // shared_mlp: input_linear's halves, output_linear
 };
 
 struct Rows : model::Scratch {
-  std::vector<float> a, g, u, q, k, v, o;
+  std::vector<float> a, g, u;
   model::SsdRows ssd;
+  model::GqaRows attn;
   std::size_t bytes() const override {
-    return Scratch::bytes() + model::buffer_bytes({&a, &g, &u, &q, &k, &v, &o}) + ssd.bytes();
+    return Scratch::bytes() + model::buffer_bytes({&a, &g, &u}) + ssd.bytes() + attn.bytes();
   }
 };
 
@@ -291,9 +287,7 @@ class Network final : public model::Network {
 
   std::unique_ptr<model::LayerState> make_state(std::size_t layer) const override {
     const Layer& l = layers_[layer];
-    if (l.attention)
-      return std::make_unique<model::MixerState<CausalState>>(l.attn.attention->make_state(),
-                                                              MixerKind::kAttention);
+    if (l.attention) return model::make_gqa_state(l.attn);
     return model::make_ssd_state(l.mamba);
   }
 
@@ -304,14 +298,8 @@ class Network final : public model::Network {
     for (auto* b : {&w->x, &w->h, &w->a}) b->assign(n * std::size_t(hidden_), 0.0f);
     for (auto* b : {&w->g, &w->u}) b->assign(n * std::size_t(shared_), 0.0f);
     for (const auto& l : layers_) {
-      if (!l.attention) {
-        w->ssd.grow(rows, l.mamba.spec);
-        continue;
-      }
-      const auto hd = n * std::size_t(l.attn.H) * std::size_t(l.attn.d);
-      const auto kv = n * std::size_t(l.attn.Hkv) * std::size_t(l.attn.d);
-      for (auto* b : {&w->q, &w->o}) if (b->size() < hd) b->assign(hd, 0.0f);
-      for (auto* b : {&w->k, &w->v}) if (b->size() < kv) b->assign(kv, 0.0f);
+      if (l.attention) w->attn.grow(rows, l.attn);
+      else w->ssd.grow(rows, l.mamba.spec);
     }
     return w;
   }
@@ -324,13 +312,9 @@ class Network final : public model::Network {
       const Layer& L = layers_[li];
       L.mixer_norm.apply(w.x.data(), n, d, w.h.data(), d);
       if (L.attention) {
-        const AttentionLayer& A = L.attn;
-        const int hd = A.H * A.d, kv = A.Hkv * A.d;
-        A.q.apply(w.h.data(), n, d, w.q.data(), hd, threads);
-        A.k.apply(w.h.data(), n, d, w.k.data(), kv, threads);
-        A.v.apply(w.h.data(), n, d, w.v.data(), kv, threads);
+        model::gqa_project(L.attn, w.h.data(), n, d, w.attn, threads);
         attend(li, 0, threads);
-        A.o.apply(w.o.data(), n, hd, w.a.data(), d, threads);
+        model::gqa_output(L.attn, w.attn, n, w.a.data(), d, threads);
       } else {
         model::ssd_project(L.mamba, w.h.data(), n, w.ssd, threads);
         attend(li, 0, threads);
@@ -355,11 +339,7 @@ class Network final : public model::Network {
     if (!L.attention)
       return model::ssd_sequence(L.mamba, static_cast<model::SsdState&>(state), w.ssd, first,
                                  count, threads);
-    const AttentionLayer& A = L.attn;
-    const std::size_t r = std::size_t(first), hd = std::size_t(A.H * A.d),
-                      kv = std::size_t(A.Hkv * A.d);
-    model::attend(*A.attention, model::state_of<CausalState>(state), w.q.data() + r * hd,
-                  w.k.data() + r * kv, w.v.data() + r * kv, w.o.data() + r * hd, count, threads);
+    model::gqa_sequence(L.attn, state, w.attn, first, count, threads);
   }
 
   void clear_sequence(std::size_t layer, int, model::Scratch& scratch, int first,
@@ -367,17 +347,14 @@ class Network final : public model::Network {
     Rows& w = static_cast<Rows&>(scratch);
     const Layer& L = layers_[layer];
     if (!L.attention) return model::ssd_clear(L.mamba, w.ssd, first, count);
-    const auto width = std::size_t(L.attn.H) * std::size_t(L.attn.d);
-    std::fill(w.o.data() + std::size_t(first) * width, w.o.data() + std::size_t(first + count) * width,
-              0.0f);
+    model::gqa_clear(L.attn, w.attn, first, count);
   }
 
   std::size_t weight_bytes() const override {
     std::size_t bytes = 0;
     for (const auto& L : layers_) {
-      for (const auto* d : {&L.gate, &L.up, &L.down, &L.attn.q, &L.attn.k, &L.attn.v, &L.attn.o})
-        bytes += model::dense_bytes(*d);
-      if (!L.attention) bytes += model::ssd_weight_bytes(L.mamba);
+      for (const auto* d : {&L.gate, &L.up, &L.down}) bytes += model::dense_bytes(*d);
+      bytes += L.attention ? model::gqa_weight_bytes(L.attn) : model::ssd_weight_bytes(L.mamba);
     }
     return bytes;
   }
@@ -418,24 +395,14 @@ void load(const ModelConfig& c, model::Loader& L, Model::Impl& impl) {
     l.attention = c.mixers[std::size_t(i)] == MixerKind::kAttention;
     l.mixer_norm = rms(p + "input_layernorm.weight");
     if (l.attention) {
-      AttentionLayer& A = l.attn;
-      A.H = g.n_heads;
-      A.Hkv = g.n_kv_heads;
-      A.d = hd;
-      const std::string a = p + "self_attn.";
-      const bool b = g.attention_bias;
-      A.q = model::dense(L, a + "q_proj", A.H * hd, d, b, "num_attention_heads * head_dim, hidden_size");
-      A.k = model::dense(L, a + "k_proj", A.Hkv * hd, d, b, "num_key_value_heads * head_dim, hidden_size");
-      A.v = model::dense(L, a + "v_proj", A.Hkv * hd, d, b, "num_key_value_heads * head_dim, hidden_size");
-      A.o = model::dense(L, a + "o_proj", d, A.H * hd, b, "hidden_size, num_attention_heads * head_dim");
       CausalAttentionConfig ac;
-      ac.n_heads = A.H;
-      ac.n_kv_heads = A.Hkv;
+      ac.n_heads = g.n_heads;
+      ac.n_kv_heads = g.n_kv_heads;
       ac.d_head = hd;
       ac.rope_theta = float(g.rope_theta);
       ac.rotary = g.rope;
       ac.scale = float(g.attention_multiplier);
-      A.attention = std::make_unique<CausalAttention>(ac);
+      l.attn = model::load_gqa(L, p + "self_attn.", d, g.attention_bias, ac);
     } else {
       l.mamba = model::load_ssd_mixer(L, p + "mamba.", g.ssd(c));
     }
@@ -530,8 +497,7 @@ class Family final : public model::Family {
         g.m_state, n_attn, g.n_heads, g.n_kv_heads, g.head_dim(c), g.rope ? "rotary" : "no positions",
         c.hidden_size, g.shared_intermediate, c.vocab_size, double(m.parameters()) / 1e6,
         double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20),
-        grow ? fmt::format(", growing by {} bytes a token (the attention layers' KV cache)", grow)
-             : std::string(" at any length"));
+        model::state_growth_note(grow));
   }
 };
 
