@@ -92,8 +92,8 @@ SsdMixer load_ssd_mixer(Loader& L, const std::string& p, const SsdSpec& s) {
   m.norm_weight = L.take(p + "norm.weight", {int(s.inner())}, "heads * head_dim", Init::kNorm);
   m.norm.dim = int(s.inner() / s.norm_groups);
   m.norm.eps = float(s.norm_eps);
-  m.out_proj = dense(L, p + "out_proj", d, int(s.inner()), s.proj_bias,
-                     "hidden_size, heads * head_dim");
+  m.out_proj =
+      dense(L, p + "out_proj", d, int(s.inner()), s.proj_bias, "hidden_size, heads * head_dim");
   GlaRecurrenceConfig g;
   g.n_heads = H;
   g.d_key = s.d_state;

@@ -191,7 +191,8 @@ std::string with_common_fields(const ModelConfig& c, std::string s) {
     w.add("eos_token_id", c.eos_token_ids.size() == 1 ? ids : "[" + ids + "]");
   }
   return "{\n" + s + w.text() +
-         fmt::format("  \"tie_word_embeddings\": {}\n}}\n", c.tie_word_embeddings ? "true" : "false");
+         fmt::format("  \"tie_word_embeddings\": {}\n}}\n",
+                     c.tie_word_embeddings ? "true" : "false");
 }
 
 }  // namespace

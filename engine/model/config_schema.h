@@ -28,7 +28,11 @@ namespace recur::model {
 /// What the table says of one field, for make-model's help, the docs and the tests.
 struct FieldSpec {
   enum class Type {
-    kInteger, kNumber, kBoolean, kString, kAccepted,
+    kInteger,
+    kNumber,
+    kBoolean,
+    kString,
+    kAccepted,
     kObject,     // an object nested in config.json: `members` are its fields
     kStructure,  // a list or object the family reads and writes in its own code (custom())
     kList,       // a list of names (list()): `choices` are the names
@@ -228,8 +232,9 @@ class Schema {
   /// before it, at `length`) says: another name, another count or no list is refused naming the
   /// key. Absent, the member is left as it was (the family says what that means).
   template <class O, class T>
-  Schema& list(const char* key, std::vector<T> O::*member, std::vector<std::pair<T, const char*>> names,
-               int ModelConfig::*length, const char* length_key) {
+  Schema& list(const char* key, std::vector<T> O::*member,
+               std::vector<std::pair<T, const char*>> names, int ModelConfig::*length,
+               const char* length_key) {
     Entry e = entry(key, FieldSpec::Type::kList, "");
     for (const auto& n : names) e.spec.choices.push_back(n.second);
     const std::vector<std::string> choices = e.spec.choices;
@@ -237,14 +242,17 @@ class Schema {
       const json::Value* v = f.get(key);
       if (!v) return;
       if (!v->is_array() || v->array().size() != std::size_t(c.*length))
-        config_fail(f.source(), "{} is {}, expected {} entries ({})", f.name(key), describe_json(*v),
-                    c.*length, length_key);
+        config_fail(f.source(), "{} is {}, expected {} entries ({})", f.name(key),
+                    describe_json(*v), c.*length, length_key);
       std::vector<T> out;
       for (const json::Value& item : v->array()) {
-        const auto named = [&](const std::pair<T, const char*>& n) { return item.is_string() && item.string() == n.second; };
+        const auto named = [&](const std::pair<T, const char*>& n) {
+          return item.is_string() && item.string() == n.second;
+        };
         const auto found = std::find_if(names.begin(), names.end(), named);
         if (found == names.end())
-          config_fail(f.source(), "{} holds {}, expected {}", f.name(key), describe_json(item), one_of(choices));
+          config_fail(f.source(), "{} holds {}, expected {}", f.name(key), describe_json(item),
+                      one_of(choices));
         out.push_back(found->first);
       }
       at<O>(c, g).*member = std::move(out);
@@ -307,7 +315,9 @@ class Schema {
   Schema& written_as(std::function<std::string(const ModelConfig&, const F&)> text) {
     const char* key = last().spec.key;
     last().spec.written = true;
-    last().write = [key, text](FieldWriter& w, const ModelConfig& c, const F& g) { w.add(key, text(c, g)); };
+    last().write = [key, text](FieldWriter& w, const ModelConfig& c, const F& g) {
+      w.add(key, text(c, g));
+    };
     return *this;
   }
   /// Written for the other tools that read config.json (llama.cpp's converter), as the

@@ -13,7 +13,8 @@ namespace recur::testing {
 
 /// The top-level keys of `published` that `written` lacks (both config.json texts), but for
 /// those in `ignored`.
-inline std::vector<std::string> keys_left_out(const std::string& published, const std::string& written,
+inline std::vector<std::string> keys_left_out(const std::string& published,
+                                              const std::string& written,
                                               const std::set<std::string>& ignored) {
   const json::ParseOptions python{true};
   const json::Value p = json::parse(published, "published config.json", python);

@@ -10,12 +10,12 @@
 #include <cmath>
 #include <cstring>
 
-#include "model/config_schema.h"
-#include "model/loader.h"
-#include "model/model_impl.h"
 #include "layers/attention.h"
 #include "layers/gqa.h"
 #include "layers/ssd_mixer.h"
+#include "model/config_schema.h"
+#include "model/loader.h"
+#include "model/model_impl.h"
 #include "models/registry.h"
 #include "recur/causal_attention.h"
 #include "recur/error.h"
@@ -88,9 +88,11 @@ bool has_mamba(const ModelConfig& c) {
 void read_experts(Fields& f, ModelConfig&, GraniteConfig&) {
   const int experts = f.integer("num_local_experts", 8, 0, 1 << 16);
   if (experts > 0)
-    config_fail(f.source(), "num_local_experts is {}: a mixture-of-experts Granite (granite-4.0-h-tiny, "
-                            "-small), whose experts recur does not run; the dense models (num_local_experts "
-                            "0) load", experts);
+    config_fail(f.source(),
+                "num_local_experts is {}: a mixture-of-experts Granite (granite-4.0-h-tiny, "
+                "-small), whose experts recur does not run; the dense models (num_local_experts "
+                "0) load",
+                experts);
 }
 
 // The Mamba-2 head size: a number, or "auto" (absent too) for expand * hidden_size / heads,
@@ -110,11 +112,13 @@ void read_mamba_d_head(Fields& f, ModelConfig&, GraniteConfig& g) {
 void read_rope_parameters(Fields& f, ModelConfig&, GraniteConfig& g) {
   const json::Value* rp = f.get("rope_parameters");
   if (!rp) return;
-  if (!rp->is_object()) config_fail(f.source(), "rope_parameters is {}, expected an object", describe_json(*rp));
+  if (!rp->is_object())
+    config_fail(f.source(), "rope_parameters is {}, expected an object", describe_json(*rp));
   Fields r(*rp, f.source(), "rope_parameters");
   const std::string type = r.string("rope_type", "default");
   if (type != "default")
-    config_fail(f.source(), "rope_parameters.rope_type is '{}': recur runs Granite's plain rotary", type);
+    config_fail(f.source(), "rope_parameters.rope_type is '{}': recur runs Granite's plain rotary",
+                type);
   g.rope_theta = r.number("rope_theta", g.rope_theta, 1.0 + 1e-9, 1e12);
   r.reject_unknown("recur does not know what it changes in the rotary embedding");
 }
@@ -125,7 +129,8 @@ const Schema& schema() {
   static const Schema s = [] {
     const auto number = [](double x) { return model::config_number(x); };
     Schema t;
-    t.written("architectures", "[\"GraniteMoeHybridForCausalLM\"]").for_other_tools()
+    t.written("architectures", "[\"GraniteMoeHybridForCausalLM\"]")
+        .for_other_tools()
         .written("model_type", "\"granitemoehybrid\"")
         .integer("vocab_size", &ModelConfig::vocab_size, 32000, 1, 1 << 24)
         .integer("hidden_size", &ModelConfig::hidden_size, 4096, 1, kMaxDim)
@@ -134,47 +139,64 @@ const Schema& schema() {
         // 0: as many as num_attention_heads (transformers' default), resolved.
         .integer("num_key_value_heads", &GraniteConfig::n_kv_heads, 0, 1, kMaxHeads)
         .option("attn-kv-heads", "the attention layers' kv heads (default: as many as heads)")
-        .accepted("intermediate_size", "an expert's width: no experts in a dense model (its MLP is "
-                                       "shared_intermediate_size wide, which IBM's dense files repeat here)")
-        .written_as([number](const ModelConfig&, const GraniteConfig& g) { return number(g.shared_intermediate); })
+        .accepted("intermediate_size",
+                  "an expert's width: no experts in a dense model (its MLP is "
+                  "shared_intermediate_size wide, which IBM's dense files repeat here)")
+        .written_as([number](const ModelConfig&, const GraniteConfig& g) {
+          return number(g.shared_intermediate);
+        })
         .for_other_tools()
         .integer("shared_intermediate_size", &GraniteConfig::shared_intermediate, 1024, 1, kMaxDim)
-        .custom("num_local_experts", read_experts, nullptr).written_as("0")
-        .accepted("num_experts_per_tok", kNoExperts).written_as("0").for_other_tools()
-        .accepted("output_router_logits", kNoExperts).written_as("false").for_other_tools()
+        .custom("num_local_experts", read_experts, nullptr)
+        .written_as("0")
+        .accepted("num_experts_per_tok", kNoExperts)
+        .written_as("0")
+        .for_other_tools()
+        .accepted("output_router_logits", kNoExperts)
+        .written_as("false")
+        .for_other_tools()
         .accepted("router_aux_loss_coef", kNoExperts)
         .number("rms_norm_eps", &ModelConfig::norm_eps, 1e-6, 0.0, 1.0)
         .boolean("attention_bias", &GraniteConfig::attention_bias, false)
-        .accepted("attention_dropout", kTraining).written_as("0.0").for_other_tools()
+        .accepted("attention_dropout", kTraining)
+        .written_as("0.0")
+        .for_other_tools()
         .number("embedding_multiplier", &GraniteConfig::embedding_multiplier, 1.0, -1e6, 1e6)
         .number("residual_multiplier", &GraniteConfig::residual_multiplier, 1.0, -1e6, 1e6)
         .number("attention_multiplier", &GraniteConfig::attention_multiplier, 1.0, 1e-12, 1e6)
         .number("logits_scaling", &GraniteConfig::logits_scaling, 1.0, 1e-12, 1e12)
         // Rotary only where the config asks for it (transformers builds no rotary embedding
         // otherwise).
-        .choice("position_embedding_type", &GraniteConfig::rope, false, {{true, "rope"}, {false, "nope"}})
+        .choice("position_embedding_type", &GraniteConfig::rope, false,
+                {{true, "rope"}, {false, "nope"}})
         .flag("rope", "rotary positions in the attention layers (position_embedding_type rope)")
         .made_by([](const model::MakeOptions&, const char*) { return std::string("\"rope\""); })
         .number("rope_theta", &GraniteConfig::rope_theta, 10000, 1.0 + 1e-9, 1e12)
         .custom("rope_parameters", read_rope_parameters, nullptr)
-        .accepted_when("rope_scaling", [](const json::Value&) { return false; }, "null: no scaling",
-                       "recur runs Granite's plain rotary")
-        .written_as("null").for_other_tools()
-        .integer("max_position_embeddings", &GraniteConfig::max_position_embeddings, 2048, 0, 1 << 30)
+        .accepted_when(
+            "rope_scaling", [](const json::Value&) { return false; }, "null: no scaling",
+            "recur runs Granite's plain rotary")
+        .written_as("null")
+        .for_other_tools()
+        .integer("max_position_embeddings", &GraniteConfig::max_position_embeddings, 2048, 0,
+                 1 << 30)
         .list("layer_types", &ModelConfig::mixers,
               {{MixerKind::kGated, "mamba"}, {MixerKind::kAttention, "attention"}},
               &ModelConfig::num_hidden_layers, "num_hidden_layers")
         .option("layer-types", "one letter a layer: M Mamba-2, A attention", "MAMA")
         .made_by([](const model::MakeOptions& o, const char* name) {
           std::string types;
-          for (const char ch : o.str(name)) types += fmt::format("{}\"{}\"", types.empty() ? "" : ", ", ch == 'M' ? "mamba" : "attention");
+          for (const char ch : o.str(name))
+            types += fmt::format("{}\"{}\"", types.empty() ? "" : ", ",
+                                 ch == 'M' ? "mamba" : "attention");
           return "[" + types + "]";
         })
         .integer("mamba_n_heads", &GraniteConfig::m_heads, 128, 1, kMaxHeads)
         // A size, or "auto" (absent too: 0 here) for mamba_expand * hidden_size / mamba_n_heads,
         // resolved.
         .custom("mamba_d_head", read_mamba_d_head, nullptr)
-        .written_as([number](const ModelConfig&, const GraniteConfig& g) { return number(g.m_head_dim); })
+        .written_as(
+            [number](const ModelConfig&, const GraniteConfig& g) { return number(g.m_head_dim); })
         .option("ssm-head-dim", "Mamba-2 head size", "16")
         .made_by([](const model::MakeOptions& o, const char* name) {
           return model::config_number(double(o.integer(name, 1, 1 << 16)));
@@ -186,15 +208,19 @@ const Schema& schema() {
         .integer("mamba_d_conv", &GraniteConfig::m_conv, 4, 1, 64)
         .number("mamba_expand", &GraniteConfig::expand, 2, 1e-6, 1e6)
         .accepted("mamba_chunk_size", "the GPU kernels' chunk length: the same function")
-        .written_as("256").for_other_tools()
+        .written_as("256")
+        .for_other_tools()
         .boolean("mamba_conv_bias", &GraniteConfig::m_conv_bias, true)
         .boolean("mamba_proj_bias", &GraniteConfig::m_proj_bias, false)
-        .custom("time_step_limit",
-                [](Fields& f, ModelConfig&, GraniteConfig& g) {
-                  g.has_dt_limit = model::read_dt_limit(f, "time_step_limit", g.dt_min, g.dt_max);
-                },
-                nullptr)
-        .written_as([](const ModelConfig&, const GraniteConfig& g) { return model::dt_limit_text(g.dt_min, g.dt_max); })
+        .custom(
+            "time_step_limit",
+            [](Fields& f, ModelConfig&, GraniteConfig& g) {
+              g.has_dt_limit = model::read_dt_limit(f, "time_step_limit", g.dt_min, g.dt_max);
+            },
+            nullptr)
+        .written_as([](const ModelConfig&, const GraniteConfig& g) {
+          return model::dt_limit_text(g.dt_min, g.dt_max);
+        })
         .written_when([](const ModelConfig&, const GraniteConfig& g) { return g.has_dt_limit; })
         .accepted("time_step_min", kTraining)
         .accepted("time_step_max", kTraining)
@@ -202,12 +228,15 @@ const Schema& schema() {
         .same_function("hidden_act", {"silu", "swish"}, "silu",
                        "silu and swish name one function, the SwiGLU's")
         .for_other_tools()
-        .accepted_when("normalization_function",
-                       [](const json::Value& v) { return v.is_string() && v.string() == "rmsnorm"; },
-                       "rmsnorm: the norm recur runs", "Granite 4.0 norms with rmsnorm")
-        .written_as("\"rmsnorm\"").for_other_tools()
+        .accepted_when(
+            "normalization_function",
+            [](const json::Value& v) { return v.is_string() && v.string() == "rmsnorm"; },
+            "rmsnorm: the norm recur runs", "Granite 4.0 norms with rmsnorm")
+        .written_as("\"rmsnorm\"")
+        .for_other_tools()
         .accepted("init_method", kTraining)
-        .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false).not_written();
+        .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false)
+        .not_written();
     return t;
   }();
   return s;
@@ -219,8 +248,9 @@ void read_config(Fields& f, ModelConfig& c) {
   GraniteConfig g;
   schema().read(f, c, g);
   if (c.mixers.empty())
-    config_fail(f.source(), "layer_types is missing: every Granite 4.0 config.json lists its layers' "
-                            "kinds (mamba or attention)");
+    config_fail(f.source(),
+                "layer_types is missing: every Granite 4.0 config.json lists its layers' "
+                "kinds (mamba or attention)");
   c.family = std::make_shared<GraniteConfig>(g);
 }
 
@@ -431,7 +461,8 @@ class Family final : public model::Family {
   const char* name() const override { return "granitemoehybrid"; }
   const char* model_type(const ModelConfig&) const override { return "granitemoehybrid"; }
   std::vector<std::string> model_types() const override { return {"granitemoehybrid"}; }
-  void read_config(const std::string&, const json::Value&, Fields& f, ModelConfig& c) const override {
+  void read_config(const std::string&, const json::Value&, Fields& f,
+                   ModelConfig& c) const override {
     granite::read_config(f, c);
   }
   void resolve(ModelConfig& c, const std::string& source) const override {
@@ -450,18 +481,23 @@ class Family final : public model::Family {
   std::vector<std::string> make_model_archs() const override { return {"granitemoehybrid"}; }
   std::vector<model::MakeOption> make_model_options() const override {
     auto out = schema().make_options({"granitemoehybrid"});
-    out.push_back({"multipliers", nullptr, "Granite's multipliers (embedding 12, residual 0.22, "
-                                           "attention 0.0078125, logits 8) instead of 1", true,
+    out.push_back({"multipliers",
+                   nullptr,
+                   "Granite's multipliers (embedding 12, residual 0.22, "
+                   "attention 0.0078125, logits 8) instead of 1",
+                   true,
                    {"granitemoehybrid"}});
     return out;
   }
   // The layers are --layer-types' letters (--layers does not apply); the Mamba-2 layers are
   // twice hidden wide; the MLP --intermediate, or twice hidden.
   std::string make_model_config(const std::string&, const model::MakeOptions& o) const override {
-    const auto hidden = o.integer("hidden", 2, 1 << 20), inter = o.integer("intermediate", 0, 1 << 20);
+    const auto hidden = o.integer("hidden", 2, 1 << 20),
+               inter = o.integer("intermediate", 0, 1 << 20);
     const std::string letters = o.str("layer-types");
     if (letters.empty() || letters.find_first_not_of("MA") != std::string::npos)
-      throw ArgumentError(fmt::format("--layer-types '{}': M (Mamba-2) or A (attention) per layer", letters));
+      throw ArgumentError(
+          fmt::format("--layer-types '{}': M (Mamba-2) or A (attention) per layer", letters));
     const auto P = o.integer("ssm-head-dim", 1, 1 << 16);
     if ((2 * hidden) % P != 0)
       throw ArgumentError(fmt::format("2 * --hidden {} is not heads of --ssm-head-dim {}", hidden, P));
@@ -471,11 +507,12 @@ class Family final : public model::Family {
         "\"num_local_experts\": 0, \"mamba_n_heads\": {}, \"mamba_expand\": 2, "
         "\"tie_word_embeddings\": {}, {}",
         o.integer("vocab", 1, 1 << 24), hidden, letters.size(), o.integer("heads", 1, 1 << 16),
-        inter > 0 ? inter : 2 * hidden, 2 * hidden / P, model::config_bool(o.flag("tie-embeddings")),
-        schema().make_fields(o));
+        inter > 0 ? inter : 2 * hidden, 2 * hidden / P,
+        model::config_bool(o.flag("tie-embeddings")), schema().make_fields(o));
     if (o.flag("multipliers"))
-      json += ", \"embedding_multiplier\": 12, \"residual_multiplier\": 0.22, "
-              "\"attention_multiplier\": 0.0078125, \"logits_scaling\": 8";
+      json +=
+          ", \"embedding_multiplier\": 12, \"residual_multiplier\": 0.22, "
+          "\"attention_multiplier\": 0.0078125, \"logits_scaling\": 8";
     return json + "}";
   }
   std::string missing_tokenizer(const std::string& dir) const override {

@@ -36,15 +36,18 @@ bool is_true(const json::Value& v) { return v.is_bool() && v.boolean(); }
 // tensors describe); written in the first form, which carries it.
 Schema& repeats(Schema& t, const char* key, Value value, const char* what) {
   return t
-      .custom(key,
-              [key, value, what](Fields& f, ModelConfig& c, Lfm2Config& g) {
-                const double v = value(c, g);
-                f.accept_when(
-                    key, [v](const json::Value& j) { return j.is_number() && j.number() == v; },
-                    "repeats the value recur reads elsewhere", what);
-              },
-              nullptr)
-      .written_as([value](const ModelConfig& c, const Lfm2Config& g) { return model::config_number(value(c, g)); })
+      .custom(
+          key,
+          [key, value, what](Fields& f, ModelConfig& c, Lfm2Config& g) {
+            const double v = value(c, g);
+            f.accept_when(
+                key, [v](const json::Value& j) { return j.is_number() && j.number() == v; },
+                "repeats the value recur reads elsewhere", what);
+          },
+          nullptr)
+      .written_as([value](const ModelConfig& c, const Lfm2Config& g) {
+        return model::config_number(value(c, g));
+      })
       .written_when(first_form)
       .for_other_tools();
 }
@@ -64,12 +67,14 @@ void read_full_attn_idxs(Fields& f, ModelConfig& c, Lfm2Config& g) {
   std::vector<MixerKind> from_idxs(std::size_t(n), MixerKind::kShortConv);
   for (const auto& v : idx->array()) {
     if (!v.is_integer() || v.integer() < 0 || v.integer() >= n)
-      config_fail(f.source(), "full_attn_idxs holds {}, expected layers 0 to {}", describe_json(v), n - 1);
+      config_fail(f.source(), "full_attn_idxs holds {}, expected layers 0 to {}", describe_json(v),
+                  n - 1);
     from_idxs[std::size_t(v.integer())] = MixerKind::kAttention;
   }
   if (!c.mixers.empty() && c.mixers != from_idxs)
-    config_fail(f.source(), "layer_types and full_attn_idxs name different attention layers: which "
-                            "one the weights follow is not known");
+    config_fail(f.source(),
+                "layer_types and full_attn_idxs name different attention layers: which "
+                "one the weights follow is not known");
   g.first_form = c.mixers.empty();
   c.mixers = from_idxs;
 }
@@ -79,7 +84,8 @@ std::string full_attn_idxs_text(const ModelConfig& c, const Lfm2Config& g) {
   if (!g.first_form) return "null";
   std::string idx;
   for (std::size_t i = 0; i < c.mixers.size(); ++i)
-    if (c.mixers[i] == MixerKind::kAttention) idx += fmt::format("{}{}", idx.empty() ? "" : ", ", i);
+    if (c.mixers[i] == MixerKind::kAttention)
+      idx += fmt::format("{}{}", idx.empty() ? "" : ", ", i);
   return "[" + idx + "]";
 }
 
@@ -88,7 +94,8 @@ std::function<void(Fields&, ModelConfig&, Lfm2Config&)> rope_object(const char* 
   return [key](Fields& f, ModelConfig&, Lfm2Config& g) {
     const json::Value* rp = f.get(key);
     if (!rp) return;
-    if (!rp->is_object()) config_fail(f.source(), "{} is {}, expected an object", key, describe_json(*rp));
+    if (!rp->is_object())
+      config_fail(f.source(), "{} is {}, expected an object", key, describe_json(*rp));
     Fields r(*rp, f.source(), key);
     std::string type = r.string("rope_type", "");
     if (type.empty()) type = r.string("type", "default");
@@ -112,8 +119,10 @@ void check_widths(Fields& f, const Lfm2Config& g) {
   if (!f.has("block_ff_dim") || !f.has("intermediate_size")) return;
   const int inter = f.integer("intermediate_size", 12288, 1, kMaxDim);
   if (inter != g.ff_dim && inter != g.mlp_width())
-    config_fail(f.source(), "block_ff_dim {} (an MLP of {}) and intermediate_size {} say different "
-                            "widths", g.ff_dim, g.mlp_width(), inter);
+    config_fail(f.source(),
+                "block_ff_dim {} (an MLP of {}) and intermediate_size {} say different "
+                "widths",
+                g.ff_dim, g.mlp_width(), inter);
 }
 
 // transformers' Lfm2Config in both forms. The fields recur wrote before it wrote the rest of
@@ -121,7 +130,9 @@ void check_widths(Fields& f, const Lfm2Config& g) {
 // training keys come last.
 const Schema& schema() {
   static const Schema s = [] {
-    const auto hidden = [](const ModelConfig& c, const Lfm2Config&) { return double(c.hidden_size); };
+    const auto hidden = [](const ModelConfig& c, const Lfm2Config&) {
+      return double(c.hidden_size);
+    };
     Schema t;
     t.written("model_type", "\"lfm2\"")
         .written("architectures", "[\"Lfm2ForCausalLM\"]")
@@ -141,34 +152,43 @@ const Schema& schema() {
         .flag("conv-bias", "biases in the convolution blocks (conv_bias)")
         // The MLP's width (the later form's name, then the first form's, which wins) and its
         // adjustment.
-        .integer("intermediate_size", &Lfm2Config::ff_dim, 12288, 1, kMaxDim).written_when(later_form)
+        .integer("intermediate_size", &Lfm2Config::ff_dim, 12288, 1, kMaxDim)
+        .written_when(later_form)
         .custom("block_ff_dim", read_block_ff_dim, nullptr)
-        .written_as([](const ModelConfig&, const Lfm2Config& g) { return model::config_number(g.ff_dim); })
+        .written_as(
+            [](const ModelConfig&, const Lfm2Config& g) { return model::config_number(g.ff_dim); })
         .written_when(first_form)
         .boolean("block_auto_adjust_ff_dim", &Lfm2Config::auto_adjust, true)
         .flag("no-ff-adjust", "the MLP width as given (block_auto_adjust_ff_dim false)", false)
         // Absent: transformers' default 1.0; null: no multiplier (and no rounding to the multiple).
-        .custom("block_ffn_dim_multiplier",
-                [](Fields& f, ModelConfig&, Lfm2Config& g) {
-                  g.ffn_multiplier = f.number("block_ffn_dim_multiplier", 1.0, 1e-6, 1e6);
-                  g.has_multiplier = !f.null("block_ffn_dim_multiplier");
-                },
-                nullptr)
+        .custom(
+            "block_ffn_dim_multiplier",
+            [](Fields& f, ModelConfig&, Lfm2Config& g) {
+              g.ffn_multiplier = f.number("block_ffn_dim_multiplier", 1.0, 1e-6, 1e6);
+              g.has_multiplier = !f.null("block_ffn_dim_multiplier");
+            },
+            nullptr)
         .written_as([](const ModelConfig&, const Lfm2Config& g) {
           return g.has_multiplier ? model::config_number(g.ffn_multiplier) : std::string("null");
         })
         .integer("block_multiple_of", &Lfm2Config::multiple_of, 256, 1, kMaxDim)
         .option("ff-multiple-of", "block_multiple_of, the MLP width's rounding", "16", 1 << 20)
-        .integer("max_position_embeddings", &Lfm2Config::max_position_embeddings, 128000, 0, 1 << 30)
-        .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, true).not_written()
+        .integer("max_position_embeddings", &Lfm2Config::max_position_embeddings, 128000, 0,
+                 1 << 30)
+        .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, true)
+        .not_written()
         // transformers' Lfm2Config reads tie_embedding over tie_word_embeddings.
-        .custom("tie_embedding", [](Fields& f, ModelConfig& c, Lfm2Config&) {
-          const bool tie = c.tie_word_embeddings;
-          c.tie_word_embeddings = f.boolean("tie_embedding", tie);
-          if (f.get("tie_word_embeddings") && f.get("tie_embedding") && tie != c.tie_word_embeddings)
-            config_fail(f.source(), "tie_embedding is {} but tie_word_embeddings is {}",
-                        c.tie_word_embeddings, tie);
-        }, nullptr)
+        .custom(
+            "tie_embedding",
+            [](Fields& f, ModelConfig& c, Lfm2Config&) {
+              const bool tie = c.tie_word_embeddings;
+              c.tie_word_embeddings = f.boolean("tie_embedding", tie);
+              if (f.get("tie_word_embeddings") && f.get("tie_embedding") &&
+                  tie != c.tie_word_embeddings)
+                config_fail(f.source(), "tie_embedding is {} but tie_word_embeddings is {}",
+                            c.tie_word_embeddings, tie);
+            },
+            nullptr)
         // Which layers attend: layer_types (the later form), full_attn_idxs (the first; null in
         // the later, as transformers saves it).
         .list("layer_types", &ModelConfig::mixers,
@@ -179,10 +199,14 @@ const Schema& schema() {
         .written_as(full_attn_idxs_text)
         .for_other_tools(later_form)
         // The rotary base: rope_theta (or theta) at the top, which rope_parameters overrides.
-        .number("rope_theta", &Lfm2Config::rope_theta, 1000000, 1.0 + 1e-9, 1e12).written_when(first_form)
-        .custom("theta", [](Fields& f, ModelConfig&, Lfm2Config& g) {
-          g.rope_theta = f.number("theta", g.rope_theta, 1.0 + 1e-9, 1e12);
-        }, nullptr)
+        .number("rope_theta", &Lfm2Config::rope_theta, 1000000, 1.0 + 1e-9, 1e12)
+        .written_when(first_form)
+        .custom(
+            "theta",
+            [](Fields& f, ModelConfig&, Lfm2Config& g) {
+              g.rope_theta = f.number("theta", g.rope_theta, 1.0 + 1e-9, 1e12);
+            },
+            nullptr)
         .custom("rope_parameters", rope_object("rope_parameters"), nullptr)
         .written_as([](const ModelConfig&, const Lfm2Config& g) {
           return fmt::format("{{\"rope_type\": \"default\", \"rope_theta\": {}}}",
@@ -190,29 +214,52 @@ const Schema& schema() {
         })
         .written_when(later_form)
         .custom("rope_scaling", rope_object("rope_scaling"), nullptr)
-        .custom("num_experts", [](Fields& f, ModelConfig&, Lfm2Config&) {
-          if (f.get("num_experts"))
-            config_fail(f.source(), "num_experts is set: an LFM2 mixture-of-experts configuration, "
-                                    "which recur does not run");
-        }, nullptr)
+        .custom(
+            "num_experts",
+            [](Fields& f, ModelConfig&, Lfm2Config&) {
+              if (f.get("num_experts"))
+                config_fail(f.source(),
+                            "num_experts is set: an LFM2 mixture-of-experts configuration, "
+                            "which recur does not run");
+            },
+            nullptr)
         // The training code's keys, which Liquid's files of the first form carry.
         .accepted_when("block_use_swiglu", is_true, "true: what transformers' Lfm2 always does",
                        "false would be another MLP than transformers' SwiGLU")
-        .written_as("true").written_when(first_form).for_other_tools()
+        .written_as("true")
+        .written_when(first_form)
+        .for_other_tools()
         .accepted_when("use_pos_enc", is_true, "true: what transformers' Lfm2 always does",
                        "false would drop the rotary embedding transformers' LFM2 always applies")
-        .written_as("true").written_when(first_form).for_other_tools()
-        .accepted("block_mlp_init_scale", kInit).written_as("1.0").written_when(first_form).for_other_tools()
-        .accepted("block_out_init_scale", kInit).written_as("1.0").written_when(first_form).for_other_tools()
-        .accepted("block_use_xavier_init", kInit).written_as("true").written_when(first_form).for_other_tools()
-        .accepted("conv_use_xavier_init", kInit).written_as("true").written_when(first_form).for_other_tools();
+        .written_as("true")
+        .written_when(first_form)
+        .for_other_tools()
+        .accepted("block_mlp_init_scale", kInit)
+        .written_as("1.0")
+        .written_when(first_form)
+        .for_other_tools()
+        .accepted("block_out_init_scale", kInit)
+        .written_as("1.0")
+        .written_when(first_form)
+        .for_other_tools()
+        .accepted("block_use_xavier_init", kInit)
+        .written_as("true")
+        .written_when(first_form)
+        .for_other_tools()
+        .accepted("conv_use_xavier_init", kInit)
+        .written_as("true")
+        .written_when(first_form)
+        .for_other_tools();
     repeats(t, "block_dim", hidden, "the block width is hidden_size in transformers' LFM2");
     repeats(t, "conv_dim", hidden, "the convolution's width is hidden_size in transformers' LFM2");
-    repeats(t, "conv_dim_out", hidden, "the convolution's width is hidden_size in transformers' LFM2");
-    repeats(t, "num_heads", [](const ModelConfig&, const Lfm2Config& g) { return double(g.n_heads); },
-            "the attention heads are num_attention_heads");
-    repeats(t, "block_norm_eps", [](const ModelConfig& c, const Lfm2Config&) { return c.norm_eps; },
-            "every RMSNorm of transformers' LFM2 takes norm_eps");
+    repeats(t, "conv_dim_out", hidden,
+            "the convolution's width is hidden_size in transformers' LFM2");
+    repeats(
+        t, "num_heads", [](const ModelConfig&, const Lfm2Config& g) { return double(g.n_heads); },
+        "the attention heads are num_attention_heads");
+    repeats(
+        t, "block_norm_eps", [](const ModelConfig& c, const Lfm2Config&) { return c.norm_eps; },
+        "every RMSNorm of transformers' LFM2 takes norm_eps");
     return t;
   }();
   return s;
@@ -239,9 +286,10 @@ const Lfm2Config& config_of(const ModelConfig& c) {
 
 void read_config(const std::string& type, const json::Value&, Fields& f, ModelConfig& c) {
   if (type == "lfm2_moe")
-    config_fail(f.source(), "model_type is 'lfm2_moe' (LFM2-8B-A1B and the other LFM2 "
-                            "mixture-of-experts models): recur runs the dense LFM2 and LFM2.5, not "
-                            "experts");
+    config_fail(f.source(),
+                "model_type is 'lfm2_moe' (LFM2-8B-A1B and the other LFM2 "
+                "mixture-of-experts models): recur runs the dense LFM2 and LFM2.5, not "
+                "experts");
   Lfm2Config g;
   c.type = "lfm2";
   c.mixers.clear();
@@ -281,13 +329,23 @@ std::string config_fields(const ModelConfig& c, bool fingerprint) {
 
 std::vector<model::MakeOption> make_options() {
   auto out = schema().make_options({"lfm2"});
-  out.push_back({"attn-kv-heads", "", "the attention layers' kv heads (default: as many as heads)",
-                 false, {"lfm2"}});
-  out.push_back({"full-attention-interval", "4", "every N-th layer is full attention (lfm2's "
-                                                 "default: 2)", false, {"lfm2"}});
-  out.push_back({"first-form", nullptr, "write the first config form (full_attn_idxs, "
-                                        "block_ff_dim, rope_theta) instead of the later one",
-                 true, {"lfm2"}});
+  out.push_back({"attn-kv-heads",
+                 "",
+                 "the attention layers' kv heads (default: as many as heads)",
+                 false,
+                 {"lfm2"}});
+  out.push_back({"full-attention-interval",
+                 "4",
+                 "every N-th layer is full attention (lfm2's "
+                 "default: 2)",
+                 false,
+                 {"lfm2"}});
+  out.push_back({"first-form",
+                 nullptr,
+                 "write the first config form (full_attn_idxs, "
+                 "block_ff_dim, rope_theta) instead of the later one",
+                 true,
+                 {"lfm2"}});
   return out;
 }
 
@@ -296,7 +354,8 @@ std::vector<model::MakeOption> make_options() {
 std::string make_config(const model::MakeOptions& o) {
   const auto hidden = o.integer("hidden", 1, 1 << 20), heads = o.integer("heads", 1, 1 << 16);
   const auto layers = o.integer("layers", 1, 4096), inter = o.integer("intermediate", 0, 1 << 20);
-  const auto every = o.given("full-attention-interval") ? o.integer("full-attention-interval", 1, 4096) : 2;
+  const auto every =
+      o.given("full-attention-interval") ? o.integer("full-attention-interval", 1, 4096) : 2;
   const bool first = o.flag("first-form");
   std::string types, idxs;
   for (std::int64_t i = 0; i < layers; ++i) {
@@ -307,12 +366,13 @@ std::string make_config(const model::MakeOptions& o) {
   return fmt::format(
       "{{\"model_type\": \"lfm2\", \"vocab_size\": {}, \"hidden_size\": {}, "
       "\"num_hidden_layers\": {}, \"num_attention_heads\": {}, \"num_key_value_heads\": {}, "
-      "\"block_ffn_dim_multiplier\": 1.0, \"tie_word_embeddings\": {}, \"{}\": {}, \"{}\": [{}], {}}}",
+      "\"block_ffn_dim_multiplier\": 1.0, \"tie_word_embeddings\": {}, \"{}\": {}, \"{}\": [{}], "
+      "{}}}",
       o.integer("vocab", 1, 1 << 24), hidden, layers, heads,
       o.given("attn-kv-heads") ? o.integer("attn-kv-heads", 1, 1 << 16) : heads,
       model::config_bool(o.flag("tie-embeddings")), first ? "block_ff_dim" : "intermediate_size",
-      inter > 0 ? inter : 3 * hidden, first ? "full_attn_idxs" : "layer_types", first ? idxs : types,
-      schema().make_fields(o));
+      inter > 0 ? inter : 3 * hidden, first ? "full_attn_idxs" : "layer_types",
+      first ? idxs : types, schema().make_fields(o));
 }
 
 }  // namespace recur::models::lfm2

@@ -25,7 +25,8 @@ constexpr const char* kTraining = "training or initialisation only: the same fun
 constexpr const char* kKernel = "the GPU kernels' chunk length: the same function, which recur "
                                 "computes token by token";
 constexpr const char* kResidual = "recur's residual stream is float32 whatever it says";
-constexpr const char* kNoAttention = "attention layers in a mamba_ssm model, which recur does not run";
+constexpr const char* kNoAttention =
+    "attention layers in a mamba_ssm model, which recur does not run";
 
 using Schema = model::Schema<Mamba2Config>;
 using model::FieldSpec;
@@ -40,12 +41,15 @@ double inner_of(const ModelConfig& c, const Mamba2Config& g) {
 // sets [0, max].
 Schema& dt_limit(Schema& t, const char* key) {
   return t
-      .custom(key,
-              [key](Fields& f, ModelConfig&, Mamba2Config& g) {
-                g.has_dt_limit = model::read_dt_limit(f, key, g.dt_min, g.dt_max);
-              },
-              nullptr)
-      .written_as([](const ModelConfig&, const Mamba2Config& g) { return model::dt_limit_text(g.dt_min, g.dt_max); })
+      .custom(
+          key,
+          [key](Fields& f, ModelConfig&, Mamba2Config& g) {
+            g.has_dt_limit = model::read_dt_limit(f, key, g.dt_min, g.dt_max);
+          },
+          nullptr)
+      .written_as([](const ModelConfig&, const Mamba2Config& g) {
+        return model::dt_limit_text(g.dt_min, g.dt_max);
+      })
       .written_when(dt_limit_given)
       .option("ssm-dt-max", "the upper time_step_limit (default: none)")
       .made_by([](const model::MakeOptions& o, const char* name) {
@@ -57,7 +61,8 @@ Schema& dt_limit(Schema& t, const char* key) {
 const Schema& transformers_schema() {
   static const Schema s = [] {
     Schema t;
-    t.written("architectures", "[\"Mamba2ForCausalLM\"]").for_other_tools()
+    t.written("architectures", "[\"Mamba2ForCausalLM\"]")
+        .for_other_tools()
         .written("model_type", "\"mamba2\"")
         .integer("vocab_size", &ModelConfig::vocab_size, 32768, 1, 1 << 24)
         .integer("hidden_size", &ModelConfig::hidden_size, 4096, 1, kMaxDim)
@@ -76,15 +81,19 @@ const Schema& transformers_schema() {
         .option("ssm-head-dim", "Mamba-2 head size (head_dim)", "16")
         // transformers recomputes it as expand * hidden_size: any other value would be a model
         // transformers does not build. Codestral Mamba's file carries it; so does recur's.
-        .custom("intermediate_size",
-                [](Fields& f, ModelConfig& c, Mamba2Config& g) {
-                  const json::Value* v = f.get("intermediate_size");
-                  if (v && (!v->is_number() || v->number() != inner_of(c, g)))
-                    config_fail(f.source(), "intermediate_size is {}, but expand {} * hidden_size {} = {}",
-                                describe_json(*v), g.expand, c.hidden_size, inner_of(c, g));
-                },
-                nullptr)
-        .written_as([](const ModelConfig& c, const Mamba2Config& g) { return model::config_number(inner_of(c, g)); })
+        .custom(
+            "intermediate_size",
+            [](Fields& f, ModelConfig& c, Mamba2Config& g) {
+              const json::Value* v = f.get("intermediate_size");
+              if (v && (!v->is_number() || v->number() != inner_of(c, g)))
+                config_fail(f.source(),
+                            "intermediate_size is {}, but expand {} * hidden_size {} = {}",
+                            describe_json(*v), g.expand, c.hidden_size, inner_of(c, g));
+            },
+            nullptr)
+        .written_as([](const ModelConfig& c, const Mamba2Config& g) {
+          return model::config_number(inner_of(c, g));
+        })
         .for_other_tools()
         .boolean("use_bias", &Mamba2Config::use_bias, false)
         .flag("ssm-bias", "biases in in_proj and out_proj (use_bias)")
@@ -97,24 +106,40 @@ const Schema& transformers_schema() {
                        "transformers' Mamba-2 always norms with RMSNorm")
         .written_as("true")
         // Written as transformers saves them, for other tools.
-        .accepted("residual_in_fp32", kResidual).written_as("true").for_other_tools()
-        .accepted("chunk_size", kKernel).written_as("256").for_other_tools()
-        .accepted("time_step_rank", "Mamba-1's dt projection rank: Mamba-2's dt is one column per "
-                                    "head of in_proj")
-        // As transformers saves its "auto": ceil(hidden_size / 16).
-        .written_as([](const ModelConfig& c, const Mamba2Config&) { return std::to_string((c.hidden_size + 15) / 16); })
+        .accepted("residual_in_fp32", kResidual)
+        .written_as("true")
         .for_other_tools()
-        .accepted("time_step_min", kTraining).written_as("0.001").for_other_tools()
-        .accepted("time_step_max", kTraining).written_as("0.1").for_other_tools()
-        .accepted("time_step_floor", kTraining).written_as("0.0001").for_other_tools()
+        .accepted("chunk_size", kKernel)
+        .written_as("256")
+        .for_other_tools()
+        .accepted("time_step_rank",
+                  "Mamba-1's dt projection rank: Mamba-2's dt is one column per "
+                  "head of in_proj")
+        // As transformers saves its "auto": ceil(hidden_size / 16).
+        .written_as([](const ModelConfig& c, const Mamba2Config&) {
+          return std::to_string((c.hidden_size + 15) / 16);
+        })
+        .for_other_tools()
+        .accepted("time_step_min", kTraining)
+        .written_as("0.001")
+        .for_other_tools()
+        .accepted("time_step_max", kTraining)
+        .written_as("0.1")
+        .for_other_tools()
+        .accepted("time_step_floor", kTraining)
+        .written_as("0.0001")
+        .for_other_tools()
         .accepted("time_step_init_scheme", kTraining)
         .accepted("time_step_scale", kTraining)
-        .accepted("rescale_prenorm_residual", kTraining).written_as("false").for_other_tools()
+        .accepted("rescale_prenorm_residual", kTraining)
+        .written_as("false")
+        .for_other_tools()
         .accepted("norm_before_gate",
                   "transformers' Mamba-2 never reads it: it norms y * silu(z), as mamba_ssm's "
                   "default (Codestral Mamba's file says true; its mamba_ssm training configuration "
                   "did not set it); docs/mamba2.md")
-        .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false).not_written();
+        .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false)
+        .not_written();
     dt_limit(t, "time_step_limit");
     return t;
   }();
@@ -144,17 +169,22 @@ const Schema& ssm_cfg_schema() {
         .flag("ssm-no-conv-bias", "no convolution bias (use_conv_bias false)", false)
         .accepted_when("rmsnorm", is_true, "true: the gated norm recur runs",
                        "a Mamba-2 without its gated norm, which recur does not run")
-        .accepted_when("D_has_hdim", [](const json::Value& v) { return v.is_bool() && !v.boolean(); },
-                       "false: one D per head, as recur runs it", "recur runs one D per head")
+        .accepted_when(
+            "D_has_hdim", [](const json::Value& v) { return v.is_bool() && !v.boolean(); },
+            "false: one D per head, as recur runs it", "recur runs one D per head")
         .same_function("activation", {"swish", "silu"}, "swish",
                        "silu and swish name one function, the one after Mamba-2's convolution")
         .not_written()
-        .custom("d_ssm", [](Fields& f, ModelConfig& c, Mamba2Config& g) {
-          const json::Value* v = f.get("d_ssm");
-          if (v && (!v->is_number() || v->number() != inner_of(c, g)))
-            config_fail(f.source(), "{} is {}: recur runs the SSM over the whole expand * d_model = {}",
-                        f.name("d_ssm"), describe_json(*v), inner_of(c, g));
-        }, nullptr)
+        .custom(
+            "d_ssm",
+            [](Fields& f, ModelConfig& c, Mamba2Config& g) {
+              const json::Value* v = f.get("d_ssm");
+              if (v && (!v->is_number() || v->number() != inner_of(c, g)))
+                config_fail(f.source(),
+                            "{} is {}: recur runs the SSM over the whole expand * d_model = {}",
+                            f.name("d_ssm"), describe_json(*v), inner_of(c, g));
+            },
+            nullptr)
         .accepted("chunk_size", kKernel)
         .accepted("dt_min", kTraining)
         .accepted("dt_max", kTraining)
@@ -173,33 +203,45 @@ const Schema& mamba_ssm_schema() {
   static const Schema s = [] {
     Schema t;
     t.integer("d_model", &ModelConfig::hidden_size, 2560, 1, kMaxDim)
-        .accepted_when("d_intermediate", [](const json::Value& v) { return v.is_number() && v.number() == 0; },
-                       "0: no MLP blocks", "mamba_ssm's blocks with an MLP, which recur does not run")
+        .accepted_when(
+            "d_intermediate", [](const json::Value& v) { return v.is_number() && v.number() == 0; },
+            "0: no MLP blocks", "mamba_ssm's blocks with an MLP, which recur does not run")
         .written_as("0")
         .integer("n_layer", &ModelConfig::num_hidden_layers, 64, 1, 4096)
         .integer("vocab_size", &Mamba2Config::stored_vocab, 50277, 1, 1 << 24)
         .object("ssm_cfg", ssm_cfg_schema(),
                 "recur does not know what it changes in the mixer, so it will not guess")
-        .accepted_when("attn_layer_idx", [](const json::Value& v) { return v.is_array() && v.array().empty(); },
-                       "empty: no attention layer", kNoAttention)
+        .accepted_when(
+            "attn_layer_idx",
+            [](const json::Value& v) { return v.is_array() && v.array().empty(); },
+            "empty: no attention layer", kNoAttention)
         .written_as("[]")
-        .accepted_when("attn_cfg", [](const json::Value& v) { return v.is_object() && v.object().empty(); },
-                       "empty: no attention layer", kNoAttention)
-        .written_as("{}").for_other_tools()
+        .accepted_when(
+            "attn_cfg", [](const json::Value& v) { return v.is_object() && v.object().empty(); },
+            "empty: no attention layer", kNoAttention)
+        .written_as("{}")
+        .for_other_tools()
         .accepted_when("rms_norm", is_true, "true: the RMSNorm blocks recur runs",
                        "recur runs mamba_ssm's RMSNorm blocks")
         .written_as("true")
-        .accepted("residual_in_fp32", kResidual).written_as("true").for_other_tools()
-        .accepted("fused_add_norm", "the fused kernel of the same add and norm").written_as("true").for_other_tools()
+        .accepted("residual_in_fp32", kResidual)
+        .written_as("true")
+        .for_other_tools()
+        .accepted("fused_add_norm", "the fused kernel of the same add and norm")
+        .written_as("true")
+        .for_other_tools()
         .integer("pad_vocab_size_multiple", &Mamba2Config::pad_vocab_size_multiple, 8, 1, 1 << 16)
         .boolean("tie_embeddings", &ModelConfig::tie_word_embeddings, true)
         // The files recur writes end with tie_word_embeddings too: the same value.
-        .custom("tie_word_embeddings", [](Fields& f, ModelConfig& c, Mamba2Config&) {
-          const json::Value* tied = f.get("tie_word_embeddings");
-          if (tied && (!tied->is_bool() || tied->boolean() != c.tie_word_embeddings))
-            config_fail(f.source(), "tie_word_embeddings is {} but tie_embeddings is {}", describe_json(*tied),
-                        c.tie_word_embeddings);
-        }, nullptr);
+        .custom(
+            "tie_word_embeddings",
+            [](Fields& f, ModelConfig& c, Mamba2Config&) {
+              const json::Value* tied = f.get("tie_word_embeddings");
+              if (tied && (!tied->is_bool() || tied->boolean() != c.tie_word_embeddings))
+                config_fail(f.source(), "tie_word_embeddings is {} but tie_embeddings is {}",
+                            describe_json(*tied), c.tie_word_embeddings);
+            },
+            nullptr);
     return t;
   }();
   return s;
@@ -209,7 +251,8 @@ const Schema& mamba_ssm_schema() {
 std::vector<model::MakeOption> both_layouts_options(const std::vector<std::string>& archs) {
   auto out = transformers_schema().make_options(archs);
   for (auto& o : ssm_cfg_schema().make_options(archs))
-    if (std::none_of(out.begin(), out.end(), [&](const model::MakeOption& m) { return std::string(m.name) == o.name; }))
+    if (std::none_of(out.begin(), out.end(),
+                     [&](const model::MakeOption& m) { return std::string(m.name) == o.name; }))
       out.push_back(std::move(o));
   return out;
 }
@@ -266,7 +309,8 @@ void read_config(const std::string& type, const json::Value& root, Fields& f, Mo
     mamba_ssm_schema().read(f, c, g);
     const double inner = inner_of(c, g);
     if (inner < 1 || inner > kMaxDim || std::fmod(inner, double(g.head_dim)) != 0)
-      config_fail(f.source(), "ssm_cfg.expand {} * d_model {} = {} is not heads of ssm_cfg.headdim {}",
+      config_fail(f.source(),
+                  "ssm_cfg.expand {} * d_model {} = {} is not heads of ssm_cfg.headdim {}",
                   g.expand, c.hidden_size, inner, g.head_dim);
     g.n_heads = int(inner) / g.head_dim;
     const auto m = std::int64_t(g.pad_vocab_size_multiple);
@@ -297,14 +341,17 @@ void resolve(ModelConfig& c, const std::string& source) {
 std::string config_fields(const ModelConfig& c, bool fingerprint) {
   const Mamba2Config& g = config_of(c);
   model::FieldWriter w;
-  (g.layout == Layout::kTransformers ? transformers_schema() : mamba_ssm_schema()).write(w, c, g, fingerprint);
+  (g.layout == Layout::kTransformers ? transformers_schema() : mamba_ssm_schema())
+      .write(w, c, g, fingerprint);
   return w.text();
 }
 
 std::vector<model::MakeOption> make_options() {
   auto out = both_layouts_options({"mamba2"});
-  out.push_back({"mamba-ssm-layout", nullptr,
-                 "state-spaces' mamba_ssm config.json and names (backbone.embedding, ssm_cfg)", true,
+  out.push_back({"mamba-ssm-layout",
+                 nullptr,
+                 "state-spaces' mamba_ssm config.json and names (backbone.embedding, ssm_cfg)",
+                 true,
                  {"mamba2"}});
   return out;
 }
@@ -316,8 +363,10 @@ std::string make_config(const model::MakeOptions& o) {
   const double expand = o.real("ssm-expand", 1e-6, 1e6);
   const auto inner = std::int64_t(std::floor(expand * double(hidden)));
   if (inner < 1 || inner % P != 0)
-    throw ArgumentError(fmt::format("--ssm-expand {} * --hidden {} = {} is not heads of "
-                                    "--ssm-head-dim {}", expand, hidden, inner, P));
+    throw ArgumentError(
+        fmt::format("--ssm-expand {} * --hidden {} = {} is not heads of "
+                    "--ssm-head-dim {}",
+                    expand, hidden, inner, P));
   const std::string tie = model::config_bool(o.flag("tie-embeddings"));
   if (o.flag("mamba-ssm-layout"))
     return fmt::format(
@@ -325,8 +374,9 @@ std::string make_config(const model::MakeOptions& o) {
         "\"Mamba2\", {}}}, \"pad_vocab_size_multiple\": 16, \"tie_embeddings\": {}}}",
         hidden, layers, vocab, ssm_cfg_schema().make_fields(o), tie);
   if (o.flag("norm-before-gate"))
-    throw ArgumentError("--norm-before-gate needs --mamba-ssm-layout: transformers' Mamba-2 "
-                        "norms y * silu(z) whatever its config says");
+    throw ArgumentError(
+        "--norm-before-gate needs --mamba-ssm-layout: transformers' Mamba-2 "
+        "norms y * silu(z) whatever its config says");
   return fmt::format(
       "{{\"model_type\": \"mamba2\", \"vocab_size\": {}, \"hidden_size\": {}, "
       "\"num_hidden_layers\": {}, \"num_heads\": {}, \"tie_word_embeddings\": {}, {}}}",
