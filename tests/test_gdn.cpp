@@ -5,7 +5,7 @@
 // in the state's size; the family's config refusals; a partial rotary. What every family must do
 // (exactness across chunks, threads, instruction sets and batches, saved states, quantization,
 // refusals of tensors) is test_conformance's; the scores against the float64 reference are
-// tests/gdn_model_test.sh's.
+// tests/model_test.sh's (gdn, with tests/gdn/suite.sh).
 #include <catch2/catch.hpp>
 
 #include <cstring>

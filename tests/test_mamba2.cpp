@@ -1,21 +1,17 @@
 // Mamba-2 and its hybrids (engine/models/mamba2, granite, nemotron_h; layers/ssd_mixer): every
 // committed fixture's logits at every position against the float64 reference
-// (tests/mamba2/expected.json, tests/nemotron_h/expected.json); prefill gives the bytes
-// of stepping at every chunking, thread count and instruction set, batched or alone; a saved
-// state continues as one run; bad input and bad state bytes are refused with the state
-// unchanged; configs the model cannot run are refused by name; a configuration written out reads
-// back as itself.
+// (tests/mamba2/expected.json, tests/nemotron_h/expected.json); bad input and bad state bytes
+// are refused with the state unchanged; configs the model cannot run are refused by name; a
+// configuration written out reads back as itself. What every family must do (exactness across
+// chunks, threads, instruction sets and batches, saved states) is test_conformance's, over its
+// Mamba-2, Granite and Nemotron-H fixtures.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <fstream>
 #include <limits>
-#include <map>
 #include <random>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,9 +21,8 @@
 #include "recur/error.h"
 #include "recur/gla_recurrence.h"
 #include "recur/model.h"
-#include "support/each_isa.h"
+#include "support/probe_logits.h"
 #include "support/published_keys.h"
-#include "util/json.h"
 
 namespace {
 
@@ -39,7 +34,6 @@ using recur::Model;
 using recur::ModelConfig;
 using recur::RandomWeights;
 using Catch::Matchers::Contains;
-namespace json = recur::json;
 
 const std::string kFixtures = RECUR_MAMBA2_FIXTURES;
 const std::string kNemotronFixtures = RECUR_NEMOTRON_H_FIXTURES;
@@ -103,44 +97,6 @@ std::vector<int> tokens(int n) {
   return out;
 }
 
-struct Run {
-  std::vector<float> logits;
-  std::string state;
-};
-
-Run stepped(const std::shared_ptr<const Model>& m, const std::vector<int>& ids) {
-  Decoder d(m, DecoderOptions{1, 1});
-  Run r;
-  for (const int t : ids) {
-    const auto l = d.step(t);
-    r.logits.insert(r.logits.end(), l.data(), l.data() + l.size());
-  }
-  r.state = d.save_bytes();
-  return r;
-}
-
-Run prefilled(const std::shared_ptr<const Model>& m, const std::vector<int>& ids, int chunk,
-              int threads) {
-  Decoder d(m, DecoderOptions{chunk, threads});
-  Run r;
-  const auto vocab = std::size_t(m->config().vocab_size);
-  d.prefill(ids, {}, [&](std::int64_t, const float* l) { r.logits.insert(r.logits.end(), l, l + vocab); });
-  r.state = d.save_bytes();
-  return r;
-}
-
-bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  REQUIRE(f);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 // A config.json text refused with a FormatError whose message holds every one of `parts`.
 void bad(const std::string& text, const std::vector<std::string>& parts) {
   try {
@@ -164,120 +120,10 @@ constexpr double kLogitTolerance = 1e-6;
 
 TEST_CASE("every Mamba-2 fixture's logits at every position are the float64 reference's",
           "[mamba2][model][reference]") {
-  std::vector<int> ids;
-  {
-    std::istringstream in(slurp(kFixtures + "/prompt_ids.txt"));
-    for (int id; in >> id;) ids.push_back(id);
-  }
+  const std::vector<int> ids = recur::testing::read_ids(kFixtures + "/prompt_ids.txt");
   REQUIRE(ids.size() == 300);
-  for (const auto& [dir, count] : {std::pair{kFixtures, 6}, std::pair{kNemotronFixtures, 2}}) {
-    const json::Value want = json::parse(slurp(dir + "/expected.json"), "expected.json",
-                                         json::ParseOptions{true});
-    const auto& fixtures = want.find("fixtures")->object();
-    REQUIRE(fixtures.size() == std::size_t(count));
-    for (const auto& [name, entry] : fixtures) {
-      INFO(name);
-      const auto m = Model::load(dir + "/" + name);
-      const Run got = prefilled(m, ids, 64, 2);
-      const auto V = std::size_t(m->config().vocab_size);
-      const auto& probe = entry.find("probe_ids")->array();
-      const auto& logits = entry.find("probe_logits")->array();
-      const auto& scale = entry.find("logit_max_abs")->array();
-      REQUIRE(logits.size() == ids.size());
-      double worst = 0;
-      for (std::size_t t = 0; t < ids.size(); ++t)
-        for (std::size_t j = 0; j < probe.size(); ++j) {
-          const double w = logits[t].array()[j].number();
-          const double g = double(got.logits[t * V + std::size_t(probe[j].integer())]);
-          worst = std::max(worst, std::abs(g - w) / scale[t].number());
-        }
-      const double float32 = entry.find("float32_reference_normwise_error")->number();
-      INFO("largest difference over the position's largest logit: " << worst
-           << " (PyTorch in float32: " << float32 << ")");
-      CHECK(worst < std::max(kLogitTolerance, float32));
-    }
-  }
-}
-
-TEST_CASE("a Mamba-2 model's prefill gives the bytes of stepping at every chunk size, thread "
-          "count and instruction set", "[mamba2][model][exactness]") {
-  const std::vector<int> ids = tokens(150);
-  for (const char* text : {kGroups, kMambaSsm, kGranite, kGraniteDense, kNemotron}) {
-    const auto m = model_of(text);
-    INFO(m->config().model_type());
-    recur::test::for_each_isa([&](const std::string& isa) {
-      INFO("isa " << isa);
-      const Run want = stepped(m, ids);
-      for (const int chunk : {1, 2, 7, 64, 150})
-        for (const int threads : {1, 2, 3}) {
-          INFO("chunk " << chunk << ", threads " << threads);
-          const Run got = prefilled(m, ids, chunk, threads);
-          CHECK(same_bytes(got.logits, want.logits));
-          CHECK(got.state == want.state);
-        }
-    });
-  }
-}
-
-TEST_CASE("a Mamba-2 model gives the scalar target's bytes under every instruction set",
-          "[mamba2][model][exactness]") {
-  const std::vector<int> ids = tokens(100);
-  for (const char* text : {kGroups, kMambaSsm, kGranite, kNemotron}) {
-    const auto m = model_of(text);
-    std::map<std::string, Run> runs;
-    recur::test::for_each_isa([&](const std::string& isa) { runs[isa] = prefilled(m, ids, 64, 2); });
-    REQUIRE(runs.count("scalar"));
-    for (const auto& [isa, r] : runs) {
-      INFO(m->config().model_type() << " under " << isa);
-      CHECK(same_bytes(r.logits, runs["scalar"].logits));
-      CHECK(r.state == runs["scalar"].state);
-    }
-  }
-}
-
-TEST_CASE("a saved Mamba-2 state continues with the bytes of one run, and batched sequences "
-          "give the bytes of each alone", "[mamba2][model][exactness]") {
-  const std::vector<int> ids = tokens(120);
-  for (const char* text : {kGroups, kGranite, kNemotron}) {
-  const auto m = model_of(text);
-  INFO(m->config().model_type());
-  Decoder one(m, DecoderOptions{16, 1});
-  one.prefill(ids);
-  Decoder first(m, DecoderOptions{16, 1});
-  first.prefill(std::vector<int>(ids.begin(), ids.begin() + 77));
-  Decoder second(m, DecoderOptions{5, 2});
-  second.load_bytes(first.save_bytes(), "saved");
-  second.prefill(std::vector<int>(ids.begin() + 77, ids.end()));
-  CHECK(second.save_bytes() == one.save_bytes());
-
-  const int starts[3] = {0, 17, 40}, prompts[3] = {37, 5, 60};
-  std::vector<Decoder> alone, batched;
-  for (int s = 0; s < 3; ++s) {
-    alone.emplace_back(m, DecoderOptions{64, 1});
-    batched.emplace_back(m, DecoderOptions{64, 1});
-    alone.back().prefill(std::vector<int>(ids.begin() + starts[s], ids.begin() + starts[s] + prompts[s]));
-  }
-  recur::BatchDecoder batch(m, 2);
-  std::vector<recur::BatchDecoder::Item> items;
-  for (int s = 0; s < 3; ++s)
-    items.push_back({&batched[std::size_t(s)], ids.data() + starts[s], prompts[s]});
-  REQUIRE(batch.run(items) == 0);
-  for (int turn = 0; turn < 4; ++turn) {
-    std::vector<Decoder*> ds;
-    std::vector<int> ts;
-    for (int s = 0; s < 3; ++s) {
-      const int t = ids[std::size_t(100 + 3 * turn + s)];
-      alone[std::size_t(s)].step(t);
-      ds.push_back(&batched[std::size_t(s)]);
-      ts.push_back(t);
-    }
-    REQUIRE(batch.step(ds, ts) == 0);
-  }
-  for (int s = 0; s < 3; ++s) {
-    INFO("sequence " << s);
-    CHECK(batched[std::size_t(s)].save_bytes() == alone[std::size_t(s)].save_bytes());
-  }
-  }
+  recur::testing::check_reference_fixtures(kFixtures, ids, 6, kLogitTolerance);
+  recur::testing::check_reference_fixtures(kNemotronFixtures, ids, 2, kLogitTolerance);
 }
 
 TEST_CASE("a Mamba-2 state is fixed in size and refuses bytes of another shape, a NaN or "
@@ -480,7 +326,7 @@ TEST_CASE("every Mamba-2 and Granite fixture's config.json, written by recur, re
   for (const char* name : {"mamba2-plain", "mamba2-groups", "mamba2-clamped", "mamba-ssm",
                            "granite-dense", "granite-hybrid"}) {
     INFO(name);
-    const std::string published = slurp(kFixtures + "/" + name + "/config.json");
+    const std::string published = recur::testing::slurp(kFixtures + "/" + name + "/config.json");
     const ModelConfig c = ModelConfig::from_json(published, name);
     const std::string written = c.to_json();
     const ModelConfig back = ModelConfig::from_json(written, "written");
