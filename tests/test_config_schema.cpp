@@ -630,3 +630,78 @@ TEST_CASE("a bad value of Based's config is refused with its key and the file",
   refused(with("\"alt_mixer_2_layers\"", "[2]", "[2, 2]"), {"alt_mixer_2_layers names layer 2 twice"});
   refused(with("\"alt_mixer_2_layers\"", "[2]", "[3]"), {"layer 3 is in both"});
 }
+
+namespace {
+
+// A toy family whose layers are a list of kinds, and whose flag picks a name.
+struct ListToy final : recur::FamilyConfig {
+  bool rotary = false;
+};
+
+const recur::model::Schema<ListToy>& list_toy_schema() {
+  static const recur::model::Schema<ListToy> s = [] {
+    recur::model::Schema<ListToy> t;
+    t.written("architectures", "[\"ListToyForCausalLM\"]").for_other_tools()
+        .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 2, 1, 64)
+        .list("layer_types", &ModelConfig::mixers,
+              {{recur::MixerKind::kGated, "mamba"}, {recur::MixerKind::kAttention, "attention"}},
+              &ModelConfig::num_hidden_layers, "num_hidden_layers")
+        .choice("positions", &ListToy::rotary, false, {{true, "rope"}, {false, "nope"}})
+        .flag("rope", "rotary positions")
+        .made_by([](const recur::model::MakeOptions&, const char*) { return std::string("\"rope\""); });
+    return t;
+  }();
+  return s;
+}
+
+// make-model's options with one flag set.
+class OneFlag final : public recur::model::MakeOptions {
+ public:
+  explicit OneFlag(std::string name) : name_(std::move(name)) {}
+  bool given(const char* name) const override { return name == name_; }
+  bool flag(const char* name) const override { return name == name_; }
+  std::int64_t integer(const char*, std::int64_t, std::int64_t) const override { return 0; }
+  double real(const char*, double, double) const override { return 0; }
+  std::string str(const char*) const override { return ""; }
+
+ private:
+  std::string name_;
+};
+
+}  // namespace
+
+TEST_CASE("a schema's list of names reads as many kinds as its length field says, writes them "
+          "back, and refuses by key", "[model][config][schema]") {
+  const auto read = [](const std::string& text) { return read_by(list_toy_schema(), text); };
+  const auto refused = [&](const std::string& text, std::vector<std::string> parts) {
+    INFO(text);
+    parts.push_back("toy.json");
+    recur::testing::expect_format_error([&] { read(text); }, parts);
+  };
+  const auto [c, g] = read(R"({"num_hidden_layers": 3, "layer_types": ["mamba", "attention", "mamba"]})");
+  using recur::MixerKind;
+  CHECK(c.mixers == std::vector<MixerKind>{MixerKind::kGated, MixerKind::kAttention, MixerKind::kGated});
+  recur::model::FieldWriter w;
+  list_toy_schema().write(w, c, g);
+  CHECK_THAT(w.text(), Contains("  \"layer_types\": [\"mamba\", \"attention\", \"mamba\"],\n"));
+  // A field written for other tools is left out of what the fingerprint hashes.
+  CHECK_THAT(w.text(), Contains("\"architectures\""));
+  recur::model::FieldWriter hashed;
+  list_toy_schema().write(hashed, c, g, true);
+  CHECK(hashed.text() == "  \"num_hidden_layers\": 3,\n  \"layer_types\": [\"mamba\", \"attention\", \"mamba\"],\n"
+                         "  \"positions\": \"nope\",\n");
+  // Absent, the member is left as it was.
+  CHECK(read(R"({"num_hidden_layers": 3})").first.mixers.empty());
+  refused(R"({"num_hidden_layers": 3, "layer_types": ["mamba", "attention"]})",
+          {"layer_types is", "expected 3 entries (num_hidden_layers)"});
+  refused(R"({"num_hidden_layers": 2, "layer_types": ["mamba", "mlp"]})",
+          {"layer_types holds \"mlp\"", "mamba or attention"});
+  refused(R"({"num_hidden_layers": 1, "layer_types": "mamba"})", {"layer_types is \"mamba\""});
+  CHECK(list_toy_schema().fields()[0].for_other_tools);
+  const auto spec = list_toy_schema().fields()[2];
+  CHECK(spec.type == recur::model::FieldSpec::Type::kList);
+  CHECK(spec.choices == std::vector<std::string>{"mamba", "attention"});
+  // A flag whose field is a name writes the name its made_by() gives.
+  CHECK(list_toy_schema().make_fields(OneFlag("rope")) == "\"positions\": \"rope\"");
+  CHECK(list_toy_schema().make_fields(OneFlag("other")) == "");
+}

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "model/random_weights.h"
 #include "recur/error.h"
 #include "recur/model.h"
+#include "support/published_keys.h"
 #include "util/json.h"
 
 namespace {
@@ -216,4 +218,34 @@ TEST_CASE("an LFM2 config recur cannot run is refused, naming the field", "[lfm2
   CHECK_THAT(refusal(R"(, "block_ff_dim": 96, "intermediate_size": 50)"), Contains("intermediate_size"));
   CHECK(refusal(R"(, "block_ff_dim": 96, "intermediate_size": 256)") == "accepted");  // the adjusted width
   CHECK_THAT(refusal(R"(, "mystery": 1)"), Contains("mystery"));
+  // Each field the table declares, refused by its key, naming the file.
+  CHECK_THAT(refusal(R"(, "layer_types": ["conv"])"),
+             Contains("config.json") && Contains("layer_types is") && Contains("expected 2 entries (num_hidden_layers)"));
+  CHECK_THAT(refusal(R"(, "full_attn_idxs": 1)"), Contains("config.json") && Contains("full_attn_idxs is 1"));
+  CHECK_THAT(refusal(R"(, "block_ffn_dim_multiplier": "x")"), Contains("block_ffn_dim_multiplier is \"x\""));
+  CHECK_THAT(refusal(R"(, "rope_parameters": 3)"), Contains("rope_parameters is 3"));
+  CHECK_THAT(refusal(R"(, "rope_parameters": {"rope_theta": 10000, "factor": 2})"), Contains("rope_parameters.factor"));
+  CHECK_THAT(refusal(R"(, "conv_L_cache": 0)"), Contains("conv_L_cache is 0"));
+  CHECK_THAT(refusal(R"(, "block_norm_eps": 0.1)"), Contains("block_norm_eps is 0.1"));
+  CHECK_THAT(refusal(R"(, "block_use_xavier_init": false, "conv_bias": "no")"), Contains("conv_bias is \"no\""));
+}
+
+TEST_CASE("every LFM2 fixture's config.json, written by recur, reads back as itself and keeps the "
+          "keys of its form", "[lfm2][model]") {
+  // Written by the checkpoints' tools, not the architecture.
+  const std::set<std::string> tooling = {"torch_dtype", "dtype", "bos_token_id", "pad_token_id",
+                                         "use_cache", "initializer_range"};
+  for (const char* name : kFixtures) {
+    INFO(name);
+    const std::string published = slurp(std::string(RECUR_LFM2_FIXTURES) + "/" + name + "/config.json");
+    const ModelConfig c = ModelConfig::from_json(published, name);
+    const std::string written = c.to_json();
+    const ModelConfig back = config(written);
+    CHECK(back.to_json() == written);
+    CHECK(back.mixers == c.mixers);
+    CHECK(back.intermediate_size == c.intermediate_size);
+    // The aliases (tie_embedding, theta) are written under transformers' own names.
+    if (std::string(name) != "lfm2-aliases")
+      CHECK(recur::testing::keys_left_out(published, written, tooling) == std::vector<std::string>{});
+  }
 }

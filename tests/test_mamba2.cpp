@@ -11,15 +11,18 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "model/family.h"
 #include "model/model_impl.h"
 #include "model/random_weights.h"
 #include "recur/error.h"
 #include "recur/gla_recurrence.h"
 #include "recur/model.h"
 #include "support/probe_logits.h"
+#include "support/published_keys.h"
 
 namespace {
 
@@ -100,6 +103,7 @@ void bad(const std::string& text, const std::vector<std::string>& parts) {
     ModelConfig::from_json(text, "cfg.json");
     FAIL("accepted: " << text);
   } catch (const FormatError& e) {
+    CHECK_THAT(e.what(), Contains("cfg.json"));
     for (const auto& p : parts) CHECK_THAT(e.what(), Contains(p));
   }
 }
@@ -161,7 +165,10 @@ TEST_CASE("a Mamba-2 config the model cannot run is refused, naming the field", 
   const std::string base = R"("model_type": "mamba2", "hidden_size": 16, "num_hidden_layers": 1, )"
                            R"("vocab_size": 32, "state_size": 8, "n_groups": 1, "head_dim": 8)";
   bad("{" + base + R"(, "num_heads": 3})", {"num_heads 3", "expand"});
-  bad("{" + base + R"(, "num_heads": 4, "n_groups": 3})", {"n_groups"});
+  // base without n_groups, for the tests of that field.
+  const std::string ungrouped = R"("model_type": "mamba2", "hidden_size": 16, "num_hidden_layers": 1, )"
+                                R"("vocab_size": 32, "state_size": 8, "head_dim": 8, "num_heads": 4)";
+  bad("{" + ungrouped + R"(, "n_groups": 3})", {"heads are not a multiple of n_groups 3"});
   bad("{" + base + R"(, "num_heads": 4, "rms_norm": false})", {"rms_norm"});
   bad("{" + base + R"(, "num_heads": 4, "time_step_limit": [0.1, 0.01]})", {"time_step_limit"});
   bad("{" + base + R"(, "num_heads": 4, "time_step_limit": [-1, Infinity]})", {"time_step_limit"});
@@ -191,6 +198,27 @@ TEST_CASE("a Mamba-2 config the model cannot run is refused, naming the field", 
           "num_attention_heads": 2, "vocab_size": 32, "mamba_n_heads": 5, "mamba_d_head": 8,
           "num_local_experts": 0, "layer_types": ["mamba", "attention"]})", {"mamba_n_heads 5 * mamba_d_head 8"});
   bad("{" + granite + R"(, "num_local_experts": 0, "layer_types": ["mamba", "attention"], "rope_scaling": {"type": "linear"}})", {"rope_scaling"});
+  // Each field the tables declare, refused by its key (nested ones by their path).
+  bad("{" + ungrouped + R"(, "n_groups": 0})", {"n_groups is 0"});
+  bad("{" + base + R"(, "num_heads": 4, "use_bias": 1})", {"use_bias is 1"});
+  bad("{" + base + R"(, "num_heads": 4, "hidden_act": "relu"})", {"hidden_act is 'relu'", "silu or swish"});
+  const std::string ssm = R"("d_model": 16, "n_layer": 1, "vocab_size": 32, )";
+  bad("{" + ssm + R"("ssm_cfg": {"layer": "Mamba2", "headdim": 8, "dt_limit": [1]}})", {"ssm_cfg.dt_limit is"});
+  bad("{" + ssm + R"("ssm_cfg": {"layer": "Mamba2", "headdim": 8, "rmsnorm": false}})", {"ssm_cfg.rmsnorm is false"});
+  bad("{" + ssm + R"("ssm_cfg": {"layer": "Mamba2", "headdim": 8, "d_ssm": 16}})", {"ssm_cfg.d_ssm is 16", "32"});
+  bad("{" + ssm + R"("ssm_cfg": {"layer": "Mamba2", "headdim": 8, "activation": "gelu"}})", {"ssm_cfg.activation is 'gelu'"});
+  bad("{" + ssm + R"("ssm_cfg": {"layer": "Mamba2", "headdim": 12}})", {"ssm_cfg.headdim 12"});
+  bad("{" + ssm + R"("ssm_cfg": {"layer": "Mamba2", "headdim": 8}, "tie_embeddings": false, "tie_word_embeddings": true})",
+      {"tie_word_embeddings is true but tie_embeddings is false"});
+  bad("{" + ssm + R"("ssm_cfg": {"layer": "Mamba2", "headdim": 8}, "attn_cfg": {"num_heads": 2}})", {"attn_cfg is"});
+  bad("{" + granite + R"(, "num_local_experts": 0, "layer_types": ["mamba"]})", {"layer_types is", "expected 2 entries (num_hidden_layers)"});
+  bad("{" + granite + R"(, "num_local_experts": 0, "layer_types": "mamba"})", {"layer_types is \"mamba\""});
+  bad(R"({"model_type": "granitemoehybrid", "hidden_size": 16, "num_hidden_layers": 2,
+          "num_attention_heads": 2, "vocab_size": 32, "mamba_n_heads": 4, "mamba_d_head": "big",
+          "num_local_experts": 0, "layer_types": ["mamba", "attention"]})", {"mamba_d_head is \"big\""});
+  bad("{" + granite + R"(, "num_local_experts": 0, "layer_types": ["mamba", "attention"], "rope_parameters": {"rope_type": "yarn"}})", {"rope_parameters.rope_type is 'yarn'"});
+  bad("{" + granite + R"(, "num_local_experts": 0, "layer_types": ["mamba", "attention"], "normalization_function": "layernorm"})", {"normalization_function is \"layernorm\""});
+  bad("{" + granite + R"(, "num_local_experts": 0, "layer_types": ["mamba", "attention"], "time_step_limit": [0]})", {"time_step_limit is"});
 }
 
 TEST_CASE("a Nemotron-H config the model cannot run is refused, naming the field",
@@ -286,6 +314,40 @@ TEST_CASE("a Mamba-2 configuration written out reads back as itself", "[mamba2][
   }
   CHECK(config(kMambaSsm).vocab_size == 96);
   CHECK_THAT(config(kMambaSsm).to_json(), Contains("\"dt_limit\": [0, Infinity]"));
+}
+
+TEST_CASE("every Mamba-2 and Granite fixture's config.json, written by recur, reads back as itself "
+          "and keeps the keys the published files have", "[mamba2][config]") {
+  // Written by the checkpoints' tools, not the architecture: sampling ids, dtype, caching.
+  const std::set<std::string> tooling = {"torch_dtype", "bos_token_id", "pad_token_id", "use_cache",
+                                         "initializer_range"};
+  // Codestral Mamba's own additions to transformers' keys (mamba2-groups copies them).
+  const std::set<std::string> codestral = {"norm_before_gate", "time_step_scale", "time_step_init_scheme"};
+  for (const char* name : {"mamba2-plain", "mamba2-groups", "mamba2-clamped", "mamba-ssm",
+                           "granite-dense", "granite-hybrid"}) {
+    INFO(name);
+    const std::string published = recur::testing::slurp(kFixtures + "/" + name + "/config.json");
+    const ModelConfig c = ModelConfig::from_json(published, name);
+    const std::string written = c.to_json();
+    const ModelConfig back = ModelConfig::from_json(written, "written");
+    CHECK(back.to_json() == written);
+    CHECK(back.mixers == c.mixers);
+    std::set<std::string> ignored = tooling;
+    if (std::string(name) == "mamba2-groups") ignored.insert(codestral.begin(), codestral.end());
+    CHECK(recur::testing::keys_left_out(published, written, ignored) == std::vector<std::string>{});
+  }
+  // What recur wrote before it wrote the published keys is what the fingerprint hashes, so that
+  // states saved then still load (tests/golden's states: the bytes of those lines).
+  const ModelConfig groups = config(kGroups);
+  CHECK_THAT(groups.to_json(), Contains("\"architectures\"") && Contains("\"chunk_size\": 256"));
+  const std::string hashed = recur::model::fingerprint_text(groups);
+  CHECK_THAT(hashed, !Contains("\"architectures\"") && !Contains("\"chunk_size\"") &&
+                         Contains("\"layer_norm_epsilon\": 1e-05,\n  \"hidden_act\": \"silu\",\n  \"rms_norm\": true,\n"));
+  // IBM's dense Granite files repeat the MLP's width as intermediate_size, and say there are no
+  // experts (llama.cpp's converter reads both).
+  const std::string dense = config(kGraniteDense).to_json();
+  CHECK_THAT(dense, Contains("\"intermediate_size\": 24,") && Contains("\"shared_intermediate_size\": 24,") &&
+                        Contains("\"num_local_experts\": 0,") && Contains("\"architectures\": [\"GraniteMoeHybridForCausalLM\"]"));
 }
 
 // The decay bounds S, so the float32 state should not drift from float64 over long streams.

@@ -54,6 +54,22 @@ void check_ssd_spec(const SsdSpec& s, const std::string& source) {
     config_fail(source, "the gated norm's eps is {}, expected 0 to 1", s.norm_eps);
 }
 
+bool read_dt_limit(Fields& f, const char* key, double& min, double& max) {
+  const json::Value* v = f.get(key);
+  if (!v) return false;
+  if (!v->is_array() || v->array().size() != 2 || !v->array()[0].is_number() ||
+      !v->array()[1].is_number())
+    config_fail(f.source(), "{} is {}, expected [min, max]", f.name(key), describe_json(*v));
+  min = v->array()[0].number();
+  max = v->array()[1].number();
+  return true;
+}
+
+std::string dt_limit_text(double min, double max) {
+  return fmt::format("[{}, {}]", config_number(min),
+                     std::isinf(max) ? std::string("Infinity") : config_number(max));
+}
+
 std::size_t ssd_state_bytes(const SsdSpec& s) {
   return sz(std::int64_t(s.n_heads) * s.d_state * s.head_dim) * sizeof(float) +
          sz(std::int64_t(s.d_conv - 1) * s.conv_dim()) * sizeof(float);

@@ -62,6 +62,13 @@ struct SsdSpec {
 /// widths in range, 0 <= dt_min <= dt_max); FormatError "[ModelConfig] SOURCE: ..." naming them.
 void check_ssd_spec(const SsdSpec& s, const std::string& source);
 
+/// time_step_limit (mamba_ssm's dt_limit), [min, max] as config.json gives it (Python writes the
+/// infinity as Infinity): into min and max, true when given; FormatError naming the key and the
+/// file when it is no pair of numbers.
+bool read_dt_limit(Fields& f, const char* key, double& min, double& max);
+/// [min, max] as config.json writes it.
+std::string dt_limit_text(double min, double max);
+
 /// Bytes of a new sequence's state in one mixer (the convolution's window, the heads' S).
 std::size_t ssd_state_bytes(const SsdSpec& s);
 

@@ -174,24 +174,38 @@ void ModelConfig::resolve(const std::string& source) {
   own->resolve(*this, source);
 }
 
-std::string ModelConfig::to_json() const {
-  std::string s = "{\n";
-  s += model::family_of(*this).config_fields(*this);
+namespace {
+
+// config.json: the family's fields, then the quantization, eos_token_id and tie_word_embeddings.
+std::string with_common_fields(const ModelConfig& c, std::string s) {
   model::FieldWriter w;
-  if (!quantization.empty())
+  if (!c.quantization.empty())
     w.add("quantization_config",
           fmt::format("{{\"quant_method\": \"recur\", \"format\": {}, \"block_size\": 32, "
                       "\"scale_dtype\": \"float16\", \"head_format\": {}}}",
-                      json::quote(quantization), json::quote(quantization_head)));
-  if (!eos_token_ids.empty()) {
+                      json::quote(c.quantization), json::quote(c.quantization_head)));
+  if (!c.eos_token_ids.empty()) {
     std::string ids;
-    for (std::size_t i = 0; i < eos_token_ids.size(); ++i)
-      ids += (i ? ", " : "") + std::to_string(eos_token_ids[i]);
-    w.add("eos_token_id", eos_token_ids.size() == 1 ? ids : "[" + ids + "]");
+    for (std::size_t i = 0; i < c.eos_token_ids.size(); ++i)
+      ids += (i ? ", " : "") + std::to_string(c.eos_token_ids[i]);
+    w.add("eos_token_id", c.eos_token_ids.size() == 1 ? ids : "[" + ids + "]");
   }
-  s += w.text();
-  s += fmt::format("  \"tie_word_embeddings\": {}\n}}\n", tie_word_embeddings ? "true" : "false");
-  return s;
+  return "{\n" + s + w.text() +
+         fmt::format("  \"tie_word_embeddings\": {}\n}}\n",
+                     c.tie_word_embeddings ? "true" : "false");
+}
+
+}  // namespace
+
+std::string ModelConfig::to_json() const {
+  return with_common_fields(*this, model::family_of(*this).config_fields(*this));
+}
+
+std::string model::fingerprint_text(const ModelConfig& c) {
+  // Where generation stops shapes no number.
+  ModelConfig numeric = c;
+  numeric.eos_token_ids.clear();
+  return with_common_fields(numeric, family_of(c).fingerprint_fields(numeric));
 }
 
 }  // namespace recur

@@ -86,6 +86,11 @@ class Fields {
 
   /// The field, or null when absent or null; marks it read.
   const json::Value* get(const char* name);
+  /// Whether the field is there and null (where null says something absence does not).
+  bool null(const char* name) const {
+    const json::Value* v = object_.find(name);
+    return v && v->is_null();
+  }
   /// Whether the field is there and not null (without marking it read).
   bool has(const char* name) const {
     const json::Value* v = object_.find(name);

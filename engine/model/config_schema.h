@@ -33,18 +33,22 @@ struct FieldSpec {
     kObject,     // an object nested in config.json (or a list of them): `members` are its fields
     kLayers,     // a list of layer indices
     kStructure,  // a list or object the family reads and writes in its own code (custom())
+    kList,       // a list of names (list()): `choices` are the names
   };
   const char* key = "";
   Type type = Type::kAccepted;
   double min = 0, max = 0;           // kInteger, kNumber: the values read
   std::string fallback;              // the default as config.json writes it ("" for none)
-  std::vector<std::string> choices;  // kString: the values read (empty: any)
+  std::vector<std::string> choices;  // kString, kList: the values read (empty: any)
   /// Why the field changes nothing recur computes (an accepted field, a kernel choice); null
   /// when its value changes inference.
   const char* reason = nullptr;
   const char* option = nullptr;  // make-model's --option that sets it, or null
   bool written = true;           // to_json writes it (when its condition holds)
   bool derived = false;          // its default is computed from other fields (default_from)
+  /// Written because the published files carry it, for the other tools that read config.json
+  /// (for_other_tools()): it changes nothing recur computes, and the fingerprint leaves it out.
+  bool for_other_tools = false;
   std::vector<FieldSpec> members;  // kObject: the nested object's fields
 };
 
@@ -394,6 +398,43 @@ class Schema {
     e.spec.written = e.write != nullptr;
     return add(std::move(e));
   }
+  /// A list of names, each a value of T (layer_types), as many as the field `length_key` (read
+  /// before it, at `length`) says: another name, another count or no list is refused naming the
+  /// key. Absent, the member is left as it was (the family says what that means).
+  template <class O, class T>
+  Schema& list(const char* key, std::vector<T> O::*member,
+               std::vector<std::pair<T, const char*>> names, int ModelConfig::*length,
+               const char* length_key) {
+    Entry e = entry(key, FieldSpec::Type::kList, "");
+    for (const auto& n : names) e.spec.choices.push_back(n.second);
+    const std::vector<std::string> choices = e.spec.choices;
+    e.read = [=](Fields& f, ModelConfig& c, F& g) {
+      const json::Value* v = f.get(key);
+      if (!v) return;
+      if (!v->is_array() || v->array().size() != std::size_t(c.*length))
+        config_fail(f.source(), "{} is {}, expected {} entries ({})", f.name(key),
+                    describe_json(*v), c.*length, length_key);
+      std::vector<T> out;
+      for (const json::Value& item : v->array()) {
+        const auto named = [&](const std::pair<T, const char*>& n) {
+          return item.is_string() && item.string() == n.second;
+        };
+        const auto found = std::find_if(names.begin(), names.end(), named);
+        if (found == names.end())
+          config_fail(f.source(), "{} holds {}, expected {}", f.name(key), describe_json(item),
+                      one_of(choices));
+        out.push_back(found->first);
+      }
+      at<O>(c, g).*member = std::move(out);
+    };
+    e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) {
+      std::string items;
+      for (const T& value : at<O>(c, g).*member)
+        items += (items.empty() ? "" : ", ") + json::quote(name_of(names, value));
+      w.add(key, "[" + items + "]");
+    };
+    return add(std::move(e));
+  }
   /// Every field of `other`, in its order (fields two layouts share, at different places).
   Schema& include(const Schema& other) {
     entries_.insert(entries_.end(), other.entries_.begin(), other.entries_.end());
@@ -449,6 +490,25 @@ class Schema {
     last().write = [key, json_text](FieldWriter& w, const ModelConfig&, const F&) { w.add(key, json_text); };
     return *this;
   }
+  /// Written as the JSON text `text` computes (a custom() field; a field recur accepts, written
+  /// as the value the rest of the configuration implies).
+  Schema& written_as(std::function<std::string(const ModelConfig&, const F&)> text) {
+    const char* key = last().spec.key;
+    last().spec.written = true;
+    last().write = [key, text](FieldWriter& w, const ModelConfig& c, const F& g) {
+      w.add(key, text(c, g));
+    };
+    return *this;
+  }
+  /// Written for the other tools that read config.json (llama.cpp's converter), as the
+  /// published files carry it (when `when` holds; null: always): left out of the text the
+  /// model's fingerprint hashes, so that saved states of the configuration as recur wrote it
+  /// before still load.
+  Schema& for_other_tools(When when = nullptr) {
+    last().spec.for_other_tools = true;
+    last().tools_when = std::move(when);
+    return *this;
+  }
   /// make-model's --name sets the field when given (a value option, range-checked as the
   /// field, or up to `max` when that is positive), or always to `fallback` when that is not
   /// empty (make-model's own default).
@@ -488,6 +548,12 @@ class Schema {
     last().make_field = MakeField{name, help, true, value};
     return *this;
   }
+  /// The field's JSON text from its make-model option or flag, for a field no numeric rule makes
+  /// (a list given as letters, a name a flag picks); after option() or flag().
+  Schema& made_by(std::function<std::string(const MakeOptions&, const char* name)> text) {
+    last().option_text = std::move(text);
+    return *this;
+  }
   /// make-model's common flag --name (--tie-embeddings) sets the boolean field.
   Schema& common_flag(const char* name) {
     flag(name, "");
@@ -507,11 +573,20 @@ class Schema {
       }
     }
   }
-  /// Writes every written field, in the table's order.
-  void write(FieldWriter& w, const ModelConfig& c, const F& g) const {
-    for (const Entry& e : entries_)
-      if (e.write && (!e.when || e.when(c, g)) && (!e.write_when || e.write_when(c, g)))
-        e.write(w, c, g);
+  /// Writes every written field, in the table's order; for the fingerprint, not those written
+  /// for other tools.
+  void write(FieldWriter& w, const ModelConfig& c, const F& g, bool fingerprint = false) const {
+    for (const Entry& e : entries_) {
+      if (!e.write || (e.when && !e.when(c, g)) || (e.write_when && !e.write_when(c, g))) continue;
+      if (fingerprint && e.spec.for_other_tools && (!e.tools_when || e.tools_when(c, g))) continue;
+      if (e.nested && fingerprint) {
+        FieldWriter own;
+        e.nested->write(own, c, g, true);
+        if (!own.empty()) w.add(e.spec.key, own.object());
+        continue;
+      }
+      e.write(w, c, g);
+    }
   }
   /// make-model's options of the fields that have one, each serving `archs` (empty: all).
   std::vector<MakeOption> make_options(const std::vector<std::string>& archs = {}) const {
@@ -545,7 +620,7 @@ class Schema {
  private:
   struct Entry {
     FieldSpec spec;
-    When when, write_when;
+    When when, write_when, tools_when;
     std::function<void(Fields&, ModelConfig&, F&)> read;
     std::function<void(FieldWriter&, const ModelConfig&, const F&)> write;
     std::shared_ptr<const Schema> nested;  // an object's own table
@@ -578,6 +653,10 @@ class Schema {
       if (!m.name) continue;
       if (m.flag) {
         if (!o.flag(m.name)) continue;
+        if (e.option_text) {
+          w.add(e.spec.key, e.option_text(o, m.name));
+          continue;
+        }
         e.assign(c, g, m.flag_value);
         w.boolean(e.spec.key, m.flag_value);
         continue;

@@ -106,6 +106,9 @@ class Family {
   virtual void resolve(ModelConfig& c, const std::string& source) const = 0;
   /// config.json's fields for `c`, each line "  \"key\": value,\n", model_type first.
   virtual std::string config_fields(const ModelConfig& c) const = 0;
+  /// The same fields as the model's fingerprint hashes them: without those written only for
+  /// other tools (Schema::for_other_tools). Default: config_fields.
+  virtual std::string fingerprint_fields(const ModelConfig& c) const { return config_fields(c); }
   /// The name under which the table lists a tensor stored as `name` (the same, unless one
   /// tensor of the table may be stored under another name too).
   virtual std::string table_name(const ModelConfig& c, const std::string& name) const {
@@ -156,6 +159,11 @@ F& edit_family(ModelConfig& c) {
 /// where it declares them): what loading, make-model's random weights and the files it writes go
 /// by. load() run against a shape-only recording Loader.
 std::vector<TensorSpec> tensor_table(const Family& family, const ModelConfig& c);
+
+/// The configuration's text the model's fingerprint hashes (and saved states carry): to_json()
+/// without eos_token_id (where generation stops shapes no number) and without the fields
+/// written only for other tools.
+std::string fingerprint_text(const ModelConfig& c);
 
 /// The model_type naming a configuration's layout: ModelConfig::type, or when that is empty the
 /// one the deprecated `architecture` stands for.

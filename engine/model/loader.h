@@ -87,10 +87,7 @@ class Loader {
   Loader(const WeightSource& src, const ModelConfig& config, const Family& family)
       : src_(src), config_(config), family_(family), quantization_(config.quantization),
         quantization_head_(config.quantization_head) {
-    // The fingerprint covers what shapes the numbers; where generation stops does not.
-    ModelConfig numeric = config;
-    numeric.eos_token_ids.clear();
-    const std::string cfg = numeric.to_json();
+    const std::string cfg = fingerprint_text(config);
     hash_.update(cfg.data(), cfg.size());
     for (const auto& t : tensor_table(family, config)) table_.emplace(t.name, t.shape);
   }

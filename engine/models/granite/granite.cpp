@@ -10,12 +10,12 @@
 #include <cmath>
 #include <cstring>
 
-#include "model/config_fields.h"
-#include "model/loader.h"
-#include "model/model_impl.h"
 #include "layers/attention.h"
 #include "layers/gqa.h"
 #include "layers/ssd_mixer.h"
+#include "model/config_schema.h"
+#include "model/loader.h"
+#include "model/model_impl.h"
 #include "models/registry.h"
 #include "recur/causal_attention.h"
 #include "recur/error.h"
@@ -76,102 +76,181 @@ const GraniteConfig& config_of(const ModelConfig& c) {
 }
 
 constexpr const char* kTraining = "training or initialisation only: the same function at inference";
+constexpr const char* kNoExperts = "the experts' routing: no experts in a dense model";
 
-void read_config(const json::Value& root, Fields& f, ModelConfig& c) {
-  (void)root;
-  const std::string& source = f.source();
-  c.type = "granitemoehybrid";
-  GraniteConfig g;
-  c.vocab_size = f.integer("vocab_size", 32000, 1, 1 << 24);
-  c.hidden_size = f.integer("hidden_size", 4096, 1, kMaxDim);
-  c.num_hidden_layers = f.integer("num_hidden_layers", 32, 1, 4096);
-  c.norm_eps = f.number("rms_norm_eps", 1e-6, 0.0, 1.0);
-  c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
-  g.n_heads = f.integer("num_attention_heads", 32, 1, kMaxHeads);
-  g.n_kv_heads = f.integer("num_key_value_heads", g.n_heads, 1, kMaxHeads);
-  g.attention_bias = f.boolean("attention_bias", false);
-  g.embedding_multiplier = f.number("embedding_multiplier", 1.0, -1e6, 1e6);
-  g.residual_multiplier = f.number("residual_multiplier", 1.0, -1e6, 1e6);
-  g.attention_multiplier = f.number("attention_multiplier", 1.0, 1e-12, 1e6);
-  g.logits_scaling = f.number("logits_scaling", 1.0, 1e-12, 1e12);
-  g.shared_intermediate = f.integer("shared_intermediate_size", 1024, 1, kMaxDim);
-  g.max_position_embeddings = f.integer("max_position_embeddings", 2048, 0, 1 << 30);
-  // Experts: refused by name until recur runs them.
+using Schema = model::Schema<GraniteConfig>;
+
+bool has_mamba(const ModelConfig& c) {
+  return std::count(c.mixers.begin(), c.mixers.end(), MixerKind::kGated) > 0;
+}
+
+// Experts: refused by name until recur runs them (transformers' default is 8).
+void read_experts(Fields& f, ModelConfig&, GraniteConfig&) {
   const int experts = f.integer("num_local_experts", 8, 0, 1 << 16);
   if (experts > 0)
-    config_fail(source, "num_local_experts is {}: a mixture-of-experts Granite (granite-4.0-h-tiny, "
-                        "-small), whose experts recur does not run; the dense models (num_local_experts "
-                        "0) load", experts);
-  f.accept({{"num_experts_per_tok", "the experts' routing: no experts in a dense model"},
-            {"output_router_logits", "the experts' routing: no experts in a dense model"},
-            {"router_aux_loss_coef", "the experts' routing: no experts in a dense model"},
-            {"intermediate_size", "an expert's width: no experts in a dense model (its MLP is "
-                                  "shared_intermediate_size wide)"},
-            {"attention_dropout", kTraining}, {"mamba_chunk_size", "the GPU kernels' chunk length"},
-            {"init_method", kTraining}, {"normalization_function", "rmsnorm, checked below"},
-            {"time_step_min", kTraining}, {"time_step_max", kTraining},
-            {"time_step_floor", kTraining}, {"rope_scaling", "checked below"}});
-  if (const json::Value* v = root.find("normalization_function");
-      v && !(v->is_string() && v->string() == "rmsnorm"))
-    config_fail(source, "normalization_function is {}: Granite 4.0 norms with rmsnorm",
-                describe_json(*v));
-  if (const json::Value* v = root.find("rope_scaling"); v && !v->is_null())
-    config_fail(source, "rope_scaling is {}: recur runs Granite's plain rotary", describe_json(*v));
-  const std::string act = f.string("hidden_act", "silu");
-  if (act != "silu" && act != "swish")
-    config_fail(source, "hidden_act is '{}': Granite's MLP is a SwiGLU", act);
-  // Rotary only where the config asks for it (transformers builds no rotary embedding otherwise).
-  const std::string pos = f.string("position_embedding_type", "");
-  if (pos != "" && pos != "rope" && pos != "nope")
-    config_fail(source, "position_embedding_type is '{}', expected rope or nope", pos);
-  g.rope = pos == "rope";
-  g.rope_theta = f.number("rope_theta", 10000, 1.0 + 1e-9, 1e12);
-  if (const json::Value* rp = f.get("rope_parameters")) {
-    if (!rp->is_object()) config_fail(source, "rope_parameters is {}", describe_json(*rp));
-    Fields r(*rp, source, "rope_parameters");
-    const std::string type = r.string("rope_type", "default");
-    if (type != "default") config_fail(source, "rope_parameters.rope_type is '{}'", type);
-    g.rope_theta = r.number("rope_theta", g.rope_theta, 1.0 + 1e-9, 1e12);
-    r.reject_unknown("recur does not know what it changes in the rotary embedding");
-  }
-  g.m_heads = f.integer("mamba_n_heads", 128, 1, kMaxHeads);
-  g.m_groups = f.integer("mamba_n_groups", 1, 1, kMaxHeads);
-  g.m_state = f.integer("mamba_d_state", 256, 1, model::kMaxHeadDim);
-  g.m_conv = f.integer("mamba_d_conv", 4, 1, 64);
-  g.expand = f.number("mamba_expand", 2, 1e-6, 1e6);
-  g.m_conv_bias = f.boolean("mamba_conv_bias", true);
-  g.m_proj_bias = f.boolean("mamba_proj_bias", false);
-  const double inner = std::floor(g.expand * double(c.hidden_size));
+    config_fail(f.source(),
+                "num_local_experts is {}: a mixture-of-experts Granite (granite-4.0-h-tiny, "
+                "-small), whose experts recur does not run; the dense models (num_local_experts "
+                "0) load",
+                experts);
+}
+
+// The Mamba-2 head size: a number, or "auto" (absent too) for expand * hidden_size / heads,
+// which resolve() computes (0 here).
+void read_mamba_d_head(Fields& f, ModelConfig&, GraniteConfig& g) {
   const json::Value* dh = f.get("mamba_d_head");
   if (!dh || (dh->is_string() && dh->string() == "auto")) {
-    g.m_head_dim = int(inner) / g.m_heads;
+    g.m_head_dim = 0;
   } else if (dh->is_integer() && dh->integer() >= 1 && dh->integer() <= model::kMaxHeadDim) {
     g.m_head_dim = int(dh->integer());
   } else {
-    config_fail(source, "mamba_d_head is {}, expected a size or \"auto\"", describe_json(*dh));
+    config_fail(f.source(), "mamba_d_head is {}, expected a size or \"auto\"", describe_json(*dh));
   }
-  if (const json::Value* v = f.get("time_step_limit")) {
-    if (!v->is_array() || v->array().size() != 2 || !v->array()[0].is_number() ||
-        !v->array()[1].is_number())
-      config_fail(source, "time_step_limit is {}, expected [min, max]", describe_json(*v));
-    g.dt_min = v->array()[0].number();
-    g.dt_max = v->array()[1].number();
-    g.has_dt_limit = true;
-  }
+}
+
+// rope_parameters (transformers 5): the default rotary, whose theta it may give.
+void read_rope_parameters(Fields& f, ModelConfig&, GraniteConfig& g) {
+  const json::Value* rp = f.get("rope_parameters");
+  if (!rp) return;
+  if (!rp->is_object())
+    config_fail(f.source(), "rope_parameters is {}, expected an object", describe_json(*rp));
+  Fields r(*rp, f.source(), "rope_parameters");
+  const std::string type = r.string("rope_type", "default");
+  if (type != "default")
+    config_fail(f.source(), "rope_parameters.rope_type is '{}': recur runs Granite's plain rotary",
+                type);
+  g.rope_theta = r.number("rope_theta", g.rope_theta, 1.0 + 1e-9, 1e12);
+  r.reject_unknown("recur does not know what it changes in the rotary embedding");
+}
+
+// transformers' GraniteMoeHybridConfig, dense. The fields recur wrote before it wrote the rest
+// of IBM's keys keep their order, which the fingerprint of saved states hashes.
+const Schema& schema() {
+  static const Schema s = [] {
+    const auto number = [](double x) { return model::config_number(x); };
+    Schema t;
+    t.written("architectures", "[\"GraniteMoeHybridForCausalLM\"]")
+        .for_other_tools()
+        .written("model_type", "\"granitemoehybrid\"")
+        .integer("vocab_size", &ModelConfig::vocab_size, 32000, 1, 1 << 24)
+        .integer("hidden_size", &ModelConfig::hidden_size, 4096, 1, kMaxDim)
+        .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 32, 1, 4096)
+        .integer("num_attention_heads", &GraniteConfig::n_heads, 32, 1, kMaxHeads)
+        // 0: as many as num_attention_heads (transformers' default), resolved.
+        .integer("num_key_value_heads", &GraniteConfig::n_kv_heads, 0, 1, kMaxHeads)
+        .option("attn-kv-heads", "the attention layers' kv heads (default: as many as heads)")
+        .accepted("intermediate_size",
+                  "an expert's width: no experts in a dense model (its MLP is "
+                  "shared_intermediate_size wide, which IBM's dense files repeat here)")
+        .written_as([number](const ModelConfig&, const GraniteConfig& g) {
+          return number(g.shared_intermediate);
+        })
+        .for_other_tools()
+        .integer("shared_intermediate_size", &GraniteConfig::shared_intermediate, 1024, 1, kMaxDim)
+        .custom("num_local_experts", read_experts, nullptr)
+        .written_as("0")
+        .accepted("num_experts_per_tok", kNoExperts)
+        .written_as("0")
+        .for_other_tools()
+        .accepted("output_router_logits", kNoExperts)
+        .written_as("false")
+        .for_other_tools()
+        .accepted("router_aux_loss_coef", kNoExperts)
+        .number("rms_norm_eps", &ModelConfig::norm_eps, 1e-6, 0.0, 1.0)
+        .boolean("attention_bias", &GraniteConfig::attention_bias, false)
+        .accepted("attention_dropout", kTraining)
+        .written_as("0.0")
+        .for_other_tools()
+        .number("embedding_multiplier", &GraniteConfig::embedding_multiplier, 1.0, -1e6, 1e6)
+        .number("residual_multiplier", &GraniteConfig::residual_multiplier, 1.0, -1e6, 1e6)
+        .number("attention_multiplier", &GraniteConfig::attention_multiplier, 1.0, 1e-12, 1e6)
+        .number("logits_scaling", &GraniteConfig::logits_scaling, 1.0, 1e-12, 1e12)
+        // Rotary only where the config asks for it (transformers builds no rotary embedding
+        // otherwise).
+        .choice("position_embedding_type", &GraniteConfig::rope, false,
+                {{true, "rope"}, {false, "nope"}})
+        .flag("rope", "rotary positions in the attention layers (position_embedding_type rope)")
+        .made_by([](const model::MakeOptions&, const char*) { return std::string("\"rope\""); })
+        .number("rope_theta", &GraniteConfig::rope_theta, 10000, 1.0 + 1e-9, 1e12)
+        .custom("rope_parameters", read_rope_parameters, nullptr)
+        .accepted_when(
+            "rope_scaling", [](const json::Value&) { return false; }, "null: no scaling",
+            "recur runs Granite's plain rotary")
+        .written_as("null")
+        .for_other_tools()
+        .integer("max_position_embeddings", &GraniteConfig::max_position_embeddings, 2048, 0,
+                 1 << 30)
+        .list("layer_types", &ModelConfig::mixers,
+              {{MixerKind::kGated, "mamba"}, {MixerKind::kAttention, "attention"}},
+              &ModelConfig::num_hidden_layers, "num_hidden_layers")
+        .option("layer-types", "one letter a layer: M Mamba-2, A attention", "MAMA")
+        .made_by([](const model::MakeOptions& o, const char* name) {
+          std::string types;
+          for (const char ch : o.str(name))
+            types += fmt::format("{}\"{}\"", types.empty() ? "" : ", ",
+                                 ch == 'M' ? "mamba" : "attention");
+          return "[" + types + "]";
+        })
+        .integer("mamba_n_heads", &GraniteConfig::m_heads, 128, 1, kMaxHeads)
+        // A size, or "auto" (absent too: 0 here) for mamba_expand * hidden_size / mamba_n_heads,
+        // resolved.
+        .custom("mamba_d_head", read_mamba_d_head, nullptr)
+        .written_as(
+            [number](const ModelConfig&, const GraniteConfig& g) { return number(g.m_head_dim); })
+        .option("ssm-head-dim", "Mamba-2 head size", "16")
+        .made_by([](const model::MakeOptions& o, const char* name) {
+          return model::config_number(double(o.integer(name, 1, 1 << 16)));
+        })
+        .integer("mamba_d_state", &GraniteConfig::m_state, 256, 1, model::kMaxHeadDim)
+        .option("ssm-state", "Mamba-2 state size", "16")
+        .integer("mamba_n_groups", &GraniteConfig::m_groups, 1, 1, kMaxHeads)
+        .option("ssm-groups", "Mamba-2 groups", "1")
+        .integer("mamba_d_conv", &GraniteConfig::m_conv, 4, 1, 64)
+        .number("mamba_expand", &GraniteConfig::expand, 2, 1e-6, 1e6)
+        .accepted("mamba_chunk_size", "the GPU kernels' chunk length: the same function")
+        .written_as("256")
+        .for_other_tools()
+        .boolean("mamba_conv_bias", &GraniteConfig::m_conv_bias, true)
+        .boolean("mamba_proj_bias", &GraniteConfig::m_proj_bias, false)
+        .custom(
+            "time_step_limit",
+            [](Fields& f, ModelConfig&, GraniteConfig& g) {
+              g.has_dt_limit = model::read_dt_limit(f, "time_step_limit", g.dt_min, g.dt_max);
+            },
+            nullptr)
+        .written_as([](const ModelConfig&, const GraniteConfig& g) {
+          return model::dt_limit_text(g.dt_min, g.dt_max);
+        })
+        .written_when([](const ModelConfig&, const GraniteConfig& g) { return g.has_dt_limit; })
+        .accepted("time_step_min", kTraining)
+        .accepted("time_step_max", kTraining)
+        .accepted("time_step_floor", kTraining)
+        .same_function("hidden_act", {"silu", "swish"}, "silu",
+                       "silu and swish name one function, the SwiGLU's")
+        .for_other_tools()
+        .accepted_when(
+            "normalization_function",
+            [](const json::Value& v) { return v.is_string() && v.string() == "rmsnorm"; },
+            "rmsnorm: the norm recur runs", "Granite 4.0 norms with rmsnorm")
+        .written_as("\"rmsnorm\"")
+        .for_other_tools()
+        .accepted("init_method", kTraining)
+        .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false)
+        .not_written();
+    return t;
+  }();
+  return s;
+}
+
+void read_config(Fields& f, ModelConfig& c) {
+  c.type = "granitemoehybrid";
   c.mixers.clear();
-  if (const json::Value* lt = f.get("layer_types")) {
-    if (!lt->is_array() || lt->array().size() != std::size_t(c.num_hidden_layers))
-      config_fail(source, "layer_types is {}, expected {} entries (num_hidden_layers)",
-                  describe_json(*lt), c.num_hidden_layers);
-    for (const auto& v : lt->array()) {
-      if (v.is_string() && v.string() == "mamba") c.mixers.push_back(MixerKind::kGated);
-      else if (v.is_string() && v.string() == "attention") c.mixers.push_back(MixerKind::kAttention);
-      else config_fail(source, "layer_types holds {}, expected mamba or attention", describe_json(v));
-    }
-  } else {
-    config_fail(source, "layer_types is missing: every Granite 4.0 config.json lists its layers' "
-                        "kinds (mamba or attention)");
-  }
+  GraniteConfig g;
+  schema().read(f, c, g);
+  if (c.mixers.empty())
+    config_fail(f.source(),
+                "layer_types is missing: every Granite 4.0 config.json lists its layers' "
+                "kinds (mamba or attention)");
   c.family = std::make_shared<GraniteConfig>(g);
 }
 
@@ -179,14 +258,16 @@ void resolve(ModelConfig& c, const std::string& source) {
   GraniteConfig g = c.family ? config_of(c) : GraniteConfig{};
   if (c.mixers.size() != std::size_t(c.num_hidden_layers))
     config_fail(source, "{} layer types for {} layers", c.mixers.size(), c.num_hidden_layers);
+  if (g.n_kv_heads == 0) g.n_kv_heads = g.n_heads;
   if (c.hidden_size % g.n_heads != 0 || g.head_dim(c) % 2 != 0)
     config_fail(source, "hidden_size {} is not num_attention_heads {} heads of one even size",
                 c.hidden_size, g.n_heads);
   if (g.n_heads % g.n_kv_heads != 0)
     config_fail(source, "num_attention_heads {} is not a multiple of num_key_value_heads {}",
                 g.n_heads, g.n_kv_heads);
-  if (std::count(c.mixers.begin(), c.mixers.end(), MixerKind::kGated) > 0) {
-    const double inner = std::floor(g.expand * double(c.hidden_size));
+  const double inner = std::floor(g.expand * double(c.hidden_size));
+  if (g.m_head_dim == 0 && g.m_heads > 0 && inner <= kMaxDim) g.m_head_dim = int(inner) / g.m_heads;
+  if (has_mamba(c)) {
     if (double(g.m_heads) * double(g.m_head_dim) != inner)
       config_fail(source, "mamba_n_heads {} * mamba_d_head {} is not mamba_expand {} * "
                           "hidden_size {} = {}", g.m_heads, g.m_head_dim, g.expand, c.hidden_size,
@@ -199,44 +280,9 @@ void resolve(ModelConfig& c, const std::string& source) {
   c.family = std::make_shared<GraniteConfig>(g);
 }
 
-std::string config_fields(const ModelConfig& c) {
-  const GraniteConfig& g = config_of(c);
+std::string config_fields(const ModelConfig& c, bool fingerprint) {
   model::FieldWriter w;
-  using model::config_number;
-  w.add("model_type", "\"granitemoehybrid\"");
-  w.number("vocab_size", c.vocab_size);
-  w.number("hidden_size", c.hidden_size);
-  w.number("num_hidden_layers", c.num_hidden_layers);
-  w.number("num_attention_heads", g.n_heads);
-  w.number("num_key_value_heads", g.n_kv_heads);
-  w.number("shared_intermediate_size", g.shared_intermediate);
-  w.number("num_local_experts", 0);
-  w.number("rms_norm_eps", c.norm_eps);
-  w.boolean("attention_bias", g.attention_bias);
-  w.number("embedding_multiplier", g.embedding_multiplier);
-  w.number("residual_multiplier", g.residual_multiplier);
-  w.number("attention_multiplier", g.attention_multiplier);
-  w.number("logits_scaling", g.logits_scaling);
-  w.string("position_embedding_type", g.rope ? "rope" : "nope");
-  w.number("rope_theta", g.rope_theta);
-  w.number("max_position_embeddings", g.max_position_embeddings);
-  std::string types = "[";
-  for (std::size_t i = 0; i < c.mixers.size(); ++i)
-    types += fmt::format("{}\"{}\"", i ? ", " : "",
-                         c.mixers[i] == MixerKind::kAttention ? "attention" : "mamba");
-  w.add("layer_types", types + "]");
-  w.number("mamba_n_heads", g.m_heads);
-  w.number("mamba_d_head", g.m_head_dim);
-  w.number("mamba_d_state", g.m_state);
-  w.number("mamba_n_groups", g.m_groups);
-  w.number("mamba_d_conv", g.m_conv);
-  w.number("mamba_expand", g.expand);
-  w.boolean("mamba_conv_bias", g.m_conv_bias);
-  w.boolean("mamba_proj_bias", g.m_proj_bias);
-  if (g.has_dt_limit)
-    w.add("time_step_limit", fmt::format("[{}, {}]", config_number(g.dt_min),
-                                         std::isinf(g.dt_max) ? std::string("Infinity")
-                                                              : config_number(g.dt_max)));
+  schema().write(w, c, config_of(c), fingerprint);
   return w.text();
 }
 
@@ -415,58 +461,59 @@ class Family final : public model::Family {
   const char* name() const override { return "granitemoehybrid"; }
   const char* model_type(const ModelConfig&) const override { return "granitemoehybrid"; }
   std::vector<std::string> model_types() const override { return {"granitemoehybrid"}; }
-  void read_config(const std::string&, const json::Value& root, Fields& f,
+  void read_config(const std::string&, const json::Value&, Fields& f,
                    ModelConfig& c) const override {
-    granite::read_config(root, f, c);
+    granite::read_config(f, c);
   }
   void resolve(ModelConfig& c, const std::string& source) const override {
     granite::resolve(c, source);
   }
-  std::string config_fields(const ModelConfig& c) const override { return granite::config_fields(c); }
+  std::string config_fields(const ModelConfig& c) const override {
+    return granite::config_fields(c, false);
+  }
+  std::string fingerprint_fields(const ModelConfig& c) const override {
+    return granite::config_fields(c, true);
+  }
   void load(const ModelConfig& c, const WeightSource&, model::Loader& L,
             Model::Impl& impl) const override {
     granite::load(c, L, impl);
   }
   std::vector<std::string> make_model_archs() const override { return {"granitemoehybrid"}; }
   std::vector<model::MakeOption> make_model_options() const override {
-    const std::vector<std::string> a = {"granitemoehybrid"};
-    return {{"layer-types", "MAMA", "one letter a layer: M Mamba-2, A attention", false, a},
-            {"attn-kv-heads", "", "the attention layers' kv heads (default: as many as heads)", false, a},
-            {"ssm-head-dim", "16", "Mamba-2 head size", false, a},
-            {"ssm-state", "16", "Mamba-2 state size", false, a},
-            {"ssm-groups", "1", "Mamba-2 groups", false, a},
-            {"rope", nullptr, "rotary positions in the attention layers (position_embedding_type rope)", true, a},
-            {"multipliers", nullptr, "Granite's multipliers (embedding 12, residual 0.22, attention "
-                                     "0.0078125, logits 8) instead of 1", true, a}};
+    auto out = schema().make_options({"granitemoehybrid"});
+    out.push_back({"multipliers",
+                   nullptr,
+                   "Granite's multipliers (embedding 12, residual 0.22, "
+                   "attention 0.0078125, logits 8) instead of 1",
+                   true,
+                   {"granitemoehybrid"}});
+    return out;
   }
+  // The layers are --layer-types' letters (--layers does not apply); the Mamba-2 layers are
+  // twice hidden wide; the MLP --intermediate, or twice hidden.
   std::string make_model_config(const std::string&, const model::MakeOptions& o) const override {
-    const auto hidden = o.integer("hidden", 2, 1 << 20), heads = o.integer("heads", 1, 1 << 16);
-    const auto vocab = o.integer("vocab", 1, 1 << 24), inter = o.integer("intermediate", 0, 1 << 20);
+    const auto hidden = o.integer("hidden", 2, 1 << 20),
+               inter = o.integer("intermediate", 0, 1 << 20);
     const std::string letters = o.str("layer-types");
-    std::string types;
-    for (const char ch : letters) {
-      if (ch != 'M' && ch != 'A')
-        throw ArgumentError(fmt::format("--layer-types '{}': M (Mamba-2) or A (attention) per layer", letters));
-      types += fmt::format("{}\"{}\"", types.empty() ? "" : ", ", ch == 'M' ? "mamba" : "attention");
-    }
-    if (letters.empty()) throw ArgumentError("--layer-types is empty");
+    if (letters.empty() || letters.find_first_not_of("MA") != std::string::npos)
+      throw ArgumentError(
+          fmt::format("--layer-types '{}': M (Mamba-2) or A (attention) per layer", letters));
     const auto P = o.integer("ssm-head-dim", 1, 1 << 16);
     if ((2 * hidden) % P != 0)
       throw ArgumentError(fmt::format("2 * --hidden {} is not heads of --ssm-head-dim {}", hidden, P));
-    const bool m = o.flag("multipliers");
-    return fmt::format(
+    std::string json = fmt::format(
         "{{\"model_type\": \"granitemoehybrid\", \"vocab_size\": {}, \"hidden_size\": {}, "
-        "\"num_hidden_layers\": {}, \"num_attention_heads\": {}, \"num_key_value_heads\": {}, "
-        "\"shared_intermediate_size\": {}, \"num_local_experts\": 0, \"layer_types\": [{}], "
-        "\"position_embedding_type\": \"{}\", \"mamba_n_heads\": {}, \"mamba_d_head\": {}, "
-        "\"mamba_d_state\": {}, \"mamba_n_groups\": {}, \"mamba_expand\": 2, "
-        "\"embedding_multiplier\": {}, \"residual_multiplier\": {}, \"attention_multiplier\": {}, "
-        "\"logits_scaling\": {}, \"tie_word_embeddings\": {}}}",
-        vocab, hidden, letters.size(), heads,
-        o.given("attn-kv-heads") ? o.integer("attn-kv-heads", 1, 1 << 16) : heads,
-        inter > 0 ? inter : 2 * hidden, types, o.flag("rope") ? "rope" : "nope", 2 * hidden / P, P,
-        o.integer("ssm-state", 1, 1 << 16), o.integer("ssm-groups", 1, 1 << 16), m ? 12 : 1,
-        m ? 0.22 : 1, m ? 0.0078125 : 1, m ? 8 : 1, model::config_bool(o.flag("tie-embeddings")));
+        "\"num_hidden_layers\": {}, \"num_attention_heads\": {}, \"shared_intermediate_size\": {}, "
+        "\"num_local_experts\": 0, \"mamba_n_heads\": {}, \"mamba_expand\": 2, "
+        "\"tie_word_embeddings\": {}, {}",
+        o.integer("vocab", 1, 1 << 24), hidden, letters.size(), o.integer("heads", 1, 1 << 16),
+        inter > 0 ? inter : 2 * hidden, 2 * hidden / P,
+        model::config_bool(o.flag("tie-embeddings")), schema().make_fields(o));
+    if (o.flag("multipliers"))
+      json +=
+          ", \"embedding_multiplier\": 12, \"residual_multiplier\": 0.22, "
+          "\"attention_multiplier\": 0.0078125, \"logits_scaling\": 8";
+    return json + "}";
   }
   std::string missing_tokenizer(const std::string& dir) const override {
     return fmt::format("{} holds no tokenizer.json (the model's vocabulary): pass --tokenizer "

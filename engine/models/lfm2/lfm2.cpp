@@ -108,8 +108,6 @@ class Reader {
   int d_;
 };
 
-std::string bool_json(bool b) { return b ? "true" : "false"; }
-
 class Family final : public model::Family {
  public:
   const char* name() const override { return "lfm2"; }
@@ -125,58 +123,18 @@ class Family final : public model::Family {
   }
   void resolve(ModelConfig& c, const std::string& source) const override { lfm2::resolve(c, source); }
   std::string config_fields(const ModelConfig& c) const override { return lfm2::config_fields(c); }
+  std::string fingerprint_fields(const ModelConfig& c) const override {
+    return lfm2::config_fields(c, true);
+  }
   void load(const ModelConfig& c, const WeightSource&, model::Loader& L,
             Model::Impl& impl) const override {
     Reader(c, L).load(impl);
   }
 
   std::vector<std::string> make_model_archs() const override { return {"lfm2"}; }
-  std::vector<model::MakeOption> make_model_options() const override {
-    const std::vector<std::string> lfm2 = {"lfm2"};
-    return {{"attn-kv-heads", "", "the attention layers' kv heads (default: as many as heads)"},
-            {"head-dim", "", "the attention layers' head size (default hidden / heads)"},
-            {"full-attention-interval", "4", "every N-th layer is full attention (lfm2's default: "
-                                             "2)"},
-            {"conv-taps", "3", "the convolution's taps (conv_L_cache)", false, lfm2},
-            {"conv-bias", nullptr, "biases in the convolution blocks (conv_bias)", true, lfm2},
-            {"ff-multiple-of", "16", "block_multiple_of, the MLP width's rounding", false, lfm2},
-            {"no-ff-adjust", nullptr, "the MLP width as given (block_auto_adjust_ff_dim false)",
-             true, lfm2},
-            {"first-form", nullptr, "write the first config form (full_attn_idxs, block_ff_dim, "
-                                    "rope_theta) instead of the later one", true, lfm2}};
-  }
+  std::vector<model::MakeOption> make_model_options() const override { return make_options(); }
   std::string make_model_config(const std::string&, const model::MakeOptions& o) const override {
-    const auto hidden = o.integer("hidden", 1, 1 << 20), heads = o.integer("heads", 1, 1 << 16);
-    const auto vocab = o.integer("vocab", 1, 1 << 24), layers = o.integer("layers", 1, 4096);
-    const auto inter = o.integer("intermediate", 0, 1 << 20);
-    const auto kv = o.given("attn-kv-heads") ? o.integer("attn-kv-heads", 1, 1 << 16) : heads;
-    const auto every = o.given("full-attention-interval")
-                           ? o.integer("full-attention-interval", 1, 4096) : 2;
-    const bool first = o.flag("first-form");
-    std::string types, idxs;
-    for (std::int64_t i = 0; i < layers; ++i) {
-      const bool attn = (i + 1) % every == 0;
-      types += fmt::format("{}\"{}\"", i ? ", " : "", attn ? "full_attention" : "conv");
-      if (attn) idxs += fmt::format("{}{}", idxs.empty() ? "" : ", ", i);
-    }
-    std::string json = fmt::format(
-        "{{\"model_type\": \"lfm2\", \"vocab_size\": {}, \"hidden_size\": {}, "
-        "\"num_hidden_layers\": {}, \"num_attention_heads\": {}, \"num_key_value_heads\": {}, "
-        "\"conv_L_cache\": {}, \"conv_bias\": {}, \"block_auto_adjust_ff_dim\": {}, "
-        "\"block_multiple_of\": {}, \"block_ffn_dim_multiplier\": 1.0, \"tie_word_embeddings\": {}",
-        vocab, hidden, layers, heads, kv, o.integer("conv-taps", 1, 64),
-        bool_json(o.flag("conv-bias")), bool_json(!o.flag("no-ff-adjust")),
-        o.integer("ff-multiple-of", 1, 1 << 20), bool_json(o.flag("tie-embeddings")));
-    if (o.given("head-dim")) json += fmt::format(", \"head_dim\": {}", o.integer("head-dim", 2, 1 << 16));
-    const auto ff = inter > 0 ? inter : 3 * hidden;
-    if (first)
-      json += fmt::format(", \"block_ff_dim\": {}, \"full_attn_idxs\": [{}], \"rope_theta\": "
-                          "1000000.0", ff, idxs);
-    else
-      json += fmt::format(", \"intermediate_size\": {}, \"layer_types\": [{}], "
-                          "\"rope_parameters\": {{\"rope_type\": \"default\", \"rope_theta\": "
-                          "1000000.0}}", ff, types);
-    return json + "}";
+    return make_config(o);
   }
 
   // LFM2's vocabulary is a byte-level BPE of 65,536 ids: bytes as ids would be another input.

@@ -46,6 +46,10 @@ const Lfm2Config& config_of(const ModelConfig& c);
 void read_config(const std::string& type, const json::Value& root, model::Fields& f,
                  ModelConfig& c);
 void resolve(ModelConfig& c, const std::string& source);
-std::string config_fields(const ModelConfig& c);
+/// config.json's fields; for the fingerprint, without those written only for other tools.
+std::string config_fields(const ModelConfig& c, bool fingerprint = false);
+/// make-model --arch lfm2: its options and the config.json they give.
+std::vector<model::MakeOption> make_options();
+std::string make_config(const model::MakeOptions& o);
 
 }  // namespace recur::models::lfm2

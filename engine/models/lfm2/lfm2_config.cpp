@@ -8,6 +8,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "model/config_schema.h"
 #include "models/lfm2/lfm2.h"
 #include "recur/error.h"
 
@@ -21,95 +22,247 @@ using model::kMaxDim;
 namespace {
 
 constexpr int kMaxHeads = 1 << 16;
-
 constexpr const char* kInit = "how the training code initialised the weights: training only";
-const std::vector<model::Accepted> kAccepted = {
-    {"block_mlp_init_scale", kInit}, {"block_out_init_scale", kInit},
-    {"block_use_xavier_init", kInit}, {"conv_use_xavier_init", kInit},
-    {"max_position_embeddings", "the context trained on; recur's rotary has no table to size"}};
 
-// A key of Liquid's training code that repeats another value: accepted when it does, refused
-// by name when it says something else (another model than the one the tensors describe).
-void accept_same(Fields& f, const char* key, double value, const char* what) {
-  f.accept_when(
-      key, [value](const json::Value& v) { return v.is_number() && v.number() == value; },
-      "repeats the value recur reads elsewhere", what);
+using Schema = model::Schema<Lfm2Config>;
+using Value = std::function<double(const ModelConfig&, const Lfm2Config&)>;
+
+bool first_form(const ModelConfig&, const Lfm2Config& g) { return g.first_form; }
+bool later_form(const ModelConfig&, const Lfm2Config& g) { return !g.first_form; }
+bool is_true(const json::Value& v) { return v.is_bool() && v.boolean(); }
+
+// A key of Liquid's training code that repeats another value (block_dim, num_heads): accepted
+// when it does, refused by name when it says something else (another model than the one the
+// tensors describe); written in the first form, which carries it.
+Schema& repeats(Schema& t, const char* key, Value value, const char* what) {
+  return t
+      .custom(
+          key,
+          [key, value, what](Fields& f, ModelConfig& c, Lfm2Config& g) {
+            const double v = value(c, g);
+            f.accept_when(
+                key, [v](const json::Value& j) { return j.is_number() && j.number() == v; },
+                "repeats the value recur reads elsewhere", what);
+          },
+          nullptr)
+      .written_as([value](const ModelConfig& c, const Lfm2Config& g) {
+        return model::config_number(value(c, g));
+      })
+      .written_when(first_form)
+      .for_other_tools();
 }
 
-void accept_true(Fields& f, const char* key, const char* refusal) {
-  f.accept_when(
-      key, [](const json::Value& v) { return v.is_bool() && v.boolean(); },
-      "true: what transformers' Lfm2 always does", refusal);
-}
-
-// Which layers are attention: layer_types (the later form) or full_attn_idxs (the first). Both
-// present and non-null must agree; neither means every layer is attention (transformers' rule).
-void read_layers(Fields& f, const std::string& source, ModelConfig& c, Lfm2Config& g) {
+// Which layers are attention, when config.json gives full_attn_idxs (the first form): they must
+// agree with layer_types where both are given; neither means every layer is attention
+// (transformers' rule).
+void read_full_attn_idxs(Fields& f, ModelConfig& c, Lfm2Config& g) {
   const int n = c.num_hidden_layers;
-  std::vector<MixerKind> from_types, from_idxs;
-  if (const json::Value* lt = f.get("layer_types")) {
-    if (!lt->is_array() || lt->array().size() != std::size_t(n))
-      config_fail(source, "layer_types is {}, expected {} entries (num_hidden_layers)",
-                  describe_json(*lt), n);
-    for (const auto& v : lt->array()) {
-      if (v.is_string() && v.string() == "conv") from_types.push_back(MixerKind::kShortConv);
-      else if (v.is_string() && v.string() == "full_attention") from_types.push_back(MixerKind::kAttention);
-      else config_fail(source, "layer_types holds {}, expected conv or full_attention", describe_json(v));
-    }
+  const json::Value* idx = f.get("full_attn_idxs");
+  if (!idx) {
+    if (c.mixers.empty()) c.mixers.assign(std::size_t(n), MixerKind::kAttention);
+    return;
   }
-  if (const json::Value* idx = f.get("full_attn_idxs")) {
-    if (!idx->is_array()) config_fail(source, "full_attn_idxs is {}, expected a list of layers", describe_json(*idx));
-    from_idxs.assign(std::size_t(n), MixerKind::kShortConv);
-    for (const auto& v : idx->array()) {
-      if (!v.is_integer() || v.integer() < 0 || v.integer() >= n)
-        config_fail(source, "full_attn_idxs holds {}, expected layers 0 to {}", describe_json(v), n - 1);
-      from_idxs[std::size_t(v.integer())] = MixerKind::kAttention;
-    }
+  if (!idx->is_array())
+    config_fail(f.source(), "full_attn_idxs is {}, expected a list of layers", describe_json(*idx));
+  std::vector<MixerKind> from_idxs(std::size_t(n), MixerKind::kShortConv);
+  for (const auto& v : idx->array()) {
+    if (!v.is_integer() || v.integer() < 0 || v.integer() >= n)
+      config_fail(f.source(), "full_attn_idxs holds {}, expected layers 0 to {}", describe_json(v),
+                  n - 1);
+    from_idxs[std::size_t(v.integer())] = MixerKind::kAttention;
   }
-  if (!from_types.empty() && !from_idxs.empty() && from_types != from_idxs)
-    config_fail(source, "layer_types and full_attn_idxs name different attention layers: which "
-                        "one the weights follow is not known");
-  g.first_form = from_types.empty() && !from_idxs.empty();
-  if (!from_types.empty()) c.mixers = from_types;
-  else if (!from_idxs.empty()) c.mixers = from_idxs;
-  else c.mixers.assign(std::size_t(n), MixerKind::kAttention);
+  if (!c.mixers.empty() && c.mixers != from_idxs)
+    config_fail(f.source(),
+                "layer_types and full_attn_idxs name different attention layers: which "
+                "one the weights follow is not known");
+  g.first_form = c.mixers.empty();
+  c.mixers = from_idxs;
 }
 
-// rope_parameters (transformers 5) or rope_scaling, else the top-level rope_theta or theta.
-void read_rope(Fields& f, const std::string& source, Lfm2Config& g) {
-  g.rope_theta = f.number("rope_theta", 1000000, 1.0 + 1e-9, 1e12);
-  g.rope_theta = f.number("theta", g.rope_theta, 1.0 + 1e-9, 1e12);
-  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+// The later form writes it null, as transformers saves it beside layer_types.
+std::string full_attn_idxs_text(const ModelConfig& c, const Lfm2Config& g) {
+  if (!g.first_form) return "null";
+  std::string idx;
+  for (std::size_t i = 0; i < c.mixers.size(); ++i)
+    if (c.mixers[i] == MixerKind::kAttention)
+      idx += fmt::format("{}{}", idx.empty() ? "" : ", ", i);
+  return "[" + idx + "]";
+}
+
+// rope_parameters (transformers 5) or rope_scaling: the default rotary, whose theta they may give.
+std::function<void(Fields&, ModelConfig&, Lfm2Config&)> rope_object(const char* key) {
+  return [key](Fields& f, ModelConfig&, Lfm2Config& g) {
     const json::Value* rp = f.get(key);
-    if (!rp) continue;
-    if (!rp->is_object()) config_fail(source, "{} is {}, expected an object", key, describe_json(*rp));
-    Fields r(*rp, source, key);
+    if (!rp) return;
+    if (!rp->is_object())
+      config_fail(f.source(), "{} is {}, expected an object", key, describe_json(*rp));
+    Fields r(*rp, f.source(), key);
     std::string type = r.string("rope_type", "");
     if (type.empty()) type = r.string("type", "default");
     if (type != "default")
-      config_fail(source, "{}.rope_type is '{}': recur runs LFM2's default rotary (no scaling)",
+      config_fail(f.source(), "{}.rope_type is '{}': recur runs LFM2's default rotary (no scaling)",
                   key, type);
     g.rope_theta = r.number("rope_theta", g.rope_theta, 1.0 + 1e-9, 1e12);
     r.reject_unknown("recur does not know what it changes in the rotary embedding");
-  }
+  };
 }
 
-// The MLP's width and its adjustment. transformers takes block_ff_dim over intermediate_size
-// when both are given; a file giving both is read when intermediate_size repeats block_ff_dim or
-// the width it adjusts to (a converter's copy), and refused when it says a third thing.
-void read_mlp(Fields& f, const json::Value& root, const std::string& source, Lfm2Config& g) {
-  g.auto_adjust = f.boolean("block_auto_adjust_ff_dim", true);
-  g.multiple_of = f.integer("block_multiple_of", 256, 1, kMaxDim);
-  // Absent: transformers' default 1.0; null: no multiplier (and no rounding to the multiple).
-  g.has_multiplier = !(root.find("block_ffn_dim_multiplier") && !f.get("block_ffn_dim_multiplier"));
-  g.ffn_multiplier = f.number("block_ffn_dim_multiplier", 1.0, 1e-6, 1e6);
-  const bool block = f.get("block_ff_dim") != nullptr;
+// block_ff_dim, which transformers takes over intermediate_size (read before it; the two are
+// compared after the table, once the adjustment's fields are read).
+void read_block_ff_dim(Fields& f, ModelConfig&, Lfm2Config& g) {
+  if (f.get("block_ff_dim")) g.ff_dim = f.integer("block_ff_dim", 12288, 1, kMaxDim);
+}
+
+// A file giving both widths is read when intermediate_size repeats block_ff_dim or the width it
+// adjusts to (a converter's copy), and refused when it says a third thing.
+void check_widths(Fields& f, const Lfm2Config& g) {
+  if (!f.has("block_ff_dim") || !f.has("intermediate_size")) return;
   const int inter = f.integer("intermediate_size", 12288, 1, kMaxDim);
-  g.ff_dim = block ? f.integer("block_ff_dim", 12288, 1, kMaxDim) : inter;
-  if (block && f.get("intermediate_size") && inter != g.ff_dim && inter != g.mlp_width())
-    config_fail(source, "block_ff_dim {} (an MLP of {}) and intermediate_size {} say different "
-                        "widths", g.ff_dim, g.mlp_width(), inter);
-  accept_true(f, "block_use_swiglu", "false would be another MLP than transformers' SwiGLU");
+  if (inter != g.ff_dim && inter != g.mlp_width())
+    config_fail(f.source(),
+                "block_ff_dim {} (an MLP of {}) and intermediate_size {} say different "
+                "widths",
+                g.ff_dim, g.mlp_width(), inter);
+}
+
+// transformers' Lfm2Config in both forms. The fields recur wrote before it wrote the rest of
+// Liquid's keys keep their order, which the fingerprint of saved states hashes; the first form's
+// training keys come last.
+const Schema& schema() {
+  static const Schema s = [] {
+    const auto hidden = [](const ModelConfig& c, const Lfm2Config&) {
+      return double(c.hidden_size);
+    };
+    Schema t;
+    t.written("model_type", "\"lfm2\"")
+        .written("architectures", "[\"Lfm2ForCausalLM\"]")
+        .integer("vocab_size", &ModelConfig::vocab_size, 65536, 1, 1 << 24)
+        .integer("hidden_size", &ModelConfig::hidden_size, 2560, 1, kMaxDim)
+        .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 32, 1, 4096)
+        .integer("num_attention_heads", &Lfm2Config::n_heads, 32, 1, kMaxHeads)
+        .integer("num_key_value_heads", &Lfm2Config::n_kv_heads, 8, 1, kMaxHeads)
+        // 0: hidden_size / num_attention_heads, as transformers takes it when absent.
+        .integer("head_dim", &Lfm2Config::head_dim, 0, 2, model::kMaxHeadDim)
+        .written_when([](const ModelConfig&, const Lfm2Config& g) { return g.head_dim > 0; })
+        .option("head-dim", "the attention layers' head size (default hidden / heads)")
+        .number("norm_eps", &ModelConfig::norm_eps, 1e-5, 0.0, 1.0)
+        .integer("conv_L_cache", &Lfm2Config::conv_L, 3, 1, 64)
+        .option("conv-taps", "the convolution's taps (conv_L_cache)", "3")
+        .boolean("conv_bias", &Lfm2Config::conv_bias, false)
+        .flag("conv-bias", "biases in the convolution blocks (conv_bias)")
+        // The MLP's width (the later form's name, then the first form's, which wins) and its
+        // adjustment.
+        .integer("intermediate_size", &Lfm2Config::ff_dim, 12288, 1, kMaxDim)
+        .written_when(later_form)
+        .custom("block_ff_dim", read_block_ff_dim, nullptr)
+        .written_as(
+            [](const ModelConfig&, const Lfm2Config& g) { return model::config_number(g.ff_dim); })
+        .written_when(first_form)
+        .boolean("block_auto_adjust_ff_dim", &Lfm2Config::auto_adjust, true)
+        .flag("no-ff-adjust", "the MLP width as given (block_auto_adjust_ff_dim false)", false)
+        // Absent: transformers' default 1.0; null: no multiplier (and no rounding to the multiple).
+        .custom(
+            "block_ffn_dim_multiplier",
+            [](Fields& f, ModelConfig&, Lfm2Config& g) {
+              g.ffn_multiplier = f.number("block_ffn_dim_multiplier", 1.0, 1e-6, 1e6);
+              g.has_multiplier = !f.null("block_ffn_dim_multiplier");
+            },
+            nullptr)
+        .written_as([](const ModelConfig&, const Lfm2Config& g) {
+          return g.has_multiplier ? model::config_number(g.ffn_multiplier) : std::string("null");
+        })
+        .integer("block_multiple_of", &Lfm2Config::multiple_of, 256, 1, kMaxDim)
+        .option("ff-multiple-of", "block_multiple_of, the MLP width's rounding", "16", 1 << 20)
+        .integer("max_position_embeddings", &Lfm2Config::max_position_embeddings, 128000, 0,
+                 1 << 30)
+        .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, true)
+        .not_written()
+        // transformers' Lfm2Config reads tie_embedding over tie_word_embeddings.
+        .custom(
+            "tie_embedding",
+            [](Fields& f, ModelConfig& c, Lfm2Config&) {
+              const bool tie = c.tie_word_embeddings;
+              c.tie_word_embeddings = f.boolean("tie_embedding", tie);
+              if (f.get("tie_word_embeddings") && f.get("tie_embedding") &&
+                  tie != c.tie_word_embeddings)
+                config_fail(f.source(), "tie_embedding is {} but tie_word_embeddings is {}",
+                            c.tie_word_embeddings, tie);
+            },
+            nullptr)
+        // Which layers attend: layer_types (the later form), full_attn_idxs (the first; null in
+        // the later, as transformers saves it).
+        .list("layer_types", &ModelConfig::mixers,
+              {{MixerKind::kShortConv, "conv"}, {MixerKind::kAttention, "full_attention"}},
+              &ModelConfig::num_hidden_layers, "num_hidden_layers")
+        .written_when(later_form)
+        .custom("full_attn_idxs", read_full_attn_idxs, nullptr)
+        .written_as(full_attn_idxs_text)
+        .for_other_tools(later_form)
+        // The rotary base: rope_theta (or theta) at the top, which rope_parameters overrides.
+        .number("rope_theta", &Lfm2Config::rope_theta, 1000000, 1.0 + 1e-9, 1e12)
+        .written_when(first_form)
+        .custom(
+            "theta",
+            [](Fields& f, ModelConfig&, Lfm2Config& g) {
+              g.rope_theta = f.number("theta", g.rope_theta, 1.0 + 1e-9, 1e12);
+            },
+            nullptr)
+        .custom("rope_parameters", rope_object("rope_parameters"), nullptr)
+        .written_as([](const ModelConfig&, const Lfm2Config& g) {
+          return fmt::format("{{\"rope_type\": \"default\", \"rope_theta\": {}}}",
+                             model::config_number(g.rope_theta));
+        })
+        .written_when(later_form)
+        .custom("rope_scaling", rope_object("rope_scaling"), nullptr)
+        .custom(
+            "num_experts",
+            [](Fields& f, ModelConfig&, Lfm2Config&) {
+              if (f.get("num_experts"))
+                config_fail(f.source(),
+                            "num_experts is set: an LFM2 mixture-of-experts configuration, "
+                            "which recur does not run");
+            },
+            nullptr)
+        // The training code's keys, which Liquid's files of the first form carry.
+        .accepted_when("block_use_swiglu", is_true, "true: what transformers' Lfm2 always does",
+                       "false would be another MLP than transformers' SwiGLU")
+        .written_as("true")
+        .written_when(first_form)
+        .for_other_tools()
+        .accepted_when("use_pos_enc", is_true, "true: what transformers' Lfm2 always does",
+                       "false would drop the rotary embedding transformers' LFM2 always applies")
+        .written_as("true")
+        .written_when(first_form)
+        .for_other_tools()
+        .accepted("block_mlp_init_scale", kInit)
+        .written_as("1.0")
+        .written_when(first_form)
+        .for_other_tools()
+        .accepted("block_out_init_scale", kInit)
+        .written_as("1.0")
+        .written_when(first_form)
+        .for_other_tools()
+        .accepted("block_use_xavier_init", kInit)
+        .written_as("true")
+        .written_when(first_form)
+        .for_other_tools()
+        .accepted("conv_use_xavier_init", kInit)
+        .written_as("true")
+        .written_when(first_form)
+        .for_other_tools();
+    repeats(t, "block_dim", hidden, "the block width is hidden_size in transformers' LFM2");
+    repeats(t, "conv_dim", hidden, "the convolution's width is hidden_size in transformers' LFM2");
+    repeats(t, "conv_dim_out", hidden,
+            "the convolution's width is hidden_size in transformers' LFM2");
+    repeats(
+        t, "num_heads", [](const ModelConfig&, const Lfm2Config& g) { return double(g.n_heads); },
+        "the attention heads are num_attention_heads");
+    repeats(
+        t, "block_norm_eps", [](const ModelConfig& c, const Lfm2Config&) { return c.norm_eps; },
+        "every RMSNorm of transformers' LFM2 takes norm_eps");
+    return t;
+  }();
+  return s;
 }
 
 }  // namespace
@@ -131,43 +284,17 @@ const Lfm2Config& config_of(const ModelConfig& c) {
   return *g;
 }
 
-void read_config(const std::string& type, const json::Value& root, Fields& f, ModelConfig& c) {
-  const std::string& source = f.source();
+void read_config(const std::string& type, const json::Value&, Fields& f, ModelConfig& c) {
   if (type == "lfm2_moe")
-    config_fail(source, "model_type is 'lfm2_moe' (LFM2-8B-A1B and the other LFM2 "
-                        "mixture-of-experts models): recur runs the dense LFM2 and LFM2.5, not "
-                        "experts");
-  if (f.get("num_experts"))
-    config_fail(source, "num_experts is set: an LFM2 mixture-of-experts configuration, which "
-                        "recur does not run");
+    config_fail(f.source(),
+                "model_type is 'lfm2_moe' (LFM2-8B-A1B and the other LFM2 "
+                "mixture-of-experts models): recur runs the dense LFM2 and LFM2.5, not "
+                "experts");
   Lfm2Config g;
   c.type = "lfm2";
-  c.vocab_size = f.integer("vocab_size", 65536, 1, 1 << 24);
-  c.hidden_size = f.integer("hidden_size", 2560, 1, kMaxDim);
-  c.num_hidden_layers = f.integer("num_hidden_layers", 32, 1, 4096);
-  g.n_heads = f.integer("num_attention_heads", 32, 1, kMaxHeads);
-  g.n_kv_heads = f.integer("num_key_value_heads", 8, 1, kMaxHeads);
-  g.head_dim = f.integer("head_dim", 0, 2, model::kMaxHeadDim);
-  c.norm_eps = f.number("norm_eps", 1e-5, 0.0, 1.0);
-  g.conv_L = f.integer("conv_L_cache", 3, 1, 64);
-  g.conv_bias = f.boolean("conv_bias", false);
-  g.max_position_embeddings = f.integer("max_position_embeddings", 128000, 0, 1 << 30);
-  // transformers' Lfm2Config reads tie_embedding over tie_word_embeddings.
-  const bool tie = f.boolean("tie_word_embeddings", true);
-  c.tie_word_embeddings = f.boolean("tie_embedding", tie);
-  if (root.find("tie_word_embeddings") && root.find("tie_embedding") && tie != c.tie_word_embeddings)
-    config_fail(source, "tie_embedding is {} but tie_word_embeddings is {}", c.tie_word_embeddings, tie);
-  read_layers(f, source, c, g);
-  read_rope(f, source, g);
-  read_mlp(f, root, source, g);
-  // The training code's names of the same sizes.
-  accept_same(f, "block_dim", c.hidden_size, "the block width is hidden_size in transformers' LFM2");
-  accept_same(f, "conv_dim", c.hidden_size, "the convolution's width is hidden_size in transformers' LFM2");
-  accept_same(f, "conv_dim_out", c.hidden_size, "the convolution's width is hidden_size in transformers' LFM2");
-  accept_same(f, "num_heads", g.n_heads, "the attention heads are num_attention_heads");
-  accept_same(f, "block_norm_eps", c.norm_eps, "every RMSNorm of transformers' LFM2 takes norm_eps");
-  accept_true(f, "use_pos_enc", "false would drop the rotary embedding transformers' LFM2 always applies");
-  f.accept(kAccepted);
+  c.mixers.clear();
+  schema().read(f, c, g);
+  check_widths(f, g);
   c.family = std::make_shared<Lfm2Config>(g);
 }
 
@@ -194,42 +321,58 @@ void resolve(ModelConfig& c, const std::string& source) {
   c.family = std::make_shared<Lfm2Config>(g);
 }
 
-std::string config_fields(const ModelConfig& c) {
-  const Lfm2Config& g = config_of(c);
+std::string config_fields(const ModelConfig& c, bool fingerprint) {
   model::FieldWriter w;
-  w.add("model_type", "\"lfm2\"");
-  w.add("architectures", "[\"Lfm2ForCausalLM\"]");
-  w.number("vocab_size", c.vocab_size);
-  w.number("hidden_size", c.hidden_size);
-  w.number("num_hidden_layers", c.num_hidden_layers);
-  w.number("num_attention_heads", g.n_heads);
-  w.number("num_key_value_heads", g.n_kv_heads);
-  if (g.head_dim > 0) w.number("head_dim", g.head_dim);
-  w.number("norm_eps", c.norm_eps);
-  w.number("conv_L_cache", g.conv_L);
-  w.boolean("conv_bias", g.conv_bias);
-  w.number(g.first_form ? "block_ff_dim" : "intermediate_size", g.ff_dim);
-  w.boolean("block_auto_adjust_ff_dim", g.auto_adjust);
-  w.add("block_ffn_dim_multiplier",
-        g.has_multiplier ? model::config_number(g.ffn_multiplier) : std::string("null"));
-  w.number("block_multiple_of", g.multiple_of);
-  w.number("max_position_embeddings", g.max_position_embeddings);
-  if (g.first_form) {
-    std::string idx;
-    for (std::size_t i = 0; i < c.mixers.size(); ++i)
-      if (c.mixers[i] == MixerKind::kAttention) idx += fmt::format("{}{}", idx.empty() ? "" : ", ", i);
-    w.add("full_attn_idxs", "[" + idx + "]");
-    w.number("rope_theta", g.rope_theta);
-    return w.text();
-  }
-  std::string types;
-  for (std::size_t i = 0; i < c.mixers.size(); ++i)
-    types += fmt::format("{}\"{}\"", i ? ", " : "",
-                         c.mixers[i] == MixerKind::kAttention ? "full_attention" : "conv");
-  w.add("layer_types", "[" + types + "]");
-  w.add("rope_parameters", fmt::format("{{\"rope_type\": \"default\", \"rope_theta\": {}}}",
-                                       model::config_number(g.rope_theta)));
+  schema().write(w, c, config_of(c), fingerprint);
   return w.text();
+}
+
+std::vector<model::MakeOption> make_options() {
+  auto out = schema().make_options({"lfm2"});
+  out.push_back({"attn-kv-heads",
+                 "",
+                 "the attention layers' kv heads (default: as many as heads)",
+                 false,
+                 {"lfm2"}});
+  out.push_back({"full-attention-interval",
+                 "4",
+                 "every N-th layer is full attention (lfm2's "
+                 "default: 2)",
+                 false,
+                 {"lfm2"}});
+  out.push_back({"first-form",
+                 nullptr,
+                 "write the first config form (full_attn_idxs, "
+                 "block_ff_dim, rope_theta) instead of the later one",
+                 true,
+                 {"lfm2"}});
+  return out;
+}
+
+// The later form unless --first-form; the MLP --intermediate wide before its adjustment, or
+// three times hidden.
+std::string make_config(const model::MakeOptions& o) {
+  const auto hidden = o.integer("hidden", 1, 1 << 20), heads = o.integer("heads", 1, 1 << 16);
+  const auto layers = o.integer("layers", 1, 4096), inter = o.integer("intermediate", 0, 1 << 20);
+  const auto every =
+      o.given("full-attention-interval") ? o.integer("full-attention-interval", 1, 4096) : 2;
+  const bool first = o.flag("first-form");
+  std::string types, idxs;
+  for (std::int64_t i = 0; i < layers; ++i) {
+    const bool attn = (i + 1) % every == 0;
+    types += fmt::format("{}\"{}\"", i ? ", " : "", attn ? "full_attention" : "conv");
+    if (attn) idxs += fmt::format("{}{}", idxs.empty() ? "" : ", ", i);
+  }
+  return fmt::format(
+      "{{\"model_type\": \"lfm2\", \"vocab_size\": {}, \"hidden_size\": {}, "
+      "\"num_hidden_layers\": {}, \"num_attention_heads\": {}, \"num_key_value_heads\": {}, "
+      "\"block_ffn_dim_multiplier\": 1.0, \"tie_word_embeddings\": {}, \"{}\": {}, \"{}\": [{}], "
+      "{}}}",
+      o.integer("vocab", 1, 1 << 24), hidden, layers, heads,
+      o.given("attn-kv-heads") ? o.integer("attn-kv-heads", 1, 1 << 16) : heads,
+      model::config_bool(o.flag("tie-embeddings")), first ? "block_ff_dim" : "intermediate_size",
+      inter > 0 ? inter : 3 * hidden, first ? "full_attn_idxs" : "layer_types",
+      first ? idxs : types, schema().make_fields(o));
 }
 
 }  // namespace recur::models::lfm2

@@ -142,65 +142,18 @@ class Family final : public model::Family {
   std::string config_fields(const ModelConfig& c) const override {
     return mamba2::config_fields(c);
   }
+  std::string fingerprint_fields(const ModelConfig& c) const override {
+    return mamba2::config_fields(c, true);
+  }
   void load(const ModelConfig& c, const WeightSource& weights, model::Loader& L,
             Model::Impl& impl) const override {
     mamba2::load(c, weights, L, impl);
   }
 
   std::vector<std::string> make_model_archs() const override { return {"mamba2"}; }
-  std::vector<model::MakeOption> make_model_options() const override {
-    const std::vector<std::string> m = {"mamba2"};
-    return {{"ssm-head-dim", "16", "Mamba-2 head size (head_dim)", false, m},
-            {"ssm-state", "16", "Mamba-2 state size (state_size)", false, m},
-            {"ssm-groups", "1", "Mamba-2 groups sharing B and C (n_groups)", false, m},
-            {"ssm-expand", "2", "Mamba-2 width over hidden (expand)", false, m},
-            {"ssm-conv", "4", "Mamba-2 convolution taps (conv_kernel)", false, m},
-            {"ssm-dt-max", "", "the upper time_step_limit (default: none)", false, m},
-            {"ssm-bias", nullptr, "biases in in_proj and out_proj (use_bias)", true, m},
-            {"ssm-no-conv-bias", nullptr, "no convolution bias (use_conv_bias false)", true, m},
-            {"mamba-ssm-layout", nullptr, "state-spaces' mamba_ssm config.json and names "
-                                          "(backbone.embedding, ssm_cfg)", true, m},
-            {"norm-before-gate", nullptr, "norm y before the gate (mamba_ssm layout only)", true,
-             m}};
-  }
-  std::string make_model_config(const std::string& arch, const model::MakeOptions& o) const override {
-    (void)arch;
-    const auto hidden = o.integer("hidden", 1, 1 << 20), vocab = o.integer("vocab", 1, 1 << 24);
-    const auto layers = o.integer("layers", 1, 4096);
-    const auto P = o.integer("ssm-head-dim", 1, 1 << 16), N = o.integer("ssm-state", 1, 1 << 16);
-    const auto G = o.integer("ssm-groups", 1, 1 << 16), K = o.integer("ssm-conv", 1, 64);
-    const double expand = o.real("ssm-expand", 1e-6, 1e6);
-    const auto inner = std::int64_t(std::floor(expand * double(hidden)));
-    if (inner < 1 || inner % P != 0)
-      throw ArgumentError(fmt::format("--ssm-expand {} * --hidden {} = {} is not heads of "
-                                      "--ssm-head-dim {}", expand, hidden, inner, P));
-    const bool tie = o.flag("tie-embeddings");
-    std::string limit;
-    if (o.given("ssm-dt-max"))
-      limit = fmt::format("[0.0, {}]", model::config_number(o.real("ssm-dt-max", 0.0, 1e30)));
-    if (o.flag("mamba-ssm-layout"))
-      return fmt::format(
-          "{{\"d_model\": {}, \"d_intermediate\": 0, \"n_layer\": {}, \"vocab_size\": {}, "
-          "\"ssm_cfg\": {{\"layer\": \"Mamba2\", \"d_state\": {}, \"d_conv\": {}, \"expand\": {}, "
-          "\"headdim\": {}, \"ngroups\": {}, \"norm_before_gate\": {}, \"bias\": {}, "
-          "\"conv_bias\": {}{}}}, \"attn_layer_idx\": [], \"attn_cfg\": {{}}, \"rms_norm\": true, "
-          "\"residual_in_fp32\": true, \"fused_add_norm\": true, \"pad_vocab_size_multiple\": 16, "
-          "\"tie_embeddings\": {}}}",
-          hidden, layers, vocab, N, K, model::config_number(expand), P, G,
-          model::config_bool(o.flag("norm-before-gate")), model::config_bool(o.flag("ssm-bias")),
-          model::config_bool(!o.flag("ssm-no-conv-bias")),
-          limit.empty() ? "" : ", \"dt_limit\": " + limit, model::config_bool(tie));
-    if (o.flag("norm-before-gate"))
-      throw ArgumentError("--norm-before-gate needs --mamba-ssm-layout: transformers' Mamba-2 "
-                          "norms y * silu(z) whatever its config says");
-    return fmt::format(
-        "{{\"model_type\": \"mamba2\", \"vocab_size\": {}, \"hidden_size\": {}, "
-        "\"num_hidden_layers\": {}, \"state_size\": {}, \"expand\": {}, \"conv_kernel\": {}, "
-        "\"n_groups\": {}, \"num_heads\": {}, \"head_dim\": {}, \"use_bias\": {}, "
-        "\"use_conv_bias\": {}, \"tie_word_embeddings\": {}{}}}",
-        vocab, hidden, layers, N, model::config_number(expand), K, G, inner / P, P,
-        model::config_bool(o.flag("ssm-bias")), model::config_bool(!o.flag("ssm-no-conv-bias")),
-        model::config_bool(tie), limit.empty() ? "" : ", \"time_step_limit\": " + limit);
+  std::vector<model::MakeOption> make_model_options() const override { return make_options(); }
+  std::string make_model_config(const std::string&, const model::MakeOptions& o) const override {
+    return make_config(o);
   }
 
   std::string missing_tokenizer(const std::string& dir) const override {

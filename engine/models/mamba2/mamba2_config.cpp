@@ -3,9 +3,10 @@
 // and the tensor table (docs/mamba2.md, "Layouts").
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
-#include "model/config_fields.h"
+#include "model/config_schema.h"
 #include "models/mamba2/mamba2.h"
 #include "recur/error.h"
 
@@ -23,122 +24,237 @@ constexpr int kMaxHeads = 1 << 16;
 constexpr const char* kTraining = "training or initialisation only: the same function at inference";
 constexpr const char* kKernel = "the GPU kernels' chunk length: the same function, which recur "
                                 "computes token by token";
+constexpr const char* kResidual = "recur's residual stream is float32 whatever it says";
+constexpr const char* kNoAttention =
+    "attention layers in a mamba_ssm model, which recur does not run";
 
-// [min, max] of time_step_limit / dt_limit: numbers (Python writes the infinity as Infinity).
-void read_dt_limit(const json::Value& v, const std::string& source, const std::string& name,
-                   Mamba2Config& g) {
-  if (!v.is_array() || v.array().size() != 2 || !v.array()[0].is_number() ||
-      !v.array()[1].is_number())
-    config_fail(source, "{} is {}, expected [min, max]", name, describe_json(v));
-  g.dt_min = v.array()[0].number();
-  g.dt_max = v.array()[1].number();
-  g.has_dt_limit = true;
+using Schema = model::Schema<Mamba2Config>;
+using model::FieldSpec;
+
+bool is_true(const json::Value& v) { return v.is_bool() && v.boolean(); }
+bool dt_limit_given(const ModelConfig&, const Mamba2Config& g) { return g.has_dt_limit; }
+double inner_of(const ModelConfig& c, const Mamba2Config& g) {
+  return std::floor(g.expand * double(c.hidden_size));
 }
 
-void read_transformers(Fields& f, ModelConfig& c, Mamba2Config& g) {
-  const std::string& source = f.source();
-  g.layout = Layout::kTransformers;
-  c.vocab_size = f.integer("vocab_size", 32768, 1, 1 << 24);
-  c.hidden_size = f.integer("hidden_size", 4096, 1, kMaxDim);
-  c.num_hidden_layers = f.integer("num_hidden_layers", 64, 1, 4096);
-  c.norm_eps = f.number("layer_norm_epsilon", 1e-5, 0.0, 1.0);
-  g.d_state = f.integer("state_size", 128, 1, model::kMaxHeadDim);
-  g.expand = f.number("expand", 2, 1e-6, 1e6);
-  g.d_conv = f.integer("conv_kernel", 4, 1, 64);
-  g.n_groups = f.integer("n_groups", 8, 1, kMaxHeads);
-  g.n_heads = f.integer("num_heads", 128, 1, kMaxHeads);
-  g.head_dim = f.integer("head_dim", 64, 1, model::kMaxHeadDim);
-  g.use_bias = f.boolean("use_bias", false);
-  g.use_conv_bias = f.boolean("use_conv_bias", true);
-  c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
-  const std::string act = f.string("hidden_act", "silu");
-  if (act != "silu" && act != "swish")
-    config_fail(source, "hidden_act is '{}': Mamba-2's convolution is followed by silu", act);
-  if (!f.boolean("rms_norm", true))
-    config_fail(source, "rms_norm is false: transformers' Mamba-2 always norms with RMSNorm");
-  if (const json::Value* v = f.get("time_step_limit")) read_dt_limit(*v, source, "time_step_limit", g);
-  // intermediate_size, when written (Codestral Mamba's file), is expand * hidden_size, which
-  // transformers recomputes: anything else would be a model transformers does not build.
-  const double inner = std::floor(g.expand * double(c.hidden_size));
-  if (const json::Value* v = f.get("intermediate_size"))
-    if (!v->is_number() || v->number() != inner)
-      config_fail(source, "intermediate_size is {}, but expand {} * hidden_size {} = {}",
-                  describe_json(*v), g.expand, c.hidden_size, inner);
-  f.accept({{"residual_in_fp32", "recur's residual stream is float32 whatever it says"},
-            {"chunk_size", kKernel},
-            {"time_step_rank", "Mamba-1's dt projection rank: Mamba-2's dt is one column per "
-                               "head of in_proj"},
-            {"time_step_min", kTraining}, {"time_step_max", kTraining},
-            {"time_step_floor", kTraining}, {"time_step_init_scheme", kTraining},
-            {"time_step_scale", kTraining}, {"rescale_prenorm_residual", kTraining},
-            {"norm_before_gate",
-             "transformers' Mamba-2 never reads it: it norms y * silu(z), as mamba_ssm's default "
-             "(Codestral Mamba's file says true; its mamba_ssm training configuration did not set "
-             "it); docs/mamba2.md"}});
+// time_step_limit / dt_limit: read, written back only when given; make-model's --ssm-dt-max
+// sets [0, max].
+Schema& dt_limit(Schema& t, const char* key) {
+  return t
+      .custom(
+          key,
+          [key](Fields& f, ModelConfig&, Mamba2Config& g) {
+            g.has_dt_limit = model::read_dt_limit(f, key, g.dt_min, g.dt_max);
+          },
+          nullptr)
+      .written_as([](const ModelConfig&, const Mamba2Config& g) {
+        return model::dt_limit_text(g.dt_min, g.dt_max);
+      })
+      .written_when(dt_limit_given)
+      .option("ssm-dt-max", "the upper time_step_limit (default: none)")
+      .made_by([](const model::MakeOptions& o, const char* name) {
+        return model::dt_limit_text(0.0, o.real(name, 0.0, 1e30));
+      });
 }
 
-void read_mamba_ssm(Fields& f, ModelConfig& c, Mamba2Config& g) {
-  const std::string& source = f.source();
-  g.layout = Layout::kMambaSsm;
-  g.stored_vocab = f.integer("vocab_size", 50277, 1, 1 << 24);
-  c.hidden_size = f.integer("d_model", 2560, 1, kMaxDim);
-  c.num_hidden_layers = f.integer("n_layer", 64, 1, 4096);
-  g.pad_vocab_size_multiple = f.integer("pad_vocab_size_multiple", 8, 1, 1 << 16);
-  c.tie_word_embeddings = f.boolean("tie_embeddings", true);
-  // The files recur writes end with tie_word_embeddings too: the same value.
-  if (const json::Value* t = f.get("tie_word_embeddings"); t && (!t->is_bool() || t->boolean() != c.tie_word_embeddings))
-    config_fail(source, "tie_word_embeddings is {} but tie_embeddings is {}", describe_json(*t),
-                c.tie_word_embeddings);
-  // mamba_ssm's norms (each block's, norm_f and the mixer's gated one) keep their default eps.
-  c.norm_eps = 1e-5;
-  if (f.integer("d_intermediate", 0, 0, kMaxDim) != 0)
-    config_fail(source, "d_intermediate is not 0: mamba_ssm's blocks with an MLP, which recur "
-                        "does not run");
-  if (!f.boolean("rms_norm", true))
-    config_fail(source, "rms_norm is false: recur runs mamba_ssm's RMSNorm blocks");
-  f.accept_when("attn_layer_idx", [](const json::Value& v) { return v.is_array() && v.array().empty(); },
-                "empty: no attention layer", "attention layers in a mamba_ssm model, which recur "
-                "does not run");
-  f.accept_when("attn_cfg", [](const json::Value& v) { return v.is_object() && v.object().empty(); },
-                "empty: no attention layer", "attention layers in a mamba_ssm model, which recur "
-                "does not run");
-  f.accept({{"residual_in_fp32", "recur's residual stream is float32 whatever it says"},
-            {"fused_add_norm", "the fused kernel of the same add and norm"}});
-  const json::Value* ssm = f.get("ssm_cfg");
-  Fields s(*ssm, source, "ssm_cfg");
-  if (s.string("layer", "Mamba1") != "Mamba2")
-    config_fail(source, "ssm_cfg.layer is not Mamba2");
-  g.d_state = s.integer("d_state", 128, 1, model::kMaxHeadDim);
-  g.d_conv = s.integer("d_conv", 4, 1, 64);
-  g.expand = s.number("expand", 2, 1e-6, 1e6);
-  g.head_dim = s.integer("headdim", 64, 1, model::kMaxHeadDim);
-  g.n_groups = s.integer("ngroups", 1, 1, kMaxHeads);
-  g.norm_before_gate = s.boolean("norm_before_gate", false);
-  g.use_bias = s.boolean("bias", false);
-  g.use_conv_bias = s.boolean("conv_bias", true);
-  if (!s.boolean("rmsnorm", true))
-    config_fail(source, "ssm_cfg.rmsnorm is false: a Mamba-2 without its gated norm, which recur "
-                        "does not run");
-  if (s.boolean("D_has_hdim", false))
-    config_fail(source, "ssm_cfg.D_has_hdim is true: recur runs one D per head");
-  const std::string act = s.string("activation", "swish");
-  if (act != "silu" && act != "swish")
-    config_fail(source, "ssm_cfg.activation is '{}', expected swish (silu)", act);
-  if (const json::Value* v = s.get("dt_limit")) read_dt_limit(*v, source, "ssm_cfg.dt_limit", g);
-  const double inner = std::floor(g.expand * double(c.hidden_size));
-  if (const json::Value* v = s.get("d_ssm"); v && (!v->is_number() || v->number() != inner))
-    config_fail(source, "ssm_cfg.d_ssm is {}: recur runs the SSM over the whole expand * d_model "
-                        "= {}", describe_json(*v), inner);
-  if (inner < 1 || inner > kMaxDim || std::fmod(inner, double(g.head_dim)) != 0)
-    config_fail(source, "expand {} * d_model {} = {} is not heads of headdim {}", g.expand,
-                c.hidden_size, inner, g.head_dim);
-  g.n_heads = int(inner) / g.head_dim;
-  s.accept({{"chunk_size", kKernel}, {"dt_min", kTraining}, {"dt_max", kTraining},
-            {"dt_init_floor", kTraining}, {"A_init_range", kTraining},
-            {"use_mem_eff_path", "which kernel runs the same function"}});
-  s.reject_unknown("recur does not know what it changes in the mixer, so it will not guess");
-  const auto m = std::int64_t(g.pad_vocab_size_multiple);
-  c.vocab_size = int((std::int64_t(g.stored_vocab) + m - 1) / m * m);
+// transformers' Mamba2Config, in the order its config.json lists the fields.
+const Schema& transformers_schema() {
+  static const Schema s = [] {
+    Schema t;
+    t.written("architectures", "[\"Mamba2ForCausalLM\"]")
+        .for_other_tools()
+        .written("model_type", "\"mamba2\"")
+        .integer("vocab_size", &ModelConfig::vocab_size, 32768, 1, 1 << 24)
+        .integer("hidden_size", &ModelConfig::hidden_size, 4096, 1, kMaxDim)
+        .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 64, 1, 4096)
+        .integer("state_size", &Mamba2Config::d_state, 128, 1, model::kMaxHeadDim)
+        .option("ssm-state", "Mamba-2 state size (state_size)", "16")
+        .number("expand", &Mamba2Config::expand, 2, 1e-6, 1e6)
+        .option("ssm-expand", "Mamba-2 width over hidden (expand)", "2")
+        .integer("conv_kernel", &Mamba2Config::d_conv, 4, 1, 64)
+        .option("ssm-conv", "Mamba-2 convolution taps (conv_kernel)", "4")
+        .integer("n_groups", &Mamba2Config::n_groups, 8, 1, kMaxHeads)
+        .option("ssm-groups", "Mamba-2 groups sharing B and C (n_groups)", "1")
+        // make-model writes num_heads as expand * hidden / head_dim.
+        .integer("num_heads", &Mamba2Config::n_heads, 128, 1, kMaxHeads)
+        .integer("head_dim", &Mamba2Config::head_dim, 64, 1, model::kMaxHeadDim)
+        .option("ssm-head-dim", "Mamba-2 head size (head_dim)", "16")
+        // transformers recomputes it as expand * hidden_size: any other value would be a model
+        // transformers does not build. Codestral Mamba's file carries it; so does recur's.
+        .custom(
+            "intermediate_size",
+            [](Fields& f, ModelConfig& c, Mamba2Config& g) {
+              const json::Value* v = f.get("intermediate_size");
+              if (v && (!v->is_number() || v->number() != inner_of(c, g)))
+                config_fail(f.source(),
+                            "intermediate_size is {}, but expand {} * hidden_size {} = {}",
+                            describe_json(*v), g.expand, c.hidden_size, inner_of(c, g));
+            },
+            nullptr)
+        .written_as([](const ModelConfig& c, const Mamba2Config& g) {
+          return model::config_number(inner_of(c, g));
+        })
+        .for_other_tools()
+        .boolean("use_bias", &Mamba2Config::use_bias, false)
+        .flag("ssm-bias", "biases in in_proj and out_proj (use_bias)")
+        .boolean("use_conv_bias", &Mamba2Config::use_conv_bias, true)
+        .flag("ssm-no-conv-bias", "no convolution bias (use_conv_bias false)", false)
+        .number("layer_norm_epsilon", &ModelConfig::norm_eps, 1e-5, 0.0, 1.0)
+        .same_function("hidden_act", {"silu", "swish"}, "silu",
+                       "silu and swish name one function, the one after Mamba-2's convolution")
+        .accepted_when("rms_norm", is_true, "true: transformers' Mamba-2 always norms with RMSNorm",
+                       "transformers' Mamba-2 always norms with RMSNorm")
+        .written_as("true")
+        // Written as transformers saves them, for other tools.
+        .accepted("residual_in_fp32", kResidual)
+        .written_as("true")
+        .for_other_tools()
+        .accepted("chunk_size", kKernel)
+        .written_as("256")
+        .for_other_tools()
+        .accepted("time_step_rank",
+                  "Mamba-1's dt projection rank: Mamba-2's dt is one column per "
+                  "head of in_proj")
+        // As transformers saves its "auto": ceil(hidden_size / 16).
+        .written_as([](const ModelConfig& c, const Mamba2Config&) {
+          return std::to_string((c.hidden_size + 15) / 16);
+        })
+        .for_other_tools()
+        .accepted("time_step_min", kTraining)
+        .written_as("0.001")
+        .for_other_tools()
+        .accepted("time_step_max", kTraining)
+        .written_as("0.1")
+        .for_other_tools()
+        .accepted("time_step_floor", kTraining)
+        .written_as("0.0001")
+        .for_other_tools()
+        .accepted("time_step_init_scheme", kTraining)
+        .accepted("time_step_scale", kTraining)
+        .accepted("rescale_prenorm_residual", kTraining)
+        .written_as("false")
+        .for_other_tools()
+        .accepted("norm_before_gate",
+                  "transformers' Mamba-2 never reads it: it norms y * silu(z), as mamba_ssm's "
+                  "default (Codestral Mamba's file says true; its mamba_ssm training configuration "
+                  "did not set it); docs/mamba2.md")
+        .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false)
+        .not_written();
+    dt_limit(t, "time_step_limit");
+    return t;
+  }();
+  return s;
+}
+
+// mamba_ssm's Mamba2 mixer options (MambaConfig's ssm_cfg).
+const Schema& ssm_cfg_schema() {
+  static const Schema s = [] {
+    Schema t;
+    t.fixed("layer", "Mamba2", "recur runs mamba_ssm's Mamba2 layer")
+        .integer("d_state", &Mamba2Config::d_state, 128, 1, model::kMaxHeadDim)
+        .option("ssm-state", "Mamba-2 state size (state_size)", "16")
+        .integer("d_conv", &Mamba2Config::d_conv, 4, 1, 64)
+        .option("ssm-conv", "Mamba-2 convolution taps (conv_kernel)", "4")
+        .number("expand", &Mamba2Config::expand, 2, 1e-6, 1e6)
+        .option("ssm-expand", "Mamba-2 width over hidden (expand)", "2")
+        .integer("headdim", &Mamba2Config::head_dim, 64, 1, model::kMaxHeadDim)
+        .option("ssm-head-dim", "Mamba-2 head size (head_dim)", "16")
+        .integer("ngroups", &Mamba2Config::n_groups, 1, 1, kMaxHeads)
+        .option("ssm-groups", "Mamba-2 groups sharing B and C (n_groups)", "1")
+        .boolean("norm_before_gate", &Mamba2Config::norm_before_gate, false)
+        .flag("norm-before-gate", "norm y before the gate (mamba_ssm layout only)")
+        .boolean("bias", &Mamba2Config::use_bias, false)
+        .flag("ssm-bias", "biases in in_proj and out_proj (use_bias)")
+        .boolean("conv_bias", &Mamba2Config::use_conv_bias, true)
+        .flag("ssm-no-conv-bias", "no convolution bias (use_conv_bias false)", false)
+        .accepted_when("rmsnorm", is_true, "true: the gated norm recur runs",
+                       "a Mamba-2 without its gated norm, which recur does not run")
+        .accepted_when(
+            "D_has_hdim", [](const json::Value& v) { return v.is_bool() && !v.boolean(); },
+            "false: one D per head, as recur runs it", "recur runs one D per head")
+        .same_function("activation", {"swish", "silu"}, "swish",
+                       "silu and swish name one function, the one after Mamba-2's convolution")
+        .not_written()
+        .custom(
+            "d_ssm",
+            [](Fields& f, ModelConfig& c, Mamba2Config& g) {
+              const json::Value* v = f.get("d_ssm");
+              if (v && (!v->is_number() || v->number() != inner_of(c, g)))
+                config_fail(f.source(),
+                            "{} is {}: recur runs the SSM over the whole expand * d_model = {}",
+                            f.name("d_ssm"), describe_json(*v), inner_of(c, g));
+            },
+            nullptr)
+        .accepted("chunk_size", kKernel)
+        .accepted("dt_min", kTraining)
+        .accepted("dt_max", kTraining)
+        .accepted("dt_init_floor", kTraining)
+        .accepted("A_init_range", kTraining)
+        .accepted("use_mem_eff_path", "which kernel runs the same function");
+    dt_limit(t, "dt_limit");
+    return t;
+  }();
+  return s;
+}
+
+// mamba_ssm's MambaConfig, as state-spaces' config.json lists it. d_model is read before
+// ssm_cfg, whose d_ssm is checked against it.
+const Schema& mamba_ssm_schema() {
+  static const Schema s = [] {
+    Schema t;
+    t.integer("d_model", &ModelConfig::hidden_size, 2560, 1, kMaxDim)
+        .accepted_when(
+            "d_intermediate", [](const json::Value& v) { return v.is_number() && v.number() == 0; },
+            "0: no MLP blocks", "mamba_ssm's blocks with an MLP, which recur does not run")
+        .written_as("0")
+        .integer("n_layer", &ModelConfig::num_hidden_layers, 64, 1, 4096)
+        .integer("vocab_size", &Mamba2Config::stored_vocab, 50277, 1, 1 << 24)
+        .object("ssm_cfg", ssm_cfg_schema(),
+                "recur does not know what it changes in the mixer, so it will not guess")
+        .accepted_when(
+            "attn_layer_idx",
+            [](const json::Value& v) { return v.is_array() && v.array().empty(); },
+            "empty: no attention layer", kNoAttention)
+        .written_as("[]")
+        .accepted_when(
+            "attn_cfg", [](const json::Value& v) { return v.is_object() && v.object().empty(); },
+            "empty: no attention layer", kNoAttention)
+        .written_as("{}")
+        .for_other_tools()
+        .accepted_when("rms_norm", is_true, "true: the RMSNorm blocks recur runs",
+                       "recur runs mamba_ssm's RMSNorm blocks")
+        .written_as("true")
+        .accepted("residual_in_fp32", kResidual)
+        .written_as("true")
+        .for_other_tools()
+        .accepted("fused_add_norm", "the fused kernel of the same add and norm")
+        .written_as("true")
+        .for_other_tools()
+        .integer("pad_vocab_size_multiple", &Mamba2Config::pad_vocab_size_multiple, 8, 1, 1 << 16)
+        .boolean("tie_embeddings", &ModelConfig::tie_word_embeddings, true)
+        // The files recur writes end with tie_word_embeddings too: the same value.
+        .custom(
+            "tie_word_embeddings",
+            [](Fields& f, ModelConfig& c, Mamba2Config&) {
+              const json::Value* tied = f.get("tie_word_embeddings");
+              if (tied && (!tied->is_bool() || tied->boolean() != c.tie_word_embeddings))
+                config_fail(f.source(), "tie_word_embeddings is {} but tie_embeddings is {}",
+                            describe_json(*tied), c.tie_word_embeddings);
+            },
+            nullptr);
+    return t;
+  }();
+  return s;
+}
+
+// make-model's options of both layouts, each once.
+std::vector<model::MakeOption> both_layouts_options(const std::vector<std::string>& archs) {
+  auto out = transformers_schema().make_options(archs);
+  for (auto& o : ssm_cfg_schema().make_options(archs))
+    if (std::none_of(out.begin(), out.end(),
+                     [&](const model::MakeOption& m) { return std::string(m.name) == o.name; }))
+      out.push_back(std::move(o));
+  return out;
 }
 
 }  // namespace
@@ -183,15 +299,30 @@ void read_config(const std::string& type, const json::Value& root, Fields& f, Mo
   (void)root;
   c.type = "mamba2";
   Mamba2Config g;
-  if (type == "mamba2") read_transformers(f, c, g);
-  else read_mamba_ssm(f, c, g);
+  if (type == "mamba2") {
+    g.layout = Layout::kTransformers;
+    transformers_schema().read(f, c, g);
+  } else {
+    g.layout = Layout::kMambaSsm;
+    // mamba_ssm's norms (each block's, norm_f and the mixer's gated one) keep their default eps.
+    c.norm_eps = 1e-5;
+    mamba_ssm_schema().read(f, c, g);
+    const double inner = inner_of(c, g);
+    if (inner < 1 || inner > kMaxDim || std::fmod(inner, double(g.head_dim)) != 0)
+      config_fail(f.source(),
+                  "ssm_cfg.expand {} * d_model {} = {} is not heads of ssm_cfg.headdim {}",
+                  g.expand, c.hidden_size, inner, g.head_dim);
+    g.n_heads = int(inner) / g.head_dim;
+    const auto m = std::int64_t(g.pad_vocab_size_multiple);
+    c.vocab_size = int((std::int64_t(g.stored_vocab) + m - 1) / m * m);
+  }
   c.family = std::make_shared<Mamba2Config>(g);
 }
 
 void resolve(ModelConfig& c, const std::string& source) {
   Mamba2Config g = c.family ? config_of(c) : Mamba2Config{};
   if (g.layout == Layout::kTransformers) {
-    const double inner = std::floor(g.expand * double(c.hidden_size));
+    const double inner = inner_of(c, g);
     if (double(g.n_heads) * double(g.head_dim) != inner)
       config_fail(source, "num_heads {} * head_dim {} is not expand {} * hidden_size {} = {}: "
                           "transformers splits in_proj by both", g.n_heads, g.head_dim, g.expand,
@@ -207,51 +338,49 @@ void resolve(ModelConfig& c, const std::string& source) {
   c.family = std::make_shared<Mamba2Config>(g);
 }
 
-std::string config_fields(const ModelConfig& c) {
+std::string config_fields(const ModelConfig& c, bool fingerprint) {
   const Mamba2Config& g = config_of(c);
   model::FieldWriter w;
-  using model::config_number;
-  const std::string limit = fmt::format(
-      "[{}, {}]", config_number(g.dt_min),
-      std::isinf(g.dt_max) ? std::string("Infinity") : config_number(g.dt_max));
-  if (g.layout == Layout::kTransformers) {
-    w.add("model_type", "\"mamba2\"");
-    w.number("vocab_size", c.vocab_size);
-    w.number("hidden_size", c.hidden_size);
-    w.number("num_hidden_layers", c.num_hidden_layers);
-    w.number("state_size", g.d_state);
-    w.number("expand", g.expand);
-    w.number("conv_kernel", g.d_conv);
-    w.number("n_groups", g.n_groups);
-    w.number("num_heads", g.n_heads);
-    w.number("head_dim", g.head_dim);
-    w.boolean("use_bias", g.use_bias);
-    w.boolean("use_conv_bias", g.use_conv_bias);
-    w.number("layer_norm_epsilon", c.norm_eps);
-    w.add("hidden_act", "\"silu\"");
-    w.boolean("rms_norm", true);
-    if (g.has_dt_limit) w.add("time_step_limit", limit);
-    return w.text();
-  }
-  // mamba_ssm's form; tie_word_embeddings, which every config.json recur writes ends with, is
-  // read as the same value as tie_embeddings.
-  w.number("d_model", c.hidden_size);
-  w.number("d_intermediate", 0);
-  w.number("n_layer", c.num_hidden_layers);
-  w.number("vocab_size", g.stored_vocab);
-  std::string ssm = fmt::format(
-      "{{\"layer\": \"Mamba2\", \"d_state\": {}, \"d_conv\": {}, \"expand\": {}, \"headdim\": {}, "
-      "\"ngroups\": {}, \"norm_before_gate\": {}, \"bias\": {}, \"conv_bias\": {}",
-      g.d_state, g.d_conv, config_number(g.expand), g.head_dim, g.n_groups,
-      model::config_bool(g.norm_before_gate), model::config_bool(g.use_bias),
-      model::config_bool(g.use_conv_bias));
-  if (g.has_dt_limit) ssm += ", \"dt_limit\": " + limit;
-  w.add("ssm_cfg", ssm + "}");
-  w.add("attn_layer_idx", "[]");
-  w.boolean("rms_norm", true);
-  w.number("pad_vocab_size_multiple", g.pad_vocab_size_multiple);
-  w.boolean("tie_embeddings", c.tie_word_embeddings);
+  (g.layout == Layout::kTransformers ? transformers_schema() : mamba_ssm_schema())
+      .write(w, c, g, fingerprint);
   return w.text();
+}
+
+std::vector<model::MakeOption> make_options() {
+  auto out = both_layouts_options({"mamba2"});
+  out.push_back({"mamba-ssm-layout",
+                 nullptr,
+                 "state-spaces' mamba_ssm config.json and names (backbone.embedding, ssm_cfg)",
+                 true,
+                 {"mamba2"}});
+  return out;
+}
+
+std::string make_config(const model::MakeOptions& o) {
+  const auto hidden = o.integer("hidden", 1, 1 << 20), vocab = o.integer("vocab", 1, 1 << 24);
+  const auto layers = o.integer("layers", 1, 4096);
+  const auto P = o.integer("ssm-head-dim", 1, 1 << 16);
+  const double expand = o.real("ssm-expand", 1e-6, 1e6);
+  const auto inner = std::int64_t(std::floor(expand * double(hidden)));
+  if (inner < 1 || inner % P != 0)
+    throw ArgumentError(
+        fmt::format("--ssm-expand {} * --hidden {} = {} is not heads of "
+                    "--ssm-head-dim {}",
+                    expand, hidden, inner, P));
+  const std::string tie = model::config_bool(o.flag("tie-embeddings"));
+  if (o.flag("mamba-ssm-layout"))
+    return fmt::format(
+        "{{\"d_model\": {}, \"n_layer\": {}, \"vocab_size\": {}, \"ssm_cfg\": {{\"layer\": "
+        "\"Mamba2\", {}}}, \"pad_vocab_size_multiple\": 16, \"tie_embeddings\": {}}}",
+        hidden, layers, vocab, ssm_cfg_schema().make_fields(o), tie);
+  if (o.flag("norm-before-gate"))
+    throw ArgumentError(
+        "--norm-before-gate needs --mamba-ssm-layout: transformers' Mamba-2 "
+        "norms y * silu(z) whatever its config says");
+  return fmt::format(
+      "{{\"model_type\": \"mamba2\", \"vocab_size\": {}, \"hidden_size\": {}, "
+      "\"num_hidden_layers\": {}, \"num_heads\": {}, \"tie_word_embeddings\": {}, {}}}",
+      vocab, hidden, layers, inner / P, tie, transformers_schema().make_fields(o));
 }
 
 }  // namespace recur::models::mamba2

@@ -62,22 +62,13 @@ void read_head_dim(Fields& f, ModelConfig&, NemotronHConfig& g) {
                             "must be one", g.head_dim, nvidia);
 }
 
-// time_step_limit: dt's clamp, [min, max] (Python writes the infinity as a bare Infinity).
+// time_step_limit: dt's clamp, [min, max] (layers/ssd_mixer.h reads and writes the pair).
 void read_dt_limit(Fields& f, ModelConfig&, NemotronHConfig& g) {
-  const json::Value* v = f.get("time_step_limit");
-  if (!v) return;
-  if (!v->is_array() || v->array().size() != 2 || !v->array()[0].is_number() ||
-      !v->array()[1].is_number())
-    config_fail(f.source(), "time_step_limit is {}, expected [min, max]", describe_json(*v));
-  g.dt_min = v->array()[0].number();
-  g.dt_max = v->array()[1].number();
-  g.has_dt_limit = true;
+  g.has_dt_limit = model::read_dt_limit(f, "time_step_limit", g.dt_min, g.dt_max);
 }
 
 void write_dt_limit(model::FieldWriter& w, const ModelConfig&, const NemotronHConfig& g) {
-  if (!g.has_dt_limit) return;
-  const std::string max = std::isinf(g.dt_max) ? "Infinity" : config_number(g.dt_max);
-  w.add("time_step_limit", fmt::format("[{}, {}]", config_number(g.dt_min), max));
+  if (g.has_dt_limit) w.add("time_step_limit", model::dt_limit_text(g.dt_min, g.dt_max));
 }
 
 const model::Schema<NemotronHConfig>& schema() {
