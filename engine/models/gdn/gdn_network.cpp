@@ -103,7 +103,7 @@ class Network final : public model::Network {
     std::vector<ShortConvState> convs;
     for (const auto& c : m.convs) convs.push_back(c->make_state());
     return std::make_unique<GdnState>(
-        std::move(convs), std::size_t(m.Hv) * std::size_t(m.d_v) * std::size_t(m.d_kp));
+        std::move(convs), m.delta().state_floats());
   }
 
   std::unique_ptr<model::Scratch> make_scratch(int rows) const override {
@@ -314,32 +314,20 @@ class Network final : public model::Network {
   }
 
   // S_h = alpha S_h + (S_h k) b^T + (beta v) k^T, y = S_h q, per value head h over the rows, its
-  // key head h / G's q and k. Heads are independent: threads take them in any order and the
-  // bytes stay the same. A single token's walk is handed out too: a head's state (d_v x d_kp
-  // floats, 64 KiB in Qwen3.5) is read from memory and written back, which is worth a second
-  // core's bandwidth.
+  // key head h / G's q and k. A single token's walk is split over the threads too: a head's state
+  // (d_v x d_kp floats, 64 KiB in Qwen3.5) is read from memory and written back, which is worth
+  // a second core's bandwidth.
   void walk(const GdnMixer& m, GdnState& st, Rows& w, int first, int count, int threads) const {
-    const int V = m.Hv * m.d_v, Kp = m.Hk * m.d_kp, Vp = m.Hv * m.d_kp, G = m.Hv / m.Hk;
+    const std::int64_t V = m.Hv * m.d_v, Kp = m.Hk * m.d_kp, Vp = m.Hv * m.d_kp;
     const auto row0 = std::size_t(first);
-    const int ranges = std::min(std::max(threads, 1), m.Hv);
-    detail::parallel_ranges(m.Hv, ranges, [&](int begin, int end, int) {
-      for (int h = begin; h < end; ++h) {
-        const int kh = h / G;
-        const kernels::DeltaHeadView view{
-            st.S.data() + std::size_t(h) * std::size_t(m.d_v) * std::size_t(m.d_kp), m.d_kp, m.d_v};
-        const float* kn = w.kn.data() + row0 * std::size_t(Kp) + std::size_t(kh * m.d_kp);
-        const float* qn = w.qn.data() + row0 * std::size_t(Kp) + std::size_t(kh * m.d_kp);
-        const kernels::DeltaInputs x{
-            w.alpha.data() + row0 * std::size_t(m.Hv) + std::size_t(h), m.Hv, true,
-            kn, Kp,
-            w.bb.data() + row0 * std::size_t(Vp) + std::size_t(h * m.d_kp), Vp,
-            kn, Kp,
-            qn, Kp,
-            w.vb.data() + row0 * std::size_t(V) + std::size_t(h * m.d_v), V};
-        kernels::delta_walk_head(view, x, w.y.data() + row0 * std::size_t(V) + std::size_t(h * m.d_v),
-                                 V, count);
-      }
-    });
+    const float* kn = w.kn.data() + row0 * std::size_t(Kp);
+    const kernels::DeltaInputs x{w.alpha.data() + row0 * std::size_t(m.Hv), m.Hv, true,
+                                 kn, Kp,
+                                 w.bb.data() + row0 * std::size_t(Vp), Vp,
+                                 kn, Kp,
+                                 w.qn.data() + row0 * std::size_t(Kp), Kp,
+                                 w.vb.data() + row0 * std::size_t(V), V};
+    m.delta().walk(st.S.data(), x, w.y.data() + row0 * std::size_t(V), V, count, threads);
   }
 
   Stack s_;

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "layers/delta_rule.h"
 #include "layers/dense.h"
 #include "model/network.h"
 #include "recur/causal_attention.h"
@@ -41,6 +42,8 @@ struct GdnMixer {
   int qk_activation = 0;
   bool sum_norm = false;
   int conv_width() const { return 2 * Hk * d_k + Hv * d_v; }
+  /// The recurrence: a value head's S (d_v, d_kp), its key head's q and k, one decay a token.
+  model::DeltaRuleMixer delta() const { return {Hv, d_kp, d_v, Hv / Hk, true}; }
 };
 
 /// A softmax attention layer. Qwen3.5's full attention: q_proj gives a query and an output gate
