@@ -9,6 +9,8 @@
 #   refused in one line that says what to do (--chat-template FILE works, or generate);
 # - under tmux: a typed message streams its reply, Ctrl-C stops a long reply and the
 #   conversation goes on, /quit ends.
+# - Mamba-2, Granite 4.0-H and LFM2 (Granite's and LFM2.5's published templates) chat, and
+#   /stats says whether their state grows.
 #
 #   tests/chat_test.sh RECUR SOURCE_DIR
 set -euo pipefail
@@ -179,3 +181,27 @@ printf 'Hello there\nAnd again\n/stats\n' |
 grep -q "chat format: RWKV's world format" "$tmp/err" || fail "not the world format: $(cat "$tmp/err")"
 grep -q "^state: [1-9][0-9]* tokens run" "$tmp/world" || fail "no /stats after two world turns: $(cat "$tmp/world")"
 echo "chat_test: an RWKV-7 world model chats in the world format"
+
+# The Mamba-2 and short-convolution families (issue 44): two turns each, Granite 4.0-H and LFM2
+# through Granite 4.0-H-Micro's and LFM2.5-1.2B-Instruct's published templates
+# (tests/fixtures/published), Mamba-2 (no published template of one was found) through ChatML; /stats says how big the state is and
+# whether it grows: a hybrid's attention layers' KV cache does, plain Mamba-2's state does not.
+printf '%s' '{% for m in messages %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant
+{% endif %}' > "$tmp/chatml.jinja"
+for family in "mamba2|--arch mamba2 --layers 2|$tmp/chatml.jinja|at any length" \
+              "granite|--arch granitemoehybrid --heads 4 --attn-kv-heads 2 --layer-types MAMA|$src/tests/fixtures/published/granite-4.0-h-micro/chat_template.jinja|growing with the conversation" \
+              "lfm2|--arch lfm2 --layers 4 --heads 4 --attn-kv-heads 2|$src/tests/fixtures/published/lfm2.5-1.2b-instruct/chat_template.jinja|growing with the conversation"; do
+  IFS='|' read -r name args template grows <<< "$family"
+  # shellcheck disable=SC2086
+  "$recur" make-model "$tmp/$name" --vocab 4096 --hidden 64 --seed 3 $args > /dev/null
+  cp "$src/models/kjv/tokenizer.json" "$tmp/$name/"
+  printf 'Who begat Enos?\nAnd what did the LORD say?\n/stats\n' |
+    "$recur" chat -m "$tmp/$name" --chat-template "$template" --greedy -n 8 --threads 1 > "$tmp/$name.out" 2> "$tmp/err" ||
+    fail "recur chat with $name: $(cat "$tmp/err")"
+  [[ -n "$(sed -n 2p "$tmp/$name.out")" ]] || fail "$name: no second reply: $(cat "$tmp/$name.out")"
+  grep -q "^state: [1-9][0-9]* tokens run, [1-9][0-9]* bytes (.*),\? $grows" "$tmp/$name.out" ||
+    fail "$name: /stats does not say '$grows': $(cat "$tmp/$name.out")"
+done
+echo "chat_test: Mamba-2, Granite 4.0-H and LFM2 (Granite's and LFM2.5's templates) chat, and /stats says whether their state grows"

@@ -161,4 +161,22 @@ JSON
   [[ "$(cat "$tmp/out")" == $'<|im_start|>system\nList of tools: [{"type": "function", "function": {"name": "get_weather"'* ]] ||
     fail "lfm2.5-1.2b-instruct: the tools are not listed in the system turn: $(cat "$tmp/out")"
 fi
+# Granite 4.0-H-Micro's template: with a system turn, the very text llama.cpp's server rendered
+# from it (190 bytes, sha256 d021d4f0534a597f..., SOURCES.md); without one, IBM's default system
+# message; a tool call as a JSON object in <tool_call> tags, the tool's answer in a user turn.
+g="$fx/granite-4.0-h-micro"
+if [[ -f "$g/chat_template.jinja" ]]; then
+  cat > "$tmp/concise.json" <<'JSON'
+[{"role": "system", "content": "You are a concise assistant."}, {"role": "user", "content": "Answer with OK."}]
+JSON
+  render granite-4.0-h-micro "$g" --messages "$tmp/concise.json" --add-generation-prompt
+  printf '%s' $'<|start_of_role|>system<|end_of_role|>You are a concise assistant.<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>Answer with OK.<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>' > "$tmp/want"
+  cmp -s "$tmp/out" "$tmp/want" || { diff "$tmp/want" "$tmp/out" >&2 || true; fail "granite-4.0-h-micro: rendered text"; }
+  render granite-4.0-h-micro "$g" --messages "$tmp/chat.json" --add-generation-prompt
+  [[ "$(cat "$tmp/out")" == $'<|start_of_role|>system<|end_of_role|>You are a helpful assistant. Please ensure responses are professional, accurate, and safe.<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>Hello<|end_of_text|>\n'* ]] ||
+    fail "granite-4.0-h-micro: not IBM's default system message: $(cat "$tmp/out")"
+  render granite-4.0-h-micro "$g" --messages "$tmp/called.json" --tools "$tmp/tools.json" --add-generation-prompt
+  [[ "$(cat "$tmp/out")" == *$'<|start_of_role|>assistant<|end_of_role|><tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|end_of_text|>\n<|start_of_role|>user<|end_of_role|>\n<tool_response>\n18 C, sunny\n</tool_response><|end_of_text|>'* ]] ||
+    fail "granite-4.0-h-micro: the tool call and its answer: $(cat "$tmp/out")"
+fi
 echo "published templates: $t rendered, $gaps known gaps"

@@ -101,17 +101,37 @@ const recur::model::Schema<ToyConfig>& toy_schema() {
   return s;
 }
 
-// Reads `text` through the toy schema as a family's reader does, refusing unknown fields.
-std::pair<ModelConfig, ToyConfig> read_toy(const std::string& text) {
+// Reads `text` through a toy schema as a family's reader does, refusing unknown fields.
+template <class G>
+std::pair<ModelConfig, G> read_by(const recur::model::Schema<G>& schema, const std::string& text) {
   const recur::json::Value root = recur::json::parse(text, "toy");
   const std::string source = "toy.json";
   recur::model::Fields f(root, source);
   ModelConfig c;
-  ToyConfig g;
-  toy_schema().read(f, c, g);
+  G g;
+  schema.read(f, c, g);
   f.accept("model_type", "names the layout");
   f.reject_unknown("recur does not know what it changes");
   return {c, g};
+}
+
+std::pair<ModelConfig, ToyConfig> read_toy(const std::string& text) {
+  return read_by(toy_schema(), text);
+}
+
+// Checks that `read` refuses `text` with a FormatError naming toy.json and every one of `parts`.
+template <class Read>
+void check_refused(const Read& read, const std::string& text, const std::vector<std::string>& parts) {
+  INFO(text);
+  try {
+    read(text);
+    FAIL("accepted");
+  } catch (const FormatError& e) {
+    const std::string msg = e.what();
+    INFO(msg);
+    CHECK_THAT(msg, Contains("toy.json"));
+    for (const auto& p : parts) CHECK_THAT(msg, Contains(p));
+  }
 }
 
 std::string write_toy(const ModelConfig& c, const ToyConfig& g) {
@@ -131,16 +151,7 @@ TEST_CASE("a schema reads its fields with their defaults, and refuses by key and
   CHECK(g.mode == ToyConfig::Mode::kFancy);
   CHECK(c.intermediate_size == 7);
   const auto refused = [](const std::string& text, const std::vector<std::string>& parts) {
-    INFO(text);
-    try {
-      read_toy(text);
-      FAIL("accepted");
-    } catch (const FormatError& e) {
-      const std::string msg = e.what();
-      INFO(msg);
-      CHECK_THAT(msg, Contains("toy.json"));
-      for (const auto& p : parts) CHECK_THAT(msg, Contains(p));
-    }
+    check_refused(read_toy, text, parts);
   };
   // Out of range, of the wrong type, a name not among the choices, unknown.
   refused(R"({"rank": 65})", {"rank is 65", "1 to 64"});
@@ -240,4 +251,160 @@ TEST_CASE("a family's make-model options and their defaults come from its schema
   CHECK(options[1].flag);
   // Only the options given are written.
   CHECK(toy_schema().make_fields(DefaultOptions({})) == "");
+}
+
+
+namespace {
+
+// A toy family whose layer sits in a nested object, as Qwen3.5's text model in text_config, with
+// defaults computed from other fields.
+struct NestedToy final : recur::FamilyConfig {
+  int heads = 4, kv_heads = 4, head_dim = 16;
+  double theta = 1e4, ratio = 1;
+  std::vector<int> marks;
+};
+
+const recur::model::Schema<NestedToy>& nested_toy_schema() {
+  static const recur::model::Schema<NestedToy> s = [] {
+    using Schema = recur::model::Schema<NestedToy>;
+    Schema rope;
+    rope.number("theta", &NestedToy::theta, 1e4, 1, 1e9)
+        .default_from([](const ModelConfig&, const NestedToy& g) { return g.theta; });
+    Schema text;
+    text.integer("hidden_size", &ModelConfig::hidden_size, 64, 1, 4096)
+        .common_option("hidden")
+        .integer("heads", &NestedToy::heads, 4, 1, 64)
+        .common_option("heads")
+        // As many kv heads as heads unless given.
+        .integer("kv_heads", &NestedToy::kv_heads, 4, 1, 64)
+        .default_from([](const ModelConfig&, const NestedToy& g) { return g.heads; })
+        .option("kv", "kv heads (default: --heads)",
+                [](const ModelConfig&, const NestedToy& g) { return g.heads; })
+        .integer("head_dim", &NestedToy::head_dim, 16, 1, 4096)
+        .option("head-dim", "head size (default hidden / heads)",
+                [](const ModelConfig& c, const NestedToy& g) { return c.hidden_size / g.heads; })
+        // Written as a ratio of head_dim, made from a width.
+        .number("ratio", &NestedToy::ratio, 1, 0.01, 100)
+        .option("width", "the width (default: twice head_dim)",
+                [](const ModelConfig&, const NestedToy& g) { return 2.0 * g.head_dim; },
+                [](double width, const ModelConfig&, const NestedToy& g) { return width / g.head_dim; })
+        .integer("intermediate_size", &ModelConfig::intermediate_size, 0, 1, 4096)
+        .common_option("intermediate", true,
+                       [](const ModelConfig& c, const NestedToy&) { return 3.0 * c.hidden_size; })
+        .number("theta", &NestedToy::theta, 1e4, 1, 1e9).not_written()
+        .object("rope", rope, "recur does not know what it changes in the rotary")
+        .custom("marks",
+                [](recur::model::Fields& f, ModelConfig&, NestedToy& g) {
+                  if (const recur::json::Value* v = f.get("marks"))
+                    for (const auto& m : v->array()) g.marks.push_back(int(m.integer()));
+                },
+                [](recur::model::FieldWriter& w, const ModelConfig&, const NestedToy& g) {
+                  std::string t;
+                  for (const int m : g.marks) t += (t.empty() ? "" : ", ") + std::to_string(m);
+                  w.add("marks", "[" + t + "]");
+                });
+    Schema top;
+    top.written("model_type", "\"nested_toy\"")
+        .object("text_config", text, "recur does not know what it changes in the model");
+    return top;
+  }();
+  return s;
+}
+
+std::pair<ModelConfig, NestedToy> read_nested(const std::string& text) {
+  return read_by(nested_toy_schema(), text);
+}
+
+}  // namespace
+
+TEST_CASE("a schema reads a nested object's fields, names them by their path, and writes the "
+          "object on one line", "[model][config][schema]") {
+  auto [c, g] = read_nested(R"({"model_type": "nested_toy", "text_config": {"hidden_size": 96,
+      "heads": 6, "head_dim": 8, "ratio": 0.5, "theta": 500, "marks": [3, 1],
+      "rope": {"theta": 2e6}}})");
+  CHECK(c.hidden_size == 96);
+  CHECK(g.heads == 6);
+  CHECK(g.kv_heads == 6);  // its default: heads
+  CHECK(g.theta == 2e6);   // the nested object's value over the outer one
+  CHECK(g.marks == std::vector<int>{3, 1});
+  recur::model::FieldWriter w;
+  nested_toy_schema().write(w, c, g);
+  CHECK(w.text() == "  \"model_type\": \"nested_toy\",\n  \"text_config\": {\"hidden_size\": 96, "
+                    "\"heads\": 6, \"kv_heads\": 6, \"head_dim\": 8, \"ratio\": 0.5, "
+                    "\"intermediate_size\": 0, \"rope\": {\"theta\": 2000000}, \"marks\": [3, 1]},\n");
+  // A nested object without its field keeps the outer one's value (default_from).
+  CHECK(read_nested(R"({"text_config": {"theta": 500, "rope": {}}})").second.theta == 500);
+  CHECK(read_nested(R"({"text_config": {"theta": 500, "rope": {"theta": null}}})").second.theta == 500);
+  const auto refused = [](const std::string& text, const std::vector<std::string>& parts) {
+    check_refused(read_nested, text, parts);
+  };
+  refused(R"({"text_config": {"heads": 65}})", {"text_config.heads is 65", "1 to 64"});
+  refused(R"({"text_config": {"rope": {"theta": 0.5}}})", {"text_config.rope.theta is 0.5"});
+  refused(R"({"text_config": {"rope": {"scale": 2}}})",
+          {"unknown field 'text_config.rope.scale'", "in the rotary"});
+  refused(R"({"text_config": {"experts": 8}})",
+          {"unknown field 'text_config.experts'", "in the model"});
+  refused(R"({"text_config": 3})", {"text_config is 3, expected an object"});
+  refused(R"({"heads": 4})", {"unknown field 'heads'"});
+  // The table lists the object's fields as its members.
+  const auto fields = nested_toy_schema().fields();
+  REQUIRE(fields.size() == 2);
+  CHECK(fields[1].type == recur::model::FieldSpec::Type::kObject);
+  CHECK(fields[1].members.size() == 9);
+  CHECK(fields[1].members[2].derived);
+}
+
+namespace {
+
+// make-model's options as given on a command line: the values named, the tool's defaults for
+// the common ones.
+class GivenOptions final : public recur::model::MakeOptions {
+ public:
+  explicit GivenOptions(std::vector<std::pair<std::string, std::string>> given)
+      : given_(std::move(given)) {}
+  bool given(const char* name) const override { return find(name) != nullptr; }
+  bool flag(const char* name) const override { return given(name); }
+  std::int64_t integer(const char* name, std::int64_t min, std::int64_t max) const override {
+    const std::int64_t v = std::stoll(text(name));
+    if (v < min || v > max) throw recur::ArgumentError(std::string("--") + name + " out of range");
+    return v;
+  }
+  double real(const char* name, double, double) const override { return std::stod(text(name)); }
+  std::string str(const char* name) const override { return text(name); }
+
+ private:
+  const std::string* find(const std::string& name) const {
+    for (const auto& [n, v] : given_)
+      if (n == name) return &v;
+    return nullptr;
+  }
+  std::string text(const std::string& name) const {
+    if (const std::string* v = find(name)) return *v;
+    if (name == "hidden") return "64";
+    if (name == "heads") return "4";
+    if (name == "intermediate") return "0";
+    return "";
+  }
+  std::vector<std::pair<std::string, std::string>> given_;
+};
+
+}  // namespace
+
+TEST_CASE("make-model's options derive their defaults from the fields made before them",
+          "[model][config][schema]") {
+  const auto& schema = nested_toy_schema();
+  // The common options are the tool's: not listed among the family's.
+  const auto options = schema.make_options();
+  REQUIRE(options.size() == 3);
+  CHECK(std::string(options[0].name) == "kv");
+  CHECK(std::string(options[2].name) == "width");
+  CHECK(schema.make_fields(GivenOptions({})) ==
+        "\"text_config\": {\"hidden_size\": 64, \"heads\": 4, \"kv_heads\": 4, \"head_dim\": 16, "
+        "\"ratio\": 2, \"intermediate_size\": 192}");
+  CHECK(schema.make_fields(GivenOptions({{"hidden", "96"}, {"heads", "3"}, {"width", "8"},
+                                         {"kv", "1"}, {"intermediate", "40"}})) ==
+        "\"text_config\": {\"hidden_size\": 96, \"heads\": 3, \"kv_heads\": 1, \"head_dim\": 32, "
+        "\"ratio\": 0.25, \"intermediate_size\": 40}");
+  // A given option is range-checked as its field.
+  CHECK_THROWS_AS(schema.make_fields(GivenOptions({{"kv", "65"}, {"heads", "4"}})), recur::ArgumentError);
 }

@@ -18,6 +18,12 @@ The stand-ins (the converter is otherwise run as it is):
   - `torch` dtypes newer than Debian's PyTorch 1.13 (float8_*, uint16/32/64): named in the
     converter's dtype tables only; placeholders here (recur writes none of them).
   - `tqdm` (the writer's progress bar), where not installed: a bar that shows nothing.
+  - keys the converter reads from config.json as they are, which transformers' config classes
+    (or the published files) supply and recur's make-model may leave out: a dense Granite
+    4.0-H's `intermediate_size` (the published ones carry it, equal to
+    `shared_intermediate_size`; without it the converter writes an MLP width of 0), LFM2's
+    `layer_types` (Lfm2Config derives it from `full_attn_idxs`, LFM2's first form). A key
+    that is there is never changed.
   - the BPE pre-tokenizer's name: the converter identifies it by hashing the ids a real
     tokenizer gives a test string; the generated one cannot give them, so the name is set
     (--tokenizer-pre, default qwen35). No text is tokenized by the benchmark: it runs ids.
@@ -181,6 +187,17 @@ def add_missing_torch_dtypes():
             setattr(torch, name, _MissingDType(name))
 
 
+def add_derived_keys(config):
+    """The keys listed in the module's docstring, where config.json leaves them out."""
+    kind = config.get("model_type")
+    if kind == "granitemoehybrid" and "intermediate_size" not in config:
+        config["intermediate_size"] = config["shared_intermediate_size"]
+    if kind == "lfm2" and config.get("layer_types") is None:
+        attention = set(config["full_attn_idxs"])
+        config["layer_types"] = ["full_attention" if i in attention else "conv"
+                                 for i in range(config["num_hidden_layers"])]
+
+
 def make_view(model_dir: Path, view: Path, architecture, vocab, rwkv_vocab):
     view.mkdir(parents=True, exist_ok=True)
     for f in view.iterdir():
@@ -191,6 +208,7 @@ def make_view(model_dir: Path, view: Path, architecture, vocab, rwkv_vocab):
     config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
     if architecture:
         config["architectures"] = [architecture]
+    add_derived_keys(config)
     (view / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
     if vocab == "gpt2":
         write_bpe_tokenizer(view / "tokenizer.json")

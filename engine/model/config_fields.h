@@ -40,20 +40,33 @@ inline std::string config_number(double x) { return fmt::format("{}", x); }
 inline std::string config_bool(bool b) { return b ? "true" : "false"; }
 
 /// Writes a family's part of config.json (Family::config_fields), a line per field:
-/// "  \"key\": value,\n", in the order written.
+/// "  \"key\": value,\n", in the order written; or an object nested in it, on one line.
 class FieldWriter {
  public:
   /// A field whose value is already JSON text (a list, an object, a quoted literal, null).
-  void add(const char* key, const std::string& value) {
-    text_ += fmt::format("  \"{}\": {},\n", key, value);
-  }
+  void add(const char* key, const std::string& value) { items_.emplace_back(key, value); }
   void number(const char* key, double x) { add(key, config_number(x)); }
   void boolean(const char* key, bool b) { add(key, config_bool(b)); }
   void string(const char* key, const std::string& s) { add(key, json::quote(s)); }
-  const std::string& text() const { return text_; }
+  /// The fields as config.json's top level holds them, a line each.
+  std::string text() const {
+    std::string out;
+    for (const auto& [key, value] : items_) out += fmt::format("  \"{}\": {},\n", key, value);
+    return out;
+  }
+  /// The fields on one line, "\"key\": value" joined by ", " (without braces).
+  std::string items() const {
+    std::string out;
+    for (const auto& [key, value] : items_)
+      out += fmt::format("{}\"{}\": {}", out.empty() ? "" : ", ", key, value);
+    return out;
+  }
+  /// The fields as one object on one line: {"key": value, ...}.
+  std::string object() const { return "{" + items() + "}"; }
+  bool empty() const { return items_.empty(); }
 
  private:
-  std::string text_;
+  std::vector<std::pair<std::string, std::string>> items_;
 };
 
 /// A field that config.json may carry and recur accepts without reading it, with the reason it
@@ -73,6 +86,11 @@ class Fields {
 
   /// The field, or null when absent or null; marks it read.
   const json::Value* get(const char* name);
+  /// Whether the field is there and not null (without marking it read).
+  bool has(const char* name) const {
+    const json::Value* v = object_.find(name);
+    return v && !v->is_null();
+  }
   int integer(const char* name, int fallback, int min, int max);
   double number(const char* name, double fallback, double min, double max);
   bool boolean(const char* name, bool fallback);

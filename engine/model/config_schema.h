@@ -2,14 +2,17 @@
 // ModelConfig or in the family's own config struct), its type, default and range, and for a
 // field recur does not read, the reason it changes nothing at inference or the one value it is
 // accepted at. One table drives reading (through Fields, whose messages name the key and the
-// file), writing config.json (to_json, in the table's order) and make-model's options.
-// docs/adding-a-model.md, "The configuration", shows a family's table.
+// file), writing config.json (to_json, in the table's order) and make-model's options. An object
+// nested in config.json (Qwen3.5's text_config) is a table of its own inside the table; a
+// default computed from other fields (a width from hidden_size) is a function of those read or
+// made before it. docs/adding-a-model.md, "The configuration", shows a family's table.
 #pragma once
 
 #include <fmt/format.h>
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -23,7 +26,11 @@ namespace recur::model {
 
 /// What the table says of one field, for make-model's help, the docs and the tests.
 struct FieldSpec {
-  enum class Type { kInteger, kNumber, kBoolean, kString, kAccepted };
+  enum class Type {
+    kInteger, kNumber, kBoolean, kString, kAccepted,
+    kObject,     // an object nested in config.json: `members` are its fields
+    kStructure,  // a list or object the family reads and writes in its own code (custom())
+  };
   const char* key = "";
   Type type = Type::kAccepted;
   double min = 0, max = 0;           // kInteger, kNumber: the values read
@@ -34,6 +41,8 @@ struct FieldSpec {
   const char* reason = nullptr;
   const char* option = nullptr;  // make-model's --option that sets it, or null
   bool written = true;           // to_json writes it (when its condition holds)
+  bool derived = false;          // its default is computed from other fields (default_from)
+  std::vector<FieldSpec> members;  // kObject: the nested object's fields
 };
 
 /// A field's make-model option: how `recur make-model --name` sets it.
@@ -44,6 +53,10 @@ struct MakeField {
   bool flag_value = true;
   const char* fallback = "";  // a value option's default ("": none, the field is left out)
   double max = 0;             // a value option's largest value (0: the field's)
+  /// One of the options the tool itself declares (vocab, hidden, layers, heads, intermediate,
+  /// tie-embeddings): always read, never listed among the family's.
+  bool common = false;
+  bool zero_is_default = false;  // 0 means "not given" (--intermediate 0: the family's rule)
 };
 
 /// F: the family's config struct (a FamilyConfig). A field lives in ModelConfig (vocab_size,
@@ -52,6 +65,10 @@ template <class F>
 class Schema {
  public:
   using When = std::function<bool(const ModelConfig&, const F&)>;
+  /// A value computed from the fields read (or made) before it.
+  using Derive = std::function<double(const ModelConfig&, const F&)>;
+  /// A field's value from its make-model option's (a head size to a ratio of widths).
+  using Convert = std::function<double(double option, const ModelConfig&, const F&)>;
 
   /// An integer field in [min, max].
   template <class O>
@@ -61,8 +78,10 @@ class Schema {
     e.spec.max = max;
     e.read = [=](Fields& f, ModelConfig& c, F& g) { at<O>(c, g).*member = f.integer(key, fallback, min, max); };
     e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) { w.number(key, at<O>(c, g).*member); };
-    e.make = [=](const MakeOptions& o, const char* name, double option_max) {
-      return config_number(double(o.integer(name, min, option_max > 0 ? std::int64_t(option_max) : max)));
+    e.assign = [=](ModelConfig& c, F& g, double v) { at<O>(c, g).*member = int(v); };
+    e.option_value = [=](const MakeOptions& o, const MakeField& m) {
+      return double(o.integer(m.name, m.zero_is_default ? 0 : min,
+                              m.max > 0 ? std::int64_t(m.max) : max));
     };
     return add(std::move(e));
   }
@@ -74,8 +93,9 @@ class Schema {
     e.spec.max = max;
     e.read = [=](Fields& f, ModelConfig& c, F& g) { at<O>(c, g).*member = f.number(key, fallback, min, max); };
     e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) { w.number(key, at<O>(c, g).*member); };
-    e.make = [=](const MakeOptions& o, const char* name, double option_max) {
-      return config_number(o.real(name, min, option_max > 0 ? option_max : max));
+    e.assign = [=](ModelConfig& c, F& g, double v) { at<O>(c, g).*member = v; };
+    e.option_value = [=](const MakeOptions& o, const MakeField& m) {
+      return o.real(m.name, min, m.max > 0 ? m.max : max);
     };
     return add(std::move(e));
   }
@@ -85,6 +105,7 @@ class Schema {
     Entry e = entry(key, FieldSpec::Type::kBoolean, config_bool(fallback));
     e.read = [=](Fields& f, ModelConfig& c, F& g) { at<O>(c, g).*member = f.boolean(key, fallback); };
     e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) { w.boolean(key, at<O>(c, g).*member); };
+    e.assign = [=](ModelConfig& c, F& g, double v) { at<O>(c, g).*member = v != 0; };
     return add(std::move(e));
   }
   /// A field whose string names a value of the member's type: `names` pairs each value with its
@@ -107,7 +128,7 @@ class Schema {
     e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) {
       w.string(key, name_of(names, at<O>(c, g).*member));
     };
-    e.make = [=](const MakeOptions& o, const char* name, double) { return json::quote(o.str(name)); };
+    e.option_text = [](const MakeOptions& o, const char* name) { return json::quote(o.str(name)); };
     return add(std::move(e));
   }
   /// A field read as one string value, the only one this layout has (hidden_act "sqrelu"):
@@ -163,6 +184,46 @@ class Schema {
     e.write = [=](FieldWriter& w, const ModelConfig&, const F&) { w.add(key, json_text); };
     return add(std::move(e));
   }
+  /// An object nested in config.json whose fields are `fields`' (Qwen3.5's text_config, a
+  /// rope_parameters): read when present (messages name its fields "key.field", and a field it
+  /// does not declare is refused, `unknown` ending the message), written on one line, and its
+  /// make-model options made inside it.
+  Schema& object(const char* key, Schema fields, const char* unknown) {
+    Entry e = entry(key, FieldSpec::Type::kObject, "");
+    e.spec.members = fields.fields();
+    e.nested = std::make_shared<const Schema>(std::move(fields));
+    const std::shared_ptr<const Schema> inner = e.nested;
+    e.read = [=](Fields& f, ModelConfig& c, F& g) {
+      const json::Value* v = f.get(key);
+      if (!v) return;
+      if (!v->is_object())
+        config_fail(f.source(), "{} is {}, expected an object", f.name(key), describe_json(*v));
+      Fields own(*v, f.source(), f.name(key));
+      inner->read(own, c, g);
+      own.reject_unknown(unknown);
+    };
+    e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) {
+      FieldWriter own;
+      inner->write(own, c, g);
+      if (!own.empty()) w.add(key, own.object());
+    };
+    return add(std::move(e));
+  }
+  /// A field whose value is a structure (a list of layer kinds, a list of objects) the family
+  /// reads and writes in its own functions, in the table's place; either may be null.
+  Schema& custom(const char* key, std::function<void(Fields&, ModelConfig&, F&)> read,
+                 std::function<void(FieldWriter&, const ModelConfig&, const F&)> write) {
+    Entry e = entry(key, FieldSpec::Type::kStructure, "");
+    e.read = std::move(read);
+    e.write = std::move(write);
+    e.spec.written = e.write != nullptr;
+    return add(std::move(e));
+  }
+  /// Every field of `other`, in its order (fields two layouts share, at different places).
+  Schema& include(const Schema& other) {
+    entries_.insert(entries_.end(), other.entries_.begin(), other.entries_.end());
+    return *this;
+  }
 
   // Modifiers of the field declared last.
   /// Read and written only when `when` holds (another layout of the family has other fields);
@@ -189,6 +250,13 @@ class Schema {
     last().read = nullptr;
     return *this;
   }
+  /// When config.json does not give the field (an integer, number or boolean), its value is
+  /// `value` of the fields read before it (fla's num_v_heads: num_heads) instead of the default.
+  Schema& default_from(Derive value) {
+    last().read_default = std::move(value);
+    last().spec.derived = true;
+    return *this;
+  }
   /// Written as this JSON text whatever was read (a kernel choice fla records: "fused_chunk").
   Schema& written_as(std::string json_text) {
     const char* key = last().spec.key;
@@ -204,18 +272,49 @@ class Schema {
     last().make_field = MakeField{name, help, false, true, fallback, max};
     return *this;
   }
+  /// make-model's --name sets the field when given; otherwise its value is `derived` of the
+  /// fields made before it (a width from hidden_size). `to_field`, when set, turns the option's
+  /// value (given or derived) into the field's (a head size into fla's expand_v).
+  Schema& option(const char* name, const char* help, Derive derived, Convert to_field = nullptr) {
+    option(name, help);
+    last().make_default = std::move(derived);
+    last().make_convert = std::move(to_field);
+    return *this;
+  }
+  /// One of make-model's common options (--vocab, --hidden, --layers, --heads, --intermediate)
+  /// sets the field; with `zero_is_default`, its 0 leaves the field to `derived` (when set) or
+  /// out of config.json.
+  Schema& common_option(const char* name, bool zero_is_default = false, Derive derived = nullptr) {
+    option(name, "");
+    last().make_field.common = true;
+    last().make_field.zero_is_default = zero_is_default;
+    last().make_default = std::move(derived);
+    return *this;
+  }
   /// make-model's --name is a flag that sets the boolean field to `value`.
   Schema& flag(const char* name, const char* help, bool value = true) {
     last().spec.option = name;
     last().make_field = MakeField{name, help, true, value};
-    last().make = [value](const MakeOptions&, const char*, double) { return config_bool(value); };
+    return *this;
+  }
+  /// make-model's common flag --name (--tie-embeddings) sets the boolean field.
+  Schema& common_flag(const char* name) {
+    flag(name, "");
+    last().make_field.common = true;
     return *this;
   }
 
   /// Reads every field the table declares, in its order.
   void read(Fields& f, ModelConfig& c, F& g) const {
-    for (const Entry& e : entries_)
-      if (e.read && (!e.when || e.when(c, g))) e.read(f, c, g);
+    for (const Entry& e : entries_) {
+      if (!e.read || (e.when && !e.when(c, g))) continue;
+      if (e.read_default && !f.has(e.spec.key)) {
+        f.get(e.spec.key);  // a null is read too
+        e.assign(c, g, e.read_default(c, g));
+      } else {
+        e.read(f, c, g);
+      }
+    }
   }
   /// Writes every written field, in the table's order.
   void write(FieldWriter& w, const ModelConfig& c, const F& g) const {
@@ -226,26 +325,25 @@ class Schema {
   /// make-model's options of the fields that have one, each serving `archs` (empty: all).
   std::vector<MakeOption> make_options(const std::vector<std::string>& archs = {}) const {
     std::vector<MakeOption> out;
-    for (const Entry& e : entries_)
-      if (e.make_field.name)
-        out.push_back({e.make_field.name, e.make_field.flag ? nullptr : e.make_field.fallback,
-                       e.make_field.help, e.make_field.flag, archs});
-    return out;
-  }
-  /// config.json's text of the fields whose make-model option is given, as `"key": value`
-  /// items joined by ", " (the family adds model_type and the shape).
-  std::string make_fields(const MakeOptions& o) const {
-    std::string out;
     for (const Entry& e : entries_) {
+      if (e.nested)
+        for (auto& o : e.nested->make_options(archs)) out.push_back(std::move(o));
       const MakeField& m = e.make_field;
-      if (!m.name || !e.make) continue;
-      if (m.flag ? !o.flag(m.name) : !o.given(m.name) && !*m.fallback) continue;
-      out += fmt::format("{}\"{}\": {}", out.empty() ? "" : ", ", e.spec.key,
-                         e.make(o, m.name, m.max));
+      if (m.name && !m.common)
+        out.push_back({m.name, m.flag ? nullptr : m.fallback, m.help, m.flag, archs});
     }
     return out;
   }
-  /// Every field, in the table's order.
+  /// config.json's text of the fields make-model's options set (given, defaulted or derived), as
+  /// `"key": value` items joined by ", " (the family adds model_type).
+  std::string make_fields(const MakeOptions& o) const {
+    ModelConfig c;
+    F g;
+    FieldWriter w;
+    make(o, c, g, w);
+    return w.items();
+  }
+  /// Every field, in the table's order (an object's fields as its members).
   std::vector<FieldSpec> fields() const {
     std::vector<FieldSpec> out;
     for (const Entry& e : entries_) out.push_back(e.spec);
@@ -258,9 +356,49 @@ class Schema {
     When when, write_when;
     std::function<void(Fields&, ModelConfig&, F&)> read;
     std::function<void(FieldWriter&, const ModelConfig&, const F&)> write;
-    std::function<std::string(const MakeOptions&, const char*, double)> make;
+    std::shared_ptr<const Schema> nested;  // an object's own table
+    // A number's, integer's or boolean's member set from a derived or made value.
+    std::function<void(ModelConfig&, F&, double)> assign;
+    Derive read_default, make_default;
+    Convert make_convert;
+    // make-model's value of a numeric option, or the JSON text of a string one.
+    std::function<double(const MakeOptions&, const MakeField&)> option_value;
+    std::function<std::string(const MakeOptions&, const char*)> option_text;
     MakeField make_field{nullptr, nullptr};
   };
+
+  // Writes into `w` the fields make-model's options set, and into c and g the numbers among
+  // them, which later derived defaults read.
+  void make(const MakeOptions& o, ModelConfig& c, F& g, FieldWriter& w) const {
+    for (const Entry& e : entries_) {
+      if (e.nested) {
+        FieldWriter own;
+        e.nested->make(o, c, g, own);
+        if (!own.empty()) w.add(e.spec.key, own.object());
+        continue;
+      }
+      const MakeField& m = e.make_field;
+      if (!m.name) continue;
+      if (m.flag) {
+        if (!o.flag(m.name)) continue;
+        e.assign(c, g, m.flag_value);
+        w.boolean(e.spec.key, m.flag_value);
+        continue;
+      }
+      const bool read_option = m.common || o.given(m.name) || *m.fallback;
+      if (e.option_text) {
+        if (read_option) w.add(e.spec.key, e.option_text(o, m.name));
+        continue;
+      }
+      double value = read_option ? e.option_value(o, m) : 0;
+      const bool set = read_option && !(m.zero_is_default && value == 0);
+      if (!set && !e.make_default) continue;
+      if (!set) value = e.make_default(c, g);
+      if (e.make_convert) value = e.make_convert(value, c, g);
+      e.assign(c, g, value);
+      w.number(e.spec.key, value);
+    }
+  }
 
   // The object a member pointer of O points into: the configuration or the family's fields.
   template <class O, class C, class G>

@@ -184,6 +184,11 @@ const WeightSource& as_named_by_table(const ModelConfig& config, const WeightSou
 std::string known_model_types();
 /// Every family, in the registry's order.
 std::vector<const Family*> families();
+/// Adds a family beside the built-in ones (engine/models/registry.cpp), for a family kept outside
+/// engine/models/: the toy family of tests/conformance/toy_family.cpp, which
+/// docs/adding-a-model.md walks through. Call it before any model is read (it is not
+/// synchronised with readers); std::logic_error when one of its model_types() is taken.
+void register_family(const Family& family);
 /// The family whose make-model --arch is `arch`, or null.
 const Family* family_for_arch(const std::string& arch);
 

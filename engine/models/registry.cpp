@@ -14,8 +14,9 @@
 namespace recur::model {
 namespace {
 
-const Family* const* families_list() {
-  static const Family* const list[] = {
+// The families built in, then any registered at run time (register_family).
+std::vector<const Family*>& families_list() {
+  static std::vector<const Family*> list = {
       &models::linear_family(),
       &models::based_family(),
       &models::fla_family(),
@@ -24,7 +25,6 @@ const Family* const* families_list() {
       &models::lfm2_family(),
       &models::mamba2_family(),
       &models::granite_family(),
-      nullptr,
   };
   return list;
 }
@@ -60,9 +60,9 @@ std::string type_of(const ModelConfig& c) {
 }
 
 const Family* family_named(const std::string& type) {
-  for (const Family* const* f = families_list(); *f; ++f)
-    for (const auto& t : (*f)->model_types())
-      if (t == type) return *f;
+  for (const Family* f : families_list())
+    for (const auto& t : f->model_types())
+      if (t == type) return f;
   return nullptr;
 }
 
@@ -74,36 +74,40 @@ const Family& family_of(const ModelConfig& c) {
 }
 
 const Family* family_reading(const std::string& type, const json::Value& root) {
-  for (const Family* const* f = families_list(); *f; ++f)
-    if ((*f)->reads(type, root)) return *f;
+  for (const Family* f : families_list())
+    if (f->reads(type, root)) return f;
   return nullptr;
 }
 
-std::vector<const Family*> families() {
-  std::vector<const Family*> out;
-  for (const Family* const* f = families_list(); *f; ++f) out.push_back(*f);
-  return out;
+std::vector<const Family*> families() { return families_list(); }
+
+void register_family(const Family& family) {
+  for (const auto& type : family.model_types())
+    if (const Family* other = family_named(type))
+      throw std::logic_error(fmt::format("[register_family] model_type '{}' of {} is {}'s already",
+                                         type, family.name(), other->name()));
+  families_list().push_back(&family);
 }
 
 const Family* family_for_arch(const std::string& arch) {
-  for (const Family* const* f = families_list(); *f; ++f)
-    for (const auto& a : (*f)->make_model_archs())
-      if (a == arch) return *f;
+  for (const Family* f : families_list())
+    for (const auto& a : f->make_model_archs())
+      if (a == arch) return f;
   return nullptr;
 }
 
 ModelConfig config_from_weights(const WeightSource& weights, const std::string& source) {
-  for (const Family* const* f = families_list(); *f; ++f)
-    if (auto c = (*f)->config_from_weights(weights, source)) return *c;
+  for (const Family* f : families_list())
+    if (auto c = f->config_from_weights(weights, source)) return *c;
   throw FormatError("[Model] " + source + ": no config.json, and the tensors are no bare "
                     "checkpoint recur reads (BlinkDL's RWKV-7 .pth: emb.weight, blocks.0.att.r_k, ...)");
 }
 
 std::string known_model_types() {
   std::vector<std::string> types, also;
-  for (const Family* const* f = families_list(); *f; ++f) {
-    for (const auto& t : (*f)->model_types()) types.push_back(t);
-    if (*(*f)->also_reads()) also.push_back((*f)->also_reads());
+  for (const Family* f : families_list()) {
+    for (const auto& t : f->model_types()) types.push_back(t);
+    if (*f->also_reads()) also.push_back(f->also_reads());
   }
   for (const auto& a : also) types.push_back(a);
   if (types.size() > 1) types.back() = "and " + types.back();

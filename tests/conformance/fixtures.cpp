@@ -166,6 +166,13 @@ const std::vector<Fixture>& fixtures() {
            "tie_word_embeddings": true})",
        {{"\"position_embedding_type\": \"rope\"", "\"position_embedding_type\": \"alibi\"",
          "position_embedding_type"}}},
+
+      // The toy family docs/adding-a-model.md walks through (tests/conformance/toy_family.cpp,
+      // registered by the suite itself).
+      {"toy_conv: a short convolution between projections, then a SwiGLU MLP",
+       R"({"model_type": "toy_conv", "vocab_size": 97, "hidden_size": 32,
+           "num_hidden_layers": 2, "conv_kernel": 3, "intermediate_size": 48})",
+       {{"\"conv_kernel\": 3", "\"conv_kernel\": 0", "conv_kernel"}}},
   };
   return list;
 }
