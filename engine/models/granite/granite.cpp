@@ -13,7 +13,7 @@
 #include "model/config_fields.h"
 #include "model/loader.h"
 #include "model/model_impl.h"
-#include "layers/sequence.h"
+#include "layers/attention.h"
 #include "layers/ssd_mixer.h"
 #include "models/registry.h"
 #include "recur/causal_attention.h"
@@ -244,25 +244,20 @@ std::string layer(int i) { return "model.layers." + std::to_string(i) + "."; }
 // ---------------------------------------------------------------------------------------------
 // The layer stack.
 
-struct AttentionLayer {
-  int H = 0, Hkv = 0, d = 0;
-  Dense q, k, v, o;
-  std::unique_ptr<CausalAttention> attention;
-};
-
 struct Layer {
   bool attention = false;
   Norm mixer_norm, mlp_norm;
   model::SsdMixer mamba;
-  AttentionLayer attn;
+  model::AttentionLayer attn;  // no norms, no gate; rotary or no positions
   Dense gate, up, down;  // shared_mlp: input_linear's halves, output_linear
 };
 
 struct Rows : model::Scratch {
-  std::vector<float> a, g, u, q, k, v, o;
+  std::vector<float> a, g, u;
+  model::AttentionRows attn;
   model::SsdRows ssd;
   std::size_t bytes() const override {
-    return Scratch::bytes() + model::buffer_bytes({&a, &g, &u, &q, &k, &v, &o}) + ssd.bytes();
+    return Scratch::bytes() + model::buffer_bytes({&a, &g, &u}) + attn.bytes() + ssd.bytes();
   }
 };
 
@@ -275,9 +270,7 @@ class Network final : public model::Network {
 
   std::unique_ptr<model::LayerState> make_state(std::size_t layer) const override {
     const Layer& l = layers_[layer];
-    if (l.attention)
-      return std::make_unique<model::MixerState<CausalState>>(l.attn.attention->make_state(),
-                                                              MixerKind::kAttention);
+    if (l.attention) return l.attn.make_state();
     return model::make_ssd_state(l.mamba);
   }
 
@@ -292,10 +285,7 @@ class Network final : public model::Network {
         w->ssd.grow(rows, l.mamba.spec);
         continue;
       }
-      const auto hd = n * std::size_t(l.attn.H) * std::size_t(l.attn.d);
-      const auto kv = n * std::size_t(l.attn.Hkv) * std::size_t(l.attn.d);
-      for (auto* b : {&w->q, &w->o}) if (b->size() < hd) b->assign(hd, 0.0f);
-      for (auto* b : {&w->k, &w->v}) if (b->size() < kv) b->assign(kv, 0.0f);
+      w->attn.fit(l.attn, rows);
     }
     return w;
   }
@@ -308,13 +298,9 @@ class Network final : public model::Network {
       const Layer& L = layers_[li];
       L.mixer_norm.apply(w.x.data(), n, d, w.h.data(), d);
       if (L.attention) {
-        const AttentionLayer& A = L.attn;
-        const int hd = A.H * A.d, kv = A.Hkv * A.d;
-        A.q.apply(w.h.data(), n, d, w.q.data(), hd, threads);
-        A.k.apply(w.h.data(), n, d, w.k.data(), kv, threads);
-        A.v.apply(w.h.data(), n, d, w.v.data(), kv, threads);
+        model::attention_inputs(L.attn, w.h.data(), n, d, w.attn, threads);
         attend(li, 0, threads);
-        A.o.apply(w.o.data(), n, hd, w.a.data(), d, threads);
+        model::attention_output(L.attn, w.attn, n, w.a.data(), d, threads);
       } else {
         model::ssd_project(L.mamba, w.h.data(), n, w.ssd, threads);
         attend(li, 0, threads);
@@ -339,11 +325,7 @@ class Network final : public model::Network {
     if (!L.attention)
       return model::ssd_sequence(L.mamba, static_cast<model::SsdState&>(state), w.ssd, first,
                                  count, threads);
-    const AttentionLayer& A = L.attn;
-    const std::size_t r = std::size_t(first), hd = std::size_t(A.H * A.d),
-                      kv = std::size_t(A.Hkv * A.d);
-    model::attend(*A.attention, model::state_of<CausalState>(state), w.q.data() + r * hd,
-                  w.k.data() + r * kv, w.v.data() + r * kv, w.o.data() + r * hd, count, threads);
+    model::attention_sequence(L.attn, state, w.attn, first, count, threads);
   }
 
   void clear_sequence(std::size_t layer, int, model::Scratch& scratch, int first,
@@ -351,9 +333,7 @@ class Network final : public model::Network {
     Rows& w = static_cast<Rows&>(scratch);
     const Layer& L = layers_[layer];
     if (!L.attention) return model::ssd_clear(L.mamba, w.ssd, first, count);
-    const auto width = std::size_t(L.attn.H) * std::size_t(L.attn.d);
-    std::fill(w.o.data() + std::size_t(first) * width, w.o.data() + std::size_t(first + count) * width,
-              0.0f);
+    model::attention_clear(L.attn, w.attn, first, count);
   }
 
   std::size_t weight_bytes() const override {
@@ -402,7 +382,7 @@ void load(const ModelConfig& c, model::Loader& L, Model::Impl& impl) {
     l.attention = c.mixers[std::size_t(i)] == MixerKind::kAttention;
     l.mixer_norm = rms(p + "input_layernorm.weight");
     if (l.attention) {
-      AttentionLayer& A = l.attn;
+      model::AttentionLayer& A = l.attn;
       A.H = g.n_heads;
       A.Hkv = g.n_kv_heads;
       A.d = hd;
