@@ -11,6 +11,8 @@
 
 #include "model/config_schema.h"
 #include "model/family.h"
+#include "support/given_options.h"
+#include "support/io_files.h"
 #include "recur/error.h"
 #include "util/json.h"
 #include "recur/model.h"
@@ -119,20 +121,6 @@ std::pair<ModelConfig, ToyConfig> read_toy(const std::string& text) {
   return read_by(toy_schema(), text);
 }
 
-// Checks that `read` refuses `text` with a FormatError naming toy.json and every one of `parts`.
-template <class Read>
-void check_refused(const Read& read, const std::string& text, const std::vector<std::string>& parts) {
-  INFO(text);
-  try {
-    read(text);
-    FAIL("accepted");
-  } catch (const FormatError& e) {
-    const std::string msg = e.what();
-    INFO(msg);
-    CHECK_THAT(msg, Contains("toy.json"));
-    for (const auto& p : parts) CHECK_THAT(msg, Contains(p));
-  }
-}
 
 std::string write_toy(const ModelConfig& c, const ToyConfig& g) {
   recur::model::FieldWriter w;
@@ -150,8 +138,10 @@ TEST_CASE("a schema reads its fields with their defaults, and refuses by key and
   CHECK(g.ratio == 2.5);
   CHECK(g.mode == ToyConfig::Mode::kFancy);
   CHECK(c.intermediate_size == 7);
-  const auto refused = [](const std::string& text, const std::vector<std::string>& parts) {
-    check_refused(read_toy, text, parts);
+  const auto refused = [](const std::string& text, std::vector<std::string> parts) {
+    INFO(text);
+    parts.push_back("toy.json");
+    recur::testing::expect_format_error([&] { read_toy(text); }, parts);
   };
   // Out of range, of the wrong type, a name not among the choices, unknown.
   refused(R"({"rank": 65})", {"rank is 65", "1 to 64"});
@@ -335,8 +325,10 @@ TEST_CASE("a schema reads a nested object's fields, names them by their path, an
   // A nested object without its field keeps the outer one's value (default_from).
   CHECK(read_nested(R"({"text_config": {"theta": 500, "rope": {}}})").second.theta == 500);
   CHECK(read_nested(R"({"text_config": {"theta": 500, "rope": {"theta": null}}})").second.theta == 500);
-  const auto refused = [](const std::string& text, const std::vector<std::string>& parts) {
-    check_refused(read_nested, text, parts);
+  const auto refused = [](const std::string& text, std::vector<std::string> parts) {
+    INFO(text);
+    parts.push_back("toy.json");
+    recur::testing::expect_format_error([&] { read_nested(text); }, parts);
   };
   refused(R"({"text_config": {"heads": 65}})", {"text_config.heads is 65", "1 to 64"});
   refused(R"({"text_config": {"rope": {"theta": 0.5}}})", {"text_config.rope.theta is 0.5"});
@@ -354,41 +346,8 @@ TEST_CASE("a schema reads a nested object's fields, names them by their path, an
   CHECK(fields[1].members[2].derived);
 }
 
-namespace {
-
-// make-model's options as given on a command line: the values named, the tool's defaults for
-// the common ones.
-class GivenOptions final : public recur::model::MakeOptions {
- public:
-  explicit GivenOptions(std::vector<std::pair<std::string, std::string>> given)
-      : given_(std::move(given)) {}
-  bool given(const char* name) const override { return find(name) != nullptr; }
-  bool flag(const char* name) const override { return given(name); }
-  std::int64_t integer(const char* name, std::int64_t min, std::int64_t max) const override {
-    const std::int64_t v = std::stoll(text(name));
-    if (v < min || v > max) throw recur::ArgumentError(std::string("--") + name + " out of range");
-    return v;
-  }
-  double real(const char* name, double, double) const override { return std::stod(text(name)); }
-  std::string str(const char* name) const override { return text(name); }
-
- private:
-  const std::string* find(const std::string& name) const {
-    for (const auto& [n, v] : given_)
-      if (n == name) return &v;
-    return nullptr;
-  }
-  std::string text(const std::string& name) const {
-    if (const std::string* v = find(name)) return *v;
-    if (name == "hidden") return "64";
-    if (name == "heads") return "4";
-    if (name == "intermediate") return "0";
-    return "";
-  }
-  std::vector<std::pair<std::string, std::string>> given_;
-};
-
-}  // namespace
+using recur::testing::GivenOptions;
+using Given = GivenOptions::Values;
 
 TEST_CASE("make-model's options derive their defaults from the fields made before them",
           "[model][config][schema]") {
@@ -401,10 +360,10 @@ TEST_CASE("make-model's options derive their defaults from the fields made befor
   CHECK(schema.make_fields(GivenOptions({})) ==
         "\"text_config\": {\"hidden_size\": 64, \"heads\": 4, \"kv_heads\": 4, \"head_dim\": 16, "
         "\"ratio\": 2, \"intermediate_size\": 192}");
-  CHECK(schema.make_fields(GivenOptions({{"hidden", "96"}, {"heads", "3"}, {"width", "8"},
+  CHECK(schema.make_fields(GivenOptions(Given{{"hidden", "96"}, {"heads", "3"}, {"width", "8"},
                                          {"kv", "1"}, {"intermediate", "40"}})) ==
         "\"text_config\": {\"hidden_size\": 96, \"heads\": 3, \"kv_heads\": 1, \"head_dim\": 32, "
         "\"ratio\": 0.25, \"intermediate_size\": 40}");
   // A given option is range-checked as its field.
-  CHECK_THROWS_AS(schema.make_fields(GivenOptions({{"kv", "65"}, {"heads", "4"}})), recur::ArgumentError);
+  CHECK_THROWS_AS(schema.make_fields(GivenOptions(Given{{"kv", "65"}})), recur::ArgumentError);
 }

@@ -5,7 +5,7 @@
 // in the state's size; the family's config refusals; a partial rotary. What every family must do
 // (exactness across chunks, threads, instruction sets and batches, saved states, quantization,
 // refusals of tensors) is test_conformance's; the scores against the float64 reference are
-// tests/gdn_model_test.sh's.
+// tests/model_test.sh's (gdn, with tests/gdn/suite.sh).
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -16,10 +16,14 @@
 #include <vector>
 
 #include "model/model_impl.h"
+#include "models/gdn/gdn.h"
 #include "recur/causal_attention.h"
 #include "model/random_weights.h"
 #include "recur/error.h"
 #include "recur/model.h"
+#include "support/given_options.h"
+#include "support/io_files.h"
+#include "util/file.h"
 
 namespace {
 
@@ -50,6 +54,17 @@ const char* const kQwenHybrid = R"({
     "rope_parameters": {"rope_type": "default", "rope_theta": 10000000,
                         "partial_rotary_factor": 0.25, "mrope_section": [1, 1, 0],
                         "mrope_interleaved": true}}})";
+
+// The same text model as Qwen3.5's text-only config.json (model_type qwen3_5_text), with the
+// older rope_scaling and top-level rotary fields, and no layer_types (every 2nd layer full).
+const char* const kQwenText = R"({
+  "model_type": "qwen3_5_text", "vocab_size": 96, "hidden_size": 32, "intermediate_size": 48,
+  "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+  "rms_norm_eps": 1e-5, "hidden_act": "swish", "full_attention_interval": 2,
+  "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 24,
+  "linear_value_head_dim": 16, "tie_word_embeddings": true, "rope_theta": 5000,
+  "partial_rotary_factor": 0.5, "rope_scaling": {"type": "mrope", "mrope_section": [1, 1, 0]},
+  "eos_token_id": [3, 4]})";
 
 // fla's gated_deltanet with a softmax layer at 1, no convolutions, no gate, allow_neg_eigval.
 const char* const kFlaHybrid = R"({
@@ -297,4 +312,186 @@ TEST_CASE("attention's rotary over all of d_head is the default, and a partial r
   CHECK_THROWS_AS(recur::CausalAttention(bad), ArgumentError);
   bad.rotary_dim = 18;
   CHECK_THROWS_WITH(recur::CausalAttention(bad), Contains("rotary_dim"));
+}
+
+namespace {
+
+using recur::models::gdn::GdnConfig;
+
+// Every field of the family's part of two configurations agrees.
+void check_same(const ModelConfig& a, const ModelConfig& b) {
+  const GdnConfig& g = recur::models::gdn::config_of(a);
+  const GdnConfig& h = recur::models::gdn::config_of(b);
+  CHECK(b.model_type() == a.model_type());
+  CHECK(b.vocab_size == a.vocab_size);
+  CHECK(b.hidden_size == a.hidden_size);
+  CHECK(b.intermediate_size == a.intermediate_size);
+  CHECK(b.num_hidden_layers == a.num_hidden_layers);
+  CHECK(b.norm_eps == a.norm_eps);
+  CHECK(b.tie_word_embeddings == a.tie_word_embeddings);
+  CHECK(b.eos_token_ids == a.eos_token_ids);
+  CHECK(b.mixers == a.mixers);
+  CHECK(h.layout == g.layout);
+  CHECK(h.n_k_heads == g.n_k_heads);
+  CHECK(h.n_v_heads == g.n_v_heads);
+  CHECK(h.d_k == g.d_k);
+  CHECK(h.d_v == g.d_v);
+  CHECK(h.conv_size == g.conv_size);
+  CHECK(h.use_conv == g.use_conv);
+  CHECK(h.use_gate == g.use_gate);
+  CHECK(h.allow_neg_eigval == g.allow_neg_eigval);
+  CHECK(h.qk_activation == g.qk_activation);
+  CHECK(h.qk_sum_norm == g.qk_sum_norm);
+  CHECK(h.use_beta == g.use_beta);
+  CHECK(h.n_heads == g.n_heads);
+  CHECK(h.n_kv_heads == g.n_kv_heads);
+  CHECK(h.head_dim == g.head_dim);
+  CHECK(h.partial_rotary_factor == g.partial_rotary_factor);
+  CHECK(h.rope_theta == g.rope_theta);
+  CHECK(h.max_position_embeddings == g.max_position_embeddings);
+  CHECK(h.attn.specs.size() == g.attn.specs.size());
+}
+
+std::string published_qwen() {
+  const auto text = recur::detail::read_file(std::string(RECUR_PUBLISHED_FIXTURES) +
+                                             "/qwen3.5-0.8b/config.json");
+  REQUIRE(text);
+  return *text;
+}
+
+}  // namespace
+
+TEST_CASE("every Gated DeltaNet layout's config.json, written and read again, is the same "
+          "configuration", "[gdn][config]") {
+  const std::vector<std::pair<const char*, std::string>> forms = {
+      {"qwen3_5", kQwenHybrid}, {"qwen3_5_text", kQwenText}, {"gated_deltanet", kFlaHybrid},
+      {"delta_net", kFlaDelta}, {"published Qwen3.5-0.8B", published_qwen()},
+      // The defaults alone.
+      {"qwen3_5 defaults", R"({"model_type": "qwen3_5", "text_config": {}})"},
+      {"gated_deltanet defaults", R"({"model_type": "gated_deltanet"})"},
+      {"delta_net defaults", R"({"model_type": "delta_net"})"}};
+  for (const auto& [name, json] : forms) {
+    INFO(name);
+    const ModelConfig a = config(json.c_str());
+    const std::string text = a.to_json();
+    const ModelConfig b = ModelConfig::from_json(text, "written.json");
+    CHECK(b.to_json() == text);
+    check_same(a, b);
+  }
+  // What each form read, where the table's defaults and derived values decide.
+  const ModelConfig text = config(kQwenText);
+  const GdnConfig& t = recur::models::gdn::config_of(text);
+  CHECK(text.mixers == std::vector<recur::MixerKind>{recur::MixerKind::kDeltaRule,
+                                                      recur::MixerKind::kAttention,
+                                                      recur::MixerKind::kDeltaRule,
+                                                      recur::MixerKind::kAttention});
+  CHECK(t.rope_theta == 5000);  // rope_scaling gives none: the top-level value
+  CHECK(t.rotary_dim() == 8);
+  CHECK(text.eos_token_ids == std::vector<int>{3, 4});
+  CHECK(text.tie_word_embeddings);
+  const GdnConfig& fla = recur::models::gdn::config_of(config(kFlaHybrid));
+  CHECK(fla.n_v_heads == 4);
+  CHECK(fla.d_v == 16);  // head_dim 16 * expand_v 1
+  const ModelConfig plain = config(R"({"model_type": "gated_deltanet", "num_heads": 3})");
+  CHECK(recur::models::gdn::config_of(plain).n_v_heads == 3);  // num_v_heads' default: num_heads
+  CHECK(recur::models::gdn::config_of(plain).d_v == 512);      // head_dim 256 * expand_v 2
+  // text_config's eos ids count when the top level gives none; the top level's win.
+  const std::string q = kQwenHybrid;
+  const std::string with_eos = q.substr(0, q.size() - 2) + ", \"eos_token_id\": 7}}";
+  CHECK(config(with_eos.c_str()).eos_token_ids == std::vector<int>{7});
+  const std::string both = with_eos.substr(0, with_eos.size() - 1) + ", \"eos_token_id\": 5}";
+  CHECK(config(both.c_str()).eos_token_ids == std::vector<int>{5});
+}
+
+TEST_CASE("a bad Gated DeltaNet field is refused naming its key, a nested one by its path",
+          "[gdn][config]") {
+  const auto refused = [](const std::string& json, std::vector<std::string> parts) {
+    INFO(json);
+    parts.push_back("bad.json");
+    recur::testing::expect_format_error([&] { ModelConfig::from_json(json, "bad.json"); }, parts);
+  };
+  const std::string q = kQwenHybrid;
+  const auto qwen = [&](const std::string& from, const std::string& to) {
+    std::string s = q;
+    const auto at = s.find(from);
+    REQUIRE(at != std::string::npos);
+    return s.replace(at, from.size(), to);
+  };
+  refused(qwen("\"linear_num_key_heads\": 2", "\"linear_num_key_heads\": 0"),
+          {"text_config.linear_num_key_heads is 0", "1 to 65536"});
+  refused(qwen("\"head_dim\": 16", "\"head_dim\": 16.5"), {"text_config.head_dim is 16.5"});
+  refused(qwen("\"rope_theta\": 10000000", "\"rope_theta\": 1"),
+          {"text_config.rope_parameters.rope_theta is 1"});
+  refused(qwen("\"mrope_interleaved\": true", "\"mrope_interleaved\": true, \"factor\": 2"),
+          {"unknown field 'text_config.rope_parameters.factor'", "rotary embedding"});
+  refused(qwen("\"attn_output_gate\": true", "\"attn_output_gate\": false"),
+          {"text_config.attn_output_gate is false", "output gate"});
+  refused(qwen("\"mamba_ssm_dtype\": \"float32\"", "\"attention_bias\": true"),
+          {"text_config.attention_bias is true"});
+  refused(qwen("\"rms_norm_eps\": 1e-6", "\"rms_norm_eps\": 1e-6, \"eos_token_id\": 96"),
+          {"text_config.eos_token_id holds 96", "vocab_size 96"});
+  refused(qwen("\"rms_norm_eps\": 1e-6", "\"rms_norm_eps\": 1e-6, \"tie_word_embeddings\": true"),
+          {"tie_word_embeddings is false but text_config.tie_word_embeddings is true"});
+  refused(R"({"model_type": "qwen3_5", "text_config": 3})", {"without a text_config object"});
+  refused(R"({"model_type": "qwen3_5", "text_config": {}, "hidden_size": 8})",
+          {"unknown field 'hidden_size'"});
+  refused(R"({"model_type": "qwen3_5_text", "rope_parameters": []})",
+          {"rope_parameters is an array, expected an object"});
+  refused(R"({"model_type": "qwen3_5_text", "layer_types": ["mamba"], "num_hidden_layers": 1})",
+          {"layer_types holds \"mamba\""});
+  refused(R"({"model_type": "gated_deltanet", "num_v_heads": 0})", {"num_v_heads is 0"});
+  refused(R"({"model_type": "gated_deltanet", "use_gate": "yes"})",
+          {"use_gate is \"yes\"", "true or false"});
+  refused(R"({"model_type": "gated_deltanet", "hidden_act": "gelu"})",
+          {"hidden_act is 'gelu'", "swish or silu"});
+  refused(R"({"model_type": "gated_deltanet", "expand_k": 2})", {"unknown field 'expand_k'"});
+  refused(R"({"model_type": "gated_deltanet", "attnres_block_size": 4})",
+          {"attnres_block_size is 4"});
+  refused(R"({"model_type": "delta_net", "qk_activation": "tanh"})",
+          {"qk_activation is 'tanh'", "silu, relu, elu or identity"});
+  refused(R"({"model_type": "delta_net", "head_dim": 16})", {"unknown field 'head_dim'"});
+  refused(R"({"model_type": "delta_net", "hidden_size": 30, "num_heads": 4})",
+          {"hidden_size 30 * expand_k = 30 is not num_heads 4 heads"});
+}
+
+TEST_CASE("make-model's Gated DeltaNet defaults derive from the shape options", "[gdn][config]") {
+  using recur::testing::GivenOptions;
+  using Given = GivenOptions::Values;
+  const auto declared = recur::models::gdn::make_model_options();
+  const auto made = [&](const char* arch, Given given) {
+    const GivenOptions o(std::move(given), declared);
+    return ModelConfig::from_json(recur::models::gdn::make_model_config(arch, o), "made.json");
+  };
+  const ModelConfig q = made("qwen35", Given{{"hidden", "32"}, {"heads", "2"}, {"layers", "4"}});
+  const GdnConfig& g = recur::models::gdn::config_of(q);
+  CHECK(q.model_type() == "qwen3_5");
+  CHECK(q.intermediate_size == 96);  // 3 * hidden
+  CHECK(g.head_dim == 16);           // hidden / heads
+  CHECK(g.n_kv_heads == 2);          // heads
+  CHECK(g.n_k_heads == 2);           // heads
+  CHECK(g.n_v_heads == 4);           // twice the key heads
+  CHECK(g.d_k == 16);
+  CHECK(g.d_v == 16);  // the key head size
+  CHECK(q.mixers.back() == recur::MixerKind::kAttention);
+  const GdnConfig& k = recur::models::gdn::config_of(
+      made("qwen35", Given{{"hidden", "32"}, {"heads", "2"}, {"gdn-k-heads", "3"},
+                           {"gdn-head-dim", "8"}, {"intermediate", "40"}, {"text-only", ""}}));
+  CHECK(k.layout == GdnConfig::Layout::kQwen35Text);
+  CHECK(k.n_v_heads == 6);
+  CHECK(k.d_v == 8);
+  CHECK_THROWS_WITH(made("qwen35", Given{{"hidden", "30"}, {"heads", "4"}}),
+                    Contains("give --head-dim"));
+  const ModelConfig f = made("gated_deltanet", Given{{"hidden", "32"}, {"heads", "2"}});
+  const GdnConfig& h = recur::models::gdn::config_of(f);
+  CHECK(f.model_type() == "gated_deltanet");
+  CHECK(h.n_v_heads == 2);  // the key heads
+  CHECK(h.d_v == 32);       // twice the key head size
+  CHECK(f.intermediate_size == 256);  // fla's rule from hidden_ratio
+  const GdnConfig& v = recur::models::gdn::config_of(
+      made("gated_deltanet", Given{{"gdn-head-dim", "12"}, {"gdn-v-dim", "18"},
+                                   {"no-output-gate", ""}, {"gdn-no-conv", ""}}));
+  CHECK(v.expand_v == 1.5);
+  CHECK(v.d_v == 18);
+  CHECK_FALSE(v.use_gate);
+  CHECK_FALSE(v.use_conv);
 }

@@ -1,19 +1,16 @@
-// Mamba-2 (engine/models/mamba2, model/ssd_mixer): every committed fixture's logits at every
-// position against the float64 reference (tests/mamba2/expected.json); prefill gives the bytes
-// of stepping at every chunking, thread count and instruction set, batched or alone; a saved
-// state continues as one run; bad input and bad state bytes are refused with the state
-// unchanged; configs the model cannot run are refused by name; a configuration written out reads
-// back as itself.
+// Mamba-2 and its hybrids (engine/models/mamba2, granite, nemotron_h; layers/ssd_mixer): every
+// committed fixture's logits at every position against the float64 reference
+// (tests/mamba2/expected.json, tests/nemotron_h/expected.json); bad input and bad state bytes
+// are refused with the state unchanged; configs the model cannot run are refused by name; a
+// configuration written out reads back as itself. What every family must do (exactness across
+// chunks, threads, instruction sets and batches, saved states) is test_conformance's, over its
+// Mamba-2, Granite and Nemotron-H fixtures.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <fstream>
 #include <limits>
-#include <map>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -22,8 +19,7 @@
 #include "recur/error.h"
 #include "recur/gla_recurrence.h"
 #include "recur/model.h"
-#include "support/each_isa.h"
-#include "util/json.h"
+#include "support/probe_logits.h"
 
 namespace {
 
@@ -35,9 +31,9 @@ using recur::Model;
 using recur::ModelConfig;
 using recur::RandomWeights;
 using Catch::Matchers::Contains;
-namespace json = recur::json;
 
 const std::string kFixtures = RECUR_MAMBA2_FIXTURES;
+const std::string kNemotronFixtures = RECUR_NEMOTRON_H_FIXTURES;
 
 // transformers' layout: 2 groups of 2 heads of 8, state 16, biases, a clamp that bites.
 const char* const kGroups = R"({
@@ -72,6 +68,15 @@ const char* const kGraniteDense = R"({
   "position_embedding_type": "rope", "rope_theta": 10000, "mamba_n_heads": 4, "mamba_d_head": 8,
   "tie_word_embeddings": true})";
 
+// nemotron_h: every block kind (Mamba-2 in 2 groups, MLP, attention of 4 heads over 2 kv heads
+// of 12, no positions), attention and MLP biases.
+const char* const kNemotron = R"({
+  "model_type": "nemotron_h", "vocab_size": 96, "hidden_size": 16, "num_hidden_layers": 5,
+  "hybrid_override_pattern": "M-*M-", "num_attention_heads": 4, "num_key_value_heads": 2,
+  "head_dim": 12, "attention_bias": true, "intermediate_size": 40, "mlp_bias": true,
+  "mamba_num_heads": 4, "mamba_head_dim": 6, "ssm_state_size": 8, "n_groups": 2,
+  "time_step_limit": [0.0, Infinity]})";
+
 ModelConfig config(const char* text) { return ModelConfig::from_json(text, "config.json"); }
 
 std::shared_ptr<const Model> model_of(const char* text) {
@@ -89,42 +94,14 @@ std::vector<int> tokens(int n) {
   return out;
 }
 
-struct Run {
-  std::vector<float> logits;
-  std::string state;
-};
-
-Run stepped(const std::shared_ptr<const Model>& m, const std::vector<int>& ids) {
-  Decoder d(m, DecoderOptions{1, 1});
-  Run r;
-  for (const int t : ids) {
-    const auto l = d.step(t);
-    r.logits.insert(r.logits.end(), l.data(), l.data() + l.size());
+// A config.json text refused with a FormatError whose message holds every one of `parts`.
+void bad(const std::string& text, const std::vector<std::string>& parts) {
+  try {
+    ModelConfig::from_json(text, "cfg.json");
+    FAIL("accepted: " << text);
+  } catch (const FormatError& e) {
+    for (const auto& p : parts) CHECK_THAT(e.what(), Contains(p));
   }
-  r.state = d.save_bytes();
-  return r;
-}
-
-Run prefilled(const std::shared_ptr<const Model>& m, const std::vector<int>& ids, int chunk,
-              int threads) {
-  Decoder d(m, DecoderOptions{chunk, threads});
-  Run r;
-  const auto vocab = std::size_t(m->config().vocab_size);
-  d.prefill(ids, {}, [&](std::int64_t, const float* l) { r.logits.insert(r.logits.end(), l, l + vocab); });
-  r.state = d.save_bytes();
-  return r;
-}
-
-bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  REQUIRE(f);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
 }
 
 }  // namespace
@@ -139,118 +116,10 @@ constexpr double kLogitTolerance = 1e-6;
 
 TEST_CASE("every Mamba-2 fixture's logits at every position are the float64 reference's",
           "[mamba2][model][reference]") {
-  const json::Value want = json::parse(slurp(kFixtures + "/expected.json"), "expected.json",
-                                       json::ParseOptions{true});
-  std::vector<int> ids;
-  {
-    std::istringstream in(slurp(kFixtures + "/prompt_ids.txt"));
-    for (int id; in >> id;) ids.push_back(id);
-  }
+  const std::vector<int> ids = recur::testing::read_ids(kFixtures + "/prompt_ids.txt");
   REQUIRE(ids.size() == 300);
-  const auto& fixtures = want.find("fixtures")->object();
-  REQUIRE(fixtures.size() == 6);
-  for (const auto& [name, entry] : fixtures) {
-    INFO(name);
-    const auto m = Model::load(kFixtures + "/" + name);
-    const Run got = prefilled(m, ids, 64, 2);
-    const auto V = std::size_t(m->config().vocab_size);
-    const auto& probe = entry.find("probe_ids")->array();
-    const auto& logits = entry.find("probe_logits")->array();
-    const auto& scale = entry.find("logit_max_abs")->array();
-    REQUIRE(logits.size() == ids.size());
-    double worst = 0;
-    for (std::size_t t = 0; t < ids.size(); ++t)
-      for (std::size_t j = 0; j < probe.size(); ++j) {
-        const double w = logits[t].array()[j].number();
-        const double g = double(got.logits[t * V + std::size_t(probe[j].integer())]);
-        worst = std::max(worst, std::abs(g - w) / scale[t].number());
-      }
-    const double float32 = entry.find("float32_reference_normwise_error")->number();
-    INFO("largest difference over the position's largest logit: " << worst
-         << " (PyTorch in float32: " << float32 << ")");
-    CHECK(worst < std::max(kLogitTolerance, float32));
-  }
-}
-
-TEST_CASE("a Mamba-2 model's prefill gives the bytes of stepping at every chunk size, thread "
-          "count and instruction set", "[mamba2][model][exactness]") {
-  const std::vector<int> ids = tokens(150);
-  for (const char* text : {kGroups, kMambaSsm, kGranite, kGraniteDense}) {
-    const auto m = model_of(text);
-    INFO(m->config().model_type());
-    recur::test::for_each_isa([&](const std::string& isa) {
-      INFO("isa " << isa);
-      const Run want = stepped(m, ids);
-      for (const int chunk : {1, 2, 7, 64, 150})
-        for (const int threads : {1, 2, 3}) {
-          INFO("chunk " << chunk << ", threads " << threads);
-          const Run got = prefilled(m, ids, chunk, threads);
-          CHECK(same_bytes(got.logits, want.logits));
-          CHECK(got.state == want.state);
-        }
-    });
-  }
-}
-
-TEST_CASE("a Mamba-2 model gives the scalar target's bytes under every instruction set",
-          "[mamba2][model][exactness]") {
-  const std::vector<int> ids = tokens(100);
-  for (const char* text : {kGroups, kMambaSsm, kGranite}) {
-    const auto m = model_of(text);
-    std::map<std::string, Run> runs;
-    recur::test::for_each_isa([&](const std::string& isa) { runs[isa] = prefilled(m, ids, 64, 2); });
-    REQUIRE(runs.count("scalar"));
-    for (const auto& [isa, r] : runs) {
-      INFO(m->config().model_type() << " under " << isa);
-      CHECK(same_bytes(r.logits, runs["scalar"].logits));
-      CHECK(r.state == runs["scalar"].state);
-    }
-  }
-}
-
-TEST_CASE("a saved Mamba-2 state continues with the bytes of one run, and batched sequences "
-          "give the bytes of each alone", "[mamba2][model][exactness]") {
-  const std::vector<int> ids = tokens(120);
-  for (const char* text : {kGroups, kGranite}) {
-  const auto m = model_of(text);
-  INFO(m->config().model_type());
-  Decoder one(m, DecoderOptions{16, 1});
-  one.prefill(ids);
-  Decoder first(m, DecoderOptions{16, 1});
-  first.prefill(std::vector<int>(ids.begin(), ids.begin() + 77));
-  Decoder second(m, DecoderOptions{5, 2});
-  second.load_bytes(first.save_bytes(), "saved");
-  second.prefill(std::vector<int>(ids.begin() + 77, ids.end()));
-  CHECK(second.save_bytes() == one.save_bytes());
-
-  const int starts[3] = {0, 17, 40}, prompts[3] = {37, 5, 60};
-  std::vector<Decoder> alone, batched;
-  for (int s = 0; s < 3; ++s) {
-    alone.emplace_back(m, DecoderOptions{64, 1});
-    batched.emplace_back(m, DecoderOptions{64, 1});
-    alone.back().prefill(std::vector<int>(ids.begin() + starts[s], ids.begin() + starts[s] + prompts[s]));
-  }
-  recur::BatchDecoder batch(m, 2);
-  std::vector<recur::BatchDecoder::Item> items;
-  for (int s = 0; s < 3; ++s)
-    items.push_back({&batched[std::size_t(s)], ids.data() + starts[s], prompts[s]});
-  REQUIRE(batch.run(items) == 0);
-  for (int turn = 0; turn < 4; ++turn) {
-    std::vector<Decoder*> ds;
-    std::vector<int> ts;
-    for (int s = 0; s < 3; ++s) {
-      const int t = ids[std::size_t(100 + 3 * turn + s)];
-      alone[std::size_t(s)].step(t);
-      ds.push_back(&batched[std::size_t(s)]);
-      ts.push_back(t);
-    }
-    REQUIRE(batch.step(ds, ts) == 0);
-  }
-  for (int s = 0; s < 3; ++s) {
-    INFO("sequence " << s);
-    CHECK(batched[std::size_t(s)].save_bytes() == alone[std::size_t(s)].save_bytes());
-  }
-  }
+  recur::testing::check_reference_fixtures(kFixtures, ids, 6, kLogitTolerance);
+  recur::testing::check_reference_fixtures(kNemotronFixtures, ids, 2, kLogitTolerance);
 }
 
 TEST_CASE("a Mamba-2 state is fixed in size and refuses bytes of another shape, a NaN or "
@@ -289,14 +158,6 @@ TEST_CASE("a Mamba-2 state is fixed in size and refuses bytes of another shape, 
 }
 
 TEST_CASE("a Mamba-2 config the model cannot run is refused, naming the field", "[mamba2][config]") {
-  const auto bad = [](const std::string& text, const std::vector<std::string>& parts) {
-    try {
-      ModelConfig::from_json(text, "cfg.json");
-      FAIL("accepted: " << text);
-    } catch (const FormatError& e) {
-      for (const auto& p : parts) CHECK_THAT(e.what(), Contains(p));
-    }
-  };
   const std::string base = R"("model_type": "mamba2", "hidden_size": 16, "num_hidden_layers": 1, )"
                            R"("vocab_size": 32, "state_size": 8, "n_groups": 1, "head_dim": 8)";
   bad("{" + base + R"(, "num_heads": 3})", {"num_heads 3", "expand"});
@@ -332,8 +193,91 @@ TEST_CASE("a Mamba-2 config the model cannot run is refused, naming the field", 
   bad("{" + granite + R"(, "num_local_experts": 0, "layer_types": ["mamba", "attention"], "rope_scaling": {"type": "linear"}})", {"rope_scaling"});
 }
 
+TEST_CASE("a Nemotron-H config the model cannot run is refused, naming the field",
+          "[mamba2][nemotron_h][config]") {
+  const std::string base = R"("model_type": "nemotron_h", "hidden_size": 16, "vocab_size": 32, )"
+                           R"("num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8, )"
+                           R"("mamba_num_heads": 4, "mamba_head_dim": 8, "ssm_state_size": 8, )"
+                           R"("n_groups": 2, "intermediate_size": 32)";
+  const auto with = [&](const std::string& more) { return "{" + base + ", " + more + "}"; };
+  CHECK_NOTHROW(ModelConfig::from_json(
+      with(R"("num_hidden_layers": 3, "hybrid_override_pattern": "M*-")"), "cfg.json"));
+  bad(with(R"("num_hidden_layers": 3, "hybrid_override_pattern": "ME*")"),
+      {"hybrid_override_pattern has E", "layer 1", "mixture-of-experts"});
+  bad(with(R"("num_hidden_layers": 3, "hybrid_override_pattern": "M*X")"),
+      {"hybrid_override_pattern has 'X' at layer 2"});
+  bad(with(R"("num_hidden_layers": 4, "hybrid_override_pattern": "M*-")"),
+      {"hybrid_override_pattern has 3 letters for num_hidden_layers 4"});
+  bad(with(R"("num_hidden_layers": 2, "hybrid_override_pattern": "--")"), {"no M or * layer"});
+  bad(with(R"("num_hidden_layers": 2)"), {"hybrid_override_pattern is missing"});
+  bad(with(R"("num_hidden_layers": 2, "hybrid_override_pattern": "M-", "mlp_hidden_act": "silu")"),
+      {"mlp_hidden_act is 'silu'", "relu2"});
+  bad(with(R"("num_hidden_layers": 2, "hybrid_override_pattern": "M-", "mamba_proj_bias": true)"),
+      {"mamba_proj_bias"});
+  bad(with(R"("num_hidden_layers": 2, "hybrid_override_pattern": "*-", "sliding_window": 128)"),
+      {"sliding_window"});
+  bad(with(R"("num_hidden_layers": 2, "hybrid_override_pattern": "M-", "n_routed_experts": 8)"),
+      {"n_routed_experts"});
+  std::string kv3 = with(R"("num_hidden_layers": 2, "hybrid_override_pattern": "*-")");
+  kv3.replace(kv3.find("\"num_key_value_heads\": 1"), 24, "\"num_key_value_heads\": 3");
+  bad(kv3, {"num_attention_heads 2 is not a multiple of num_key_value_heads 3"});
+  bad(with(R"("num_hidden_layers": 2, "hybrid_override_pattern": "M-", "n_groups": 3)"),
+      {"n_groups"});
+  // NVIDIA's name for the heads' size (Nemotron-H 8B's config.json), alone or agreeing.
+  std::string nvidia = with(R"("num_hidden_layers": 2, "hybrid_override_pattern": "*-")");
+  nvidia.replace(nvidia.find("\"head_dim\": 8"), 13, "\"attention_head_dim\": 24");
+  CHECK(ModelConfig::from_json(nvidia, "cfg.json").to_json().find("\"head_dim\": 24") !=
+        std::string::npos);
+  bad(with(R"("num_hidden_layers": 2, "hybrid_override_pattern": "*-", "attention_head_dim": 16)"),
+      {"head_dim is 8 and attention_head_dim 16"});
+}
+
+// The fields of Nemotron-H 8B's config.json as a unit test of NVIDIA's TensorRT-LLM quotes them
+// (a Python dict, not the file verbatim, so not a published fixture), written as JSON: every key
+// is read or accepted, attention_head_dim (NVIDIA's name) among them.
+TEST_CASE("Nemotron-H 8B's config.json fields read as its shape", "[mamba2][nemotron_h][config]") {
+  const ModelConfig c = config(R"({
+    "architectures": ["NemotronHForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "attention_head_dim": 128, "bos_token_id": 1, "chunk_size": 256, "conv_kernel": 4,
+    "eos_token_id": 2, "expand": 2, "hidden_dropout": 0.0, "hidden_size": 4096,
+    "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+    "initializer_range": 0.02, "intermediate_size": 21504, "layer_norm_epsilon": 1e-05,
+    "mamba_head_dim": 64, "mamba_hidden_act": "silu", "mamba_num_heads": 128,
+    "mamba_proj_bias": false, "max_position_embeddings": 8192, "mlp_bias": false,
+    "mlp_hidden_act": "relu2", "model_type": "nemotron_h", "n_groups": 8,
+    "num_attention_heads": 32, "num_hidden_layers": 52, "num_key_value_heads": 8,
+    "num_logits_to_keep": 1, "pad_token_id": 0, "rescale_prenorm_residual": true,
+    "residual_in_fp32": false, "rms_norm_eps": 1e-05, "sliding_window": null,
+    "ssm_state_size": 128, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "use_bias": false, "use_cache": true, "use_conv_bias": true, "use_mamba_kernels": true,
+    "vocab_size": 131072})");
+  CHECK(c.num_hidden_layers == 52);
+  // 24 Mamba-2 and 4 attention layers keep a state; the 24 MLP blocks none.
+  CHECK(std::count(c.mixers.begin(), c.mixers.end(), recur::MixerKind::kGated) == 24);
+  CHECK(std::count(c.mixers.begin(), c.mixers.end(), recur::MixerKind::kAttention) == 4);
+  CHECK(c.mixers.size() == 28);
+  CHECK_THAT(c.to_json(), Contains("\"head_dim\": 128"));
+}
+
+TEST_CASE("a Nemotron-H MLP block keeps no state, and only the attention layers' state grows",
+          "[mamba2][nemotron_h][model]") {
+  const auto m = model_of(kNemotron);
+  const auto& net = *recur::model::impl_of(*m).network;
+  REQUIRE(net.n_layers() == 3);  // M, *, M: the two MLP blocks have no state
+  CHECK(net.make_state(0)->kind() == recur::MixerKind::kGated);
+  CHECK(net.make_state(1)->kind() == recur::MixerKind::kAttention);
+  CHECK(net.make_state(2)->kind() == recur::MixerKind::kGated);
+  Decoder d(m, DecoderOptions{8, 1});
+  d.prefill(tokens(10));
+  const std::size_t ssd = d.state_bytes(recur::MixerKind::kGated);
+  const std::size_t kv = d.state_bytes(recur::MixerKind::kAttention);
+  d.prefill(tokens(50));
+  CHECK(d.state_bytes(recur::MixerKind::kGated) == ssd);
+  CHECK(d.state_bytes(recur::MixerKind::kAttention) > kv);  // keys and values of 2 kv heads of 12
+}
+
 TEST_CASE("a Mamba-2 configuration written out reads back as itself", "[mamba2][config]") {
-  for (const char* text : {kGroups, kMambaSsm, kGranite, kGraniteDense}) {
+  for (const char* text : {kGroups, kMambaSsm, kGranite, kGraniteDense, kNemotron}) {
     const ModelConfig c = config(text);
     const std::string once = c.to_json();
     const ModelConfig back = ModelConfig::from_json(once, "written");

@@ -2,7 +2,7 @@
 // stale is taken from the tensors, what the layer would refuse is refused naming the field or the
 // tensor; BlinkDL's .pth is sized from its tensors alone; a layer's state refuses bytes of another
 // shape. Missing and misshapen tensors, for every family: test_conformance. The numbers
-// themselves are checked against the float64 reference by tests/rwkv7_model_test.sh.
+// themselves are checked against the float64 reference by tests/model_test.sh (rwkv7).
 #include <catch2/catch.hpp>
 
 #include <cstring>

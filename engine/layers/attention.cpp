@@ -3,11 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 
-#include "layers/output_gate.h"
-#include "layers/sequence.h"
 #include "model/loader.h"
 
 namespace recur::model {
@@ -127,76 +124,10 @@ std::string state_growth_note(std::size_t growth) {
                      "token (conversations' memory counts it)", growth);
 }
 
-std::unique_ptr<LayerState> AttentionLayer::make_state() const {
-  return std::make_unique<MixerState<CausalState>>(attention->make_state(), MixerKind::kAttention);
-}
-
-void AttentionRows::fit(const AttentionLayer& a, int rows) {
-  const auto n = std::size_t(rows);
-  const auto hd = n * std::size_t(a.H) * std::size_t(a.d);
-  const auto kv = n * std::size_t(a.Hkv) * std::size_t(a.d);
-  const auto sized = [](std::vector<float>& b, std::size_t floats) {
-    if (b.size() < floats) b.assign(floats, 0.0f);
-  };
-  for (auto* b : {&q, &o}) sized(*b, hd);
-  for (auto* b : {&k, &v}) sized(*b, kv);
-  if (!a.output_gate) return;
-  sized(qg, 2 * hd);
-  sized(gate, hd);
-}
-
-std::size_t AttentionRows::bytes() const { return buffer_bytes({&qg, &q, &gate, &k, &v, &o}); }
-
-void attention_inputs(const AttentionLayer& a, const float* h, int n, int hidden,
-                      AttentionRows& r, int threads) {
-  const int hd = a.H * a.d, kv = a.Hkv * a.d;
-  // q (with its gate), k and v in one job.
-  float* q = a.output_gate ? r.qg.data() : r.q.data();
-  apply_all({{&a.q, h, n, hidden, q, a.output_gate ? 2 * hd : hd},
-             {&a.k, h, n, hidden, r.k.data(), kv},
-             {&a.v, h, n, hidden, r.v.data(), kv}},
-            threads);
-  if (a.output_gate) {
-    // Per head, q_proj's d floats of query then d of gate, apart.
-    const auto step = std::size_t(a.d);
-    for (int t = 0; t < n; ++t)
-      for (int head = 0; head < a.H; ++head) {
-        const float* src = r.qg.data() + std::size_t(t) * std::size_t(2 * hd) + 2 * std::size_t(head) * step;
-        const std::size_t at = std::size_t(t) * std::size_t(hd) + std::size_t(head) * step;
-        std::memcpy(r.q.data() + at, src, step * sizeof(float));
-        std::memcpy(r.gate.data() + at, src + step, step * sizeof(float));
-      }
-  }
-  if (!a.qk_norm) return;
-  a.q_norm.apply(r.q.data(), n, hd, r.q.data(), hd, a.H);
-  a.k_norm.apply(r.k.data(), n, kv, r.k.data(), kv, a.Hkv);
-}
-
-void attention_sequence(const AttentionLayer& a, LayerState& state, AttentionRows& r, int first,
-                        int count, int threads) {
-  const auto row = std::size_t(first);
-  const auto hd = std::size_t(a.H * a.d), kv = std::size_t(a.Hkv * a.d);
-  attend(*a.attention, state_of<CausalState>(state), r.q.data() + row * hd, r.k.data() + row * kv,
-         r.v.data() + row * kv, r.o.data() + row * hd, count, threads);
-}
-
-void attention_clear(const AttentionLayer& a, AttentionRows& r, int first, int count) {
-  const auto hd = std::size_t(a.H) * std::size_t(a.d);
-  std::fill(r.o.data() + std::size_t(first) * hd, r.o.data() + std::size_t(first + count) * hd,
-            0.0f);
-}
-
-void attention_output(const AttentionLayer& a, AttentionRows& r, int n, float* out, int hidden,
-                      int threads) {
-  const int hd = a.H * a.d;
-  if (a.output_gate) sigmoid_gate(r.o.data(), r.gate.data(), std::int64_t(n) * hd);
-  a.o.apply(r.o.data(), n, hd, out, hidden, threads);
-}
-
-AttentionLayer load_hybrid_attention(Loader& L, const std::string& prefix, int hidden_size,
-                                     const HybridAttentionSpec& s) {
+GqaLayer load_hybrid_attention(Loader& L, const std::string& prefix, int hidden_size,
+                               const HybridAttentionSpec& s) {
   const int d = hidden_size, dh = d / s.num_heads, kv = s.num_kv_heads * dh;
-  AttentionLayer a;
+  GqaLayer a;
   a.H = s.num_heads;
   a.Hkv = s.num_kv_heads;
   a.d = dh;

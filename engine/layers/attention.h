@@ -1,10 +1,8 @@
-// Softmax attention as the families compose it, a block of engine/layers/: the attention layer
-// (its projections, q and k normed per head or not, an output gate or not, and a CausalAttention:
-// full or windowed, rotary or no positions, grouped kv heads) with the rows it works in and its
-// stages, which LFM2, Granite, the Gated DeltaNet family and fla's hybrids share; and an fla
-// config's `attn` block (which layers, heads, kv heads, qkv bias, window, rotary base), its reader
-// and writer and its tensors, which the fla family (GLA, RetNet, HGRN2) and fla's gated_deltanet
-// read.
+// Softmax attention as flash-linear-attention's hybrids place it (fla/layers/attn.py), a block of
+// engine/layers/: an fla config's `attn` block (which layers, heads, kv heads, qkv bias, window,
+// rotary base), its reader and writer, and its tensors, loaded into the attention layer every
+// family shares (layers/gqa.h). The fla family (GLA, RetNet, HGRN2) and fla's gated_deltanet in
+// the Gated DeltaNet family read it.
 #pragma once
 
 #include <cstddef>
@@ -15,8 +13,8 @@
 
 #include "model/config_fields.h"
 #include "model/family.h"
-#include "model/network.h"
 #include "layers/dense.h"
+#include "layers/gqa.h"
 #include "recur/causal_attention.h"
 #include "util/json.h"
 
@@ -70,49 +68,9 @@ std::size_t hybrid_attention_growth(const HybridAttention& a, int hidden_size);
 /// softmax layer's KV cache adds each token.
 std::string state_growth_note(std::size_t growth);
 
-/// One softmax attention layer as loaded: H query heads and Hkv kv heads of d floats.
-struct AttentionLayer {
-  int H = 0, Hkv = 0, d = 0;
-  /// q and k normed per head by q_norm and k_norm (LFM2, Qwen3.5).
-  bool qk_norm = false;
-  /// Qwen3.5's gate: q_proj's rows hold, per head, d floats of query then d of gate, and the
-  /// attention's output is multiplied by sigmoid(gate) before o_proj.
-  bool output_gate = false;
-  Dense q, k, v, o;  // q: (H d, or 2 H d with the gate; hidden); k, v: (Hkv d, hidden);
-                     // o: (hidden, H d)
-  Norm q_norm, k_norm;  // over d
-  std::unique_ptr<CausalAttention> attention;
-
-  /// A new sequence's state: the attention's KV cache or ring (MixerKind::kAttention).
-  std::unique_ptr<LayerState> make_state() const;
-};
-
-/// The rows attention layers work in, in a family's scratch: q, gate and o (rows, H d), k and v
-/// (rows, Hkv d), qg (rows, 2 H d): q_proj's output with the gate.
-struct AttentionRows {
-  std::vector<float> qg, q, gate, k, v, o;
-  /// Grows the buffers to hold `rows` rows of layer `a`.
-  void fit(const AttentionLayer& a, int rows);
-  std::size_t bytes() const;
-};
-
-/// Before the sequence's stage, a function of each row: q, k, v (and the gate) of n normed rows
-/// h (n, hidden), q and k normed.
-void attention_inputs(const AttentionLayer& a, const float* h, int n, int hidden,
-                      AttentionRows& r, int threads);
-/// The sequence's stage: its rows [first, first + count) through its state (layers/sequence.h).
-void attention_sequence(const AttentionLayer& a, LayerState& state, AttentionRows& r, int first,
-                        int count, int threads);
-/// Zeroes what the sequence's stage writes for those rows (Network::clear_sequence).
-void attention_clear(const AttentionLayer& a, AttentionRows& r, int first, int count);
-/// After the sequence's stage, a function of each row: o (gated) through o_proj into out
-/// (n, hidden).
-void attention_output(const AttentionLayer& a, AttentionRows& r, int n, float* out, int hidden,
-                      int threads);
-
 /// The layer of an fla `attn` entry: its tensors under `prefix` from the loader, rotary on the
 /// whole head of hidden_size / num_heads, perhaps a window, no norms, no gate.
-AttentionLayer load_hybrid_attention(Loader& L, const std::string& prefix, int hidden_size,
+GqaLayer load_hybrid_attention(Loader& L, const std::string& prefix, int hidden_size,
                                      const HybridAttentionSpec& s);
 
 }  // namespace recur::model

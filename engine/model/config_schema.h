@@ -335,7 +335,8 @@ class Schema {
     return out;
   }
   /// config.json's text of the fields make-model's options set (given, defaulted or derived), as
-  /// `"key": value` items joined by ", " (the family adds model_type).
+  /// `"key": value` items joined by ", " (the family adds model_type). only_when() does not
+  /// apply here: a table of several layouts puts each option on its layout's entry.
   std::string make_fields(const MakeOptions& o) const {
     ModelConfig c;
     F g;
@@ -390,6 +391,7 @@ class Schema {
         if (read_option) w.add(e.spec.key, e.option_text(o, m.name));
         continue;
       }
+      if (!e.option_value) continue;  // a value option on a field that takes none
       double value = read_option ? e.option_value(o, m) : 0;
       const bool set = read_option && !(m.zero_is_default && value == 0);
       if (!set && !e.make_default) continue;

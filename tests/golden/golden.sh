@@ -5,16 +5,17 @@
 #   tests/golden/golden.sh RECUR SOURCE_DIR            compare with tests/golden/expected.txt
 #   tests/golden/golden.sh RECUR SOURCE_DIR --write    write expected.txt and the saved states
 #
-# For each model (the fixtures of tests/golden/models, tests/fla, tests/based, tests/rwkv7,
-# tests/gdn and tests/lfm2):
+# For each model (the fixtures of tests/golden/models, and those each family's
+# tests/FAMILY/suite.sh names):
 # - `score --json` on 120 ids: the tokens, the mean NLL's 17 digits, the bits;
 # - 12 greedy ids after a 40-id prompt, and the SHA-256 of the state saved after them (the
 #   state's bytes, the model's fingerprint in its header, the tokens and the sampler's state);
 # - for the models of tests/golden/states: the state committed there, written by the binary of
 #   the day the goldens were taken, loaded and continued for 8 greedy ids, and the SHA-256 of
 #   the state saved after them. An old state must keep loading and continue bit for bit.
-# - make-model's files (config.json and the random weights) for a model of every family.
-# Any difference fails, naming the model and the line.
+# - make-model's files (config.json and the random weights) for a model of every family; every
+#   --arch of the registry must have one.
+# Any difference fails, naming the model and the line. The lines are compared sorted.
 set -euo pipefail
 recur="$1" src="$2" mode="${3:-}"
 here="$src/tests/golden"
@@ -29,52 +30,59 @@ head -n 120 "$ids" > "$tmp/score_ids"
 head -n 40 "$ids" > "$tmp/prompt_ids"
 sed -n '41,44p' "$ids" > "$tmp/more_ids"
 
-# name and directory of every model pinned.
+# family_data FAMILY: what tests/FAMILY/suite.sh pins, a line each: "model NAME" (its
+# golden_models; by default every fixture of its expected_nll.txt), "state NAME" (golden_states:
+# the fixtures whose states are committed) and "made ARGS" (golden_made: make-model's arguments).
+family_data() (
+  golden_models=$(cut -d' ' -f1 "$src/tests/$1/expected_nll.txt") golden_states="" golden_made=()
+  # shellcheck source=/dev/null
+  source "$src/tests/$1/suite.sh"
+  printf 'model %s\n' $golden_models
+  [[ -z $golden_states ]] || printf 'state %s\n' $golden_states
+  ((${#golden_made[@]} == 0)) || printf 'made %s\n' "${golden_made[@]}"
+)
+
+# name and directory of every model pinned: tests/golden/models (linear attention in each form,
+# the paper's model, quantized models of several families) and the fixtures each family's
+# suite.sh names, as FAMILY-NAME. The models whose states are committed
+# (tests/golden/states/NAME.state) and make-model's arguments, likewise.
 models=()
 for d in "$here"/models/*/; do models+=("$(basename "$d") $d"); done
-for d in "$src"/tests/fla/*/; do [[ -f "$d/config.json" ]] && models+=("fla-$(basename "$d") $d"); done
-for name in tiny tiny-bf16; do models+=("based-$name $src/tests/based/$name"); done
-# RWKV-7: BlinkDL's .pth (f32, bf16, f16, layer 0's v0/v1/v2) and fla-hub's folders (both layouts).
-for name in h2x16-f32.pth h2x16-bf16.pth h2x16-f16.pth h1x64-bf16.pth h2x16-fla h1x64-fla-bf16 h2x16-fla-xx-bf16; do
-  models+=("rwkv7-$name $src/tests/rwkv7/$name")
+keep=" la-elu la-gqa-norm tar-gelu la-q4 "
+made=("--feature-map hedgehog --normalized --kv-heads 2 --dtype bf16"
+      "--feature-map elementwise_product --tie-feature-maps --no-affine"
+      "--feature-map t2r --tie-embeddings"
+      "--feature-map dpfp --dtype f16"
+      "--arch transformers_are_rnns --hidden-act gelu"
+      "--builtin")
+for suite in "$src"/tests/*/suite.sh; do
+  family=$(basename "$(dirname "$suite")")
+  while read -r kind what; do
+    case $kind in
+      model) models+=("$family-$what $src/tests/$family/$what") ;;
+      state) keep+="$family-$what " ;;
+      made) made+=("$what") ;;
+    esac
+  done < <(family_data "$family")
 done
-# Gated DeltaNet: Qwen3.5 (multimodal f32, tied bf16, text-only), fla's gated_deltanet and delta_net.
-for d in "$src"/tests/gdn/*/; do [[ -f "$d/config.json" ]] && models+=("gdn-$(basename "$d") $d"); done
-# Mamba-2: transformers' mamba2 layout and mamba_ssm's; Granite 4.0(-H) (granitemoehybrid).
-for d in "$src"/tests/mamba2/*/; do [[ -f "$d/config.json" ]] && models+=("mamba2-$(basename "$d") $d"); done
-# LFM2: both config forms (f32 tied, bf16 untied with conv biases), the aliases.
-for d in "$src"/tests/lfm2/*/; do [[ -f "$d/config.json" ]] && models+=("lfm2-$(basename "$d") $d"); done
-# The models whose states are committed (tests/golden/states/NAME.state).
-keep=" la-elu la-gqa-norm tar-gelu la-q4 fla-gla-conv fla-gla-hybrid fla-hgrn2-hybrid fla-retnet based-tiny rwkv7-h2x16-f32.pth rwkv7-h1x64-fla-bf16 gdn-qwen35-hybrid gdn-fla-gdn-plain mamba2-mamba2-groups mamba2-granite-hybrid lfm2-lfm2.5-later "
+# Every --arch the registry knows (make-model's refusal lists them) has its make-model line: a
+# family is pinned by adding its suite.sh.
+archs=$({ "$recur" make-model "$tmp/none" --arch "?" 2>&1 || true; } | sed -n 's/.*expected //p' | tr -d ',')
+[[ -n $archs ]] || fail "make-model --arch ? did not list the registry's architectures"
+for arch in $archs; do
+  [[ $arch == linear_attn || " ${made[*]} " == *" --arch $arch "* ]] ||
+    fail "--arch $arch: no make-model line pins it (its family's tests/FAMILY/suite.sh, golden_made)"
+done
 
 out="$tmp/expected.txt"
 : > "$out"
 # make-model's random weights and config.json, for every family: the files' SHA-256.
-i=0
-while read -r args; do
-  i=$((i + 1))
-  # shellcheck disable=SC2086
-  run make-model "$tmp/made$i" $args > /dev/null
-  echo "make-model $i $args: $(cat "$tmp/made$i"/config.json "$tmp/made$i"/model.safetensors | sha256sum | cut -c1-64)" >> "$out"
-done <<'ARGS'
---feature-map hedgehog --normalized --kv-heads 2 --dtype bf16
---feature-map elementwise_product --tie-feature-maps --no-affine
---feature-map t2r --tie-embeddings
---feature-map dpfp --dtype f16
---arch transformers_are_rnns --hidden-act gelu
---arch based --vocab 300 --hidden 32 --layers 5 --heads 2 --la-layers 1,3 --window-layers 2
---arch gla --vocab 300 --hidden 32 --layers 3 --heads 4 --kv-heads 2 --short-conv --attn-layers 1 --attn-heads 4 --attn-kv-heads 2
---arch hgrn2 --vocab 300 --hidden 32 --layers 3 --expand-ratio 8 --short-conv
---arch retnet --hidden 32 --heads 2 --tie-embeddings --no-output-gate
---builtin
---arch rwkv7 --vocab 300 --hidden 32 --layers 2 --heads 2 --lora-ranks 4,3,2,8 --dtype bf16
---arch qwen35 --vocab 300 --hidden 32 --layers 4 --heads 2 --attn-kv-heads 1 --gdn-k-heads 2 --gdn-v-heads 4 --dtype bf16
---arch gated_deltanet --vocab 300 --hidden 32 --layers 2 --heads 2 --gdn-v-heads 4 --allow-neg-eigval --tie-embeddings
---arch mamba2 --vocab 300 --hidden 32 --layers 2 --ssm-groups 2 --ssm-dt-max 0.08 --dtype bf16
---arch granitemoehybrid --vocab 300 --hidden 32 --heads 4 --attn-kv-heads 2 --layer-types MAMA --multipliers
---arch lfm2 --vocab 300 --hidden 32 --layers 4 --heads 4 --attn-kv-heads 2 --conv-taps 4 --conv-bias --dtype bf16
---arch lfm2 --vocab 300 --hidden 32 --layers 3 --heads 2 --first-form --tie-embeddings
-ARGS
+for args in "${made[@]}"; do
+  read -ra argv <<< "$args"  # split on spaces, never globbed (nemotron_h's --pattern M-*M-)
+  run make-model "$tmp/made" "${argv[@]}" > /dev/null
+  echo "make-model $args: $(cat "$tmp/made"/config.json "$tmp/made"/model.safetensors | sha256sum | cut -c1-64)" >> "$out"
+  rm -rf "$tmp/made"
+done
 for entry in "${models[@]}"; do
   read -r name dir <<< "$entry"
   json=$(run score --json -m "$dir" --token-ids "$tmp/score_ids" --chunk 7 --threads 2)
@@ -93,6 +101,8 @@ for entry in "${models[@]}"; do
   fi
 done
 
+# The lines in one order, whatever the order of the families' folders.
+LC_ALL=C sort -o "$out" "$out"
 if [[ "$mode" == --write ]]; then
   cp "$out" "$here/expected.txt"
   echo "golden: wrote $here/expected.txt ($(wc -l < "$out") lines) and the states"

@@ -1,7 +1,9 @@
 // recur serve with the gated and delta-rule models (small random ones from `recur make-model`,
 // byte-level: fla's HGRN2, RetNet and a GLA hybrid with a full softmax attention layer and a
 // windowed one; RWKV-7; a Qwen3.5 hybrid, three Gated DeltaNet layers and one gated attention
-// layer; fla's gated_deltanet; LFM2, gated short convolutions and attention): 16 requests at once get the bytes each gets alone, a conversation
+// layer; fla's gated_deltanet; LFM2, gated short convolutions and attention; Mamba-2 and Granite;
+// and every other architecture the registry lists that no other test serves, at make-model's
+// defaults): 16 requests at once get the bytes each gets alone, a conversation
 // continued from its kept state equals one request over the whole text, and the conversation
 // store counts the full layer's KV cache, which grows with the conversation: a long hybrid
 // conversation holds more bytes than a short one, by exactly that cache (and a Qwen3.5 one by
@@ -30,6 +32,7 @@ writeFileSync(path.join(tmp, "hybrid.json"), JSON.stringify({
 const QWEN_KV_BYTES_PER_TOKEN = 2 * 2 * 16 * 4;
 // LFM2: convolutions at 0 and 2, attention at 1 and 3 (4 heads over 2 kv heads of 16).
 const LFM2_KV_BYTES_PER_TOKEN = 2 * 2 * 2 * 16 * 4;
+// The models served, by name: make-model's arguments, where a family's defaults would not do.
 const models = {
   "hgrn2": ["--arch", "hgrn2", "--vocab", "256", "--hidden", "64", "--layers", "2", "--expand-ratio", "16", "--intermediate", "64"],
   "retnet": ["--arch", "retnet", "--vocab", "256", "--hidden", "64", "--layers", "2", "--heads", "4", "--intermediate", "64"],
@@ -44,11 +47,36 @@ const models = {
   "mamba2": ["--arch", "mamba2", "--vocab", "256", "--hidden", "64", "--layers", "2", "--ssm-groups", "2"],
   "granite-hybrid": ["--arch", "granitemoehybrid", "--vocab", "256", "--hidden", "64", "--heads", "4",
                      "--attn-kv-heads", "2", "--layer-types", "MAMA", "--multipliers"],
+  "nemotron_h": ["--arch", "nemotron_h", "--vocab", "256", "--hidden", "64", "--heads", "4",
+                 "--attn-kv-heads", "2", "--pattern", "M-*M-", "--intermediate", "96"],
+  "falcon_h1": ["--arch", "falcon_h1", "--vocab", "256", "--hidden", "64", "--heads", "4",
+                "--attn-kv-heads", "2", "--ssm-groups", "2", "--ssm-rms-norm", "--multipliers"],
 };
-// Granite: two attention layers of 2 kv heads of 16.
+// The --arch each one is, and the architectures other tests serve.
+const archOf = (name) => (models[name].includes("--arch") ? models[name][models[name].indexOf("--arch") + 1] : "gla");
+const servedElsewhere = { linear_attn: "client_test.mjs (the built-in model)", based: "based_test.mjs" };
+// Every architecture the registry lists (make-model's refusal of an unknown one names them) is
+// served: one this table does not name, at make-model's defaults for its family.
+const registry = (() => {
+  try {
+    execFileSync(recur, ["make-model", path.join(tmp, "none"), "--arch", "?"], { stdio: "pipe" });
+  } catch (e) {
+    const listed = /expected (.*)/.exec(e.stderr.toString());
+    if (listed) return listed[1].trim().split(", ");
+  }
+  throw new Error("make-model --arch ? did not list the registry's architectures");
+})();
+const named = new Set(Object.keys(models).map(archOf));
+for (const arch of registry)
+  if (!named.has(arch) && !servedElsewhere[arch])
+    models[arch] = ["--arch", arch, "--vocab", "256", "--hidden", "64", "--layers", "2"];
+console.log(`     the registry's architectures: ${registry.join(", ")}; served here: ${Object.keys(models).join(", ")}`);
+// Granite: two attention layers of 2 kv heads of 16; Nemotron-H: one; Falcon-H1: attention in
+// both layers, 2 kv heads of 16.
 const growth = { "gla-hybrid": HYBRID_KV_BYTES_PER_TOKEN, "qwen35-hybrid": QWEN_KV_BYTES_PER_TOKEN,
                  "lfm2": LFM2_KV_BYTES_PER_TOKEN,
-                 "granite-hybrid": 2 * 2 * 2 * 16 * 4 };
+                 "granite-hybrid": 2 * 2 * 2 * 16 * 4, "nemotron_h": 2 * 2 * 16 * 4,
+                 "falcon_h1": 2 * 2 * 2 * 16 * 4 };
 for (const [name, args] of Object.entries(models))
   execFileSync(recur, ["make-model", path.join(tmp, name), "--seed", "3", ...args],
                { stdio: ["ignore", "ignore", "inherit"] });

@@ -3,7 +3,8 @@
 // (chat_fixture.mjs): plain Mamba-2 (no published template of one was found: the fixture's
 // ChatML one), a Granite 4.0-H hybrid (Mamba-2 and attention layers) with Granite
 // 4.0-H-Micro's published template and LFM2 (gated short convolutions and attention) with
-// LFM2.5-1.2B-Instruct's (tests/fixtures/published). For each: the template renders the
+// LFM2.5-1.2B-Instruct's (tests/fixtures/published), and Nemotron-H (Mamba-2, attention and MLP
+// blocks) with the fixture's ChatML one. For each: the template renders the
 // messages into the prompt's ids, the reply streams (role, content deltas, finish reason) with the
 // text of the reply sent whole, the server reports the state a new conversation takes and
 // whether it grows (/v1/models), and a longer conversation holds exactly the attention layers' KV
@@ -46,6 +47,10 @@ const families = {
   "lfm2": { args: ["--arch", "lfm2", "--hidden", "64", "--layers", "4", "--heads", "4", "--attn-kv-heads", "2",
                    "--intermediate", "96"], grows: KV_BYTES_PER_TOKEN,
             template: path.join(fixtures, "published/lfm2.5-1.2b-instruct/chat_template.jinja"), render: chatml },
+  // Nemotron-H: one attention layer of 2 kv heads of 16 among Mamba-2 and MLP blocks (no
+  // published template of one was found: the fixture's ChatML one).
+  "nemotron_h": { args: ["--arch", "nemotron_h", "--hidden", "64", "--heads", "4", "--attn-kv-heads", "2",
+                         "--pattern", "M-*M-", "--intermediate", "96"], grows: 2 * 2 * 16 * 4, render: chatml },
 };
 for (const [name, f] of Object.entries(families)) {
   const dir = path.join(tmp, name);
@@ -112,4 +117,4 @@ for (const [name, f] of Object.entries(families)) {
 }
 
 rmSync(tmp, { recursive: true, force: true });
-finish("recur serve's chat API with Mamba-2, Granite 4.0-H and LFM2");
+finish("recur serve's chat API with Mamba-2, Granite 4.0-H, LFM2 and Nemotron-H");

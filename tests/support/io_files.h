@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <fstream>
 #include <functional>
-#include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "recur/error.h"
 #include "support/temp_dir.h"
@@ -29,7 +29,8 @@ inline std::string write(const TempDir& dir, const std::string& name, const std:
   return dir.file(name);
 }
 
-inline void expect_format_error(const std::function<void()>& fn, std::initializer_list<std::string> parts) {
+inline void expect_format_error(const std::function<void()>& fn,
+                                const std::vector<std::string>& parts) {
   try {
     fn();
     FAIL("no error");

@@ -114,12 +114,12 @@ class Reader {
   // fla's softmax attention layer (fla/layers/attn.py), loaded as the GLA family loads it
   // (layers/attention.h): head_dim = hidden / num_heads, rotary over all of it, the window
   // as flash-attn's (window_size - 1, 0); no norms, no output gate.
-  model::AttentionLayer fla_attention(const std::string& a, const model::HybridAttentionSpec& s) {
+  model::GqaLayer fla_attention(const std::string& a, const model::HybridAttentionSpec& s) {
     return model::load_hybrid_attention(L_, a, d_, s);
   }
 
-  model::AttentionLayer attention(const std::string& a) {
-    model::AttentionLayer A;
+  model::GqaLayer attention(const std::string& a) {
+    model::GqaLayer A;
     A.qk_norm = true;
     A.output_gate = true;
     A.H = g_.n_heads;
@@ -189,8 +189,6 @@ class Reader {
   int d_;
 };
 
-std::string bool_json(bool b) { return b ? "true" : "false"; }
-
 class Family final : public model::Family {
  public:
   const char* name() const override { return "gated deltanet"; }
@@ -218,67 +216,10 @@ class Family final : public model::Family {
 
   std::vector<std::string> make_model_archs() const override { return {"qwen35", "gated_deltanet"}; }
   std::vector<model::MakeOption> make_model_options() const override {
-    const std::vector<std::string> both = {"qwen35", "gated_deltanet"}, qwen = {"qwen35"},
-                                   fla = {"gated_deltanet"};
-    return {{"gdn-k-heads", "", "Gated DeltaNet key heads (default: --heads)", false, qwen},
-            {"gdn-v-heads", "", "Gated DeltaNet value heads (default: twice the key heads for "
-                                "qwen35, the key heads for gated_deltanet)", false, both},
-            {"gdn-head-dim", "", "Gated DeltaNet key head size (default 16)", false, both},
-            {"gdn-v-dim", "", "Gated DeltaNet value head size (default: the key head size; "
-                              "gated_deltanet: twice it)", false, both},
-            {"head-dim", "", "the full-attention layers' head size (default hidden / heads)",
-             false, qwen},
-            {"attn-kv-heads", "", "the full-attention layers' kv heads (default: as many as "
-                                  "heads)", false, qwen},
-            {"full-attention-interval", "4", "every N-th layer is full attention", false, qwen},
-            {"partial-rotary", "0.25", "the rotary fraction of the attention head", false, qwen},
-            {"text-only", nullptr, "the text model's layout (qwen3_5_text) instead of the "
-                                   "multimodal one", true, qwen},
-            {"no-output-gate", nullptr, "no output gate (use_output_gate / use_gate false)", true,
-             fla},
-            {"gdn-no-conv", nullptr, "no short convolutions (use_short_conv false)", true, fla},
-            {"allow-neg-eigval", nullptr, "beta in (0, 2) (allow_neg_eigval)", true, fla}};
+    return gdn::make_model_options();
   }
   std::string make_model_config(const std::string& arch, const model::MakeOptions& o) const override {
-    const auto hidden = o.integer("hidden", 1, 1 << 20), heads = o.integer("heads", 1, 1 << 16);
-    const auto vocab = o.integer("vocab", 1, 1 << 24), layers = o.integer("layers", 1, 4096);
-    const auto inter = o.integer("intermediate", 0, 1 << 20);
-    const auto dk = o.given("gdn-head-dim") ? o.integer("gdn-head-dim", 1, 1 << 16) : 16;
-    if (arch == "gated_deltanet") {
-      const auto hv = o.given("gdn-v-heads") ? o.integer("gdn-v-heads", 1, 1 << 16) : heads;
-      const auto dv = o.given("gdn-v-dim") ? o.integer("gdn-v-dim", 1, 1 << 16) : 2 * dk;
-      std::string json = fmt::format(
-          "{{\"model_type\": \"gated_deltanet\", \"vocab_size\": {}, \"hidden_size\": {}, "
-          "\"num_hidden_layers\": {}, \"num_heads\": {}, \"num_v_heads\": {}, \"head_dim\": {}, "
-          "\"expand_v\": {}, \"use_gate\": {}, \"use_short_conv\": {}, \"allow_neg_eigval\": {}, "
-          "\"tie_word_embeddings\": {}",
-          vocab, hidden, layers, heads, hv, dk, double(dv) / double(dk),
-          bool_json(!o.flag("no-output-gate")), bool_json(!o.flag("gdn-no-conv")),
-          bool_json(o.flag("allow-neg-eigval")), bool_json(o.flag("tie-embeddings")));
-      if (inter > 0) json += fmt::format(", \"intermediate_size\": {}", inter);
-      return json + "}";
-    }
-    const auto hk = o.given("gdn-k-heads") ? o.integer("gdn-k-heads", 1, 1 << 16) : heads;
-    const auto hv = o.given("gdn-v-heads") ? o.integer("gdn-v-heads", 1, 1 << 16) : 2 * hk;
-    const auto dv = o.given("gdn-v-dim") ? o.integer("gdn-v-dim", 1, 1 << 16) : dk;
-    if (!o.given("head-dim") && hidden % heads != 0)
-      throw ArgumentError(fmt::format("--hidden {} is not --heads {} heads of one size: give "
-                                      "--head-dim", hidden, heads));
-    const auto hd = o.given("head-dim") ? o.integer("head-dim", 2, 1 << 16) : hidden / heads;
-    const auto kv = o.given("attn-kv-heads") ? o.integer("attn-kv-heads", 1, 1 << 16) : heads;
-    const auto every = o.integer("full-attention-interval", 1, 4096);
-    std::string text = fmt::format(
-        "\"vocab_size\": {}, \"hidden_size\": {}, \"intermediate_size\": {}, "
-        "\"num_hidden_layers\": {}, \"num_attention_heads\": {}, \"num_key_value_heads\": {}, "
-        "\"head_dim\": {}, \"linear_num_key_heads\": {}, \"linear_num_value_heads\": {}, "
-        "\"linear_key_head_dim\": {}, \"linear_value_head_dim\": {}, "
-        "\"full_attention_interval\": {}, \"rope_parameters\": {{\"rope_type\": \"default\", "
-        "\"rope_theta\": 10000000, \"partial_rotary_factor\": {}}}, \"tie_word_embeddings\": {}",
-        vocab, hidden, inter > 0 ? inter : 3 * hidden, layers, heads, kv, hd, hk, hv, dk, dv,
-        every, o.real("partial-rotary", 1e-6, 1.0), bool_json(o.flag("tie-embeddings")));
-    if (o.flag("text-only")) return "{\"model_type\": \"qwen3_5_text\", " + text + "}";
-    return "{\"model_type\": \"qwen3_5\", \"tie_word_embeddings\": " +
-           bool_json(o.flag("tie-embeddings")) + ", \"text_config\": {" + text + "}}";
+    return gdn::make_model_config(arch, o);
   }
 
   // Qwen3.5 reads its byte-level BPE (tokenizer.json, 248,320 ids), fla's hub checkpoints

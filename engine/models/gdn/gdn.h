@@ -29,6 +29,7 @@ struct GdnConfig final : FamilyConfig {
   // h reads key head h / (n_v_heads / n_k_heads)), their widths, the convolution.
   int n_k_heads = 16, n_v_heads = 32, d_k = 128, d_v = 128;
   int conv_size = 4;
+  int full_attention_interval = 4;  // Qwen: layer_types' default, every N-th layer full attention
   bool use_conv = true;         // fla: use_short_conv (Qwen: always)
   bool conv_bias = false;       // fla: conv_bias
   bool use_gate = true;         // fla: use_gate, the SiLU(z)-gated output norm (Qwen: always)
@@ -66,10 +67,12 @@ struct Names {
 };
 Names names_of(const GdnConfig& g);
 
-// gdn_config.cpp
+// gdn_config.cpp: config.json through each layout's schema, and make-model's options from it.
 void read_config(const std::string& type, const json::Value& root, model::Fields& f,
                  ModelConfig& c);
 void resolve(ModelConfig& c, const std::string& source);
 std::string config_fields(const ModelConfig& c);
+std::vector<model::MakeOption> make_model_options();
+std::string make_model_config(const std::string& arch, const model::MakeOptions& o);
 
 }  // namespace recur::models::gdn

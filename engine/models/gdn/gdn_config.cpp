@@ -1,12 +1,15 @@
 // The Gated DeltaNet models' configuration: Qwen3.5's config.json (transformers'
 // Qwen3_5Config: the text model's fields inside text_config, or a text-only Qwen3_5TextConfig),
-// and fla's gated_deltanet config (fla/models/gated_deltanet). The tensors of each layout
+// and fla's gated_deltanet and delta_net configs (fla/models/{gated_deltanet,delta_net}). Each
+// layout's fields are one Schema table, which reads, writes and gives make-model its options;
+// the checks across fields and the derived sizes are code beside it. The tensors of each layout
 // (docs/qwen35.md, "Tensors") are named where gdn.cpp reads them.
 #include <fmt/format.h>
 
 #include <cmath>
 #include <stdexcept>
 
+#include "model/config_schema.h"
 #include "models/gdn/gdn.h"
 #include "recur/error.h"
 
@@ -15,6 +18,7 @@ namespace recur::models::gdn {
 using model::config_fail;
 using model::describe_json;
 using model::Fields;
+using model::FieldWriter;
 using model::kMaxDim;
 using Layout = GdnConfig::Layout;
 
@@ -22,164 +26,330 @@ namespace {
 
 constexpr int kMaxHeads = 1 << 16;
 
-// text_config's fields that change nothing recur computes, each with its reason.
+bool multimodal(const ModelConfig&, const GdnConfig& g) { return g.layout == Layout::kQwen35; }
+bool gated(const ModelConfig&, const GdnConfig& g) { return g.layout == Layout::kFla; }
+bool delta(const ModelConfig&, const GdnConfig& g) { return g.layout == Layout::kFlaDelta; }
+
+// Text_config's fields that change nothing recur computes, each with its reason.
 constexpr const char* kQwenIdentity = "names the checkpoint or its saved dtype: bookkeeping";
 constexpr const char* kQwenTraining = "training or caching only: the same function at inference";
 constexpr const char* kQwenMtp =
     "the multi-token-prediction head, used for speculative decoding; its tensors are skipped by "
     "name and the next-token logits do not use it";
-const std::vector<model::Accepted> kQwenAccepted = {
-    {"model_type", kQwenIdentity}, {"dtype", kQwenIdentity}, {"torch_dtype", kQwenIdentity},
-    {"transformers_version", kQwenIdentity}, {"_name_or_path", kQwenIdentity},
-    {"architectures", kQwenIdentity},
-    {"bos_token_id", "a special token: recur takes prompts as given"},
-    {"pad_token_id", "the padding token of batched training: recur pads nothing"},
-    {"initializer_range", kQwenTraining}, {"use_cache", kQwenTraining},
-    {"attention_dropout", kQwenTraining},
-    {"output_router_logits", "returns the MoE router's logits for its training loss"},
-    {"mtp_num_hidden_layers", kQwenMtp}, {"mtp_use_dedicated_embeddings", kQwenMtp},
-    {"mamba_ssm_dtype", "the recurrent state's dtype in other engines; recur's is float32 "
-                        "whatever it says"}};
+constexpr const char* kVision =
+    "the vision tower's settings: its tensors are skipped, text runs without it";
+constexpr const char* kFlaKernel = "a kernel choice or fused training op of fla: the same function";
+constexpr const char* kUnknown =
+    "recur does not know what it changes in the model, so it will not guess";
 
-// mlp_only_layers (transformers' Qwen3-Next / Qwen3.5-MoE): the layers that keep a dense MLP
-// where the others have experts. Every published dense Qwen3.5 carries an empty list: no layer
-// is an exception, and a dense model has no experts anyway. A non-empty list belongs to a MoE
-// configuration, whose experts recur does not run.
-void accept_mlp_only_layers(Fields& t) {
-  t.accept_when(
-      "mlp_only_layers", [](const json::Value& v) { return v.is_array() && v.array().empty(); },
-      "empty: no layer is an exception to the dense MLP every layer of a dense Qwen3.5 has",
-      "the layers that keep a dense MLP in a mixture-of-experts model; recur runs dense Qwen3.5, "
-      "where the list is empty");
-}
-
-// Qwen's rope: theta and the rotary fraction from rope_parameters (transformers 5) or
-// rope_scaling / the top-level fields (older files). Text-only positions make the multimodal
-// sections (mrope_section, mrope_interleaved) one ordinary rotary: every section turns by the
-// same position.
-void read_rope(Fields& t, const std::string& source, GdnConfig& g) {
-  g.rope_theta = t.number("rope_theta", 10000000, 1.0 + 1e-9, 1e12);
-  g.partial_rotary_factor = t.number("partial_rotary_factor", 0.25, 1e-9, 1.0);
-  for (const char* key : {"rope_parameters", "rope_scaling"}) {
-    const json::Value* rp = t.get(key);
-    if (!rp) continue;
-    if (!rp->is_object()) config_fail(source, "text_config.{} is {}, expected an object", key, describe_json(*rp));
-    Fields r(*rp, source, std::string("text_config.") + key);
-    std::string type = r.string("rope_type", "");
-    if (type.empty()) type = r.string("type", "default");
-    if (type != "default" && type != "mrope")
-      config_fail(source, "text_config.{}.rope_type is '{}': recur runs Qwen3.5's default rotary "
-                          "(no scaling)", key, type);
-    g.rope_theta = r.number("rope_theta", g.rope_theta, 1.0 + 1e-9, 1e12);
-    g.partial_rotary_factor = r.number("partial_rotary_factor", g.partial_rotary_factor, 1e-9, 1.0);
-    r.accept({{"mrope_section", "the multimodal rotary's split of the angles over time, height and "
-                                "width; text positions turn every section by the same position"},
-              {"mrope_interleaved", "how those sections are laid out: for text positions every "
-                                    "layout gives the same angles"}});
-    r.reject_unknown("recur does not know what it changes in the rotary embedding");
-  }
-}
+// make-model's help of the options both layouts take, whose defaults differ between them.
+constexpr const char* kHelpVHeads =
+    "Gated DeltaNet value heads (default: twice the key heads for qwen35, the key heads for "
+    "gated_deltanet)";
+constexpr const char* kHelpHeadDim = "Gated DeltaNet key head size";
+constexpr const char* kHelpVDim =
+    "Gated DeltaNet value head size (default: the key head size; gated_deltanet: twice it)";
 
 // layer_types, or the schedule its absence means: full attention every
 // full_attention_interval-th layer (the last of each group).
-void read_layer_types(Fields& t, const std::string& source, ModelConfig& c) {
-  const int interval = t.integer("full_attention_interval", 4, 1, 4096);
+void read_layer_types(Fields& t, ModelConfig& c, GdnConfig& g) {
   c.mixers.clear();
   if (const json::Value* lt = t.get("layer_types")) {
     if (!lt->is_array() || lt->array().size() != std::size_t(c.num_hidden_layers))
-      config_fail(source, "{} is {}, expected {} entries (num_hidden_layers)", t.name("layer_types"),
-                  describe_json(*lt), c.num_hidden_layers);
+      config_fail(t.source(), "{} is {}, expected {} entries (num_hidden_layers)",
+                  t.name("layer_types"), describe_json(*lt), c.num_hidden_layers);
     for (const auto& v : lt->array()) {
       if (v.is_string() && v.string() == "linear_attention") c.mixers.push_back(MixerKind::kDeltaRule);
       else if (v.is_string() && v.string() == "full_attention") c.mixers.push_back(MixerKind::kAttention);
       else
-        config_fail(source, "{} holds {}, expected linear_attention or full_attention",
+        config_fail(t.source(), "{} holds {}, expected linear_attention or full_attention",
                     t.name("layer_types"), describe_json(v));
     }
   } else {
     for (int i = 0; i < c.num_hidden_layers; ++i)
-      c.mixers.push_back((i + 1) % interval ? MixerKind::kDeltaRule : MixerKind::kAttention);
+      c.mixers.push_back((i + 1) % g.full_attention_interval ? MixerKind::kDeltaRule
+                                                             : MixerKind::kAttention);
   }
 }
 
-void read_qwen(const std::string& type, const json::Value& root, Fields& top, ModelConfig& c,
-               GdnConfig& g) {
-  const std::string& source = top.source();
-  const json::Value* text = &root;
-  std::string owner;
-  bool tie_top = false, has_tie_top = false;
-  if (type == "qwen3_5") {
-    g.layout = Layout::kQwen35;
-    text = top.get("text_config");
-    if (!text || !text->is_object())
-      config_fail(source, "model_type qwen3_5 without a text_config object");
-    owner = "text_config";
-    // The vision tower's settings: its tensors are skipped by name, text runs without it.
+void write_layer_types(FieldWriter& w, const ModelConfig& c, const GdnConfig&) {
+  std::string types = "[";
+  for (std::size_t i = 0; i < c.mixers.size(); ++i)
+    types += fmt::format("{}\"{}\"", i ? ", " : "",
+                         c.mixers[i] == MixerKind::kAttention ? "full_attention"
+                                                              : "linear_attention");
+  w.add("layer_types", types + "]");
+}
+
+// The text model's end-of-sequence ids inside text_config; read_config keeps them only when the
+// file's top level gives none.
+void read_text_eos(Fields& t, ModelConfig& c, GdnConfig&) {
+  const json::Value* eos = t.get("eos_token_id");
+  if (!eos) return;
+  const auto add = [&](const json::Value& v) {
+    if (!v.is_integer() || v.integer() < 0 || v.integer() >= c.vocab_size)
+      config_fail(t.source(), "{} holds {}, expected ids below vocab_size {}",
+                  t.name("eos_token_id"), describe_json(v), c.vocab_size);
+    c.eos_token_ids.push_back(int(v.integer()));
+  };
+  if (eos->is_array()) {
+    for (const auto& v : eos->array()) add(v);
+  } else {
+    add(*eos);
+  }
+}
+
+// Qwen's rotary, as rope_parameters (transformers 5) or rope_scaling (older files) give it; a
+// field it leaves out keeps the text model's top-level value. Text-only positions make the
+// multimodal sections (mrope_section, mrope_interleaved) one ordinary rotary: every section turns
+// by the same position.
+model::Schema<GdnConfig> rope_schema() {
+  const std::vector<std::string> types = {"default", "mrope"};
+  const char* same = "Qwen3.5's default rotary: mrope turns every section by the same position "
+                     "for text, which is the default rotary (recur runs no scaling)";
+  model::Schema<GdnConfig> t;
+  t.same_function("rope_type", types, "default", same)
+      .same_function("type", types, "default", same).not_written()  // rope_scaling's older name
+      .number("rope_theta", &GdnConfig::rope_theta, 10000000, 1.0 + 1e-9, 1e12)
+      .default_from([](const ModelConfig&, const GdnConfig& g) { return g.rope_theta; })
+      .number("partial_rotary_factor", &GdnConfig::partial_rotary_factor, 0.25, 1e-9, 1.0)
+      .default_from([](const ModelConfig&, const GdnConfig& g) { return g.partial_rotary_factor; })
+      .accepted("mrope_section", "the multimodal rotary's split of the angles over time, "
+                                 "height and width; text positions turn every section by the "
+                                 "same position")
+      .accepted("mrope_interleaved", "how those sections are laid out: for text positions every "
+                                     "layout gives the same angles");
+  return t;
+}
+
+// Qwen3.5's text model (transformers' Qwen3_5TextConfig), in the order config.json is written;
+// make-model's options beside the fields they set.
+const model::Schema<GdnConfig>& qwen_text_schema() {
+  static const model::Schema<GdnConfig> s = [] {
+    const auto no_bias = [](const json::Value& v) { return v.is_bool() && !v.boolean(); };
+    const auto gate = [](const json::Value& v) { return v.is_bool() && v.boolean(); };
+    model::Schema<GdnConfig> t;
+    t.integer("vocab_size", &ModelConfig::vocab_size, 248320, 1, 1 << 24).common_option("vocab")
+        .integer("hidden_size", &ModelConfig::hidden_size, 4096, 1, kMaxDim).common_option("hidden")
+        .integer("intermediate_size", &ModelConfig::intermediate_size, 12288, 1, kMaxDim)
+        .common_option("intermediate", true,
+                       [](const ModelConfig& c, const GdnConfig&) { return 3.0 * c.hidden_size; })
+        .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 32, 1, 4096)
+        .common_option("layers")
+        .integer("num_attention_heads", &GdnConfig::n_heads, 16, 1, kMaxHeads)
+        .common_option("heads")
+        .integer("num_key_value_heads", &GdnConfig::n_kv_heads, 4, 1, kMaxHeads)
+        .option("attn-kv-heads", "the full-attention layers' kv heads (default: as many as heads)",
+                [](const ModelConfig&, const GdnConfig& g) { return g.n_heads; })
+        .integer("head_dim", &GdnConfig::head_dim, 256, 2, model::kMaxHeadDim)
+        .option("head-dim", "the full-attention layers' head size (default hidden / heads)",
+                [](const ModelConfig& c, const GdnConfig& g) {
+                  if (c.hidden_size % g.n_heads != 0)
+                    throw ArgumentError(fmt::format("--hidden {} is not --heads {} heads of one "
+                                                    "size: give --head-dim",
+                                                    c.hidden_size, g.n_heads));
+                  return c.hidden_size / g.n_heads;
+                })
+        .same_function("hidden_act", {"silu", "swish"}, "silu",
+                       "two names of one function, Qwen3.5's MLP and convolution activation")
+        .number("rms_norm_eps", &ModelConfig::norm_eps, 1e-6, 0.0, 1.0)
+        .integer("max_position_embeddings", &GdnConfig::max_position_embeddings, 32768, 0, 1 << 30)
+        .integer("linear_conv_kernel_dim", &GdnConfig::conv_size, 4, 1, 64)
+        .integer("linear_key_head_dim", &GdnConfig::d_k, 128, 1, model::kMaxHeadDim)
+        .option("gdn-head-dim", kHelpHeadDim, "16")
+        .integer("linear_value_head_dim", &GdnConfig::d_v, 128, 1, model::kMaxHeadDim)
+        .option("gdn-v-dim", kHelpVDim,
+                [](const ModelConfig&, const GdnConfig& g) { return g.d_k; })
+        .integer("linear_num_key_heads", &GdnConfig::n_k_heads, 16, 1, kMaxHeads)
+        .option("gdn-k-heads", "Gated DeltaNet key heads (default: --heads)",
+                [](const ModelConfig&, const GdnConfig& g) { return g.n_heads; })
+        .integer("linear_num_value_heads", &GdnConfig::n_v_heads, 32, 1, kMaxHeads)
+        .option("gdn-v-heads", kHelpVHeads,
+                [](const ModelConfig&, const GdnConfig& g) { return 2.0 * g.n_k_heads; })
+        // Written as layer_types, the list it means.
+        .integer("full_attention_interval", &GdnConfig::full_attention_interval, 4, 1, 4096)
+        .not_written()
+        .option("full-attention-interval", "every N-th layer is full attention", "4")
+        .custom("layer_types", read_layer_types, write_layer_types)
+        // Older files' top-level rotary fields; rope_parameters, below, overrides them.
+        .number("rope_theta", &GdnConfig::rope_theta, 10000000, 1.0 + 1e-9, 1e12).not_written()
+        .number("partial_rotary_factor", &GdnConfig::partial_rotary_factor, 0.25, 1e-9, 1.0)
+        .not_written()
+        .option("partial-rotary", "the rotary fraction of the attention head", "0.25")
+        .object("rope_parameters", rope_schema(),
+                "recur does not know what it changes in the rotary embedding")
+        .object("rope_scaling", rope_schema(),
+                "recur does not know what it changes in the rotary embedding")
+        .not_written()
+        .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false).not_written()
+        .common_flag("tie-embeddings")
+        .accepted_when("attention_bias", no_bias, "false: Qwen3.5's attention has no biases",
+                       "no Qwen3.5 has biases in its attention projections")
+        .accepted_when("attn_output_gate", gate, "true: Qwen3.5's attention has its output gate",
+                       "Qwen3.5's attention always has its output gate")
+        // mlp_only_layers (transformers' Qwen3-Next / Qwen3.5-MoE): the layers that keep a dense
+        // MLP where the others have experts. Every published dense Qwen3.5 carries an empty
+        // list; a non-empty one belongs to a MoE configuration, whose experts recur does not run.
+        .accepted_when(
+            "mlp_only_layers",
+            [](const json::Value& v) { return v.is_array() && v.array().empty(); },
+            "empty: no layer is an exception to the dense MLP every layer of a dense Qwen3.5 has",
+            "the layers that keep a dense MLP in a mixture-of-experts model; recur runs dense "
+            "Qwen3.5, where the list is empty")
+        .custom("eos_token_id", read_text_eos, nullptr).only_when(multimodal)
+        .accepted("model_type", kQwenIdentity)
+        .accepted("dtype", kQwenIdentity)
+        .accepted("torch_dtype", kQwenIdentity)
+        .accepted("transformers_version", kQwenIdentity)
+        .accepted("_name_or_path", kQwenIdentity)
+        .accepted("architectures", kQwenIdentity)
+        .accepted("bos_token_id", "a special token: recur takes prompts as given")
+        .accepted("pad_token_id", "the padding token of batched training: recur pads nothing")
+        .accepted("initializer_range", kQwenTraining)
+        .accepted("use_cache", kQwenTraining)
+        .accepted("attention_dropout", kQwenTraining)
+        .accepted("output_router_logits", "returns the MoE router's logits for its training loss")
+        .accepted("mtp_num_hidden_layers", kQwenMtp)
+        .accepted("mtp_use_dedicated_embeddings", kQwenMtp)
+        .accepted("mamba_ssm_dtype", "the recurrent state's dtype in other engines; recur's is "
+                                     "float32 whatever it says");
+    return t;
+  }();
+  return s;
+}
+
+// Qwen3.5's multimodal config.json (Qwen3_5Config): the text model inside text_config, the
+// vision tower's settings beside it.
+const model::Schema<GdnConfig>& qwen_schema() {
+  static const model::Schema<GdnConfig> s = [] {
+    model::Schema<GdnConfig> t;
+    t.written("model_type", "\"qwen3_5\"")
+        .written("architectures", "[\"Qwen3_5ForConditionalGeneration\"]");
     for (const char* k : {"vision_config", "image_token_id", "video_token_id",
                           "vision_start_token_id", "vision_end_token_id", "video_start_token_id",
                           "video_end_token_id"})
-      top.accept(k, "the vision tower's settings: its tensors are skipped, text runs without it");
-    if (root.find("tie_word_embeddings")) {
-      has_tie_top = true;
-      tie_top = top.boolean("tie_word_embeddings", false);
-    }
-  } else {
-    g.layout = Layout::kQwen35Text;
+      t.accepted(k, kVision);
+    t.object("text_config", qwen_text_schema(), kUnknown)
+        // The top level's, when given, over text_config's (read_config refuses the two apart).
+        .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false).not_written()
+        .default_from([](const ModelConfig& c, const GdnConfig&) { return c.tie_word_embeddings; });
+    return t;
+  }();
+  return s;
+}
+
+// The text model alone (model_type qwen3_5_text): text_config's fields at the top level.
+const model::Schema<GdnConfig>& qwen_text_only_schema() {
+  static const model::Schema<GdnConfig> s = [] {
+    model::Schema<GdnConfig> t;
+    t.written("model_type", "\"qwen3_5_text\"").include(qwen_text_schema());
+    return t;
+  }();
+  return s;
+}
+
+// fla's gated_deltanet and delta_net (fla/models/{gated_deltanet,delta_net}), in the order
+// config.json is written.
+const model::Schema<GdnConfig>& fla_schema() {
+  static const model::Schema<GdnConfig> s = [] {
+    using QkActivation = GdnConfig::QkActivation;
+    model::Schema<GdnConfig> t;
+    t.written("model_type", "\"gated_deltanet\"").only_when(gated)
+        .written("model_type", "\"delta_net\"").only_when(delta)
+        .integer("vocab_size", &ModelConfig::vocab_size, 32000, 1, 1 << 24).common_option("vocab")
+        .integer("hidden_size", &ModelConfig::hidden_size, 2048, 1, kMaxDim).common_option("hidden")
+        .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 21, 1, 4096)
+        .common_option("layers")
+        // delta_net's heads are both key and value heads (read_config).
+        .integer("num_heads", &GdnConfig::n_k_heads, 6, 1, kMaxHeads).only_when(gated)
+        .common_option("heads")
+        .integer("num_heads", &GdnConfig::n_k_heads, 16, 1, kMaxHeads).only_when(delta)
+        .number("expand_k", &GdnConfig::expand_k, 1, 1e-6, 1e6).only_when(delta)
+        .boolean("use_beta", &GdnConfig::use_beta, true).only_when(delta)
+        .choice("qk_activation", &GdnConfig::qk_activation, QkActivation::kSilu,
+                {{QkActivation::kSilu, "silu"}, {QkActivation::kRelu, "relu"},
+                 {QkActivation::kElu, "elu"}, {QkActivation::kIdentity, "identity"}})
+        .only_when(delta)
+        .choice("qk_norm", &GdnConfig::qk_sum_norm, false, {{false, "l2"}, {true, "sum"}})
+        .only_when(delta)
+        .integer("num_v_heads", &GdnConfig::n_v_heads, 6, 1, kMaxHeads).only_when(gated)
+        .default_from([](const ModelConfig&, const GdnConfig& g) { return g.n_k_heads; })
+        .option("gdn-v-heads", kHelpVHeads,
+                [](const ModelConfig&, const GdnConfig& g) { return g.n_k_heads; })
+        .integer("head_dim", &GdnConfig::d_k, 256, 1, model::kMaxHeadDim).only_when(gated)
+        .option("gdn-head-dim", kHelpHeadDim, "16")
+        // make-model's value head size, as the ratio fla's config keeps.
+        .number("expand_v", &GdnConfig::expand_v, 2, 1e-6, 1e6).only_when(gated)
+        .option("gdn-v-dim", kHelpVDim,
+                [](const ModelConfig&, const GdnConfig& g) { return 2.0 * g.d_k; },
+                [](double d_v, const ModelConfig&, const GdnConfig& g) { return d_v / g.d_k; })
+        .number("expand_v", &GdnConfig::expand_v, 1, 1e-6, 1e6).only_when(delta)
+        // null: fla's rule from hidden_ratio (resolve).
+        .integer("intermediate_size", &ModelConfig::intermediate_size, 0, 1, kMaxDim)
+        .common_option("intermediate", true)
+        .number("hidden_ratio", &GdnConfig::hidden_ratio, 4, 1e-6, 1e6)
+        .same_function("hidden_act", {"swish", "silu"}, "swish",
+                       "two names of one function, fla's GatedMLP activation")
+        .number("norm_eps", &ModelConfig::norm_eps, 1e-6, 0.0, 1.0)
+        .boolean("use_gate", &GdnConfig::use_gate, true).only_when(gated)
+        .flag("no-output-gate", "no output gate (use_output_gate / use_gate false)", false)
+        .boolean("use_gate", &GdnConfig::use_gate, false).only_when(delta)
+        .boolean("use_short_conv", &GdnConfig::use_conv, true)
+        .flag("gdn-no-conv", "no short convolutions (use_short_conv false)", false)
+        .boolean("allow_neg_eigval", &GdnConfig::allow_neg_eigval, false)
+        .flag("allow-neg-eigval", "beta in (0, 2) (allow_neg_eigval)")
+        .integer("conv_size", &GdnConfig::conv_size, 4, 1, 64)
+        .integer("max_position_embeddings", &GdnConfig::max_position_embeddings, 2048, 0, 1 << 30)
+        .custom("attn",
+                [](Fields& f, ModelConfig& c, GdnConfig& g) {
+                  if (const json::Value* attn = f.get("attn"))
+                    g.attn = model::read_hybrid_attention(*attn, f.source(), c.num_hidden_layers);
+                },
+                [](FieldWriter& w, const ModelConfig&, const GdnConfig& g) {
+                  if (!g.attn.specs.empty()) model::write_hybrid_attention(w, g.attn);
+                })
+        .custom("attnres_block_size",
+                [](Fields& f, ModelConfig&, GdnConfig&) {
+                  if (const json::Value* b = f.get("attnres_block_size"))
+                    config_fail(f.source(), "attnres_block_size is {}: fla's attention residuals "
+                                            "are not read", describe_json(*b));
+                },
+                nullptr)
+        .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false).not_written()
+        .common_flag("tie-embeddings")
+        .accepted("use_output_norm", "fla's DeltaNet layer has its o_norm whatever this says")
+        .only_when(delta);
+    for (const char* k : {"attn_mode", "fuse_norm", "fuse_swiglu", "fuse_cross_entropy",
+                          "fuse_linear_cross_entropy", "use_l2warp",
+                          "_attn_implementation_autoset"})
+      t.accepted(k, kFlaKernel);
+    // norm_first, in fla's first gated_deltanet and delta_net (until February 2025): false keeps
+    // the block's attn_norm and mlp_norm, the layout recur reads; true moved the norms into the
+    // layers (the MLP's own norm, none before the mixer), another model with other tensors.
+    t.accepted_when("norm_first", [](const json::Value& v) { return v.is_bool() && !v.boolean(); },
+                    "false selects the block norms (attn_norm, mlp_norm) recur runs",
+                    "fla's early norm-inside-the-layer block, which recur does not run (its "
+                    "tensors differ; fla removed the option in February 2025)");
+    return t;
+  }();
+  return s;
+}
+
+const model::Schema<GdnConfig>& schema_of(Layout layout) {
+  switch (layout) {
+    case Layout::kQwen35: return qwen_schema();
+    case Layout::kQwen35Text: return qwen_text_only_schema();
+    default: return fla_schema();
   }
-  Fields own(*text, source, owner);
-  Fields& t = type == "qwen3_5" ? own : top;
-  c.vocab_size = t.integer("vocab_size", 248320, 1, 1 << 24);
-  c.hidden_size = t.integer("hidden_size", 4096, 1, kMaxDim);
-  c.intermediate_size = t.integer("intermediate_size", 12288, 1, kMaxDim);
-  c.num_hidden_layers = t.integer("num_hidden_layers", 32, 1, 4096);
-  g.n_heads = t.integer("num_attention_heads", 16, 1, kMaxHeads);
-  g.n_kv_heads = t.integer("num_key_value_heads", 4, 1, kMaxHeads);
-  g.head_dim = t.integer("head_dim", 256, 2, model::kMaxHeadDim);
-  c.norm_eps = t.number("rms_norm_eps", 1e-6, 0.0, 1.0);
-  g.max_position_embeddings = t.integer("max_position_embeddings", 32768, 0, 1 << 30);
-  g.conv_size = t.integer("linear_conv_kernel_dim", 4, 1, 64);
-  g.d_k = t.integer("linear_key_head_dim", 128, 1, model::kMaxHeadDim);
-  g.d_v = t.integer("linear_value_head_dim", 128, 1, model::kMaxHeadDim);
-  g.n_k_heads = t.integer("linear_num_key_heads", 16, 1, kMaxHeads);
-  g.n_v_heads = t.integer("linear_num_value_heads", 32, 1, kMaxHeads);
-  const bool tie_text = t.boolean("tie_word_embeddings", false);
-  if (has_tie_top && root.find("text_config")->find("tie_word_embeddings") && tie_text != tie_top)
+}
+
+// A multimodal file's tie_word_embeddings at the top level and in text_config must agree.
+void check_tie(const json::Value& root, const std::string& source) {
+  const json::Value* top = root.find("tie_word_embeddings");
+  const json::Value* text = root.find("text_config")->find("tie_word_embeddings");
+  if (top && text && top->is_bool() && text->is_bool() && top->boolean() != text->boolean())
     config_fail(source, "tie_word_embeddings is {} but text_config.tie_word_embeddings is {}",
-                tie_top, tie_text);
-  c.tie_word_embeddings = has_tie_top ? tie_top : tie_text;
-  const std::string act = t.string("hidden_act", "silu");
-  if (act != "silu" && act != "swish")
-    config_fail(source, "{} is '{}': Qwen3.5's MLP and convolution use silu", t.name("hidden_act"), act);
-  if (t.boolean("attention_bias", false))
-    config_fail(source, "{} is true: no Qwen3.5 has biases in its attention projections",
-                t.name("attention_bias"));
-  if (!t.boolean("attn_output_gate", true))
-    config_fail(source, "{} is false: Qwen3.5's attention always has its output gate",
-                t.name("attn_output_gate"));
-  read_rope(t, source, g);
-  read_layer_types(t, source, c);
-  accept_mlp_only_layers(t);
-  // The text model's end-of-sequence ids, when the file's top level gives none.
-  if (type == "qwen3_5") {
-    if (const json::Value* eos = t.get("eos_token_id"); eos && !root.find("eos_token_id")) {
-      const auto add = [&](const json::Value& v) {
-        if (!v.is_integer() || v.integer() < 0 || v.integer() >= c.vocab_size)
-          config_fail(source, "text_config.eos_token_id holds {}, expected ids below vocab_size {}",
-                      describe_json(v), c.vocab_size);
-        c.eos_token_ids.push_back(int(v.integer()));
-      };
-      if (eos->is_array()) {
-        for (const auto& v : eos->array()) add(v);
-      } else {
-        add(*eos);
-      }
-    }
-    own.accept(kQwenAccepted);
-    own.reject_unknown("recur does not know what it changes in the model, so it will not guess");
-  } else {
-    // The text-only file: the common fields are accepted by the caller, these are Qwen's own.
-    for (const model::Accepted& a : kQwenAccepted) top.accept(a.key, a.reason);
-  }
+                top->boolean(), text->boolean());
 }
 
 // delta_net's head sizes: hidden_size * expand_k (expand_v) split over num_heads, as fla's int()
@@ -192,67 +362,13 @@ int delta_head(const std::string& source, int hidden, double expand, int heads, 
   return int(width) / heads;
 }
 
-void read_fla(const std::string& type, const json::Value& root, Fields& f, ModelConfig& c,
-              GdnConfig& g) {
-  const std::string& source = f.source();
-  const bool delta = type == "delta_net";
-  g.layout = delta ? Layout::kFlaDelta : Layout::kFla;
-  c.vocab_size = f.integer("vocab_size", 32000, 1, 1 << 24);
-  c.hidden_size = f.integer("hidden_size", 2048, 1, kMaxDim);
-  c.num_hidden_layers = f.integer("num_hidden_layers", 21, 1, 4096);
-  c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
-  c.norm_eps = f.number("norm_eps", 1e-6, 0.0, 1.0);
-  c.intermediate_size = f.integer("intermediate_size", 0, 1, kMaxDim);
-  g.hidden_ratio = f.number("hidden_ratio", 4, 1e-6, 1e6);
-  g.expand_v = f.number("expand_v", delta ? 1 : 2, 1e-6, 1e6);
-  if (delta) {
-    g.expand_k = f.number("expand_k", 1, 1e-6, 1e6);
-    g.n_k_heads = g.n_v_heads = f.integer("num_heads", 16, 1, kMaxHeads);
+// fla's sizes its config gives as ratios, and the layers its attn block makes softmax ones.
+void fla_sizes(const std::string& source, ModelConfig& c, GdnConfig& g) {
+  if (g.layout == Layout::kFlaDelta) {
+    g.n_v_heads = g.n_k_heads;
     g.d_k = delta_head(source, c.hidden_size, g.expand_k, g.n_k_heads, "expand_k");
     g.d_v = delta_head(source, c.hidden_size, g.expand_v, g.n_k_heads, "expand_v");
-    g.use_beta = f.boolean("use_beta", true);
-    f.accept("use_output_norm", "fla's DeltaNet layer has its o_norm whatever this says");
-    const std::string act = f.string("qk_activation", "silu");
-    if (act == "silu") g.qk_activation = GdnConfig::QkActivation::kSilu;
-    else if (act == "relu") g.qk_activation = GdnConfig::QkActivation::kRelu;
-    else if (act == "elu") g.qk_activation = GdnConfig::QkActivation::kElu;
-    else if (act == "identity") g.qk_activation = GdnConfig::QkActivation::kIdentity;
-    else config_fail(source, "qk_activation is '{}', expected silu, relu, elu or identity", act);
-    const std::string norm = f.string("qk_norm", "l2");
-    if (norm != "l2" && norm != "sum")
-      config_fail(source, "qk_norm is '{}', expected l2 or sum", norm);
-    g.qk_sum_norm = norm == "sum";
   } else {
-    g.d_k = f.integer("head_dim", 256, 1, model::kMaxHeadDim);
-    g.n_k_heads = f.integer("num_heads", 6, 1, kMaxHeads);
-    g.n_v_heads = f.integer("num_v_heads", g.n_k_heads, 1, kMaxHeads);
-  }
-  g.use_gate = f.boolean("use_gate", !delta);
-  g.use_conv = f.boolean("use_short_conv", true);
-  g.allow_neg_eigval = f.boolean("allow_neg_eigval", false);
-  g.conv_size = f.integer("conv_size", 4, 1, 64);
-  g.max_position_embeddings = f.integer("max_position_embeddings", 2048, 0, 1 << 30);
-  const std::string act = f.string("hidden_act", "swish");
-  if (act != "swish" && act != "silu")
-    config_fail(source, "hidden_act is '{}': fla's GatedMLP here is swish", act);
-  if (const json::Value* attn = f.get("attn"))
-    g.attn = model::read_hybrid_attention(*attn, source, c.num_hidden_layers);
-  if (const json::Value* b = f.get("attnres_block_size"))
-    config_fail(source, "attnres_block_size is {}: fla's attention residuals are not read",
-                describe_json(*b));
-  // fla's kernel choices and fused training ops: the same model.
-  for (const char* k : {"attn_mode", "fuse_norm", "fuse_swiglu", "fuse_cross_entropy",
-                        "fuse_linear_cross_entropy", "use_l2warp", "_attn_implementation_autoset"})
-    f.accept(k, "a kernel choice or fused training op of fla: the same function");
-  // norm_first, in fla's first gated_deltanet and delta_net (until February 2025): false keeps
-  // the block's attn_norm and mlp_norm, the layout recur reads; true moved the norms into the
-  // layers (the MLP's own norm, none before the mixer), another model with other tensors.
-  f.accept_when("norm_first", [](const json::Value& v) { return v.is_bool() && !v.boolean(); },
-                "false selects the block norms (attn_norm, mlp_norm) recur runs",
-                "fla's early norm-inside-the-layer block, which recur does not run (its "
-                "tensors differ; fla removed the option in February 2025)");
-  (void)root;
-  if (!delta) {
     const double dv = double(g.d_k) * g.expand_v;
     if (std::abs(dv - std::round(dv)) > 1e-5 * dv || dv < 1 || dv > model::kMaxHeadDim)
       config_fail(source, "head_dim {} * expand_v {} = {} is not a whole head size", g.d_k,
@@ -285,14 +401,24 @@ Names names_of(const GdnConfig& g) {
 }
 
 void read_config(const std::string& type, const json::Value& root, Fields& f, ModelConfig& c) {
+  const std::string& source = f.source();
   GdnConfig g;
-  if (type == "gated_deltanet" || type == "delta_net") {
-    c.architecture = Architecture::kGatedDeltaNet;
-    read_fla(type, root, f, c, g);
-  } else {
-    c.architecture = Architecture::kQwen35;
-    read_qwen(type, root, f, c, g);
+  g.layout = type == "qwen3_5"        ? Layout::kQwen35
+             : type == "qwen3_5_text" ? Layout::kQwen35Text
+             : type == "delta_net"    ? Layout::kFlaDelta
+                                      : Layout::kFla;
+  c.architecture = g.qwen() ? Architecture::kQwen35 : Architecture::kGatedDeltaNet;
+  if (g.layout == Layout::kQwen35) {
+    const json::Value* text = root.find("text_config");
+    if (!text || !text->is_object())
+      config_fail(source, "model_type qwen3_5 without a text_config object");
+    check_tie(root, source);
   }
+  schema_of(g.layout).read(f, c, g);
+  // text_config's end-of-sequence ids count only when the top level gives none (ModelConfig
+  // reads those).
+  if (g.layout == Layout::kQwen35 && root.find("eos_token_id")) c.eos_token_ids.clear();
+  if (!g.qwen()) fla_sizes(source, c, g);
   c.family = std::make_shared<GdnConfig>(g);
 }
 
@@ -334,76 +460,33 @@ void resolve(ModelConfig& c, const std::string& source) {
 std::string config_fields(const ModelConfig& c) {
   const GdnConfig& g = config_of(c);
   model::FieldWriter w;
-  if (!g.qwen()) {
-    const bool delta = g.layout == Layout::kFlaDelta;
-    w.add("model_type", delta ? "\"delta_net\"" : "\"gated_deltanet\"");
-    w.number("vocab_size", c.vocab_size);
-    w.number("hidden_size", c.hidden_size);
-    w.number("num_hidden_layers", c.num_hidden_layers);
-    w.number("num_heads", g.n_k_heads);
-    if (delta) {
-      static const char* const kActs[] = {"silu", "relu", "elu", "identity"};
-      w.number("expand_k", g.expand_k);
-      w.boolean("use_beta", g.use_beta);
-      w.string("qk_activation", kActs[int(g.qk_activation)]);
-      w.add("qk_norm", g.qk_sum_norm ? "\"sum\"" : "\"l2\"");
-    } else {
-      w.number("num_v_heads", g.n_v_heads);
-      w.number("head_dim", g.d_k);
-    }
-    w.number("expand_v", g.expand_v);
-    w.number("intermediate_size", c.intermediate_size);
-    w.number("hidden_ratio", g.hidden_ratio);
-    w.add("hidden_act", "\"swish\"");
-    w.number("norm_eps", c.norm_eps);
-    w.boolean("use_gate", g.use_gate);
-    w.boolean("use_short_conv", g.use_conv);
-    w.boolean("allow_neg_eigval", g.allow_neg_eigval);
-    w.number("conv_size", g.conv_size);
-    w.number("max_position_embeddings", g.max_position_embeddings);
-    if (!g.attn.specs.empty()) model::write_hybrid_attention(w, g.attn);
+  if (g.layout != Layout::kQwen35Text) {
+    schema_of(g.layout).write(w, c, g);
     return w.text();
   }
-  // The text model's fields as one JSON object on one line.
-  using model::config_number;
-  std::string text = "{";
-  const auto put = [&](const char* key, const std::string& value) {
-    text += fmt::format("{}\"{}\": {}", text.size() > 1 ? ", " : "", key, value);
-  };
-  put("vocab_size", config_number(c.vocab_size));
-  put("hidden_size", config_number(c.hidden_size));
-  put("intermediate_size", config_number(c.intermediate_size));
-  put("num_hidden_layers", config_number(c.num_hidden_layers));
-  put("num_attention_heads", config_number(g.n_heads));
-  put("num_key_value_heads", config_number(g.n_kv_heads));
-  put("head_dim", config_number(g.head_dim));
-  put("hidden_act", "\"silu\"");
-  put("rms_norm_eps", config_number(c.norm_eps));
-  put("max_position_embeddings", config_number(g.max_position_embeddings));
-  put("linear_conv_kernel_dim", config_number(g.conv_size));
-  put("linear_key_head_dim", config_number(g.d_k));
-  put("linear_value_head_dim", config_number(g.d_v));
-  put("linear_num_key_heads", config_number(g.n_k_heads));
-  put("linear_num_value_heads", config_number(g.n_v_heads));
-  std::string types = "[";
-  for (std::size_t i = 0; i < c.mixers.size(); ++i)
-    types += fmt::format("{}\"{}\"", i ? ", " : "",
-                         c.mixers[i] == MixerKind::kAttention ? "full_attention" : "linear_attention");
-  put("layer_types", types + "]");
-  put("rope_parameters", fmt::format("{{\"rope_type\": \"default\", \"rope_theta\": {}, "
-                                     "\"partial_rotary_factor\": {}}}",
-                                     config_number(g.rope_theta),
-                                     config_number(g.partial_rotary_factor)));
-  text += "}";
-  if (g.layout == Layout::kQwen35Text) {
-    w.add("model_type", "\"qwen3_5_text\"");
-    // The text model's fields at the top level: the same object without its braces, one line.
-    return w.text() + "  " + text.substr(1, text.size() - 2) + ",\n";
-  }
-  w.add("model_type", "\"qwen3_5\"");
-  w.add("architectures", "[\"Qwen3_5ForConditionalGeneration\"]");
-  w.add("text_config", text);
-  return w.text();
+  // The text model's fields on one line after model_type, as text_config's object without its
+  // braces: the model's fingerprint (in every saved state) hashes this text, so it stays as the
+  // first text-only models were written.
+  w.add("model_type", "\"qwen3_5_text\"");
+  model::FieldWriter text;
+  qwen_text_schema().write(text, c, g);
+  return w.text() + "  " + text.items() + ",\n";
+}
+
+std::vector<model::MakeOption> make_model_options() {
+  auto out = qwen_schema().make_options({"qwen35"});
+  out.push_back({"text-only", nullptr, "the text model's layout (qwen3_5_text) instead of the "
+                                       "multimodal one", true, {"qwen35"}});
+  for (auto& o : fla_schema().make_options({"gated_deltanet"})) out.push_back(std::move(o));
+  return out;
+}
+
+std::string make_model_config(const std::string& arch, const model::MakeOptions& o) {
+  const bool fla = arch == "gated_deltanet", text_only = !fla && o.flag("text-only");
+  const auto& schema = fla ? fla_schema() : text_only ? qwen_text_only_schema() : qwen_schema();
+  return fmt::format("{{\"model_type\": \"{}\", {}}}",
+                     fla ? "gated_deltanet" : text_only ? "qwen3_5_text" : "qwen3_5",
+                     schema.make_fields(o));
 }
 
 }  // namespace recur::models::gdn

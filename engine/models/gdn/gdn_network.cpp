@@ -53,7 +53,7 @@ struct Rows : model::Scratch {
   // ba: b then a (cap, 2 Hv); alpha (cap, Hv); qn, kn (cap, Hk d_kp); bb: -alpha beta k
   // (cap, Hv d_kp).
   std::vector<float> a, g, u, qkv, conv, z, vb, y, ba, alpha, qn, kn, bb;
-  model::AttentionRows attn;
+  model::GqaRows attn;
   std::size_t bytes() const override {
     return Scratch::bytes() + model::buffer_bytes({&a, &g, &u, &qkv, &conv, &z, &vb, &y, &ba,
                                                    &alpha, &qn, &kn, &bb}) +
@@ -95,7 +95,7 @@ class Network final : public model::Network {
 
   std::unique_ptr<model::LayerState> make_state(std::size_t layer) const override {
     const Layer& l = s_.layers[layer];
-    if (l.attention) return l.attn.make_state();
+    if (l.attention) return model::make_gqa_state(l.attn);
     const GdnMixer& m = l.gdn;
     std::vector<ShortConvState> convs;
     for (const auto& c : m.convs) convs.push_back(c->make_state());
@@ -115,7 +115,7 @@ class Network final : public model::Network {
     sized(w->u, std::size_t(s_.intermediate));
     for (const auto& l : s_.layers) {
       if (l.attention) {
-        w->attn.fit(l.attn, rows);
+        w->attn.grow(rows, l.attn);
         continue;
       }
       const GdnMixer& m = l.gdn;
@@ -140,9 +140,9 @@ class Network final : public model::Network {
       const Layer& L = s_.layers[li];
       L.mixer_norm.apply(w.x.data(), n, d, w.h.data(), d);
       if (L.attention) {
-        model::attention_inputs(L.attn, w.h.data(), n, d, w.attn, threads);
+        model::gqa_project(L.attn, w.h.data(), n, d, w.attn, threads);
         attend(li, kStageMixer, threads);
-        model::attention_output(L.attn, w.attn, n, w.a.data(), d, threads);
+        model::gqa_output(L.attn, w.attn, n, w.a.data(), d, threads);
       } else {
         const GdnMixer& m = L.gdn;
         const int W = m.conv_width(), V = m.Hv * m.d_v;
@@ -171,7 +171,7 @@ class Network final : public model::Network {
     (void)stage;
     Rows& w = static_cast<Rows&>(scratch);
     const Layer& L = s_.layers[layer];
-    if (L.attention) return model::attention_sequence(L.attn, state, w.attn, first, count, threads);
+    if (L.attention) return model::gqa_sequence(L.attn, state, w.attn, first, count, threads);
     gated_delta(L.gdn, static_cast<GdnState&>(state), w, first, count, threads);
   }
 
@@ -179,7 +179,7 @@ class Network final : public model::Network {
                       int count) const override {
     Rows& w = static_cast<Rows&>(scratch);
     const Layer& L = s_.layers[layer];
-    if (L.attention) return model::attention_clear(L.attn, w.attn, first, count);
+    if (L.attention) return model::gqa_clear(L.attn, w.attn, first, count);
     const auto width = std::size_t(L.gdn.Hv) * std::size_t(L.gdn.d_v);
     std::fill(w.y.data() + std::size_t(first) * width,
               w.y.data() + std::size_t(first + count) * width, 0.0f);

@@ -5,8 +5,8 @@
 #include <memory>
 #include <vector>
 
-#include "layers/attention.h"
 #include "layers/delta_rule.h"
+#include "layers/gqa.h"
 #include "layers/dense.h"
 #include "model/network.h"
 #include "recur/causal_attention.h"
@@ -53,7 +53,7 @@ struct Layer {
   GdnMixer gdn;
   // Qwen3.5's full attention: q and k normed per head (weights stored as 1 + w), partial rotary,
   // the output gate. fla's: neither, rotary on the whole head, perhaps a window.
-  model::AttentionLayer attn;
+  model::GqaLayer attn;
   model::Dense gate, up, down;       // the SwiGLU MLP
 };
 

@@ -14,6 +14,7 @@
 #include "model/loader.h"
 #include "model/model_impl.h"
 #include "layers/attention.h"
+#include "layers/gqa.h"
 #include "layers/ssd_mixer.h"
 #include "models/registry.h"
 #include "recur/causal_attention.h"
@@ -248,16 +249,16 @@ struct Layer {
   bool attention = false;
   Norm mixer_norm, mlp_norm;
   model::SsdMixer mamba;
-  model::AttentionLayer attn;  // no norms, no gate; rotary or no positions
+  model::GqaLayer attn;
   Dense gate, up, down;  // shared_mlp: input_linear's halves, output_linear
 };
 
 struct Rows : model::Scratch {
   std::vector<float> a, g, u;
-  model::AttentionRows attn;
   model::SsdRows ssd;
+  model::GqaRows attn;
   std::size_t bytes() const override {
-    return Scratch::bytes() + model::buffer_bytes({&a, &g, &u}) + attn.bytes() + ssd.bytes();
+    return Scratch::bytes() + model::buffer_bytes({&a, &g, &u}) + ssd.bytes() + attn.bytes();
   }
 };
 
@@ -270,7 +271,7 @@ class Network final : public model::Network {
 
   std::unique_ptr<model::LayerState> make_state(std::size_t layer) const override {
     const Layer& l = layers_[layer];
-    if (l.attention) return l.attn.make_state();
+    if (l.attention) return model::make_gqa_state(l.attn);
     return model::make_ssd_state(l.mamba);
   }
 
@@ -281,11 +282,8 @@ class Network final : public model::Network {
     for (auto* b : {&w->x, &w->h, &w->a}) b->assign(n * std::size_t(hidden_), 0.0f);
     for (auto* b : {&w->g, &w->u}) b->assign(n * std::size_t(shared_), 0.0f);
     for (const auto& l : layers_) {
-      if (!l.attention) {
-        w->ssd.grow(rows, l.mamba.spec);
-        continue;
-      }
-      w->attn.fit(l.attn, rows);
+      if (l.attention) w->attn.grow(rows, l.attn);
+      else w->ssd.grow(rows, l.mamba.spec);
     }
     return w;
   }
@@ -298,9 +296,9 @@ class Network final : public model::Network {
       const Layer& L = layers_[li];
       L.mixer_norm.apply(w.x.data(), n, d, w.h.data(), d);
       if (L.attention) {
-        model::attention_inputs(L.attn, w.h.data(), n, d, w.attn, threads);
+        model::gqa_project(L.attn, w.h.data(), n, d, w.attn, threads);
         attend(li, 0, threads);
-        model::attention_output(L.attn, w.attn, n, w.a.data(), d, threads);
+        model::gqa_output(L.attn, w.attn, n, w.a.data(), d, threads);
       } else {
         model::ssd_project(L.mamba, w.h.data(), n, w.ssd, threads);
         attend(li, 0, threads);
@@ -325,7 +323,7 @@ class Network final : public model::Network {
     if (!L.attention)
       return model::ssd_sequence(L.mamba, static_cast<model::SsdState&>(state), w.ssd, first,
                                  count, threads);
-    model::attention_sequence(L.attn, state, w.attn, first, count, threads);
+    model::gqa_sequence(L.attn, state, w.attn, first, count, threads);
   }
 
   void clear_sequence(std::size_t layer, int, model::Scratch& scratch, int first,
@@ -333,15 +331,14 @@ class Network final : public model::Network {
     Rows& w = static_cast<Rows&>(scratch);
     const Layer& L = layers_[layer];
     if (!L.attention) return model::ssd_clear(L.mamba, w.ssd, first, count);
-    model::attention_clear(L.attn, w.attn, first, count);
+    model::gqa_clear(L.attn, w.attn, first, count);
   }
 
   std::size_t weight_bytes() const override {
     std::size_t bytes = 0;
     for (const auto& L : layers_) {
-      for (const auto* d : {&L.gate, &L.up, &L.down, &L.attn.q, &L.attn.k, &L.attn.v, &L.attn.o})
-        bytes += model::dense_bytes(*d);
-      if (!L.attention) bytes += model::ssd_weight_bytes(L.mamba);
+      for (const auto* d : {&L.gate, &L.up, &L.down}) bytes += model::dense_bytes(*d);
+      bytes += L.attention ? model::gqa_weight_bytes(L.attn) : model::ssd_weight_bytes(L.mamba);
     }
     return bytes;
   }
@@ -382,24 +379,14 @@ void load(const ModelConfig& c, model::Loader& L, Model::Impl& impl) {
     l.attention = c.mixers[std::size_t(i)] == MixerKind::kAttention;
     l.mixer_norm = rms(p + "input_layernorm.weight");
     if (l.attention) {
-      model::AttentionLayer& A = l.attn;
-      A.H = g.n_heads;
-      A.Hkv = g.n_kv_heads;
-      A.d = hd;
-      const std::string a = p + "self_attn.";
-      const bool b = g.attention_bias;
-      A.q = model::dense(L, a + "q_proj", A.H * hd, d, b, "num_attention_heads * head_dim, hidden_size");
-      A.k = model::dense(L, a + "k_proj", A.Hkv * hd, d, b, "num_key_value_heads * head_dim, hidden_size");
-      A.v = model::dense(L, a + "v_proj", A.Hkv * hd, d, b, "num_key_value_heads * head_dim, hidden_size");
-      A.o = model::dense(L, a + "o_proj", d, A.H * hd, b, "hidden_size, num_attention_heads * head_dim");
       CausalAttentionConfig ac;
-      ac.n_heads = A.H;
-      ac.n_kv_heads = A.Hkv;
+      ac.n_heads = g.n_heads;
+      ac.n_kv_heads = g.n_kv_heads;
       ac.d_head = hd;
       ac.rope_theta = float(g.rope_theta);
       ac.rotary = g.rope;
       ac.scale = float(g.attention_multiplier);
-      A.attention = std::make_unique<CausalAttention>(ac);
+      l.attn = model::load_gqa(L, p + "self_attn.", d, g.attention_bias, ac);
     } else {
       l.mamba = model::load_ssd_mixer(L, p + "mamba.", g.ssd(c));
     }
@@ -500,8 +487,7 @@ class Family final : public model::Family {
         g.m_state, n_attn, g.n_heads, g.n_kv_heads, g.head_dim(c), g.rope ? "rotary" : "no positions",
         c.hidden_size, g.shared_intermediate, c.vocab_size, double(m.parameters()) / 1e6,
         double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20),
-        grow ? fmt::format(", growing by {} bytes a token (the attention layers' KV cache)", grow)
-             : std::string(" at any length"));
+        model::state_growth_note(grow));
   }
 };
 

@@ -53,8 +53,8 @@ class Reader {
     return b;
   }
 
-  model::AttentionLayer attention(const std::string& a) {
-    model::AttentionLayer A;
+  model::GqaLayer attention(const std::string& a) {
+    model::GqaLayer A;
     A.qk_norm = true;
     A.H = g_.n_heads;
     A.Hkv = g_.n_kv_heads;

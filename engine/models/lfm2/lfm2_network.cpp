@@ -20,7 +20,7 @@ struct Rows : model::Scratch {
   // Convolution: bcx, in_proj's B | C | x (cap, 3 hidden); bx, then the convolution's output
   // (cap, hidden); y, C times it (cap, hidden).
   std::vector<float> a, g, u, bcx, bx, conv;
-  model::AttentionRows attn;
+  model::GqaRows attn;
   std::size_t bytes() const override {
     return Scratch::bytes() + model::buffer_bytes({&a, &g, &u, &bcx, &bx, &conv}) + attn.bytes();
   }
@@ -34,7 +34,7 @@ class Network final : public model::Network {
 
   std::unique_ptr<model::LayerState> make_state(std::size_t layer) const override {
     const Layer& l = s_.layers[layer];
-    if (l.attention) return l.attn.make_state();
+    if (l.attention) return model::make_gqa_state(l.attn);
     return std::make_unique<model::MixerState<ShortConvState>>(l.conv.conv->make_state(),
                                                                MixerKind::kShortConv);
   }
@@ -52,7 +52,7 @@ class Network final : public model::Network {
     sized(w->u, std::size_t(s_.intermediate));
     for (const auto& l : s_.layers) {
       if (l.attention) {
-        w->attn.fit(l.attn, rows);
+        w->attn.grow(rows, l.attn);
       } else {
         sized(w->bcx, 3 * d);
         sized(w->bx, d);
@@ -70,9 +70,9 @@ class Network final : public model::Network {
       const Layer& L = s_.layers[li];
       L.operator_norm.apply(w.x.data(), n, d, w.h.data(), d);
       if (L.attention) {
-        model::attention_inputs(L.attn, w.h.data(), n, d, w.attn, threads);
+        model::gqa_project(L.attn, w.h.data(), n, d, w.attn, threads);
         attend(li, kStageMixer, threads);
-        model::attention_output(L.attn, w.attn, n, w.a.data(), d, threads);
+        model::gqa_output(L.attn, w.attn, n, w.a.data(), d, threads);
       } else {
         const ConvBlock& C = L.conv;
         C.in_proj.apply(w.h.data(), n, d, w.bcx.data(), 3 * d, threads);
@@ -103,7 +103,7 @@ class Network final : public model::Network {
     (void)stage;
     Rows& w = static_cast<Rows&>(scratch);
     const Layer& L = s_.layers[layer];
-    if (L.attention) return model::attention_sequence(L.attn, state, w.attn, first, count, threads);
+    if (L.attention) return model::gqa_sequence(L.attn, state, w.attn, first, count, threads);
     convolve(L.conv, model::state_of<ShortConvState>(state), w, first, count);
   }
 
@@ -111,7 +111,7 @@ class Network final : public model::Network {
                       int count) const override {
     Rows& w = static_cast<Rows&>(scratch);
     const Layer& L = s_.layers[layer];
-    if (L.attention) return model::attention_clear(L.attn, w.attn, first, count);
+    if (L.attention) return model::gqa_clear(L.attn, w.attn, first, count);
     const auto width = std::size_t(s_.hidden);
     std::fill(w.conv.data() + std::size_t(first) * width,
               w.conv.data() + std::size_t(first + count) * width, 0.0f);

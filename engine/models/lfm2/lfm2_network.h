@@ -5,8 +5,8 @@
 #include <memory>
 #include <vector>
 
-#include "layers/attention.h"
 #include "layers/dense.h"
+#include "layers/gqa.h"
 #include "model/network.h"
 #include "recur/causal_attention.h"
 #include "recur/short_conv.h"
@@ -27,7 +27,7 @@ struct Layer {
   ConvBlock conv;
   // Grouped-query attention: q and k normed per head (RMSNorm with its weight), rotary over the
   // whole head, a KV cache that grows with the sequence.
-  model::AttentionLayer attn;
+  model::GqaLayer attn;
   model::Dense w1, w3, w2;  // the SwiGLU MLP: gate, up, down
 };
 
