@@ -3,7 +3,8 @@
 // pinned by a plain float32 copy of it written here (and other trees and update orders seen to
 // give other bytes), a walk of T tokens equal to T steps and to any split, the same bytes under
 // every instruction set, a decay per token equal to a broadcast row, and bad input refused with
-// the state untouched. A hidden case measures the drift against float64 over a million tokens.
+// the state untouched; the delta-rule mixer (layers/delta_rule.h) walking every head through
+// its own inputs and its key head's. A hidden case measures the drift against float64 over a million tokens.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "kernels/delta_kernels.h"
+#include "layers/delta_rule.h"
 #include "recur/error.h"
 #include "support/each_isa.h"
 
@@ -356,6 +358,46 @@ TEST_CASE("a decay given once per token gives the bytes of the same decay writte
     auto S3 = zero_state(other);
     const auto y3 = walk_all(other, S3);
     CHECK(first_difference(y1, y3) == 50 * sh.dv);
+  }
+}
+
+TEST_CASE("the delta-rule mixer walks each value head through its own w, b and v and its key "
+          "head's a, k and r, at any thread count",
+          "[delta][layers]") {
+  constexpr int kHv = 4, kHk = 2, kDk = 16, kDv = 8, kT = 9;
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  const auto filled = [&](int width) {
+    std::vector<float> x(std::size_t(kT) * std::size_t(width));
+    for (auto& e : x) e = unit(rng);
+    return x;
+  };
+  auto w = filled(kHv);  // one decay per head and token, in [0.8, 1]
+  for (auto& e : w) e = 0.9f + 0.1f * e;
+  const auto a = filled(kHk * kDk), k = filled(kHk * kDk), r = filled(kHk * kDk);
+  const auto b = filled(kHv * kDk), v = filled(kHv * kDv);
+  const std::int64_t K = kHk * kDk, B = kHv * kDk, V = kHv * kDv;
+
+  // Each head by the kernel alone, its inputs found here.
+  std::vector<float> S_expected(std::size_t(kHv * kDv * kDk), 0.0f), y_expected(std::size_t(kT * V));
+  for (int h = 0; h < kHv; ++h) {
+    const int kh = h / (kHv / kHk);
+    const DeltaHeadView view{S_expected.data() + h * kDv * kDk, kDk, kDv};
+    const DeltaInputs x{w.data() + h, kHv, true, a.data() + kh * kDk, K, b.data() + h * kDk, B,
+                        k.data() + kh * kDk, K, r.data() + kh * kDk, K, v.data() + h * kDv, V};
+    recur::kernels::delta_walk_head(view, x, y_expected.data() + h * kDv, V, kT);
+  }
+
+  const recur::model::DeltaRuleMixer mixer{kHv, kDk, kDv, kHv / kHk, true};
+  REQUIRE(mixer.state_floats() == S_expected.size());
+  const DeltaInputs x{w.data(), kHv, true, a.data(), K, b.data(), B,
+                      k.data(), K,   r.data(), K,    v.data(), V};
+  for (const int threads : {1, 3}) {
+    INFO("threads " << threads);
+    std::vector<float> S(mixer.state_floats(), 0.0f), y(std::size_t(kT * V));
+    mixer.walk(S.data(), x, y.data(), V, kT, threads);
+    CHECK(first_difference(S, S_expected) == -1);
+    CHECK(first_difference(y, y_expected) == -1);
   }
 }
 

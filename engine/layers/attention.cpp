@@ -87,10 +87,13 @@ std::string state_growth_note(std::size_t growth) {
                      "token (conversations' memory counts it)", growth);
 }
 
-HybridAttentionLayer load_hybrid_attention(Loader& L, const std::string& prefix, int hidden_size,
-                                           const HybridAttentionSpec& s) {
+GqaLayer load_hybrid_attention(Loader& L, const std::string& prefix, int hidden_size,
+                               const HybridAttentionSpec& s) {
   const int d = hidden_size, dh = d / s.num_heads, kv = s.num_kv_heads * dh;
-  HybridAttentionLayer a;
+  GqaLayer a;
+  a.H = s.num_heads;
+  a.Hkv = s.num_kv_heads;
+  a.d = dh;
   a.q = dense(L, prefix + "q_proj", d, d, s.qkv_bias, "hidden_size");
   a.k = dense(L, prefix + "k_proj", kv, d, s.qkv_bias, "attn num_kv_heads * head_dim, hidden_size");
   a.v = dense(L, prefix + "v_proj", kv, d, s.qkv_bias, "attn num_kv_heads * head_dim, hidden_size");

@@ -1,8 +1,8 @@
 // Softmax attention as flash-linear-attention's hybrids place it (fla/layers/attn.py), a block of
 // engine/layers/: an fla config's `attn` block (which layers, heads, kv heads, qkv bias, window,
-// rotary base) and the table of its fields, its tensors, and the attention layer built from them (the
-// projections and a CausalAttention; layers/sequence.h runs it over a sequence's rows). The fla
-// family (GLA, RetNet, HGRN2) and fla's gated_deltanet in the Gated DeltaNet family share them.
+// rotary base) and the table of its fields, its tensors, loaded into the attention layer every
+// family shares (layers/gqa.h). The fla family (GLA, RetNet, HGRN2) and fla's gated_deltanet in
+// the Gated DeltaNet family read it.
 #pragma once
 
 #include <cstddef>
@@ -14,6 +14,7 @@
 #include "model/config_schema.h"
 #include "model/family.h"
 #include "layers/dense.h"
+#include "layers/gqa.h"
 #include "recur/causal_attention.h"
 #include "util/json.h"
 
@@ -69,15 +70,9 @@ std::size_t hybrid_attention_growth(const HybridAttention& a, int hidden_size);
 /// softmax layer's KV cache adds each token.
 std::string state_growth_note(std::size_t growth);
 
-/// One attention layer as loaded: the projections and the attention over them (rotary on the
-/// whole head of hidden_size / num_heads, grouped kv heads, perhaps a window).
-struct HybridAttentionLayer {
-  Dense q, k, v, o;  // q, o: (hidden, hidden); k, v: (num_kv_heads * head_dim, hidden)
-  std::unique_ptr<CausalAttention> attention;
-};
-
-/// Takes the layer's tensors under `prefix` from the loader and builds the attention.
-HybridAttentionLayer load_hybrid_attention(Loader& L, const std::string& prefix, int hidden_size,
-                                           const HybridAttentionSpec& s);
+/// The layer of an fla `attn` entry: its tensors under `prefix` from the loader, rotary on the
+/// whole head of hidden_size / num_heads, perhaps a window, no norms, no gate.
+GqaLayer load_hybrid_attention(Loader& L, const std::string& prefix, int hidden_size,
+                                     const HybridAttentionSpec& s);
 
 }  // namespace recur::model

@@ -2,7 +2,9 @@
 #include "layers/gqa.h"
 
 #include <algorithm>
+#include <cstring>
 
+#include "layers/output_gate.h"
 #include "layers/sequence.h"
 #include "model/loader.h"
 
@@ -34,13 +36,34 @@ void GqaRows::grow(int rows, const GqaLayer& a) {
   const auto kv = n * std::size_t(a.Hkv) * std::size_t(a.d);
   for (auto* b : {&q, &o}) if (b->size() < hd) b->assign(hd, 0.0f);
   for (auto* b : {&k, &v}) if (b->size() < kv) b->assign(kv, 0.0f);
+  if (!a.output_gate) return;
+  if (qg.size() < 2 * hd) qg.assign(2 * hd, 0.0f);
+  if (gate.size() < hd) gate.assign(hd, 0.0f);
 }
 
 void gqa_project(const GqaLayer& a, const float* h, int n, int hidden, GqaRows& b, int threads) {
   const int hd = a.H * a.d, kv = a.Hkv * a.d;
-  a.q.apply(h, n, hidden, b.q.data(), hd, threads);
-  a.k.apply(h, n, hidden, b.k.data(), kv, threads);
-  a.v.apply(h, n, hidden, b.v.data(), kv, threads);
+  // q (with its gate), k and v in one job: each the bytes of its own apply().
+  float* q = a.output_gate ? b.qg.data() : b.q.data();
+  apply_all({{&a.q, h, n, hidden, q, a.output_gate ? 2 * hd : hd},
+             {&a.k, h, n, hidden, b.k.data(), kv},
+             {&a.v, h, n, hidden, b.v.data(), kv}},
+            threads);
+  if (a.output_gate) {
+    // Per head, q_proj's d floats of query then d of gate, apart.
+    const auto step = std::size_t(a.d);
+    for (int t = 0; t < n; ++t)
+      for (int head = 0; head < a.H; ++head) {
+        const float* src =
+            b.qg.data() + std::size_t(t) * std::size_t(2 * hd) + 2 * std::size_t(head) * step;
+        const std::size_t at = std::size_t(t) * std::size_t(hd) + std::size_t(head) * step;
+        std::memcpy(b.q.data() + at, src, step * sizeof(float));
+        std::memcpy(b.gate.data() + at, src + step, step * sizeof(float));
+      }
+  }
+  if (!a.qk_norm) return;
+  a.q_norm.apply(b.q.data(), n, hd, b.q.data(), hd, a.H);
+  a.k_norm.apply(b.k.data(), n, kv, b.k.data(), kv, a.Hkv);
 }
 
 void gqa_sequence(const GqaLayer& a, LayerState& state, GqaRows& b, int first, int count,
@@ -51,8 +74,10 @@ void gqa_sequence(const GqaLayer& a, LayerState& state, GqaRows& b, int first, i
          b.v.data() + r * kv, b.o.data() + r * hd, count, threads);
 }
 
-void gqa_output(const GqaLayer& a, const GqaRows& b, int n, float* out, int hidden, int threads) {
-  a.o.apply(b.o.data(), n, a.H * a.d, out, hidden, threads);
+void gqa_output(const GqaLayer& a, GqaRows& b, int n, float* out, int hidden, int threads) {
+  const int hd = a.H * a.d;
+  if (a.output_gate) sigmoid_gate(b.o.data(), b.gate.data(), std::int64_t(n) * hd);
+  a.o.apply(b.o.data(), n, hd, out, hidden, threads);
 }
 
 void gqa_clear(const GqaLayer& a, GqaRows& b, int first, int count) {

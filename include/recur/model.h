@@ -1,15 +1,15 @@
-// A decoder-only language model built on linear-attention layers, and the decoder that runs one
-// sequence through it.
+// A decoder-only language model built on recurrent and linear-attention layers, and the decoder
+// that runs one sequence through it.
 //
-// The layouts read are listed in docs/models.md, one family each under engine/models/: the
-// linear-attention models (flash-linear-attention's linear_attn, the paper's
-// transformers_are_rnns), HazyResearch's Based, flash-linear-attention's gated models (GLA,
-// RetNet, HGRN2), RWKV-7, and the Gated DeltaNet models (Qwen3.5, fla's gated_deltanet and
-// delta_net). A configuration names its layout by config.json's model_type string
-// (ModelConfig::type); the families' own fields are theirs (ModelConfig::family).
+// The layouts read are listed in docs/models.md, one family each under engine/models/ (the
+// registry lists them: linear attention, Based, flash-linear-attention's GLA, RetNet and HGRN2,
+// RWKV-7, Gated DeltaNet and Qwen3.5, LFM2, Mamba-2, Granite 4.0). A configuration names its
+// layout by config.json's model_type string (ModelConfig::type); the families' own fields are
+// theirs (ModelConfig::family).
 //
 // A Model is immutable once loaded: share it between threads and decoders. A Decoder holds one
-// sequence's state (every layer's S and Z), fixed in size however long the sequence.
+// sequence's state (every layer's), fixed in size however long the sequence, except the KV
+// caches of full softmax attention layers, which grow with it.
 #pragma once
 
 #include <cstdint>

@@ -80,7 +80,7 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
     layer.mixer = c.mixers[std::size_t(i)];
     layer.attn_norm = norm(p + "attn_norm", d, true, "hidden_size");
     if (layer.mixer == MixerKind::kAttention) {
-      model::HybridAttentionLayer a =
+      model::GqaLayer a =
           model::load_hybrid_attention(ld, p + "attn.", d, fc.attn.at(i));
       layer.q = std::move(a.q);
       layer.k = std::move(a.k);

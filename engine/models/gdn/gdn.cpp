@@ -113,24 +113,15 @@ class Reader {
 
   // fla's softmax attention layer (fla/layers/attn.py), loaded as the GLA family loads it
   // (layers/attention.h): head_dim = hidden / num_heads, rotary over all of it, the window
-  // as flash-attn's (window_size - 1, 0); here an AttentionLayer without the output gate.
-  AttentionLayer fla_attention(const std::string& a, const model::HybridAttentionSpec& s) {
-    model::HybridAttentionLayer h = model::load_hybrid_attention(L_, a, d_, s);
-    AttentionLayer A;
-    A.output_gate = false;
-    A.H = s.num_heads;
-    A.Hkv = s.num_kv_heads;
-    A.d = d_ / s.num_heads;
-    A.q = std::move(h.q);
-    A.k = std::move(h.k);
-    A.v = std::move(h.v);
-    A.o = std::move(h.o);
-    A.attention = std::move(h.attention);
-    return A;
+  // as flash-attn's (window_size - 1, 0); no norms, no output gate.
+  model::GqaLayer fla_attention(const std::string& a, const model::HybridAttentionSpec& s) {
+    return model::load_hybrid_attention(L_, a, d_, s);
   }
 
-  AttentionLayer attention(const std::string& a) {
-    AttentionLayer A;
+  model::GqaLayer attention(const std::string& a) {
+    model::GqaLayer A;
+    A.qk_norm = true;
+    A.output_gate = true;
     A.H = g_.n_heads;
     A.Hkv = g_.n_kv_heads;
     A.d = g_.head_dim;

@@ -52,13 +52,12 @@ struct Rows : model::Scratch {
   // Gated DeltaNet: qkv, conv (cap, 2K + V); z, vb (beta v), y (the read-out) (cap, V);
   // ba: b then a (cap, 2 Hv); alpha (cap, Hv); qn, kn (cap, Hk d_kp); bb: -alpha beta k
   // (cap, Hv d_kp).
-  // Attention: qg (cap, 2 H d); q, gate, o (cap, H d); k, v (cap, Hkv d).
   std::vector<float> a, g, u, qkv, conv, z, vb, y, ba, alpha, qn, kn, bb;
-  std::vector<float> qg, q, gate, o, k, v;
+  model::GqaRows attn;
   std::size_t bytes() const override {
     return Scratch::bytes() + model::buffer_bytes({&a, &g, &u, &qkv, &conv, &z, &vb, &y, &ba,
-                                                   &alpha, &qn, &kn, &bb, &qg, &q, &gate, &o,
-                                                   &k, &v});
+                                                   &alpha, &qn, &kn, &bb}) +
+           attn.bytes();
   }
 };
 
@@ -96,14 +95,12 @@ class Network final : public model::Network {
 
   std::unique_ptr<model::LayerState> make_state(std::size_t layer) const override {
     const Layer& l = s_.layers[layer];
-    if (l.attention)
-      return std::make_unique<model::MixerState<CausalState>>(l.attn.attention->make_state(),
-                                                              MixerKind::kAttention);
+    if (l.attention) return model::make_gqa_state(l.attn);
     const GdnMixer& m = l.gdn;
     std::vector<ShortConvState> convs;
     for (const auto& c : m.convs) convs.push_back(c->make_state());
     return std::make_unique<GdnState>(
-        std::move(convs), std::size_t(m.Hv) * std::size_t(m.d_v) * std::size_t(m.d_kp));
+        std::move(convs), m.delta().state_floats());
   }
 
   std::unique_ptr<model::Scratch> make_scratch(int rows) const override {
@@ -118,12 +115,7 @@ class Network final : public model::Network {
     sized(w->u, std::size_t(s_.intermediate));
     for (const auto& l : s_.layers) {
       if (l.attention) {
-        const auto hd = std::size_t(l.attn.H) * std::size_t(l.attn.d);
-        const auto kv = std::size_t(l.attn.Hkv) * std::size_t(l.attn.d);
-        sized(w->qg, 2 * hd);
-        for (auto* b : {&w->q, &w->gate, &w->o}) sized(*b, hd);
-        sized(w->k, kv);
-        sized(w->v, kv);
+        w->attn.grow(rows, l.attn);
         continue;
       }
       const GdnMixer& m = l.gdn;
@@ -148,11 +140,9 @@ class Network final : public model::Network {
       const Layer& L = s_.layers[li];
       L.mixer_norm.apply(w.x.data(), n, d, w.h.data(), d);
       if (L.attention) {
-        attention_inputs(L.attn, w, n, threads);
+        model::gqa_project(L.attn, w.h.data(), n, d, w.attn, threads);
         attend(li, kStageMixer, threads);
-        const AttentionLayer& A = L.attn;
-        if (A.output_gate) model::sigmoid_gate(w.o.data(), w.gate.data(), rows * A.H * A.d);
-        A.o.apply(w.o.data(), n, A.H * A.d, w.a.data(), d, threads);
+        model::gqa_output(L.attn, w.attn, n, w.a.data(), d, threads);
       } else {
         const GdnMixer& m = L.gdn;
         const int W = m.conv_width(), V = m.Hv * m.d_v;
@@ -181,7 +171,7 @@ class Network final : public model::Network {
     (void)stage;
     Rows& w = static_cast<Rows&>(scratch);
     const Layer& L = s_.layers[layer];
-    if (L.attention) return attention(L.attn, model::state_of<CausalState>(state), w, first, count, threads);
+    if (L.attention) return model::gqa_sequence(L.attn, state, w.attn, first, count, threads);
     gated_delta(L.gdn, static_cast<GdnState&>(state), w, first, count, threads);
   }
 
@@ -189,11 +179,10 @@ class Network final : public model::Network {
                       int count) const override {
     Rows& w = static_cast<Rows&>(scratch);
     const Layer& L = s_.layers[layer];
-    std::vector<float>& b = L.attention ? w.o : w.y;
-    const auto width = L.attention ? std::size_t(L.attn.H) * std::size_t(L.attn.d)
-                                   : std::size_t(L.gdn.Hv) * std::size_t(L.gdn.d_v);
-    std::fill(b.data() + std::size_t(first) * width, b.data() + std::size_t(first + count) * width,
-              0.0f);
+    if (L.attention) return model::gqa_clear(L.attn, w.attn, first, count);
+    const auto width = std::size_t(L.gdn.Hv) * std::size_t(L.gdn.d_v);
+    std::fill(w.y.data() + std::size_t(first) * width,
+              w.y.data() + std::size_t(first + count) * width, 0.0f);
   }
 
   std::size_t weight_bytes() const override {
@@ -208,36 +197,6 @@ class Network final : public model::Network {
   }
 
  private:
-  // q and its gate split from q_proj's rows, q and k normalised per head, v.
-  void attention_inputs(const AttentionLayer& A, Rows& w, int n, int threads) const {
-    const int d = s_.hidden, hd = A.H * A.d, kv = A.Hkv * A.d;
-    // q (with its gate), k and v in one job.
-    float* q = A.output_gate ? w.qg.data() : w.q.data();
-    model::apply_all({{&A.q, w.h.data(), n, d, q, A.output_gate ? 2 * hd : hd},
-                      {&A.k, w.h.data(), n, d, w.k.data(), kv},
-                      {&A.v, w.h.data(), n, d, w.v.data(), kv}},
-                     threads);
-    if (!A.output_gate) return;
-    const auto step = std::size_t(A.d);
-    for (int t = 0; t < n; ++t)
-      for (int h = 0; h < A.H; ++h) {
-        const float* src = w.qg.data() + std::size_t(t) * std::size_t(2 * hd) + 2 * std::size_t(h) * step;
-        const std::size_t at = std::size_t(t) * std::size_t(hd) + std::size_t(h) * step;
-        std::memcpy(w.q.data() + at, src, step * sizeof(float));
-        std::memcpy(w.gate.data() + at, src + step, step * sizeof(float));
-      }
-    A.q_norm.apply(w.q.data(), n, hd, w.q.data(), hd, A.H);
-    A.k_norm.apply(w.k.data(), n, kv, w.k.data(), kv, A.Hkv);
-  }
-
-  void attention(const AttentionLayer& A, CausalState& st, Rows& w, int first, int count,
-                 int threads) const {
-    const auto r = std::size_t(first);
-    const auto hd = std::size_t(A.H * A.d), kv = std::size_t(A.Hkv * A.d);
-    model::attend(*A.attention, st, w.q.data() + r * hd, w.k.data() + r * kv,
-                  w.v.data() + r * kv, w.o.data() + r * hd, count, threads);
-  }
-
   // The Gated DeltaNet over one sequence's rows: the convolutions (or SiLU alone), the per-row
   // inputs of the delta rule, and the walk of every value head.
   void gated_delta(const GdnMixer& m, GdnState& st, Rows& w, int first, int count,
@@ -314,32 +273,20 @@ class Network final : public model::Network {
   }
 
   // S_h = alpha S_h + (S_h k) b^T + (beta v) k^T, y = S_h q, per value head h over the rows, its
-  // key head h / G's q and k. Heads are independent: threads take them in any order and the
-  // bytes stay the same. A single token's walk is handed out too: a head's state (d_v x d_kp
-  // floats, 64 KiB in Qwen3.5) is read from memory and written back, which is worth a second
-  // core's bandwidth.
+  // key head h / G's q and k. A single token's walk is split over the threads too: a head's state
+  // (d_v x d_kp floats, 64 KiB in Qwen3.5) is read from memory and written back, which is worth
+  // a second core's bandwidth.
   void walk(const GdnMixer& m, GdnState& st, Rows& w, int first, int count, int threads) const {
-    const int V = m.Hv * m.d_v, Kp = m.Hk * m.d_kp, Vp = m.Hv * m.d_kp, G = m.Hv / m.Hk;
+    const std::int64_t V = m.Hv * m.d_v, Kp = m.Hk * m.d_kp, Vp = m.Hv * m.d_kp;
     const auto row0 = std::size_t(first);
-    const int ranges = std::min(std::max(threads, 1), m.Hv);
-    detail::parallel_ranges(m.Hv, ranges, [&](int begin, int end, int) {
-      for (int h = begin; h < end; ++h) {
-        const int kh = h / G;
-        const kernels::DeltaHeadView view{
-            st.S.data() + std::size_t(h) * std::size_t(m.d_v) * std::size_t(m.d_kp), m.d_kp, m.d_v};
-        const float* kn = w.kn.data() + row0 * std::size_t(Kp) + std::size_t(kh * m.d_kp);
-        const float* qn = w.qn.data() + row0 * std::size_t(Kp) + std::size_t(kh * m.d_kp);
-        const kernels::DeltaInputs x{
-            w.alpha.data() + row0 * std::size_t(m.Hv) + std::size_t(h), m.Hv, true,
-            kn, Kp,
-            w.bb.data() + row0 * std::size_t(Vp) + std::size_t(h * m.d_kp), Vp,
-            kn, Kp,
-            qn, Kp,
-            w.vb.data() + row0 * std::size_t(V) + std::size_t(h * m.d_v), V};
-        kernels::delta_walk_head(view, x, w.y.data() + row0 * std::size_t(V) + std::size_t(h * m.d_v),
-                                 V, count);
-      }
-    });
+    const float* kn = w.kn.data() + row0 * std::size_t(Kp);
+    const kernels::DeltaInputs x{w.alpha.data() + row0 * std::size_t(m.Hv), m.Hv, true,
+                                 kn, Kp,
+                                 w.bb.data() + row0 * std::size_t(Vp), Vp,
+                                 kn, Kp,
+                                 w.qn.data() + row0 * std::size_t(Kp), Kp,
+                                 w.vb.data() + row0 * std::size_t(V), V};
+    m.delta().walk(st.S.data(), x, w.y.data() + row0 * std::size_t(V), V, count, threads);
   }
 
   Stack s_;

@@ -5,6 +5,8 @@
 #include <memory>
 #include <vector>
 
+#include "layers/delta_rule.h"
+#include "layers/gqa.h"
 #include "layers/dense.h"
 #include "model/network.h"
 #include "recur/causal_attention.h"
@@ -41,27 +43,17 @@ struct GdnMixer {
   int qk_activation = 0;
   bool sum_norm = false;
   int conv_width() const { return 2 * Hk * d_k + Hv * d_v; }
-};
-
-/// A softmax attention layer. Qwen3.5's full attention: q_proj gives a query and an output gate
-/// per head, q and k are normalised per head (zero-centred weights, stored as 1 + w), partial
-/// rotary, grouped kv heads, the output times sigmoid(gate). Without `output_gate`: fla's softmax
-/// attention layer (q_proj gives the query alone, no norms, rotary on the whole head, perhaps a
-/// window).
-struct AttentionLayer {
-  int H = 0, Hkv = 0, d = 0;
-  bool output_gate = true;          // o times sigmoid(gate) (layers/output_gate.h)
-  model::Dense q, k, v, o;          // q: (2 H d, hidden), rows per head: d of query, d of gate
-                                    // (without the gate: (H d, hidden))
-  model::Norm q_norm, k_norm;       // over d, weights 1 + w
-  std::unique_ptr<CausalAttention> attention;
+  /// The recurrence: a value head's S (d_v, d_kp), its key head's q and k, one decay a token.
+  model::DeltaRuleMixer delta() const { return {Hv, d_kp, d_v, Hv / Hk, true}; }
 };
 
 struct Layer {
   bool attention = false;
   model::Norm mixer_norm, mlp_norm;  // over hidden (Qwen: weights 1 + w)
   GdnMixer gdn;
-  AttentionLayer attn;
+  // Qwen3.5's full attention: q and k normed per head (weights stored as 1 + w), partial rotary,
+  // the output gate. fla's: neither, rotary on the whole head, perhaps a window.
+  model::GqaLayer attn;
   model::Dense gate, up, down;       // the SwiGLU MLP
 };
 

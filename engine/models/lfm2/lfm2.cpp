@@ -53,8 +53,9 @@ class Reader {
     return b;
   }
 
-  AttentionBlock attention(const std::string& a) {
-    AttentionBlock A;
+  model::GqaLayer attention(const std::string& a) {
+    model::GqaLayer A;
+    A.qk_norm = true;
     A.H = g_.n_heads;
     A.Hkv = g_.n_kv_heads;
     A.d = g_.head_size(d_);

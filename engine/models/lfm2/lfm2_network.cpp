@@ -19,10 +19,10 @@ struct Rows : model::Scratch {
   // a: a sublayer's output (cap, hidden); g, u: the MLP's (cap, intermediate).
   // Convolution: bcx, in_proj's B | C | x (cap, 3 hidden); bx, then the convolution's output
   // (cap, hidden); y, C times it (cap, hidden).
-  // Attention: q, o (cap, H d); k, v (cap, Hkv d).
-  std::vector<float> a, g, u, bcx, bx, conv, q, o, k, v;
+  std::vector<float> a, g, u, bcx, bx, conv;
+  model::GqaRows attn;
   std::size_t bytes() const override {
-    return Scratch::bytes() + model::buffer_bytes({&a, &g, &u, &bcx, &bx, &conv, &q, &o, &k, &v});
+    return Scratch::bytes() + model::buffer_bytes({&a, &g, &u, &bcx, &bx, &conv}) + attn.bytes();
   }
 };
 
@@ -34,9 +34,7 @@ class Network final : public model::Network {
 
   std::unique_ptr<model::LayerState> make_state(std::size_t layer) const override {
     const Layer& l = s_.layers[layer];
-    if (l.attention)
-      return std::make_unique<model::MixerState<CausalState>>(l.attn.attention->make_state(),
-                                                              MixerKind::kAttention);
+    if (l.attention) return model::make_gqa_state(l.attn);
     return std::make_unique<model::MixerState<ShortConvState>>(l.conv.conv->make_state(),
                                                                MixerKind::kShortConv);
   }
@@ -54,12 +52,7 @@ class Network final : public model::Network {
     sized(w->u, std::size_t(s_.intermediate));
     for (const auto& l : s_.layers) {
       if (l.attention) {
-        const auto hd = std::size_t(l.attn.H) * std::size_t(l.attn.d);
-        const auto kv = std::size_t(l.attn.Hkv) * std::size_t(l.attn.d);
-        sized(w->q, hd);
-        sized(w->o, hd);
-        sized(w->k, kv);
-        sized(w->v, kv);
+        w->attn.grow(rows, l.attn);
       } else {
         sized(w->bcx, 3 * d);
         sized(w->bx, d);
@@ -77,15 +70,9 @@ class Network final : public model::Network {
       const Layer& L = s_.layers[li];
       L.operator_norm.apply(w.x.data(), n, d, w.h.data(), d);
       if (L.attention) {
-        const AttentionBlock& A = L.attn;
-        const int hd = A.H * A.d, kv = A.Hkv * A.d;
-        A.q.apply(w.h.data(), n, d, w.q.data(), hd, threads);
-        A.k.apply(w.h.data(), n, d, w.k.data(), kv, threads);
-        A.v.apply(w.h.data(), n, d, w.v.data(), kv, threads);
-        A.q_norm.apply(w.q.data(), n, hd, w.q.data(), hd, A.H);
-        A.k_norm.apply(w.k.data(), n, kv, w.k.data(), kv, A.Hkv);
+        model::gqa_project(L.attn, w.h.data(), n, d, w.attn, threads);
         attend(li, kStageMixer, threads);
-        A.o.apply(w.o.data(), n, hd, w.a.data(), d, threads);
+        model::gqa_output(L.attn, w.attn, n, w.a.data(), d, threads);
       } else {
         const ConvBlock& C = L.conv;
         C.in_proj.apply(w.h.data(), n, d, w.bcx.data(), 3 * d, threads);
@@ -116,7 +103,7 @@ class Network final : public model::Network {
     (void)stage;
     Rows& w = static_cast<Rows&>(scratch);
     const Layer& L = s_.layers[layer];
-    if (L.attention) return attention(L.attn, model::state_of<CausalState>(state), w, first, count, threads);
+    if (L.attention) return model::gqa_sequence(L.attn, state, w.attn, first, count, threads);
     convolve(L.conv, model::state_of<ShortConvState>(state), w, first, count);
   }
 
@@ -124,11 +111,10 @@ class Network final : public model::Network {
                       int count) const override {
     Rows& w = static_cast<Rows&>(scratch);
     const Layer& L = s_.layers[layer];
-    std::vector<float>& b = L.attention ? w.o : w.conv;
-    const auto width = L.attention ? std::size_t(L.attn.H) * std::size_t(L.attn.d)
-                                   : std::size_t(s_.hidden);
-    std::fill(b.data() + std::size_t(first) * width, b.data() + std::size_t(first + count) * width,
-              0.0f);
+    if (L.attention) return model::gqa_clear(L.attn, w.attn, first, count);
+    const auto width = std::size_t(s_.hidden);
+    std::fill(w.conv.data() + std::size_t(first) * width,
+              w.conv.data() + std::size_t(first + count) * width, 0.0f);
   }
 
   std::size_t weight_bytes() const override {
@@ -145,14 +131,6 @@ class Network final : public model::Network {
   void convolve(const ConvBlock& C, ShortConvState& st, Rows& w, int first, int count) const {
     const auto at = std::size_t(first) * std::size_t(s_.hidden);
     model::convolve(*C.conv, st, w.bx.data() + at, w.conv.data() + at, count);
-  }
-
-  void attention(const AttentionBlock& A, CausalState& st, Rows& w, int first, int count,
-                 int threads) const {
-    const auto r = std::size_t(first);
-    const auto hd = std::size_t(A.H * A.d), kv = std::size_t(A.Hkv * A.d);
-    model::attend(*A.attention, st, w.q.data() + r * hd, w.k.data() + r * kv,
-                  w.v.data() + r * kv, w.o.data() + r * hd, count, threads);
   }
 
   Stack s_;

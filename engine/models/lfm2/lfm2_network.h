@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "layers/dense.h"
+#include "layers/gqa.h"
 #include "model/network.h"
 #include "recur/causal_attention.h"
 #include "recur/short_conv.h"
@@ -20,20 +21,13 @@ struct ConvBlock {
   std::unique_ptr<ShortConvolution> conv;  // hidden channels, conv_L taps, perhaps a bias
 };
 
-/// Grouped-query attention: q and k normalised per head (RMSNorm with its weight), rotary over
-/// the whole head, a KV cache that grows with the sequence.
-struct AttentionBlock {
-  int H = 0, Hkv = 0, d = 0;
-  model::Dense q, k, v, o;     // q: (H d, hidden); k, v: (Hkv d, hidden); o: (hidden, H d)
-  model::Norm q_norm, k_norm;  // over d
-  std::unique_ptr<CausalAttention> attention;
-};
-
 struct Layer {
   bool attention = false;
   model::Norm operator_norm, ffn_norm;  // over hidden
   ConvBlock conv;
-  AttentionBlock attn;
+  // Grouped-query attention: q and k normed per head (RMSNorm with its weight), rotary over the
+  // whole head, a KV cache that grows with the sequence.
+  model::GqaLayer attn;
   model::Dense w1, w3, w2;  // the SwiGLU MLP: gate, up, down
 };
 

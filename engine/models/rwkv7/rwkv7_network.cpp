@@ -1,7 +1,7 @@
 // RWKV-7's forward pass over rows (docs/rwkv7.md, "The model"), as tests/rwkv7/reference.py
 // computes it in float64: every row-wise part is a function of its row alone, and three stages
 // depend on the sequence: the time mix's token shift (stage 0), the delta-rule recurrence
-// through kernels::delta_walk_head (stage 1), the channel mix's token shift (stage 2). Every sum
+// through layers/delta_rule.h's mixer (stage 1), the channel mix's token shift (stage 2). Every sum
 // across channels goes through the canonical sums (kernels::active().sum / sum_squares), the
 // products through model::Dense, so no byte depends on the instruction set, the chunking or the
 // rows that share a call.
@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/delta_kernels.h"
 #include "kernels/dispatch.h"
+#include "layers/delta_rule.h"
 #include "model/declared_state.h"
 #include "models/rwkv7/rwkv7_network.h"
 #include "recur/error.h"
@@ -47,9 +47,8 @@ struct State final : model::DeclaredState<State> {
   static constexpr std::uint32_t kFormat = 1;
   static constexpr const char* kCall = "Rwkv7State::load_raw_bytes";
   static constexpr const char* kWhat = "an RWKV-7 layer's state";
-  State(int C, int H, int N)
-      : att_x(std::size_t(C), 0.0f), ffn_x(std::size_t(C), 0.0f),
-        S(std::size_t(H) * std::size_t(N) * std::size_t(N), 0.0f) {}
+  State(int C, std::size_t s_floats)
+      : att_x(std::size_t(C), 0.0f), ffn_x(std::size_t(C), 0.0f), S(s_floats, 0.0f) {}
   std::vector<float> att_x, ffn_x;  // (C) each
   std::vector<float> S;             // (H, N, N)
 
@@ -77,12 +76,12 @@ struct Rows : model::Scratch {
 
 class Network final : public model::Network {
  public:
-  explicit Network(Stack stack) : s_(std::move(stack)) {}
+  explicit Network(Stack stack) : s_(std::move(stack)), delta_{s_.H, s_.N, s_.N} {}
 
   std::size_t n_layers() const override { return s_.layers.size(); }
 
   std::unique_ptr<model::LayerState> make_state(std::size_t) const override {
-    return std::make_unique<State>(s_.C, s_.H, s_.N);
+    return std::make_unique<State>(s_.C, delta_.state_floats());
   }
 
   std::unique_ptr<model::Scratch> make_scratch(int rows) const override {
@@ -169,25 +168,13 @@ class Network final : public model::Network {
   }
 
   // Per head: S = S diag(w) + (S (-kk)) (kk a)^T + v k^T, y = S r, over the sequence's rows.
-  // Heads are independent, so threads may take them in any order (the bytes stay the same),
-  // a single token's too: each head's state is read and written back.
   void recurrence(State& st, Rows& w, int first, int count, int threads) const {
     const std::size_t at = std::size_t(first) * std::size_t(s_.C);
-    const int ranges = std::min(std::max(threads, 1), s_.H);
-    detail::parallel_ranges(s_.H, ranges, [&](int begin, int end, int) {
-      for (int h = begin; h < end; ++h) walk_head(st, w, at, h, count);
-    });
-  }
-
-  void walk_head(State& st, Rows& w, std::size_t at, int h, int count) const {
-    const int C = s_.C, N = s_.N;
-    const std::size_t o = at + std::size_t(h) * std::size_t(N);
-    const kernels::DeltaHeadView view{st.S.data() + std::size_t(h) * std::size_t(N) * std::size_t(N),
-                                      N, N};
-    const kernels::DeltaInputs in{w.w.data() + o, C, false, w.neg_kk.data() + o, C,
-                                  w.b.data() + o, C, w.k.data() + o, C, w.r.data() + o, C,
-                                  w.v.data() + o, C};
-    kernels::delta_walk_head(view, in, w.y.data() + o, C, count);
+    const std::int64_t C = s_.C;
+    const kernels::DeltaInputs in{w.w.data() + at, C, false, w.neg_kk.data() + at, C,
+                                  w.b.data() + at,  C, w.k.data() + at,           C,
+                                  w.r.data() + at,  C, w.v.data() + at,           C};
+    delta_.walk(st.S.data(), in, w.y.data() + at, C, count, threads);
   }
 
   // The time mix's products from the mixed inputs xl: r, k, v and the LoRAs (w, a, g and, past
@@ -340,6 +327,7 @@ class Network final : public model::Network {
   }
 
   Stack s_;
+  model::DeltaRuleMixer delta_;  // the time mix's recurrence: H heads of N x N
 };
 
 }  // namespace
