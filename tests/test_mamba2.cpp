@@ -9,10 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,7 +19,7 @@
 #include "recur/error.h"
 #include "recur/gla_recurrence.h"
 #include "recur/model.h"
-#include "util/json.h"
+#include "support/probe_logits.h"
 
 namespace {
 
@@ -33,7 +31,6 @@ using recur::Model;
 using recur::ModelConfig;
 using recur::RandomWeights;
 using Catch::Matchers::Contains;
-namespace json = recur::json;
 
 const std::string kFixtures = RECUR_MAMBA2_FIXTURES;
 const std::string kNemotronFixtures = RECUR_NEMOTRON_H_FIXTURES;
@@ -97,29 +94,6 @@ std::vector<int> tokens(int n) {
   return out;
 }
 
-struct Run {
-  std::vector<float> logits;
-  std::string state;
-};
-
-Run prefilled(const std::shared_ptr<const Model>& m, const std::vector<int>& ids, int chunk,
-              int threads) {
-  Decoder d(m, DecoderOptions{chunk, threads});
-  Run r;
-  const auto vocab = std::size_t(m->config().vocab_size);
-  d.prefill(ids, {}, [&](std::int64_t, const float* l) { r.logits.insert(r.logits.end(), l, l + vocab); });
-  r.state = d.save_bytes();
-  return r;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  REQUIRE(f);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 // A config.json text refused with a FormatError whose message holds every one of `parts`.
 void bad(const std::string& text, const std::vector<std::string>& parts) {
   try {
@@ -142,39 +116,10 @@ constexpr double kLogitTolerance = 1e-6;
 
 TEST_CASE("every Mamba-2 fixture's logits at every position are the float64 reference's",
           "[mamba2][model][reference]") {
-  std::vector<int> ids;
-  {
-    std::istringstream in(slurp(kFixtures + "/prompt_ids.txt"));
-    for (int id; in >> id;) ids.push_back(id);
-  }
+  const std::vector<int> ids = recur::testing::read_ids(kFixtures + "/prompt_ids.txt");
   REQUIRE(ids.size() == 300);
-  for (const auto& [dir, count] : {std::pair{kFixtures, 6}, std::pair{kNemotronFixtures, 2}}) {
-    const json::Value want = json::parse(slurp(dir + "/expected.json"), "expected.json",
-                                         json::ParseOptions{true});
-    const auto& fixtures = want.find("fixtures")->object();
-    REQUIRE(fixtures.size() == std::size_t(count));
-    for (const auto& [name, entry] : fixtures) {
-      INFO(name);
-      const auto m = Model::load(dir + "/" + name);
-      const Run got = prefilled(m, ids, 64, 2);
-      const auto V = std::size_t(m->config().vocab_size);
-      const auto& probe = entry.find("probe_ids")->array();
-      const auto& logits = entry.find("probe_logits")->array();
-      const auto& scale = entry.find("logit_max_abs")->array();
-      REQUIRE(logits.size() == ids.size());
-      double worst = 0;
-      for (std::size_t t = 0; t < ids.size(); ++t)
-        for (std::size_t j = 0; j < probe.size(); ++j) {
-          const double w = logits[t].array()[j].number();
-          const double g = double(got.logits[t * V + std::size_t(probe[j].integer())]);
-          worst = std::max(worst, std::abs(g - w) / scale[t].number());
-        }
-      const double float32 = entry.find("float32_reference_normwise_error")->number();
-      INFO("largest difference over the position's largest logit: " << worst
-           << " (PyTorch in float32: " << float32 << ")");
-      CHECK(worst < std::max(kLogitTolerance, float32));
-    }
-  }
+  recur::testing::check_reference_fixtures(kFixtures, ids, 6, kLogitTolerance);
+  recur::testing::check_reference_fixtures(kNemotronFixtures, ids, 2, kLogitTolerance);
 }
 
 TEST_CASE("a Mamba-2 state is fixed in size and refuses bytes of another shape, a NaN or "

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Issue 44's speed table in one command, for a quiet machine: recur beside llama.cpp at the
-# shapes of Granite 4.0-H-1B, LFM2-1.2B and Falcon-H1-1.5B (bench/peer/shapes.tsv; Falcon-H1 is
-# skipped, saying so, until recur's make-model writes falcon_h1), bf16 and q8, 1 and 2 threads,
-# pp512, pp4096 and tg64 after 512 tokens, with the ratio (bench/peer/llama_cpp.sh); then recur's
-# own measures against the machine: decode as a multiple of the time to read the weights once
-# (x_read_time) and prefill as a fraction of the FMA peak (peak_frac), from bench_mamba2 (a
-# 40-layer Mamba-2 stack at Granite 4.0-H-1B's Mamba shape) and bench_lfm2 (LFM2-1.2B).
+# shapes of Granite 4.0-H-1B, LFM2-1.2B and Falcon-H1-1.5B (bench/peer/shapes.tsv), bf16 and
+# q8, 1 and 2 threads, pp512, pp4096 and tg64 after 512 tokens, with the ratio
+# (bench/peer/llama_cpp.sh); then recur's own measures against the machine: decode as a
+# multiple of the time to read the weights once (x_read_time) and prefill as a fraction of the
+# FMA peak (peak_frac), from bench_mamba2 (a 40-layer Mamba-2 stack at Granite 4.0-H-1B's Mamba
+# shape) and bench_lfm2 (LFM2-1.2B).
 #
 #   bench/peer/hybrids.sh [--out FILE] [--rounds N] [--bench-filter REGEX] [-- LLAMA_CPP_SH ARGS]
 #

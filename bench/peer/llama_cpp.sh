@@ -24,8 +24,7 @@
 #   tg N   tokens/s of N single-token steps (full logits, no sampling) after an untimed
 #          --depth-token prompt (llama-bench's "tg N @ d512").
 # The weights are random, so only speed means anything. A benchmark, never a test: CI's
-# .ci/run does not run it. A shape whose model_type recur cannot make yet (Falcon-H1 until its
-# family lands) is skipped, saying so.
+# .ci/run does not run it. A shape whose model_type recur cannot make is skipped, saying so.
 # bench/peer/hybrids.sh runs this at the Mamba-2 and short-convolution hybrids' shapes (issue 44).
 set -euo pipefail
 

@@ -44,6 +44,12 @@ void check_ssd_spec(const SsdSpec& s, const std::string& source) {
   if (!(s.dt_min >= 0.0 && s.dt_min <= s.dt_max))
     config_fail(source, "time_step_limit is [{}, {}]: expected 0 <= min <= max", s.dt_min,
                 s.dt_max);
+  if (!s.part_multipliers.empty() && s.part_multipliers.size() != 5)
+    config_fail(source, "{} Mamba-2 part multipliers, expected 5 (z, x, B, C, dt)",
+                s.part_multipliers.size());
+  for (const double m : s.part_multipliers)
+    if (!std::isfinite(m))
+      config_fail(source, "a Mamba-2 part multiplier is {}, expected a finite number", m);
   if (!(s.norm_eps >= 0.0 && s.norm_eps <= 1.0))
     config_fail(source, "the gated norm's eps is {}, expected 0 to 1", s.norm_eps);
 }
@@ -73,11 +79,19 @@ SsdMixer load_ssd_mixer(Loader& L, const std::string& p, const SsdSpec& s) {
   for (const float a : L.take(p + "A_log", {H}, "heads", Init::kBias))
     m.neg_A.push_back(float(-std::exp(double(a))));
   m.D = L.take(p + "D", {H}, "heads", Init::kNorm);
-  m.norm_weight = L.take(p + "norm.weight", {int(s.inner())}, "heads * head_dim", Init::kNorm);
+  if (s.gated_norm)
+    m.norm_weight = L.take(p + "norm.weight", {int(s.inner())}, "heads * head_dim", Init::kNorm);
   m.norm.dim = int(s.inner() / s.norm_groups);
   m.norm.eps = float(s.norm_eps);
-  m.out_proj = dense(L, p + "out_proj", d, int(s.inner()), s.proj_bias,
+  m.out_proj = dense(L, p + "out_proj", d, int(s.inner()), s.out_bias(),
                      "hidden_size, heads * head_dim");
+  if (!s.part_multipliers.empty()) {
+    // Each part's columns: z (inner), x (inner), B and C (n_groups * d_state each), dt (heads).
+    const std::int64_t GN = std::int64_t(s.n_groups) * s.d_state;
+    const std::int64_t widths[5] = {s.inner(), s.inner(), GN, GN, H};
+    for (int part = 0; part < 5; ++part)
+      m.in_scale.insert(m.in_scale.end(), sz(widths[part]), float(s.part_multipliers[sz(part)]));
+  }
   GlaRecurrenceConfig g;
   g.n_heads = H;
   g.d_key = s.d_state;
@@ -138,7 +152,13 @@ void SsdRows::grow(int rows, const SsdSpec& s) {
 
 void ssd_project(const SsdMixer& m, const float* h, int n, SsdRows& b, int threads) {
   const SsdSpec& s = m.spec;
-  m.in_proj.apply(h, n, s.hidden, b.proj.data(), s.in_width(), threads);
+  const std::int64_t W = s.in_width();
+  m.in_proj.apply(h, n, s.hidden, b.proj.data(), W, threads);
+  if (m.in_scale.empty()) return;
+  for (int t = 0; t < n; ++t) {
+    float* r = b.proj.data() + sz(t) * sz(W);
+    for (std::int64_t j = 0; j < W; ++j) r[j] *= m.in_scale[sz(j)];
+  }
 }
 
 namespace {
@@ -236,6 +256,10 @@ void ssd_output(const SsdMixer& m, SsdRows& b, int n, float* out, int threads) {
     std::memcpy(b.v.data() + sz(t) * sz(I), b.proj.data() + sz(t) * sz(W), sz(I) * sizeof(float));
   float* y = b.y.data();
   const float* z = b.v.data();
+  if (!s.gated_norm) {
+    swiglu(z, y, y, total);  // y * silu(z)
+    return m.out_proj.apply(y, n, I, out, s.hidden, threads);
+  }
   if (!s.norm_before_gate) swiglu(z, y, y, total);  // y * silu(z)
   m.norm.apply(y, n, I, y, I, s.norm_groups);
   for (int t = 0; t < n; ++t) {

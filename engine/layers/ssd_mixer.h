@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,19 +36,26 @@ struct SsdSpec {
   int n_heads = 0, head_dim = 0;  // H, P
   int d_state = 0, n_groups = 1;  // N, G: B and C are shared by the H / G heads of a group
   int d_conv = 4;
-  bool proj_bias = false;  // in_proj and out_proj biases
+  bool proj_bias = false;  // in_proj's bias, and out_proj's unless out_proj_bias says
+  std::optional<bool> out_proj_bias;  // Falcon-H1: out_proj's is projectors_bias
   bool conv_bias = true;
   // The gated RMSNorm: over groups of inner / norm_groups channels (mamba_ssm: n_groups), its
   // eps, and whether it norms y before the gate (mamba_ssm's norm_before_gate) or y * silu(z).
+  // Without it (Falcon-H1's mamba_rms_norm false) the output is y * silu(z), and no norm.weight.
+  bool gated_norm = true;
   int norm_groups = 1;
   bool norm_before_gate = false;
   double norm_eps = 1e-5;
   // time_step_limit: dt clamped to [dt_min, dt_max].
   double dt_min = 0.0, dt_max = std::numeric_limits<double>::infinity();
+  // Falcon-H1's mup_vector: in_proj's output times one multiplier per part (z, x, B, C, dt);
+  // empty: none.
+  std::vector<double> part_multipliers;
 
   std::int64_t inner() const { return std::int64_t(n_heads) * head_dim; }
   std::int64_t conv_dim() const { return inner() + 2 * std::int64_t(n_groups) * d_state; }
   std::int64_t in_width() const { return inner() + conv_dim() + n_heads; }
+  bool out_bias() const { return out_proj_bias.value_or(proj_bias); }
 };
 
 /// Checks a spec's sizes (heads a multiple of the groups, the norm's groups dividing the width,
@@ -61,16 +69,18 @@ std::size_t ssd_state_bytes(const SsdSpec& s);
 struct SsdMixer {
   SsdSpec spec;
   Dense in_proj;                             // (in_width, hidden)
+  std::vector<float> in_scale;               // (in_width): part_multipliers per column, or empty
   std::unique_ptr<ShortConvolution> conv;    // over conv_dim channels
   std::vector<float> dt_bias, neg_A, D;      // (H); neg_A = -exp(A_log), in double, rounded once
-  std::vector<float> norm_weight;            // (inner)
+  std::vector<float> norm_weight;            // (inner), empty without the gated norm
   Norm norm;                                 // RMS over inner / norm_groups, no weight
   Dense out_proj;                            // (hidden, inner)
   std::unique_ptr<GlaRecurrence> scan;      // H heads, d_key N, d_value P, scale 1
 };
 
 /// Takes the mixer's tensors under `prefix` ("backbone.layers.3.mixer."): in_proj (and its
-/// bias), conv1d's weight (and bias), dt_bias, A_log, D, norm.weight, out_proj (and its bias).
+/// bias), conv1d's weight (and bias), dt_bias, A_log, D, norm.weight (with the gated norm),
+/// out_proj (and its bias).
 SsdMixer load_ssd_mixer(Loader& L, const std::string& prefix, const SsdSpec& s);
 
 /// One mixer's state for one sequence: S of every head and the convolution's window.
@@ -102,7 +112,8 @@ struct SsdRows {
   std::size_t bytes() const { return buffer_bytes({&proj, &xbc, &q, &k, &a, &v, &y}); }
 };
 
-/// The row stage before the sequence: in_proj of n rows of h (stride hidden) into b.proj.
+/// The row stage before the sequence: in_proj of n rows of h (stride hidden) into b.proj, times
+/// in_scale where the spec has part multipliers.
 void ssd_project(const SsdMixer& m, const float* h, int n, SsdRows& b, int threads);
 /// The sequence stage over rows [first, first + count) of one sequence: the convolution, dt and
 /// the decays, the scan, the D skip, into b.y. Step for one row, prefill for more: the same

@@ -25,6 +25,7 @@ std::vector<const Family*>& families_list() {
       &models::lfm2_family(),
       &models::mamba2_family(),
       &models::granite_family(),
+      &models::falcon_h1_family(),
       &models::nemotron_h_family(),
   };
   return list;

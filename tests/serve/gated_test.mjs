@@ -49,6 +49,8 @@ const models = {
                      "--attn-kv-heads", "2", "--layer-types", "MAMA", "--multipliers"],
   "nemotron_h": ["--arch", "nemotron_h", "--vocab", "256", "--hidden", "64", "--heads", "4",
                  "--attn-kv-heads", "2", "--pattern", "M-*M-", "--intermediate", "96"],
+  "falcon_h1": ["--arch", "falcon_h1", "--vocab", "256", "--hidden", "64", "--heads", "4",
+                "--attn-kv-heads", "2", "--ssm-groups", "2", "--ssm-rms-norm", "--multipliers"],
 };
 // The --arch each one is, and the architectures other tests serve.
 const archOf = (name) => (models[name].includes("--arch") ? models[name][models[name].indexOf("--arch") + 1] : "gla");
@@ -69,10 +71,12 @@ for (const arch of registry)
   if (!named.has(arch) && !servedElsewhere[arch])
     models[arch] = ["--arch", arch, "--vocab", "256", "--hidden", "64", "--layers", "2"];
 console.log(`     the registry's architectures: ${registry.join(", ")}; served here: ${Object.keys(models).join(", ")}`);
-// Granite: two attention layers of 2 kv heads of 16; Nemotron-H: one.
+// Granite: two attention layers of 2 kv heads of 16; Nemotron-H: one; Falcon-H1: attention in
+// both layers, 2 kv heads of 16.
 const growth = { "gla-hybrid": HYBRID_KV_BYTES_PER_TOKEN, "qwen35-hybrid": QWEN_KV_BYTES_PER_TOKEN,
                  "lfm2": LFM2_KV_BYTES_PER_TOKEN,
-                 "granite-hybrid": 2 * 2 * 2 * 16 * 4, "nemotron_h": 2 * 2 * 16 * 4 };
+                 "granite-hybrid": 2 * 2 * 2 * 16 * 4, "nemotron_h": 2 * 2 * 16 * 4,
+                 "falcon_h1": 2 * 2 * 2 * 16 * 4 };
 for (const [name, args] of Object.entries(models))
   execFileSync(recur, ["make-model", path.join(tmp, name), "--seed", "3", ...args],
                { stdio: ["ignore", "ignore", "inherit"] });
