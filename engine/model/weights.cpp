@@ -22,6 +22,7 @@ using Shape = std::vector<std::int64_t>;
 
 namespace {
 
+// A safetensors file's tensors (or an index's shards'), under the names the files give them.
 class TensorStoreSource final : public WeightSource {
  public:
   explicit TensorStoreSource(TensorStore store) : store_(std::move(store)) {}
