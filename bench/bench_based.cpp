@@ -6,13 +6,13 @@
 #include <random>
 
 #include "bench_common.h"
-#include "recur/isa.h"
 #include "recur/linear_attention.h"
 #include "model/random_weights.h"
 #include "models/based/based.h"
 #include "recur/model.h"
 #include "recur/short_conv.h"
 #include "recur/window_attention.h"
+#include "whole_model.h"
 
 namespace {
 
@@ -173,29 +173,12 @@ std::shared_ptr<const recur::Model> based_model() {
   return model;
 }
 
-std::vector<int> based_tokens(int n) {
-  std::vector<int> t(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) t[static_cast<std::size_t>(i)] = (i * 7919 + 13) % 50257;
-  return t;
-}
-
 void BM_Based360mDecode(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   const auto model = based_model();
   recur::Decoder dec(model, {64, threads});
-  dec.prefill(based_tokens(512));
-  int t = 0;
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(dec.step(t).data());
-    t = (t + 1) % 50257;
-  }
-  const double n = static_cast<double>(state.iterations());
-  const double bytes = static_cast<double>(model->weight_bytes_per_token());
-  state.counters["tokens/s"] = benchmark::Counter(n, benchmark::Counter::kIsRate);
-  state.counters["weight_MB"] = bytes / 1e6;
-  state.counters["x_read_time"] = benchmark::Counter(
-      n * bytes / recur::bench::read_bandwidth(threads, 4),
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  dec.prefill(recur::bench::prompt_ids(512, 50257));
+  recur::bench::time_decode(state, dec, *model, threads, 50257, 1);
   state.counters["state_MiB"] = static_cast<double>(dec.state_bytes()) / (1 << 20);
   state.counters["conv_MiB"] = static_cast<double>(dec.state_bytes(recur::MixerKind::kShortConv)) / (1 << 20);
   state.counters["linear_MiB"] = static_cast<double>(dec.state_bytes(recur::MixerKind::kLinearAttention)) / (1 << 20);
@@ -209,25 +192,11 @@ void BM_Based360mPrefill(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(1));
   const auto model = based_model();
   recur::Decoder dec(model, {64, threads});
-  const auto prompt = based_tokens(T);
-  for (auto _ : state) {
-    dec.reset();
-    benchmark::DoNotOptimize(dec.prefill(prompt).data());
-  }
-  state.counters["tokens/s"] =
-      benchmark::Counter(static_cast<double>(state.iterations()) * T, benchmark::Counter::kIsRate);
+  recur::bench::time_prefill(state, dec, recur::bench::prompt_ids(T, 50257));
 }
 BENCHMARK(BM_Based360mPrefill)->ArgNames({"T", "threads"})->Args({512, 1})->Args({512, 2})
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 
-
-int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::AddCustomContext("isa", recur::isa());
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return recur::bench::run_benchmarks(argc, argv); }

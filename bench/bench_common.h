@@ -6,9 +6,12 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/dispatch.h"
+#include "recur/isa.h"
 #include "recur/linear_attention.h"
 
 namespace recur::bench {
@@ -74,6 +77,21 @@ inline recur::LinearAttention linear_layer(int n_heads, int d) {
 inline void report_tokens(benchmark::State& state, double tokens, std::size_t bytes_held) {
   state.counters["tokens/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
   state.counters["bytes_held"] = static_cast<double>(bytes_held);
+}
+
+/// A benchmark program's main: the instruction set in use, `context` (name and value) and, with
+/// `with_fma_peak`, the FMA peak in the report's context, then the benchmarks asked for.
+inline int run_benchmarks(int argc, char** argv,
+                          const std::vector<std::pair<std::string, std::string>>& context = {},
+                          bool with_fma_peak = false) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("isa", recur::isa());
+  for (const auto& [name, value] : context) benchmark::AddCustomContext(name, value);
+  if (with_fma_peak) benchmark::AddCustomContext("fma_peak_GFLOP/s", std::to_string(fma_peak() / 1e9));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
 }
 
 }  // namespace recur::bench

@@ -20,16 +20,14 @@
 #include <vector>
 
 #include "bench_common.h"
-#include "recur/isa.h"
 #include "model/random_weights.h"
 #include "recur/model.h"
+#include "whole_model.h"
 
 namespace {
 
 constexpr int kPrompt = 512;
 constexpr int kVocab = 32000;
-// Decode reads several weight panels at once: its bandwidth is that of four streams per core.
-constexpr int kStreams = 4;
 
 struct Shape {
   const char* name;
@@ -67,13 +65,6 @@ std::vector<int> tokens(int n) {
   return t;
 }
 
-void BM_MemoryBandwidth(benchmark::State& state) {
-  const int threads = static_cast<int>(state.range(0));
-  for (auto _ : state) benchmark::DoNotOptimize(recur::bench::read_bandwidth(threads, kStreams));
-  state.counters["read_GB/s"] = recur::bench::read_bandwidth(threads, kStreams) / 1e9;
-}
-BENCHMARK(BM_MemoryBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->Iterations(1);
-
 // A 512-token prompt from an empty state in chunks of 64, the head on the last token only (as
 // torch_bench.py's prefill). A 64-token prefill first warms the buffers up, untimed.
 void BM_FlaPrefill(benchmark::State& state) {
@@ -83,46 +74,27 @@ void BM_FlaPrefill(benchmark::State& state) {
   recur::Decoder dec(model, {64, threads});
   dec.prefill(tokens(64));
   dec.reset();
-  const auto prompt = tokens(kPrompt);
-  for (auto _ : state) {
-    dec.reset();
-    benchmark::DoNotOptimize(dec.prefill(prompt).data());
-  }
+  recur::bench::time_prefill(state, dec, tokens(kPrompt));
   state.SetLabel(kShapes[shape].name);
-  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * kPrompt,
-                                                  benchmark::Counter::kIsRate);
   state.counters["state_bytes"] = static_cast<double>(dec.state_bytes());
 }
 
-// One token at a time after the 512-token prompt, full logits each step. "x_read_time" is the
-// time per token over the time to read every weight once at the bandwidth measured with as
-// many threads (four streams each) in this run.
+// One token at a time after the prompt, full logits each step (recur::bench::time_decode:
+// tokens/s, "x_read_time" against this run's bandwidth), and the state's bytes.
 void BM_FlaDecode(benchmark::State& state) {
   const int shape = static_cast<int>(state.range(0));
   const int threads = static_cast<int>(state.range(1));
   const auto model = model_of(shape);
   recur::Decoder dec(model, {64, threads});
   dec.prefill(tokens(kPrompt));
-  int t = 1;
-  for (int i = 0; i < 2; ++i) benchmark::DoNotOptimize(dec.step(t++).data());  // warm-up
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(dec.step(t).data());
-    t = (t + 7) % kVocab;
-  }
-  const double n = static_cast<double>(state.iterations());
-  const double bytes = static_cast<double>(model->weight_bytes_per_token());
+  recur::bench::time_decode(state, dec, *model, threads, kVocab, 7);
   state.SetLabel(kShapes[shape].name);
-  state.counters["tokens/s"] = benchmark::Counter(n, benchmark::Counter::kIsRate);
-  state.counters["weight_MB"] = bytes / 1e6;
-  // Rate counters are divided by the elapsed time: this one is (read time / token time)^-1.
-  state.counters["x_read_time"] = benchmark::Counter(
-      n * bytes / recur::bench::read_bandwidth(threads, kStreams),
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   state.counters["state_bytes"] = static_cast<double>(dec.state_bytes());
 }
 
 // Registered model by model, so that each is built once.
 const int kRegistered = [] {
+  recur::bench::register_memory_bandwidth();
   for (int shape = 0; shape < 2; ++shape) {
     const std::string name = kShapes[shape].name;
     benchmark::RegisterBenchmark(("BM_FlaPrefill/" + name).c_str(), BM_FlaPrefill)
@@ -138,11 +110,5 @@ const int kRegistered = [] {
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::AddCustomContext("isa", recur::isa());
-  benchmark::AddCustomContext("prompt_tokens", std::to_string(kPrompt));
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return recur::bench::run_benchmarks(argc, argv, {{"prompt_tokens", std::to_string(kPrompt)}});
 }

@@ -18,13 +18,11 @@
 #include <string>
 
 #include "bench_common.h"
-#include "recur/isa.h"
 #include "recur/model.h"
 #include "whole_model.h"
 
 namespace {
 
-using recur::bench::kDecodeStreams;
 using recur::bench::kWeightFormats;
 
 constexpr int kDecodePrompt = 512;
@@ -71,14 +69,6 @@ void state_counters(benchmark::State& state, const recur::Decoder& dec) {
   state.counters["state_bytes"] = static_cast<double>(dec.state_bytes());
 }
 
-void BM_MemoryBandwidth(benchmark::State& state) {
-  const int threads = static_cast<int>(state.range(0));
-  for (auto _ : state)
-    benchmark::DoNotOptimize(recur::bench::read_bandwidth(threads, kDecodeStreams));
-  state.counters["read_GB/s"] = recur::bench::read_bandwidth(threads, kDecodeStreams) / 1e9;
-}
-BENCHMARK(BM_MemoryBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->Iterations(1);
-
 // A prompt from an empty state in chunks of 64, logits of the last token only. "peak_frac": the
 // run's FLOP (prompt_flop) over the FMA peak of as many cores.
 void BM_Mamba2Prefill(benchmark::State& state) {
@@ -87,50 +77,31 @@ void BM_Mamba2Prefill(benchmark::State& state) {
   const auto model = model_of(shape, format);
   recur::Decoder dec(model, {64, threads});
   dec.prefill(recur::bench::prompt_ids(64, kVocab));  // warms the buffers up, untimed
-  const auto prompt = recur::bench::prompt_ids(n, kVocab);
-  for (auto _ : state) {
-    dec.reset();
-    benchmark::DoNotOptimize(dec.prefill(prompt).data());
-  }
+  recur::bench::time_prefill(state, dec, recur::bench::prompt_ids(n, kVocab));
   const double runs = static_cast<double>(state.iterations());
   state.SetLabel(label(shape, format));
-  state.counters["tokens/s"] = benchmark::Counter(runs * n, benchmark::Counter::kIsRate);
   state.counters["peak_frac"] = benchmark::Counter(
       runs * prompt_flop(kShapes[shape], n) / (recur::bench::fma_peak() * threads),
       benchmark::Counter::kIsRate);
   state_counters(state, dec);
 }
 
-// One token at a time after a 512-token prompt, full logits each step. "x_read_time" is the time
-// per token over the time to read every weight once at the bandwidth measured in this run with
-// as many threads (four streams each; read_bandwidth measures once per thread count, at the
-// first BM_MemoryBandwidth, and returns that figure after).
+// One token at a time after the prompt, full logits each step (recur::bench::time_decode:
+// tokens/s, "x_read_time" against this run's bandwidth), and the state's bytes.
 void BM_Mamba2Decode(benchmark::State& state) {
   const int shape = static_cast<int>(state.range(0)), format = static_cast<int>(state.range(1));
   const int threads = static_cast<int>(state.range(2));
   const auto model = model_of(shape, format);
   recur::Decoder dec(model, {64, threads});
   dec.prefill(recur::bench::prompt_ids(kDecodePrompt, kVocab));
-  int t = 1;
-  for (int i = 0; i < 2; ++i) benchmark::DoNotOptimize(dec.step(t++).data());  // warm-up
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(dec.step(t).data());
-    t = (t + 7919) % kVocab;
-  }
-  const double n = static_cast<double>(state.iterations());
-  const double bytes = static_cast<double>(model->weight_bytes_per_token());
-  const double bandwidth = recur::bench::read_bandwidth(threads, kDecodeStreams);
+  recur::bench::time_decode(state, dec, *model, threads, kVocab, 7919);
   state.SetLabel(label(shape, format));
-  state.counters["tokens/s"] = benchmark::Counter(n, benchmark::Counter::kIsRate);
-  state.counters["weight_MB"] = bytes / 1e6;
-  state.counters["read_GB/s"] = bandwidth / 1e9;
-  state.counters["x_read_time"] = benchmark::Counter(
-      n * bytes / bandwidth, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   state_counters(state, dec);
 }
 
 // Registered model by model, so that each is built once.
 const int kRegistered = [] {
+  recur::bench::register_memory_bandwidth();
   for (int shape = 0; shape < 1; ++shape) {
     for (int format = 0; format < 2; ++format) {
       const std::string name = std::string(kShapes[shape].name) + "/" + kWeightFormats[format];
@@ -151,12 +122,5 @@ const int kRegistered = [] {
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::AddCustomContext("isa", recur::isa());
-  benchmark::AddCustomContext("decode_prompt_tokens", std::to_string(kDecodePrompt));
-  benchmark::AddCustomContext("fma_peak_GFLOP/s", std::to_string(recur::bench::fma_peak() / 1e9));
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return recur::bench::run_benchmarks(argc, argv, {{"decode_prompt_tokens", std::to_string(kDecodePrompt)}}, true);
 }

@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "bench_common.h"
-#include "recur/isa.h"
 #include "recur/model.h"
 #include "whole_model.h"
 
@@ -28,7 +27,6 @@ using recur::bench::kWeightFormats;
 
 constexpr int kPrompt = 512;
 constexpr int kVocab = 65536;
-constexpr int kStreams = recur::bench::kDecodeStreams;
 
 struct Shape {
   const char* name;
@@ -64,13 +62,6 @@ double flop_per_prompt_token(const recur::Model& m, const Shape& s) {
   return 2.0 * matrices + 9.0 * 24 * s.heads * 64.0 * 64.0;
 }
 
-void BM_MemoryBandwidth(benchmark::State& state) {
-  const int threads = static_cast<int>(state.range(0));
-  for (auto _ : state) benchmark::DoNotOptimize(recur::bench::read_bandwidth(threads, kStreams));
-  state.counters["read_GB/s"] = recur::bench::read_bandwidth(threads, kStreams) / 1e9;
-}
-BENCHMARK(BM_MemoryBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->Iterations(1);
-
 // A 512-token prompt from an empty state in chunks of 64, logits of the last token only.
 // "peak_frac": the run's FLOP over the FMA peak of as many cores.
 void BM_Rwkv7Prefill(benchmark::State& state) {
@@ -79,48 +70,31 @@ void BM_Rwkv7Prefill(benchmark::State& state) {
   const auto model = model_of(shape, format);
   recur::Decoder dec(model, {64, threads});
   dec.prefill(tokens(64));  // warms the buffers up, untimed
-  const auto prompt = tokens(kPrompt);
-  for (auto _ : state) {
-    dec.reset();
-    benchmark::DoNotOptimize(dec.prefill(prompt).data());
-  }
+  recur::bench::time_prefill(state, dec, tokens(kPrompt));
   const double n = static_cast<double>(state.iterations()) * kPrompt;
   state.SetLabel(std::string(kShapes[shape].name) + " " + kWeightFormats[format]);
-  state.counters["tokens/s"] = benchmark::Counter(n, benchmark::Counter::kIsRate);
   state.counters["peak_frac"] = benchmark::Counter(
       n * flop_per_prompt_token(*model, kShapes[shape]) / (recur::bench::fma_peak() * threads),
       benchmark::Counter::kIsRate);
   state.counters["state_bytes"] = static_cast<double>(dec.state_bytes());
 }
 
-// One token at a time after the prompt, full logits each step. "x_read_time" is the time per
-// token over the time to read every weight once at the bandwidth measured with as many threads
-// (four streams each) in this run.
+// One token at a time after the prompt, full logits each step (recur::bench::time_decode:
+// tokens/s, "x_read_time" against this run's bandwidth), and the state's bytes.
 void BM_Rwkv7Decode(benchmark::State& state) {
   const int shape = static_cast<int>(state.range(0)), format = static_cast<int>(state.range(1));
   const int threads = static_cast<int>(state.range(2));
   const auto model = model_of(shape, format);
   recur::Decoder dec(model, {64, threads});
   dec.prefill(tokens(kPrompt));
-  int t = 1;
-  for (int i = 0; i < 2; ++i) benchmark::DoNotOptimize(dec.step(t++).data());  // warm-up
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(dec.step(t).data());
-    t = (t + 7) % kVocab;
-  }
-  const double n = static_cast<double>(state.iterations());
-  const double bytes = static_cast<double>(model->weight_bytes_per_token());
+  recur::bench::time_decode(state, dec, *model, threads, kVocab, 7);
   state.SetLabel(std::string(kShapes[shape].name) + " " + kWeightFormats[format]);
-  state.counters["tokens/s"] = benchmark::Counter(n, benchmark::Counter::kIsRate);
-  state.counters["weight_MB"] = bytes / 1e6;
-  state.counters["x_read_time"] = benchmark::Counter(
-      n * bytes / recur::bench::read_bandwidth(threads, kStreams),
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   state.counters["state_bytes"] = static_cast<double>(dec.state_bytes());
 }
 
 // Registered model by model, so that each is built once.
 const int kRegistered = [] {
+  recur::bench::register_memory_bandwidth();
   for (int shape = 0; shape < 2; ++shape) {
     for (int format = 0; format < 2; ++format) {
       const std::string name = std::string(kShapes[shape].name) + "/" + kWeightFormats[format];
@@ -140,12 +114,5 @@ const int kRegistered = [] {
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::AddCustomContext("isa", recur::isa());
-  benchmark::AddCustomContext("prompt_tokens", std::to_string(kPrompt));
-  benchmark::AddCustomContext("fma_peak_GFLOP/s", std::to_string(recur::bench::fma_peak() / 1e9));
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return recur::bench::run_benchmarks(argc, argv, {{"prompt_tokens", std::to_string(kPrompt)}}, true);
 }

@@ -1,6 +1,8 @@
-// Shared by the whole-model benchmarks (bench_rwkv7.cpp, bench_qwen35.cpp): a model built in memory from random bf16 weights through its
-// family's config JSON, or the same weights quantized by recur's quantizer, with only one model
-// in memory at a time; and the prompt ids.
+// Shared by the whole-model benchmarks (bench_fla, bench_rwkv7, bench_qwen35, bench_mamba2,
+// bench_lfm2): a model built in memory from random bf16 weights through its family's config JSON,
+// or the same weights quantized by recur's quantizer, with only one model in memory at a time; the
+// prompt ids; and the measurements every one of them makes (the read bandwidth, a prefill, a
+// decode and its "x_read_time").
 #pragma once
 
 #include <unistd.h>
@@ -65,6 +67,51 @@ inline std::vector<int> prompt_ids(int n, int vocab) {
   for (int i = 0; i < n; ++i)
     t[static_cast<std::size_t>(i)] = static_cast<int>((static_cast<long>(i) * 7919 + 13) % vocab);
   return t;
+}
+
+/// Registers BM_MemoryBandwidth at 1 and 2 threads: the read bandwidth that "x_read_time"
+/// divides by, kDecodeStreams streams a core (measured once per thread count, then remembered).
+inline void register_memory_bandwidth() {
+  benchmark::RegisterBenchmark("BM_MemoryBandwidth", [](benchmark::State& state) {
+    const int threads = static_cast<int>(state.range(0));
+    for (auto _ : state) benchmark::DoNotOptimize(read_bandwidth(threads, kDecodeStreams));
+    state.counters["read_GB/s"] = read_bandwidth(threads, kDecodeStreams) / 1e9;
+  })->ArgName("threads")->Arg(1)->Arg(2)->Iterations(1);
+}
+
+/// Times `prompt` prefilled from an empty state by `dec` (warmed up by its caller), the head on
+/// the last token only, and sets "tokens/s".
+inline void time_prefill(benchmark::State& state, Decoder& dec, const std::vector<int>& prompt) {
+  for (auto _ : state) {
+    dec.reset();
+    benchmark::DoNotOptimize(dec.prefill(prompt).data());
+  }
+  state.counters["tokens/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * static_cast<double>(prompt.size()),
+      benchmark::Counter::kIsRate);
+}
+
+/// Times one token at a time after `dec`'s prompt and two untimed steps, full logits each step,
+/// the ids stepping by `stride` modulo `vocab`; sets "tokens/s", "weight_MB", "read_GB/s" and
+/// "x_read_time": the time per token over the time to read every weight once at that bandwidth
+/// with as many threads.
+inline void time_decode(benchmark::State& state, Decoder& dec, const Model& model, int threads,
+                        int vocab, int stride) {
+  int t = 1;
+  for (int i = 0; i < 2; ++i) benchmark::DoNotOptimize(dec.step(t++).data());  // warm-up
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(dec.step(t).data());
+    t = (t + stride) % vocab;
+  }
+  const double n = static_cast<double>(state.iterations());
+  const double bytes = static_cast<double>(model.weight_bytes_per_token());
+  const double bandwidth = read_bandwidth(threads, kDecodeStreams);
+  state.counters["tokens/s"] = benchmark::Counter(n, benchmark::Counter::kIsRate);
+  state.counters["weight_MB"] = bytes / 1e6;
+  state.counters["read_GB/s"] = bandwidth / 1e9;
+  // Rate counters are divided by the elapsed time: this one is (read time / token time)^-1.
+  state.counters["x_read_time"] = benchmark::Counter(
+      n * bytes / bandwidth, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 }  // namespace recur::bench

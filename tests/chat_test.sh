@@ -184,7 +184,7 @@ echo "chat_test: an RWKV-7 world model chats in the world format"
 
 # The Mamba-2 and short-convolution families (issue 44): two turns each, Granite 4.0-H and LFM2
 # through Granite 4.0-H-Micro's and LFM2.5-1.2B-Instruct's published templates
-# (tests/fixtures/published), Mamba-2 (no published template of one was found) through ChatML; /stats says how big the state is and
+# (tests/fixtures/published), Mamba-2 and Falcon-H1 (no published template of either was found) through ChatML; /stats says how big the state is and
 # whether it grows: a hybrid's attention layers' KV cache does, plain Mamba-2's state does not.
 printf '%s' '{% for m in messages %}<|im_start|>{{ m.role }}
 {{ m.content }}<|im_end|>
@@ -192,7 +192,8 @@ printf '%s' '{% for m in messages %}<|im_start|>{{ m.role }}
 {% endif %}' > "$tmp/chatml.jinja"
 for family in "mamba2|--arch mamba2 --layers 2|$tmp/chatml.jinja|at any length" \
               "granite|--arch granitemoehybrid --heads 4 --attn-kv-heads 2 --layer-types MAMA|$src/tests/fixtures/published/granite-4.0-h-micro/chat_template.jinja|growing with the conversation" \
-              "lfm2|--arch lfm2 --layers 4 --heads 4 --attn-kv-heads 2|$src/tests/fixtures/published/lfm2.5-1.2b-instruct/chat_template.jinja|growing with the conversation"; do
+              "lfm2|--arch lfm2 --layers 4 --heads 4 --attn-kv-heads 2|$src/tests/fixtures/published/lfm2.5-1.2b-instruct/chat_template.jinja|growing with the conversation" \
+              "falcon_h1|--arch falcon_h1 --layers 2 --heads 4 --attn-kv-heads 2|$tmp/chatml.jinja|growing with the conversation"; do
   IFS='|' read -r name args template grows <<< "$family"
   # shellcheck disable=SC2086
   "$recur" make-model "$tmp/$name" --vocab 4096 --hidden 64 --seed 3 $args > /dev/null
@@ -204,4 +205,4 @@ for family in "mamba2|--arch mamba2 --layers 2|$tmp/chatml.jinja|at any length" 
   grep -q "^state: [1-9][0-9]* tokens run, [1-9][0-9]* bytes (.*),\? $grows" "$tmp/$name.out" ||
     fail "$name: /stats does not say '$grows': $(cat "$tmp/$name.out")"
 done
-echo "chat_test: Mamba-2, Granite 4.0-H and LFM2 (Granite's and LFM2.5's templates) chat, and /stats says whether their state grows"
+echo "chat_test: Mamba-2, Granite 4.0-H, LFM2 and Falcon-H1 (Granite's and LFM2.5's templates) chat, and /stats says whether their state grows"

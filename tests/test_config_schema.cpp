@@ -11,6 +11,8 @@
 
 #include "model/config_schema.h"
 #include "model/family.h"
+#include "models/based/based.h"
+#include "models/fla/fla.h"
 #include "support/given_options.h"
 #include "support/io_files.h"
 #include "recur/error.h"
@@ -366,4 +368,265 @@ TEST_CASE("make-model's options derive their defaults from the fields made befor
         "\"ratio\": 0.25, \"intermediate_size\": 40}");
   // A given option is range-checked as its field.
   CHECK_THROWS_AS(schema.make_fields(GivenOptions(Given{{"kv", "65"}})), recur::ArgumentError);
+}
+
+namespace {
+
+// A small fla configuration: the sizes every case shares, and `fields`.
+std::string fla_json(const std::string& fields) {
+  return "{\"vocab_size\": 301, \"hidden_size\": 32, \"num_hidden_layers\": 4, " + fields + "}";
+}
+
+// Reads `text`, writes it, reads that: the same configuration, written the same again.
+ModelConfig round_trip(const std::string& text) {
+  INFO(text);
+  const ModelConfig a = ModelConfig::from_json(text, "given.json");
+  const std::string written = a.to_json();
+  INFO(written);
+  const ModelConfig b = ModelConfig::from_json(written, "written.json");
+  CHECK(b.to_json() == written);
+  CHECK(b.model_type() == a.model_type());
+  CHECK(b.mixers == a.mixers);
+  CHECK(b.intermediate_size == a.intermediate_size);
+  CHECK(b.num_heads == a.num_heads);
+  CHECK(b.num_kv_heads == a.num_kv_heads);
+  return b;
+}
+
+// `text` is refused, naming the file and each of `parts` (the key first).
+void refused(const std::string& text, std::vector<std::string> parts) {
+  INFO(text);
+  parts.push_back("bad.json");
+  recur::testing::expect_format_error([&] { ModelConfig::from_json(text, "bad.json"); }, parts);
+}
+
+}  // namespace
+
+TEST_CASE("fla's layouts, written then read, are the same configuration, every field kept",
+          "[model][config][schema][fla]") {
+  using recur::models::fla::config_of;
+  SECTION("gla: grouped kv heads, widths, null affine, silu, clamp_min, short convolutions") {
+    const ModelConfig c = round_trip(fla_json(
+        R"("model_type": "gla", "num_heads": 4, "num_kv_heads": 2, "expand_k": 1, "expand_v": 2,
+           "elementwise_affine": null, "feature_map": "silu", "clamp_min": -2.5,
+           "use_short_conv": true, "conv_size": 3, "use_output_gate": false, "fuse_norm": false,
+           "hidden_ratio": 2, "attn_mode": "fused_recurrent", "use_gk": true, "use_gv": false)"));
+    const auto& f = config_of(c);
+    CHECK(c.num_kv_heads == 2);
+    CHECK(f.expand_k == 1);
+    CHECK(f.expand_v == 2);
+    CHECK_FALSE(f.elementwise_affine);  // null: no weight
+    CHECK(f.qk_activation == "swish");
+    REQUIRE(f.clamp_min);
+    CHECK(*f.clamp_min == -2.5);
+    CHECK(f.use_short_conv);
+    CHECK(f.conv_size == 3);
+    CHECK_FALSE(f.use_output_gate);
+    CHECK_FALSE(f.fuse_norm);
+    CHECK(c.intermediate_size == 256);  // from hidden_ratio 2: 2/3 * 64, rounded up to 256
+  }
+  SECTION("gla's defaults: no clamp_min, no feature map, written as null") {
+    const ModelConfig c = round_trip(fla_json(R"("model_type": "gla", "num_heads": 4)"));
+    CHECK_FALSE(config_of(c).clamp_min);
+    CHECK(config_of(c).qk_activation.empty());
+    CHECK_THAT(c.to_json(), Contains("\"feature_map\": null") && Contains("\"clamp_min\": null"));
+    CHECK(config_of(c).expand_k == 0.5);
+  }
+  SECTION("retnet: its own defaults, relu, the parallel mode") {
+    const ModelConfig c = round_trip(fla_json(
+        R"("model_type": "retnet", "num_heads": 2, "feature_map": "relu", "attn_mode": "parallel",
+           "use_short_conv": true, "conv_size": 9)"));
+    CHECK(config_of(c).expand_v == 2);
+    CHECK(config_of(c).qk_activation == "relu");
+    CHECK_FALSE(config_of(c).use_short_conv);  // RetNet's block has none
+    CHECK_THAT(c.to_json(), !Contains("use_short_conv") && Contains("\"attn_mode\": \"chunk\""));
+  }
+  SECTION("hgrn2: expand_ratio, or hidden_size / num_heads when it is null") {
+    const ModelConfig a = round_trip(fla_json(
+        R"("model_type": "hgrn2", "expand_ratio": 8, "use_lower_bound": false, "elementwise_affine": false)"));
+    CHECK(config_of(a).expand_ratio == 8);
+    CHECK(a.num_heads == 4);
+    CHECK_FALSE(config_of(a).use_lower_bound);
+    const ModelConfig b =
+        round_trip(fla_json(R"("model_type": "hgrn2", "expand_ratio": null, "num_heads": 2)"));
+    CHECK(config_of(b).expand_ratio == 16);
+    CHECK(b.num_heads == 2);
+    const ModelConfig c = round_trip(
+        R"({"model_type": "hgrn2", "num_heads": 2, "hidden_size": 256, "num_hidden_layers": 2})");
+    CHECK(config_of(c).expand_ratio == 128);  // num_heads counts only when expand_ratio is null
+  }
+  SECTION("the hybrid attention block, as an object and as a list") {
+    const ModelConfig one = round_trip(fla_json(
+        R"("model_type": "gla", "num_heads": 4,
+           "attn": {"layers": [1, 3], "num_heads": 4, "num_kv_heads": 2, "qkv_bias": true, "rope_theta": 500})"));
+    const auto& a = config_of(one).attn;
+    CHECK_FALSE(a.is_list);
+    REQUIRE(a.specs.size() == 1);
+    CHECK(a.specs[0].layers == std::vector<int>{1, 3});
+    CHECK(a.specs[0].num_kv_heads == 2);
+    CHECK(a.specs[0].qkv_bias);
+    CHECK(a.specs[0].rope_theta == 500);
+    CHECK(a.specs[0].window_size == 0);
+    CHECK_THAT(one.to_json(), Contains("\"attn\": {\"layers\": [1, 3], \"num_heads\": 4, "
+                                       "\"num_kv_heads\": 2, \"qkv_bias\": true, \"window_size\": null"));
+    const ModelConfig list = round_trip(fla_json(
+        R"("model_type": "hgrn2", "expand_ratio": 8,
+           "attn": [{"layers": [2], "num_heads": 2, "window_size": 8}, {"layers": [0], "num_heads": 4}])"));
+    const auto& b = config_of(list).attn;
+    CHECK(b.is_list);
+    REQUIRE(b.specs.size() == 2);
+    CHECK(b.specs[0].window_size == 8);
+    CHECK(b.specs[0].num_kv_heads == 2);  // as many as heads
+    CHECK(b.specs[1].layers == std::vector<int>{0});
+    CHECK(list.mixers[0] == recur::MixerKind::kAttention);
+    CHECK(list.mixers[1] == recur::MixerKind::kGated);
+    CHECK(list.mixers[2] == recur::MixerKind::kAttention);
+    CHECK_THAT(list.to_json(), Contains("\"attn\": [{\"layers\": [2]"));
+    CHECK_THAT(round_trip(fla_json(R"("model_type": "retnet", "num_heads": 2, "attn": [])")).to_json(),
+               Contains("\"attn\": []"));
+  }
+}
+
+TEST_CASE("a bad value of an fla layout is refused with its key and the file",
+          "[model][config][schema][fla]") {
+  const auto gla = [](const std::string& fields) {
+    return fla_json("\"model_type\": \"gla\", \"num_heads\": 4, " + fields);
+  };
+  refused(gla(R"("clamp_min": 1)"), {"clamp_min is 1", "null or a number"});
+  refused(gla(R"("clamp_min": "x")"), {"clamp_min is \"x\""});
+  refused(gla(R"("feature_map": "elu")"), {"feature_map is 'elu'", "null, relu, swish or silu"});
+  refused(gla(R"("elementwise_affine": 1)"), {"elementwise_affine is 1", "true, false or null"});
+  refused(gla(R"("use_gk": false)"), {"use_gk is false", "gk gate"});
+  refused(gla(R"("use_gv": true)"), {"use_gv is true"});
+  refused(gla(R"("attnres_block_size": 2)"), {"attnres_block_size is 2"});
+  refused(gla(R"("conv_size": 65)"), {"conv_size is 65", "1 to 64"});
+  refused(gla(R"("expand_k": 0)"), {"expand_k is 0"});
+  refused(gla(R"("hidden_act": "gelu")"), {"hidden_act is 'gelu'"});
+  refused(gla(R"("attn_mode": "parallel")"), {"attn_mode is 'parallel'", "fused_recurrent"});
+  refused(gla(R"("use_short_conv": 1)"), {"use_short_conv is 1"});
+  refused(gla(R"("expand_ratio": 8)"), {"unknown field 'expand_ratio'"});
+  refused(fla_json(R"("model_type": "retnet", "num_heads": 2, "clamp_min": -1)"),
+          {"unknown field 'clamp_min'"});
+  refused(fla_json(R"("model_type": "hgrn2", "expand_ratio": 0)"), {"expand_ratio is 0"});
+  refused(fla_json(R"("model_type": "hgrn2", "num_heads": 2.5, "expand_ratio": null)"),
+          {"num_heads is 2.5"});
+  refused(fla_json(R"("model_type": "hgrn2", "use_lower_bound": "no")"), {"use_lower_bound is \"no\""});
+  refused(fla_json(R"("model_type": "hgrn2", "feature_map": "relu")"), {"unknown field 'feature_map'"});
+  // The attention block: each entry's fields by their place.
+  refused(gla(R"("attn": 3)"), {"attn is a number", "an object or a list"});
+  refused(gla(R"("attn": [3])"), {"attn[0] is a number", "expected an object"});
+  refused(gla(R"("attn": {"layers": [4], "num_heads": 4})"), {"attn.layers holds 4", "0 to num_hidden_layers - 1 = 3"});
+  refused(gla(R"("attn": {"layers": [1, 1], "num_heads": 4})"), {"attn.layers names layer 1 twice"});
+  refused(gla(R"("attn": {"num_heads": 4})"), {"attn.layers is missing"});
+  refused(gla(R"("attn": {"layers": [1], "num_heads": null})"), {"attn.num_heads is missing"});
+  refused(gla(R"("attn": {"layers": [1], "num_heads": 4, "qkv_bias": "yes"})"), {"attn.qkv_bias is \"yes\""});
+  refused(gla(R"("attn": [{"layers": [1], "num_heads": 4}, {"layers": [2], "num_heads": 4, "window_size": 1}])"),
+          {"attn[1].window_size is 1"});
+  refused(gla(R"("attn": [{"layers": [1], "num_heads": 4}, {"layers": [2], "num_heads": 4, "rope_theta": 1}])"),
+          {"attn[1].rope_theta is 1"});
+  refused(gla(R"("attn": [{"layers": [1], "num_heads": 4}, {"layers": [1], "num_heads": 4}])"),
+          {"attn[1].layers names layer 1, which attn[0] already has"});
+  refused(gla(R"("attn": {"layers": [1], "num_heads": 4, "num_kv_heads": 3})"),
+          {"attn: num_heads 4 is not a multiple of num_kv_heads 3"});
+  refused(gla(R"("attn": {"layers": [1], "num_heads": 4, "qk_norm": true})"), {"unknown field 'attn.qk_norm'"});
+}
+
+namespace {
+
+// Based as its checkpoints publish it: a GPT-2 config with the mixer specs; `extra` adds fields.
+std::string based_json(const std::string& extra = "") {
+  return std::string(R"({"model_type": "gpt2", "vocab_size": 250, "n_embd": 32, "n_layer": 4, "n_head": 4,
+      "rms_norm": true, "activation_function": "swiglu", "pad_vocab_size_multiple": 8,
+      "alt_mixer_layers": [1, 3], "alt_mixer_2_layers": [2],
+      "mixer": {"_target_": "based.models.mixers.convolution.BaseConv", "use_bias": false,
+                "expand_proj": 6, "kernel_size": 5, "kernel_sizes": 3, "l_max": 1024},
+      "alt_mixer": {"_target_": "x.LinearAttention", "feature_dim": 8, "num_heads": 2,
+                    "num_key_value_heads": 2, "eps": 1e-12,
+                    "feature_map": {"_target_": "x.TaylorExp", "input_dim": 8}},
+      "alt_mixer_2": {"_target_": "x.SlidingAttention", "window_size": 12, "num_heads": 4,
+                      "causal": true})") +
+         extra + "}";
+}
+
+}  // namespace
+
+TEST_CASE("Based, written then read, is the same configuration, every field kept",
+          "[model][config][schema][based]") {
+  using recur::models::based::config_of;
+  const ModelConfig c = round_trip(based_json(R"(, "rotary_emb_base": 500, "n_inner": 300,
+      "layer_norm_epsilon": 1e-6, "prenorm": true, "summary_type": "cls_index")"));
+  const auto& b = config_of(c);
+  CHECK(c.hidden_size == 32);
+  CHECK(c.intermediate_size == 512);  // rounded up to 256
+  CHECK(c.norm_eps == 1e-6);
+  CHECK(b.rope_theta == 500);
+  CHECK(b.linear_layers == std::vector<int>{1, 3});
+  CHECK(b.window_layers == std::vector<int>{2});
+  CHECK_FALSE(b.conv_bias);
+  CHECK(b.conv_expand == 6);
+  CHECK(b.conv_kernel == 5);  // kernel_size over kernel_sizes
+  CHECK(b.la_feature_dim == 8);
+  CHECK(b.la_heads == 2);
+  CHECK(b.window_size == 12);
+  CHECK(b.window_heads == 4);
+  CHECK(b.embedding_rows == 256);
+  CHECK(c.mixers == std::vector<recur::MixerKind>{recur::MixerKind::kShortConv, recur::MixerKind::kLinearAttention,
+                                                  recur::MixerKind::kWindowAttention,
+                                                  recur::MixerKind::kLinearAttention});
+  // Written as the published layout: every mixer spec whole, the kernel once.
+  CHECK_THAT(c.to_json(), Contains("\"model_type\": \"gpt2\"") &&
+                              Contains("\"kernel_sizes\": 5}") && !Contains("kernel_size\"") &&
+                              Contains("\"feature_map\": {\"_target_\": "
+                                       "\"based.models.mixers.linear_attention.TaylorExp\", \"input_dim\": 8}"));
+  // model_type "based" reads the same fields.
+  std::string as_based = based_json();
+  as_based.replace(as_based.find("\"gpt2\""), 6, "\"based\"");
+  CHECK(round_trip(as_based).to_json() == round_trip(based_json()).to_json());
+  // Absent mixer specs keep their defaults when no layer needs them.
+  const ModelConfig conv_only = round_trip(R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 2,
+      "vocab_size": 50, "rms_norm": true, "activation_function": "swiglu",
+      "mixer": {"_target_": "based.models.mixers.convolution.BaseConv"}})");
+  CHECK(config_of(conv_only).la_heads == 16);
+  CHECK(config_of(conv_only).window_size == 256);
+}
+
+TEST_CASE("a bad value of Based's config is refused with its key and the file",
+          "[model][config][schema][based]") {
+  refused(based_json(R"(, "rotary_emb_fraction": 0.5)"), {"rotary_emb_fraction is 0.5"});
+  refused(based_json(R"(, "max_position_embeddings": 1024)"), {"max_position_embeddings is 1024"});
+  refused(based_json(R"(, "rotary_emb_dim": 8)"), {"rotary_emb_dim is 8"});
+  refused(based_json(R"(, "prenorm": false)"), {"prenorm is false"});
+  refused(based_json(R"(, "qkv_proj_bias": true)"), {"qkv_proj_bias is true"});
+  refused(based_json(R"(, "tie_word_embeddings": false)"), {"tie_word_embeddings is false"});
+  std::string no_rms = based_json();
+  no_rms.erase(no_rms.find("\"rms_norm\": true, "), 18);
+  refused(no_rms, {"rms_norm is missing"});
+  refused(based_json(R"(, "mixer_extra": 1)"), {"unknown field 'mixer_extra'"});
+  const auto with = [](const char* key, const char* from, const char* to) {
+    std::string s = based_json();
+    const auto at = s.find(from, s.find(key));
+    REQUIRE(at != std::string::npos);
+    return s.replace(at, std::string(from).size(), to);
+  };
+  refused(with("\"mixer\"", "\"l_max\": 1024", "\"fused\": 1"), {"unknown field 'mixer.fused'"});
+  refused(with("\"mixer\"", "\"expand_proj\": 6", "\"expand_proj\": 5"), {"mixer.expand_proj is 5", "even"});
+  refused(with("\"mixer\"", "\"kernel_size\": 5", "\"kernel_size\": 65"), {"mixer.kernel_size is 65"});
+  refused(with("\"mixer\"", "\"use_bias\": false", "\"use_cuda\": true"), {"mixer.use_cuda is true"});
+  refused(with("\"mixer\"", "\"_target_\": \"based.models.mixers.convolution.BaseConv\", ", ""),
+          {"mixer._target_ is missing"});
+  refused(with("\"alt_mixer\"", "\"feature_dim\": 8", "\"feature_dim\": 257"), {"alt_mixer.feature_dim is 257"});
+  refused(with("\"alt_mixer\"", "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 1"),
+          {"alt_mixer.num_key_value_heads 1 differs"});
+  refused(with("\"alt_mixer\"", "\"input_dim\": 8", "\"input_dim\": 4"),
+          {"alt_mixer.feature_map.input_dim 4 differs"});
+  refused(with("\"alt_mixer\"", "\"input_dim\": 8", "\"temp\": 1, \"scale\": 2"),
+          {"unknown field 'alt_mixer.feature_map.scale'"});
+  refused(with("\"alt_mixer\"", "x.TaylorExp", "x.PosELU"), {"alt_mixer.feature_map._target_ is 'x.PosELU'"});
+  refused(with("\"alt_mixer_2\"", "\"num_heads\": 4", "\"num_heads\": 2"), {"alt_mixer_2.num_heads 2 differs"});
+  refused(with("\"alt_mixer_2\"", "\"causal\": true", "\"causal\": false"), {"alt_mixer_2.causal is false"});
+  refused(with("\"alt_mixer_2\"", "\"window_size\": 12", "\"window_size\": 0"), {"alt_mixer_2.window_size is 0"});
+  refused(with("\"n_head\"", "4", "2.5"), {"n_head is 2.5"});
+  refused(with("\"alt_mixer_layers\"", "[1, 3]", "[1, 4]"), {"alt_mixer_layers holds 4", "n_layer - 1 = 3"});
+  refused(with("\"alt_mixer_2_layers\"", "[2]", "[2, 2]"), {"alt_mixer_2_layers names layer 2 twice"});
+  refused(with("\"alt_mixer_2_layers\"", "[2]", "[3]"), {"layer 3 is in both"});
 }

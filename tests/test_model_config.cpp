@@ -112,7 +112,7 @@ TEST_CASE("every Based config refusal names what it refuses", "[model][based][co
   // The mixers' specs.
   refused({{"mixer", "[]"}}, "mixer is an array");
   refused({{"mixer", "{\"_target_\": \"based.models.mixers.convolution.LongConv\"}"}},
-          "mixer._target_ names 'LongConv'");
+          "mixer._target_ is 'based.models.mixers.convolution.LongConv'");
   refused({{"mixer", ""}}, "mixer is missing");
   refused({{"mixer", "{\"_target_\": \"x.BaseConv\", \"expand_proj\": 3}"}}, "mixer.expand_proj is 3");
   refused({{"mixer", "{\"_target_\": \"x.BaseConv\", \"expand_proj\": 100}"}}, "mixer.expand_proj is 100");
@@ -150,8 +150,8 @@ TEST_CASE("a Based config's top-level _target_ is accepted when it names a known
   CHECK(a.architecture == recur::Architecture::kBased);
   CHECK(a.mixers.size() == 3);
   CHECK_NOTHROW(read(based_json({{"_target_", "\"transformers.GPT2Config\""}})));
-  refused({{"_target_", "\"based.models.gpt.LlamaConfig\""}}, "_target_ names 'LlamaConfig'");
-  refused({{"_target_", "3"}}, "_target_ is a number");
+  refused({{"_target_", "\"based.models.gpt.LlamaConfig\""}}, "_target_ is 'based.models.gpt.LlamaConfig'");
+  refused({{"_target_", "3"}}, "_target_ is 3, expected a string");
 }
 
 TEST_CASE("a configuration whose own fields are another family's is refused, naming its source",

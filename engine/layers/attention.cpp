@@ -2,73 +2,38 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <utility>
 
 #include "model/loader.h"
 
 namespace recur::model {
 
-namespace {
+const char* const kHybridAttentionFields =
+    "fla's Attention layer is built from layers, num_heads, num_kv_heads, qkv_bias, window_size "
+    "and rope_theta only";
 
-bool names(const HybridAttentionSpec& s, int layer) {
-  return std::find(s.layers.begin(), s.layers.end(), layer) != s.layers.end();
-}
-
-// One entry, called `owner` in messages ("attn", "attn[1]"); `earlier` are the entries before it,
-// none of which may name its layers.
-HybridAttentionSpec read_spec(const json::Value& v, const std::string& source,
-                              const std::string& owner, int n_layers,
-                              const std::vector<HybridAttentionSpec>& earlier) {
-  if (!v.is_object()) config_fail(source, "{} is {}, expected an object", owner, v.kind_name());
-  Fields f(v, source, owner);
-  HybridAttentionSpec s;
-  const json::Value* layers = f.get("layers");
-  if (!layers || !layers->is_array())
-    config_fail(source, "{}.layers is {}, expected a list of layer indices", owner,
-                layers ? layers->kind_name() : "missing");
-  for (const auto& l : layers->array()) {
-    if (!l.is_integer() || l.integer() < 0 || l.integer() >= n_layers)
-      config_fail(source,
-                  "{}.layers holds {}, expected layer indices 0 to num_hidden_layers - 1 = {}",
-                  owner, describe_json(l), n_layers - 1);
-    const int idx = static_cast<int>(l.integer());
-    if (names(s, idx)) config_fail(source, "{}.layers names layer {} twice", owner, idx);
-    for (std::size_t j = 0; j < earlier.size(); ++j)
-      if (names(earlier[j], idx))
-        config_fail(source, "{}.layers names layer {}, which attn[{}] already has", owner, idx, j);
-    s.layers.push_back(idx);
-  }
-  if (!f.get("num_heads")) config_fail(source, "{}.num_heads is missing", owner);
-  s.num_heads = f.integer("num_heads", 0, 1, kMaxDim);
-  s.num_kv_heads = f.integer("num_kv_heads", s.num_heads, 1, kMaxDim);
-  s.qkv_bias = f.boolean("qkv_bias", false);
-  s.window_size = f.integer("window_size", 0, 1, 1 << 24);
-  if (s.window_size == 1)
-    config_fail(source, "{}.window_size is 1 (a token attending to itself alone): not supported",
-                owner);
-  s.rope_theta = f.number("rope_theta", 10000, 1.0 + 1e-9, 1e12);
-  f.reject_unknown("fla's Attention layer is built from layers, num_heads, num_kv_heads, "
-                   "qkv_bias, window_size and rope_theta only");
+const Schema<HybridAttentionSpec>& hybrid_attention_schema() {
+  static const Schema<HybridAttentionSpec> s = [] {
+    using S = HybridAttentionSpec;
+    Schema<S> t;
+    t.layers("layers", &S::layers, "num_hidden_layers").required()
+        .integer("num_heads", &S::num_heads, 0, 1, kMaxDim).required()
+        // Its default, num_heads, is filled in by resolve_hybrid_attention.
+        .integer("num_kv_heads", &S::num_kv_heads, 0, 1, kMaxDim)
+        .boolean("qkv_bias", &S::qkv_bias, false)
+        .integer_or_null("window_size", &S::window_size, 0, 1, 1 << 24)
+        .number("rope_theta", &S::rope_theta, 10000, 1.0 + 1e-9, 1e12);
+    return t;
+  }();
   return s;
 }
 
-}  // namespace
-
 HybridAttention read_hybrid_attention(const json::Value& v, const std::string& source,
                                       int n_layers) {
+  ModelConfig c;  // what the block's fields see of the model: its layers
+  c.num_hidden_layers = n_layers;
   HybridAttention a;
-  a.present = true;
-  a.is_list = v.is_array();
-  if (v.is_object()) {
-    a.specs.push_back(read_spec(v, source, "attn", n_layers, a.specs));
-  } else if (v.is_array()) {
-    for (const auto& e : v.array())
-      a.specs.push_back(
-          read_spec(e, source, fmt::format("attn[{}]", a.specs.size()), n_layers, a.specs));
-  } else {
-    config_fail(source, "attn is {}, expected an object or a list of objects", v.kind_name());
-  }
+  read_objects(v, source, "attn", hybrid_attention_schema(), kHybridAttentionFields, c, a);
   return a;
 }
 
@@ -77,36 +42,34 @@ void resolve_hybrid_attention(HybridAttention& a, int hidden_size, int n_layers,
   const int d = hidden_size;
   a.spec_of.assign(std::size_t(n_layers), -1);
   for (std::size_t i = 0; i < a.specs.size(); ++i) {
-    const HybridAttentionSpec& s = a.specs[i];
+    HybridAttentionSpec& s = a.specs[i];
+    const std::string owner = a.is_list ? fmt::format("attn[{}]", i) : "attn";
+    if (s.num_kv_heads == 0) s.num_kv_heads = s.num_heads;
     if (s.num_heads < 1 || d % s.num_heads != 0 || (d / s.num_heads) % 2 != 0)
-      config_fail(source, "attn: hidden_size {} is not num_heads {} heads of an even width (rotary "
-                          "turns pairs)", d, s.num_heads);
+      config_fail(source, "{}: hidden_size {} is not num_heads {} heads of an even width (rotary "
+                          "turns pairs)", owner, d, s.num_heads);
     if (s.num_kv_heads < 1 || s.num_heads % s.num_kv_heads != 0)
-      config_fail(source, "attn: num_heads {} is not a multiple of num_kv_heads {}", s.num_heads,
-                  s.num_kv_heads);
+      config_fail(source, "{}: num_heads {} is not a multiple of num_kv_heads {}", owner,
+                  s.num_heads, s.num_kv_heads);
+    if (s.window_size == 1)
+      config_fail(source, "{}.window_size is 1 (a token attending to itself alone): not supported",
+                  owner);
     for (const int l : s.layers) {
-      if (l < 0 || l >= n_layers || a.spec_of[std::size_t(l)] != -1)
-        config_fail(source, "attn: layer {} is out of range or named twice", l);
+      if (l < 0 || l >= n_layers)
+        config_fail(source, "{}.layers holds {}, expected layer indices 0 to {}", owner, l,
+                    n_layers - 1);
+      const int earlier = a.spec_of[std::size_t(l)];
+      if (earlier == int(i))
+        config_fail(source, "{}.layers names layer {} twice", owner, l);
+      if (earlier != -1)
+        config_fail(source, "{}.layers names layer {}, which attn[{}] already has", owner, l, earlier);
       a.spec_of[std::size_t(l)] = static_cast<int>(i);
     }
   }
 }
 
 void write_hybrid_attention(FieldWriter& w, const HybridAttention& a) {
-  std::string text = a.is_list ? "[" : "";
-  for (std::size_t i = 0; i < a.specs.size(); ++i) {
-    const HybridAttentionSpec& s = a.specs[i];
-    std::string layers;
-    for (std::size_t j = 0; j < s.layers.size(); ++j)
-      layers += (j ? ", " : "") + std::to_string(s.layers[j]);
-    text += fmt::format("{}{{\"layers\": [{}], \"num_heads\": {}, \"num_kv_heads\": {}, "
-                        "\"qkv_bias\": {}, \"window_size\": {}, \"rope_theta\": {}}}",
-                        i ? ", " : "", layers, s.num_heads, s.num_kv_heads, config_bool(s.qkv_bias),
-                        s.window_size > 0 ? config_number(s.window_size) : "null",
-                        config_number(s.rope_theta));
-  }
-  if (a.is_list) text += "]";
-  w.add("attn", text);
+  w.add("attn", objects_text(hybrid_attention_schema(), ModelConfig{}, a));
 }
 
 std::size_t hybrid_attention_growth(const HybridAttention& a, int hidden_size) {

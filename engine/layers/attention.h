@@ -1,6 +1,6 @@
 // Softmax attention as flash-linear-attention's hybrids place it (fla/layers/attn.py), a block of
 // engine/layers/: an fla config's `attn` block (which layers, heads, kv heads, qkv bias, window,
-// rotary base), its reader and writer, its tensors, and the attention layer built from them (the
+// rotary base) and the table of its fields, its tensors, and the attention layer built from them (the
 // projections and a CausalAttention; layers/sequence.h runs it over a sequence's rows). The fla
 // family (GLA, RetNet, HGRN2) and fla's gated_deltanet in the Gated DeltaNet family share them.
 #pragma once
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config_fields.h"
+#include "model/config_schema.h"
 #include "model/family.h"
 #include "layers/dense.h"
 #include "recur/causal_attention.h"
@@ -33,10 +33,7 @@ struct HybridAttentionSpec {
 
 /// The `attn` block: a dict is one spec, a list several (is_list remembers which, so that
 /// config.json is written back as it was read).
-struct HybridAttention {
-  std::vector<HybridAttentionSpec> specs;
-  bool present = false;  // config.json has the block (perhaps an empty list)
-  bool is_list = false;
+struct HybridAttention : ObjectBlock<HybridAttentionSpec> {
   // Derived (resolve_hybrid_attention).
   std::vector<int> spec_of;  // per layer, its entry of specs, or -1
 
@@ -45,6 +42,11 @@ struct HybridAttention {
     return specs[std::size_t(spec_of[std::size_t(layer)])];
   }
 };
+
+/// The fields of one entry of the `attn` block, as fla's Attention layer takes them.
+const Schema<HybridAttentionSpec>& hybrid_attention_schema();
+/// Why the block refuses another field: its message's end.
+extern const char* const kHybridAttentionFields;
 
 /// Reads the block `v` of a model of `n_layers` layers: a FormatError naming `source` and the
 /// field ("attn[1].num_heads") for anything fla's Attention layer would not build.

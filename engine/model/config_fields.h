@@ -91,6 +91,12 @@ class Fields {
     const json::Value* v = object_.find(name);
     return v && !v->is_null();
   }
+  /// Whether the object holds the field as null (which for some fields means other than its
+  /// absence).
+  bool is_null(const char* name) const {
+    const json::Value* v = object_.find(name);
+    return v && v->is_null();
+  }
   int integer(const char* name, int fallback, int min, int max);
   double number(const char* name, double fallback, double min, double max);
   bool boolean(const char* name, bool fallback);

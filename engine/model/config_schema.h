@@ -10,9 +10,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -28,7 +30,8 @@ namespace recur::model {
 struct FieldSpec {
   enum class Type {
     kInteger, kNumber, kBoolean, kString, kAccepted,
-    kObject,     // an object nested in config.json: `members` are its fields
+    kObject,     // an object nested in config.json (or a list of them): `members` are its fields
+    kLayers,     // a list of layer indices
     kStructure,  // a list or object the family reads and writes in its own code (custom())
   };
   const char* key = "";
@@ -58,6 +61,48 @@ struct MakeField {
   bool common = false;
   bool zero_is_default = false;  // 0 means "not given" (--intermediate 0: the family's rule)
 };
+
+/// make-model's list of layer indices --name, "1,6,11", as config.json's [1, 6, 11] (empty:
+/// [], when `allow_empty`); ArgumentError for anything but indices of up to 4 digits between
+/// commas (config.json's reader checks the range and repeats).
+inline std::string layer_indices_option(const MakeOptions& o, const char* name, bool allow_empty) {
+  const std::string v = o.str(name);
+  const auto refuse = [&](const std::string& why) {
+    throw ArgumentError(fmt::format("--{} is {}, expected layer indices such as 1,3{}", name,
+                                    json::quote(v), why));
+  };
+  if (v.empty() && !allow_empty) refuse("");
+  for (std::size_t i = 0, j = 0; i < v.size(); i = j + 1) {
+    j = std::min(v.find(',', i), v.size());
+    const std::string index = v.substr(i, j - i);
+    if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos) refuse("");
+    if (index.size() > 4) refuse(fmt::format(" (layer index {} is too large)", index));
+    if (j + 1 == v.size()) refuse("");  // a trailing comma
+  }
+  return "[" + v + "]";
+}
+
+/// A block of config.json holding one object or a list of them (Schema::objects): the objects
+/// as read, and the form to write them back in.
+template <class S>
+struct ObjectBlock {
+  std::vector<S> specs;
+  bool present = false;  // config.json has the block (perhaps an empty list)
+  bool is_list = false;
+};
+
+template <class F>
+class Schema;
+
+/// Reads `v`, one object or a list of them, called `owner` in messages ("attn", then
+/// "attn[1]"), each through `inner` (which sees the configuration `c`, read before it) and
+/// refused any other field, `why` ending that message.
+template <class S>
+void read_objects(const json::Value& v, const std::string& source, const std::string& owner,
+                  const Schema<S>& inner, const char* why, ModelConfig& c, ObjectBlock<S>& out);
+/// The block as config.json's value: an object, or a list of them, as it was read.
+template <class S>
+std::string objects_text(const Schema<S>& inner, const ModelConfig& c, const ObjectBlock<S>& block);
 
 /// F: the family's config struct (a FamilyConfig). A field lives in ModelConfig (vocab_size,
 /// hidden_size, ...: what generic code reads) or in F; the member pointer says which.
@@ -113,22 +158,124 @@ class Schema {
   template <class O, class T>
   Schema& choice(const char* key, T O::*member, T fallback, std::vector<std::pair<T, const char*>> names,
                  const char* note = "") {
-    Entry e = entry(key, FieldSpec::Type::kString, json::quote(name_of(names, fallback)));
-    for (const auto& n : names) e.spec.choices.push_back(n.second);
-    const std::vector<std::string> choices = e.spec.choices;
+    return named(key, member, fallback, std::move(names), note, false);
+  }
+  /// A choice whose null (or absence) is the value `if_null`, which no name stands for: written
+  /// as null (fla's feature_map: null is no activation).
+  template <class O, class T>
+  Schema& choice_or_null(const char* key, T O::*member, T if_null,
+                         std::vector<std::pair<T, const char*>> names) {
+    return named(key, member, if_null, std::move(names), "", true);
+  }
+  /// A true / false field whose null is a value of its own, apart from its absence (fla's
+  /// elementwise_affine: absent is true, null no weight, as RMSNorm(elementwise_affine=None)).
+  template <class O>
+  Schema& boolean_or_null(const char* key, bool O::*member, bool fallback, bool if_null) {
+    Entry e = entry(key, FieldSpec::Type::kBoolean, config_bool(fallback));
     e.read = [=](Fields& f, ModelConfig& c, F& g) {
-      const std::string s = f.string(key, name_of(names, fallback));
-      for (const auto& n : names)
-        if (s == n.second) {
-          at<O>(c, g).*member = n.first;
-          return;
-        }
-      config_fail(f.source(), "{} is '{}', expected {}{}", f.name(key), s, one_of(choices), note);
+      bool& out = at<O>(c, g).*member;
+      const json::Value* v = f.get(key);
+      if (!v) {
+        out = f.is_null(key) ? if_null : fallback;
+        return;
+      }
+      if (!v->is_bool())
+        config_fail(f.source(), "{} is {}, expected true, false or null", f.name(key), describe_json(*v));
+      out = v->boolean();
+    };
+    e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) { w.boolean(key, at<O>(c, g).*member); };
+    e.assign = [=](ModelConfig& c, F& g, double v) { at<O>(c, g).*member = v != 0; };
+    return add(std::move(e));
+  }
+  /// An integer field in [min, max] whose null (or absence) is `if_null`, a value outside the
+  /// range: written as null (a window_size of null is full attention).
+  template <class O>
+  Schema& integer_or_null(const char* key, int O::*member, int if_null, int min, int max) {
+    Entry e = entry(key, FieldSpec::Type::kInteger, "null");
+    e.spec.min = min;
+    e.spec.max = max;
+    e.read = [=](Fields& f, ModelConfig& c, F& g) { at<O>(c, g).*member = f.integer(key, if_null, min, max); };
+    e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) {
+      const int v = at<O>(c, g).*member;
+      w.add(key, v == if_null ? "null" : config_number(v));
+    };
+    return add(std::move(e));
+  }
+  /// A number field in [min, max] or null (absent or null: no value); written as it.
+  template <class O>
+  Schema& number_or_null(const char* key, std::optional<double> O::*member, double min, double max) {
+    Entry e = entry(key, FieldSpec::Type::kNumber, "null");
+    e.spec.min = min;
+    e.spec.max = max;
+    e.read = [=](Fields& f, ModelConfig& c, F& g) {
+      std::optional<double>& out = at<O>(c, g).*member;
+      const json::Value* v = f.get(key);
+      out.reset();
+      if (!v) return;
+      if (!v->is_number() || !(v->number() >= min && v->number() <= max))
+        config_fail(f.source(), "{} is {}, expected null or a number in {} to {}", f.name(key),
+                    describe_json(*v), min, max);
+      out = v->number();
     };
     e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) {
-      w.string(key, name_of(names, at<O>(c, g).*member));
+      const std::optional<double>& v = at<O>(c, g).*member;
+      w.add(key, v ? config_number(*v) : "null");
     };
-    e.option_text = [](const MakeOptions& o, const char* name) { return json::quote(o.str(name)); };
+    return add(std::move(e));
+  }
+  /// A list of distinct layer indices, each below the model's num_hidden_layers (read before
+  /// it), which messages call `count` ("n_layer"); absent or null is none. Its make-model
+  /// option takes "1,6,11".
+  template <class O>
+  Schema& layers(const char* key, std::vector<int> O::*member, const char* count) {
+    Entry e = entry(key, FieldSpec::Type::kLayers, "[]");
+    e.read = [=](Fields& f, ModelConfig& c, F& g) {
+      std::vector<int>& out = at<O>(c, g).*member;
+      out.clear();
+      const json::Value* v = f.get(key);
+      if (!v) return;
+      if (!v->is_array())
+        config_fail(f.source(), "{} is {}, expected a list of layer indices", f.name(key), v->kind_name());
+      for (const auto& l : v->array()) {
+        if (!l.is_integer() || l.integer() < 0 || l.integer() >= c.num_hidden_layers)
+          config_fail(f.source(), "{} holds {}, expected layer indices 0 to {} - 1 = {}", f.name(key),
+                      describe_json(l), count, c.num_hidden_layers - 1);
+        const int i = static_cast<int>(l.integer());
+        if (std::find(out.begin(), out.end(), i) != out.end())
+          config_fail(f.source(), "{} names layer {} twice", f.name(key), i);
+        out.push_back(i);
+      }
+    };
+    e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) {
+      std::string text = "[";
+      for (const int l : at<O>(c, g).*member) text += (text.size() > 1 ? ", " : "") + std::to_string(l);
+      w.add(key, text + "]");
+    };
+    e.option_text = [](const MakeOptions& o, const char* name) {
+      return layer_indices_option(o, name, true);
+    };
+    return add(std::move(e));
+  }
+  /// A block holding one object or a list of them (fla's `attn`), each read by `inner` (which
+  /// sees the model's configuration, read before it) and refused any other field, `why` ending
+  /// that message; written back in the form it was read in, when present.
+  template <class O, class B, class S>
+  Schema& objects(const char* key, B O::*member, const Schema<S>& inner, const char* why) {
+    Entry e = entry(key, FieldSpec::Type::kObject, "");
+    e.spec.members = inner.fields();
+    const Schema<S>* schema = &inner;
+    e.read = [=](Fields& f, ModelConfig& c, F& g) {
+      ObjectBlock<S>& out = at<O>(c, g).*member;
+      if (const json::Value* v = f.get(key)) {
+        read_objects(*v, f.source(), f.name(key), *schema, why, c, out);
+      } else {
+        out = ObjectBlock<S>{};
+      }
+    };
+    e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) {
+      const ObjectBlock<S>& block = at<O>(c, g).*member;
+      if (block.present) w.add(key, objects_text(*schema, c, block));
+    };
     return add(std::move(e));
   }
   /// A field read as one string value, the only one this layout has (hidden_act "sqrelu"):
@@ -159,6 +306,34 @@ class Schema {
       config_fail(f.source(), "{} is '{}', expected {}", f.name(key), s, one_of(values));
     };
     e.write = [=](FieldWriter& w, const ModelConfig&, const F&) { w.string(key, fallback); };
+    return add(std::move(e));
+  }
+  /// A field whose one value is `json_text` (rms_norm `true`, rotary_emb_fraction `1`), also
+  /// when absent: written as it; another is refused, `refusal` ending the message.
+  Schema& fixed_json(const char* key, const char* json_text, const char* refusal) {
+    Entry e = entry(key, FieldSpec::Type::kAccepted, json_text);
+    const std::string text = json_text;
+    e.read = [=](Fields& f, ModelConfig&, F&) {
+      const json::Value* v = f.get(key);
+      if (v && describe_json(*v) != text)
+        config_fail(f.source(), "{} is {}: {}", f.name(key), describe_json(*v), refusal);
+    };
+    e.write = [=](FieldWriter& w, const ModelConfig&, const F&) { w.add(key, text); };
+    return add(std::move(e));
+  }
+  /// A string field whose values `accepts` approves all say one thing (a hydra _target_ naming
+  /// a class by a module path that may differ): written as `value`; another is refused,
+  /// `refusal` ending the message.
+  Schema& fixed_when(const char* key, const char* value, std::function<bool(const std::string&)> accepts,
+                     const char* refusal) {
+    Entry e = entry(key, FieldSpec::Type::kString, json::quote(value));
+    e.spec.choices = {value};
+    const std::string v = value;
+    e.read = [=](Fields& f, ModelConfig&, F&) {
+      const std::string s = f.string(key, v);
+      if (!accepts(s)) config_fail(f.source(), "{} is '{}': {}", f.name(key), s, refusal);
+    };
+    e.write = [=](FieldWriter& w, const ModelConfig&, const F&) { w.string(key, v); };
     return add(std::move(e));
   }
   /// A field recur accepts without reading it: `reason` says why it changes nothing computed.
@@ -244,6 +419,16 @@ class Schema {
     last().spec.written = false;
     return *this;
   }
+  /// Refused when absent or null ("attn.num_heads is missing").
+  Schema& required() {
+    const char* key = last().spec.key;
+    last().spec.fallback.clear();
+    last().read = [key, read = last().read](Fields& f, ModelConfig& c, F& g) {
+      if (!f.get(key)) config_fail(f.source(), "{} is missing", f.name(key));
+      read(f, c, g);
+    };
+    return *this;
+  }
   /// Written, never read: the family reads it in its own code (a field whose null means
   /// something, or one read before the table).
   Schema& read_apart() {
@@ -289,6 +474,12 @@ class Schema {
     last().make_field.common = true;
     last().make_field.zero_is_default = zero_is_default;
     last().make_default = std::move(derived);
+    return *this;
+  }
+  /// make-model writes the field as config.json does, with no option (a class name the reader
+  /// requires: a mixer spec's _target_).
+  Schema& made_as_written() {
+    last().made_as_written = true;
     return *this;
   }
   /// make-model's --name is a flag that sets the boolean field to `value`.
@@ -366,6 +557,7 @@ class Schema {
     std::function<double(const MakeOptions&, const MakeField&)> option_value;
     std::function<std::string(const MakeOptions&, const char*)> option_text;
     MakeField make_field{nullptr, nullptr};
+    bool made_as_written = false;
   };
 
   // Writes into `w` the fields make-model's options set, and into c and g the numbers among
@@ -376,6 +568,10 @@ class Schema {
         FieldWriter own;
         e.nested->make(o, c, g, own);
         if (!own.empty()) w.add(e.spec.key, own.object());
+        continue;
+      }
+      if (e.made_as_written) {
+        e.write(w, c, g);
         continue;
       }
       const MakeField& m = e.make_field;
@@ -400,6 +596,39 @@ class Schema {
       e.assign(c, g, value);
       w.number(e.spec.key, value);
     }
+  }
+
+  // choice() and choice_or_null(): `nullable` makes null (and absence) `fallback`.
+  template <class O, class T>
+  Schema& named(const char* key, T O::*member, T fallback, std::vector<std::pair<T, const char*>> names,
+                const char* note, bool nullable) {
+    Entry e = entry(key, FieldSpec::Type::kString, nullable ? "null" : json::quote(name_of(names, fallback)));
+    if (nullable) e.spec.choices.push_back("null");
+    for (const auto& n : names) e.spec.choices.push_back(n.second);
+    const std::vector<std::string> choices = e.spec.choices;
+    e.read = [=](Fields& f, ModelConfig& c, F& g) {
+      T& out = at<O>(c, g).*member;
+      if (nullable && !f.get(key)) {
+        out = fallback;
+        return;
+      }
+      const std::string s = f.string(key, name_of(names, fallback));
+      for (const auto& n : names)
+        if (s == n.second) {
+          out = n.first;
+          return;
+        }
+      config_fail(f.source(), "{} is '{}', expected {}{}", f.name(key), s, one_of(choices), note);
+    };
+    e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) {
+      const T& v = at<O>(c, g).*member;
+      if (nullable && v == fallback)
+        w.add(key, "null");
+      else
+        w.string(key, name_of(names, v));
+    };
+    e.option_text = [](const MakeOptions& o, const char* name) { return json::quote(o.str(name)); };
+    return add(std::move(e));
   }
 
   // The object a member pointer of O points into: the configuration or the family's fields.
@@ -444,5 +673,39 @@ class Schema {
 
   std::vector<Entry> entries_;
 };
+
+template <class S>
+void read_objects(const json::Value& v, const std::string& source, const std::string& owner,
+                  const Schema<S>& inner, const char* why, ModelConfig& c, ObjectBlock<S>& out) {
+  out = ObjectBlock<S>{};
+  out.present = true;
+  out.is_list = v.is_array();
+  const auto read_one = [&](const json::Value& o, const std::string& name) {
+    if (!o.is_object()) config_fail(source, "{} is {}, expected an object", name, o.kind_name());
+    Fields sub(o, source, name);
+    S item;
+    inner.read(sub, c, item);
+    sub.reject_unknown(why);
+    out.specs.push_back(std::move(item));
+  };
+  if (v.is_object()) {
+    read_one(v, owner);
+  } else if (v.is_array()) {
+    for (const auto& o : v.array()) read_one(o, fmt::format("{}[{}]", owner, out.specs.size()));
+  } else {
+    config_fail(source, "{} is {}, expected an object or a list of objects", owner, v.kind_name());
+  }
+}
+
+template <class S>
+std::string objects_text(const Schema<S>& inner, const ModelConfig& c, const ObjectBlock<S>& block) {
+  std::string text;
+  for (const S& item : block.specs) {
+    FieldWriter w;
+    inner.write(w, c, item);
+    text += (text.empty() ? "" : ", ") + w.object();
+  }
+  return block.is_list ? "[" + text + "]" : text;
+}
 
 }  // namespace recur::model

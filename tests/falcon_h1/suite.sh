@@ -16,12 +16,15 @@ made=("--vocab 300 --hidden 32 --layers 2 --arch falcon_h1 --heads 4 --attn-kv-h
       "--vocab 300 --hidden 32 --layers 2 --arch falcon_h1 --heads 2 --ssm-heads 3 --ssm-head-dim 16 --tie-embeddings" '"model_type": "falcon_h1"')
 
 # The projections and the head are quantized; A_log, dt_bias, D, the convolution and the norms
-# stay float32.
+# stay as stored (float32, or bfloat16 in falcon-h1-norm).
 quantized_checks() {  # NAME TYPE DIR
   dtypes "$3" > "$tmp/dtypes"
+  dtypes "$fx/$1" > "$tmp/stored"
   local kept
-  kept=$(grep -E '(A_log|dt_bias|mamba\.D|conv1d\.(weight|bias)|norm\.weight|layernorm\.weight) ' "$tmp/dtypes" | awk '$2 != "F32"' || true)
-  [[ -z "$kept" ]] || fail "$1 $2: quantized what must stay float: $kept"
+  kept=$(grep -E '(A_log|dt_bias|mamba\.D|conv1d\.(weight|bias)|norm\.weight|layernorm\.weight) ' "$tmp/dtypes" || true)
+  [[ -n "$kept" ]] || fail "$1 $2: no A_log, dt_bias, D, convolution or norm found in the file"
+  kept=$(grep -vxF -f "$tmp/stored" <<< "$kept" || true)
+  [[ -z "$kept" ]] || fail "$1 $2: changed what must stay as stored: $kept"
   grep -qE 'in_proj\.weight (I8|U8)$' "$tmp/dtypes" || fail "$1 $2: in_proj was not quantized"
 }
 

@@ -4,7 +4,7 @@
 // ChatML one), a Granite 4.0-H hybrid (Mamba-2 and attention layers) with Granite
 // 4.0-H-Micro's published template and LFM2 (gated short convolutions and attention) with
 // LFM2.5-1.2B-Instruct's (tests/fixtures/published), and Nemotron-H (Mamba-2, attention and MLP
-// blocks) with the fixture's ChatML one. For each: the template renders the
+// blocks) and Falcon-H1 (attention beside Mamba-2 in every layer) with the fixture's ChatML one. For each: the template renders the
 // messages into the prompt's ids, the reply streams (role, content deltas, finish reason) with the
 // text of the reply sent whole, the server reports the state a new conversation takes and
 // whether it grows (/v1/models), and a longer conversation holds exactly the attention layers' KV
@@ -51,6 +51,11 @@ const families = {
   // published template of one was found: the fixture's ChatML one).
   "nemotron_h": { args: ["--arch", "nemotron_h", "--hidden", "64", "--heads", "4", "--attn-kv-heads", "2",
                          "--pattern", "M-*M-", "--intermediate", "96"], grows: 2 * 2 * 16 * 4, render: chatml },
+  // Falcon-H1: attention beside Mamba-2 in both layers, 2 kv heads of 16 (no published template
+  // of one was found: the fixture's ChatML one).
+  "falcon_h1": { args: ["--arch", "falcon_h1", "--hidden", "64", "--layers", "2", "--heads", "4",
+                        "--attn-kv-heads", "2", "--intermediate", "96"], grows: KV_BYTES_PER_TOKEN,
+                 render: chatml },
 };
 for (const [name, f] of Object.entries(families)) {
   const dir = path.join(tmp, name);

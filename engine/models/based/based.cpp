@@ -209,9 +209,9 @@ class Family final : public model::Family {
   bool reads(const std::string& type, const json::Value& root) const override {
     return type == "based" || (type == "gpt2" && (root.find("alt_mixer") || root.find("mixer")));
   }
-  void read_config(const std::string&, const json::Value& root, model::Fields& f,
+  void read_config(const std::string&, const json::Value&, model::Fields& f,
                    ModelConfig& c) const override {
-    based::read_config(root, f, c);
+    based::read_config(f, c);
   }
   void resolve(ModelConfig& c, const std::string& source) const override { based::resolve(c, source); }
   std::string config_fields(const ModelConfig& c) const override { return based::config_fields(c); }
@@ -306,50 +306,15 @@ class Family final : public model::Family {
 
   std::vector<std::string> make_model_archs() const override { return {"based"}; }
   std::vector<model::MakeOption> make_model_options() const override {
-    return {{"la-layers", "", "the Taylor linear-attention layers, e.g. 1,6 (alt_mixer_layers)"},
-            {"window-layers", "", "the sliding-window layers, e.g. 2,7 (alt_mixer_2_layers)"},
-            {"la-heads", "", "linear-attention heads (default: --heads)"},
-            {"feature-dim", "16", "q and k width per linear-attention head"},
-            {"window-size", "16", "window_size (a token sees window_size / 2 before it)"}};
+    return gpt2_schema().make_options();
   }
+  // The published layout from the table, with the mixers' defaults (a bias, expand_proj 4, 3
+  // taps) and the published embedding's padding to a multiple of 8.
   std::string make_model_config(const std::string&, const model::MakeOptions& o) const override {
     if (o.given("tie-embeddings"))
       throw ArgumentError("--tie-embeddings does not apply to --arch based (its head is always tied)");
-    // A list of layer indices, "1,6,11": digits and commas only; config.json's reader checks
-    // the range and repeats.
-    const auto ids = [&](const char* name) {
-      const std::string v = o.str(name);
-      if (v.find_first_not_of("0123456789,") != std::string::npos || v.find(",,") != std::string::npos ||
-          (!v.empty() && (v.front() == ',' || v.back() == ',')))
-        throw ArgumentError(fmt::format("--{} is {}, expected layer indices such as 1,6,11", name,
-                                        json::quote(v)));
-      for (std::size_t i = 0, j; i < v.size(); i = j + 1) {
-        j = v.find(',', i);
-        if (j == std::string::npos) j = v.size();
-        if (j - i > 4)
-          throw ArgumentError(fmt::format("--{}: layer index {} is too large", name,
-                                          json::quote(v.substr(i, j - i))));
-      }
-      return "[" + v + "]";
-    };
-    const auto heads = o.integer("heads", 1, 1 << 16);
-    return fmt::format(
-        "{{\"model_type\": \"gpt2\", \"vocab_size\": {}, \"n_embd\": {}, \"n_layer\": {}, "
-        "\"n_head\": {}, {}\"rms_norm\": true, \"activation_function\": \"swiglu\", "
-        "\"pad_vocab_size_multiple\": 8, \"alt_mixer_layers\": {}, \"alt_mixer_2_layers\": {}, "
-        "\"mixer\": {{\"_target_\": \"based.models.mixers.convolution.BaseConv\", "
-        "\"use_bias\": true, \"expand_proj\": 4, \"kernel_sizes\": 3}}, "
-        "\"alt_mixer\": {{\"_target_\": \"based.models.mixers.linear_attention.LinearAttention\", "
-        "\"feature_dim\": {}, \"num_heads\": {}}}, "
-        "\"alt_mixer_2\": {{\"_target_\": \"based.models.mixers.slide_attention.SlidingAttention\", "
-        "\"window_size\": {}, \"num_heads\": {}}}}}",
-        o.integer("vocab", 1, 1 << 24), o.integer("hidden", 1, 1 << 20), o.integer("layers", 1, 4096),
-        heads,
-        o.integer("intermediate", 0, 1 << 20) > 0
-            ? fmt::format("\"n_inner\": {}, ", o.integer("intermediate", 0, 1 << 20)) : "",
-        ids("la-layers"), ids("window-layers"), o.integer("feature-dim", 1, 256),
-        o.given("la-heads") ? o.integer("la-heads", 1, 1 << 16) : heads,
-        o.integer("window-size", 1, 1 << 24), heads);
+    return "{\"model_type\": \"gpt2\", \"pad_vocab_size_multiple\": 8, " +
+           gpt2_schema().make_fields(o) + "}";
   }
 
   std::string describe(const Model& m, const std::string& label) const override {

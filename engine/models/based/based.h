@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "model/config_schema.h"
 #include "model/family.h"
 
 namespace recur::models::based {
@@ -22,10 +23,16 @@ struct BasedConfig final : FamilyConfig {
   int window_size = 256;           // alt_mixer_2.window_size: a token sees window_size / 2 before it
   int window_heads = 16;           // n_head
   double rope_theta = 10000;       // rotary_emb_base
-  int conv_kernel = 3;             // mixer.kernel_size
+  int conv_kernel = 0;             // mixer.kernel_size (0: kernel_sizes); resolved: the kernel
+  int conv_kernel_sizes = 3;       // mixer.kernel_sizes, the training configs' name
   int conv_expand = 4;             // mixer.expand_proj: in_proj is hidden -> expand * hidden
   bool conv_bias = true;           // mixer.use_bias: in_proj and out_proj have biases
   int pad_vocab_multiple = 8;      // the embedding has vocab_size rounded up to this many rows
+  // Sizes config.json may give twice, checked against the one above (0: not given; resolved:
+  // that one).
+  int la_kv_heads = 0;             // alt_mixer.num_key_value_heads: la_heads
+  int taylor_input_dim = 0;        // alt_mixer.feature_map.input_dim: la_feature_dim
+  int window_spec_heads = 0;       // alt_mixer_2.num_heads: window_heads
   // Derived (resolve()).
   int embedding_rows = 0;          // vocab_size rounded up (the logits are vocab_size)
   int key_dim = 0;                 // a Taylor layer's q and k width: la_heads * la_feature_dim
@@ -35,7 +42,10 @@ struct BasedConfig final : FamilyConfig {
 const BasedConfig& config_of(const ModelConfig& c);
 
 // based_config.cpp
-void read_config(const json::Value& root, model::Fields& f, ModelConfig& c);
+/// Based's config.json fields, each once: the GPT-2 config's with its mixer specs (reading,
+/// writing, make-model's options).
+const model::Schema<BasedConfig>& gpt2_schema();
+void read_config(model::Fields& f, ModelConfig& c);
 void resolve(ModelConfig& c, const std::string& source);
 std::string config_fields(const ModelConfig& c);
 

@@ -1,13 +1,16 @@
 // config.json of HazyResearch's Based as its checkpoints publish it (model_type "gpt2" with the
-// alt_mixer fields, or "based"): read field by field, each mixer spec by its hydra class; the
-// derived sizes and layer schedule; the lines make-model writes. docs/based.md.
+// alt_mixer fields, or "based"): one table of its fields, each mixer spec a table of its own
+// checked by its hydra class; the derived sizes and layer schedule. docs/based.md.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
-#include <vector>
 #include <stdexcept>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "model/config_schema.h"
 #include "models/based/based.h"
 
 namespace recur::models::based {
@@ -19,32 +22,6 @@ using model::kMaxDim;
 
 namespace {
 
-// The class a Based mixer spec names (its hydra "_target_", e.g.
-// "based.models.mixers.convolution.BaseConv"): the part after the last dot.
-std::string target_class(const json::Value& spec) {
-  const json::Value* t = spec.find("_target_");
-  if (!t || !t->is_string()) return "";
-  const std::string& s = t->string();
-  const auto dot = s.rfind('.');
-  return dot == std::string::npos ? s : s.substr(dot + 1);
-}
-
-std::vector<int> layer_list(Fields& f, const std::string& source, const char* name, int n_layers) {
-  std::vector<int> out;
-  const json::Value* v = f.get(name);
-  if (!v) return out;
-  if (!v->is_array()) config_fail(source, "{} is {}, expected a list of layer indices", name, v->kind_name());
-  for (const auto& e : v->array()) {
-    if (!e.is_integer() || e.integer() < 0 || e.integer() >= n_layers)
-      config_fail(source, "{} holds {}, expected layer indices 0 to n_layer - 1 = {}", name,
-           e.is_number() ? fmt::format("{}", e.number()) : e.kind_name(), n_layers - 1);
-    if (std::find(out.begin(), out.end(), static_cast<int>(e.integer())) != out.end())
-      config_fail(source, "{} names layer {} twice", name, e.integer());
-    out.push_back(static_cast<int>(e.integer()));
-  }
-  return out;
-}
-
 // Why the GPT2Config and flash-attn fields a Based checkpoint carries change nothing recur
 // computes.
 constexpr const char* kGpt2Head =
@@ -55,6 +32,9 @@ constexpr const char* kTrainingCode =
 constexpr const char* kNoMha =
     "an option of flash-attn's softmax MHA, which no Based layer builds (each layer's mixer is "
     "the BaseConv, LinearAttention or SlidingAttention spec)";
+constexpr const char* kTrainingLength =
+    "the sequence length the training code allocates for: the recurrent form has no limit";
+constexpr const char* kUnknown = "recur does not know what it changes in the model";
 
 // GPT2Config fields that a Based checkpoint carries and that do not change its forward pass.
 const std::vector<model::Accepted> kBasedAccepted = {
@@ -69,7 +49,6 @@ const std::vector<model::Accepted> kBasedAccepted = {
     {"fused_dropout_add_ln", kTrainingCode}, {"fused_dense_sqrelu_dense", kTrainingCode},
     {"mlp_checkpoint_lvl", kTrainingCode},
     {"last_layer_subset", "flash-attn's training shortcut (the last layer on a subset of tokens)"},
-    {"residual_in_fp32", "recur's residual stream is float32 whatever it says"},
     {"eos_token_id", "generation's stop token, read by the common fields"},
     {"bos_token_id", "a special token: recur takes prompts as given"},
     {"fixed_decay", "the layers accept and ignore it as trained (docs/based.md)"},
@@ -80,156 +59,173 @@ const std::vector<model::Accepted> kBasedAccepted = {
     {"rotary_emb_scale_base", kNoMha}, {"rotary_emb_interleaved", kNoMha}, {"use_alibi", kNoMha},
     {"alibi_bias", kNoMha}};
 
-// A mixer spec of Based's config (mixer, alt_mixer, alt_mixer_2), read field by field: each
-// names its hydra class, and a field recur does not know is refused by name.
-class MixerSpecs {
- public:
-  explicit MixerSpecs(Fields& f) : f_(f), source_(f.source()) {}
-  // The spec `name`, or null when absent; its class must be `expected`.
-  const json::Value* spec(const char* name, const char* expected) {
-    const json::Value* v = f_.get(name);
-    if (!v) return nullptr;
-    if (!v->is_object()) config_fail(source_, "{} is {}, expected an object", name, v->kind_name());
-    const std::string cls = target_class(*v);
-    if (cls != expected)
-      config_fail(source_, "{}._target_ names '{}', expected a {} (the mixer Based's checkpoints use)",
-           name, cls, expected);
-    return v;
-  }
-  // A field of a spec (which may be null), or null when absent or null.
-  static const json::Value* sub(const json::Value* v, const char* name) {
-    const json::Value* x = v ? v->find(name) : nullptr;
-    return x && !x->is_null() ? x : nullptr;
-  }
-  int int_in(const json::Value* v, const char* owner, const char* name, int fallback, int lo,
-             int hi) const {
-    const json::Value* x = sub(v, name);
-    if (!x) return fallback;
-    if (!x->is_integer() || x->integer() < lo || x->integer() > hi)
-      config_fail(source_, "{}.{} is {}, expected an integer in {} to {}", owner, name,
-           x->is_number() ? fmt::format("{}", x->number()) : x->kind_name(), lo, hi);
-    return static_cast<int>(x->integer());
-  }
-  // Refuses a field of `v` not in `keys`.
-  void known(const json::Value* v, const char* owner, std::initializer_list<const char*> keys) const {
-    if (!v) return;
-    for (const auto& [key, value] : v->object()) {
-      (void)value;
-      bool ok = false;
-      for (const char* k : keys) ok = ok || key == k;
-      if (!ok)
-        config_fail(source_, "unknown field '{}.{}': recur does not know what it changes in the model",
-             owner, key);
-    }
-  }
-  const std::string& source() const { return source_; }
+bool is_true(const json::Value& v) { return v.is_bool() && v.boolean(); }
+bool is_false(const json::Value& v) { return v.is_bool() && !v.boolean(); }
 
- private:
-  Fields& f_;
-  const std::string& source_;
-};
-
-// The GPT-2 config's own fields: the sizes, and what Based's checkpoints all have (RMSNorm, a
-// SwiGLU MLP, tied embeddings, rotary over the whole head, no biases), refused otherwise.
-void read_gpt2_fields(const json::Value& root, Fields& f, ModelConfig& c, BasedConfig& b) {
-  const std::string& source = f.source();
-  constexpr int kMax = kMaxDim;
-  // The hydra class name Based's training configs write at the top level: a GPT-2 config class,
-  // which the fields below describe; any other class would mean other fields.
-  if (const json::Value* t = f.get("_target_")) {
-    if (!t->is_string()) config_fail(source, "_target_ is {}, expected a class name", t->kind_name());
-    const std::string cls = target_class(root);
-    if (cls != "GPT2MixerConfig" && cls != "GPT2Config")
-      config_fail(source, "_target_ names '{}', expected based.models.gpt.GPT2MixerConfig (or "
-                   "transformers' GPT2Config): recur reads Based's GPT-2 config fields", cls);
-  }
-  c.hidden_size = f.integer("n_embd", 768, 1, kMax);
-  c.num_hidden_layers = f.integer("n_layer", 12, 1, 4096);
-  b.window_heads = f.integer("n_head", 12, 1, kMax);
-  c.vocab_size = f.integer("vocab_size", 50257, 1, 1 << 24);
-  c.intermediate_size = f.integer("n_inner", 0, 1, kMax);
-  c.norm_eps = f.number("layer_norm_epsilon", 1e-5, 0.0, 1.0);
-  b.rope_theta = f.number("rotary_emb_base", 10000, 1.0, 1e12);
-  b.pad_vocab_multiple = f.integer("pad_vocab_size_multiple", 1, 1, 1 << 16);
-  c.tie_word_embeddings = f.boolean("tie_word_embeddings", true);
-  if (!c.tie_word_embeddings)
-    config_fail(source, "tie_word_embeddings is false; Based ties its head to the embedding");
-  if (!f.boolean("rms_norm", false))
-    config_fail(source, "rms_norm is not true; Based's blocks use RMSNorm");
-  const std::string act = f.string("activation_function", "gelu_new");
-  if (act != "swiglu") config_fail(source, "activation_function is '{}'; Based's MLP is swiglu", act);
-  for (const char* bias : {"mlp_fc1_bias", "mlp_fc2_bias", "qkv_proj_bias", "out_proj_bias"})
-    if (f.boolean(bias, false)) config_fail(source, "{} is true; Based's checkpoints have no such bias", bias);
-  if (f.number("rotary_emb_fraction", 1.0, 0.0, 1.0) != 1.0)
-    config_fail(source, "rotary_emb_fraction is not 1: only rotary over the whole head is supported");
-  if (f.integer("max_position_embeddings", 0, 0, 1 << 30) != 0)
-    config_fail(source, "max_position_embeddings is not 0: Based has no learned position embedding");
-  if (f.integer("rotary_emb_dim", 0, 0, kMax) != 0)
-    config_fail(source, "rotary_emb_dim is set; Based derives it from rotary_emb_fraction");
+// A hydra "_target_" names a class by its module path ("based.models.mixers.convolution.BaseConv"):
+// any path to a class of that name is accepted.
+std::function<bool(const std::string&)> names_class(std::vector<std::string> classes) {
+  return [classes](const std::string& target) {
+    const auto dot = target.rfind('.');
+    const std::string cls = dot == std::string::npos ? target : target.substr(dot + 1);
+    return std::find(classes.begin(), classes.end(), cls) != classes.end();
+  };
 }
 
-// mixer: BaseConv, the layers in neither list.
-void read_conv_spec(MixerSpecs& m, const ModelConfig& c, BasedConfig& b) {
-  const std::string& source = m.source();
-  // kernel_sizes (plural) is what the training configs say; the published
-  // code reads kernel_size and falls back to 3 (docs/based.md).
-  const json::Value* conv = m.spec("mixer", "BaseConv");
-  if (!conv && b.linear_layers.size() + b.window_layers.size() < std::size_t(c.num_hidden_layers))
-    config_fail(source, "mixer is missing: the layers not in alt_mixer_layers or alt_mixer_2_layers need it");
-  m.known(conv, "mixer", {"_target_", "l_max", "use_bias", "expand_proj", "kernel_sizes",
-                          "kernel_size", "implicit_long_conv", "use_cuda"});
-  b.conv_expand = m.int_in(conv, "mixer", "expand_proj", 4, 2, 64);
-  if (b.conv_expand % 2 != 0) config_fail(source, "mixer.expand_proj is {}, expected an even number", b.conv_expand);
-  const int ks = m.int_in(conv, "mixer", "kernel_sizes", 3, 1, 64);
-  b.conv_kernel = m.int_in(conv, "mixer", "kernel_size", ks, 1, 64);
-  if (const json::Value* bias = m.sub(conv, "use_bias")) {
-    if (!bias->is_bool())
-      config_fail(source, "mixer.use_bias is {}, expected true or false", bias->kind_name());
-    b.conv_bias = bias->boolean();
-  }
-  if (const json::Value* u = m.sub(conv, "use_cuda"); u && u->is_bool() && u->boolean())
-    config_fail(source, "mixer.use_cuda is true: that variant's convolution has a bias and a fused "
-                 "activation that the published checkpoints do not use");
+// The hydra classes of the mixer specs, as config.json names them.
+constexpr const char* kBaseConv = "based.models.mixers.convolution.BaseConv";
+constexpr const char* kLinearAttention = "based.models.mixers.linear_attention.LinearAttention";
+constexpr const char* kSlidingAttention = "based.models.mixers.slide_attention.SlidingAttention";
+
+// mixer: BaseConv, the layers in neither list. kernel_sizes (plural) is what the training
+// configs say; the published code reads kernel_size (docs/based.md): the kernel is kernel_size,
+// else kernel_sizes (resolve()).
+const model::Schema<BasedConfig>& conv_schema() {
+  static const model::Schema<BasedConfig> s = [] {
+    model::Schema<BasedConfig> t;
+    t.fixed_when("_target_", kBaseConv, names_class({"BaseConv"}),
+                 "expected a BaseConv (the mixer Based's checkpoints use)").required().made_as_written()
+        .accepted("l_max", kTrainingLength).written_as("2048")
+        .boolean("use_bias", &BasedConfig::conv_bias, true)
+        .integer("expand_proj", &BasedConfig::conv_expand, 4, 2, 64)
+        .integer("kernel_sizes", &BasedConfig::conv_kernel_sizes, 3, 1, 64)
+        .integer("kernel_size", &BasedConfig::conv_kernel, 0, 1, 64).not_written()
+        .accepted("implicit_long_conv",
+                  "BaseConv's switch to an implicit long convolution: a model built with it has "
+                  "other tensors, which loading refuses by name")
+        .accepted_when("use_cuda", [](const json::Value& v) { return !is_true(v); },
+                       "false selects the convolution the published checkpoints use",
+                       "that variant's convolution has a bias and a fused activation that the "
+                       "published checkpoints do not use");
+    return t;
+  }();
+  return s;
+}
+
+// alt_mixer.feature_map: the Taylor map of the linear-attention layers.
+const model::Schema<BasedConfig>& taylor_schema() {
+  static const model::Schema<BasedConfig> s = [] {
+    model::Schema<BasedConfig> t;
+    t.fixed_when("_target_", "based.models.mixers.linear_attention.TaylorExp",
+                 names_class({"TaylorExp"}), "expected a TaylorExp (Based's checkpoints use the Taylor map)")
+        .required()
+        .integer("input_dim", &BasedConfig::taylor_input_dim, 0, 1, 256)
+        .accepted("head_dim_idx", "which axis holds the head's features in the training code's "
+                                  "tensors: the same map")
+        .accepted("temp", "the published layers build TaylorExp with its default; recur computes "
+                          "that map (docs/based.md)")
+        .accepted("eps", "the published layers build TaylorExp with its default; recur computes "
+                         "that map (docs/based.md)");
+    return t;
+  }();
+  return s;
 }
 
 // alt_mixer: Taylor linear attention, the layers of alt_mixer_layers.
-void read_linear_spec(MixerSpecs& m, BasedConfig& b) {
-  const std::string& source = m.source();
-  constexpr int kMax = kMaxDim;
-  const json::Value* la = m.spec("alt_mixer", "LinearAttention");
-  if (!la && !b.linear_layers.empty()) config_fail(source, "alt_mixer is missing but alt_mixer_layers is set");
-  m.known(la, "alt_mixer", {"_target_", "l_max", "feature_map", "feature_dim", "num_heads",
-                            "num_key_value_heads", "parallel_implementation", "eps", "causal",
-                            "train_view", "feature_name", "mem_save"});
-  b.la_heads = m.int_in(la, "alt_mixer", "num_heads", 16, 1, kMax);
-  b.la_feature_dim = m.int_in(la, "alt_mixer", "feature_dim", 16, 1, 256);
-  if (m.int_in(la, "alt_mixer", "num_key_value_heads", b.la_heads, 1, kMax) != b.la_heads)
-    config_fail(source, "alt_mixer.num_key_value_heads differs from num_heads; Based's layers have as many");
-  if (const json::Value* fm = m.sub(la, "feature_map")) {
-    if (!fm->is_object() || target_class(*fm) != "TaylorExp")
-      config_fail(source, "alt_mixer.feature_map is not a TaylorExp; Based's checkpoints use the Taylor map");
-    m.known(fm, "alt_mixer.feature_map", {"_target_", "input_dim", "head_dim_idx", "temp", "eps"});
-    if (m.int_in(fm, "alt_mixer.feature_map", "input_dim", b.la_feature_dim, 1, 256) != b.la_feature_dim)
-      config_fail(source, "alt_mixer.feature_map.input_dim differs from alt_mixer.feature_dim");
-  }
+const model::Schema<BasedConfig>& linear_schema() {
+  static const model::Schema<BasedConfig> s = [] {
+    model::Schema<BasedConfig> t;
+    t.fixed_when("_target_", kLinearAttention, names_class({"LinearAttention"}),
+                 "expected a LinearAttention (the mixer Based's checkpoints use)").required()
+        .made_as_written()
+        .accepted("l_max", kTrainingLength).written_as("2048")
+        .object("feature_map", taylor_schema(), kUnknown)
+        .integer("feature_dim", &BasedConfig::la_feature_dim, 16, 1, 256)
+        .option("feature-dim", "q and k width per linear-attention head", "16")
+        .integer("num_heads", &BasedConfig::la_heads, 16, 1, kMaxDim)
+        .option("la-heads", "linear-attention heads (default: --heads)",
+                [](const ModelConfig&, const BasedConfig& b) { return double(b.window_heads); })
+        .integer("num_key_value_heads", &BasedConfig::la_kv_heads, 0, 1, kMaxDim).not_written()
+        .accepted("parallel_implementation", "which parallel kernel training uses: the same function")
+        .accepted("eps", "the denominator's eps: the published layers keep their default, 1e-12, "
+                         "which recur uses (docs/based.md)")
+        .accepted("causal", "a language model's layers are causal: recur runs the causal form")
+        .accepted("train_view", "the training code's tensor layout: the same function")
+        .accepted("feature_name", "a label of the feature map for the training code's logs")
+        .accepted("mem_save", kTrainingCode);
+    return t;
+  }();
+  return s;
 }
 
-// alt_mixer_2: sliding-window attention, the layers of alt_mixer_2_layers.
-void read_window_spec(MixerSpecs& m, BasedConfig& b) {
-  const std::string& source = m.source();
-  constexpr int kMax = kMaxDim;
-  const json::Value* win = m.spec("alt_mixer_2", "SlidingAttention");
-  if (!win && !b.window_layers.empty()) config_fail(source, "alt_mixer_2 is missing but alt_mixer_2_layers is set");
-  m.known(win, "alt_mixer_2", {"_target_", "window_size", "num_heads", "causal", "l_max",
-                               "do_update", "dropout"});
-  b.window_size = m.int_in(win, "alt_mixer_2", "window_size", 256, 1, 1 << 24);
-  if (m.int_in(win, "alt_mixer_2", "num_heads", b.window_heads, 1, kMax) != b.window_heads)
-    config_fail(source, "alt_mixer_2.num_heads differs from n_head; the published code uses n_head");
-  if (const json::Value* causal = m.sub(win, "causal"); causal && !(causal->is_bool() && causal->boolean()))
-    config_fail(source, "alt_mixer_2.causal is not true");
+// alt_mixer_2: sliding-window attention, the layers of alt_mixer_2_layers, with n_head heads.
+const model::Schema<BasedConfig>& window_schema() {
+  static const model::Schema<BasedConfig> s = [] {
+    model::Schema<BasedConfig> t;
+    t.fixed_when("_target_", kSlidingAttention, names_class({"SlidingAttention"}),
+                 "expected a SlidingAttention (the mixer Based's checkpoints use)").required()
+        .made_as_written()
+        .integer("window_size", &BasedConfig::window_size, 256, 1, 1 << 24)
+        .option("window-size", "window_size (a token sees window_size / 2 before it)", "16")
+        .integer("num_heads", &BasedConfig::window_spec_heads, 0, 1, kMaxDim)
+        .common_option("heads")  // the published code's window heads are n_head's
+        .fixed_json("causal", "true", "Based's windows are causal")
+        .accepted("l_max", kTrainingLength)
+        .accepted("do_update", kTrainingCode)
+        .accepted("dropout", kDropout);
+    return t;
+  }();
+  return s;
 }
 
 }  // namespace
+
+// The published checkpoints' layout: a GPT2Config with Based's mixer specs, its every field
+// once, in the order config.json is written. What all of Based's checkpoints have (RMSNorm, a
+// SwiGLU MLP, tied embeddings, rotary over the whole head, no biases) is checked.
+const model::Schema<BasedConfig>& gpt2_schema() {
+  static const model::Schema<BasedConfig> s = [] {
+    model::Schema<BasedConfig> t;
+    t.written("model_type", "\"gpt2\"")
+        .written("architectures", "[\"GPTLMHeadModel\"]")
+        // The hydra class name Based's training configs write at the top level: a GPT-2 config
+        // class, which the fields below describe; any other class would mean other fields.
+        .fixed_when("_target_", "based.models.gpt.GPT2MixerConfig",
+                    names_class({"GPT2MixerConfig", "GPT2Config"}),
+                    "expected based.models.gpt.GPT2MixerConfig (or transformers' GPT2Config): "
+                    "recur reads Based's GPT-2 config fields").not_written()
+        .integer("vocab_size", &ModelConfig::vocab_size, 50257, 1, 1 << 24).common_option("vocab")
+        .integer("n_embd", &ModelConfig::hidden_size, 768, 1, kMaxDim).common_option("hidden")
+        .integer("n_inner", &ModelConfig::intermediate_size, 0, 1, kMaxDim)
+        .common_option("intermediate", true)
+        .integer("n_layer", &ModelConfig::num_hidden_layers, 12, 1, 4096).common_option("layers")
+        .integer("n_head", &BasedConfig::window_heads, 12, 1, kMaxDim).common_option("heads")
+        .number("layer_norm_epsilon", &ModelConfig::norm_eps, 1e-5, 0.0, 1.0)
+        .number("rotary_emb_base", &BasedConfig::rope_theta, 10000, 1.0, 1e12)
+        .fixed_json("rotary_emb_fraction", "1", "only rotary over the whole head is supported")
+        .fixed_json("max_position_embeddings", "0", "Based has no learned position embedding")
+        .integer("pad_vocab_size_multiple", &BasedConfig::pad_vocab_multiple, 1, 1, 1 << 16)
+        .fixed_json("rms_norm", "true", "Based's blocks use RMSNorm").required().made_as_written()
+        .fixed("activation_function", "swiglu", "Based's MLP is swiglu").required().made_as_written()
+        .accepted("residual_in_fp32", "recur's residual stream is float32 whatever it says")
+        .written_as("true")
+        .layers("alt_mixer_layers", &BasedConfig::linear_layers, "n_layer")
+        .option("la-layers", "the Taylor linear-attention layers, e.g. 1,6 (alt_mixer_layers)")
+        .layers("alt_mixer_2_layers", &BasedConfig::window_layers, "n_layer")
+        .option("window-layers", "the sliding-window layers, e.g. 2,7 (alt_mixer_2_layers)")
+        .object("mixer", conv_schema(), kUnknown)
+        .object("alt_mixer", linear_schema(), kUnknown)
+        .object("alt_mixer_2", window_schema(), kUnknown)
+        .accepted_when("tie_word_embeddings", is_true, "true: Based ties its head to the embedding",
+                       "Based ties its head to the embedding")
+        .accepted_when("rotary_emb_dim", [](const json::Value& v) { return v.is_integer() && v.integer() == 0; },
+                       "0: the rotary width follows rotary_emb_fraction",
+                       "Based derives it from rotary_emb_fraction")
+        // flash-attn's block options: the released models are pre-norm, one branch after the other.
+        .accepted_when("prenorm", is_true, "true selects the pre-norm block recur runs",
+                       "flash-attn's post-norm block, which no released Based uses");
+    for (const char* key : {"parallel_block", "parallel_block_tied_norm"})
+      t.accepted_when(key, is_false, "false selects the sequential block recur runs",
+                      "flash-attn's parallel block (mixer and MLP side by side), which no released "
+                      "Based uses");
+    for (const char* bias : {"mlp_fc1_bias", "mlp_fc2_bias", "qkv_proj_bias", "out_proj_bias"})
+      t.accepted_when(bias, is_false, "false: Based's checkpoints have no such bias",
+                      "Based's checkpoints have no such bias");
+    for (const model::Accepted& a : kBasedAccepted) t.accepted(a.key, a.reason);
+    return t;
+  }();
+  return s;
+}
 
 const BasedConfig& config_of(const ModelConfig& c) {
   const auto* b = dynamic_cast<const BasedConfig*>(c.family.get());
@@ -238,32 +234,21 @@ const BasedConfig& config_of(const ModelConfig& c) {
 }
 
 // Based's fields (model_type "gpt2" with alt_mixer, as the published checkpoints have them, or
-// "based"). Each mixer spec is read field by field; a value the published model does not use
-// (another mixer class, biases where it has none, a partial rotary) is refused by name.
-void read_config(const json::Value& root, Fields& f, ModelConfig& c) {
+// "based"), by its table; then what spans fields: each layer's mixer is given.
+void read_config(Fields& f, ModelConfig& c) {
   const std::string& source = f.source();
   BasedConfig b;
   c.architecture = Architecture::kBased;
-  read_gpt2_fields(root, f, c, b);
-  b.linear_layers = layer_list(f, source, "alt_mixer_layers", c.num_hidden_layers);
-  b.window_layers = layer_list(f, source, "alt_mixer_2_layers", c.num_hidden_layers);
+  gpt2_schema().read(f, c, b);
   for (const int l : b.linear_layers)
     if (std::find(b.window_layers.begin(), b.window_layers.end(), l) != b.window_layers.end())
       config_fail(source, "layer {} is in both alt_mixer_layers and alt_mixer_2_layers", l);
-  MixerSpecs m(f);
-  read_conv_spec(m, c, b);
-  read_linear_spec(m, b);
-  read_window_spec(m, b);
-  f.accept(kBasedAccepted);
-  // flash-attn's block options: the released models are pre-norm, one branch after the other.
-  f.accept_when("prenorm", [](const json::Value& v) { return v.is_bool() && v.boolean(); },
-                "true selects the pre-norm block recur runs",
-                "flash-attn's post-norm block, which no released Based uses");
-  for (const char* key : {"parallel_block", "parallel_block_tied_norm"})
-    f.accept_when(key, [](const json::Value& v) { return v.is_bool() && !v.boolean(); },
-                  "false selects the sequential block recur runs",
-                  "flash-attn's parallel block (mixer and MLP side by side), which no released "
-                  "Based uses");
+  if (!f.get("mixer") && b.linear_layers.size() + b.window_layers.size() < std::size_t(c.num_hidden_layers))
+    config_fail(source, "mixer is missing: the layers not in alt_mixer_layers or alt_mixer_2_layers need it");
+  if (!f.get("alt_mixer") && !b.linear_layers.empty())
+    config_fail(source, "alt_mixer is missing but alt_mixer_layers is set");
+  if (!f.get("alt_mixer_2") && !b.window_layers.empty())
+    config_fail(source, "alt_mixer_2 is missing but alt_mixer_2_layers is set");
   c.family = std::make_shared<BasedConfig>(std::move(b));
 }
 
@@ -282,6 +267,24 @@ void resolve(ModelConfig& c, const std::string& source) {
     config_fail(source, "n_embd {} is not a multiple of alt_mixer.num_heads {}", d, b.la_heads);
   if (b.la_feature_dim < 1 || b.la_feature_dim > 256)
     config_fail(source, "alt_mixer.feature_dim is {}, expected 1 to 256", b.la_feature_dim);
+  // The copies of a size that config.json may give twice must agree (0: not given); they are
+  // written as the size they copy.
+  if (b.la_kv_heads != 0 && b.la_kv_heads != b.la_heads)
+    config_fail(source, "alt_mixer.num_key_value_heads {} differs from num_heads {}; Based's "
+                        "layers have as many", b.la_kv_heads, b.la_heads);
+  if (b.taylor_input_dim != 0 && b.taylor_input_dim != b.la_feature_dim)
+    config_fail(source, "alt_mixer.feature_map.input_dim {} differs from alt_mixer.feature_dim {}",
+                b.taylor_input_dim, b.la_feature_dim);
+  if (b.window_spec_heads != 0 && b.window_spec_heads != b.window_heads)
+    config_fail(source, "alt_mixer_2.num_heads {} differs from n_head {}; the published code uses "
+                        "n_head", b.window_spec_heads, b.window_heads);
+  b.la_kv_heads = b.la_heads;
+  b.taylor_input_dim = b.la_feature_dim;
+  b.window_spec_heads = b.window_heads;
+  if (b.conv_kernel == 0) b.conv_kernel = b.conv_kernel_sizes;  // kernel_size, else kernel_sizes
+  b.conv_kernel_sizes = b.conv_kernel;
+  if (b.conv_expand % 2 != 0)
+    config_fail(source, "mixer.expand_proj is {}, expected an even number", b.conv_expand);
   if (b.conv_expand < 2 || b.conv_expand % 2 != 0 || b.conv_kernel < 1 || b.window_size < 1 ||
       b.pad_vocab_multiple < 1)
     config_fail(source, "mixer.expand_proj {} (even, >= 2), kernel size {}, window_size {} and "
@@ -308,43 +311,8 @@ void resolve(ModelConfig& c, const std::string& source) {
 }
 
 std::string config_fields(const ModelConfig& c) {
-  const BasedConfig& b = config_of(c);
   model::FieldWriter w;
-  // The published checkpoints' layout: a GPT2Config with Based's mixer specs.
-  const auto list = [](const std::vector<int>& v) {
-    std::string out = "[";
-    for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
-    return out + "]";
-  };
-  w.add("model_type", "\"gpt2\"");
-  w.add("architectures", "[\"GPTLMHeadModel\"]");
-  w.number("vocab_size", c.vocab_size);
-  w.number("n_embd", c.hidden_size);
-  w.number("n_inner", c.intermediate_size);
-  w.number("n_layer", c.num_hidden_layers);
-  w.number("n_head", b.window_heads);
-  w.number("layer_norm_epsilon", c.norm_eps);
-  w.number("rotary_emb_base", b.rope_theta);
-  w.add("rotary_emb_fraction", "1");
-  w.add("max_position_embeddings", "0");
-  w.number("pad_vocab_size_multiple", b.pad_vocab_multiple);
-  w.add("rms_norm", "true");
-  w.add("activation_function", "\"swiglu\"");
-  w.add("residual_in_fp32", "true");
-  w.add("alt_mixer_layers", list(b.linear_layers));
-  w.add("alt_mixer_2_layers", list(b.window_layers));
-  w.add("mixer", fmt::format("{{\"_target_\": \"based.models.mixers.convolution.BaseConv\", "
-                             "\"l_max\": 2048, \"use_bias\": {}, \"expand_proj\": {}, "
-                             "\"kernel_sizes\": {}}}",
-                             model::config_bool(b.conv_bias), b.conv_expand, b.conv_kernel));
-  w.add("alt_mixer", fmt::format("{{\"_target_\": \"based.models.mixers.linear_attention.LinearAttention\", "
-                                 "\"l_max\": 2048, \"feature_map\": {{\"_target_\": "
-                                 "\"based.models.mixers.linear_attention.TaylorExp\", \"input_dim\": {}}}, "
-                                 "\"feature_dim\": {}, \"num_heads\": {}}}",
-                                 b.la_feature_dim, b.la_feature_dim, b.la_heads));
-  w.add("alt_mixer_2", fmt::format("{{\"_target_\": \"based.models.mixers.slide_attention.SlidingAttention\", "
-                                   "\"window_size\": {}, \"num_heads\": {}, \"causal\": true}}",
-                                   b.window_size, b.window_heads));
+  gpt2_schema().write(w, c, config_of(c));
   return w.text();
 }
 

@@ -158,12 +158,11 @@ class Family final : public model::Family {
   const char* name() const override { return "fla gated"; }
   std::vector<std::string> model_types() const override { return {"gla", "retnet", "hgrn2"}; }
   const char* model_type(const ModelConfig& c) const override {
-    const FlaConfig::Kind kind = config_of(c).kind;
-    return kind == FlaConfig::Kind::kGla ? "gla" : kind == FlaConfig::Kind::kRetNet ? "retnet" : "hgrn2";
+    return model_type_of(config_of(c).kind);
   }
-  void read_config(const std::string& type, const json::Value& root, model::Fields& f,
+  void read_config(const std::string& type, const json::Value&, model::Fields& f,
                    ModelConfig& c) const override {
-    fla::read_config(root, type, f, c);
+    fla::read_config(type, f, c);
   }
   void resolve(ModelConfig& c, const std::string& source) const override { fla::resolve(c, source); }
   std::string config_fields(const ModelConfig& c) const override { return fla::config_fields(c); }
@@ -176,56 +175,25 @@ class Family final : public model::Family {
 
   std::vector<std::string> make_model_archs() const override { return {"gla", "retnet", "hgrn2"}; }
   std::vector<model::MakeOption> make_model_options() const override {
-    const std::vector<std::string> heads = {"gla", "retnet"}, hgrn2 = {"hgrn2"},
-                                   conv = {"gla", "hgrn2"};
-    return {{"kv-heads", "", "key/value heads (default: as many as heads)", false, heads},
-            {"expand-k", "", "key width / hidden size (default: the model type's)", false, heads},
-            {"expand-v", "", "value width / hidden size (default: the model type's)", false, heads},
-            {"no-affine", nullptr, "no weight in the output norm", true},
-            {"expand-ratio", "", "the forget gate's width per head (default 128)", false, hgrn2},
-            {"attn-layers", "", "softmax attention layers, e.g. 1,3 (attn.layers)"},
-            {"attn-heads", "", "the attention layers' heads (default: --heads)"},
-            {"attn-kv-heads", "", "their kv heads (default: as many as heads)"},
-            {"attn-window", "", "attn.window_size (default: full attention)"},
-            {"short-conv", nullptr, "short convolutions on q, k, v (use_short_conv)", true, conv},
-            {"no-output-gate", nullptr, "no output gate (use_output_gate false)", true, heads},
-            {"no-lower-bound", nullptr, "no lower bounds on the forget gate (use_lower_bound "
-                                        "false)", true, hgrn2}};
+    std::vector<model::MakeOption> out = {
+        {"attn-layers", "", "softmax attention layers, e.g. 1,3 (attn.layers)"},
+        {"attn-heads", "", "the attention layers' heads (default: --heads)"},
+        {"attn-kv-heads", "", "their kv heads (default: as many as heads)"},
+        {"attn-window", "", "attn.window_size (default: full attention)"}};
+    for (const std::string& arch : make_model_archs())
+      for (auto& o : schema(kind_of(arch)).make_options({arch})) out.push_back(std::move(o));
+    return out;
   }
   std::string make_model_config(const std::string& arch, const model::MakeOptions& o) const override {
-    const bool hgrn2 = arch == "hgrn2";
-    std::string json = "{";
+    const auto heads = o.integer("heads", 1, 1 << 16);  // the attention layers' default too
+    std::string json = fmt::format("{{\"model_type\": \"{}\", {}", arch, schema(kind_of(arch)).make_fields(o));
     const auto add = [&](const std::string& k, const std::string& v) {
-      json += (json.size() > 1 ? ", " : "") + fmt::format("\"{}\": {}", k, v);
+      json += fmt::format(", \"{}\": {}", k, v);
     };
-    const auto heads = o.integer("heads", 1, 1 << 16);
-    add("model_type", fmt::format("\"{}\"", arch));
-    add("vocab_size", std::to_string(o.integer("vocab", 1, 1 << 24)));
-    add("hidden_size", std::to_string(o.integer("hidden", 1, 1 << 20)));
-    add("num_hidden_layers", std::to_string(o.integer("layers", 1, 4096)));
-    add("tie_word_embeddings", o.flag("tie-embeddings") ? "true" : "false");
-    add("elementwise_affine", o.flag("no-affine") ? "false" : "true");
-    if (const auto inter = o.integer("intermediate", 0, 1 << 20); inter > 0)
-      add("intermediate_size", std::to_string(inter));
-    if (hgrn2) {
-      if (o.given("expand-ratio")) add("expand_ratio", std::to_string(o.integer("expand-ratio", 1, 1 << 20)));
-      add("use_lower_bound", o.flag("no-lower-bound") ? "false" : "true");
-    } else {
-      add("num_heads", std::to_string(heads));
-      if (o.given("kv-heads")) add("num_kv_heads", std::to_string(o.integer("kv-heads", 1, 1 << 16)));
-      if (o.given("expand-k")) add("expand_k", fmt::format("{}", o.real("expand-k", 1e-6, 1e6)));
-      if (o.given("expand-v")) add("expand_v", fmt::format("{}", o.real("expand-v", 1e-6, 1e6)));
-      add("use_output_gate", o.flag("no-output-gate") ? "false" : "true");
-    }
-    if (arch != "retnet") add("use_short_conv", o.flag("short-conv") ? "true" : "false");
     if (o.given("attn-layers")) {
-      const std::string v = o.str("attn-layers");
-      if (v.empty() || v.find_first_not_of("0123456789,") != std::string::npos ||
-          v.find(",,") != std::string::npos || v.front() == ',' || v.back() == ',' || v.size() > 4096)
-        throw ArgumentError(fmt::format("--attn-layers is {}, expected layer indices such as 1,3",
-                                        json::quote(v)));
+      const std::string layers = model::layer_indices_option(o, "attn-layers", false);
       const auto ah = o.given("attn-heads") ? o.integer("attn-heads", 1, 1 << 16) : heads;
-      std::string spec = fmt::format("{{\"layers\": [{}], \"num_heads\": {}", v, ah);
+      std::string spec = fmt::format("{{\"layers\": {}, \"num_heads\": {}", layers, ah);
       if (o.given("attn-kv-heads"))
         spec += fmt::format(", \"num_kv_heads\": {}", o.integer("attn-kv-heads", 1, 1 << 16));
       if (o.given("attn-window"))

@@ -3,6 +3,7 @@
 // layer stack (fla.cpp). docs/fla-models.md.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,8 +24,7 @@ struct FlaConfig final : FamilyConfig {
   int conv_size = 4;
   bool use_output_gate = true;  // GLA, RetNet: g_proj and the swish-gated output norm
   std::string qk_activation;    // GLA, RetNet: feature_map on q and k ("", "relu" or "swish")
-  bool has_clamp_min = false;   // GLA: clamp_min is set
-  double clamp_min = 0;
+  std::optional<double> clamp_min;  // GLA: a bound on log decays (none: null)
   bool fuse_norm = true;        // names the output norm (g_norm_swish_gate or g_norm)
   int expand_ratio = 128;       // HGRN2: the forget gate's width per head
   bool use_lower_bound = true;  // HGRN2: the per-layer lower bounds of the forget gate
@@ -44,9 +44,13 @@ struct FlaConfig final : FamilyConfig {
 const FlaConfig& config_of(const ModelConfig& c);
 
 // fla_config.cpp
+/// The model_type of a layout ("gla", "retnet", "hgrn2"), and the layout of one.
+const char* model_type_of(FlaConfig::Kind kind);
+FlaConfig::Kind kind_of(const std::string& type);
+/// A layout's config.json fields, each once: reading, writing and make-model's options.
+const model::Schema<FlaConfig>& schema(FlaConfig::Kind kind);
 /// Reads the fields of model_type `type` ("gla", "retnet", "hgrn2") into `c`.
-void read_config(const json::Value& root, const std::string& type, model::Fields& f,
-                 ModelConfig& c);
+void read_config(const std::string& type, model::Fields& f, ModelConfig& c);
 /// The derived sizes and the layer schedule; FormatError naming `source`.
 void resolve(ModelConfig& c, const std::string& source);
 /// config.json's fields for this configuration, each line "  \"key\": value,\n".

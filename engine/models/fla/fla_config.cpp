@@ -1,125 +1,135 @@
-// config.json of flash-linear-attention's GLA, RetNet and HGRN2 models, field by field as their
-// configuration classes and blocks read them (fla/models/{gla,retnet,hgrn2}, fla/models/hybrid.py).
-#include <fmt/format.h>
-
-#include <algorithm>
+// config.json of flash-linear-attention's GLA, RetNet and HGRN2 models: a table per layout of the
+// fields as their configuration classes and blocks read them (fla/models/{gla,retnet,hgrn2},
+// fla/models/hybrid.py), and the sizes derived from them.
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <utility>
 
+#include "model/config_schema.h"
 #include "models/fla/fla.h"
 
 namespace recur::models::fla {
 
 using model::config_fail;
-using model::describe_json;
 using model::Fields;
 using model::kMaxDim;
+using Kind = FlaConfig::Kind;
 
 namespace {
 
-// The fields the three share: sizes, the MLP, the norms, the kernel choice.
-void read_shared_fields(const json::Value& root, Fields& f, bool retnet, ModelConfig& c,
-                        FlaConfig& fc) {
-  const std::string& source = f.source();
-  // Defaults are each configuration class's own (they differ between the three).
-  c.hidden_size = f.integer("hidden_size", 2048, 1, kMaxDim);
-  c.num_hidden_layers = f.integer("num_hidden_layers", 24, 1, 4096);
-  c.vocab_size = f.integer("vocab_size", 32000, 1, 1 << 24);
-  c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
-  c.norm_eps = f.number("norm_eps", 1e-6, 0.0, 1.0);
-  fc.hidden_ratio = f.number("hidden_ratio", retnet ? 2 : 4, 1e-6, 1e6);
-  c.intermediate_size = f.integer("intermediate_size", 0, 1, kMaxDim);
-  fc.max_position_embeddings = f.integer("max_position_embeddings", 2048, 0, 1 << 30);
-  fc.fuse_norm = f.boolean("fuse_norm", true);
-  const std::string mode = f.string("attn_mode", "chunk");
-  if (mode != "chunk" && mode != "fused_chunk" && mode != "fused_recurrent" &&
-      !(retnet && mode == "parallel"))
-    config_fail(source, "attn_mode is '{}', expected chunk, fused_chunk or fused_recurrent{}", mode,
-         retnet ? " or parallel" : "");
-  const std::string act = f.string("hidden_act", "swish");
-  if (act != "swish")
-    config_fail(source, "hidden_act is '{}'; recur runs fla's GatedMLP with swish only (not powlu)",
-                act);
-  // null means no weight, as fla's RMSNorm(elementwise_affine=None).
-  if (const json::Value* a = root.find("elementwise_affine"); a && !a->is_null() && !a->is_bool())
-    config_fail(source, "elementwise_affine is {}, expected true, false or null", describe_json(*a));
-  f.get("elementwise_affine");  // read just below from the object, where null has a meaning
-  const json::Value* affine = root.find("elementwise_affine");
-  fc.elementwise_affine = !affine ? true : affine->is_bool() ? affine->boolean() : false;
-  if (f.get("attnres_block_size"))
-    config_fail(source, "attnres_block_size is set: fla's attention residuals are not supported");
-  f.accept({{"share_conv_kernel", "read by older configuration classes and by no layer "
-                                  "(docs/fla-models.md)"},
-            {"rms_norm_eps", "read by older configuration classes and by no layer; the norms "
-                             "take norm_eps (docs/fla-models.md)"}});
-}
+constexpr const char* kNoConvolutions =
+    "MultiScaleRetention is built without short convolutions (fla/models/retnet): the block "
+    "ignores it";
 
-// GLA's and RetNet's heads, widths, q/k activation and output gate.
-void read_heads(Fields& f, bool gla, ModelConfig& c, FlaConfig& fc) {
-  const std::string& source = f.source();
-  fc.expand_k = f.number("expand_k", gla ? 0.5 : 1.0, 1e-6, 1e6);
-  fc.expand_v = f.number("expand_v", gla ? 1.0 : 2.0, 1e-6, 1e6);
-  c.num_heads = f.integer("num_heads", gla ? 4 : 8, 1, kMaxDim);
-  c.num_kv_heads = f.integer("num_kv_heads", 0, 1, kMaxDim);
-  // ACT2FN[feature_map] on q and k, after the convolutions and before rotary.
-  fc.qk_activation = f.string("feature_map", "");
-  if (fc.qk_activation == "silu") fc.qk_activation = "swish";
-  if (!fc.qk_activation.empty() && fc.qk_activation != "relu" && fc.qk_activation != "swish")
-    config_fail(source, "feature_map is '{}', expected null, relu, swish or silu", fc.qk_activation);
-  fc.use_output_gate = f.boolean("use_output_gate", true);
-}
+bool is_true(const json::Value& v) { return v.is_bool() && v.boolean(); }
+bool is_false(const json::Value& v) { return v.is_bool() && !v.boolean(); }
 
-// Short convolutions: GLA's and HGRN2's (RetNet's block is built without them and ignores the
-// fields).
-void read_convolutions(Fields& f, bool has_conv, FlaConfig& fc) {
-  if (has_conv) {
-    fc.use_short_conv = f.boolean("use_short_conv", false);
-    fc.conv_size = f.integer("conv_size", 4, 1, 64);
+// One layout's fields, each once, in the order config.json is written; the defaults are each
+// configuration class's own (they differ between the three); make-model's options beside the
+// fields they set.
+model::Schema<FlaConfig> build_schema(Kind kind) {
+  const bool gla = kind == Kind::kGla, retnet = kind == Kind::kRetNet, hgrn2 = kind == Kind::kHgrn2;
+  std::vector<std::string> modes = {"chunk", "fused_chunk", "fused_recurrent"};
+  if (retnet) modes.push_back("parallel");
+  model::Schema<FlaConfig> t;
+  t.written("model_type", json::quote(model_type_of(kind)))
+      .written("architectures", gla      ? "[\"GLAForCausalLM\"]"
+                                : retnet ? "[\"RetNetForCausalLM\"]"
+                                         : "[\"HGRN2ForCausalLM\"]")
+      .same_function("attn_mode", modes, "chunk",
+                     "fla's kernel choice: every mode computes the same function")
+      .integer("vocab_size", &ModelConfig::vocab_size, 32000, 1, 1 << 24).common_option("vocab")
+      .integer("hidden_size", &ModelConfig::hidden_size, 2048, 1, kMaxDim).common_option("hidden")
+      .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 24, 1, 4096)
+      .common_option("layers")
+      .integer("intermediate_size", &ModelConfig::intermediate_size, 0, 1, kMaxDim)
+      .common_option("intermediate", true)
+      .number("hidden_ratio", &FlaConfig::hidden_ratio, retnet ? 2 : 4, 1e-6, 1e6).not_written()
+      .fixed("hidden_act", "swish", "recur runs fla's GatedMLP with swish only (not powlu)")
+      .number("norm_eps", &ModelConfig::norm_eps, 1e-6, 0.0, 1.0)
+      // null means no weight, as fla's RMSNorm(elementwise_affine=None).
+      .boolean_or_null("elementwise_affine", &FlaConfig::elementwise_affine, true, false)
+      .flag("no-affine", "no weight in the output norm", false)
+      .boolean("fuse_norm", &FlaConfig::fuse_norm, true)
+      .integer("max_position_embeddings", &FlaConfig::max_position_embeddings, 2048, 0, 1 << 30)
+      .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false).not_written()
+      .common_flag("tie-embeddings")
+      .accepted_when("attnres_block_size", [](const json::Value&) { return false; },
+                     "null: no attention residuals", "fla's attention residuals are not supported")
+      .accepted("share_conv_kernel", "read by older configuration classes and by no layer "
+                                     "(docs/fla-models.md)")
+      .accepted("rms_norm_eps", "read by older configuration classes and by no layer; the norms "
+                                "take norm_eps (docs/fla-models.md)");
+  if (hgrn2) {
+    // HGRN2Config: expand_ratio (default 128) wins; when it is null, hidden_size // num_heads.
+    // The layer sets num_heads = hidden_size // expand_ratio whatever the config says. Read
+    // apart (read_expand_ratio), since its null means other than its absence.
+    t.integer("expand_ratio", &FlaConfig::expand_ratio, 128, 1, kMaxDim).read_apart()
+        .option("expand-ratio", "the forget gate's width per head (default 128)")
+        .integer("num_heads", &ModelConfig::num_heads, 0, 1, kMaxDim).read_apart().not_written()
+        .boolean("use_lower_bound", &FlaConfig::use_lower_bound, true)
+        .flag("no-lower-bound", "no lower bounds on the forget gate (use_lower_bound false)", false);
   } else {
-    // MultiScaleRetention is built without them (fla/models/retnet/modeling_retnet.py).
-    f.get("use_short_conv");
-    f.get("conv_size");
+    t.integer("num_heads", &ModelConfig::num_heads, gla ? 4 : 8, 1, kMaxDim).common_option("heads")
+        .integer("num_kv_heads", &ModelConfig::num_kv_heads, 0, 1, kMaxDim)
+        .option("kv-heads", "key/value heads (default: as many as heads)", "", 1 << 16)
+        .number("expand_k", &FlaConfig::expand_k, gla ? 0.5 : 1.0, 1e-6, 1e6)
+        .option("expand-k", "key width / hidden size (default: the model type's)")
+        .number("expand_v", &FlaConfig::expand_v, gla ? 1.0 : 2.0, 1e-6, 1e6)
+        .option("expand-v", "value width / hidden size (default: the model type's)")
+        .boolean("use_output_gate", &FlaConfig::use_output_gate, true)
+        .flag("no-output-gate", "no output gate (use_output_gate false)", false)
+        // ACT2FN[feature_map] on q and k, after the convolutions and before rotary.
+        .choice_or_null("feature_map", &FlaConfig::qk_activation, std::string(),
+                        {{"relu", "relu"}, {"swish", "swish"}, {"swish", "silu"}});
   }
+  if (retnet) {
+    t.accepted("use_short_conv", kNoConvolutions).accepted("conv_size", kNoConvolutions);
+  } else {
+    t.boolean("use_short_conv", &FlaConfig::use_short_conv, false)
+        .flag("short-conv", "short convolutions on q, k, v (use_short_conv)")
+        .integer("conv_size", &FlaConfig::conv_size, 4, 1, 64);
+  }
+  if (gla) {
+    // Read by GLAConfig but passed to no layer: the gk gate is always on, gv never.
+    t.number_or_null("clamp_min", &FlaConfig::clamp_min, std::numeric_limits<double>::lowest(), 0.0)
+        .accepted_when("use_gk", is_true, "true: fla's GLA layer always has its gk gate",
+                       "fla's GLA layer always has its gk gate")
+        .accepted_when("use_gv", is_false, "false: fla's GLA layer has no gv gate",
+                       "fla's GLA layer has no gv gate");
+  }
+  t.objects("attn", &FlaConfig::attn, model::hybrid_attention_schema(),
+            model::kHybridAttentionFields);
+  return t;
 }
 
-// GLA's bound on log decays and the gate switches its layer ignores.
-void read_gla_gates(Fields& f, FlaConfig& fc) {
-  const std::string& source = f.source();
-  if (const json::Value* v = f.get("clamp_min")) {
-    if (!v->is_number() || !std::isfinite(v->number()) || v->number() > 0)
-      config_fail(source, "clamp_min is {}, expected null or a number <= 0 (a bound on log decays)",
-           describe_json(*v));
-    fc.has_clamp_min = true;
-    fc.clamp_min = v->number();
-  }
-  // Read by GLAConfig but passed to no layer: the gk gate is always on, gv never.
-  if (!f.boolean("use_gk", true)) config_fail(source, "use_gk is false; fla's GLA layer always has its gk gate");
-  if (f.boolean("use_gv", false)) config_fail(source, "use_gv is true; fla's GLA layer has no gv gate");
-}
-
-// HGRN2's heads: hidden_size / expand_ratio, from expand_ratio or num_heads; its lower bounds.
-void read_hgrn2_heads(const json::Value& root, Fields& f, const ModelConfig& c, FlaConfig& fc) {
-  const std::string& source = f.source();
-  const json::Value* heads = f.get("num_heads");
-  const json::Value* ratio = f.get("expand_ratio");
-  // HGRN2Config: expand_ratio (default 128) wins; else hidden_size // num_heads. The layer
-  // sets num_heads = hidden_size // expand_ratio whatever the config says.
-  if (ratio && !(ratio->is_integer() && ratio->integer() >= 1 && ratio->integer() <= kMaxDim))
-    config_fail(source, "expand_ratio is {}, expected a positive integer", describe_json(*ratio));
-  if (heads && !(heads->is_integer() && heads->integer() >= 1 && heads->integer() <= kMaxDim))
-    config_fail(source, "num_heads is {}, expected a positive integer", describe_json(*heads));
-  if (ratio)
-    fc.expand_ratio = static_cast<int>(ratio->integer());
-  else if (heads && root.find("expand_ratio"))  // explicitly null
-    fc.expand_ratio = c.hidden_size / static_cast<int>(heads->integer());
-  else
-    fc.expand_ratio = 128;
-  fc.use_lower_bound = f.boolean("use_lower_bound", true);
+// HGRN2's expand_ratio: as given; else, when it is null, hidden_size // num_heads; else 128.
+void read_expand_ratio(Fields& f, const ModelConfig& c, FlaConfig& fc) {
+  const int ratio = f.integer("expand_ratio", 0, 1, kMaxDim);
+  const int heads = f.integer("num_heads", 0, 1, kMaxDim);
+  fc.expand_ratio = ratio                                    ? ratio
+                    : f.is_null("expand_ratio") && heads > 0 ? c.hidden_size / heads
+                                                             : 128;
 }
 
 }  // namespace
+
+const char* model_type_of(Kind kind) {
+  return kind == Kind::kGla ? "gla" : kind == Kind::kRetNet ? "retnet" : "hgrn2";
+}
+
+Kind kind_of(const std::string& type) {
+  return type == "gla" ? Kind::kGla : type == "retnet" ? Kind::kRetNet : Kind::kHgrn2;
+}
+
+const model::Schema<FlaConfig>& schema(Kind kind) {
+  static const model::Schema<FlaConfig> gla = build_schema(Kind::kGla),
+                                        retnet = build_schema(Kind::kRetNet),
+                                        hgrn2 = build_schema(Kind::kHgrn2);
+  return kind == Kind::kGla ? gla : kind == Kind::kRetNet ? retnet : hgrn2;
+}
 
 const FlaConfig& config_of(const ModelConfig& c) {
   const auto* fc = dynamic_cast<const FlaConfig*>(c.family.get());
@@ -127,18 +137,14 @@ const FlaConfig& config_of(const ModelConfig& c) {
   return *fc;
 }
 
-void read_config(const json::Value& root, const std::string& type, Fields& f, ModelConfig& c) {
-  c.architecture = type == "gla" ? Architecture::kGla
-                   : type == "retnet" ? Architecture::kRetNet : Architecture::kHgrn2;
-  const bool gla = type == "gla", retnet = type == "retnet", hgrn2 = type == "hgrn2";
+void read_config(const std::string& type, Fields& f, ModelConfig& c) {
   FlaConfig fc;
-  read_shared_fields(root, f, retnet, c, fc);
-  if (gla || retnet) read_heads(f, gla, c, fc);
-  read_convolutions(f, gla || hgrn2, fc);
-  if (gla) read_gla_gates(f, fc);
-  if (hgrn2) read_hgrn2_heads(root, f, c, fc);
-  if (const json::Value* a = f.get("attn"))
-    fc.attn = model::read_hybrid_attention(*a, f.source(), c.num_hidden_layers);
+  fc.kind = kind_of(type);
+  c.architecture = fc.kind == Kind::kGla      ? Architecture::kGla
+                   : fc.kind == Kind::kRetNet ? Architecture::kRetNet
+                                              : Architecture::kHgrn2;
+  schema(fc.kind).read(f, c, fc);
+  if (fc.kind == Kind::kHgrn2) read_expand_ratio(f, c, fc);
   c.family = std::make_shared<FlaConfig>(std::move(fc));
 }
 
@@ -148,9 +154,7 @@ void resolve(ModelConfig& c, const std::string& source) {
   if (c.family && !given)
     config_fail(source, "a GLA, RetNet or HGRN2 configuration holds another family's fields");
   FlaConfig fc = given ? *given : FlaConfig{};
-  const std::string type = model::type_of(c);
-  fc.kind = type == "gla" ? FlaConfig::Kind::kGla
-            : type == "retnet" ? FlaConfig::Kind::kRetNet : FlaConfig::Kind::kHgrn2;
+  fc.kind = kind_of(model::type_of(c));
   if (!(fc.expand_k > 0 && fc.expand_k <= 1e6 && fc.expand_v > 0 && fc.expand_v <= 1e6))
     config_fail(source, "expand_k {} and expand_v {} must lie in (0, 1e6]", fc.expand_k,
                 fc.expand_v);
@@ -206,38 +210,7 @@ void resolve(ModelConfig& c, const std::string& source) {
 std::string config_fields(const ModelConfig& c) {
   const FlaConfig& fc = config_of(c);
   model::FieldWriter w;
-  const bool gla = fc.kind == FlaConfig::Kind::kGla, retnet = fc.kind == FlaConfig::Kind::kRetNet;
-  w.add("model_type", gla ? "\"gla\"" : retnet ? "\"retnet\"" : "\"hgrn2\"");
-  w.add("architectures", gla      ? "[\"GLAForCausalLM\"]"
-                         : retnet ? "[\"RetNetForCausalLM\"]"
-                                  : "[\"HGRN2ForCausalLM\"]");
-  w.add("attn_mode", "\"chunk\"");
-  w.number("vocab_size", c.vocab_size);
-  w.number("hidden_size", c.hidden_size);
-  w.number("num_hidden_layers", c.num_hidden_layers);
-  w.number("intermediate_size", c.intermediate_size);
-  w.add("hidden_act", "\"swish\"");
-  w.number("norm_eps", c.norm_eps);
-  w.boolean("elementwise_affine", fc.elementwise_affine);
-  w.boolean("fuse_norm", fc.fuse_norm);
-  w.number("max_position_embeddings", fc.max_position_embeddings);
-  if (fc.kind == FlaConfig::Kind::kHgrn2) {
-    w.number("expand_ratio", fc.expand_ratio);
-    w.boolean("use_lower_bound", fc.use_lower_bound);
-  } else {
-    w.number("num_heads", c.num_heads);
-    w.number("num_kv_heads", c.num_kv_heads);
-    w.number("expand_k", fc.expand_k);
-    w.number("expand_v", fc.expand_v);
-    w.boolean("use_output_gate", fc.use_output_gate);
-    w.add("feature_map", fc.qk_activation.empty() ? "null" : json::quote(fc.qk_activation));
-  }
-  if (fc.kind != FlaConfig::Kind::kRetNet) {
-    w.boolean("use_short_conv", fc.use_short_conv);
-    w.number("conv_size", fc.conv_size);
-  }
-  if (gla) w.add("clamp_min", fc.has_clamp_min ? model::config_number(fc.clamp_min) : "null");
-  if (fc.attn.present) model::write_hybrid_attention(w, fc.attn);
+  schema(fc.kind).write(w, c, fc);
   return w.text();
 }
 

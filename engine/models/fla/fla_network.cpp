@@ -286,8 +286,8 @@ class Network final : public model::Network {
         L.gk1.apply(w.gk.data(), n, rk, w.alpha.data(), io.d, threads);
         gates::gla_decay(w.alpha.data(), w.alpha.data(), rows * io.d,
                          static_cast<float>(FlaConfig::kGateLogitNormalizer),
-                         fc.has_clamp_min ? static_cast<float>(fc.clamp_min)
-                                         : -std::numeric_limits<float>::infinity());
+                         fc.clamp_min ? static_cast<float>(*fc.clamp_min)
+                                      : -std::numeric_limits<float>::infinity());
       }
       attend(li, 0, threads);
       if (L.mixer == MixerKind::kGated) {

@@ -258,9 +258,9 @@ class Family final : public model::Family {
   const char* model_type(const ModelConfig& c) const override {
     return model::type_of(c) == "linear_attn" ? "linear_attn" : "transformers_are_rnns";
   }
-  void read_config(const std::string& type, const json::Value& root, model::Fields& f,
+  void read_config(const std::string& type, const json::Value&, model::Fields& f,
                    ModelConfig& c) const override {
-    linear::read_config(type, root, f, c);
+    linear::read_config(type, f, c);
   }
   void resolve(ModelConfig& c, const std::string& source) const override {
     linear::resolve(c, source);

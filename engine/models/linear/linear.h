@@ -48,8 +48,7 @@ const char* feature_map_name(ModelFeatureMap map);
 /// config.json's fields of each layout, declared once (reading, writing, make-model).
 const model::Schema<LinearConfig>& linear_attn_schema();
 const model::Schema<LinearConfig>& transformers_are_rnns_schema();
-void read_config(const std::string& type, const json::Value& root, model::Fields& f,
-                 ModelConfig& c);
+void read_config(const std::string& type, model::Fields& f, ModelConfig& c);
 void resolve(ModelConfig& c, const std::string& source);
 std::string config_fields(const ModelConfig& c);
 

@@ -92,8 +92,8 @@ const model::Schema<LinearConfig>& linear_attn_schema() {
         .boolean("norm_feature_map", &LinearConfig::norm_feature_map, false)
         .flag("normalized", "the normalized form (norm_feature_map)")
         // null means false here, as in the library (RMSNorm(elementwise_affine=None) has no
-        // weight): read apart.
-        .boolean("elementwise_affine", &LinearConfig::elementwise_affine, true).read_apart()
+        // weight).
+        .boolean_or_null("elementwise_affine", &LinearConfig::elementwise_affine, true, false)
         .flag("no-affine", "no weight in the output norm", false)
         .number("norm_eps", &ModelConfig::norm_eps, 1e-6, 0.0, 1.0)
         .integer("max_position_embeddings", &LinearConfig::max_position_embeddings, 2048, 0, 1 << 30)
@@ -131,19 +131,12 @@ const model::Schema<LinearConfig>& transformers_are_rnns_schema() {
   return s;
 }
 
-void read_config(const std::string& type, const json::Value& root, model::Fields& f,
-                 ModelConfig& c) {
+void read_config(const std::string& type, model::Fields& f, ModelConfig& c) {
   const std::string& source = f.source();
   LinearConfig lc;
   if (type == "linear_attn") {
     c.architecture = Architecture::kLinearAttn;
     linear_attn_schema().read(f, c, lc);
-    const json::Value* affine = f.get("elementwise_affine");
-    if (affine && !affine->is_bool())
-      config_fail(source, "elementwise_affine is {}, expected true, false or null", affine->kind_name());
-    lc.elementwise_affine = root.find("elementwise_affine") == nullptr ? true
-                           : affine                               ? affine->boolean()
-                                                                  : false;
     if (f.get("attn"))
       config_fail(source, "attn is set: hybrid models with softmax-attention layers are not supported");
     lc.attn_eps = 1e-10;
