@@ -499,8 +499,9 @@ BENCHMARK(BM_OpenShardedIndex)->Arg(1000)->Arg(10000)->Arg(100000)->Unit(benchma
 
 // One draw from logits of Qwen3.5's vocabulary (248,320 ids; a random model's logits, normal
 // with sigma 2) at temperature 1: top_k 0 with top_p 1 (recur serve's OpenAI default) or 0.95,
-// and top_k 40 (the library's default). BM_SampleFullSort is the same draw written as a sort of
-// the whole vocabulary, the way the sampler drew before (the cost the partial ranking removes).
+// and top_k 40 (the library's default); on 1 thread and 2 (the same draws). BM_SampleFullSort is
+// the same draw written as a sort of the whole vocabulary, the way the sampler drew before (the
+// cost the partial ranking removes).
 Eigen::VectorXf vocab_logits(int vocab) {
   std::mt19937 rng(3);
   std::normal_distribution<float> d(0.0f, 2.0f);
@@ -515,11 +516,13 @@ void BM_Sample(benchmark::State& state) {
   o.temperature = 1.0f;
   o.top_k = int(state.range(1));
   o.top_p = float(state.range(2)) / 100.0f;
+  o.threads = int(state.range(3));
   recur::Sampler s(o);
   for (auto _ : state) benchmark::DoNotOptimize(s.sample(l, {}));
 }
-BENCHMARK(BM_Sample)->ArgNames({"vocab", "top_k", "top_p%"})
-    ->Args({248320, 0, 100})->Args({248320, 0, 95})->Args({248320, 40, 95})
+BENCHMARK(BM_Sample)->ArgNames({"vocab", "top_k", "top_p%", "threads"})
+    ->Args({248320, 0, 100, 1})->Args({248320, 0, 95, 1})->Args({248320, 40, 95, 1})
+    ->Args({248320, 0, 100, 2})->Args({248320, 0, 95, 2})
     ->Unit(benchmark::kMillisecond);
 
 void BM_SampleFullSort(benchmark::State& state) {

@@ -223,6 +223,9 @@ TEST_CASE("bad sampler options and logits are rejected", "[sampling]") {
   CHECK_THROWS_AS(Sampler(opts(1, 0, 0, 1, 0)), ArgumentError);
   CHECK_THROWS_AS(Sampler(opts(1, 0, 1.5f, 1, 0)), ArgumentError);
   CHECK_THROWS_AS(Sampler(opts(1, 0, 1, 0, 0)), ArgumentError);
+  SamplerOptions negative_threads;
+  negative_threads.threads = -1;
+  CHECK_THROWS_WITH(Sampler(negative_threads), Catch::Contains("threads is -1"));
   // A mask that allows nothing, or nothing among the logits: refused, naming the sizes.
   CHECK_THROWS_WITH(TokenMask(std::vector<char>(3, 0)), Catch::Contains("[TokenMask]") && Catch::Contains("3 ids"));
   SamplerOptions past = opts(0, 0, 1, 1, 0);

@@ -1,8 +1,8 @@
 // Threads change the speed, never the bytes: prefill at any thread count (more than there are
 // heads too), called from inside an outer OpenMP region where OpenMP starts fewer threads than
-// asked, several threads decoding at once with one shared Model, and the ranges of the work
-// handed out in another order. ctest runs this program a second and a third time under
-// OMP_THREAD_LIMIT=1 and OMP_DYNAMIC=true.
+// asked, several threads decoding at once with one shared Model, a sampler's draws, and the
+// ranges of the work handed out in another order. ctest runs this program a second and a third
+// time under OMP_THREAD_LIMIT=1 and OMP_DYNAMIC=true.
 #include <catch2/catch.hpp>
 #include <omp.h>
 
@@ -18,6 +18,7 @@
 #include "model/random_weights.h"
 #include "models/linear/linear.h"
 #include "recur/model.h"
+#include "recur/sampling.h"
 #include "support/model_cases.h"
 #include "support/quant_model.h"
 #include "util/parallel.h"
@@ -301,6 +302,75 @@ TEST_CASE("decode of Qwen3.5 and RWKV-7 (the walk split by heads, fused products
           const auto got = decoded(model, threads);
           REQUIRE(same_bytes(got.first, want.first));
           REQUIRE(got.second == want.second);
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+// Logits wide enough that a draw's passes over the candidates split into several ranges (one
+// every 32,768 candidates), their largest value three times, in three ranges, so that greedy
+// must keep the lowest of the three however the ranges' bests are combined; every seventh id
+// masked, so that the candidates are not the ids.
+constexpr int kWideVocab = 150000;
+constexpr int kTopIds[] = {40000, 100000, 140000};
+
+Eigen::VectorXf wide_logits() {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  Eigen::VectorXf l(kWideVocab);
+  for (auto& x : l) x = normal(rng);
+  const float top = l.maxCoeff() + 1.0f;
+  for (const int id : kTopIds) l[id] = top;
+  return l;
+}
+
+std::shared_ptr<const TokenMask> every_seventh_masked() {
+  std::vector<char> allowed(kWideVocab, 1);
+  for (std::size_t id = 3; id < allowed.size(); id += 7) allowed[id] = 0;
+  return std::make_shared<const TokenMask>(std::move(allowed));
+}
+
+// Sixteen draws in a row, and the random stream's position after them.
+std::pair<std::vector<int>, std::uint64_t> draws(const Eigen::VectorXf& logits, SamplerOptions o,
+                                                 int threads) {
+  o.threads = threads;
+  Sampler s(o);
+  std::vector<int> ids;
+  for (int i = 0; i < 16; ++i) ids.push_back(s.sample(logits, {}));
+  return {ids, s.state()};
+}
+
+}  // namespace
+
+TEST_CASE("draws over a wide vocabulary (the max and the exponentials split by candidates) are "
+          "the ids of one thread at 2 and 3 threads, in either range order", "[threads][sampling]") {
+  const Eigen::VectorXf logits = wide_logits();
+  struct Mode {
+    const char* name;
+    float temperature;
+    int top_k;
+    float top_p;
+  };
+  for (const Mode m : {Mode{"greedy", 0.0f, 0, 1.0f}, Mode{"every id", 1.0f, 0, 1.0f},
+                       Mode{"top-p 0.9", 0.7f, 0, 0.9f}, Mode{"top-k 50", 1.3f, 50, 1.0f}}) {
+    for (const bool masked : {false, true}) {
+      SamplerOptions o;
+      o.temperature = m.temperature;
+      o.top_k = m.top_k;
+      o.top_p = m.top_p;
+      o.seed = 9;
+      if (masked) o.mask = every_seventh_masked();
+      const auto want = draws(logits, o, 1);
+      if (m.temperature == 0.0f) REQUIRE(want.first.front() == kTopIds[0]);
+      for (const auto order : {detail::RangeOrder::kAscending, detail::RangeOrder::kReversed}) {
+        const OrderScope scope(order);
+        for (const int threads : {2, 3}) {
+          INFO(m.name << (masked ? ", masked" : "") << ", threads " << threads
+                      << (order == detail::RangeOrder::kReversed ? ", reversed" : ""));
+          REQUIRE(draws(logits, o, threads) == want);
         }
       }
     }

@@ -122,6 +122,7 @@ SamplerOptions sampler_options(const Args& args) {
   so.top_p = static_cast<float>(args.real("top-p", 1e-9, 1.0));
   so.repetition_penalty = static_cast<float>(args.real("repetition-penalty", 1e-6, 1e6));
   so.seed = static_cast<std::uint64_t>(args.integer("seed", 0, INT64_MAX));
+  so.threads = threads_option(args);
   return so;
 }
 

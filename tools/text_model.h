@@ -36,7 +36,8 @@ struct TextModel {
   Sampler sampler(SamplerOptions options) const;
 };
 
-/// --greedy or --temperature, --top-k, --top-p, --repetition-penalty and --seed as SamplerOptions.
+/// --greedy or --temperature, --top-k, --top-p, --repetition-penalty, --seed and --threads as
+/// SamplerOptions.
 SamplerOptions sampler_options(const Args& args);
 /// --chunk and --threads as DecoderOptions.
 DecoderOptions decoder_options(const Args& args);

@@ -9,14 +9,31 @@
 
 #include "kernels/finite.h"
 #include "util/check.h"
+#include "util/parallel.h"
 
 namespace recur {
+namespace {
+
+// Candidates per range, at least, of a pass over the vocabulary split over threads: the
+// exponentials of one range take about 0.15 ms, against a microsecond or so for a crossing of the
+// pool, and a vocabulary under 65,536 ids stays in one range (docs/performance.md, "Decode's
+// profile").
+constexpr std::size_t kCandidatesPerRange = 32768;
+
+// The ranges of a pass over n candidates depend on n alone: more of them than threads, so that a
+// thread that comes late leaves its share to the others (the results depend on neither).
+int ranges(std::size_t n) {
+  return static_cast<int>(std::max<std::size_t>(1, n / kCandidatesPerRange));
+}
+
+}  // namespace
 
 Sampler::Sampler(const SamplerOptions& options) : options_(options), state_(options.seed) {
   constexpr const char* call = "Sampler";
   if (!(options.temperature >= 0.0f) || !std::isfinite(options.temperature))
     detail::throw_argument(call, "temperature is {}, expected a finite number >= 0", options.temperature);
   if (options.top_k < 0) detail::throw_argument(call, "top_k is {}, expected >= 0", options.top_k);
+  if (options.threads < 0) detail::throw_argument(call, "threads is {}, expected >= 0", options.threads);
   if (!(options.top_p > 0.0f && options.top_p <= 1.0f))
     detail::throw_argument(call, "top_p is {}, expected 0 < top_p <= 1", options.top_p);
   if (!(options.repetition_penalty > 0.0f) || !std::isfinite(options.repetition_penalty))
@@ -80,12 +97,7 @@ int Sampler::draw(ConstVectorRef logits, const std::vector<int>& history) {
     }
   }
   const auto logit = [&](int id) { return work_[static_cast<std::size_t>(id)]; };
-  if (options_.temperature == 0.0f) {
-    int best = order_[0];  // ascending ids: a tie keeps the lower
-    for (const int id : order_)
-      if (logit(id) > logit(best)) best = id;
-    return best;
-  }
+  if (options_.temperature == 0.0f) return order_[first_best(order_.size())];
 
   const double t = static_cast<double>(options_.temperature);
   // Candidates by descending logit (ties: lower id first): a strict order, so a partial sort's
@@ -94,28 +106,17 @@ int Sampler::draw(ConstVectorRef logits, const std::vector<int>& history) {
     const float la = logit(a), lb = logit(b);
     return la != lb ? la > lb : a < b;
   };
-  // The softmax's numerators, by id (only the candidates' are set), in float64.
   p_.resize(work_.size());
-  const auto numerators = [&](std::size_t n, double top) {
-    double sum = 0.0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const auto id = static_cast<std::size_t>(order_[i]);
-      p_[id] = std::exp(static_cast<double>(work_[id]) / t - top);
-      sum += p_[id];
-    }
-    return sum;
-  };
   if (options_.top_k > 0 && static_cast<std::size_t>(options_.top_k) < order_.size()) {
     // top-k: the k best, sorted; their softmax, top-p and the draw in that order.
     const auto keep = static_cast<std::size_t>(options_.top_k);
     std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(keep), order_.end(), by_logit);
-    return draw_ranked(keep, numerators(keep, static_cast<double>(logit(order_[0])) / t));
+    return draw_ranked(keep, numerators(keep, t, static_cast<double>(logit(order_[0])) / t));
   }
   // Every candidate kept (top_k 0, recur serve's OpenAI default): the softmax in id order, with no
   // sort of the whole vocabulary (at 248,320 ids a sort costs more than the model's step).
-  float best = logit(order_[0]);
-  for (const int id : order_) best = std::max(best, logit(id));
-  const double sum = numerators(order_.size(), static_cast<double>(best) / t);
+  const float best = logit(order_[first_best(order_.size())]);
+  const double sum = numerators(order_.size(), t, static_cast<double>(best) / t);
   // top_p 1: the draw walks the ids in their order. Otherwise top-p needs the most likely first,
   // sorted only as far as their mass needs: a first block, then blocks four times larger, each
   // put in place by nth_element and sorted (the same ids in the same order as a full sort's
@@ -134,6 +135,39 @@ int Sampler::draw(ConstVectorRef logits, const std::vector<int>& history) {
     for (; sorted < upto; ++sorted) mass += p_[static_cast<std::size_t>(order_[sorted])] / sum;
   }
   return draw_ranked(sorted, sum);
+}
+
+std::size_t Sampler::first_best(std::size_t n) {
+  // Each range's first best, then the first best of those in range order: the candidate one pass
+  // in order finds (ascending ids: a tie keeps the lower), however the ranges are cut.
+  const auto logit = [&](std::size_t i) { return work_[static_cast<std::size_t>(order_[i])]; };
+  const int r = ranges(n), threads = detail::resolve_threads(options_.threads);
+  best_.resize(static_cast<std::size_t>(r));
+  detail::parallel_ranges(static_cast<int>(n), r, threads, [&](int begin, int end, int range) {
+    auto best = static_cast<std::size_t>(begin);
+    for (auto i = best + 1; i < static_cast<std::size_t>(end); ++i)
+      if (logit(i) > logit(best)) best = i;
+    best_[static_cast<std::size_t>(range)] = best;
+  });
+  std::size_t best = best_[0];
+  for (const std::size_t b : best_)
+    if (logit(b) > logit(best)) best = b;
+  return best;
+}
+
+double Sampler::numerators(std::size_t n, double t, double top) {
+  // The softmax's numerators in float64, each its own and set by id (only the candidates'), on
+  // the threads; their sum after, on this thread, in the candidates' order.
+  const int threads = detail::resolve_threads(options_.threads);
+  detail::parallel_ranges(static_cast<int>(n), ranges(n), threads, [&](int begin, int end, int) {
+    for (int i = begin; i < end; ++i) {
+      const auto id = static_cast<std::size_t>(order_[static_cast<std::size_t>(i)]);
+      p_[id] = std::exp(static_cast<double>(work_[id]) / t - top);
+    }
+  });
+  double sum = 0.0;
+  for (std::size_t i = 0; i < n; ++i) sum += p_[static_cast<std::size_t>(order_[i])];
+  return sum;
 }
 
 int Sampler::draw_ranked(std::size_t keep, double sum) {

@@ -306,7 +306,9 @@ void Engine::admit(Slot& slot, std::shared_ptr<Job> job) {
   }
   slot.done = 0;
   slot.generated = 0;
-  slot.sampler.emplace(r.sampler);
+  SamplerOptions sampling = r.sampler;
+  sampling.threads = options_.threads;  // a draw alone splits its passes; draws side by side do not
+  slot.sampler.emplace(sampling);
   // Ids the tokenizer cannot decode (a head wider than the vocabulary) are never drawn.
   slot.sampler->set_mask(mask_);
   if (r.grammar && r.max_tokens > 0) {

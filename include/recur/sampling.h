@@ -62,6 +62,10 @@ struct SamplerOptions {
   /// Only the ids it allows are ever chosen (null: every id of the logits). Text output sets it
   /// to the ids the tokenizer can decode.
   std::shared_ptr<const TokenMask> mask;
+  /// Threads for the passes over the vocabulary (the exponentials, the max; 0: every core). The
+  /// draws are the same for any value: each id's number is its own, and their sum is taken in
+  /// one order on one thread.
+  int threads = 1;
 };
 
 /// Applies, in order: the mask, repetition penalty, temperature, top-k, top-p, then draws.
@@ -95,6 +99,9 @@ class Sampler {
   std::vector<float> work_;
   std::vector<int> order_;
   std::vector<double> p_;                         // the candidates' softmax numerators, by id
+  std::vector<std::size_t> best_;                 // (ranges) each range's first best candidate
+  std::size_t first_best(std::size_t n);          // the first of order_[0, n) with the highest logit
+  double numerators(std::size_t n, double t, double top);  // sets p_ of order_[0, n); their sum
   int draw_ranked(std::size_t keep, double sum);  // top-p and the draw over the first candidates
 };
 

@@ -38,9 +38,10 @@ struct Rows : model::Scratch {
   }
 };
 
-// relu(x)^2 in place, as transformers' ACT2FN["relu2"].
+// relu(x)^2 in place, as transformers' ACT2FN["relu2"] (a NaN stays a NaN, as torch's relu keeps
+// it).
 void relu_squared(float* x, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] * x[i] : 0.0f;
+  for (std::int64_t i = 0; i < n; ++i) x[i] = x[i] <= 0.0f ? 0.0f : x[i] * x[i];
 }
 
 class Network final : public model::Network {
