@@ -1,7 +1,9 @@
 // Tensor names: a checkpoint's names are matched against its family's table as stored, or with
 // PyTorch Lightning's wrapper prefix "model." taken off when only those match (docs/models.md,
 // "Tensor names"), for every family, quantized and sharded alike; both or neither is refused
-// with both attempts named. And the shard names of an index: any file name in the directory.
+// with both attempts named. A trainer's buffers (names holding "metrics" that the table lacks)
+// left out, a table's own such name read. And the shard names of an index: any file name in the
+// directory.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "model/family.h"
+#include "model/loader.h"
 #include "model/random_weights.h"
 #include "recur/model.h"
 #include "recur/quantize.h"
@@ -112,6 +115,48 @@ void write_renamed(const std::string& from, const std::string& to, const std::ve
 }
 
 std::string wrapped(const std::string& name) { return "model." + name; }
+
+// A family whose table names a tensor "metrics": the paper's model (transformers_are_rnns) with
+// one more vector, which its loader takes and its layers never read. No family recur reads
+// names one so; this one stands for the first that will.
+constexpr const char* kMetricsTensor = "layers.0.metrics.weight";
+
+class MetricsNamed final : public model::Family {
+ public:
+  const char* name() const override { return "metrics_named"; }
+  std::vector<std::string> model_types() const override { return {"metrics_named"}; }
+  const char* model_type(const ModelConfig&) const override { return "metrics_named"; }
+  void read_config(const std::string&, const json::Value& root, model::Fields& f,
+                   ModelConfig& c) const override {
+    paper().read_config("transformers_are_rnns", root, f, c);
+    c.type = "metrics_named";
+  }
+  void resolve(ModelConfig& c, const std::string& source) const override {
+    paper().resolve(c, source);
+  }
+  std::string config_fields(const ModelConfig& c) const override {
+    std::string s = paper().config_fields(c);  // model_type first: written as this family's
+    const std::string type = "\"transformers_are_rnns\"";
+    return s.replace(s.find(type), type.size(), "\"metrics_named\"");
+  }
+  void load(const ModelConfig& c, const WeightSource& weights, model::Loader& L,
+            Model::Impl& impl) const override {
+    paper().load(c, weights, L, impl);
+    L.take(kMetricsTensor, {c.hidden_size}, "hidden_size", model::Init::kNorm);
+  }
+  std::string describe(const Model& m, const std::string& label) const override {
+    return paper().describe(m, label);
+  }
+
+ private:
+  static const model::Family& paper() { return *model::family_named("transformers_are_rnns"); }
+};
+
+[[maybe_unused]] const bool kMetricsNamedRegistered = [] {
+  static const MetricsNamed family;
+  model::register_family(family);
+  return true;
+}();
 
 // `s` as a JSON string, control characters escaped.
 std::string json_string(const std::string& s) {
@@ -241,6 +286,44 @@ TEST_CASE("names are matched as stored first: a file that matches both ways or n
     });
     expect_format_error([&] { Model::load(dir.file("bare")); },
                         {"tensor 'model.embeddings.weight'", "is missing"});
+  }
+}
+
+TEST_CASE("a name holding 'metrics' is read when the family's table lists it; a trainer's "
+          "buffers, which the table lacks, are left out", "[io]") {
+  TempDir dir;
+  SECTION("the table's own tensor is read: its values are in the fingerprint") {
+    const auto c = ModelConfig::from_json(
+        R"({"model_type": "metrics_named", "vocab_size": 64, "hidden_size": 32,
+            "num_hidden_layers": 1, "num_heads": 2})", "metrics_named");
+    write_random_model(dir.file("m"), c, 5);
+    CHECK(open_model_files(dir.file("m")).weights->has(kMetricsTensor));
+    auto tensors = tensors_of(dir.file("m"));
+    for (auto& t : tensors)
+      if (t.name == kMetricsTensor) t.bytes[0] ^= 1;  // the last bit of its first value
+    write_renamed(dir.file("m"), dir.file("changed"), tensors,
+                  [](const std::string& n) { return n; });
+    CHECK(Model::load(dir.file("changed"))->fingerprint() !=
+          Model::load(dir.file("m"))->fingerprint());
+  }
+  SECTION("Based's Lightning checkpoint: its train_metrics buffer is left out") {
+    const auto archs = every_arch();
+    const auto based = std::find_if(archs.begin(), archs.end(),
+                                    [](const Arch& a) { return a.name == "based"; });
+    REQUIRE(based != archs.end());
+    write_random_model(dir.file("based"), based->config, 5);
+    // As Lightning saves it: the network under "model.", the metric's int64 counter beside it.
+    auto tensors = tensors_of(dir.file("based"));
+    const std::string counter = "train_metrics.perplexity.count";
+    tensors.push_back({counter, DType::kI64, {}, std::vector<std::uint8_t>(8, 0)});
+    write_renamed(dir.file("based"), dir.file("lightning"), tensors,
+                  [&](const std::string& n) { return n == counter ? n : wrapped(n); });
+    REQUIRE(TensorStore::open_dir(dir.file("lightning")).contains(counter));
+    const ModelFiles files = open_model_files(dir.file("lightning"));
+    CHECK_FALSE(files.weights->has(counter));
+    for (const auto& name : files.weights->names())
+      CHECK(name.find("metrics") == std::string::npos);
+    check_same_model(Model::load(dir.file("lightning")), Model::load(dir.file("based")));
   }
 }
 

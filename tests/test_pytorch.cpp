@@ -228,8 +228,13 @@ TEST_CASE("a pytorch_model.bin that transformers wrote reads under its names as 
     recur::testing::TempDir dir;
     fs::copy_file(based + "/config.json", dir.file("config.json"));
     fs::copy_file(based + "/pytorch_model.bin", dir.file("pytorch_model.bin"));
-    REQUIRE(TorchCheckpoint::open_file(dir.file("pytorch_model.bin")).contains("model.lm_head.weight"));
-    CHECK(open_model_files(dir.str()).weights->has("lm_head.weight"));
+    const auto ckpt = TorchCheckpoint::open_file(dir.file("pytorch_model.bin"));
+    REQUIRE(ckpt.contains("model.lm_head.weight"));
+    REQUIRE(ckpt.contains("model.train_metrics.num-tokens.count"));
+    const ModelFiles files = open_model_files(dir.str());
+    CHECK(files.weights->has("lm_head.weight"));
+    // The trainer's buffer, which Based's table lacks, is left out.
+    CHECK_FALSE(files.weights->has("train_metrics.num-tokens.count"));
     check_same_model(Model::load(dir.str()), Model::load(based));
   }
   SECTION("a bare .pth (no config.json): the family found by the names without the prefix") {

@@ -181,7 +181,9 @@ ModelConfig config_from_weights(const WeightSource& weights, const std::string& 
 /// The weights under the names the family's table gives them (docs/models.md, "Tensor names"):
 /// the names as stored when they match the table; with PyTorch Lightning's wrapper prefix
 /// "model." taken off when they do not and those do. FormatError naming both attempts when both
-/// match, or neither. Every reader of a model's weights goes through it, whatever the file.
+/// match, or neither. Names holding "metrics" that the table lacks (a trainer's buffers, as
+/// Lightning saves Based's) are left out. Every reader of a model's weights goes through it,
+/// whatever the file.
 std::unique_ptr<WeightSource> as_named_by_table(const ModelConfig& config,
                                                 std::unique_ptr<WeightSource> weights);
 /// The same for weights the caller keeps: `weights` itself, or a view of it that `view` holds.

@@ -22,20 +22,11 @@ using Shape = std::vector<std::int64_t>;
 
 namespace {
 
-// A trainer's bookkeeping that checkpoints saved from a training wrapper's state dict carry
-// (PyTorch Lightning's torchmetrics buffers, e.g. Based's `train_metrics.*` int64 counters):
-// part of no model, whatever the file format. Every source leaves these names out, as the
-// published loader does.
-bool training_bookkeeping(const std::string& name) {
-  return name.find("metrics") != std::string::npos;
-}
-
+// A safetensors file's tensors (or an index's shards'), under the names the files give them.
 class TensorStoreSource final : public WeightSource {
  public:
   explicit TensorStoreSource(TensorStore store) : store_(std::move(store)) {}
-  bool has(const std::string& name) const override {
-    return store_.contains(name) && !training_bookkeeping(name);
-  }
+  bool has(const std::string& name) const override { return store_.contains(name); }
   std::vector<std::int64_t> shape(const std::string& name) const override {
     return store_.info(name).shape;
   }
@@ -43,10 +34,7 @@ class TensorStoreSource final : public WeightSource {
   DType dtype(const std::string& name) const override { return store_.info(name).dtype; }
   std::vector<std::string> names() const override {
     std::vector<std::string> out;
-    for (const auto& [name, info] : store_.tensors()) {
-      (void)info;
-      if (!training_bookkeeping(name)) out.push_back(name);
-    }
+    for (const auto& entry : store_.tensors()) out.push_back(entry.first);
     return out;
   }
   std::string describe() const override { return store_.source(); }
@@ -58,14 +46,11 @@ class TensorStoreSource final : public WeightSource {
   TensorStore store_;
 };
 
-// A pytorch_model.bin's tensors, under the names the file gives them (the trainer's metric
-// buffers left out: training_bookkeeping).
+// A pytorch_model.bin's tensors, under the names the file gives them.
 class TorchSource final : public WeightSource {
  public:
   explicit TorchSource(TorchCheckpoint ckpt) : ckpt_(std::move(ckpt)) {}
-  bool has(const std::string& name) const override {
-    return ckpt_.contains(name) && !training_bookkeeping(name);
-  }
+  bool has(const std::string& name) const override { return ckpt_.contains(name); }
   std::vector<std::int64_t> shape(const std::string& name) const override {
     return info(name).shape;
   }
@@ -87,12 +72,7 @@ class TorchSource final : public WeightSource {
       default: return DType::kF32;
     }
   }
-  std::vector<std::string> names() const override {
-    std::vector<std::string> out;
-    for (const auto& name : ckpt_.names())
-      if (!training_bookkeeping(name)) out.push_back(name);
-    return out;
-  }
+  std::vector<std::string> names() const override { return ckpt_.names(); }
   std::string describe() const override { return ckpt_.source(); }
 
  private:
@@ -113,15 +93,17 @@ constexpr const char* kWrapperPrefix = "model.";
 
 bool has_wrapper_prefix(const std::string& name) { return name.rfind(kWrapperPrefix, 0) == 0; }
 
-// Another source's tensors with the wrapper prefix taken off the names that have it. A name then
+// Another source's tensors under the names the model reads: with the wrapper prefix taken off
+// the names that have it (when `strip`), the names in `dropped` (so named) left out. A name then
 // held twice (with and without the prefix) is the view's clash(): such a view is never read.
-class WithoutWrapperPrefix final : public WeightSource {
+class TableView final : public WeightSource {
  public:
-  WithoutWrapperPrefix(const WeightSource& inner, std::unique_ptr<WeightSource> owned)
-      : inner_(inner), owned_(std::move(owned)) {
+  TableView(const WeightSource& inner, bool strip, const std::set<std::string>& dropped = {})
+      : inner_(inner) {
     const std::size_t cut = std::string(kWrapperPrefix).size();
     for (const auto& name : inner_.names()) {
-      const std::string bare = has_wrapper_prefix(name) ? name.substr(cut) : name;
+      const std::string bare = strip && has_wrapper_prefix(name) ? name.substr(cut) : name;
+      if (dropped.count(bare)) continue;
       if (!stored_.emplace(bare, name).second) {
         if (clash_.empty()) clash_ = bare;
         continue;
@@ -144,6 +126,8 @@ class WithoutWrapperPrefix final : public WeightSource {
   }
   /// A name the source holds both with and without the prefix, or "".
   const std::string& clash() const { return clash_; }
+  /// Keeps the source alive as long as the view: `inner` is the source it was made on.
+  void own(std::unique_ptr<WeightSource> inner) { owned_ = std::move(inner); }
 
  private:
   const std::string& stored(const std::string& name) const {
@@ -153,7 +137,7 @@ class WithoutWrapperPrefix final : public WeightSource {
     return it->second;
   }
   const WeightSource& inner_;
-  std::unique_ptr<WeightSource> owned_;       // inner_, when the view owns it
+  std::unique_ptr<WeightSource> owned_;       // inner_, when the view owns it (own())
   std::map<std::string, std::string> stored_;  // name the model reads -> name in the source
   std::vector<std::string> order_;             // the source's order
   std::string clash_;
@@ -200,7 +184,7 @@ bool strip_wrapper(const ModelConfig& config, const WeightSource& weights) {
   const auto names = weights.names();
   if (std::none_of(names.begin(), names.end(), has_wrapper_prefix)) return false;
   const TableCheck as_stored = check_table(config, weights);
-  const WithoutWrapperPrefix stripped(weights, nullptr);
+  const TableView stripped(weights, true);
   TableCheck without = check_table(config, stripped);
   if (!stripped.clash().empty())
     without.error = fmt::format("tensor '{}' is there both with and without it", stripped.clash());
@@ -218,6 +202,39 @@ bool strip_wrapper(const ModelConfig& config, const WeightSource& weights) {
       kWrapperPrefix, without.say()));
 }
 
+// A trainer's bookkeeping, which a checkpoint saved from a training wrapper's state dict carries:
+// PyTorch Lightning's torchmetrics buffers (Based's `train_metrics.*` counters), part of no
+// model. They are the names holding "metrics" that the configuration's table lacks, as the
+// model reads the names (`strip`: without the wrapper prefix); every reader leaves them out, as
+// Based's published loader does. A name the table lists is the model's, whatever it holds.
+std::set<std::string> training_bookkeeping(const ModelConfig& config, const WeightSource& weights,
+                                           bool strip) {
+  const TableView named(weights, strip);
+  std::vector<std::string> found;
+  for (const auto& name : named.names())
+    if (name.find("metrics") != std::string::npos) found.push_back(name);
+  if (found.empty()) return {};
+  ModelConfig c = config;
+  const model::Family& family = model::family_of(c);
+  family.fit_to_weights(c, named);
+  c.resolve(named.describe());
+  std::set<std::string> listed;
+  for (const auto& t : model::tensor_table(family, c)) listed.insert(t.name);
+  std::set<std::string> out;
+  for (const auto& name : found)
+    if (!listed.count(family.table_name(c, name))) out.insert(name);
+  return out;
+}
+
+// The view under which the model reads `weights` (docs/models.md, "Tensor names"), or null when
+// it reads them as stored.
+std::unique_ptr<TableView> table_view(const ModelConfig& config, const WeightSource& weights) {
+  const bool strip = strip_wrapper(config, weights);
+  const auto dropped = training_bookkeeping(config, weights, strip);
+  if (!strip && dropped.empty()) return nullptr;
+  return std::make_unique<TableView>(weights, strip, dropped);
+}
+
 // The configuration a bare checkpoint's tensors give: by their names as stored, or, when no
 // family recognises those and some have the wrapper prefix, by the names without it. Whichever
 // it is, as_named_by_table then checks the names against that configuration's table.
@@ -226,7 +243,7 @@ ModelConfig bare_config(const WeightSource& raw, const std::string& source) {
     return model::config_from_weights(raw, source);
   } catch (const FormatError& as_stored) {
     const auto names = raw.names();
-    const WithoutWrapperPrefix stripped(raw, nullptr);
+    const TableView stripped(raw, true);
     if (std::none_of(names.begin(), names.end(), has_wrapper_prefix) || !stripped.clash().empty())
       throw;
     try {
@@ -252,16 +269,16 @@ std::vector<TensorSpec> tensor_table(const Family& family, const ModelConfig& c)
 
 std::unique_ptr<WeightSource> as_named_by_table(const ModelConfig& config,
                                                 std::unique_ptr<WeightSource> weights) {
-  if (!strip_wrapper(config, *weights)) return weights;
-  const WeightSource& inner = *weights;
-  return std::make_unique<WithoutWrapperPrefix>(inner, std::move(weights));
+  auto view = table_view(config, *weights);
+  if (!view) return weights;
+  view->own(std::move(weights));
+  return view;
 }
 
 const WeightSource& as_named_by_table(const ModelConfig& config, const WeightSource& weights,
                                       std::unique_ptr<WeightSource>& view) {
-  if (!strip_wrapper(config, weights)) return weights;
-  view = std::make_unique<WithoutWrapperPrefix>(weights, nullptr);
-  return *view;
+  view = table_view(config, weights);
+  return view ? *view : weights;
 }
 
 }  // namespace model

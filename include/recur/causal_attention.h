@@ -1,5 +1,6 @@
-// Causal softmax attention with rotary position embeddings and grouped kv heads: the `attn`
-// layers of flash-linear-attention's hybrid models. A layer is either full (a token sees every
+// Causal softmax attention with rotary position embeddings and grouped kv heads: the softmax
+// layers of the hybrid models (flash-linear-attention's `attn` layers, and the attention every
+// other hybrid family puts among its recurrent layers). A layer is either full (a token sees every
 // token before it: its state is a KV cache that grows by 2 * n_kv_heads * d_head floats a token)
 // or windowed (a token sees the `window` tokens before it: a ring of window + 1 slots, constant).
 //

@@ -1,6 +1,7 @@
-// A depthwise causal convolution over time with a short kernel: BaseConv's ShortConvolution
-// (PyTorch's Conv1d with groups = channels, padding kernel_size - 1, the outputs past the input's
-// length dropped). Channel c of token t sees only channel c of tokens t - K + 1 .. t:
+// A depthwise causal convolution over time with a short kernel (PyTorch's Conv1d with groups =
+// channels, padding kernel_size - 1, the outputs past the input's length dropped): Based's
+// BaseConv, flash-linear-attention's ShortConvolution, Mamba-2's conv1d, LFM2's conv blocks.
+// Channel c of token t sees only channel c of tokens t - K + 1 .. t:
 //
 //   y_t[c] = (((w[c][0] x_{t-K+1}[c] + w[c][1] x_{t-K+2}[c]) + ...) + w[c][K-1] x_t[c]) + b[c]
 //
