@@ -118,38 +118,6 @@ SsdMixer load_ssd_mixer(Loader& L, const std::string& p, const SsdSpec& s) {
   return m;
 }
 
-std::unique_ptr<LayerState> SsdState::clone() const {
-  return std::make_unique<SsdState>(S.clone(), conv.clone());
-}
-
-void SsdState::reset() {
-  S.reset();
-  conv.reset();
-}
-
-std::vector<unsigned char> SsdState::raw_bytes() const {
-  std::vector<unsigned char> out = S.raw_bytes();
-  const auto c = conv.raw_bytes();
-  out.insert(out.end(), c.begin(), c.end());
-  return out;
-}
-
-void SsdState::load_raw_bytes(const unsigned char* data, std::size_t size) {
-  if (size != raw_size())
-    throw FormatError(fmt::format("[LayerState] {} bytes given, this Mamba-2 layer's state has {}",
-                                  size, raw_size()));
-  // Into copies first, so that a failure leaves this state as it was.
-  GlaState s = S.clone();
-  ShortConvState c = conv.clone();
-  s.load_raw_bytes(data, s.raw_size());
-  c.load_raw_bytes(data + s.raw_size(), c.raw_size());
-  if (c.n_tokens() != s.n_tokens())
-    throw FormatError(fmt::format("[LayerState] the convolution has seen {} tokens, the "
-                                  "recurrence {}", c.n_tokens(), s.n_tokens()));
-  S = std::move(s);
-  conv = std::move(c);
-}
-
 std::unique_ptr<LayerState> make_ssd_state(const SsdMixer& m) {
   return std::make_unique<SsdState>(m.scan->make_state(), m.conv->make_state());
 }
@@ -249,7 +217,7 @@ void ssd_sequence(const SsdMixer& m, SsdState& st, SsdRows& b, int first, int co
                       PrefillOptions{count, threads});
     }
   } catch (...) {
-    st.conv = std::move(window);
+    static_cast<ShortConvState&>(st.conv) = std::move(window);
     throw;
   }
   // y += D x, per head.

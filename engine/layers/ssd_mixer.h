@@ -22,6 +22,7 @@
 
 #include "model/family.h"
 #include "layers/dense.h"
+#include "model/declared_state.h"
 #include "model/network.h"
 #include "recur/gla_recurrence.h"
 #include "recur/short_conv.h"
@@ -90,20 +91,21 @@ struct SsdMixer {
 /// out_proj (and its bias).
 SsdMixer load_ssd_mixer(Loader& L, const std::string& prefix, const SsdSpec& s);
 
-/// One mixer's state for one sequence: S of every head and the convolution's window.
-class SsdState final : public LayerState {
- public:
+/// One mixer's state for one sequence: S of every head and the convolution's window, saved in
+/// that order (each its own record, which carries its token count).
+struct SsdState final : DeclaredState<SsdState> {
+  static constexpr std::uint32_t kFormat = 0;  // no frame: the recurrence's record carries one
+  static constexpr const char* kCall = "LayerState";
+  static constexpr const char* kWhat = "this Mamba-2 layer's state";
   SsdState(GlaState s, ShortConvState window) : S(std::move(s)), conv(std::move(window)) {}
-  GlaState S;
-  ShortConvState conv;
+  Copyable<GlaState> S;
+  Copyable<ShortConvState> conv;
 
-  std::unique_ptr<LayerState> clone() const override;
-  void reset() override;
-  std::int64_t n_tokens() const override { return S.n_tokens(); }
-  std::size_t bytes() const override { return S.bytes() + conv.bytes(); }
-  std::size_t raw_size() const override { return S.raw_size() + conv.raw_size(); }
-  std::vector<unsigned char> raw_bytes() const override;
-  void load_raw_bytes(const unsigned char* data, std::size_t size) override;
+  template <class Self, class F>
+  static void parts(Self& s, F&& f) {
+    f("recurrence", s.S);
+    f("convolution", s.conv);
+  }
   MixerKind kind() const override { return MixerKind::kGated; }
 };
 
