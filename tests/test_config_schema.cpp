@@ -479,7 +479,7 @@ TEST_CASE("fla's layouts, written then read, are the same configuration, every f
     CHECK(b.specs[0].num_kv_heads == 2);  // as many as heads
     CHECK(b.specs[1].layers == std::vector<int>{0});
     CHECK(list.mixers[0] == recur::MixerKind::kAttention);
-    CHECK(list.mixers[1] == recur::MixerKind::kGated);
+    CHECK(list.mixers[1] == recur::MixerKind::kDecayedRecurrence);
     CHECK(list.mixers[2] == recur::MixerKind::kAttention);
     CHECK_THAT(list.to_json(), Contains("\"attn\": [{\"layers\": [2]"));
     CHECK_THAT(round_trip(fla_json(R"("model_type": "retnet", "num_heads": 2, "attn": [])")).to_json(),
@@ -644,7 +644,7 @@ const recur::model::Schema<ListToy>& list_toy_schema() {
     t.written("architectures", "[\"ListToyForCausalLM\"]").for_other_tools()
         .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 2, 1, 64)
         .list("layer_types", &ModelConfig::mixers,
-              {{recur::MixerKind::kGated, "mamba"}, {recur::MixerKind::kAttention, "attention"}},
+              {{recur::MixerKind::kDecayedRecurrence, "mamba"}, {recur::MixerKind::kAttention, "attention"}},
               &ModelConfig::num_hidden_layers, "num_hidden_layers")
         .choice("positions", &ListToy::rotary, false, {{true, "rope"}, {false, "nope"}})
         .flag("rope", "rotary positions")
@@ -680,7 +680,7 @@ TEST_CASE("a schema's list of names reads as many kinds as its length field says
   };
   const auto [c, g] = read(R"({"num_hidden_layers": 3, "layer_types": ["mamba", "attention", "mamba"]})");
   using recur::MixerKind;
-  CHECK(c.mixers == std::vector<MixerKind>{MixerKind::kGated, MixerKind::kAttention, MixerKind::kGated});
+  CHECK(c.mixers == std::vector<MixerKind>{MixerKind::kDecayedRecurrence, MixerKind::kAttention, MixerKind::kDecayedRecurrence});
   recur::model::FieldWriter w;
   list_toy_schema().write(w, c, g);
   CHECK_THAT(w.text(), Contains("  \"layer_types\": [\"mamba\", \"attention\", \"mamba\"],\n"));

@@ -60,7 +60,7 @@ TEST_CASE("a Falcon-H1 state is the Mamba-2 part, fixed, and the attention's key
   const auto m = Model::from_weights(c, recur::RandomWeights(c, 5));
   const auto& net = *recur::model::impl_of(*m).network;
   REQUIRE(net.n_layers() == 4);  // per layer: the Mamba-2 mixer, then the attention
-  CHECK(net.make_state(0)->kind() == recur::MixerKind::kGated);
+  CHECK(net.make_state(0)->kind() == recur::MixerKind::kDecayedRecurrence);
   CHECK(net.make_state(1)->kind() == recur::MixerKind::kAttention);
   Decoder d(m, DecoderOptions{8, 1});
   d.prefill({1, 2, 3, 4, 5});
@@ -68,7 +68,7 @@ TEST_CASE("a Falcon-H1 state is the Mamba-2 part, fixed, and the attention's key
   d.prefill({6, 7, 8});
   // Three tokens more: in each of the 2 layers, a key and a value of 2 kv heads of 8 floats.
   CHECK(d.state_bytes() - five == 3 * 2 * 2 * 2 * 8 * sizeof(float));
-  const recur::MixerKind gated = recur::MixerKind::kGated;
+  const recur::MixerKind gated = recur::MixerKind::kDecayedRecurrence;
   CHECK(d.state_bytes(gated) == recur::model::new_state_bytes(net, &gated));
 }
 

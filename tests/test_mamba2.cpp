@@ -142,7 +142,7 @@ TEST_CASE("a Mamba-2 state is fixed in size and refuses bytes of another shape, 
   const auto& net = *recur::model::impl_of(*m).network;
   auto state = net.make_state(0);
   auto other = net.make_state(0);
-  CHECK(state->kind() == recur::MixerKind::kGated);
+  CHECK(state->kind() == recur::MixerKind::kDecayedRecurrence);
   // S: format, 4 heads of 16 x 8 floats, the count; the window: 3 rows of 32 + 2 * 2 * 16
   // channels, the count.
   const std::size_t s_bytes = 4 + 4 * 16 * 8 * 4 + 8;
@@ -281,7 +281,7 @@ TEST_CASE("Nemotron-H 8B's config.json fields read as its shape", "[mamba2][nemo
     "vocab_size": 131072})");
   CHECK(c.num_hidden_layers == 52);
   // 24 Mamba-2 and 4 attention layers keep a state; the 24 MLP blocks none.
-  CHECK(std::count(c.mixers.begin(), c.mixers.end(), recur::MixerKind::kGated) == 24);
+  CHECK(std::count(c.mixers.begin(), c.mixers.end(), recur::MixerKind::kDecayedRecurrence) == 24);
   CHECK(std::count(c.mixers.begin(), c.mixers.end(), recur::MixerKind::kAttention) == 4);
   CHECK(c.mixers.size() == 28);
   CHECK_THAT(c.to_json(), Contains("\"head_dim\": 128"));
@@ -292,15 +292,15 @@ TEST_CASE("a Nemotron-H MLP block keeps no state, and only the attention layers'
   const auto m = model_of(kNemotron);
   const auto& net = *recur::model::impl_of(*m).network;
   REQUIRE(net.n_layers() == 3);  // M, *, M: the two MLP blocks have no state
-  CHECK(net.make_state(0)->kind() == recur::MixerKind::kGated);
+  CHECK(net.make_state(0)->kind() == recur::MixerKind::kDecayedRecurrence);
   CHECK(net.make_state(1)->kind() == recur::MixerKind::kAttention);
-  CHECK(net.make_state(2)->kind() == recur::MixerKind::kGated);
+  CHECK(net.make_state(2)->kind() == recur::MixerKind::kDecayedRecurrence);
   Decoder d(m, DecoderOptions{8, 1});
   d.prefill(tokens(10));
-  const std::size_t ssd = d.state_bytes(recur::MixerKind::kGated);
+  const std::size_t ssd = d.state_bytes(recur::MixerKind::kDecayedRecurrence);
   const std::size_t kv = d.state_bytes(recur::MixerKind::kAttention);
   d.prefill(tokens(50));
-  CHECK(d.state_bytes(recur::MixerKind::kGated) == ssd);
+  CHECK(d.state_bytes(recur::MixerKind::kDecayedRecurrence) == ssd);
   CHECK(d.state_bytes(recur::MixerKind::kAttention) > kv);  // keys and values of 2 kv heads of 12
 }
 

@@ -370,7 +370,7 @@ TEST_CASE("a gated model's state has one size from 100 to 100,000 tokens", "[mod
     dec.prefill(random_tokens(100, c.vocab_size, 1));
     const auto bytes = dec.bytes();
     const auto state = dec.state_bytes();
-    CHECK(dec.state_bytes(MixerKind::kGated) > 0);
+    CHECK(dec.state_bytes(MixerKind::kDecayedRecurrence) > 0);
     const int more = kSanitized ? 10000 : 99900;
     dec.prefill(random_tokens(more, c.vocab_size, 2));
     for (int i = 0; i < 10; ++i) dec.step(i);
@@ -387,7 +387,7 @@ TEST_CASE("a hybrid's state grows by exactly its full-attention layers' keys and
   const auto model = Model::from_weights(c, RandomWeights(c, 8));
   Decoder dec(model, {64, 2});
   dec.prefill(random_tokens(100, c.vocab_size, 1));
-  const auto gated = dec.state_bytes(MixerKind::kGated);
+  const auto gated = dec.state_bytes(MixerKind::kDecayedRecurrence);
   const auto attn = dec.state_bytes(MixerKind::kAttention);
   CHECK(gated + attn == dec.state_bytes());
   // One full layer, 2 kv heads of 8: a key and a value of 16 floats each per token.
@@ -395,7 +395,7 @@ TEST_CASE("a hybrid's state grows by exactly its full-attention layers' keys and
   CHECK(attn == 100 * per_token + sizeof(std::int64_t));
   dec.prefill(random_tokens(900, c.vocab_size, 2));
   dec.step(3);
-  CHECK(dec.state_bytes(MixerKind::kGated) == gated);
+  CHECK(dec.state_bytes(MixerKind::kDecayedRecurrence) == gated);
   CHECK(dec.state_bytes(MixerKind::kAttention) == 1001 * per_token + sizeof(std::int64_t));
   // The saved state says so too, and loads back into a decoder that has seen nothing.
   const std::string saved = dec.save_bytes();

@@ -106,7 +106,7 @@ struct SsdState final : DeclaredState<SsdState> {
     f("recurrence", s.S);
     f("convolution", s.conv);
   }
-  MixerKind kind() const override { return MixerKind::kGated; }
+  MixerKind kind() const override { return MixerKind::kDecayedRecurrence; }
 };
 
 std::unique_ptr<LayerState> make_ssd_state(const SsdMixer& m);

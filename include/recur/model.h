@@ -50,12 +50,16 @@ enum class MixerKind {
   kLinearAttention,  ///< S and Z through a feature map (every layer of the first two layouts)
   kShortConv,        ///< a gated depthwise causal convolution (Based's BaseConv, LFM2's conv blocks)
   kWindowAttention,  ///< softmax attention over the last tokens, with rotary embeddings
-  kGated,            ///< a decayed recurrence (GLA, RetNet, HGRN2, Mamba-2's SSD), with its short
-                     ///< convolutions
-  kAttention,        ///< fla's hybrid `attn` layers: causal softmax attention, full (a KV cache
-                     ///< that grows with the sequence) or windowed (constant)
+  kDecayedRecurrence,  ///< a recurrence whose state decays (GLA, RetNet, HGRN2, Mamba-2's SSD),
+                       ///< with its short convolutions
+  kAttention,        ///< a hybrid's softmax attention layer (fla's `attn`, Qwen3.5's, LFM2's,
+                     ///< Granite's, Nemotron-H's, Falcon-H1's): full (a KV cache that grows with
+                     ///< the sequence) or windowed (constant)
   kDeltaRule,        ///< a delta-rule recurrence: RWKV-7's time mix with its token shifts,
                      ///< Gated DeltaNet with its short convolutions
+  /// Deprecated: kDecayedRecurrence's old name ("gated" also named GLA's recurrence, Qwen's output
+  /// gate, the fla family and Gated DeltaNet).
+  kGated [[deprecated("use MixerKind::kDecayedRecurrence")]] = kDecayedRecurrence,
 };
 
 /// What a family's configuration adds to ModelConfig's common fields, for families whose

@@ -190,7 +190,7 @@ void resolve(ModelConfig& c, const std::string& source) {
   model::check_ssd_spec(g.ssd(c), source);
   c.num_heads = g.n_heads;
   c.num_kv_heads = g.n_kv_heads;
-  c.mixers.assign(std::size_t(c.num_hidden_layers), MixerKind::kGated);
+  c.mixers.assign(std::size_t(c.num_hidden_layers), MixerKind::kDecayedRecurrence);
   c.family = std::make_shared<Config>(g);
 }
 

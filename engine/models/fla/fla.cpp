@@ -130,7 +130,7 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
               1.0 / std::pow(10000.0, 2.0 * double(j) / double(fc.head_k_dim))));
       }
     }
-    if (layer.mixer == MixerKind::kGated) {
+    if (layer.mixer == MixerKind::kDecayedRecurrence) {
       GlaRecurrenceConfig gc;
       gc.n_heads = c.num_heads;
       gc.d_key = fc.head_k_dim;

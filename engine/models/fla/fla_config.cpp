@@ -200,7 +200,7 @@ void resolve(ModelConfig& c, const std::string& source) {
     c.intermediate_size = 256 * ((static_cast<int>(raw) + 255) / 256);
   }
   if (fc.conv_size < 1 || fc.conv_size > 64) config_fail(source, "conv_size is {}, expected 1 to 64", fc.conv_size);
-  c.mixers.assign(std::size_t(c.num_hidden_layers), MixerKind::kGated);
+  c.mixers.assign(std::size_t(c.num_hidden_layers), MixerKind::kDecayedRecurrence);
   model::resolve_hybrid_attention(fc.attn, d, c.num_hidden_layers, source);
   for (int l = 0; l < c.num_hidden_layers; ++l)
     if (fc.attn.spec_of[std::size_t(l)] != -1) c.mixers[std::size_t(l)] = MixerKind::kAttention;

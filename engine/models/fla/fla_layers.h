@@ -20,7 +20,7 @@ using model::Dense;
 using model::Norm;
 
 struct Layer {
-  MixerKind mixer = MixerKind::kGated;
+  MixerKind mixer = MixerKind::kDecayedRecurrence;
   Norm attn_norm, mlp_norm;
   // q, k, v, o (HGRN2: q, f, i, o); the output gate g_proj, GLA's low-rank gate gk_proj (gk0 then
   // gk1, with a bias); short convolutions on q, k, v (or none); the recurrence; the output norm

@@ -94,7 +94,7 @@ struct GatedLayerState final : model::DeclaredState<GatedLayerState> {
     f("recurrence", s.gated);
     f("convolutions", s.convs);
   }
-  MixerKind kind() const override { return MixerKind::kGated; }
+  MixerKind kind() const override { return MixerKind::kDecayedRecurrence; }
 };
 
 MixerIo mixer_io(const ModelConfig& c, const Layer& layer) {
@@ -290,7 +290,7 @@ class Network final : public model::Network {
                                       : -std::numeric_limits<float>::infinity());
       }
       attend(li, 0, threads);
-      if (L.mixer == MixerKind::kGated) {
+      if (L.mixer == MixerKind::kDecayedRecurrence) {
         if (fc.kind == FlaConfig::Kind::kHgrn2) {
           L.head_norm.apply(w.o.data(), n, d, w.o.data(), d, 1);
         } else {
@@ -342,7 +342,7 @@ class Network final : public model::Network {
 
  private:
   bool gla_gate(const Layer& l) const {
-    return l.mixer == MixerKind::kGated && config_of(c_).kind == FlaConfig::Kind::kGla;
+    return l.mixer == MixerKind::kDecayedRecurrence && config_of(c_).kind == FlaConfig::Kind::kGla;
   }
   ModelConfig c_;
 };

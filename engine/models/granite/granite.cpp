@@ -81,7 +81,7 @@ constexpr const char* kNoExperts = "the experts' routing: no experts in a dense 
 using Schema = model::Schema<GraniteConfig>;
 
 bool has_mamba(const ModelConfig& c) {
-  return std::count(c.mixers.begin(), c.mixers.end(), MixerKind::kGated) > 0;
+  return std::count(c.mixers.begin(), c.mixers.end(), MixerKind::kDecayedRecurrence) > 0;
 }
 
 // Experts: refused by name until recur runs them (transformers' default is 8).
@@ -181,7 +181,7 @@ const Schema& schema() {
         .integer("max_position_embeddings", &GraniteConfig::max_position_embeddings, 2048, 0,
                  1 << 30)
         .list("layer_types", &ModelConfig::mixers,
-              {{MixerKind::kGated, "mamba"}, {MixerKind::kAttention, "attention"}},
+              {{MixerKind::kDecayedRecurrence, "mamba"}, {MixerKind::kAttention, "attention"}},
               &ModelConfig::num_hidden_layers, "num_hidden_layers")
         .option("layer-types", "one letter a layer: M Mamba-2, A attention", "MAMA")
         .made_by([](const model::MakeOptions& o, const char* name) {

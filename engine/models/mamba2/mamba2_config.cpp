@@ -334,7 +334,7 @@ void resolve(ModelConfig& c, const std::string& source) {
   c.num_heads = g.n_heads;
   c.num_kv_heads = g.n_heads;
   c.intermediate_size = int(std::int64_t(g.n_heads) * g.head_dim);
-  c.mixers.assign(std::size_t(c.num_hidden_layers), MixerKind::kGated);
+  c.mixers.assign(std::size_t(c.num_hidden_layers), MixerKind::kDecayedRecurrence);
   c.family = std::make_shared<Mamba2Config>(g);
 }
 

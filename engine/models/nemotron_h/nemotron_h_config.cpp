@@ -197,7 +197,7 @@ void resolve(ModelConfig& c, const std::string& source) {
   // The network's layers are those with a state (M and *); the MLP blocks keep none.
   c.mixers.clear();
   for (const char ch : g.pattern)
-    if (ch != '-') c.mixers.push_back(ch == 'M' ? MixerKind::kGated : MixerKind::kAttention);
+    if (ch != '-') c.mixers.push_back(ch == 'M' ? MixerKind::kDecayedRecurrence : MixerKind::kAttention);
   c.family = std::make_shared<NemotronHConfig>(g);
 }
 
