@@ -389,7 +389,8 @@ TEST_CASE("every Gated DeltaNet layout's config.json, written and read again, is
   CHECK(t.rotary_dim() == 8);
   CHECK(text.eos_token_ids == std::vector<int>{3, 4});
   CHECK(text.tie_word_embeddings);
-  const GdnConfig& fla = recur::models::gdn::config_of(config(kFlaHybrid));
+  const ModelConfig fla_config = config(kFlaHybrid);
+  const GdnConfig& fla = recur::models::gdn::config_of(fla_config);
   CHECK(fla.n_v_heads == 4);
   CHECK(fla.d_v == 16);  // head_dim 16 * expand_v 1
   const ModelConfig plain = config(R"({"model_type": "gated_deltanet", "num_heads": 3})");
@@ -473,9 +474,10 @@ TEST_CASE("make-model's Gated DeltaNet defaults derive from the shape options", 
   CHECK(g.d_k == 16);
   CHECK(g.d_v == 16);  // the key head size
   CHECK(q.mixers.back() == recur::MixerKind::kAttention);
-  const GdnConfig& k = recur::models::gdn::config_of(
+  const ModelConfig k_config =
       made("qwen35", Given{{"hidden", "32"}, {"heads", "2"}, {"gdn-k-heads", "3"},
-                           {"gdn-head-dim", "8"}, {"intermediate", "40"}, {"text-only", ""}}));
+                           {"gdn-head-dim", "8"}, {"intermediate", "40"}, {"text-only", ""}});
+  const GdnConfig& k = recur::models::gdn::config_of(k_config);
   CHECK(k.layout == GdnConfig::Layout::kQwen35Text);
   CHECK(k.n_v_heads == 6);
   CHECK(k.d_v == 8);
@@ -487,9 +489,10 @@ TEST_CASE("make-model's Gated DeltaNet defaults derive from the shape options", 
   CHECK(h.n_v_heads == 2);  // the key heads
   CHECK(h.d_v == 32);       // twice the key head size
   CHECK(f.intermediate_size == 256);  // fla's rule from hidden_ratio
-  const GdnConfig& v = recur::models::gdn::config_of(
+  const ModelConfig v_config =
       made("gated_deltanet", Given{{"gdn-head-dim", "12"}, {"gdn-v-dim", "18"},
-                                   {"no-output-gate", ""}, {"gdn-no-conv", ""}}));
+                                   {"no-output-gate", ""}, {"gdn-no-conv", ""}});
+  const GdnConfig& v = recur::models::gdn::config_of(v_config);
   CHECK(v.expand_v == 1.5);
   CHECK(v.d_v == 18);
   CHECK_FALSE(v.use_gate);
