@@ -1,6 +1,7 @@
 #include "util/parallel.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cctype>
 #include <chrono>
@@ -64,6 +65,18 @@ Clock::duration late_credit() {
   return credit;
 }
 
+// Whether lateness is judged per kind of job (its function, size and range count: the same
+// product of every layer is one kind) or over all jobs at once. Per kind, a short job whose
+// helper woke late sends only the jobs of its own kind to the caller alone, not the long
+// products that helpers pay for. RECUR_LATE_BY=all judges all jobs together.
+bool late_per_kind() {
+  static const bool per_kind = [] {
+    const char* by = std::getenv("RECUR_LATE_BY");
+    return !(by && std::strcmp(by, "all") == 0);
+  }();
+  return per_kind;
+}
+
 // Spins until done() or the budget is spent; true if done.
 template <class Done>
 bool spin_until(const Done& done) {
@@ -110,9 +123,11 @@ class Pool {
   }
 
   void run(int n, int ranges, int helpers, RangeFn fn, const void* ctx) {
-    // After a job whose helper came late (below), the next jobs run on this thread alone.
-    if (inline_jobs_ > 0) {
-      --inline_jobs_;
+    // After a job whose helper came late (below), the next jobs of its kind run on this thread
+    // alone.
+    Lateness& late = lateness_of(fn, n, ranges);
+    if (late.inline_jobs > 0) {
+      --late.inline_jobs;
       return run_inline(n, ranges, fn, ctx);
     }
     while (static_cast<int>(threads_.size()) < helpers) {
@@ -144,7 +159,7 @@ class Pool {
       finished_.wait(lock, finished);
       caller_sleeps_.store(false, std::memory_order_relaxed);
     }
-    note_wait(own_done - start, Clock::now() - own_done, own, ranges);
+    late.note_wait(own_done - start, Clock::now() - own_done, own, ranges);
   }
 
  private:
@@ -159,20 +174,45 @@ class Pool {
   // after the first late job and twice as many after each late one that follows (up to 4096,
   // a few hundred tokens of a small model); each job that saves time halves the next stretch,
   // so that a helper that is late now and then keeps it long. So a helper that woke a little
-  // late for a short job is not late when the long products around it paid for it, and short
+  // late for a short job is not late when the long jobs of its kind paid for it, and short
   // waits that each cost a little still add up to a loss.
   // Which thread runs a range never changes a byte, so this is only a question of speed.
-  void note_wait(Clock::duration worked, Clock::duration waited, int own, int ranges) {
-    if (own <= 0) return;  // the helpers ran it all: nothing to compare with
-    const Clock::duration saved = worked * (ranges - own) / own - waited;
-    balance_ = std::min(balance_ + saved, late_credit());
-    if (balance_ >= Clock::duration(0)) {
-      if (saved >= Clock::duration(0)) backoff_ /= 2;
-      return;
+  struct Lateness {
+    RangeFn fn = nullptr;  // the kind of job (late_per_kind)
+    int n = 0, ranges = 0;
+    int backoff = 0;      // jobs to run alone after the last late one
+    Clock::duration balance{0};  // time the helpers saved since the last late job
+    int inline_jobs = 0;  // jobs still to run alone
+
+    void note_wait(Clock::duration worked, Clock::duration waited, int own, int n_ranges) {
+      if (own <= 0) return;  // the helpers ran it all: nothing to compare with
+      const Clock::duration saved = worked * (n_ranges - own) / own - waited;
+      balance = std::min(balance + saved, late_credit());
+      if (balance >= Clock::duration(0)) {
+        if (saved >= Clock::duration(0)) backoff /= 2;
+        return;
+      }
+      balance = Clock::duration(0);
+      backoff = backoff == 0 ? 8 : std::min(2 * backoff, 4096);
+      inline_jobs = backoff;
     }
-    balance_ = Clock::duration(0);
-    backoff_ = backoff_ == 0 ? 8 : std::min(2 * backoff_, 4096);
-    inline_jobs_ = backoff_;
+  };
+
+  // The caller's record of the job's kind: one of a small table, a kind that takes the slot of
+  // another starting afresh.
+  Lateness& lateness_of(RangeFn fn, int n, int ranges) {
+    if (!late_per_kind()) return kinds_[0];
+    const std::uintptr_t key = reinterpret_cast<std::uintptr_t>(fn) ^
+                               (std::uintptr_t(std::uint32_t(n)) * 0x9E3779B1u) ^
+                               (std::uintptr_t(ranges) << 7);
+    Lateness& k = kinds_[(key ^ (key >> 6) ^ (key >> 17)) % kinds_.size()];
+    if (k.fn != fn || k.n != n || k.ranges != ranges) {
+      k = Lateness{};
+      k.fn = fn;
+      k.n = n;
+      k.ranges = ranges;
+    }
+    return k;
   }
 
   // Takes and runs ranges of the job whose word was `w` until none is left; returns how many
@@ -232,9 +272,7 @@ class Pool {
   std::atomic<int> helpers_{0};
   std::atomic<int> done_{0};
   std::uint32_t generation_ = 0;  // the caller's own count
-  int backoff_ = 0;      // the caller's: jobs to run alone after the last late one
-  Clock::duration balance_{0};  // the caller's: time the helpers saved since the last late job
-  int inline_jobs_ = 0;  // the caller's: jobs still to run alone
+  std::array<Lateness, 64> kinds_{};  // the caller's: per kind of job, or [0] for all
 
   std::mutex mutex_;
   std::condition_variable wake_;      // helpers wait here for a job
