@@ -1,7 +1,9 @@
 # tests/model_test.sh's data and own checks for Falcon-H1 (transformers' falcon_h1 layout
 # without the gated norm, with it before and after the gate, every multiplier, biases, bf16).
 # Its prompt is tests/mamba2's. quantize keeps A_log, dt_bias, D, the norms and the convolution
-# as stored; convert keeps the digits.
+# as stored; convert keeps the digits (tests/mamba2's family_checks).
+# shellcheck source=../mamba2/suite.sh
+source "$src/tests/mamba2/suite.sh"
 ids="$src/tests/mamba2/prompt_ids.txt"
 tolerance=1e-6
 fixtures=3
@@ -10,7 +12,7 @@ golden_states="falcon-h1"
 golden_made=("--arch falcon_h1 --vocab 300 --hidden 32 --heads 4 --attn-kv-heads 2 --ssm-groups 2 --ssm-rms-norm --multipliers --dtype bf16")
 saved="falcon-h1 falcon-h1-norm"
 # falcon-h1: attention in both layers, a key and a value of 2 kv heads of 8 floats: 256 bytes a token.
-growing_state="falcon-h1 3000 256"
+constant_state="" growing_state="falcon-h1 3000 256"
 quantized="falcon-h1 falcon-h1-norm falcon-h1-after-gate" quant_chunks="7 300" quant_threads=2
 made=("--vocab 300 --hidden 32 --layers 2 --arch falcon_h1 --heads 4 --attn-kv-heads 2 --ssm-groups 2 --ssm-rms-norm --multipliers" '"model_type": "falcon_h1"'
       "--vocab 300 --hidden 32 --layers 2 --arch falcon_h1 --heads 2 --ssm-heads 3 --ssm-head-dim 16 --tie-embeddings" '"model_type": "falcon_h1"')
@@ -26,15 +28,4 @@ quantized_checks() {  # NAME TYPE DIR
   kept=$(grep -vxF -f "$tmp/stored" <<< "$kept" || true)
   [[ -z "$kept" ]] || fail "$1 $2: changed what must stay as stored: $kept"
   grep -qE 'in_proj\.weight (I8|U8)$' "$tmp/dtypes" || fail "$1 $2: in_proj was not quantized"
-}
-
-family_checks() {
-  local name
-  for name in $quantized; do
-    "$recur" convert "$fx/$name" "$tmp/conv-$name" > /dev/null 2> "$tmp/err" ||
-      { cat "$tmp/err" >&2; fail "recur convert $name"; }
-    [[ "$(nll "$(score -m "$tmp/conv-$name" --token-ids "$ids")")" == "${got_nll[$name]}" ]] ||
-      fail "$name: converted, it scores otherwise"
-  done
-  say "recur convert of $quantized keeps the digits"
 }
