@@ -113,7 +113,8 @@ SsdMixer load_ssd_mixer(Loader& L, const std::string& p, const SsdSpec& s) {
   g.n_heads = H;
   g.d_key = s.d_state;
   g.d_value = s.head_dim;
-  g.decay = DecayKind::kPerChannel;
+  g.decay = DecayKind::kPerHeadToken;
+  g.qk_heads = s.n_groups;  // B and C: one per group
   g.scale = 1.0f;
   m.scan = std::make_unique<GlaRecurrence>(g);
   return m;
@@ -130,7 +131,7 @@ void SsdRows::grow(int rows, const SsdSpec& s) {
   };
   sized(proj, s.in_width());
   sized(xbc, s.conv_dim());
-  for (auto* b : {&q, &k, &a}) sized(*b, std::int64_t(s.n_heads) * s.d_state);
+  sized(a, s.n_heads);
   sized(v, s.inner());
   sized(y, s.inner());
 }
@@ -169,31 +170,22 @@ void convolve(const SsdMixer& m, SsdState& st, SsdRows& b, int first, int count)
   model::convolve(*m.conv, st.conv, in, out, count, int(W), int(C));
 }
 
-// One row after the convolution: its SiLU, then dt per head (softplus, clamp), the decay
-// a = exp(dt A) (in double, rounded once), and the scan's inputs per head: q = C and k = B of
-// its group, every key row decayed by a, v = dt x.
+// One row after the convolution: its SiLU, then dt per head (softplus, clamp), the head's
+// decay a = exp(dt A) (in double, rounded once) and v = dt x. The scan reads B and C (its k and
+// q, one per group) where the SiLU leaves them.
 void row_inputs(const SsdMixer& m, SsdRows& b, int t) {
   const SsdSpec& s = m.spec;
-  const int H = s.n_heads, P = s.head_dim, N = s.d_state, per_group = s.n_heads / s.n_groups;
+  const int H = s.n_heads, P = s.head_dim;
   const std::int64_t W = s.in_width(), C = s.conv_dim(), I = s.inner();
-  const std::int64_t GN = std::int64_t(s.n_groups) * N, HN = std::int64_t(H) * N;
   const float* dt_raw = b.proj.data() + sz(t) * sz(W) + sz(I + C);
   float* x = b.xbc.data() + sz(t) * sz(C);
   gates::silu(x, x, C);
-  const float* B = x + I;
-  const float* Cm = B + GN;
-  float* q = b.q.data() + sz(t) * sz(HN);
-  float* k = b.k.data() + sz(t) * sz(HN);
-  float* a = b.a.data() + sz(t) * sz(HN);
+  float* a = b.a.data() + sz(t) * sz(H);
   float* v = b.v.data() + sz(t) * sz(I);
   for (int h = 0; h < H; ++h) {
     const double sp = softplus(double(dt_raw[h]) + double(m.dt_bias[sz(h)]));
     const float dt = float(std::min(std::max(sp, s.dt_min), s.dt_max));
-    const float decay = float(std::exp(double(dt) * double(m.neg_A[sz(h)])));
-    const std::int64_t g = h / per_group;
-    std::memcpy(q + h * N, Cm + g * N, sz(N) * sizeof(float));
-    std::memcpy(k + h * N, B + g * N, sz(N) * sizeof(float));
-    std::fill(a + h * N, a + (h + 1) * N, decay);
+    a[h] = float(std::exp(double(dt) * double(m.neg_A[sz(h)])));
     for (int j = 0; j < P; ++j) v[h * P + j] = dt * x[h * P + j];
   }
 }
@@ -227,7 +219,8 @@ void gate_row(const SsdMixer& m, const float* z, float* y) {
 void ssd_sequence(const SsdMixer& m, SsdState& st, SsdRows& b, int first, int count,
                   int threads) {
   const SsdSpec& s = m.spec;
-  const std::int64_t HN = std::int64_t(s.n_heads) * s.d_state, I = s.inner();
+  const std::int64_t I = s.inner(), C = s.conv_dim(), H = s.n_heads;
+  const std::int64_t GN = std::int64_t(s.n_groups) * s.d_state;
   // The window goes back if the scan refuses its inputs (non-finite numbers): the state then is
   // as it was before the call.
   ShortConvState window = st.conv.clone();
@@ -240,11 +233,13 @@ void ssd_sequence(const SsdMixer& m, SsdState& st, SsdRows& b, int first, int co
     // One path for one row and many: prefill gives step's bytes at any count and splits the
     // heads over the threads, so a token's walk (each head's S read and written once) is shared
     // by the threads too instead of running on one between the products.
+    // q = C and k = B: the last columns of the rows of xbc.
+    const float* B = row(b.xbc, C) + I;
     Map Y(row(b.y, I), count, I, Eigen::OuterStride<>(I));
-    m.scan->prefill(st.S, CMap(row(b.q, HN), count, HN, Eigen::OuterStride<>(HN)),
-                    CMap(row(b.k, HN), count, HN, Eigen::OuterStride<>(HN)),
+    m.scan->prefill(st.S, CMap(B + GN, count, GN, Eigen::OuterStride<>(C)),
+                    CMap(B, count, GN, Eigen::OuterStride<>(C)),
                     CMap(row(b.v, I), count, I, Eigen::OuterStride<>(I)),
-                    CMap(row(b.a, HN), count, HN, Eigen::OuterStride<>(HN)), Y,
+                    CMap(row(b.a, H), count, H, Eigen::OuterStride<>(H)), Y,
                     PrefillOptions{count, threads});
   } catch (...) {
     static_cast<ShortConvState&>(st.conv) = std::move(window);
