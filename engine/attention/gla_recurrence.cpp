@@ -43,12 +43,18 @@ void check_unit_interval(const char* call, const char* name, const float* data,
 
 // One head's decay per token (kPerHeadToken: a[t * stride], n tokens) in the walk's tiles of a
 // per-channel decay: the value on each of the d_key rows, 0 on the padding rows, as
-// gather_tiles writes a per-channel decay.
+// gather_tiles writes a per-channel decay. The tiles of d_key rows alone are all alike: the
+// first is written, the others copied from it.
 void fill_decay_tiles(const float* a, std::int64_t stride, int n, int dk, int Dp, float* tiles) {
+  constexpr int R = kernels::kTileRows;
   const std::int64_t tile_stride = kernels::tile_stride_of(n);
-  for (int i = 0; i < Dp; ++i) {
-    float* row = tiles + (i / kernels::kTileRows) * tile_stride + i % kernels::kTileRows;
-    for (int t = 0; t < n; ++t) row[t * kernels::kTileRows] = i < dk ? a[t * stride] : 0.0f;
+  for (int t = 0; t < n; ++t) std::fill(tiles + t * R, tiles + (t + 1) * R, a[t * stride]);
+  const int alike = std::min(dk, Dp) / R;
+  for (int b = 1; b < alike; ++b)
+    std::memcpy(tiles + b * tile_stride, tiles, sizeof(float) * static_cast<std::size_t>(n * R));
+  for (int i = alike * R; i < Dp; ++i) {
+    float* row = tiles + (i / R) * tile_stride + i % R;
+    for (int t = 0; t < n; ++t) row[t * R] = i < dk ? a[t * stride] : 0.0f;
   }
 }
 
