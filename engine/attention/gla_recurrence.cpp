@@ -331,8 +331,12 @@ void GlaRecurrence::prefill(GlaState& state, const ConstMatrixRef& Q, const Cons
                                 X.outerStride(), n, 1, dk, kernels::InputMap::kIdentity, s, tiles,
                                 0, Dp);
         };
-        to_tiles(Q, h / per_qk, qT, scale_);
-        to_tiles(K, h / per_qk, kT, 1.0f);
+        // Heads that share q and k (qk_heads) and follow one another in a range reuse the
+        // tiles of the head before: the walk only reads them.
+        if (h == h0 || h / per_qk != (h - 1) / per_qk) {
+          to_tiles(Q, h / per_qk, qT, scale_);
+          to_tiles(K, h / per_qk, kT, 1.0f);
+        }
         if (per_channel) to_tiles(A, h, aT, 1.0f);
         if (per_token) fill_decay_tiles(A.data() + b0 * A.outerStride() + h, A.outerStride(), n,
                                         dk, Dp, aT);
