@@ -136,17 +136,6 @@ void SsdRows::grow(int rows, const SsdSpec& s) {
   sized(y, s.inner());
 }
 
-void ssd_project(const SsdMixer& m, const float* h, int n, SsdRows& b, int threads) {
-  const SsdSpec& s = m.spec;
-  const std::int64_t W = s.in_width();
-  m.in_proj.apply(h, n, s.hidden, b.proj.data(), W, threads);
-  if (m.in_scale.empty()) return;
-  for (int t = 0; t < n; ++t) {
-    float* r = b.proj.data() + sz(t) * sz(W);
-    for (std::int64_t j = 0; j < W; ++j) r[j] *= m.in_scale[sz(j)];
-  }
-}
-
 namespace {
 
 // Runs fn(t) for each row t of [first, first + count), the rows split over up to `threads`
@@ -248,13 +237,38 @@ void ssd_sequence(const SsdMixer& m, SsdState& st, SsdRows& b, int first, int co
   per_row(first, count, threads, [&](int t) { skip_row(m, b, t); });
 }
 
-void ssd_output(const SsdMixer& m, SsdRows& b, int n, float* out, int threads) {
-  const SsdSpec& s = m.spec;
-  const std::int64_t I = s.inner(), W = s.in_width();
+DenseCall ssd_in_call(const SsdMixer& m, const float* h, int n, SsdRows& b) {
+  return {&m.in_proj, h, n, m.spec.hidden, b.proj.data(), m.spec.in_width()};
+}
+
+void ssd_scale(const SsdMixer& m, SsdRows& b, int n, int threads) {
+  if (m.in_scale.empty()) return;
+  const std::int64_t W = m.spec.in_width();
+  per_row(0, n, threads, [&](int t) {
+    float* r = b.proj.data() + sz(t) * sz(W);
+    for (std::int64_t j = 0; j < W; ++j) r[j] *= m.in_scale[sz(j)];
+  });
+}
+
+void ssd_project(const SsdMixer& m, const float* h, int n, SsdRows& b, int threads) {
+  m.in_proj.apply(h, n, m.spec.hidden, b.proj.data(), m.spec.in_width(), threads);
+  ssd_scale(m, b, n, threads);
+}
+
+void ssd_gate(const SsdMixer& m, SsdRows& b, int n, int threads) {
+  const std::int64_t I = m.spec.inner(), W = m.spec.in_width();
   per_row(0, n, threads, [&](int t) {
     gate_row(m, b.proj.data() + sz(t) * sz(W), b.y.data() + sz(t) * sz(I));
   });
-  m.out_proj.apply(b.y.data(), n, I, out, s.hidden, threads);
+}
+
+DenseCall ssd_out_call(const SsdMixer& m, SsdRows& b, int n, float* out) {
+  return {&m.out_proj, b.y.data(), n, m.spec.inner(), out, m.spec.hidden};
+}
+
+void ssd_output(const SsdMixer& m, SsdRows& b, int n, float* out, int threads) {
+  ssd_gate(m, b, n, threads);
+  m.out_proj.apply(b.y.data(), n, m.spec.inner(), out, m.spec.hidden, threads);
 }
 
 void ssd_clear(const SsdMixer& m, SsdRows& b, int first, int count) {

@@ -130,6 +130,15 @@ void ssd_project(const SsdMixer& m, const float* h, int n, SsdRows& b, int threa
 void ssd_sequence(const SsdMixer& m, SsdState& st, SsdRows& b, int first, int count, int threads);
 /// The row stage after it: the gated norm and out_proj of n rows into out (stride hidden).
 void ssd_output(const SsdMixer& m, SsdRows& b, int n, float* out, int threads);
+
+/// The two row stages with their products taken out, for a family whose other products do not
+/// wait for these (Falcon-H1's attention beside the mixer) to run them in one job (apply_all):
+/// ssd_project is in_proj (ssd_in_call) then ssd_scale; ssd_output is ssd_gate then out_proj
+/// (ssd_out_call). The same bytes either way.
+DenseCall ssd_in_call(const SsdMixer& m, const float* h, int n, SsdRows& b);
+void ssd_scale(const SsdMixer& m, SsdRows& b, int n, int threads);
+void ssd_gate(const SsdMixer& m, SsdRows& b, int n, int threads);
+DenseCall ssd_out_call(const SsdMixer& m, SsdRows& b, int n, float* out);
 /// Zeroes what ssd_sequence writes for those rows (a sequence that failed in a batch).
 void ssd_clear(const SsdMixer& m, SsdRows& b, int first, int count);
 
