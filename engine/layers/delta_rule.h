@@ -37,6 +37,10 @@ struct DeltaRuleMixer {
   /// head's state being read from memory and written back.
   void walk(float* S, const kernels::DeltaInputs& x, float* y, std::int64_t y_stride, int count,
             int threads) const;
+  /// walk() of heads [begin, end) alone, on the calling thread: for a caller whose threads
+  /// already split the heads (Gated DeltaNet's stages around the walk).
+  void walk_heads(float* S, const kernels::DeltaInputs& x, float* y, std::int64_t y_stride,
+                  int count, int begin, int end) const;
 };
 
 }  // namespace recur::model
