@@ -261,20 +261,22 @@ void CausalAttention::step(CausalState& state, ConstVectorRef q, ConstVectorRef 
   const int window = config_.window;
   const int n = int(window > 0 ? std::min<std::int64_t>(pos, window) + 1 : pos + 1);
   const std::int64_t work = std::int64_t(H) * n * 2 * d;
-  const int ranges = int(std::clamp<std::int64_t>(work / kMinStepRangeWork, 1,
-                                                  std::min(detail::resolve_threads(threads), H)));
+  // The workspace holds as many ranges as the threads could take, so that it grows at a thread
+  // count's first step, not later when the context becomes long enough to split.
+  const int most = std::min(detail::resolve_threads(threads), H);
+  const int ranges = int(std::clamp<std::int64_t>(work / kMinStepRangeWork, 1, most));
   // Everything allocated before the state changes: the page, and per range its workspace and
-  // the weights of the n keys.
+  // the weights of the keys it sees (a window's at most window + 1).
   const int half = int(inv_freq_.size()), dp = state.d_padded_;
   const auto per_range = std::size_t(d + P + dp);
   const std::size_t shared = std::size_t(2 * d);  // cos and sin, a rotated key
   if (window == 0) state.ensure_pages(pos + 1);
-  if (state.workspace_.size() < shared + std::size_t(ranges) * per_range)
-    state.workspace_.resize(shared + std::size_t(ranges) * per_range, 0.0f);
-  const std::size_t need = std::size_t(ranges) * std::size_t(n);
+  if (state.workspace_.size() < shared + std::size_t(most) * per_range)
+    state.workspace_.resize(shared + std::size_t(most) * per_range, 0.0f);
+  const std::size_t need = std::size_t(most) * std::size_t(window > 0 ? window + 1 : n);
   if (state.weights_.size() < need)
     state.weights_.resize(std::max(need, 2 * state.weights_.size()));
-  const std::size_t weights_stride = state.weights_.size() / std::size_t(ranges);
+  const std::size_t weights_stride = state.weights_.size() / std::size_t(most);
 
   float* cos_t = state.workspace_.data();
   float* sin_t = cos_t + half;
