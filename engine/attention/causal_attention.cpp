@@ -74,6 +74,16 @@ void CausalState::ensure_pages(std::int64_t slots) {
   }
 }
 
+// A range's workspace (a rotated q, a page of scores, acc) after the shared cos, sin and rotated
+// key; its weights `keys` floats apart in weights_. Called by prefill() too, for the threads it
+// runs on, so that a windowed state's size does not change at the first step after a prompt.
+void CausalState::reserve_step(int ranges, std::int64_t keys) {
+  const auto want = std::size_t(2 * d_head_) + std::size_t(ranges) * std::size_t(d_head_ + P + d_padded_);
+  if (workspace_.size() < want) workspace_.resize(want, 0.0f);
+  const std::size_t need = std::size_t(ranges) * std::size_t(keys);
+  if (weights_.size() < need) weights_.resize(std::max(need, 2 * weights_.size()));
+}
+
 std::int64_t CausalState::slots_used() const { return window_ > 0 ? window_ + 1 : n_tokens_; }
 
 // The record holds, per kv head, the slots in use (every slot of a ring; the tokens so far of a
@@ -271,11 +281,7 @@ void CausalAttention::step(CausalState& state, ConstVectorRef q, ConstVectorRef 
   const auto per_range = std::size_t(d + P + dp);
   const std::size_t shared = std::size_t(2 * d);  // cos and sin, a rotated key
   if (window == 0) state.ensure_pages(pos + 1);
-  if (state.workspace_.size() < shared + std::size_t(most) * per_range)
-    state.workspace_.resize(shared + std::size_t(most) * per_range, 0.0f);
-  const std::size_t need = std::size_t(most) * std::size_t(window > 0 ? window + 1 : n);
-  if (state.weights_.size() < need)
-    state.weights_.resize(std::max(need, 2 * state.weights_.size()));
+  state.reserve_step(most, window > 0 ? window + 1 : n);
   const std::size_t weights_stride = state.weights_.size() / std::size_t(most);
 
   float* cos_t = state.workspace_.data();
@@ -322,6 +328,8 @@ void CausalAttention::prefill(CausalState& state, const ConstMatrixRef& Q, const
   detail::check_finite(call, "K", K.data(), T, K.cols(), K.outerStride());
   detail::check_finite(call, "V", V.data(), T, V.cols(), V.outerStride());
   if (T == 0) return;
+  if (config_.window > 0)
+    state.reserve_step(std::min(detail::resolve_threads(options.threads), H), config_.window + 1);
   const int chunk = int(std::min<Eigen::Index>(options.chunk, T));
   if (config_.window > 0) return prefill_ring(state, Q, K, V, O, chunk, options.threads);
   prefill_full(state, Q, K, V, O, chunk, options.threads);

@@ -87,6 +87,8 @@ class CausalState {
   CausalState blank(std::int64_t n_tokens) const;
   std::int64_t slots_used() const;
   void ensure_pages(std::int64_t tokens);
+  // Room for a step's `ranges` ranges of query heads, each seeing up to `keys` keys.
+  void reserve_step(int ranges, std::int64_t keys);
   float* keys(std::size_t page, int kv_head) const;    // (d_head, kPageSlots): column = slot
   float* values(std::size_t page, int kv_head) const;  // (kPageSlots, d_padded): row = slot
 
