@@ -273,7 +273,8 @@ void CausalAttention::step(CausalState& state, ConstVectorRef q, ConstVectorRef 
   const std::int64_t work = std::int64_t(H) * n * 2 * d;
   // The workspace holds as many ranges as the threads could take, so that it grows at a thread
   // count's first step, not later when the context becomes long enough to split.
-  const int most = std::min(detail::resolve_threads(threads), H);
+  const int workers = detail::resolve_threads(threads);
+  const int most = detail::ranges_for(H, workers);
   const int ranges = int(std::clamp<std::int64_t>(work / kMinStepRangeWork, 1, most));
   // Everything allocated before the state changes: the page, and per range its workspace and
   // the weights of the keys it sees (a window's at most window + 1).
@@ -297,7 +298,7 @@ void CausalAttention::step(CausalState& state, ConstVectorRef q, ConstVectorRef 
                 v.data() + g * d, sizeof(float) * std::size_t(d));
   }
   const kernels::Kernels& kern = kernels::active();
-  detail::parallel_ranges(H, ranges, ranges, [&](int h0, int h1, int r) {
+  detail::parallel_ranges(H, ranges, workers, [&](int h0, int h1, int r) {
     float* qs = cos_t + shared + std::size_t(r) * per_range;
     const Scratch w{qs + d, state.weights_.data() + std::size_t(r) * weights_stride, qs + d + P};
     for (int h = h0; h < h1; ++h) {
@@ -329,7 +330,8 @@ void CausalAttention::prefill(CausalState& state, const ConstMatrixRef& Q, const
   detail::check_finite(call, "V", V.data(), T, V.cols(), V.outerStride());
   if (T == 0) return;
   if (config_.window > 0)
-    state.reserve_step(std::min(detail::resolve_threads(options.threads), H), config_.window + 1);
+    state.reserve_step(detail::ranges_for(H, detail::resolve_threads(options.threads)),
+                       config_.window + 1);
   const int chunk = int(std::min<Eigen::Index>(options.chunk, T));
   if (config_.window > 0) return prefill_ring(state, Q, K, V, O, chunk, options.threads);
   prefill_full(state, Q, K, V, O, chunk, options.threads);

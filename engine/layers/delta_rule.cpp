@@ -1,18 +1,6 @@
 #include "layers/delta_rule.h"
 
-#include <algorithm>
-
-#include "util/parallel.h"
-
 namespace recur::model {
-
-void DeltaRuleMixer::walk(float* S, const kernels::DeltaInputs& x, float* y,
-                          std::int64_t y_stride, int count, int threads) const {
-  const int ranges = std::min(std::max(threads, 1), n_heads);
-  detail::parallel_ranges(n_heads, ranges, [&](int begin, int end, int) {
-    walk_heads(S, x, y, y_stride, count, begin, end);
-  });
-}
 
 void DeltaRuleMixer::walk_heads(float* S, const kernels::DeltaInputs& x, float* y,
                                 std::int64_t y_stride, int count, int begin, int end) const {

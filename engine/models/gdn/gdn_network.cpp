@@ -205,8 +205,8 @@ class Network final : public model::Network {
                    int threads) const {
     check_inputs(m, w, first, count);
     const int G = m.Hv / m.Hk;
-    const int ranges = std::min(std::max(threads, 1), m.Hk);
-    detail::parallel_ranges(m.Hk, ranges, [&](int k0, int k1, int) {
+    detail::parallel_ranges(m.Hk, detail::ranges_for(m.Hk, threads), threads,
+                            [&](int k0, int k1, int) {
       convolve(m, st, w, first, count, k0, k1);
       delta_inputs(m, w, first, count, k0, k1);
       walk(m, st, w, first, count, k0 * G, k1 * G);

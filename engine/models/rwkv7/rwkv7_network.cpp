@@ -179,8 +179,8 @@ class Network final : public model::Network {
     const kernels::DeltaInputs in{w.w.data() + at, C, false, w.neg_kk.data() + at, C,
                                   w.b.data() + at,  C, w.k.data() + at,           C,
                                   w.r.data() + at,  C, w.v.data() + at,           C};
-    const int ranges = std::min(std::max(threads, 1), s_.H);
-    detail::parallel_ranges(s_.H, ranges, [&](int h0, int h1, int) {
+    detail::parallel_ranges(s_.H, detail::ranges_for(s_.H, threads), threads,
+                            [&](int h0, int h1, int) {
       gates(L, first_layer, w, first, first + count, h0, h1);
       delta_.walk_heads(st.S.data(), in, w.y.data() + at, C, count, h0, h1);
       head_norm(L, w, first, first + count, h0, h1);
