@@ -300,8 +300,8 @@ std::pair<std::vector<float>, std::string> decoded(const std::shared_ptr<const M
 
 TEST_CASE("decode of Qwen3.5, RWKV-7, Mamba-2 and Falcon-H1 (the walk split by heads with the "
           "convolution, norms and gates in its ranges, attention over the cache split by query "
-          "heads, fused "
-          "products) gives the bytes of one thread at 2 and 3 threads, in either range order",
+          "heads, fused products) gives the bytes of one thread at 2 and 3 threads, in either "
+          "range order",
           "[threads][exact]") {
   for (const char* json : {kQwenDecode, kRwkv7Decode, kMamba2Decode, kFalconH1Decode}) {
     const ModelConfig c = ModelConfig::from_json(json, "config.json");
