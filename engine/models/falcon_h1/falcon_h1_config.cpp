@@ -188,8 +188,6 @@ void resolve(ModelConfig& c, const std::string& source) {
   for (const double m : g.mlp_multipliers)
     if (!std::isfinite(m)) config_fail(source, "an mlp_multipliers entry is {}", m);
   model::check_ssd_spec(g.ssd(c), source);
-  c.num_heads = g.n_heads;
-  c.num_kv_heads = g.n_kv_heads;
   c.mixers.assign(std::size_t(c.num_hidden_layers), MixerKind::kDecayedRecurrence);
   c.family = std::make_shared<Config>(g);
 }
