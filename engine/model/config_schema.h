@@ -295,7 +295,8 @@ class Schema {
   }
   /// A block holding one object or a list of them (fla's `attn`), each read by `inner` (which
   /// sees the model's configuration, read before it) and refused any other field, `why` ending
-  /// that message; written back in the form it was read in, when present.
+  /// that message; written back in the form it was read in, when present. make-model writes
+  /// one object from `inner`'s options (made_object).
   template <class O, class B, class S>
   Schema& objects(const char* key, B O::*member, const Schema<S>& inner, const char* why) {
     Entry e = entry(key, FieldSpec::Type::kObject, "");
