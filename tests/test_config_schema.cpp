@@ -710,7 +710,8 @@ namespace {
 
 // A toy whose make-model options reach further than one field each: a size made from an option
 // of a field after it, a list option over two fields, one flag over two fields, a value written
-// with no option, a common flag written either way and a block made when its option is given.
+// with no option, a common flag written either way, a block made when its option is given and a
+// text written only when a flag is.
 struct MadeBlock {
   std::vector<int> layers;
   int width = 0;
@@ -753,7 +754,13 @@ const recur::model::Schema<MadeToy>& made_toy_schema() {
         .integer("experts", &F::experts, 8, 0, 64).made_as("0")
         .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, true)
         .common_flag("tie-embeddings")
-        .objects("block", &F::block, made_block_schema(), "the block has layers and width only");
+        .objects("block", &F::block, made_block_schema(), "the block has layers and width only")
+        // Written as text made from the fields, and only when --alt is given.
+        .accepted("alt_width", "a toy's")
+        .made_as([](const recur::model::MakeOptions&, const ModelConfig& c, const F&) {
+          return "[" + std::to_string(2 * c.hidden_size) + "]";
+        })
+        .made_when([](const recur::model::MakeOptions& o) { return o.flag("alt"); });
     return t;
   }();
   return s;
@@ -762,7 +769,8 @@ const recur::model::Schema<MadeToy>& made_toy_schema() {
 }  // namespace
 
 TEST_CASE("make-model's options: sizes made from later options, lists, flags over several "
-          "fields and blocks made when their option is given", "[model][config][schema]") {
+          "fields, blocks made when their option is given, fields written when a flag says",
+          "[model][config][schema]") {
   const auto& schema = made_toy_schema();
   std::vector<std::string> names;
   for (const auto& o : schema.make_options()) names.push_back(o.name);
@@ -775,11 +783,11 @@ TEST_CASE("make-model's options: sizes made from later options, lists, flags ove
         "\"tie_word_embeddings\": false");
   CHECK(schema.make_fields(GivenOptions(
             Given{{"hidden", "96"}, {"head-dim", "16"}, {"ranks", "3,5"}, {"tuned", ""},
-                  {"tie-embeddings", ""}, {"block-layers", "0,1"}},
+                  {"tie-embeddings", ""}, {"block-layers", "0,1"}, {"alt", ""}},
             schema.make_options())) ==
         "\"hidden_size\": 96, \"heads\": 6, \"head_dim\": 16, \"rank_a\": 3, \"rank_b\": 5, "
         "\"scale\": 2, \"shift\": 0.5, \"experts\": 0, \"tie_word_embeddings\": true, "
-        "\"block\": {\"layers\": [0,1], \"width\": 96}");
+        "\"block\": {\"layers\": [0,1], \"width\": 96}, \"alt_width\": [192]");
   const auto refused = [&](Given given, const std::string& part) {
     INFO(part);
     try {

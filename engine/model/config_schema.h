@@ -146,6 +146,7 @@ class Schema {
   /// make-model's value of a field no option sets, from the options and the fields made (a
   /// head count from a width and a head size).
   using Made = std::function<double(const MakeOptions&, const ModelConfig&, const F&)>;
+  using MadeText = std::function<std::string(const MakeOptions&, const ModelConfig&, const F&)>;
 
   /// An integer field in [min, max].
   template <class O>
@@ -603,8 +604,22 @@ class Schema {
     if (last().make_field.name) {
       last().option_text = [json_text](const MakeOptions&, const char*) { return json_text; };
     } else {
-      last().made_text = std::move(json_text);
+      last().made_text = [json_text](const MakeOptions&, const ModelConfig&, const F&) {
+        return json_text;
+      };
     }
+    return *this;
+  }
+  /// make-model writes the field, which no option sets, as the JSON text `text` makes of the
+  /// options and the fields made (LFM2's layer_types from --full-attention-interval).
+  Schema& made_as(MadeText text) {
+    last().made_text = std::move(text);
+    return *this;
+  }
+  /// make-model writes the field only when `when` holds of its options (a layout's form that a
+  /// flag picks); its value is made either way, for the fields after it.
+  Schema& made_when(std::function<bool(const MakeOptions&)> when) {
+    last().made_when = std::move(when);
     return *this;
   }
   /// make-model writes the field as config.json does, with no option (a class name the reader
@@ -737,8 +752,9 @@ class Schema {
     std::function<std::string(const MakeOptions&, const char*)> option_text;
     MakeField make_field{nullptr, nullptr};
     bool made_as_written = false;
-    Made made;              // made_from()
-    std::string made_text;  // made_as() on a field no option sets
+    Made made;           // made_from()
+    MadeText made_text;  // made_as() on a field no option sets
+    std::function<bool(const MakeOptions&)> made_when;
     // An object block's (objects()) options, and its text made from them.
     std::function<std::vector<MakeOption>(const std::vector<std::string>&)> block_options;
     std::function<std::string(const MakeOptions&, const ModelConfig&)> make_block;
@@ -754,8 +770,10 @@ class Schema {
   }
 
   // One pass over the table: with `derive`, the derived and made values too.
-  void make_pass(const MakeOptions& o, ModelConfig& c, F& g, FieldWriter& w, bool derive) const {
+  void make_pass(const MakeOptions& o, ModelConfig& c, F& g, FieldWriter& out, bool derive) const {
+    FieldWriter unwritten;
     for (const Entry& e : entries_) {
+      FieldWriter& w = e.made_when && !e.made_when(o) ? unwritten : out;
       if (e.nested) {
         FieldWriter own;
         e.nested->make_pass(o, c, g, own, derive);
@@ -771,8 +789,8 @@ class Schema {
         if (const std::string block = e.make_block(o, c); !block.empty()) w.add(e.spec.key, block);
         continue;
       }
-      if (!e.made_text.empty()) {
-        w.add(e.spec.key, e.made_text);
+      if (e.made_text) {
+        if (derive) w.add(e.spec.key, e.made_text(o, c, g));
         continue;
       }
       if (e.made) {
