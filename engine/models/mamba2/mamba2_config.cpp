@@ -197,6 +197,10 @@ const Schema& ssm_cfg_schema() {
                             f.name("d_ssm"), describe_json(*v), inner_of(c, g));
             },
             nullptr)
+        // make-model checks that the width is whole heads (and writes it, which is read back).
+        .made_from([](const model::MakeOptions& o, const ModelConfig& c, const Mamba2Config& g) {
+          return heads_of_width(o, c, g) * g.head_dim;
+        })
         .accepted("chunk_size", kKernel)
         .accepted("dt_min", kTraining)
         .accepted("dt_max", kTraining)
