@@ -695,7 +695,8 @@ class Schema {
   }
   /// config.json's text of the fields make-model's options set (given, defaulted or derived), as
   /// `"key": value` items joined by ", " (the family adds model_type). only_when() does not
-  /// apply here: a table of several layouts puts each option on its layout's entry.
+  /// apply here: a table of several layouts puts each option on its layout's entry, and
+  /// made_when() says which fields a flag's form writes.
   std::string make_fields(const MakeOptions& o) const {
     ModelConfig c;
     F g;

@@ -179,8 +179,7 @@ const Schema& schema() {
         .boolean("conv_bias", &Lfm2Config::conv_bias, false)
         .flag("conv-bias", "biases in the convolution blocks (conv_bias)")
         // The MLP's width (the later form's name, then the first form's, which wins) and its
-        // adjustment.
-        // make-model's: --intermediate before its adjustment, or three times hidden.
+        // adjustment; make-model's is --intermediate before the adjustment, or three times hidden.
         .integer("intermediate_size", &Lfm2Config::ff_dim, 12288, 1, kMaxDim)
         .written_when(later_form)
         .common_option("intermediate", true, [](const ModelConfig& c, const Lfm2Config&) {
