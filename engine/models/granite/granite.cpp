@@ -52,19 +52,10 @@ struct GraniteConfig final : FamilyConfig {
 
   int head_dim(const ModelConfig& c) const { return c.hidden_size / n_heads; }
   model::SsdSpec ssd(const ModelConfig& c) const {
-    model::SsdSpec s;
-    s.hidden = c.hidden_size;
-    s.n_heads = m_heads;
-    s.head_dim = m_head_dim;
-    s.d_state = m_state;
-    s.n_groups = m_groups;
-    s.d_conv = m_conv;
+    model::SsdSpec s =
+        model::ssd_spec(c, {m_heads, m_head_dim, m_state, m_groups, m_conv}, dt_min, dt_max);
     s.proj_bias = m_proj_bias;
     s.conv_bias = m_conv_bias;
-    s.norm_groups = m_groups;  // per group, as mamba_ssm and llama.cpp (docs/mamba2.md)
-    s.norm_eps = c.norm_eps;
-    s.dt_min = dt_min;
-    s.dt_max = dt_max;
     return s;
   }
 };
