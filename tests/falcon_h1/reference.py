@@ -26,13 +26,14 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from pyref import (Draw, causal_attention, check_fixture_set, dense,  # noqa: E402
-                   read_safetensors, reference_main, rms_norm, rotate, write_checkpoint)
+from pyref import (Draw, causal_attention, dense, read_safetensors,  # noqa: E402
+                   reference_main, rms_norm, rotate, write_checkpoint)
 import ssd_ref  # noqa: E402
 
 F64 = torch.float64
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 PROMPT = os.path.join(HERE, "..", "mamba2", "prompt_ids.txt")
+PROMPT_NOTE = "tests/mamba2/prompt_ids.txt (300 ids: bytes of models/kjv/heldout.txt)"
 
 DEFAULTS = dict(hidden=64, vocab=300, layers=2, heads=4, kv_heads=2, head_dim=None, ff=96,
                 m_heads=8, m_head_dim=16, d_ssm=None, expand=2, state=16, groups=1, conv=4,
@@ -241,11 +242,5 @@ def self_test():
           "gated norm's two options change the logits")
 
 
-def check_expected(path):
-    sys.path.insert(0, HERE)
-    import make_fixtures  # noqa: E402
-    check_fixture_set(path, HERE, PROMPT, make_fixtures.SPECS, make, figures)
-
-
 if __name__ == "__main__":
-    reference_main(sys.argv[1:], __doc__, make, load, forward, self_test, check_expected)
+    reference_main(sys.argv[1:], sys.modules[__name__])

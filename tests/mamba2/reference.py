@@ -22,12 +22,14 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from pyref import (Draw, causal_attention, check_fixture_set, dense, read_safetensors,  # noqa: E402
+from pyref import (Draw, causal_attention, dense, read_safetensors,  # noqa: E402
                    reference_main, rms_norm, rotate, write_checkpoint)
 from ssd_ref import (draw_ssd, figures as ssd_figures, gated_norm, mixer,  # noqa: E402
                      scan_chunked, scan_recurrent)
 
 F64 = torch.float64
+PROMPT = os.path.join(HERE, "prompt_ids.txt")
+PROMPT_NOTE = "prompt_ids.txt (300 ids: bytes of models/kjv/heldout.txt)"
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 
 DEFAULTS = dict(layout="transformers", hidden=64, vocab=300, layers=2, head_dim=16, state=16,
@@ -301,12 +303,5 @@ def self_test():
           "1e-12 at blocks 1, 4, 8, 64; the per-group gated norm differs from the whole-width one")
 
 
-def check_expected(path):
-    sys.path.insert(0, HERE)
-    import make_fixtures  # noqa: E402
-    check_fixture_set(path, HERE, os.path.join(HERE, "prompt_ids.txt"), make_fixtures.SPECS, make,
-                      figures)
-
-
 if __name__ == "__main__":
-    reference_main(sys.argv[1:], __doc__, make, load, forward, self_test, check_expected)
+    reference_main(sys.argv[1:], sys.modules[__name__])

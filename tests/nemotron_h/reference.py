@@ -24,13 +24,14 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from pyref import (Draw, causal_attention, check_fixture_set, dense,  # noqa: E402
-                   read_safetensors, reference_main, rms_norm, write_checkpoint)
+from pyref import (Draw, causal_attention, dense, read_safetensors,  # noqa: E402
+                   reference_main, rms_norm, write_checkpoint)
 import ssd_ref  # noqa: E402
 
 F64 = torch.float64
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 PROMPT = os.path.join(HERE, "..", "mamba2", "prompt_ids.txt")
+PROMPT_NOTE = "tests/mamba2/prompt_ids.txt (300 ids: bytes of models/kjv/heldout.txt)"
 
 DEFAULTS = dict(hidden=64, vocab=300, pattern="M*M-", heads=4, kv_heads=2, head_dim=24,
                 intermediate=160, m_heads=8, m_head_dim=12, state=16, groups=2, conv=4,
@@ -182,11 +183,5 @@ def self_test():
           "code computes them")
 
 
-def check_expected(path):
-    sys.path.insert(0, HERE)
-    import make_fixtures  # noqa: E402
-    check_fixture_set(path, HERE, PROMPT, make_fixtures.SPECS, make, figures)
-
-
 if __name__ == "__main__":
-    reference_main(sys.argv[1:], __doc__, make, load, forward, self_test, check_expected)
+    reference_main(sys.argv[1:], sys.modules[__name__])
