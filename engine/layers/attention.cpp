@@ -78,12 +78,15 @@ void write_hybrid_attention(FieldWriter& w, const HybridAttention& a) {
   w.add("attn", objects_text(hybrid_attention_schema(), ModelConfig{}, a));
 }
 
+std::size_t kv_cache_growth(std::size_t layers, int n_kv_heads, int head_dim) {
+  return layers * 2 * std::size_t(n_kv_heads) * std::size_t(head_dim) * sizeof(float);
+}
+
 std::size_t hybrid_attention_growth(const HybridAttention& a, int hidden_size) {
   std::size_t grow = 0;
   for (const HybridAttentionSpec& s : a.specs)
     if (s.window_size == 0)
-      grow += s.layers.size() * 2 * std::size_t(s.num_kv_heads) *
-              std::size_t(hidden_size / s.num_heads) * sizeof(float);
+      grow += kv_cache_growth(s.layers.size(), s.num_kv_heads, hidden_size / s.num_heads);
   return grow;
 }
 

@@ -251,23 +251,21 @@ class Family final : public model::Family {
     return falcon_h1::make_model_config(o);
   }
   std::string missing_tokenizer(const std::string& dir) const override {
-    return fmt::format("{} holds no tokenizer.json (the model's vocabulary): pass --tokenizer "
-                       "FILE|DIR, or give and take token ids (--prompt-ids and --ids, "
-                       "--token-ids)", dir);
+    return model::tokenizer_json_needed(dir);
   }
   std::string describe(const Model& m, const std::string& label) const override {
     const ModelConfig& c = m.config();
     const FalconH1Config& g = config_of(c);
-    const std::size_t grow = std::size_t(c.num_hidden_layers) * 2 * std::size_t(g.n_kv_heads) *
-                             std::size_t(g.attn_head_dim(c)) * sizeof(float);
-    return fmt::format(
-        "model: {}: falcon_h1, {} layers of Mamba-2 ({} heads of {}, state {}) beside attention "
-        "({} heads ({} kv) of {}, rotary), hidden {}, MLP {}, vocab {}, {:.2f}M parameters\n"
-        "state: {:.2f} MiB, growing by {} bytes a token (the attention's KV cache)\n",
-        label, c.num_hidden_layers, g.m_heads, g.m_head_dim, g.m_state, g.n_heads, g.n_kv_heads,
-        g.attn_head_dim(c), c.hidden_size, c.intermediate_size, c.vocab_size,
-        double(m.parameters()) / 1e6,
-        double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20), grow);
+    const std::size_t grow =
+        model::kv_cache_growth(std::size_t(c.num_hidden_layers), g.n_kv_heads, g.attn_head_dim(c));
+    return model::describe_lines(
+        m, label,
+        fmt::format("falcon_h1, {} layers of Mamba-2 ({} heads of {}, state {}) beside attention "
+                    "({} heads ({} kv) of {}, rotary)",
+                    c.num_hidden_layers, g.m_heads, g.m_head_dim, g.m_state, g.n_heads,
+                    g.n_kv_heads, g.attn_head_dim(c)),
+        fmt::format(", MLP {}", c.intermediate_size),
+        fmt::format(", growing by {} bytes a token (the attention's KV cache)", grow));
   }
 };
 

@@ -157,23 +157,15 @@ const FalconH1Config& config_of(const ModelConfig& c) {
   return *g;
 }
 
+// FalconH1RMSNormGated norms each group apart, as ssd_spec() says, when mamba_rms_norm.
 model::SsdSpec FalconH1Config::ssd(const ModelConfig& c) const {
-  model::SsdSpec s;
-  s.hidden = c.hidden_size;
-  s.n_heads = m_heads;
-  s.head_dim = m_head_dim;
-  s.d_state = m_state;
-  s.n_groups = m_groups;
-  s.d_conv = m_conv;
+  model::SsdSpec s =
+      model::ssd_spec(c, {m_heads, m_head_dim, m_state, m_groups, m_conv}, dt_min, dt_max);
   s.proj_bias = m_proj_bias;
   s.out_proj_bias = projectors_bias;  // transformers' FalconH1Mixer: out_proj's bias
   s.conv_bias = m_conv_bias;
   s.gated_norm = rms_norm;
-  s.norm_groups = m_groups;  // FalconH1RMSNormGated norms each group apart
   s.norm_before_gate = norm_before_gate;
-  s.norm_eps = c.norm_eps;
-  s.dt_min = dt_min;
-  s.dt_max = dt_max;
   s.part_multipliers.assign(ssm_multipliers.begin(), ssm_multipliers.end());
   return s;
 }
@@ -250,9 +242,7 @@ std::string config_fields(const ModelConfig& c) {
   };
   w.add("mlp_multipliers", list(g.mlp_multipliers));
   w.add("ssm_multipliers", list(g.ssm_multipliers));
-  w.add("time_step_limit", fmt::format("[{}, {}]", model::config_number(g.dt_min),
-                                       std::isinf(g.dt_max) ? std::string("Infinity")
-                                                            : model::config_number(g.dt_max)));
+  w.add("time_step_limit", model::dt_limit_text(g.dt_min, g.dt_max));
   if (g.rope_parameters)
     w.add("rope_parameters", fmt::format("{{\"rope_type\": \"default\", \"rope_theta\": {}}}",
                                          model::config_number(g.rope_theta)));

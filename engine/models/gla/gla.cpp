@@ -188,14 +188,12 @@ class Family final : public model::Family {
     const ModelConfig& c = m.config();
     const GlaConfig& fc = config_of(c);
     const auto n_attn = std::count(c.mixers.begin(), c.mixers.end(), MixerKind::kAttention);
-    return fmt::format(
-        "model: {}: {}, {} layers ({} gated recurrence, {} softmax attention), hidden {}, {} "
-        "heads{}, vocab {}, {:.2f}M parameters\nstate: {:.2f} MiB{}\n",
-        label, model_type(c),
-        c.num_hidden_layers, c.num_hidden_layers - n_attn, n_attn, c.hidden_size, c.num_heads,
-        c.num_kv_heads != c.num_heads ? fmt::format(" ({} kv)", c.num_kv_heads) : "",
-        c.vocab_size, double(m.parameters()) / 1e6,
-        double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20),
+    return model::describe_lines(
+        m, label,
+        fmt::format("{}, {} layers ({} gated recurrence, {} softmax attention)", model_type(c),
+                    c.num_hidden_layers, c.num_hidden_layers - n_attn, n_attn),
+        fmt::format(", {} heads{}", c.num_heads,
+                    c.num_kv_heads != c.num_heads ? fmt::format(" ({} kv)", c.num_kv_heads) : ""),
         model::state_growth_note(model::hybrid_attention_growth(fc.attn, c.hidden_size)));
   }
 };

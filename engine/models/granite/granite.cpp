@@ -52,19 +52,10 @@ struct GraniteConfig final : FamilyConfig {
 
   int head_dim(const ModelConfig& c) const { return c.hidden_size / n_heads; }
   model::SsdSpec ssd(const ModelConfig& c) const {
-    model::SsdSpec s;
-    s.hidden = c.hidden_size;
-    s.n_heads = m_heads;
-    s.head_dim = m_head_dim;
-    s.d_state = m_state;
-    s.n_groups = m_groups;
-    s.d_conv = m_conv;
+    model::SsdSpec s =
+        model::ssd_spec(c, {m_heads, m_head_dim, m_state, m_groups, m_conv}, dt_min, dt_max);
     s.proj_bias = m_proj_bias;
     s.conv_bias = m_conv_bias;
-    s.norm_groups = m_groups;  // per group, as mamba_ssm and llama.cpp (docs/mamba2.md)
-    s.norm_eps = c.norm_eps;
-    s.dt_min = dt_min;
-    s.dt_max = dt_max;
     return s;
   }
 };
@@ -515,25 +506,22 @@ class Family final : public model::Family {
     return "{\"model_type\": \"granitemoehybrid\", " + schema().make_fields(o) + "}";
   }
   std::string missing_tokenizer(const std::string& dir) const override {
-    return fmt::format("{} holds no tokenizer.json (the model's vocabulary): pass --tokenizer "
-                       "FILE|DIR, or give and take token ids (--prompt-ids and --ids, "
-                       "--token-ids)", dir);
+    return model::tokenizer_json_needed(dir);
   }
   std::string describe(const Model& m, const std::string& label) const override {
     const ModelConfig& c = m.config();
     const GraniteConfig& g = config_of(c);
     const auto n_attn = std::count(c.mixers.begin(), c.mixers.end(), MixerKind::kAttention);
-    const std::size_t grow = std::size_t(n_attn) * 2 * std::size_t(g.n_kv_heads) *
-                             std::size_t(g.head_dim(c)) * sizeof(float);
-    return fmt::format(
-        "model: {}: granitemoehybrid (dense), {} layers ({} Mamba-2: {} heads of {}, state {}; "
-        "{} attention: {} heads ({} kv) of {}, {}), hidden {}, MLP {}, vocab {}, {:.2f}M "
-        "parameters\nstate: {:.2f} MiB{}\n",
-        label, c.num_hidden_layers, c.num_hidden_layers - n_attn, g.m_heads, g.m_head_dim,
-        g.m_state, n_attn, g.n_heads, g.n_kv_heads, g.head_dim(c), g.rope ? "rotary" : "no positions",
-        c.hidden_size, g.shared_intermediate, c.vocab_size, double(m.parameters()) / 1e6,
-        double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20),
-        model::state_growth_note(grow));
+    return model::describe_lines(
+        m, label,
+        fmt::format("granitemoehybrid (dense), {} layers ({} Mamba-2: {} heads of {}, state {}; "
+                    "{} attention: {} heads ({} kv) of {}, {})",
+                    c.num_hidden_layers, c.num_hidden_layers - n_attn, g.m_heads, g.m_head_dim,
+                    g.m_state, n_attn, g.n_heads, g.n_kv_heads, g.head_dim(c),
+                    g.rope ? "rotary" : "no positions"),
+        fmt::format(", MLP {}", g.shared_intermediate),
+        model::state_growth_note(
+            model::kv_cache_growth(std::size_t(n_attn), g.n_kv_heads, g.head_dim(c))));
   }
 };
 

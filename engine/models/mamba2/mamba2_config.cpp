@@ -278,22 +278,11 @@ std::vector<model::MakeOption> both_layouts_options(const std::vector<std::strin
 }  // namespace
 
 model::SsdSpec Mamba2Config::ssd(const ModelConfig& c) const {
-  model::SsdSpec s;
-  s.hidden = c.hidden_size;
-  s.n_heads = n_heads;
-  s.head_dim = head_dim;
-  s.d_state = d_state;
-  s.n_groups = n_groups;
-  s.d_conv = d_conv;
+  model::SsdSpec s =
+      model::ssd_spec(c, {n_heads, head_dim, d_state, n_groups, d_conv}, dt_min, dt_max);
   s.proj_bias = use_bias;
   s.conv_bias = use_conv_bias;
-  // mamba_ssm norms each group apart (RMSNormGated's group_size = d_ssm / ngroups), and so does
-  // recur for both layouts (transformers' Mamba2 norms the whole width; docs/mamba2.md).
-  s.norm_groups = n_groups;
   s.norm_before_gate = norm_before_gate;
-  s.norm_eps = c.norm_eps;
-  s.dt_min = dt_min;
-  s.dt_max = dt_max;
   return s;
 }
 

@@ -183,22 +183,12 @@ Block block_of(char letter) {
   return letter == 'M' ? Block::kMamba : letter == '*' ? Block::kAttention : Block::kMlp;
 }
 
+// MambaRMSNormGated(group_size = inner / n_groups), after the gate, with layer_norm_epsilon.
 model::SsdSpec NemotronHConfig::ssd(const ModelConfig& c) const {
-  model::SsdSpec s;
-  s.hidden = c.hidden_size;
-  s.n_heads = m_heads;
-  s.head_dim = m_head_dim;
-  s.d_state = m_state;
-  s.n_groups = m_groups;
-  s.d_conv = m_conv;
+  model::SsdSpec s =
+      model::ssd_spec(c, {m_heads, m_head_dim, m_state, m_groups, m_conv}, dt_min, dt_max);
   s.proj_bias = use_bias;
   s.conv_bias = m_conv_bias;
-  // MambaRMSNormGated(group_size = inner / n_groups), after the gate, with layer_norm_epsilon.
-  s.norm_groups = m_groups;
-  s.norm_before_gate = false;
-  s.norm_eps = c.norm_eps;
-  s.dt_min = dt_min;
-  s.dt_max = dt_max;
   return s;
 }
 

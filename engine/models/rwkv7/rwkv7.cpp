@@ -192,15 +192,14 @@ class Family final : public model::Family {
   std::string describe(const Model& m, const std::string& label) const override {
     const ModelConfig& c = m.config();
     const Rwkv7Config& rc = config_of(c);
-    return fmt::format(
-        "model: {}: rwkv7 ({} layout), {} layers, hidden {}, {} heads of {}, FFN {}, LoRA ranks "
-        "w {} a {} v {} g {}, vocab {}, {:.2f}M parameters\nstate: {:.2f} MiB at any length (per "
-        "layer two shifted rows and {} matrices of {}x{})\n",
-        label, rc.layout == Layout::kBlink ? "BlinkDL" : "fla", c.num_hidden_layers,
-        c.hidden_size, rc.n_heads, rc.head_size, c.intermediate_size, rc.rank_w, rc.rank_a,
-        rc.rank_v, rc.rank_g, c.vocab_size, double(m.parameters()) / 1e6,
-        double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20), rc.n_heads,
-        rc.head_size, rc.head_size);
+    return model::describe_lines(
+        m, label,
+        fmt::format("rwkv7 ({} layout), {} layers", rc.layout == Layout::kBlink ? "BlinkDL" : "fla",
+                    c.num_hidden_layers),
+        fmt::format(", {} heads of {}, FFN {}, LoRA ranks w {} a {} v {} g {}", rc.n_heads,
+                    rc.head_size, c.intermediate_size, rc.rank_w, rc.rank_a, rc.rank_v, rc.rank_g),
+        fmt::format(" at any length (per layer two shifted rows and {} matrices of {}x{})",
+                    rc.n_heads, rc.head_size, rc.head_size));
   }
 };
 
