@@ -12,7 +12,7 @@
 #include "model/config_schema.h"
 #include "model/family.h"
 #include "models/based/based.h"
-#include "models/fla/fla.h"
+#include "models/gla/gla.h"
 #include "support/given_options.h"
 #include "support/io_files.h"
 #include "recur/error.h"
@@ -404,7 +404,7 @@ void refused(const std::string& text, std::vector<std::string> parts) {
 
 TEST_CASE("fla's layouts, written then read, are the same configuration, every field kept",
           "[model][config][schema][fla]") {
-  using recur::models::fla::config_of;
+  using recur::models::gla::config_of;
   SECTION("gla: grouped kv heads, widths, null affine, silu, clamp_min, short convolutions") {
     const ModelConfig c = round_trip(fla_json(
         R"("model_type": "gla", "num_heads": 4, "num_kv_heads": 2, "expand_k": 1, "expand_v": 2,

@@ -10,7 +10,7 @@
 
 #include "recur/error.h"
 #include "model/random_weights.h"
-#include "models/fla/fla.h"
+#include "models/gla/gla.h"
 #include "models/linear/linear.h"
 #include "recur/model.h"
 #include "recur/sampling.h"
@@ -441,7 +441,7 @@ TEST_CASE("fla configs: unknown, unsupported and contradictory fields are refuse
   // What fla ignores is accepted: RetNet's short convolutions, GLA's use_gk, old norm names.
   CHECK_NOTHROW(recur::testing::fla_gated("\"model_type\": \"retnet\", \"num_heads\": 2, "
                                           "\"use_short_conv\": true, \"rms_norm_eps\": 1e-6"));
-  CHECK(!recur::models::fla::config_of(
+  CHECK(!recur::models::gla::config_of(
               recur::testing::fla_gated("\"model_type\": \"retnet\", \"num_heads\": 2, "
                                         "\"use_short_conv\": true"))
               .use_short_conv);

@@ -19,7 +19,7 @@ std::vector<const Family*>& families_list() {
   static std::vector<const Family*> list = {
       &models::linear_family(),
       &models::based_family(),
-      &models::fla_family(),
+      &models::gla_family(),
       &models::rwkv7_family(),
       &models::gdn_family(),
       &models::lfm2_family(),

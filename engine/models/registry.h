@@ -7,7 +7,7 @@ namespace recur::models {
 
 const model::Family& linear_family();  // linear_attn and transformers_are_rnns
 const model::Family& based_family();   // HazyResearch's Based
-const model::Family& fla_family();     // flash-linear-attention's GLA, RetNet, HGRN2
+const model::Family& gla_family();     // flash-linear-attention's GLA, RetNet, HGRN2
 const model::Family& rwkv7_family();   // RWKV-7: fla-hub's folders and BlinkDL's .pth
 const model::Family& mamba2_family();  // Mamba-2: transformers' mamba2, mamba_ssm's
 const model::Family& granite_family();  // IBM Granite 4.0(-H): granitemoehybrid, dense

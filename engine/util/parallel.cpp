@@ -7,12 +7,19 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#if defined(__linux__)
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace recur::detail {
 namespace {
@@ -77,6 +84,16 @@ bool late_per_kind() {
   return per_kind;
 }
 
+// Whether the caller reads its helpers' time spent waiting for a CPU (RunDelayGate).
+// RECUR_RUN_DELAY=off leaves it to the lateness balance alone.
+bool run_delay_gate_on() {
+  static const bool on = [] {
+    const char* v = std::getenv("RECUR_RUN_DELAY");
+    return !(v && std::strcmp(v, "off") == 0);
+  }();
+  return on;
+}
+
 // Spins until done() or the budget is spent; true if done.
 template <class Done>
 bool spin_until(const Done& done) {
@@ -106,6 +123,120 @@ void run_inline(int n, int ranges, RangeFn fn, const void* ctx) {
   }
 }
 
+// The helpers' own account of whether they have a core. Linux counts, for every thread, the time
+// it spent runnable but waiting for a CPU (the second field of /proc/self/task/TID/schedstat).
+// A helper that shares its core with a busy process waits about as long as it runs; one with a
+// core of its own waits only the microseconds of a wake-up. So every few milliseconds of the
+// caller's jobs, the caller reads each helper's count: when one waited for a CPU more than an
+// eighth of the window, the helpers have no core to run on, and the jobs of the next stretch run
+// on the caller alone (16 ms after the first such window, twice as long after each that follows,
+// up to a second; each window that finds a core halves it). The first window after a stretch
+// measures again. This catches what the lateness balance (below) misses: a helper that takes
+// its ranges on time but runs them at half speed, and one that loses its core for long enough
+// to lose a scheduler's turn in the middle of a range. Where the count cannot be read (not
+// Linux, or a kernel without it) the gate is open and the balance alone decides.
+class RunDelayGate {
+ public:
+  ~RunDelayGate() {
+    for (const int fd : fds_)
+      if (fd >= 0) close_fd(fd);
+  }
+
+  // Called by helper `index` on its own thread when it starts.
+  void register_helper(int index) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (static_cast<int>(fds_.size()) <= index) {
+      fds_.resize(index + 1, -1);
+      last_.resize(index + 1, -1);
+    }
+    fds_[index] = open_own_schedstat();
+  }
+
+  // True while the helpers are judged to have no core: the caller runs the job alone.
+  bool closed() {
+    if (!run_delay_gate_on()) return false;
+    const auto now = Clock::now();
+    if (now < open_at_) return true;
+    if (!measuring_) {  // a stretch has ended (or none began): start a window
+      measuring_ = read_delays(nullptr);
+      window_start_ = now;
+      return false;
+    }
+    if (now - window_start_ < kWindow) return false;
+    std::int64_t waited = 0;
+    if (!read_delays(&waited)) return measuring_ = false;
+    const auto window = std::chrono::duration_cast<std::chrono::nanoseconds>(now - window_start_);
+    window_start_ = now;
+    if (waited * 8 <= window.count()) {
+      stretch_ /= 2;
+      return false;
+    }
+    stretch_ = std::clamp(2 * stretch_, kFirstStretch, kLongestStretch);
+    open_at_ = now + stretch_;
+    measuring_ = false;
+    return true;
+  }
+
+ private:
+  static constexpr Clock::duration kWindow = std::chrono::milliseconds(4);
+  static constexpr Clock::duration kFirstStretch = std::chrono::milliseconds(16);
+  static constexpr Clock::duration kLongestStretch = std::chrono::seconds(1);
+
+  static int open_own_schedstat() {
+#if defined(__linux__)
+    const long tid = syscall(SYS_gettid);
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/task/%ld/schedstat", tid);
+    return ::open(path, O_RDONLY | O_CLOEXEC);
+#else
+    return -1;
+#endif
+  }
+  static void close_fd(int fd) {
+#if defined(__linux__)
+    ::close(fd);
+#else
+    (void)fd;
+#endif
+  }
+  // The nanoseconds the thread of `fd` has waited for a CPU, or -1.
+  static std::int64_t run_delay(int fd) {
+#if defined(__linux__)
+    char text[96];
+    const ssize_t got = ::pread(fd, text, sizeof text - 1, 0);
+    if (got <= 0) return -1;
+    text[got] = 0;
+    unsigned long long ran = 0, waited = 0;
+    if (std::sscanf(text, "%llu %llu", &ran, &waited) != 2) return -1;
+    return static_cast<std::int64_t>(waited);
+#else
+    (void)fd;
+    return -1;
+#endif
+  }
+  // Reads every helper's count; with `most`, the largest growth since the last read. False
+  // when a count cannot be read.
+  bool read_delays(std::int64_t* most) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (fds_.empty()) return false;
+    for (std::size_t i = 0; i < fds_.size(); ++i) {
+      if (fds_[i] < 0) return false;
+      const std::int64_t now = run_delay(fds_[i]);
+      if (now < 0) return false;
+      if (most && last_[i] >= 0) *most = std::max(*most, now - last_[i]);
+      last_[i] = now;
+    }
+    return true;
+  }
+
+  std::mutex mutex_;              // fds_ grows as helpers start
+  std::vector<int> fds_;          // each helper's schedstat, opened by the helper
+  std::vector<std::int64_t> last_;
+  bool measuring_ = false;
+  Clock::time_point window_start_{}, open_at_{};
+  Clock::duration stretch_{0};
+};
+
 // One job at a time, published in a single word: generation (32 bits), number of ranges (16)
 // and the next range to hand out (16). A range is taken by a compare-and-swap on the word, so a
 // thread that read the word of a job already finished can never take a range of the next one.
@@ -125,6 +256,7 @@ class Pool {
   void run(int n, int ranges, int helpers, RangeFn fn, const void* ctx) {
     // After a job whose helper came late (below), the next jobs of its kind run on this thread
     // alone.
+    if (gate_.closed()) return run_inline(n, ranges, fn, ctx);
     Lateness& late = lateness_of(fn, n, ranges);
     if (late.inline_jobs > 0) {
       --late.inline_jobs;
@@ -246,6 +378,7 @@ class Pool {
 
   void helper(int index) {
     t_in_ranges = true;
+    gate_.register_helper(index);
     std::uint32_t seen = generation_of(word_.load(std::memory_order_acquire));
     for (;;) {
       std::uint64_t w = 0;
@@ -273,6 +406,7 @@ class Pool {
   std::atomic<int> done_{0};
   std::uint32_t generation_ = 0;  // the caller's own count
   std::array<Lateness, 64> kinds_{};  // the caller's: per kind of job, or [0] for all
+  RunDelayGate gate_;                 // the caller's, fed by the helpers' schedstat
 
   std::mutex mutex_;
   std::condition_variable wake_;      // helpers wait here for a job

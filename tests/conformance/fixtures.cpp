@@ -39,7 +39,7 @@ const std::vector<Fixture>& fixtures() {
        {{"\"alt_mixer_2_layers\": [2, 5]", "\"alt_mixer_2_layers\": [2, 9]", "alt_mixer_2_layers"},
         {"\"use_bias\": true", "\"use_bias\": true, \"use_cuda\": true", "mixer.use_cuda"}}},
 
-      // flash-linear-attention's gated models and their softmax layers (engine/models/fla).
+      // flash-linear-attention's gated models and their softmax layers (engine/models/gla).
       {"gla: short convolutions, grouped kv heads, clamp_min",
        R"({"model_type": "gla", "vocab_size": 301, "hidden_size": 32, "num_hidden_layers": 3,
            "intermediate_size": 64, "num_heads": 4, "num_kv_heads": 2, "use_short_conv": true,

@@ -1,5 +1,5 @@
-// flash-linear-attention's gated models inside recur: what the loader (fla.cpp) and the layer
-// stack (fla_network.cpp) share: a layer's weights, the tensors' names and widths.
+// flash-linear-attention's gated models inside recur: what the loader (gla.cpp) and the layer
+// stack (gla_network.cpp) share: a layer's weights, the tensors' names and widths.
 #pragma once
 
 #include <memory>
@@ -8,13 +8,13 @@
 
 #include "layers/dense.h"
 #include "model/network.h"
-#include "models/fla/fla.h"
+#include "models/gla/gla.h"
 #include "recur/causal_attention.h"
 #include "recur/gla_recurrence.h"
 #include "recur/model.h"
 #include "recur/short_conv.h"
 
-namespace recur::models::fla {
+namespace recur::models::gla {
 
 using model::Dense;
 using model::Norm;
@@ -48,7 +48,7 @@ struct Widths {
 };
 Widths gated_widths(const ModelConfig& c);
 
-/// The layer stack of `layers` (fla_network.cpp).
+/// The layer stack of `layers` (gla_network.cpp).
 std::unique_ptr<model::Network> make_network(const ModelConfig& c, std::vector<Layer> layers);
 
-}  // namespace recur::models::fla
+}  // namespace recur::models::gla

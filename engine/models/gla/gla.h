@@ -1,6 +1,7 @@
-// flash-linear-attention's gated models (GLA, RetNet, HGRN2) and the softmax attention layers of
-// their hybrids: the config reader (fla_config.cpp), and the tensor table, the loader and the
-// layer stack (fla.cpp). docs/fla-models.md.
+// The models whose mixer is GLA's decayed recurrence, as flash-linear-attention lays them out:
+// GLA (a learned decay per key channel), RetNet (a fixed decay per head) and HGRN2 (a forget gate
+// tied to the input), with the softmax attention layers of their hybrids: the config reader (gla_config.cpp), and the tensor table, the loader and the
+// layer stack (gla.cpp). docs/fla-models.md.
 #pragma once
 
 #include <optional>
@@ -10,10 +11,10 @@
 #include "model/family.h"
 #include "layers/attention.h"
 
-namespace recur::models::fla {
+namespace recur::models::gla {
 
 /// What GLA, RetNet and HGRN2 add to ModelConfig's common fields (docs/fla-models.md).
-struct FlaConfig final : FamilyConfig {
+struct GlaConfig final : FamilyConfig {
   enum class Kind { kGla, kRetNet, kHgrn2 };
   Kind kind = Kind::kGla;  // the layout, from the configuration's type (resolve())
   double expand_k = 1.0;  // GLA, RetNet: key width hidden_size * expand_k
@@ -41,14 +42,14 @@ struct FlaConfig final : FamilyConfig {
 };
 
 /// The gated models' fields of a configuration; logic_error when it holds another family's.
-const FlaConfig& config_of(const ModelConfig& c);
+const GlaConfig& config_of(const ModelConfig& c);
 
-// fla_config.cpp
+// gla_config.cpp
 /// The model_type of a layout ("gla", "retnet", "hgrn2"), and the layout of one.
-const char* model_type_of(FlaConfig::Kind kind);
-FlaConfig::Kind kind_of(const std::string& type);
+const char* model_type_of(GlaConfig::Kind kind);
+GlaConfig::Kind kind_of(const std::string& type);
 /// A layout's config.json fields, each once: reading, writing and make-model's options.
-const model::Schema<FlaConfig>& schema(FlaConfig::Kind kind);
+const model::Schema<GlaConfig>& schema(GlaConfig::Kind kind);
 /// Reads the fields of model_type `type` ("gla", "retnet", "hgrn2") into `c`.
 void read_config(const std::string& type, model::Fields& f, ModelConfig& c);
 /// The derived sizes and the layer schedule; FormatError naming `source`.
@@ -56,4 +57,4 @@ void resolve(ModelConfig& c, const std::string& source);
 /// config.json's fields for this configuration, each line "  \"key\": value,\n".
 std::string config_fields(const ModelConfig& c);
 
-}  // namespace recur::models::fla
+}  // namespace recur::models::gla

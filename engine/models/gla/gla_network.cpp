@@ -14,10 +14,10 @@
 #include "layers/output_gate.h"
 #include "layers/sequence.h"
 #include "model/declared_state.h"
-#include "models/fla/fla_layers.h"
+#include "models/gla/gla_layers.h"
 #include "recur/error.h"
 
-namespace recur::models::fla {
+namespace recur::models::gla {
 namespace {
 
 // Rows (n, heads * width) of src repeated so that head j reads group j / G: fla's repeat of each
@@ -98,16 +98,16 @@ struct GatedLayerState final : model::DeclaredState<GatedLayerState> {
 };
 
 MixerIo mixer_io(const ModelConfig& c, const Layer& layer) {
-  const FlaConfig& fc = config_of(c);
+  const GlaConfig& fc = config_of(c);
   const int d = c.hidden_size;
   if (layer.mixer == MixerKind::kAttention) {
     const int kv = layer.causal->config().n_kv_heads * layer.causal->config().d_head;
     return {d, kv, kv, 0, 0, d};
   }
-  if (fc.kind == FlaConfig::Kind::kHgrn2)  // conv outputs, then q, k and alpha
+  if (fc.kind == GlaConfig::Kind::kHgrn2)  // conv outputs, then q, k and alpha
     return {d, d, d, 0, (fc.use_short_conv ? 3 * d : 0) + 3 * d, d};
   const Widths w = gated_widths(c);
-  const bool gla = fc.kind == FlaConfig::Kind::kGla;
+  const bool gla = fc.kind == GlaConfig::Kind::kGla;
   int scratch = 0;
   if (gla && fc.use_short_conv) scratch += w.q + w.k + w.v;
   if (!gla) scratch += w.q + w.k;  // RetNet: q and k after rotary
@@ -118,7 +118,7 @@ MixerIo mixer_io(const ModelConfig& c, const Layer& layer) {
 
 void run_mixer(const ModelConfig& c, const Layer& layer, model::LayerState& state,
                const MixerRows& rows, int n, int threads) {
-  const FlaConfig& fc = config_of(c);
+  const GlaConfig& fc = config_of(c);
   using CMap = Eigen::Map<const RowMatrix>;
   using Map = Eigen::Map<RowMatrix>;
   const MixerIo io = mixer_io(c, layer);
@@ -147,7 +147,7 @@ void run_mixer(const ModelConfig& c, const Layer& layer, model::LayerState& stat
     for (int j = 0; j < 3; ++j) {
       outp[j] = take(width[j]);
       model::convolve(*convs[j], gs.convs[std::size_t(j)], in[j], outp[j], n);
-      if (fc.kind == FlaConfig::Kind::kGla) gates::silu(outp[j], outp[j], std::int64_t(n) * width[j]);
+      if (fc.kind == GlaConfig::Kind::kGla) gates::silu(outp[j], outp[j], std::int64_t(n) * width[j]);
     }
     q = outp[0];
     k = outp[1];
@@ -167,7 +167,7 @@ void run_mixer(const ModelConfig& c, const Layer& layer, model::LayerState& stat
     q = qf;
     k = kf;
   }
-  if (fc.kind == FlaConfig::Kind::kHgrn2) {
+  if (fc.kind == GlaConfig::Kind::kHgrn2) {
     const int d = c.hidden_size;
     const auto total = std::int64_t(n) * d;
     float* qa = take(d);
@@ -185,7 +185,7 @@ void run_mixer(const ModelConfig& c, const Layer& layer, model::LayerState& stat
     k = ka;
     alpha = al;
   }
-  if (fc.kind == FlaConfig::Kind::kRetNet) {
+  if (fc.kind == GlaConfig::Kind::kRetNet) {
     float* qr = take(io.a);
     float* kr = take(io.b);
     rotate_rows(q, qr, n, c.num_heads, fc.head_k_dim, pos0, layer.rope_inv_freq);
@@ -244,7 +244,7 @@ class Network final : public model::Network {
 
   std::unique_ptr<model::Scratch> make_scratch(int rows) const override {
     const ModelConfig& c = c_;
-    const FlaConfig& fc = config_of(c);
+    const GlaConfig& fc = config_of(c);
     auto w = std::make_unique<Rows>();
     w->cap = rows;
     const auto n = std::size_t(rows);
@@ -259,7 +259,7 @@ class Network final : public model::Network {
     for (auto* b : {&w->x, &w->h, &w->a}) b->assign(n * std::size_t(d), 0.0f);
     for (auto* b : {&w->q, &w->k, &w->v, &w->o, &w->gate, &w->alpha})
       b->assign(n * std::size_t(width), 0.0f);
-    w->gk.assign(n * std::size_t(FlaConfig::kGateLowRankDim), 0.0f);
+    w->gk.assign(n * std::size_t(GlaConfig::kGateLowRankDim), 0.0f);
     w->mixer.assign(n * std::size_t(scratch), 0.0f);
     w->g.assign(n * std::size_t(c.intermediate_size), 0.0f);
     w->u.assign(n * std::size_t(c.intermediate_size), 0.0f);
@@ -269,7 +269,7 @@ class Network final : public model::Network {
   void run(model::Scratch& scratch, int n, int threads, model::Attend attend) const override {
     Rows& w = static_cast<Rows&>(scratch);
     const ModelConfig& c = c_;
-    const FlaConfig& fc = config_of(c);
+    const GlaConfig& fc = config_of(c);
     const int d = c.hidden_size;
     const auto rows = std::int64_t(n);
     for (std::size_t li = 0; li < layers.size(); ++li) {
@@ -281,17 +281,17 @@ class Network final : public model::Network {
       L.v.apply(w.h.data(), n, d, w.v.data(), io.c, threads);
       if (gla_gate(L)) {
         // gk = gk_proj(h): the low-rank pair; then exp(max(logsigmoid(gk) / 16, clamp_min)).
-        const int rk = FlaConfig::kGateLowRankDim;
+        const int rk = GlaConfig::kGateLowRankDim;
         L.gk0.apply(w.h.data(), n, d, w.gk.data(), rk, threads);
         L.gk1.apply(w.gk.data(), n, rk, w.alpha.data(), io.d, threads);
         gates::gla_decay(w.alpha.data(), w.alpha.data(), rows * io.d,
-                         static_cast<float>(FlaConfig::kGateLogitNormalizer),
+                         static_cast<float>(GlaConfig::kGateLogitNormalizer),
                          fc.clamp_min ? static_cast<float>(*fc.clamp_min)
                                       : -std::numeric_limits<float>::infinity());
       }
       attend(li, 0, threads);
       if (L.mixer == MixerKind::kDecayedRecurrence) {
-        if (fc.kind == FlaConfig::Kind::kHgrn2) {
+        if (fc.kind == GlaConfig::Kind::kHgrn2) {
           L.head_norm.apply(w.o.data(), n, d, w.o.data(), d, 1);
         } else {
           if (fc.use_output_gate)
@@ -342,7 +342,7 @@ class Network final : public model::Network {
 
  private:
   bool gla_gate(const Layer& l) const {
-    return l.mixer == MixerKind::kDecayedRecurrence && config_of(c_).kind == FlaConfig::Kind::kGla;
+    return l.mixer == MixerKind::kDecayedRecurrence && config_of(c_).kind == GlaConfig::Kind::kGla;
   }
   ModelConfig c_;
 };
@@ -355,4 +355,4 @@ std::unique_ptr<model::Network> make_network(const ModelConfig& c, std::vector<L
   return net;
 }
 
-}  // namespace recur::models::fla
+}  // namespace recur::models::gla

@@ -1,7 +1,7 @@
 // flash-linear-attention's gated models as fla lays them out (fla/models/{gla,retnet,hgrn2},
 // fla/layers/{gla,multiscale_retention,hgrn2,attn}.py): the family, its tensor table and loading.
-// The layer stack is fla_network.cpp. docs/fla-models.md.
-#include "models/fla/fla.h"
+// The layer stack is gla_network.cpp. docs/fla-models.md.
+#include "models/gla/gla.h"
 
 #include <fmt/format.h>
 
@@ -9,23 +9,23 @@
 #include <cmath>
 
 #include "model/loader.h"
-#include "models/fla/fla_layers.h"
+#include "models/gla/gla_layers.h"
 #include "models/registry.h"
 #include "recur/error.h"
 
-namespace recur::models::fla {
+namespace recur::models::gla {
 
 std::string prefix(int i) { return fmt::format("model.layers.{}.", i); }
 
 std::string out_norm_name(const ModelConfig& c) {
-  const FlaConfig& fc = config_of(c);
-  if (fc.kind == FlaConfig::Kind::kHgrn2) return "attn.g_norm";
+  const GlaConfig& fc = config_of(c);
+  if (fc.kind == GlaConfig::Kind::kHgrn2) return "attn.g_norm";
   return fc.use_output_gate && fc.fuse_norm ? "attn.g_norm_swish_gate" : "attn.g_norm";
 }
 
 Widths gated_widths(const ModelConfig& c) {
-  const FlaConfig& fc = config_of(c);
-  if (fc.kind == FlaConfig::Kind::kHgrn2) return {c.hidden_size, c.hidden_size, c.hidden_size};
+  const GlaConfig& fc = config_of(c);
+  if (fc.kind == GlaConfig::Kind::kHgrn2) return {c.hidden_size, c.hidden_size, c.hidden_size};
   return {fc.key_dim, fc.key_dim / fc.kv_groups, fc.value_dim / fc.kv_groups};
 }
 
@@ -36,7 +36,7 @@ using Init = model::TensorSpec::Init;
 
 void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
                std::vector<Layer>& layers) {
-  const FlaConfig& fc = config_of(c);
+  const GlaConfig& fc = config_of(c);
   const int d = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, L = c.num_hidden_layers;
   const auto eps = static_cast<float>(c.norm_eps);
   const auto norm = [&](const std::string& name, int dim, bool affine, const char* why) {
@@ -56,7 +56,7 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
   // HGRN2's lower bounds: softmax over the layers per channel, its running sum, minus the first
   // layer's share (so layer 0 has none), in double, as the model computes them once per forward.
   std::vector<double> bounds;
-  if (fc.kind == FlaConfig::Kind::kHgrn2 && fc.use_lower_bound) {
+  if (fc.kind == GlaConfig::Kind::kHgrn2 && fc.use_lower_bound) {
     const auto raw = ld.take("model.lower_bounds", {L, d}, "num_hidden_layers, hidden_size",
                              Init::kUnit);
     bounds.assign(std::size_t(L) * std::size_t(d), 0.0);
@@ -87,7 +87,7 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
       layer.v = std::move(a.v);
       layer.o = std::move(a.o);
       layer.causal = std::move(a.attention);
-    } else if (fc.kind == FlaConfig::Kind::kHgrn2) {
+    } else if (fc.kind == GlaConfig::Kind::kHgrn2) {
       layer.q = model::dense(ld, p + "attn.q_proj", d, d, false, "hidden_size");
       layer.k = model::dense(ld, p + "attn.f_proj", d, d, false, "hidden_size");
       layer.v = model::dense(ld, p + "attn.i_proj", d, d, false, "hidden_size");
@@ -105,7 +105,7 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
       }
     } else {
       const Widths w = gated_widths(c);
-      const bool gla = fc.kind == FlaConfig::Kind::kGla;
+      const bool gla = fc.kind == GlaConfig::Kind::kGla;
       layer.q = model::dense(ld, p + "attn.q_proj", w.q, d, false, "key_dim, hidden_size");
       layer.k = model::dense(ld, p + "attn.k_proj", w.k, d, false, "key_dim / kv groups, hidden_size");
       layer.v = model::dense(ld, p + "attn.v_proj", w.v, d, false, "value_dim / kv groups, hidden_size");
@@ -116,7 +116,7 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
         layer.conv_v = conv(p + "attn.v_conv1d", w.v, "value_dim / kv groups, 1, conv_size");
       }
       if (gla) {
-        const int rk = FlaConfig::kGateLowRankDim;
+        const int rk = GlaConfig::kGateLowRankDim;
         layer.gk0 = model::dense(ld, p + "attn.gk_proj.0", rk, d, false, "gate_low_rank_dim 16, hidden_size");
         layer.gk1 = model::dense(ld, p + "attn.gk_proj.1", w.k, rk, true, "key_dim / kv groups, 16");
       }
@@ -136,7 +136,7 @@ void load_into(const ModelConfig& c, model::Loader& ld, Model::Impl& impl,
       gc.d_key = fc.head_k_dim;
       gc.d_value = fc.head_v_dim;
       gc.scale = fc.attn_scale;  // head_k_dim^-1/2, the kernels' default
-      if (fc.kind == FlaConfig::Kind::kRetNet) {  // gamma_h = 1 - 2^(-5 - h)
+      if (fc.kind == GlaConfig::Kind::kRetNet) {  // gamma_h = 1 - 2^(-5 - h)
         gc.decay = DecayKind::kPerHead;
         gc.head_decay = gates::retnet_decays(c.num_heads);
       }
@@ -162,10 +162,10 @@ class Family final : public model::Family {
   }
   void read_config(const std::string& type, const json::Value&, model::Fields& f,
                    ModelConfig& c) const override {
-    fla::read_config(type, f, c);
+    gla::read_config(type, f, c);
   }
-  void resolve(ModelConfig& c, const std::string& source) const override { fla::resolve(c, source); }
-  std::string config_fields(const ModelConfig& c) const override { return fla::config_fields(c); }
+  void resolve(ModelConfig& c, const std::string& source) const override { gla::resolve(c, source); }
+  std::string config_fields(const ModelConfig& c) const override { return gla::config_fields(c); }
   void load(const ModelConfig& c, const WeightSource&, model::Loader& L,
             Model::Impl& impl) const override {
     std::vector<Layer> layers;
@@ -207,7 +207,7 @@ class Family final : public model::Family {
 
   std::string describe(const Model& m, const std::string& label) const override {
     const ModelConfig& c = m.config();
-    const FlaConfig& fc = config_of(c);
+    const GlaConfig& fc = config_of(c);
     const auto n_attn = std::count(c.mixers.begin(), c.mixers.end(), MixerKind::kAttention);
     return fmt::format(
         "model: {}: {}, {} layers ({} gated recurrence, {} softmax attention), hidden {}, {} "
@@ -222,12 +222,12 @@ class Family final : public model::Family {
 };
 
 }  // namespace
-}  // namespace recur::models::fla
+}  // namespace recur::models::gla
 
 namespace recur::models {
 
-const model::Family& fla_family() {
-  static const fla::Family family;
+const model::Family& gla_family() {
+  static const gla::Family family;
   return family;
 }
 
