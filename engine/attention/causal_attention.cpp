@@ -312,7 +312,8 @@ namespace {
 constexpr int kTileRows = 64;
 
 // The tile kernels take rows in whole vectors of every target: a tile's rows are padded to a
-// multiple of 16 (a padded row's query is 0 and it sees one key; its results are not read).
+// multiple of 16. A padded row's query is 0 and it sees the keys the tile's first row sees, so
+// that the softmax's vectors walk unmasked as far as with no padding; its results are not read.
 constexpr int kRowPad = 16;
 
 // Splits `items` items, item i costing cost(i), into `parts` contiguous ranges of about equal
@@ -427,7 +428,7 @@ void CausalAttention::prefill_full(CausalState& state, const ConstMatrixRef& Q,
       }
       for (std::size_t at = std::size_t(R); at < ld; ++at) {
         for (int i = 0; i < d; ++i) qT[std::size_t(i) * ld + at] = 0.0f;
-        n[at] = 1;
+        n[at] = n[0];
       }
       const std::int64_t last = pos0 + a + nt;  // keys the tile's last query sees
       const auto pages = std::size_t((last + P - 1) / P);
