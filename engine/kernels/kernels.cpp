@@ -232,7 +232,7 @@ HWY_INLINE void TileScoresBlock(const float* qT, int ldq, const float* keys, std
 }
 
 // Blocks of six keys by kTileVecs vectors of rows: each vector of queries loaded feeds six
-// FMAs, each key broadcast kTileVecs. The dimensions go in slices of 64, the blocks inside
+// FMAs, each broadcast key kTileVecs. The dimensions go in slices of 64, the blocks inside
 // them, so that the slice's keys (64 rows of the page) and the queries' slice (64 x rows) stay
 // in L1 while every block passes over them: with all of d at once they did not, and the loads
 // waited on L2.
@@ -274,7 +274,9 @@ void TileSoftmax(float* sT, std::int64_t lds, int rows, const std::int32_t* n, i
         nv[v] = hn::LoadU(DI(), n + r0 + v * kN);
         for (int j = 0; j < kN; ++j) fewest = std::min(fewest, n[r0 + v * kN + j]);
       }
-      const auto sees = [&](int t, int v) { return hn::RebindMask(DF(), hn::Lt(hn::Set(DI(), t), nv[v])); };
+      const auto sees = [&](int t, int v) {  // the lanes whose rows see key t
+        return hn::RebindMask(DF(), hn::Lt(hn::Set(DI(), t), nv[v]));
+      };
       VF m[kVecs], sum[kVecs];
       for (int v = 0; v < kVecs; ++v) m[v] = Load(s + v * kN);
       for (int t = 1; t < n_max; ++t)
