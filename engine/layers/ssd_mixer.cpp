@@ -202,20 +202,15 @@ void ssd_sequence(const SsdMixer& m, SsdState& st, SsdRows& b, int first, int co
     return v.data() + sz(first) * sz(width);
   };
   try {
-    if (count == 1) {
-      Eigen::Map<Eigen::VectorXf> y(row(b.y, I), I);
-      m.scan->step(st.S, Eigen::Map<const Eigen::VectorXf>(row(b.q, HN), HN),
-                   Eigen::Map<const Eigen::VectorXf>(row(b.k, HN), HN),
-                   Eigen::Map<const Eigen::VectorXf>(row(b.v, I), I),
-                   Eigen::Map<const Eigen::VectorXf>(row(b.a, HN), HN), y);
-    } else {
-      Map Y(row(b.y, I), count, I, Eigen::OuterStride<>(I));
-      m.scan->prefill(st.S, CMap(row(b.q, HN), count, HN, Eigen::OuterStride<>(HN)),
-                      CMap(row(b.k, HN), count, HN, Eigen::OuterStride<>(HN)),
-                      CMap(row(b.v, I), count, I, Eigen::OuterStride<>(I)),
-                      CMap(row(b.a, HN), count, HN, Eigen::OuterStride<>(HN)), Y,
-                      PrefillOptions{count, threads});
-    }
+    // One path for one row and many: prefill gives step's bytes at any count and splits the
+    // heads over the threads, so a token's walk (each head's S read and written once) is shared
+    // by the threads too instead of running on one between the products.
+    Map Y(row(b.y, I), count, I, Eigen::OuterStride<>(I));
+    m.scan->prefill(st.S, CMap(row(b.q, HN), count, HN, Eigen::OuterStride<>(HN)),
+                    CMap(row(b.k, HN), count, HN, Eigen::OuterStride<>(HN)),
+                    CMap(row(b.v, I), count, I, Eigen::OuterStride<>(I)),
+                    CMap(row(b.a, HN), count, HN, Eigen::OuterStride<>(HN)), Y,
+                    PrefillOptions{count, threads});
   } catch (...) {
     static_cast<ShortConvState&>(st.conv) = std::move(window);
     throw;
