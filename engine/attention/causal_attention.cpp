@@ -345,43 +345,10 @@ namespace {
 // the lengths that matter).
 constexpr int kTileRows = 64;
 
-// Rows r of S (row stride lds) each hold the scores of the first n[r] keys their query sees,
-// oldest first. Each becomes its weights exp(s - m) with m the row's largest score, l[r] their
-// sum, exactly as attend_one computes them for one query (the same compares and adds, in the
-// same order); columns [n[r], n_max) are set to 0, so that the tile's weighted sum over the
-// first n_max values adds nothing for them. Four rows walk together: their chains are
-// independent, so one row's add waits on no other's.
-void softmax_rows(const kernels::Kernels& kern, float* S, std::size_t lds, int rows,
-                  const std::int64_t* n, std::int64_t n_max, float* l) {
-  constexpr int kAtOnce = 4;
-  for (int r0 = 0; r0 < rows; r0 += kAtOnce) {
-    const int k = std::min(kAtOnce, rows - r0);
-    float* row[kAtOnce];
-    float m[kAtOnce], sum[kAtOnce];
-    std::int64_t common = n[r0];
-    for (int i = 0; i < k; ++i) {
-      row[i] = S + std::size_t(r0 + i) * lds;
-      m[i] = row[i][0];
-      common = std::min(common, n[r0 + i]);
-    }
-    for (std::int64_t j = 1; j < common; ++j)
-      for (int i = 0; i < k; ++i) m[i] = row[i][j] > m[i] ? row[i][j] : m[i];
-    for (int i = 0; i < k; ++i)
-      for (std::int64_t j = std::max<std::int64_t>(common, 1); j < n[r0 + i]; ++j)
-        m[i] = row[i][j] > m[i] ? row[i][j] : m[i];
-    for (int i = 0; i < k; ++i) {
-      kern.exp_minus(row[i], row[i], n[r0 + i], m[i]);
-      std::fill(row[i] + n[r0 + i], row[i] + n_max, 0.0f);
-      sum[i] = 0.0f;
-    }
-    for (std::int64_t j = 0; j < common; ++j)
-      for (int i = 0; i < k; ++i) sum[i] += row[i][j];
-    for (int i = 0; i < k; ++i) {
-      for (std::int64_t j = common; j < n[r0 + i]; ++j) sum[i] += row[i][j];
-      l[r0 + i] = sum[i];
-    }
-  }
-}
+// The tile kernels take rows in whole vectors of every target: a tile's rows are padded to a
+// multiple of 16. A padded row's query is 0 and it sees the keys the tile's first row sees, so
+// that the softmax's vectors walk unmasked as far as with no padding; its results are not read.
+constexpr int kRowPad = 16;
 
 // Splits `items` items, item i costing cost(i), into `parts` contiguous ranges of about equal
 // cost: range r is [cut[r], cut[r + 1]). Causal tiles cost more the later they are, so equal
@@ -407,12 +374,14 @@ std::vector<std::int64_t> balanced_cuts(std::int64_t items, int parts, Cost&& co
 // A full layer: every key and value of the T tokens is stored first (threads split the kv
 // heads), then tiles of queries attend (threads split the (kv head, tile) pairs). A tile's rows
 // are its positions times the G query heads of its kv head; for each page up to its last
-// position it computes the scores of every row against the page's 64 keys (tile_scores: each
-// score the FMA chain column_dots gives step), then each row's max, weights and sum over the
-// keys its query sees (softmax_rows), then, page by page, every row's accumulator over the
-// page's values (tile_weighted_rows: each column the chain weighted_rows gives step, a row's
-// keys past its own position weighted by 0). Every query's arithmetic is attend_one's, in
-// attend_one's order, whatever the tile, the chunk or the thread that runs it.
+// position it computes the scores of every row against the page's keys up to that position
+// (tile_scores: each score the FMA chain column_dots gives step), then each row's max, weights
+// and sum over the keys its query sees (tile_softmax: the rows in the lanes, each walking its
+// keys as attend_one does), then, page by page, every row's accumulator over the page's values
+// (tile_weighted_rows: each column the chain weighted_rows gives step, a row's keys past its
+// own position weighted by 0). Queries, scores and weights are held transposed (a row per
+// lane). Every query's arithmetic is attend_one's, in attend_one's order, whatever the tile, the
+// chunk or the thread that runs it.
 void CausalAttention::prefill_full(CausalState& state, const ConstMatrixRef& Q,
                                    const ConstMatrixRef& K, const ConstMatrixRef& V, MatrixRef O,
                                    int chunk, int threads_asked) const {
@@ -422,16 +391,23 @@ void CausalAttention::prefill_full(CausalState& state, const ConstMatrixRef& Q,
   const int tile = std::max(1, kTileRows / G);  // positions per tile
   const std::int64_t n_tiles = (T + tile - 1) / tile, items = Hkv * n_tiles;
   const int threads = int(std::min<std::int64_t>(detail::resolve_threads(threads_asked), items));
-  const auto lds = std::size_t((pos0 + T + P - 1) / P * P);  // scores: every page a query sees
   const std::size_t rows = std::size_t(tile) * std::size_t(G);
+  const std::size_t ld = (rows + kRowPad - 1) / kRowPad * kRowPad;  // a key's or dimension's rows
+  // The accumulators' rows one cache line past a multiple of 1 KiB: rows a power of two apart
+  // fall into the same few of L1's sets, and a tile's rows then evict each other.
+  const auto lda = std::size_t(dp + kPad);
+  const auto keys = std::size_t((pos0 + T + P - 1) / P * P);  // every page a query sees
   const std::size_t table = std::size_t(std::max(chunk, tile)) * std::size_t(half);
-  // Storing needs a rotated key (d); attending the queries, scores, accumulators and sums.
-  const std::size_t attend = rows * (std::size_t(d) + lds + std::size_t(dp) + 1);
+  // Storing needs a rotated key (d); attending a rotated query, the transposed queries, scores,
+  // accumulators and sums.
+  const std::size_t attend = std::size_t(d) + ld * (std::size_t(d) + keys + 1) + rows * lda;
   const std::size_t per_worker = 2 * table + std::max<std::size_t>(std::size_t(d), attend);
   // Everything allocated before the state changes.
   state.ensure_pages(pos0 + T);
   std::vector<float> scratch(per_worker * std::size_t(threads));
-  std::vector<std::int64_t> visible(rows * std::size_t(threads));
+  // Keys each row sees: int32, as the lanes hold them (a context of 2^31 tokens would hold
+  // terabytes of keys).
+  std::vector<std::int32_t> visible(ld * std::size_t(threads));
   const kernels::Kernels& kern = kernels::active();
 
   // The keys (after rotary) and values of every token, each kv head by one worker.
@@ -464,11 +440,12 @@ void CausalAttention::prefill_full(CausalState& state, const ConstMatrixRef& Q,
   detail::parallel_ranges(threads, threads, [&](int r, int, int worker) {
     float* cos_t = scratch.data() + per_worker * std::size_t(worker);
     float* sin_t = cos_t + table;
-    float* qs = sin_t + table;                 // (rows, d): rotated, scaled queries
-    float* S = qs + rows * std::size_t(d);     // (rows, lds): scores, then weights
-    float* acc = S + rows * lds;               // (rows, dp)
-    float* l = acc + rows * std::size_t(dp);   // (rows)
-    std::int64_t* n = visible.data() + rows * std::size_t(worker);  // (rows): keys each sees
+    float* qs = sin_t + table;      // (d): one rotated, scaled query
+    float* qT = qs + d;             // (d, ld): the tile's queries, a row per lane
+    float* sT = qT + std::size_t(d) * ld;  // (keys, ld): scores, then weights
+    float* l = sT + keys * ld;      // (ld)
+    float* acc = l + ld;            // (rows, lda)
+    std::int32_t* n = visible.data() + ld * std::size_t(worker);  // (ld): keys each sees
     for (std::int64_t item = cut[std::size_t(r)]; item < cut[std::size_t(r) + 1]; ++item) {
       const int g = int(item / n_tiles);
       const std::int64_t a = (item % n_tiles) * tile;
@@ -478,28 +455,34 @@ void CausalAttention::prefill_full(CausalState& state, const ConstMatrixRef& Q,
         for (int u = 0; u < G; ++u) {
           const std::size_t at = std::size_t(t * G + u);
           rotate(Q.data() + (a + t) * Q.outerStride() + (g * G + u) * d,
-                 cos_t + std::size_t(t * half), sin_t + std::size_t(t * half), half, d, scale_,
-                 qs + at * std::size_t(d));
-          n[at] = pos0 + a + t + 1;
+                 cos_t + std::size_t(t * half), sin_t + std::size_t(t * half), half, d, scale_, qs);
+          for (int i = 0; i < d; ++i) qT[std::size_t(i) * ld + at] = qs[i];
+          n[at] = std::int32_t(pos0 + a + t + 1);
         }
+      }
+      for (std::size_t at = std::size_t(R); at < ld; ++at) {
+        for (int i = 0; i < d; ++i) qT[std::size_t(i) * ld + at] = 0.0f;
+        n[at] = n[0];
       }
       const std::int64_t last = pos0 + a + nt;  // keys the tile's last query sees
       const auto pages = std::size_t((last + P - 1) / P);
+      const auto in_page = [&](std::size_t p) {
+        return int(std::min<std::int64_t>(P, last - std::int64_t(p) * P));
+      };
       for (std::size_t p = 0; p < pages; ++p)
-        kern.tile_scores(qs, d, R, state.keys(p, g), P, d, P, S + p * P, std::int64_t(lds));
-      softmax_rows(kern, S, lds, R, n, last, l);
-      std::fill(acc, acc + std::size_t(R) * std::size_t(dp), 0.0f);
-      for (std::size_t p = 0; p < pages; ++p) {
-        const int count = int(std::min<std::int64_t>(P, last - std::int64_t(p) * P));
-        kern.tile_weighted_rows(acc, dp, R, S + p * P, std::int64_t(lds), state.values(p, g),
-                                count, dp);
-      }
+        kern.tile_scores(qT, int(ld), int(ld), state.keys(p, g), P, d, in_page(p),
+                         sT + p * P * ld, std::int64_t(ld));
+      kern.tile_softmax(sT, std::int64_t(ld), int(ld), n, int(last), l);
+      std::fill(acc, acc + std::size_t(R) * lda, 0.0f);
+      for (std::size_t p = 0; p < pages; ++p)
+        kern.tile_weighted_rows(acc, std::int64_t(lda), R, sT + p * P * ld, std::int64_t(ld),
+                                state.values(p, g), in_page(p), dp);
       for (int t = 0; t < nt; ++t)
         for (int u = 0; u < G; ++u) {
           const std::size_t at = std::size_t(t * G + u);
           const float inv = 1.0f / l[at];
           float* out = O.data() + (a + t) * O.outerStride() + (g * G + u) * d;
-          for (int j = 0; j < d; ++j) out[j] = acc[at * std::size_t(dp) + std::size_t(j)] * inv;
+          for (int j = 0; j < d; ++j) out[j] = acc[at * lda + std::size_t(j)] * inv;
         }
     }
   });
