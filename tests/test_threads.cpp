@@ -269,6 +269,17 @@ const char* const kQwenDecode = R"({"model_type": "qwen3_5_text", "vocab_size": 
 const char* const kRwkv7Decode = R"({"model_type": "rwkv7", "vocab_size": 300, "hidden_size": 256,
   "head_dim": 64, "num_hidden_layers": 2, "intermediate_size": 512, "decay_low_rank_dim": 32,
   "a_low_rank_dim": 32, "v_low_rank_dim": 32, "gate_low_rank_dim": 64})";
+// Mamba-2: 8 heads in 2 groups for the SSD walk to split, in_proj wide enough to split too.
+const char* const kMamba2Decode = R"({"model_type": "mamba2", "vocab_size": 300,
+  "hidden_size": 256, "num_hidden_layers": 2, "num_heads": 8, "head_dim": 64, "state_size": 64,
+  "n_groups": 2, "expand": 2, "conv_kernel": 4, "tie_word_embeddings": true})";
+// Falcon-H1: the Mamba-2 mixer's projections fused with the attention's beside it.
+const char* const kFalconH1Decode = R"({"model_type": "falcon_h1", "vocab_size": 300,
+  "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "mamba_d_ssm": null,
+  "mamba_n_heads": 8, "mamba_d_head": "auto", "mamba_d_state": 32, "mamba_n_groups": 2,
+  "mamba_rms_norm": true, "ssm_multipliers": [0.5, 1.5, 1.0, 0.8, 1.2],
+  "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}})";
 
 // A prompt, then single-token steps: every step's logits and the state after, as bytes.
 std::pair<std::vector<float>, std::string> decoded(const std::shared_ptr<const Model>& model,
@@ -285,9 +296,10 @@ std::pair<std::vector<float>, std::string> decoded(const std::shared_ptr<const M
 
 }  // namespace
 
-TEST_CASE("decode of Qwen3.5 and RWKV-7 (the walk split by heads, fused products) gives the "
-          "bytes of one thread at 2 and 3 threads, in either range order", "[threads][exact]") {
-  for (const char* json : {kQwenDecode, kRwkv7Decode}) {
+TEST_CASE("decode of Qwen3.5, RWKV-7, Mamba-2 and Falcon-H1 (the walk split by heads, fused "
+          "products) gives the bytes of one thread at 2 and 3 threads, in either range order",
+          "[threads][exact]") {
+  for (const char* json : {kQwenDecode, kRwkv7Decode, kMamba2Decode, kFalconH1Decode}) {
     const ModelConfig c = ModelConfig::from_json(json, "config.json");
     for (const char* format : {"bf16", "q8"}) {
       const auto model = std::string(format) == "q8"

@@ -8,8 +8,8 @@
 //   dt_h = clamp(softplus(dt_raw_h + dt_bias_h), time_step_limit);  a_h = exp(-exp(A_log_h) dt_h)
 //   S_h = a_h S_h + B_g (dt_h x_h)^T;   y_h = S_h^T C_g + D_h x_h   (g = h / (H / G))
 //   out = out_proj(rmsnorm_per_group(y * silu(z)) * w)  (or rmsnorm(y) * w * silu(z))
-// S_h is (N, P): the gated recurrence of recur/gla_recurrence.h with the decay a_h on every
-// row, so prefill walks the tokens in step's order and gives step's bytes (its kernels keep a
+// S_h is (N, P): the gated recurrence of recur/gla_recurrence.h with one decay a_h a head and
+// token (kPerHeadToken) and B, C shared by the heads of a group (qk_heads G), so prefill walks the tokens in step's order and gives step's bytes (its kernels keep a
 // tile of S in registers across the tokens of a chunk).
 #pragma once
 
@@ -146,10 +146,10 @@ std::unique_ptr<LayerState> make_ssd_state(const SsdMixer& m);
 struct SsdRows {
   std::vector<float> proj;      // (cap, in_width): z | xBC | dt_raw
   std::vector<float> xbc;       // (cap, conv_dim): after the convolution and SiLU
-  std::vector<float> q, k, a;   // (cap, H N): C, B and the decay repeated per head
+  std::vector<float> a;         // (cap, H): each head's decay
   std::vector<float> v, y;      // (cap, inner): dt x, the scan's output
   void grow(int rows, const SsdSpec& s);
-  std::size_t bytes() const { return buffer_bytes({&proj, &xbc, &q, &k, &a, &v, &y}); }
+  std::size_t bytes() const { return buffer_bytes({&proj, &xbc, &a, &v, &y}); }
 };
 
 /// The row stage before the sequence: in_proj of n rows of h (stride hidden) into b.proj, times
@@ -161,6 +161,15 @@ void ssd_project(const SsdMixer& m, const float* h, int n, SsdRows& b, int threa
 void ssd_sequence(const SsdMixer& m, SsdState& st, SsdRows& b, int first, int count, int threads);
 /// The row stage after it: the gated norm and out_proj of n rows into out (stride hidden).
 void ssd_output(const SsdMixer& m, SsdRows& b, int n, float* out, int threads);
+
+/// The two row stages with their products taken out, for a family whose other products do not
+/// wait for these (Falcon-H1's attention beside the mixer) to run them in one job (apply_all):
+/// ssd_project is in_proj (ssd_in_call) then ssd_scale; ssd_output is ssd_gate then out_proj
+/// (ssd_out_call). The same bytes either way.
+DenseCall ssd_in_call(const SsdMixer& m, const float* h, int n, SsdRows& b);
+void ssd_scale(const SsdMixer& m, SsdRows& b, int n, int threads);
+void ssd_gate(const SsdMixer& m, SsdRows& b, int n, int threads);
+DenseCall ssd_out_call(const SsdMixer& m, SsdRows& b, int n, float* out);
 /// Zeroes what ssd_sequence writes for those rows (a sequence that failed in a batch).
 void ssd_clear(const SsdMixer& m, SsdRows& b, int first, int count);
 

@@ -99,19 +99,22 @@ class Network final : public model::Network {
     for (std::size_t li = 0; li < layers_.size(); ++li) {
       const Layer& L = layers_[li];
       L.input_norm.apply(w.x.data(), n, d, w.h.data(), d);
-      // The Mamba-2 branch.
-      const float* hs = scaled(w.h.data(), mult_.ssm_in, w.hs.data(), total);
-      model::ssd_project(L.mamba, hs, n, w.ssd, threads);
-      attend(2 * li, 0, threads);
-      model::ssd_output(L.mamba, w.ssd, n, w.a.data(), threads);
-      // The attention branch, on the same normed rows.
+      // The Mamba-2 branch and the attention branch read the same normed rows (each times its
+      // multiplier) and wait for each other nowhere: their projections in, then out, run as
+      // one job each.
       const Attention& A = L.attn;
       const int hd = A.H * A.d, kv = A.Hkv * A.d;
+      const float* hs = scaled(w.h.data(), mult_.ssm_in, w.hs.data(), total);
       const float* ha = scaled(w.h.data(), mult_.attn_in, w.ha.data(), total);
-      model::apply_all({{&A.q, ha, n, d, w.q.data(), hd}, {&A.k, ha, n, d, w.k.data(), kv},
+      model::apply_all({model::ssd_in_call(L.mamba, hs, n, w.ssd),
+                        {&A.q, ha, n, d, w.q.data(), hd}, {&A.k, ha, n, d, w.k.data(), kv},
                         {&A.v, ha, n, d, w.v.data(), kv}}, threads);
+      model::ssd_scale(L.mamba, w.ssd, n, threads);
+      attend(2 * li, 0, threads);
       attend(2 * li + 1, 0, threads);
-      A.o.apply(w.o.data(), n, hd, w.b.data(), d, threads);
+      model::ssd_gate(L.mamba, w.ssd, n, threads);
+      model::apply_all({model::ssd_out_call(L.mamba, w.ssd, n, w.a.data()),
+                        {&A.o, w.o.data(), n, hd, w.b.data(), d}}, threads);
       // Both add to the residual, each times its multiplier (transformers sums them first).
       for (std::int64_t i = 0; i < total; ++i)
         w.x[std::size_t(i)] += mult_.ssm_out * w.a[std::size_t(i)] + mult_.attn_out * w.b[std::size_t(i)];
