@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "model/config_schema.h"
 #include "model/family.h"
 #include "layers/dense.h"
 #include "model/declared_state.h"
@@ -82,6 +83,23 @@ void check_ssd_spec(const SsdSpec& s, const std::string& source);
 bool read_dt_limit(Fields& f, const char* key, double& min, double& max);
 /// [min, max] as config.json writes it.
 std::string dt_limit_text(double min, double max);
+
+/// time_step_limit (mamba_ssm's dt_limit) as a table of one field, for a family's schema to
+/// include(): read with read_dt_limit into the family's dt_min and dt_max, has_dt_limit saying
+/// whether config.json gave it, and written back only then.
+template <class F>
+Schema<F> dt_limit_field(const char* key) {
+  Schema<F> t;
+  t.custom(
+       key,
+       [key](Fields& f, ModelConfig&, F& g) {
+         g.has_dt_limit = read_dt_limit(f, key, g.dt_min, g.dt_max);
+       },
+       nullptr)
+      .written_as([](const ModelConfig&, const F& g) { return dt_limit_text(g.dt_min, g.dt_max); })
+      .written_when([](const ModelConfig&, const F& g) { return g.has_dt_limit; });
+  return t;
+}
 
 /// Bytes of a new sequence's state in one mixer (the convolution's window, the heads' S).
 std::size_t ssd_state_bytes(const SsdSpec& s);

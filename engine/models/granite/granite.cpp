@@ -233,16 +233,7 @@ const Schema& schema() {
         .for_other_tools()
         .boolean("mamba_conv_bias", &GraniteConfig::m_conv_bias, true)
         .boolean("mamba_proj_bias", &GraniteConfig::m_proj_bias, false)
-        .custom(
-            "time_step_limit",
-            [](Fields& f, ModelConfig&, GraniteConfig& g) {
-              g.has_dt_limit = model::read_dt_limit(f, "time_step_limit", g.dt_min, g.dt_max);
-            },
-            nullptr)
-        .written_as([](const ModelConfig&, const GraniteConfig& g) {
-          return model::dt_limit_text(g.dt_min, g.dt_max);
-        })
-        .written_when([](const ModelConfig&, const GraniteConfig& g) { return g.has_dt_limit; })
+        .include(model::dt_limit_field<GraniteConfig>("time_step_limit"))
         .accepted("time_step_min", kTraining)
         .accepted("time_step_max", kTraining)
         .accepted("time_step_floor", kTraining)

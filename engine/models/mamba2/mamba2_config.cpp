@@ -32,7 +32,6 @@ using Schema = model::Schema<Mamba2Config>;
 using model::FieldSpec;
 
 bool is_true(const json::Value& v) { return v.is_bool() && v.boolean(); }
-bool dt_limit_given(const ModelConfig&, const Mamba2Config& g) { return g.has_dt_limit; }
 double inner_of(const ModelConfig& c, const Mamba2Config& g) {
   return std::floor(g.expand * double(c.hidden_size));
 }
@@ -49,17 +48,7 @@ double heads_of_width(const model::MakeOptions&, const ModelConfig& c, const Mam
 // time_step_limit / dt_limit: read, written back only when given; make-model's --ssm-dt-max
 // sets [0, max].
 Schema& dt_limit(Schema& t, const char* key) {
-  return t
-      .custom(
-          key,
-          [key](Fields& f, ModelConfig&, Mamba2Config& g) {
-            g.has_dt_limit = model::read_dt_limit(f, key, g.dt_min, g.dt_max);
-          },
-          nullptr)
-      .written_as([](const ModelConfig&, const Mamba2Config& g) {
-        return model::dt_limit_text(g.dt_min, g.dt_max);
-      })
-      .written_when(dt_limit_given)
+  return t.include(model::dt_limit_field<Mamba2Config>(key))
       .option("ssm-dt-max", "the upper time_step_limit (default: none)")
       .made_by([](const model::MakeOptions& o, const char* name) {
         return model::dt_limit_text(0.0, o.real(name, 0.0, 1e30));

@@ -62,15 +62,6 @@ void read_head_dim(Fields& f, ModelConfig&, NemotronHConfig& g) {
                             "must be one", g.head_dim, nvidia);
 }
 
-// time_step_limit: dt's clamp, [min, max] (layers/ssd_mixer.h reads and writes the pair).
-void read_dt_limit(Fields& f, ModelConfig&, NemotronHConfig& g) {
-  g.has_dt_limit = model::read_dt_limit(f, "time_step_limit", g.dt_min, g.dt_max);
-}
-
-void write_dt_limit(model::FieldWriter& w, const ModelConfig&, const NemotronHConfig& g) {
-  if (g.has_dt_limit) w.add("time_step_limit", model::dt_limit_text(g.dt_min, g.dt_max));
-}
-
 // make-model's sizes: the attention heads are --heads of hidden / heads; the Mamba-2 width is
 // 2 * hidden, in heads of --ssm-head-dim; the layers are --pattern's letters.
 double made_layers(const model::MakeOptions& o, const ModelConfig&, const NemotronHConfig&) {
@@ -137,7 +128,7 @@ const model::Schema<NemotronHConfig>& schema() {
         .integer("conv_kernel", &F::m_conv, 4, 1, 64)
         .boolean("use_conv_bias", &F::m_conv_bias, true)
         .boolean("use_bias", &F::use_bias, false)
-        .custom("time_step_limit", read_dt_limit, write_dt_limit)
+        .include(model::dt_limit_field<F>("time_step_limit"))
         .fixed("mamba_hidden_act", "silu",
                "Nemotron-H's Mamba-2 layers take silu after the convolution")
         .number("layer_norm_epsilon", &ModelConfig::norm_eps, 1e-5, 0.0, 1.0)
