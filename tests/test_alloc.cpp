@@ -1,5 +1,6 @@
 // step() allocates nothing: this program replaces the global operator new with one that counts,
-// warms each path up, and asserts that further steps make no heap allocation at all.
+// warms each path up, and asserts that further steps make no heap allocation at all (a whole
+// model's, every family's, may only add a softmax layer's next page of keys and values).
 #include <catch2/catch.hpp>
 
 #include <atomic>
