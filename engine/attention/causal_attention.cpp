@@ -51,8 +51,8 @@ CausalState::CausalState(int n_kv_heads, int d_head, int window)
       d_padded_(padded(d_head)),
       window_(window),
       page_floats_(std::size_t(n_kv_heads) * std::size_t(P) * std::size_t(d_head + padded(d_head))) {
-  // cos, sin (d / 2 each), q (d), keys (kv heads * d), scores (P), acc (dp).
-  workspace_.assign(std::size_t(2 * d_head + n_kv_heads * d_head + P + d_padded_), 0.0f);
+  // cos, sin (d / 2 each), a rotated key (d), then one range's q (d), scores (P), acc (dp).
+  workspace_.assign(std::size_t(3 * d_head + P + d_padded_), 0.0f);
   if (window_ > 0) {
     ensure_pages(window_ + 1);
     weights_.assign(std::size_t(window_ + 1), 0.0f);
@@ -72,6 +72,16 @@ void CausalState::ensure_pages(std::int64_t slots) {
     pages_.emplace_back(new float[page_floats_]);
     std::fill(pages_.back().get(), pages_.back().get() + page_floats_, 0.0f);
   }
+}
+
+// A range's workspace (a rotated q, a page of scores, acc) after the shared cos, sin and rotated
+// key; its weights `keys` floats apart in weights_. Called by prefill() too, for the threads it
+// runs on, so that a windowed state's size does not change at the first step after a prompt.
+void CausalState::reserve_step(int ranges, std::int64_t keys) {
+  const auto want = std::size_t(2 * d_head_) + std::size_t(ranges) * std::size_t(d_head_ + P + d_padded_);
+  if (workspace_.size() < want) workspace_.resize(want, 0.0f);
+  const std::size_t need = std::size_t(ranges) * std::size_t(keys);
+  if (weights_.size() < need) weights_.resize(std::max(need, 2 * weights_.size()));
 }
 
 std::int64_t CausalState::slots_used() const { return window_ > 0 ? window_ + 1 : n_tokens_; }
@@ -233,8 +243,16 @@ struct CausalAccess {
   static float* values(const CausalState& s, std::size_t page, int g) { return s.values(page, g); }
 };
 
+namespace {
+
+// Multiply-adds of a step's attention (scores and weighted values) worth a range of their own:
+// below it, handing a range to another thread costs about what the range saves.
+constexpr std::int64_t kMinStepRangeWork = 1 << 15;
+
+}  // namespace
+
 void CausalAttention::step(CausalState& state, ConstVectorRef q, ConstVectorRef k,
-                           ConstVectorRef v, VectorRef out) const {
+                           ConstVectorRef v, VectorRef out, int threads) const {
   constexpr const char* call = "CausalAttention::step";
   check_state(state, call);
   const int H = config_.n_heads, Hkv = config_.n_kv_heads, d = config_.d_head;
@@ -244,23 +262,32 @@ void CausalAttention::step(CausalState& state, ConstVectorRef q, ConstVectorRef 
     detail::throw_shape(call, "q {}, k {}, v {}, out {} elements; expected n_heads * d_head = {} "
                               "for q and out, n_kv_heads * d_head = {} for k and v",
                         q.size(), k.size(), v.size(), out.size(), H * d, Hkv * d);
+  if (threads < 0)
+    detail::throw_argument(call, "threads is {}, expected 0 (all cores) or more", threads);
   detail::check_finite(call, "q", q.data(), 1, q.size(), q.size());
   detail::check_finite(call, "k", k.data(), 1, k.size(), k.size());
   detail::check_finite(call, "v", v.data(), 1, v.size(), v.size());
   const std::int64_t pos = state.n_tokens_;
   const int window = config_.window;
-  if (window == 0) {
-    state.ensure_pages(pos + 1);
-    if (state.weights_.size() < std::size_t(pos + 1))
-      state.weights_.resize(std::max<std::size_t>(std::size_t(pos + 1), 2 * state.weights_.size()));
-  }
+  const int n = int(window > 0 ? std::min<std::int64_t>(pos, window) + 1 : pos + 1);
+  const std::int64_t work = std::int64_t(H) * n * 2 * d;
+  // The workspace holds as many ranges as the threads could take, so that it grows at a thread
+  // count's first step, not later when the context becomes long enough to split.
+  const int workers = detail::resolve_threads(threads);
+  const int most = detail::ranges_for(H, workers);
+  const int ranges = int(std::clamp<std::int64_t>(work / kMinStepRangeWork, 1, most));
+  // Everything allocated before the state changes: the page, and per range its workspace and
+  // the weights of the keys it sees (a window's at most window + 1).
   const int half = int(inv_freq_.size()), dp = state.d_padded_;
+  const auto per_range = std::size_t(d + P + dp);
+  const std::size_t shared = std::size_t(2 * d);  // cos and sin, a rotated key
+  if (window == 0) state.ensure_pages(pos + 1);
+  state.reserve_step(most, window > 0 ? window + 1 : n);
+  const std::size_t weights_stride = state.weights_.size() / std::size_t(most);
+
   float* cos_t = state.workspace_.data();
   float* sin_t = cos_t + half;
-  float* qs = sin_t + half;
-  float* kr = qs + d;
-  const Scratch w{kr + std::size_t(Hkv) * std::size_t(d), state.weights_.data(),
-                  kr + std::size_t(Hkv) * std::size_t(d) + P};
+  float* kr = cos_t + d;
   rotary(pos, cos_t, sin_t);
   const std::int64_t slot = window > 0 ? pos % (window + 1) : pos;
   for (int g = 0; g < Hkv; ++g) {
@@ -271,11 +298,15 @@ void CausalAttention::step(CausalState& state, ConstVectorRef q, ConstVectorRef 
                 v.data() + g * d, sizeof(float) * std::size_t(d));
   }
   const kernels::Kernels& kern = kernels::active();
-  for (int h = 0; h < H; ++h) {
-    rotate(q.data() + h * d, cos_t, sin_t, half, d, scale_, qs);
-    attend_one(kern, state, h / G, d, dp, window, qs, pos, w, out.data() + h * d,
-               &CausalAccess::keys, &CausalAccess::values);
-  }
+  detail::parallel_ranges(H, ranges, workers, [&](int h0, int h1, int r) {
+    float* qs = cos_t + shared + std::size_t(r) * per_range;
+    const Scratch w{qs + d, state.weights_.data() + std::size_t(r) * weights_stride, qs + d + P};
+    for (int h = h0; h < h1; ++h) {
+      rotate(q.data() + h * d, cos_t, sin_t, half, d, scale_, qs);
+      attend_one(kern, state, h / G, d, dp, window, qs, pos, w, out.data() + h * d,
+                 &CausalAccess::keys, &CausalAccess::values);
+    }
+  });
   ++state.n_tokens_;
 }
 
@@ -298,6 +329,9 @@ void CausalAttention::prefill(CausalState& state, const ConstMatrixRef& Q, const
   detail::check_finite(call, "K", K.data(), T, K.cols(), K.outerStride());
   detail::check_finite(call, "V", V.data(), T, V.cols(), V.outerStride());
   if (T == 0) return;
+  if (config_.window > 0)
+    state.reserve_step(detail::ranges_for(H, detail::resolve_threads(options.threads)),
+                       config_.window + 1);
   const int chunk = int(std::min<Eigen::Index>(options.chunk, T));
   if (config_.window > 0) return prefill_ring(state, Q, K, V, O, chunk, options.threads);
   prefill_full(state, Q, K, V, O, chunk, options.threads);
@@ -311,43 +345,10 @@ namespace {
 // the lengths that matter).
 constexpr int kTileRows = 64;
 
-// Rows r of S (row stride lds) each hold the scores of the first n[r] keys their query sees,
-// oldest first. Each becomes its weights exp(s - m) with m the row's largest score, l[r] their
-// sum, exactly as attend_one computes them for one query (the same compares and adds, in the
-// same order); columns [n[r], n_max) are set to 0, so that the tile's weighted sum over the
-// first n_max values adds nothing for them. Four rows walk together: their chains are
-// independent, so one row's add waits on no other's.
-void softmax_rows(const kernels::Kernels& kern, float* S, std::size_t lds, int rows,
-                  const std::int64_t* n, std::int64_t n_max, float* l) {
-  constexpr int kAtOnce = 4;
-  for (int r0 = 0; r0 < rows; r0 += kAtOnce) {
-    const int k = std::min(kAtOnce, rows - r0);
-    float* row[kAtOnce];
-    float m[kAtOnce], sum[kAtOnce];
-    std::int64_t common = n[r0];
-    for (int i = 0; i < k; ++i) {
-      row[i] = S + std::size_t(r0 + i) * lds;
-      m[i] = row[i][0];
-      common = std::min(common, n[r0 + i]);
-    }
-    for (std::int64_t j = 1; j < common; ++j)
-      for (int i = 0; i < k; ++i) m[i] = row[i][j] > m[i] ? row[i][j] : m[i];
-    for (int i = 0; i < k; ++i)
-      for (std::int64_t j = std::max<std::int64_t>(common, 1); j < n[r0 + i]; ++j)
-        m[i] = row[i][j] > m[i] ? row[i][j] : m[i];
-    for (int i = 0; i < k; ++i) {
-      kern.exp_minus(row[i], row[i], n[r0 + i], m[i]);
-      std::fill(row[i] + n[r0 + i], row[i] + n_max, 0.0f);
-      sum[i] = 0.0f;
-    }
-    for (std::int64_t j = 0; j < common; ++j)
-      for (int i = 0; i < k; ++i) sum[i] += row[i][j];
-    for (int i = 0; i < k; ++i) {
-      for (std::int64_t j = common; j < n[r0 + i]; ++j) sum[i] += row[i][j];
-      l[r0 + i] = sum[i];
-    }
-  }
-}
+// The tile kernels take rows in whole vectors of every target: a tile's rows are padded to a
+// multiple of 16. A padded row's query is 0 and it sees the keys the tile's first row sees, so
+// that the softmax's vectors walk unmasked as far as with no padding; its results are not read.
+constexpr int kRowPad = 16;
 
 // Splits `items` items, item i costing cost(i), into `parts` contiguous ranges of about equal
 // cost: range r is [cut[r], cut[r + 1]). Causal tiles cost more the later they are, so equal
@@ -373,12 +374,14 @@ std::vector<std::int64_t> balanced_cuts(std::int64_t items, int parts, Cost&& co
 // A full layer: every key and value of the T tokens is stored first (threads split the kv
 // heads), then tiles of queries attend (threads split the (kv head, tile) pairs). A tile's rows
 // are its positions times the G query heads of its kv head; for each page up to its last
-// position it computes the scores of every row against the page's 64 keys (tile_scores: each
-// score the FMA chain column_dots gives step), then each row's max, weights and sum over the
-// keys its query sees (softmax_rows), then, page by page, every row's accumulator over the
-// page's values (tile_weighted_rows: each column the chain weighted_rows gives step, a row's
-// keys past its own position weighted by 0). Every query's arithmetic is attend_one's, in
-// attend_one's order, whatever the tile, the chunk or the thread that runs it.
+// position it computes the scores of every row against the page's keys up to that position
+// (tile_scores: each score the FMA chain column_dots gives step), then each row's max, weights
+// and sum over the keys its query sees (tile_softmax: the rows in the lanes, each walking its
+// keys as attend_one does), then, page by page, every row's accumulator over the page's values
+// (tile_weighted_rows: each column the chain weighted_rows gives step, a row's keys past its
+// own position weighted by 0). Queries, scores and weights are held transposed (a row per
+// lane). Every query's arithmetic is attend_one's, in attend_one's order, whatever the tile, the
+// chunk or the thread that runs it.
 void CausalAttention::prefill_full(CausalState& state, const ConstMatrixRef& Q,
                                    const ConstMatrixRef& K, const ConstMatrixRef& V, MatrixRef O,
                                    int chunk, int threads_asked) const {
@@ -388,16 +391,23 @@ void CausalAttention::prefill_full(CausalState& state, const ConstMatrixRef& Q,
   const int tile = std::max(1, kTileRows / G);  // positions per tile
   const std::int64_t n_tiles = (T + tile - 1) / tile, items = Hkv * n_tiles;
   const int threads = int(std::min<std::int64_t>(detail::resolve_threads(threads_asked), items));
-  const auto lds = std::size_t((pos0 + T + P - 1) / P * P);  // scores: every page a query sees
   const std::size_t rows = std::size_t(tile) * std::size_t(G);
+  const std::size_t ld = (rows + kRowPad - 1) / kRowPad * kRowPad;  // a key's or dimension's rows
+  // The accumulators' rows one cache line past a multiple of 1 KiB: rows a power of two apart
+  // fall into the same few of L1's sets, and a tile's rows then evict each other.
+  const auto lda = std::size_t(dp + kPad);
+  const auto keys = std::size_t((pos0 + T + P - 1) / P * P);  // every page a query sees
   const std::size_t table = std::size_t(std::max(chunk, tile)) * std::size_t(half);
-  // Storing needs a rotated key (d); attending the queries, scores, accumulators and sums.
-  const std::size_t attend = rows * (std::size_t(d) + lds + std::size_t(dp) + 1);
+  // Storing needs a rotated key (d); attending a rotated query, the transposed queries, scores,
+  // accumulators and sums.
+  const std::size_t attend = std::size_t(d) + ld * (std::size_t(d) + keys + 1) + rows * lda;
   const std::size_t per_worker = 2 * table + std::max<std::size_t>(std::size_t(d), attend);
   // Everything allocated before the state changes.
   state.ensure_pages(pos0 + T);
   std::vector<float> scratch(per_worker * std::size_t(threads));
-  std::vector<std::int64_t> visible(rows * std::size_t(threads));
+  // Keys each row sees: int32, as the lanes hold them (a context of 2^31 tokens would hold
+  // terabytes of keys).
+  std::vector<std::int32_t> visible(ld * std::size_t(threads));
   const kernels::Kernels& kern = kernels::active();
 
   // The keys (after rotary) and values of every token, each kv head by one worker.
@@ -430,11 +440,12 @@ void CausalAttention::prefill_full(CausalState& state, const ConstMatrixRef& Q,
   detail::parallel_ranges(threads, threads, [&](int r, int, int worker) {
     float* cos_t = scratch.data() + per_worker * std::size_t(worker);
     float* sin_t = cos_t + table;
-    float* qs = sin_t + table;                 // (rows, d): rotated, scaled queries
-    float* S = qs + rows * std::size_t(d);     // (rows, lds): scores, then weights
-    float* acc = S + rows * lds;               // (rows, dp)
-    float* l = acc + rows * std::size_t(dp);   // (rows)
-    std::int64_t* n = visible.data() + rows * std::size_t(worker);  // (rows): keys each sees
+    float* qs = sin_t + table;      // (d): one rotated, scaled query
+    float* qT = qs + d;             // (d, ld): the tile's queries, a row per lane
+    float* sT = qT + std::size_t(d) * ld;  // (keys, ld): scores, then weights
+    float* l = sT + keys * ld;      // (ld)
+    float* acc = l + ld;            // (rows, lda)
+    std::int32_t* n = visible.data() + ld * std::size_t(worker);  // (ld): keys each sees
     for (std::int64_t item = cut[std::size_t(r)]; item < cut[std::size_t(r) + 1]; ++item) {
       const int g = int(item / n_tiles);
       const std::int64_t a = (item % n_tiles) * tile;
@@ -444,28 +455,34 @@ void CausalAttention::prefill_full(CausalState& state, const ConstMatrixRef& Q,
         for (int u = 0; u < G; ++u) {
           const std::size_t at = std::size_t(t * G + u);
           rotate(Q.data() + (a + t) * Q.outerStride() + (g * G + u) * d,
-                 cos_t + std::size_t(t * half), sin_t + std::size_t(t * half), half, d, scale_,
-                 qs + at * std::size_t(d));
-          n[at] = pos0 + a + t + 1;
+                 cos_t + std::size_t(t * half), sin_t + std::size_t(t * half), half, d, scale_, qs);
+          for (int i = 0; i < d; ++i) qT[std::size_t(i) * ld + at] = qs[i];
+          n[at] = std::int32_t(pos0 + a + t + 1);
         }
+      }
+      for (std::size_t at = std::size_t(R); at < ld; ++at) {
+        for (int i = 0; i < d; ++i) qT[std::size_t(i) * ld + at] = 0.0f;
+        n[at] = n[0];
       }
       const std::int64_t last = pos0 + a + nt;  // keys the tile's last query sees
       const auto pages = std::size_t((last + P - 1) / P);
+      const auto in_page = [&](std::size_t p) {
+        return int(std::min<std::int64_t>(P, last - std::int64_t(p) * P));
+      };
       for (std::size_t p = 0; p < pages; ++p)
-        kern.tile_scores(qs, d, R, state.keys(p, g), P, d, P, S + p * P, std::int64_t(lds));
-      softmax_rows(kern, S, lds, R, n, last, l);
-      std::fill(acc, acc + std::size_t(R) * std::size_t(dp), 0.0f);
-      for (std::size_t p = 0; p < pages; ++p) {
-        const int count = int(std::min<std::int64_t>(P, last - std::int64_t(p) * P));
-        kern.tile_weighted_rows(acc, dp, R, S + p * P, std::int64_t(lds), state.values(p, g),
-                                count, dp);
-      }
+        kern.tile_scores(qT, int(ld), int(ld), state.keys(p, g), P, d, in_page(p),
+                         sT + p * P * ld, std::int64_t(ld));
+      kern.tile_softmax(sT, std::int64_t(ld), int(ld), n, int(last), l);
+      std::fill(acc, acc + std::size_t(R) * lda, 0.0f);
+      for (std::size_t p = 0; p < pages; ++p)
+        kern.tile_weighted_rows(acc, std::int64_t(lda), R, sT + p * P * ld, std::int64_t(ld),
+                                state.values(p, g), in_page(p), dp);
       for (int t = 0; t < nt; ++t)
         for (int u = 0; u < G; ++u) {
           const std::size_t at = std::size_t(t * G + u);
           const float inv = 1.0f / l[at];
           float* out = O.data() + (a + t) * O.outerStride() + (g * G + u) * d;
-          for (int j = 0; j < d; ++j) out[j] = acc[at * std::size_t(dp) + std::size_t(j)] * inv;
+          for (int j = 0; j < d; ++j) out[j] = acc[at * lda + std::size_t(j)] * inv;
         }
     }
   });

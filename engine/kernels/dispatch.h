@@ -79,15 +79,21 @@ struct Kernels {
   // acc[j] = fma(w[t], rows[t * dp + j], acc[j]) for t = 0 .. count-1 in turn, every column j of
   // dp (a multiple of 16): one chain per column that continues from what acc holds.
   void (*weighted_rows)(float* acc, const float* rows, const float* w, int count, int dp);
-  // Causal attention's blocked prefill (causal_attention.cpp): column_dots and weighted_rows
-  // for a tile of query rows at once, each row's chains exactly theirs. tile_scores:
-  // s[r * lds + t] = sum_i q[r * ldq + i] keys[i * stride + t] for r < rows, t < n (n a multiple
-  // of 16), one FMA chain over i from 0. tile_weighted_rows: for each r < rows,
-  // acc[r * lda + j] = fma(w[r * ldw + t], values[t * dp + j], acc[r * lda + j]) for t = 0 ..
-  // count-1 in turn, every column j of dp (a multiple of 16).
-  void (*tile_scores)(const float* q, int ldq, int rows, const float* keys, std::int64_t stride,
-                      int d, int n, float* s, std::int64_t lds);
-  void (*tile_weighted_rows)(float* acc, std::int64_t lda, int rows, const float* w,
+  // Causal attention's blocked prefill (causal_attention.cpp): column_dots, the softmax and
+  // weighted_rows for a tile of query rows at once, each row's chains exactly theirs, the rows'
+  // scores and weights transposed (key t of row r at t * lds + r). tile_scores:
+  // sT[t * lds + r] = sum_i qT[i * ldq + r] keys[i * stride + t] for r < rows (a multiple of 16),
+  // t < n, one FMA chain over i from 0. tile_softmax: for r < rows (a multiple of 16), the
+  // weights exp(s - m) of row r's first n[r] keys (m their max, oldest first), 0 for keys
+  // n[r] .. n_max - 1, and l[r] their sum oldest first, as step() computes them.
+  // tile_weighted_rows: for each r < rows, acc[r * lda + j] = fma(wT[t * ldw + r],
+  // values[t * dp + j], acc[r * lda + j]) for t = 0 .. count-1 in turn, every column j of dp
+  // (a multiple of 16).
+  void (*tile_scores)(const float* qT, int ldq, int rows, const float* keys, std::int64_t stride,
+                      int d, int n, float* sT, std::int64_t lds);
+  void (*tile_softmax)(float* sT, std::int64_t lds, int rows, const std::int32_t* n, int n_max,
+                       float* l);
+  void (*tile_weighted_rows)(float* acc, std::int64_t lda, int rows, const float* wT,
                              std::int64_t ldw, const float* values, int count, int dp);
   // The quantized matrix kernel (quant_call.h, quant-inl.h).
   void (*matmul_q)(const QuantCall& call, int p0, int p1);

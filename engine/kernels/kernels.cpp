@@ -173,84 +173,146 @@ void WeightedRows(float* acc, const float* rows, const float* w, int count, int 
   }
 }
 
-// A block of kRows query rows by kVecs vectors of key columns, in registers over key rows
-// [i0, i1): s[r][t] = one FMA chain over i from 0, as ColumnDots makes each column. From i0 > 0
-// the chain continues from what s holds (a float stored and loaded again is the same float).
-template <int kRows, int kVecs>
-HWY_INLINE void TileScoresBlock(const float* q, int ldq, const float* keys, std::int64_t stride,
-                                int i0, int i1, float* s, std::int64_t lds) {
-  VF a[kRows][kVecs];
-  for (int r = 0; r < kRows; ++r)
-    for (int v = 0; v < kVecs; ++v) a[r][v] = i0 == 0 ? Zero() : Load(s + r * lds + v * kN);
-  const float* row = keys + i0 * stride;
-  for (int i = i0; i < i1; ++i, row += stride) {
-    VF k[kVecs];
-    for (int v = 0; v < kVecs; ++v) k[v] = Load(row + v * kN);
-    for (int r = 0; r < kRows; ++r) {
-      const VF qi = Set(q[r * ldq + i]);
-      for (int v = 0; v < kVecs; ++v) a[r][v] = Fma(qi, k[v], a[r][v]);
-    }
-  }
-  for (int r = 0; r < kRows; ++r)
-    for (int v = 0; v < kVecs; ++v) Store(a[r][v], s + r * lds + v * kN);
+// Vectors of rows or columns in a register block of the tile kernels: with 32 registers
+// (AVX-512) four, so that a block holds 24 chains; with 16, two (twelve chains, kFmaChains).
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+constexpr int kTileVecs = 4;
+#else
+constexpr int kTileVecs = 2;
+#endif
+// Keys (tile_scores) or query rows (tile_weighted_rows) in a block, one broadcast each.
+constexpr int kTileBroadcasts = 6;
+
+// The widest block of vectors that `left` lanes fill: kTileVecs, 2 or 1 vectors; f runs it with
+// the width as a std::integral_constant, and the lanes it covers are returned.
+template <class F>
+HWY_INLINE int WidestBlock(int left, const F& f) {
+  if (left >= kTileVecs * kN) return f(std::integral_constant<int, kTileVecs>()), kTileVecs * kN;
+  if (left >= 2 * kN) return f(std::integral_constant<int, 2>()), 2 * kN;
+  return f(std::integral_constant<int, 1>()), kN;
 }
 
-// The rows left after the blocks of six, one block of their number.
-template <int kVecs>
-void TileScoresRest(const float* q, int ldq, int rows, const float* keys, std::int64_t stride,
-                    int i0, int i1, float* s, std::int64_t lds) {
-  switch (rows) {
-    case 1: return TileScoresBlock<1, kVecs>(q, ldq, keys, stride, i0, i1, s, lds);
-    case 2: return TileScoresBlock<2, kVecs>(q, ldq, keys, stride, i0, i1, s, lds);
-    case 3: return TileScoresBlock<3, kVecs>(q, ldq, keys, stride, i0, i1, s, lds);
-    case 4: return TileScoresBlock<4, kVecs>(q, ldq, keys, stride, i0, i1, s, lds);
-    case 5: return TileScoresBlock<5, kVecs>(q, ldq, keys, stride, i0, i1, s, lds);
+// Runs f(std::integral_constant<int, k>()) for 1 <= k < kTileBroadcasts: the block of the keys or
+// rows left after the full blocks.
+template <class F>
+HWY_INLINE void WithCount(int k, const F& f) {
+  static_assert(kTileBroadcasts == 6, "one case per count below kTileBroadcasts");
+  switch (k) {
+    case 1: return f(std::integral_constant<int, 1>());
+    case 2: return f(std::integral_constant<int, 2>());
+    case 3: return f(std::integral_constant<int, 3>());
+    case 4: return f(std::integral_constant<int, 4>());
+    case 5: return f(std::integral_constant<int, 5>());
     default: return;
   }
 }
 
-// Six rows by two vectors: twelve chains (kFmaChains), and each key row's vectors loaded once
-// for six rows. The key rows go in slices of 64, the column block inside them, so that the
-// slice's keys (64 rows of two vectors) and the queries' slice (every row, 64 floats) stay in
-// L1 while every block of query rows passes over them: with all of d at once they did not, and
-// the keys' loads waited on L2.
-void TileScores(const float* q, int ldq, int rows, const float* keys, std::int64_t stride, int d,
-                int n, float* s, std::int64_t lds) {
-  constexpr int kRows = 6, kSlice = 64;
+// kKeys keys by kVecs vectors of query rows, in registers over dimensions [i0, i1):
+// sT[t][r] = one FMA chain over i from 0, as ColumnDots makes each column (the product
+// q[i] * key[i] is the same whichever is broadcast). From i0 > 0 the chain continues from what
+// sT holds (a float stored and loaded again is the same float).
+template <int kKeys, int kVecs>
+HWY_INLINE void TileScoresBlock(const float* qT, int ldq, const float* keys, std::int64_t stride,
+                                int i0, int i1, float* sT, std::int64_t lds) {
+  VF a[kKeys][kVecs];
+  for (int t = 0; t < kKeys; ++t)
+    for (int v = 0; v < kVecs; ++v) a[t][v] = i0 == 0 ? Zero() : Load(sT + t * lds + v * kN);
+  const float* key = keys + i0 * stride;
+  const float* q = qT + std::int64_t(i0) * ldq;
+  for (int i = i0; i < i1; ++i, key += stride, q += ldq) {
+    VF qi[kVecs];
+    for (int v = 0; v < kVecs; ++v) qi[v] = Load(q + v * kN);
+    for (int t = 0; t < kKeys; ++t) {
+      const VF kt = Set(key[t]);
+      for (int v = 0; v < kVecs; ++v) a[t][v] = Fma(qi[v], kt, a[t][v]);
+    }
+  }
+  for (int t = 0; t < kKeys; ++t)
+    for (int v = 0; v < kVecs; ++v) Store(a[t][v], sT + t * lds + v * kN);
+}
+
+// Blocks of six keys by kTileVecs vectors of rows: each vector of queries loaded feeds six
+// FMAs, each broadcast key kTileVecs. The dimensions go in slices of 64, the blocks inside
+// them, so that the slice's keys (64 rows of the page) and the queries' slice (64 x rows) stay
+// in L1 while every block passes over them: with all of d at once they did not, and the loads
+// waited on L2.
+void TileScores(const float* qT, int ldq, int rows, const float* keys, std::int64_t stride, int d,
+                int n, float* sT, std::int64_t lds) {
+  constexpr int kSlice = 64;
   for (int i0 = 0; i0 < d; i0 += kSlice) {
     const int i1 = std::min(d, i0 + kSlice);
-    for (int t0 = 0; t0 < n;) {
-      const bool two = n - t0 >= 2 * kN;
-      int r0 = 0;
-      for (; r0 + kRows <= rows; r0 += kRows) {
-        const float* qr = q + std::int64_t(r0) * ldq;
-        float* sr = s + r0 * lds + t0;
-        if (two) TileScoresBlock<kRows, 2>(qr, ldq, keys + t0, stride, i0, i1, sr, lds);
-        else TileScoresBlock<kRows, 1>(qr, ldq, keys + t0, stride, i0, i1, sr, lds);
-      }
-      const float* qr = q + std::int64_t(r0) * ldq;
-      float* sr = s + r0 * lds + t0;
-      if (two) TileScoresRest<2>(qr, ldq, rows - r0, keys + t0, stride, i0, i1, sr, lds);
-      else TileScoresRest<1>(qr, ldq, rows - r0, keys + t0, stride, i0, i1, sr, lds);
-      t0 += two ? 2 * kN : kN;
+    for (int r0 = 0; r0 < rows;) {
+      r0 += WidestBlock(rows - r0, [&](auto vecs) {
+        constexpr int kVecs = decltype(vecs)::value;
+        int t0 = 0;
+        for (; t0 + kTileBroadcasts <= n; t0 += kTileBroadcasts)
+          TileScoresBlock<kTileBroadcasts, kVecs>(qT + r0, ldq, keys + t0, stride, i0, i1,
+                                                  sT + t0 * lds + r0, lds);
+        WithCount(n - t0, [&](auto keys_left) {
+          TileScoresBlock<decltype(keys_left)::value, kVecs>(qT + r0, ldq, keys + t0, stride, i0,
+                                                             i1, sT + t0 * lds + r0, lds);
+        });
+      });
     }
   }
 }
 
+// The rows' softmax over sT (sT[t * lds + r]: key t of row r), the rows in the lanes: each lane
+// walks its row's keys oldest first with attend_one's scalar steps (the max by compare and
+// select, exp(s - m) by Exp, the sum by adds from 0), so every row's weights and sum are
+// attend_one's. Keys from n[r] to n_max become weight 0, which leaves the sum as it is (the sum
+// is never -0).
+void TileSoftmax(float* sT, std::int64_t lds, int rows, const std::int32_t* n, int n_max,
+                 float* l) {
+  for (int r0 = 0; r0 < rows;) {
+    r0 += WidestBlock(rows - r0, [&](auto vecs) {
+      constexpr int kVecs = decltype(vecs)::value;
+      float* s = sT + r0;
+      hn::Vec<DI> nv[kVecs];
+      int fewest = n_max;  // keys every row of the block sees
+      for (int v = 0; v < kVecs; ++v) {
+        nv[v] = hn::LoadU(DI(), n + r0 + v * kN);
+        for (int j = 0; j < kN; ++j) fewest = std::min(fewest, n[r0 + v * kN + j]);
+      }
+      const auto sees = [&](int t, int v) {  // the lanes whose rows see key t
+        return hn::RebindMask(DF(), hn::Lt(hn::Set(DI(), t), nv[v]));
+      };
+      VF m[kVecs], sum[kVecs];
+      for (int v = 0; v < kVecs; ++v) m[v] = Load(s + v * kN);
+      for (int t = 1; t < n_max; ++t)
+        for (int v = 0; v < kVecs; ++v) {
+          const VF x = Load(s + t * lds + v * kN);
+          const auto larger = hn::Gt(x, m[v]);
+          m[v] = hn::IfThenElse(t < fewest ? larger : hn::And(larger, sees(t, v)), x, m[v]);
+        }
+      for (int v = 0; v < kVecs; ++v) sum[v] = Zero();
+      for (int t = 0; t < n_max; ++t)
+        for (int v = 0; v < kVecs; ++v) {
+          VF w = Exp(hn::Sub(Load(s + t * lds + v * kN), m[v]));
+          if (t >= fewest) w = hn::IfThenElseZero(sees(t, v), w);
+          Store(w, s + t * lds + v * kN);
+          sum[v] = hn::Add(sum[v], w);
+        }
+      for (int v = 0; v < kVecs; ++v) Store(sum[v], l + r0 + v * kN);
+    });
+  }
+}
+
 // kRows rows' accumulators for kVecs vectors of columns, over `count` value rows in turn:
-// acc = fma(w[t], values[t], acc), the chain of WeightedRows for each row of the tile.
+// acc = fma(wT[t][r], values[t], acc), the chain of WeightedRows for each row of the tile.
 template <int kRows, int kVecs>
-HWY_INLINE void TileWeightedBlock(float* acc, std::int64_t lda, const float* w, std::int64_t ldw,
+HWY_INLINE void TileWeightedBlock(float* acc, std::int64_t lda, const float* wT, std::int64_t ldw,
                                   const float* values, int count, int dp) {
   VF a[kRows][kVecs];
   for (int r = 0; r < kRows; ++r)
     for (int v = 0; v < kVecs; ++v) a[r][v] = Load(acc + r * lda + v * kN);
   const float* row = values;
-  for (int t = 0; t < count; ++t, row += dp) {
+  const float* w = wT;
+  for (int t = 0; t < count; ++t, row += dp, w += ldw) {
     VF x[kVecs];
     for (int v = 0; v < kVecs; ++v) x[v] = Load(row + v * kN);
     for (int r = 0; r < kRows; ++r) {
-      const VF wt = Set(w[r * ldw + t]);
+      const VF wt = Set(w[r]);
       for (int v = 0; v < kVecs; ++v) a[r][v] = Fma(wt, x[v], a[r][v]);
     }
   }
@@ -258,47 +320,31 @@ HWY_INLINE void TileWeightedBlock(float* acc, std::int64_t lda, const float* w, 
     for (int v = 0; v < kVecs; ++v) Store(a[r][v], acc + r * lda + v * kN);
 }
 
-template <int kVecs>
-void TileWeightedRest(float* acc, std::int64_t lda, int rows, const float* w, std::int64_t ldw,
-                      const float* values, int count, int dp) {
-  switch (rows) {
-    case 1: return TileWeightedBlock<1, kVecs>(acc, lda, w, ldw, values, count, dp);
-    case 2: return TileWeightedBlock<2, kVecs>(acc, lda, w, ldw, values, count, dp);
-    case 3: return TileWeightedBlock<3, kVecs>(acc, lda, w, ldw, values, count, dp);
-    case 4: return TileWeightedBlock<4, kVecs>(acc, lda, w, ldw, values, count, dp);
-    case 5: return TileWeightedBlock<5, kVecs>(acc, lda, w, ldw, values, count, dp);
-    default: return;
-  }
-}
-
-void TileWeightedSlice(float* acc, std::int64_t lda, int rows, const float* w, std::int64_t ldw,
+void TileWeightedSlice(float* acc, std::int64_t lda, int rows, const float* wT, std::int64_t ldw,
                        const float* values, int count, int dp) {
-  constexpr int kRows = 6;
   for (int c0 = 0; c0 < dp;) {
-    const bool two = dp - c0 >= 2 * kN;
-    int r0 = 0;
-    for (; r0 + kRows <= rows; r0 += kRows) {
-      float* ar = acc + r0 * lda + c0;
-      const float* wr = w + r0 * ldw;
-      if (two) TileWeightedBlock<kRows, 2>(ar, lda, wr, ldw, values + c0, count, dp);
-      else TileWeightedBlock<kRows, 1>(ar, lda, wr, ldw, values + c0, count, dp);
-    }
-    float* ar = acc + r0 * lda + c0;
-    const float* wr = w + r0 * ldw;
-    if (two) TileWeightedRest<2>(ar, lda, rows - r0, wr, ldw, values + c0, count, dp);
-    else TileWeightedRest<1>(ar, lda, rows - r0, wr, ldw, values + c0, count, dp);
-    c0 += two ? 2 * kN : kN;
+    c0 += WidestBlock(dp - c0, [&](auto vecs) {
+      constexpr int kVecs = decltype(vecs)::value;
+      int r0 = 0;
+      for (; r0 + kTileBroadcasts <= rows; r0 += kTileBroadcasts)
+        TileWeightedBlock<kTileBroadcasts, kVecs>(acc + r0 * lda + c0, lda, wT + r0, ldw,
+                                                  values + c0, count, dp);
+      WithCount(rows - r0, [&](auto rows_left) {
+        TileWeightedBlock<decltype(rows_left)::value, kVecs>(acc + r0 * lda + c0, lda, wT + r0,
+                                                             ldw, values + c0, count, dp);
+      });
+    });
   }
 }
 
 // The value rows go in slices of 32: a block of columns of 64 rows, dp floats apart (1 KiB at
 // Qwen3.5's 256), falls into too few of L1's sets to stay there while the row blocks pass over
 // it; 32 rows do. A slice's chains continue from what the one before stored.
-void TileWeightedRows(float* acc, std::int64_t lda, int rows, const float* w, std::int64_t ldw,
+void TileWeightedRows(float* acc, std::int64_t lda, int rows, const float* wT, std::int64_t ldw,
                       const float* values, int count, int dp) {
   constexpr int kSlice = 32;
   for (int t0 = 0; t0 < count; t0 += kSlice)
-    TileWeightedSlice(acc, lda, rows, w + t0, ldw, values + std::int64_t(t0) * dp,
+    TileWeightedSlice(acc, lda, rows, wT + t0 * ldw, ldw, values + std::int64_t(t0) * dp,
                       std::min(kSlice, count - t0), dp);
 }
 
@@ -343,7 +389,7 @@ const Kernels* Table() {
                              &GatherTiles, &Matmul,   &EluPlusOne,  &Relu,      &ExpMinus, &Swiglu,   &Gelu,
                              &Sum,      &SumSquares,  &KvScores,  &KvAccumulate,
                              &FmaChains, &ColumnDots, &WeightedRows, &TileScores,
-                             &TileWeightedRows,
+                             &TileSoftmax, &TileWeightedRows,
                              &MatmulQ, &QuantizeActivations,
                              &GatedStepHead, &GatedWalkHead, &GlaDecay, &Hgrn2Gates,
                              &SigmoidMap, &Silu, &AllFinite, &DeltaWalkHead};

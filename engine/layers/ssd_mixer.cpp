@@ -26,6 +26,21 @@ std::size_t sz(std::int64_t n) { return std::size_t(n); }
 
 }  // namespace
 
+SsdSpec ssd_spec(const ModelConfig& c, const SsdSizes& sizes, double dt_min, double dt_max) {
+  SsdSpec s;
+  s.hidden = c.hidden_size;
+  s.n_heads = sizes.n_heads;
+  s.head_dim = sizes.head_dim;
+  s.d_state = sizes.d_state;
+  s.n_groups = sizes.n_groups;
+  s.d_conv = sizes.d_conv;
+  s.norm_groups = sizes.n_groups;
+  s.norm_eps = c.norm_eps;
+  s.dt_min = dt_min;
+  s.dt_max = dt_max;
+  return s;
+}
+
 void check_ssd_spec(const SsdSpec& s, const std::string& source) {
   if (s.n_heads < 1 || s.head_dim < 1 || s.d_state < 1 || s.n_groups < 1 || s.d_conv < 1 ||
       s.norm_groups < 1)

@@ -59,6 +59,19 @@ struct SsdSpec {
   bool out_bias() const { return out_proj_bias.value_or(proj_bias); }
 };
 
+/// A Mamba-2 layer's sizes as a family's config gives them: H heads of P, N state channels, G
+/// groups, d_conv taps.
+struct SsdSizes {
+  int n_heads, head_dim, d_state, n_groups, d_conv;
+};
+
+/// What every family's Mamba-2 layers share: `sizes` over rows of c.hidden_size, dt clamped to
+/// [dt_min, dt_max], and the gated norm with c.norm_eps over each group apart (mamba_ssm's
+/// RMSNormGated(group_size = inner / ngroups), and llama.cpp's, for every layout: transformers'
+/// Mamba2 norms the whole width; docs/mamba2.md), after the gate. The family sets on it what is
+/// its own: the biases, the norm's place, Falcon-H1's options.
+SsdSpec ssd_spec(const ModelConfig& c, const SsdSizes& sizes, double dt_min, double dt_max);
+
 /// Checks a spec's sizes (heads a multiple of the groups, the norm's groups dividing the width,
 /// widths in range, 0 <= dt_min <= dt_max); FormatError "[ModelConfig] SOURCE: ..." naming them.
 void check_ssd_spec(const SsdSpec& s, const std::string& source);
