@@ -1,14 +1,23 @@
 // step() allocates nothing: this program replaces the global operator new with one that counts,
-// warms each path up, and asserts that further steps make no heap allocation at all.
+// warms each path up, and asserts that further steps make no heap allocation at all (a whole
+// model's, every family's, may only add a softmax layer's next page of keys and values).
 #include <catch2/catch.hpp>
 
 #include <atomic>
 #include <cstdlib>
+#include <memory>
 #include <new>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "conformance/fixtures.h"
+#include "model/random_weights.h"
 #include "recur/gla_recurrence.h"
 #include "recur/linear_attention.h"
 #include "recur/model.h"
+#include "recur/quantize.h"
+#include "support/temp_dir.h"
 
 namespace {
 std::atomic<long> g_allocations{0};
@@ -52,6 +61,9 @@ void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::fre
 void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 using namespace recur;
+using recur::conformance::Fixture;
+using recur::conformance::fixtures;
+using recur::testing::TempDir;
 
 TEST_CASE("the counter sees allocations, so a zero below means something", "[alloc]") {
   const long before = g_allocations.load();
@@ -99,16 +111,47 @@ TEST_CASE("GlaRecurrence::step allocates nothing after the state exists", "[allo
   }
 }
 
-TEST_CASE("Decoder::step allocates nothing after warm-up, on 1 and 2 threads", "[alloc]") {
-  for (const int threads : {1, 2}) {
-    Decoder dec(Model::builtin(1), {16, threads});
-    dec.prefill({1, 2, 3, 4, 5});
-    dec.step(6);  // warm-up: the OpenMP pool starts here
-    const long before = g_allocations.load();
-    for (int t = 0; t < 300; ++t) dec.step(t % 256);
-    const long made = g_allocations.load() - before;  // read before INFO, which allocates
-    INFO("threads " << threads);
-    CHECK(made == 0);
+namespace {
+
+// The decoder of the fixture's model with weights of each kind the engine keeps apart: float32,
+// bfloat16 (kept 16-bit in memory) and q8 codes (read back from a quantized directory).
+std::vector<std::pair<std::string, std::shared_ptr<const Model>>> models_of(const Fixture& f,
+                                                                            const TempDir& dir) {
+  const ModelConfig c = ModelConfig::from_json(f.config, f.name);
+  write_quantized_model(dir.str(), c, RandomWeights(c, 3), {"q8", ""});
+  return {{"f32", Model::from_weights(c, RandomWeights(c, 3))},
+          {"bf16", Model::from_weights(c, RandomWeights(c, 3, DType::kBF16))},
+          {"q8", Model::load(dir.str())}};
+}
+
+}  // namespace
+
+// Every registered family (test_conformance checks that each has a fixture). A step may
+// allocate only where the state itself grows, a full softmax layer's new page of keys and
+// values; scratch never.
+TEST_CASE("Decoder::step allocates nothing after warm-up, for every family, on 1 and 2 threads",
+          "[alloc]") {
+  for (const Fixture& f : fixtures()) {
+    TempDir dir;
+    for (const auto& [weights, model] : models_of(f, dir))
+      for (const int threads : {1, 2}) {
+        Decoder dec(model, {16, threads});
+        dec.prefill({1, 2, 3, 4, 5});
+        dec.step(6);  // warm-up: the thread pool starts here
+        const int vocab = model->config().vocab_size;
+        int bad_step = -1;
+        long made = 0;
+        for (int t = 0; t < 300 && bad_step < 0; ++t) {  // across a linear-attention fold
+          const std::size_t held = dec.bytes();
+          const long before = g_allocations.load();
+          dec.step(t % vocab);
+          made = g_allocations.load() - before;
+          if (made != 0 && !(dec.state_grows() && dec.bytes() > held)) bad_step = t;
+        }
+        INFO(f.name << ", " << weights << " weights, threads " << threads);  // INFO allocates
+        INFO(made << " allocations at step " << bad_step << " after warm-up");
+        CHECK(bad_step == -1);
+      }
   }
 }
 

@@ -184,12 +184,44 @@ void GlaRecurrence::check_state(const GlaState& s, const char* call) const {
                            config_.d_value);
 }
 
+// Heads [h0, h1) of one token through the state's workspace, each head its own rows of it (so
+// that threads may walk disjoint ranges at once): q and k (qk_heads * d_key), v and out
+// (n_heads * d_value), alpha as step() takes it. The inputs were checked by the caller.
+void GlaRecurrence::step_heads(GlaState& state, const float* q, const float* k, const float* v,
+                               const float* alpha, float* out, int h0, int h1) const {
+  const int H = config_.n_heads, dk = config_.d_key, dv = config_.d_value;
+  const int per_qk = H / qk_heads_;
+  const bool per_channel = config_.decay == DecayKind::kPerChannel;
+  const bool per_token = config_.decay == DecayKind::kPerHeadToken;
+  const int Dp = state.d_key_padded_, dvp = state.d_value_padded_;
+  float* qs = state.workspace_.data;  // (H, Dp)
+  float* ks = qs + H * Dp;            // (H, Dp)
+  float* as = ks + H * Dp;            // (H, Dp)
+  float* vs = as + H * Dp;            // (H, dvp)
+  float* os = vs + H * dvp;           // (H, dvp)
+  // Only the first d_key / d_value entries of each row are written: the padding stays zero.
+  for (int h = h0; h < h1; ++h) {
+    const float* qh = q + (h / per_qk) * dk;
+    for (int i = 0; i < dk; ++i) qs[h * Dp + i] = qh[i] * scale_;
+    std::memcpy(ks + h * Dp, k + (h / per_qk) * dk, sizeof(float) * static_cast<std::size_t>(dk));
+    if (per_channel)
+      std::memcpy(as + h * Dp, alpha + h * dk, sizeof(float) * static_cast<std::size_t>(dk));
+    if (per_token) std::fill(as + h * Dp, as + h * Dp + dk, alpha[h]);
+    std::memcpy(vs + h * dvp, v + h * dv, sizeof(float) * static_cast<std::size_t>(dv));
+    const kernels::GatedHeadView view{state.head(h), Dp, dvp, dvp};
+    const bool fixed = config_.decay == DecayKind::kPerHead;
+    const float gamma = fixed ? config_.head_decay[static_cast<std::size_t>(h)] : 0.0f;
+    kernels::gated_step_head(view, qs + h * Dp, ks + h * Dp, vs + h * dvp,
+                             fixed ? nullptr : as + h * Dp, gamma, os + h * dvp);
+    std::memcpy(out + h * dv, os + h * dvp, sizeof(float) * static_cast<std::size_t>(dv));
+  }
+}
+
 void GlaRecurrence::step(GlaState& state, ConstVectorRef q, ConstVectorRef k,
                           ConstVectorRef v, ConstVectorRef alpha, VectorRef out) const {
   constexpr const char* call = "GlaRecurrence::step";
   check_state(state, call);
   const int H = config_.n_heads, dk = config_.d_key, dv = config_.d_value;
-  const int per_qk = H / qk_heads_;
   const bool per_channel = config_.decay == DecayKind::kPerChannel;
   const bool per_token = config_.decay == DecayKind::kPerHeadToken;
   const auto check_size = [&](const char* name, Eigen::Index n, const char* heads, int h, int d,
@@ -217,31 +249,7 @@ void GlaRecurrence::step(GlaState& state, ConstVectorRef q, ConstVectorRef k,
     check_unit_interval(call, "alpha", alpha.data(), 1, alpha.size(), alpha.size());
   }
 
-  const int Dp = state.d_key_padded_, dvp = state.d_value_padded_;
-  float* qs = state.workspace_.data;  // (H, Dp)
-  float* ks = qs + H * Dp;            // (H, Dp)
-  float* as = ks + H * Dp;            // (H, Dp)
-  float* vs = as + H * Dp;            // (H, dvp)
-  float* os = vs + H * dvp;           // (H, dvp)
-  // Only the first d_key / d_value entries of each row are written: the padding stays zero.
-  for (int h = 0; h < H; ++h) {
-    const float* qh = q.data() + (h / per_qk) * dk;
-    for (int i = 0; i < dk; ++i) qs[h * Dp + i] = qh[i] * scale_;
-    std::memcpy(ks + h * Dp, k.data() + (h / per_qk) * dk,
-                sizeof(float) * static_cast<std::size_t>(dk));
-    if (per_channel)
-      std::memcpy(as + h * Dp, alpha.data() + h * dk, sizeof(float) * static_cast<std::size_t>(dk));
-    if (per_token) std::fill(as + h * Dp, as + h * Dp + dk, alpha[h]);
-    std::memcpy(vs + h * dvp, v.data() + h * dv, sizeof(float) * static_cast<std::size_t>(dv));
-  }
-  for (int h = 0; h < H; ++h) {
-    const kernels::GatedHeadView view{state.head(h), Dp, dvp, dvp};
-    const bool fixed = config_.decay == DecayKind::kPerHead;
-    const float gamma = fixed ? config_.head_decay[static_cast<std::size_t>(h)] : 0.0f;
-    kernels::gated_step_head(view, qs + h * Dp, ks + h * Dp, vs + h * dvp,
-                             fixed ? nullptr : as + h * Dp, gamma, os + h * dvp);
-    std::memcpy(out.data() + h * dv, os + h * dvp, sizeof(float) * static_cast<std::size_t>(dv));
-  }
+  step_heads(state, q.data(), k.data(), v.data(), alpha.data(), out.data(), 0, H);
   ++state.n_tokens_;
 }
 
@@ -289,9 +297,18 @@ void GlaRecurrence::prefill(GlaState& state, const ConstMatrixRef& Q, const Cons
   }
   if (T == 0) return;
 
+  const int threads = std::min(detail::resolve_threads(options.threads), H);
+  if (T == 1) {
+    // A decoded token: step()'s walk (the same bytes: the kernels' contract) with the heads
+    // split over the threads, in the state's workspace, so that it allocates nothing.
+    detail::parallel_ranges(H, threads, [&](int h0, int h1, int) {
+      step_heads(state, Q.data(), K.data(), V.data(), A.data(), O.data(), h0, h1);
+    });
+    ++state.n_tokens_;
+    return;
+  }
   const int Dp = state.d_key_padded_, dvp = state.d_value_padded_;
   const int chunk = static_cast<int>(std::min<Eigen::Index>(options.chunk, T));
-  const int threads = std::min(detail::resolve_threads(options.threads), H);
   // Per worker, for the head it walks: q', k' and alpha in tile-walk layout (tile_floats),
   // v and o in panels (see below). Allocated before the state changes, zeroed once: the
   // padding of v is never written, so it stays zero.

@@ -225,30 +225,26 @@ void ssd_sequence(const SsdMixer& m, SsdState& st, SsdRows& b, int first, int co
   const SsdSpec& s = m.spec;
   const std::int64_t I = s.inner(), C = s.conv_dim(), H = s.n_heads;
   const std::int64_t GN = std::int64_t(s.n_groups) * s.d_state;
-  // The window goes back if the scan refuses its inputs (non-finite numbers): the state then is
-  // as it was before the call.
-  ShortConvState window = st.conv.clone();
+  // The convolution moves the window on before the scan checks its inputs, and is not undone
+  // when the scan refuses them (non-finite numbers): such a failure breaks the decoder
+  // (Decoder::forward), whose state is then reset or loaded whole, and the layers before this
+  // one have moved on too. Keeping a copy to put back would cost an allocation every token.
   convolve(m, st, b, first, count);
   per_row(first, count, threads, [&](int t) { row_inputs(m, b, t); });
   const auto row = [&](std::vector<float>& v, std::int64_t width) {
     return v.data() + sz(first) * sz(width);
   };
-  try {
-    // One path for one row and many: prefill gives step's bytes at any count and splits the
-    // heads over the threads, so a token's walk (each head's S read and written once) is shared
-    // by the threads too instead of running on one between the products.
-    // q = C and k = B: the last columns of the rows of xbc.
-    const float* B = row(b.xbc, C) + I;
-    Map Y(row(b.y, I), count, I, Eigen::OuterStride<>(I));
-    m.scan->prefill(st.S, CMap(B + GN, count, GN, Eigen::OuterStride<>(C)),
-                    CMap(B, count, GN, Eigen::OuterStride<>(C)),
-                    CMap(row(b.v, I), count, I, Eigen::OuterStride<>(I)),
-                    CMap(row(b.a, H), count, H, Eigen::OuterStride<>(H)), Y,
-                    PrefillOptions{count, threads});
-  } catch (...) {
-    static_cast<ShortConvState&>(st.conv) = std::move(window);
-    throw;
-  }
+  // One path for one row and many: prefill gives step's bytes at any count and splits the
+  // heads over the threads, so a token's walk (each head's S read and written once) is shared
+  // by the threads too instead of running on one between the products.
+  // q = C and k = B: the last columns of the rows of xbc.
+  const float* B = row(b.xbc, C) + I;
+  Map Y(row(b.y, I), count, I, Eigen::OuterStride<>(I));
+  m.scan->prefill(st.S, CMap(B + GN, count, GN, Eigen::OuterStride<>(C)),
+                  CMap(B, count, GN, Eigen::OuterStride<>(C)),
+                  CMap(row(b.v, I), count, I, Eigen::OuterStride<>(I)),
+                  CMap(row(b.a, H), count, H, Eigen::OuterStride<>(H)), Y,
+                  PrefillOptions{count, threads});
   per_row(first, count, threads, [&](int t) { skip_row(m, b, t); });
 }
 

@@ -159,7 +159,8 @@ class GlaRecurrence {
 
   /// T tokens: Q, K (T, qk_heads * d_key); V, O (T, n_heads * d_value); A the decays, (T,
   /// n_heads * d_key) for kPerChannel, (T, n_heads) for kPerHeadToken, empty (no elements) for
-  /// kPerHead.
+  /// kPerHead. One token (T = 1) is step()'s walk with the heads split over the threads, and
+  /// allocates nothing.
   void prefill(GlaState& state, const ConstMatrixRef& Q, const ConstMatrixRef& K,
                const ConstMatrixRef& V, const ConstMatrixRef& A, MatrixRef O,
                const PrefillOptions& options = {}) const;
@@ -170,6 +171,8 @@ class GlaRecurrence {
 
  private:
   void check_state(const GlaState& state, const char* call) const;
+  void step_heads(GlaState& state, const float* q, const float* k, const float* v,
+                  const float* alpha, float* out, int h0, int h1) const;
 
   GlaRecurrenceConfig config_;
   float scale_ = 1.0f;
