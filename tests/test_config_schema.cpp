@@ -705,3 +705,102 @@ TEST_CASE("a schema's list of names reads as many kinds as its length field says
   CHECK(list_toy_schema().make_fields(OneFlag("rope")) == "\"positions\": \"rope\"");
   CHECK(list_toy_schema().make_fields(OneFlag("other")) == "");
 }
+
+namespace {
+
+// A toy whose make-model options reach further than one field each: a size made from an option
+// of a field after it, a list option over two fields, one flag over two fields, a value written
+// with no option, a common flag written either way, a block made when its option is given and a
+// text written only when a flag is.
+struct MadeBlock {
+  std::vector<int> layers;
+  int width = 0;
+};
+
+struct MadeToy final : recur::FamilyConfig {
+  int heads = 4, head_dim = 8, rank_a = 1, rank_b = 1, experts = 8;
+  double scale = 1, shift = 0;
+  recur::model::ObjectBlock<MadeBlock> block;
+};
+
+const recur::model::Schema<MadeBlock>& made_block_schema() {
+  static const recur::model::Schema<MadeBlock> s = [] {
+    recur::model::Schema<MadeBlock> t;
+    t.layers("layers", &MadeBlock::layers, "num_hidden_layers").required()
+        .option("block-layers", "the block's layers")
+        .integer("width", &MadeBlock::width, 0, 1, 4096)
+        .option("block-width", "its width (default: --hidden)",
+                [](const ModelConfig& c, const MadeBlock&) { return double(c.hidden_size); });
+    return t;
+  }();
+  return s;
+}
+
+const recur::model::Schema<MadeToy>& made_toy_schema() {
+  static const recur::model::Schema<MadeToy> s = [] {
+    using F = MadeToy;
+    recur::model::Schema<F> t;
+    t.integer("hidden_size", &ModelConfig::hidden_size, 64, 1, 4096).common_option("hidden")
+        .integer("heads", &F::heads, 4, 1, 64)
+        .made_from([](const recur::model::MakeOptions&, const ModelConfig& c, const F& g) {
+          if (c.hidden_size % g.head_dim != 0) throw recur::ArgumentError("--hidden is not heads");
+          return double(c.hidden_size / g.head_dim);
+        })
+        .integer("head_dim", &F::head_dim, 8, 1, 64).option("head-dim", "head size", "8")
+        .integer("rank_a", &F::rank_a, 1, 1, 32).option_item("ranks", 0, 2, "ranks a,b")
+        .integer("rank_b", &F::rank_b, 1, 1, 32).option_item("ranks", 1, 2)
+        .number("scale", &F::scale, 1, 0, 10).flag("tuned", "made-up scales").made_as("2")
+        .number("shift", &F::shift, 0, -1, 1).flag("tuned", "").made_as("0.5")
+        .integer("experts", &F::experts, 8, 0, 64).made_as("0")
+        .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, true)
+        .common_flag("tie-embeddings")
+        .objects("block", &F::block, made_block_schema(), "the block has layers and width only")
+        // Written as text made from the fields, and only when --alt is given.
+        .accepted("alt_width", "a toy's")
+        .made_as([](const recur::model::MakeOptions&, const ModelConfig& c, const F&) {
+          return "[" + std::to_string(2 * c.hidden_size) + "]";
+        })
+        .made_when([](const recur::model::MakeOptions& o) { return o.flag("alt"); });
+    return t;
+  }();
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("make-model's options: sizes made from later options, lists, flags over several "
+          "fields, blocks made when their option is given, fields written when a flag says",
+          "[model][config][schema]") {
+  const auto& schema = made_toy_schema();
+  std::vector<std::string> names;
+  for (const auto& o : schema.make_options()) names.push_back(o.name);
+  // An option over several fields is listed once, with the help of its first.
+  CHECK(names == std::vector<std::string>{"head-dim", "ranks", "tuned", "block-layers", "block-width"});
+  CHECK(std::string(schema.make_options()[1].help) == "ranks a,b");
+  // heads is made from --head-dim, whose field comes after it; a common flag not given is false.
+  CHECK(schema.make_fields(GivenOptions({}, schema.make_options())) ==
+        "\"hidden_size\": 64, \"heads\": 8, \"head_dim\": 8, \"experts\": 0, "
+        "\"tie_word_embeddings\": false");
+  CHECK(schema.make_fields(GivenOptions(
+            Given{{"hidden", "96"}, {"head-dim", "16"}, {"ranks", "3,5"}, {"tuned", ""},
+                  {"tie-embeddings", ""}, {"block-layers", "0,1"}, {"alt", ""}},
+            schema.make_options())) ==
+        "\"hidden_size\": 96, \"heads\": 6, \"head_dim\": 16, \"rank_a\": 3, \"rank_b\": 5, "
+        "\"scale\": 2, \"shift\": 0.5, \"experts\": 0, \"tie_word_embeddings\": true, "
+        "\"block\": {\"layers\": [0,1], \"width\": 96}, \"alt_width\": [192]");
+  const auto refused = [&](Given given, const std::string& part) {
+    INFO(part);
+    try {
+      schema.make_fields(GivenOptions(std::move(given), schema.make_options()));
+      FAIL("no ArgumentError");
+    } catch (const recur::ArgumentError& e) {
+      CHECK_THAT(e.what(), Catch::Contains(part));
+    }
+  };
+  refused({{"ranks", "3"}}, "--ranks is \"3\", expected 2 integers from 1 to 32 between commas");
+  refused({{"ranks", "3,5,"}}, "--ranks is \"3,5,\"");
+  refused({{"ranks", "3,33"}}, "--ranks is \"3,33\"");
+  refused({{"hidden", "100"}}, "--hidden is not heads");
+  refused({{"block-width", "8"}}, "--block-width needs --block-layers");
+  refused({{"block-layers", ""}}, "--block-layers is \"\"");
+}

@@ -362,7 +362,7 @@ TEST_CASE("a decay given once per token gives the bytes of the same decay writte
 }
 
 TEST_CASE("the delta-rule mixer walks each value head through its own w, b and v and its key "
-          "head's a, k and r, at any thread count",
+          "head's a, k and r, in any ranges of heads",
           "[delta][layers]") {
   constexpr int kHv = 4, kHk = 2, kDk = 16, kDv = 8, kT = 9;
   std::mt19937 rng(17);
@@ -392,10 +392,12 @@ TEST_CASE("the delta-rule mixer walks each value head through its own w, b and v
   REQUIRE(mixer.state_floats() == S_expected.size());
   const DeltaInputs x{w.data(), kHv, true, a.data(), K, b.data(), B,
                       k.data(), K,   r.data(), K,    v.data(), V};
-  for (const int threads : {1, 3}) {
-    INFO("threads " << threads);
+  // All heads at once, and in ranges of heads as threads would take them.
+  for (const int split : {kHv, 1, 3}) {
+    INFO("heads in ranges of " << split);
     std::vector<float> S(mixer.state_floats(), 0.0f), y(std::size_t(kT * V));
-    mixer.walk(S.data(), x, y.data(), V, kT, threads);
+    for (int h = 0; h < kHv; h += split)
+      mixer.walk_heads(S.data(), x, y.data(), V, kT, h, std::min(h + split, kHv));
     CHECK(first_difference(S, S_expected) == -1);
     CHECK(first_difference(y, y_expected) == -1);
   }

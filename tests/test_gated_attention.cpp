@@ -270,6 +270,71 @@ TEST_CASE("a per-head decay is a per-channel decay of equal rows, to the byte", 
   CHECK(s1.raw_bytes() == s2.raw_bytes());
 }
 
+TEST_CASE("a decay per head and token, with q and k shared by groups of heads, is the "
+          "per-channel layer given the copies, to the byte", "[gated][exactness]") {
+  // 6 heads reading 2 heads of q and k (Mamba-2's groups), d_key 20 (padded rows), d_value 24.
+  GlaRecurrenceConfig c;
+  c.n_heads = 6;
+  c.d_key = 20;
+  c.d_value = 24;
+  c.scale = 0.5f;
+  c.decay = DecayKind::kPerChannel;
+  const GlaRecurrence expanded(c);
+  c.decay = DecayKind::kPerHeadToken;
+  c.qk_heads = 2;
+  const GlaRecurrence grouped(c);
+  constexpr Eigen::Index T = 70;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  RowMatrix Q(T, 2 * c.d_key), K(T, 2 * c.d_key), V(T, 6 * c.d_value), A(T, 6);
+  for (auto* M : {&Q, &K, &V})
+    for (Eigen::Index i = 0; i < M->size(); ++i) M->data()[i] = normal(rng);
+  for (Eigen::Index i = 0; i < A.size(); ++i) A.data()[i] = i % 17 == 0 ? 1.0f : uniform(rng);
+  // The copies: head h reads q and k head h / 3 and its decay on every row.
+  RowMatrix Qx(T, 6 * c.d_key), Kx(T, 6 * c.d_key), Ax(T, 6 * c.d_key);
+  for (int h = 0; h < 6; ++h) {
+    Qx.middleCols(h * c.d_key, c.d_key) = Q.middleCols((h / 3) * c.d_key, c.d_key);
+    Kx.middleCols(h * c.d_key, c.d_key) = K.middleCols((h / 3) * c.d_key, c.d_key);
+    for (Eigen::Index t = 0; t < T; ++t) Ax.row(t).segment(h * c.d_key, c.d_key).setConstant(A(t, h));
+  }
+  auto want_state = expanded.make_state();
+  const RowMatrix want = expanded.prefill(want_state, Qx, Kx, V, Ax, {64, 1});
+  for (const int chunk : {1, 7, 64})
+    for (const int threads : {1, 2, 3}) {
+      INFO("chunk " << chunk << ", threads " << threads);
+      auto s = grouped.make_state();
+      CHECK(same_bytes(grouped.prefill(s, Q, K, V, A, {chunk, threads}), want));
+      CHECK(s.raw_bytes() == want_state.raw_bytes());
+    }
+  auto s = grouped.make_state();
+  RowMatrix stepped(T, 6 * c.d_value);
+  for (Eigen::Index t = 0; t < T; ++t) {
+    Eigen::VectorXf o(6 * c.d_value);
+    grouped.step(s, Q.row(t).transpose(), K.row(t).transpose(), V.row(t).transpose(),
+                 A.row(t).transpose(), o);
+    stepped.row(t) = o.transpose();
+  }
+  CHECK(same_bytes(stepped, want));
+  CHECK(s.raw_bytes() == want_state.raw_bytes());
+
+  // Sizes for the groups and the per-head decays, named in the refusals; the state kept.
+  const auto before = s.raw_bytes();
+  RowMatrix O(T, 6 * c.d_value);
+  CHECK_THROWS_WITH(grouped.prefill(s, Qx, Kx, V, A, O),
+                    Catch::Contains("Q has shape (70, 120), expected (T, qk_heads * d_key) = (70, 2 * 20)"));
+  CHECK_THROWS_WITH(grouped.prefill(s, Q, K, V, Ax, O),
+                    Catch::Contains("A has shape (70, 120), expected (T, n_heads * 1) = (70, 6 * 1)"));
+  RowMatrix over = A;
+  over(5, 4) = 1.5f;
+  CHECK_THROWS_WITH(grouped.prefill(s, Q, K, V, over, O), Catch::Contains("row 5, column 4"));
+  CHECK(s.raw_bytes() == before);
+  for (const int bad : {-1, 4, 7}) {
+    c.qk_heads = bad;
+    CHECK_THROWS_WITH(GlaRecurrence(c), Catch::Contains("qk_heads is " + std::to_string(bad)));
+  }
+}
+
 TEST_CASE("a saved state continues to the byte; clones are independent", "[gated][state]") {
   for (const auto& c : configs()) {
     INFO(describe(c));

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "recur/causal_attention.h"
 #include "recur/linear_attention.h"
 #include "model/random_weights.h"
 #include "models/linear/linear.h"
@@ -273,12 +274,20 @@ const char* const kRwkv7Decode = R"({"model_type": "rwkv7", "vocab_size": 300, "
 const char* const kMamba2Decode = R"({"model_type": "mamba2", "vocab_size": 300,
   "hidden_size": 256, "num_hidden_layers": 2, "num_heads": 8, "head_dim": 64, "state_size": 64,
   "n_groups": 2, "expand": 2, "conv_kernel": 4, "tie_word_embeddings": true})";
+// Falcon-H1: the Mamba-2 mixer's projections fused with the attention's beside it.
+const char* const kFalconH1Decode = R"({"model_type": "falcon_h1", "vocab_size": 300,
+  "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "mamba_d_ssm": null,
+  "mamba_n_heads": 8, "mamba_d_head": "auto", "mamba_d_state": 32, "mamba_n_groups": 2,
+  "mamba_rms_norm": true, "ssm_multipliers": [0.5, 1.5, 1.0, 0.8, 1.2],
+  "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}})";
 
-// A prompt, then single-token steps: every step's logits and the state after, as bytes.
+// A prompt, then single-token steps: every step's logits and the state after, as bytes. The
+// prompt is long enough that a step's attention over the cache splits into three ranges.
 std::pair<std::vector<float>, std::string> decoded(const std::shared_ptr<const Model>& model,
                                                    int threads) {
   Decoder dec(model, {16, threads});
-  dec.prefill(random_tokens(20, 300, 9));
+  dec.prefill(random_tokens(200, 300, 9));
   std::vector<float> out;
   for (int t = 0; t < 12; ++t) {
     const auto l = dec.step(t * 37 % 300);
@@ -289,10 +298,12 @@ std::pair<std::vector<float>, std::string> decoded(const std::shared_ptr<const M
 
 }  // namespace
 
-TEST_CASE("decode of Qwen3.5, RWKV-7 and Mamba-2 (the walk split by heads, fused products) "
-          "gives the bytes of one thread at 2 and 3 threads, in either range order",
+TEST_CASE("decode of Qwen3.5, RWKV-7, Mamba-2 and Falcon-H1 (the walk split by heads with the "
+          "convolution, norms and gates in its ranges, attention over the cache split by query "
+          "heads, fused products) gives the bytes of one thread at 2 and 3 threads, in either "
+          "range order",
           "[threads][exact]") {
-  for (const char* json : {kQwenDecode, kRwkv7Decode, kMamba2Decode}) {
+  for (const char* json : {kQwenDecode, kRwkv7Decode, kMamba2Decode, kFalconH1Decode}) {
     const ModelConfig c = ModelConfig::from_json(json, "config.json");
     for (const char* format : {"bf16", "q8"}) {
       const auto model = std::string(format) == "q8"
@@ -308,6 +319,48 @@ TEST_CASE("decode of Qwen3.5, RWKV-7 and Mamba-2 (the walk split by heads, fused
           REQUIRE(same_bytes(got.first, want.first));
           REQUIRE(got.second == want.second);
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("a step's attention over the cache, split by query heads, gives the bytes of one thread "
+          "at 2, 3 and 9 threads, in either range order, full and windowed", "[threads][exact]") {
+  for (const int window : {0, 100}) {
+    CausalAttentionConfig c;
+    c.n_heads = 8;
+    c.n_kv_heads = 2;
+    c.d_head = 64;
+    c.window = window;
+    c.rotary_dim = 32;
+    const CausalAttention layer(c);
+    // Long enough that each step's heads split into as many ranges as threads (up to 8).
+    const Eigen::Index T = 300, steps = 8;
+    const RowMatrix Q = random_matrix(T + steps, 512, 4), K = random_matrix(T + steps, 128, 5),
+                    V = random_matrix(T + steps, 128, 6);
+    const auto decode = [&](int threads) {
+      auto state = layer.make_state();
+      RowMatrix prompt_out(T, 512);
+      layer.prefill(state, Q.topRows(T), K.topRows(T), V.topRows(T), prompt_out, {64, 1});
+      RowMatrix O(steps, 512);
+      for (Eigen::Index t = 0; t < steps; ++t) {
+        Eigen::VectorXf o(512);
+        layer.step(state, Q.row(T + t).transpose(), K.row(T + t).transpose(),
+                   V.row(T + t).transpose(), o, threads);
+        O.row(t) = o.transpose();
+      }
+      return std::make_pair(O, state.raw_bytes());
+    };
+    const auto want = decode(1);
+    for (const auto order : {detail::RangeOrder::kAscending, detail::RangeOrder::kReversed}) {
+      const OrderScope scope(order);
+      for (const int threads : {2, 3, 9}) {
+        INFO("window " << window << ", threads " << threads
+                       << (order == detail::RangeOrder::kReversed ? ", reversed" : ""));
+        const auto got = decode(threads);
+        REQUIRE(std::memcmp(got.first.data(), want.first.data(),
+                            sizeof(float) * std::size_t(want.first.size())) == 0);
+        REQUIRE(got.second == want.second);
       }
     }
   }

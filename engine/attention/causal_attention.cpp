@@ -51,8 +51,8 @@ CausalState::CausalState(int n_kv_heads, int d_head, int window)
       d_padded_(padded(d_head)),
       window_(window),
       page_floats_(std::size_t(n_kv_heads) * std::size_t(P) * std::size_t(d_head + padded(d_head))) {
-  // cos, sin (d / 2 each), q (d), keys (kv heads * d), scores (P), acc (dp).
-  workspace_.assign(std::size_t(2 * d_head + n_kv_heads * d_head + P + d_padded_), 0.0f);
+  // cos, sin (d / 2 each), a rotated key (d), then one range's q (d), scores (P), acc (dp).
+  workspace_.assign(std::size_t(3 * d_head + P + d_padded_), 0.0f);
   if (window_ > 0) {
     ensure_pages(window_ + 1);
     weights_.assign(std::size_t(window_ + 1), 0.0f);
@@ -72,6 +72,16 @@ void CausalState::ensure_pages(std::int64_t slots) {
     pages_.emplace_back(new float[page_floats_]);
     std::fill(pages_.back().get(), pages_.back().get() + page_floats_, 0.0f);
   }
+}
+
+// A range's workspace (a rotated q, a page of scores, acc) after the shared cos, sin and rotated
+// key; its weights `keys` floats apart in weights_. Called by prefill() too, for the threads it
+// runs on, so that a windowed state's size does not change at the first step after a prompt.
+void CausalState::reserve_step(int ranges, std::int64_t keys) {
+  const auto want = std::size_t(2 * d_head_) + std::size_t(ranges) * std::size_t(d_head_ + P + d_padded_);
+  if (workspace_.size() < want) workspace_.resize(want, 0.0f);
+  const std::size_t need = std::size_t(ranges) * std::size_t(keys);
+  if (weights_.size() < need) weights_.resize(std::max(need, 2 * weights_.size()));
 }
 
 std::int64_t CausalState::slots_used() const { return window_ > 0 ? window_ + 1 : n_tokens_; }
@@ -233,8 +243,16 @@ struct CausalAccess {
   static float* values(const CausalState& s, std::size_t page, int g) { return s.values(page, g); }
 };
 
+namespace {
+
+// Multiply-adds of a step's attention (scores and weighted values) worth a range of their own:
+// below it, handing a range to another thread costs about what the range saves.
+constexpr std::int64_t kMinStepRangeWork = 1 << 15;
+
+}  // namespace
+
 void CausalAttention::step(CausalState& state, ConstVectorRef q, ConstVectorRef k,
-                           ConstVectorRef v, VectorRef out) const {
+                           ConstVectorRef v, VectorRef out, int threads) const {
   constexpr const char* call = "CausalAttention::step";
   check_state(state, call);
   const int H = config_.n_heads, Hkv = config_.n_kv_heads, d = config_.d_head;
@@ -244,23 +262,32 @@ void CausalAttention::step(CausalState& state, ConstVectorRef q, ConstVectorRef 
     detail::throw_shape(call, "q {}, k {}, v {}, out {} elements; expected n_heads * d_head = {} "
                               "for q and out, n_kv_heads * d_head = {} for k and v",
                         q.size(), k.size(), v.size(), out.size(), H * d, Hkv * d);
+  if (threads < 0)
+    detail::throw_argument(call, "threads is {}, expected 0 (all cores) or more", threads);
   detail::check_finite(call, "q", q.data(), 1, q.size(), q.size());
   detail::check_finite(call, "k", k.data(), 1, k.size(), k.size());
   detail::check_finite(call, "v", v.data(), 1, v.size(), v.size());
   const std::int64_t pos = state.n_tokens_;
   const int window = config_.window;
-  if (window == 0) {
-    state.ensure_pages(pos + 1);
-    if (state.weights_.size() < std::size_t(pos + 1))
-      state.weights_.resize(std::max<std::size_t>(std::size_t(pos + 1), 2 * state.weights_.size()));
-  }
+  const int n = int(window > 0 ? std::min<std::int64_t>(pos, window) + 1 : pos + 1);
+  const std::int64_t work = std::int64_t(H) * n * 2 * d;
+  // The workspace holds as many ranges as the threads could take, so that it grows at a thread
+  // count's first step, not later when the context becomes long enough to split.
+  const int workers = detail::resolve_threads(threads);
+  const int most = detail::ranges_for(H, workers);
+  const int ranges = int(std::clamp<std::int64_t>(work / kMinStepRangeWork, 1, most));
+  // Everything allocated before the state changes: the page, and per range its workspace and
+  // the weights of the keys it sees (a window's at most window + 1).
   const int half = int(inv_freq_.size()), dp = state.d_padded_;
+  const auto per_range = std::size_t(d + P + dp);
+  const std::size_t shared = std::size_t(2 * d);  // cos and sin, a rotated key
+  if (window == 0) state.ensure_pages(pos + 1);
+  state.reserve_step(most, window > 0 ? window + 1 : n);
+  const std::size_t weights_stride = state.weights_.size() / std::size_t(most);
+
   float* cos_t = state.workspace_.data();
   float* sin_t = cos_t + half;
-  float* qs = sin_t + half;
-  float* kr = qs + d;
-  const Scratch w{kr + std::size_t(Hkv) * std::size_t(d), state.weights_.data(),
-                  kr + std::size_t(Hkv) * std::size_t(d) + P};
+  float* kr = cos_t + d;
   rotary(pos, cos_t, sin_t);
   const std::int64_t slot = window > 0 ? pos % (window + 1) : pos;
   for (int g = 0; g < Hkv; ++g) {
@@ -271,11 +298,15 @@ void CausalAttention::step(CausalState& state, ConstVectorRef q, ConstVectorRef 
                 v.data() + g * d, sizeof(float) * std::size_t(d));
   }
   const kernels::Kernels& kern = kernels::active();
-  for (int h = 0; h < H; ++h) {
-    rotate(q.data() + h * d, cos_t, sin_t, half, d, scale_, qs);
-    attend_one(kern, state, h / G, d, dp, window, qs, pos, w, out.data() + h * d,
-               &CausalAccess::keys, &CausalAccess::values);
-  }
+  detail::parallel_ranges(H, ranges, workers, [&](int h0, int h1, int r) {
+    float* qs = cos_t + shared + std::size_t(r) * per_range;
+    const Scratch w{qs + d, state.weights_.data() + std::size_t(r) * weights_stride, qs + d + P};
+    for (int h = h0; h < h1; ++h) {
+      rotate(q.data() + h * d, cos_t, sin_t, half, d, scale_, qs);
+      attend_one(kern, state, h / G, d, dp, window, qs, pos, w, out.data() + h * d,
+                 &CausalAccess::keys, &CausalAccess::values);
+    }
+  });
   ++state.n_tokens_;
 }
 
@@ -298,6 +329,9 @@ void CausalAttention::prefill(CausalState& state, const ConstMatrixRef& Q, const
   detail::check_finite(call, "K", K.data(), T, K.cols(), K.outerStride());
   detail::check_finite(call, "V", V.data(), T, V.cols(), V.outerStride());
   if (T == 0) return;
+  if (config_.window > 0)
+    state.reserve_step(detail::ranges_for(H, detail::resolve_threads(options.threads)),
+                       config_.window + 1);
   const int chunk = int(std::min<Eigen::Index>(options.chunk, T));
   if (config_.window > 0) return prefill_ring(state, Q, K, V, O, chunk, options.threads);
   prefill_full(state, Q, K, V, O, chunk, options.threads);

@@ -41,6 +41,23 @@ void check_unit_interval(const char* call, const char* name, const float* data,
   }
 }
 
+// One head's decay per token (kPerHeadToken: a[t * stride], n tokens) in the walk's tiles of a
+// per-channel decay: the value on each of the d_key rows, 0 on the padding rows, as
+// gather_tiles writes a per-channel decay. The tiles of d_key rows alone are all alike: the
+// first is written, the others copied from it.
+void fill_decay_tiles(const float* a, std::int64_t stride, int n, int dk, int Dp, float* tiles) {
+  constexpr int R = kernels::kTileRows;
+  const std::int64_t tile_stride = kernels::tile_stride_of(n);
+  for (int t = 0; t < n; ++t) std::fill(tiles + t * R, tiles + (t + 1) * R, a[t * stride]);
+  const int alike = std::min(dk, Dp) / R;
+  for (int b = 1; b < alike; ++b)
+    std::memcpy(tiles + b * tile_stride, tiles, sizeof(float) * static_cast<std::size_t>(n * R));
+  for (int i = alike * R; i < Dp; ++i) {
+    float* row = tiles + (i / R) * tile_stride + i % R;
+    for (int t = 0; t < n; ++t) row[t * R] = i < dk ? a[t * stride] : 0.0f;
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -130,18 +147,25 @@ GlaRecurrence::GlaRecurrence(const GlaRecurrenceConfig& config) : config_(config
       if (!(config.head_decay[h] >= 0.0f && config.head_decay[h] <= 1.0f))
         detail::throw_argument(call, "head_decay[{}] is {}, expected a decay in [0, 1]", h,
                                config.head_decay[h]);
-  } else if (config.decay == DecayKind::kPerChannel) {
+  } else if (config.decay == DecayKind::kPerChannel ||
+             config.decay == DecayKind::kPerHeadToken) {
     if (!config.head_decay.empty())
       detail::throw_shape(call,
-                          "head_decay has {} values, expected none (the decay is per channel, "
+                          "head_decay has {} values, expected none (the decay is per {}, "
                           "given with each token)",
-                          config.head_decay.size());
+                          config.head_decay.size(),
+                          config.decay == DecayKind::kPerChannel ? "channel" : "head");
   } else {
     detail::throw_argument(call, "decay is {}, not a DecayKind", static_cast<int>(config.decay));
   }
   if (!std::isfinite(config.scale) || config.scale < 0.0f)
     detail::throw_argument(call, "scale is {}, expected a finite number >= 0 (0: default)",
                            config.scale);
+  if (config.qk_heads < 0 || config.qk_heads > config.n_heads ||
+      (config.qk_heads > 0 && config.n_heads % config.qk_heads != 0))
+    detail::throw_argument(call, "qk_heads is {}, expected 0 (n_heads) or a divisor of n_heads {}",
+                           config.qk_heads, config.n_heads);
+  qk_heads_ = config.qk_heads > 0 ? config.qk_heads : config.n_heads;
   scale_ = config.scale != 0.0f ? config.scale
                                 : static_cast<float>(1.0 / std::sqrt(double(config.d_key)));
 }
@@ -165,25 +189,30 @@ void GlaRecurrence::step(GlaState& state, ConstVectorRef q, ConstVectorRef k,
   constexpr const char* call = "GlaRecurrence::step";
   check_state(state, call);
   const int H = config_.n_heads, dk = config_.d_key, dv = config_.d_value;
+  const int per_qk = H / qk_heads_;
   const bool per_channel = config_.decay == DecayKind::kPerChannel;
-  const auto check_size = [&](const char* name, Eigen::Index n, int d, const char* dname) {
-    if (n != Eigen::Index(H) * d)
-      detail::throw_shape(call, "{} has {} elements, expected n_heads * {} = {} * {} = {}", name,
-                          n, dname, H, d, Eigen::Index(H) * d);
+  const bool per_token = config_.decay == DecayKind::kPerHeadToken;
+  const auto check_size = [&](const char* name, Eigen::Index n, const char* heads, int h, int d,
+                              const char* dname) {
+    if (n != Eigen::Index(h) * d)
+      detail::throw_shape(call, "{} has {} elements, expected {} * {} = {} * {} = {}", name, n,
+                          heads, dname, h, d, Eigen::Index(h) * d);
   };
-  check_size("q", q.size(), dk, "d_key");
-  check_size("k", k.size(), dk, "d_key");
-  check_size("v", v.size(), dv, "d_value");
-  check_size("out", out.size(), dv, "d_value");
+  check_size("q", q.size(), "qk_heads", qk_heads_, dk, "d_key");
+  check_size("k", k.size(), "qk_heads", qk_heads_, dk, "d_key");
+  check_size("v", v.size(), "n_heads", H, dv, "d_value");
+  check_size("out", out.size(), "n_heads", H, dv, "d_value");
   if (per_channel)
-    check_size("alpha", alpha.size(), dk, "d_key");
+    check_size("alpha", alpha.size(), "n_heads", H, dk, "d_key");
+  else if (per_token)
+    check_size("alpha", alpha.size(), "n_heads", H, 1, "1");
   else if (alpha.size() != 0)
     detail::throw_shape(call, "alpha has {} elements, expected none (the decay is per head)",
                         alpha.size());
   detail::check_finite(call, "q", q.data(), 1, q.size(), q.size());
   detail::check_finite(call, "k", k.data(), 1, k.size(), k.size());
   detail::check_finite(call, "v", v.data(), 1, v.size(), v.size());
-  if (per_channel) {
+  if (per_channel || per_token) {
     detail::check_finite(call, "alpha", alpha.data(), 1, alpha.size(), alpha.size());
     check_unit_interval(call, "alpha", alpha.data(), 1, alpha.size(), alpha.size());
   }
@@ -196,18 +225,21 @@ void GlaRecurrence::step(GlaState& state, ConstVectorRef q, ConstVectorRef k,
   float* os = vs + H * dvp;           // (H, dvp)
   // Only the first d_key / d_value entries of each row are written: the padding stays zero.
   for (int h = 0; h < H; ++h) {
-    const float* qh = q.data() + h * dk;
+    const float* qh = q.data() + (h / per_qk) * dk;
     for (int i = 0; i < dk; ++i) qs[h * Dp + i] = qh[i] * scale_;
-    std::memcpy(ks + h * Dp, k.data() + h * dk, sizeof(float) * static_cast<std::size_t>(dk));
+    std::memcpy(ks + h * Dp, k.data() + (h / per_qk) * dk,
+                sizeof(float) * static_cast<std::size_t>(dk));
     if (per_channel)
       std::memcpy(as + h * Dp, alpha.data() + h * dk, sizeof(float) * static_cast<std::size_t>(dk));
+    if (per_token) std::fill(as + h * Dp, as + h * Dp + dk, alpha[h]);
     std::memcpy(vs + h * dvp, v.data() + h * dv, sizeof(float) * static_cast<std::size_t>(dv));
   }
   for (int h = 0; h < H; ++h) {
     const kernels::GatedHeadView view{state.head(h), Dp, dvp, dvp};
-    const float gamma = per_channel ? 0.0f : config_.head_decay[static_cast<std::size_t>(h)];
+    const bool fixed = config_.decay == DecayKind::kPerHead;
+    const float gamma = fixed ? config_.head_decay[static_cast<std::size_t>(h)] : 0.0f;
     kernels::gated_step_head(view, qs + h * Dp, ks + h * Dp, vs + h * dvp,
-                             per_channel ? as + h * Dp : nullptr, gamma, os + h * dvp);
+                             fixed ? nullptr : as + h * Dp, gamma, os + h * dvp);
     std::memcpy(out.data() + h * dv, os + h * dvp, sizeof(float) * static_cast<std::size_t>(dv));
   }
   ++state.n_tokens_;
@@ -226,14 +258,24 @@ void GlaRecurrence::prefill(GlaState& state, const ConstMatrixRef& Q, const Cons
   constexpr const char* call = "GlaRecurrence::prefill";
   check_state(state, call);
   const int H = config_.n_heads, dk = config_.d_key, dv = config_.d_value;
+  const int per_qk = H / qk_heads_;
   const bool per_channel = config_.decay == DecayKind::kPerChannel;
+  const bool per_token = config_.decay == DecayKind::kPerHeadToken;
+  const bool decayed = per_channel || per_token;  // A given with the tokens
   const Eigen::Index T = Q.rows();
-  detail::check_heads_shape(call, "Q", Q, T, H, dk, "d_key");
-  detail::check_heads_shape(call, "K", K, T, H, dk, "d_key");
+  const auto check_qk = [&](const char* name, const ConstMatrixRef& X) {
+    if (X.rows() != T || X.cols() != Eigen::Index(qk_heads_) * dk)
+      detail::throw_shape(call, "{} has shape ({}, {}), expected (T, qk_heads * d_key) = ({}, {} * {})",
+                          name, X.rows(), X.cols(), T, qk_heads_, dk);
+  };
+  check_qk("Q", Q);
+  check_qk("K", K);
   detail::check_heads_shape(call, "V", V, T, H, dv, "d_value");
   detail::check_heads_shape(call, "O", O, T, H, dv, "d_value");
   if (per_channel)
     detail::check_heads_shape(call, "A", A, T, H, dk, "d_key");
+  else if (per_token)
+    detail::check_heads_shape(call, "A", A, T, H, 1, "1");
   else if (A.size() != 0)
     detail::throw_shape(call, "A has shape ({}, {}), expected no elements (the decay is per head)",
                         A.rows(), A.cols());
@@ -241,7 +283,7 @@ void GlaRecurrence::prefill(GlaState& state, const ConstMatrixRef& Q, const Cons
   detail::check_finite(call, "Q", Q.data(), T, Q.cols(), Q.outerStride());
   detail::check_finite(call, "K", K.data(), T, K.cols(), K.outerStride());
   detail::check_finite(call, "V", V.data(), T, V.cols(), V.outerStride());
-  if (per_channel) {
+  if (decayed) {
     detail::check_finite(call, "A", A.data(), T, A.cols(), A.outerStride());
     check_unit_interval(call, "A", A.data(), T, A.cols(), A.outerStride());
   }
@@ -254,7 +296,7 @@ void GlaRecurrence::prefill(GlaState& state, const ConstMatrixRef& Q, const Cons
   // v and o in panels (see below). Allocated before the state changes, zeroed once: the
   // padding of v is never written, so it stays zero.
   const std::size_t C = static_cast<std::size_t>(chunk);
-  const std::size_t rows_per_head = per_channel ? 3 : 2;
+  const std::size_t rows_per_head = decayed ? 3 : 2;
   const std::size_t tile_block = kernels::tile_floats(chunk, Dp);
   const std::size_t per_head = rows_per_head * tile_block + 2 * C * static_cast<std::size_t>(dvp);
   const std::size_t per_worker = per_head;
@@ -271,7 +313,7 @@ void GlaRecurrence::prefill(GlaState& state, const ConstMatrixRef& Q, const Cons
   detail::parallel_ranges(H, threads, [&](int h0, int h1, int worker) {
     float* const qT = scratch.data() + per_worker * static_cast<std::size_t>(worker);
     float* const kT = qT + tile_block;
-    float* const aT = kT + tile_block;  // kPerChannel only
+    float* const aT = kT + tile_block;  // kPerChannel and kPerHeadToken only
     float* const vbuf = kT + tile_block * (rows_per_head - 1);
     float* const obuf = vbuf + C * static_cast<std::size_t>(dvp);
     // v and o as (panels, C, width): the panel from column p0 starts at C * p0.
@@ -284,14 +326,20 @@ void GlaRecurrence::prefill(GlaState& state, const ConstMatrixRef& Q, const Cons
       for (int h = h0; h < h1; ++h) {
         // q', k' and alpha in the walk's tiles, through the linear layer's input pass (the
         // inputs were checked above, so it finds nothing to refuse).
-        const auto to_tiles = [&](const ConstMatrixRef& X, float* tiles, float s) {
-          kernels::gather_tiles(X.data() + b0 * X.outerStride() + Eigen::Index(h) * dk,
+        const auto to_tiles = [&](const ConstMatrixRef& X, int head, float* tiles, float s) {
+          kernels::gather_tiles(X.data() + b0 * X.outerStride() + Eigen::Index(head) * dk,
                                 X.outerStride(), n, 1, dk, kernels::InputMap::kIdentity, s, tiles,
                                 0, Dp);
         };
-        to_tiles(Q, qT, scale_);
-        to_tiles(K, kT, 1.0f);
-        if (per_channel) to_tiles(A, aT, 1.0f);
+        // Heads that share q and k (qk_heads) and follow one another in a range reuse the
+        // tiles of the head before: the walk only reads them.
+        if (h == h0 || h / per_qk != (h - 1) / per_qk) {
+          to_tiles(Q, h / per_qk, qT, scale_);
+          to_tiles(K, h / per_qk, kT, 1.0f);
+        }
+        if (per_channel) to_tiles(A, h, aT, 1.0f);
+        if (per_token) fill_decay_tiles(A.data() + b0 * A.outerStride() + h, A.outerStride(), n,
+                                        dk, Dp, aT);
         for (int t = 0; t < n; ++t) {
           const Eigen::Index row = b0 + t;
           // The padding columns of the last panel are never written: they stay zero.
@@ -300,8 +348,8 @@ void GlaRecurrence::prefill(GlaState& state, const ConstMatrixRef& Q, const Cons
             std::memcpy(vb(p0) + static_cast<std::size_t>(t * panel_width(p0)), vrow + p0,
                         sizeof(float) * static_cast<std::size_t>(valid(p0)));
         }
-        const float gamma = per_channel ? 0.0f : config_.head_decay[static_cast<std::size_t>(h)];
-        const float* a = per_channel ? aT : nullptr;
+        const float gamma = decayed ? 0.0f : config_.head_decay[static_cast<std::size_t>(h)];
+        const float* a = decayed ? aT : nullptr;
         for (int p0 = 0; p0 < dvp; p0 += kPanel) {
           const int w = panel_width(p0);
           const kernels::GatedHeadView view{state.head(h) + p0, Dp, dvp, w};

@@ -11,17 +11,18 @@
 namespace recur {
 namespace {
 
-// The one chain of every output element, shared by step() and prefill():
+// The one chain of every output element, shared by step() and prefill() (C channels from
+// `taps`, whose rows are tap_stride apart):
 //   y[c] = (((taps[0][c] * in[0][c] + taps[1][c] * in[1][c]) + ...) + taps[K-1][c] * in[K-1][c])
 //          + bias[c]
 // in[k] is the input K-1-k tokens back. The tree is compiled with -ffp-contract=off, so every
 // multiply and add rounds on its own whatever the compiler vectorizes: the bytes depend only on
 // the numbers, never on the loop's shape or the instruction set.
-void conv_token(const float* taps, const float* bias, const float* const* in, int K, int C,
-                float* y) {
+void conv_token(const float* taps, std::size_t tap_stride, const float* bias,
+                const float* const* in, int K, int C, float* y) {
   for (int c = 0; c < C; ++c) y[c] = taps[c] * in[0][c];
   for (int k = 1; k < K; ++k) {
-    const float* t = taps + static_cast<std::size_t>(k) * static_cast<std::size_t>(C);
+    const float* t = taps + static_cast<std::size_t>(k) * tap_stride;
     const float* x = in[k];
     for (int c = 0; c < C; ++c) y[c] = y[c] + t[c] * x[c];
   }
@@ -131,20 +132,7 @@ void ShortConvolution::step(ShortConvState& state, ConstVectorRef x, VectorRef y
     detail::throw_shape(call, "y has {} elements, expected channels = {}", y.size(), channels_);
   detail::check_finite(call, "x", x.data(), 1, x.size(), x.size());
 
-  const int C = channels_, K = kernel_size_;
-  const auto Cs = static_cast<std::size_t>(C);
-  // x is read after y is written when the two are one array: work from a copy.
-  std::memcpy(state.input_.data(), x.data(), Cs * sizeof(float));
-  const float* in[kMaxKernel];
-  for (int k = 0; k + 1 < K; ++k) in[k] = state.history_.data() + static_cast<std::size_t>(k) * Cs;
-  in[K - 1] = state.input_.data();
-  conv_token(taps_.data(), bias_.empty() ? nullptr : bias_.data(), in, K, C, y.data());
-  if (K > 1) {
-    std::memmove(state.history_.data(), state.history_.data() + Cs,
-                 static_cast<std::size_t>(K - 2) * Cs * sizeof(float));
-    std::memcpy(state.history_.data() + static_cast<std::size_t>(K - 2) * Cs, state.input_.data(),
-                Cs * sizeof(float));
-  }
+  convolve(state, x.data(), channels_, y.data(), channels_, 1, 0, channels_);
   ++state.n_tokens_;
 }
 
@@ -174,27 +162,7 @@ void ShortConvolution::prefill(ShortConvState& state, const ConstMatrixRef& X, M
                                  "would overwrite");
   detail::check_finite(call, "X", X.data(), T, X.cols(), X.outerStride());
 
-  const int C = channels_, K = kernel_size_;
-  const auto Cs = static_cast<std::size_t>(C);
-  const float* bias = bias_.empty() ? nullptr : bias_.data();
-  // Input r tokens after the call's first (r < 0: from the state's history).
-  const auto input = [&](Eigen::Index r) -> const float* {
-    if (r >= 0) return X.data() + r * X.outerStride();
-    return state.history_.data() + static_cast<std::size_t>(r + K - 1) * Cs;
-  };
-  const float* in[kMaxKernel];
-  for (Eigen::Index t = 0; t < T; ++t) {
-    for (int k = 0; k < K; ++k) in[k] = input(t - (K - 1) + k);
-    conv_token(taps_.data(), bias, in, K, C, Y.data() + t * Y.outerStride());
-  }
-  // The new history: the last K-1 inputs of (history, X). Row j takes the input T - (K-1) + j;
-  // where that is still in the old history it lies at a higher row, so ascending j reads before
-  // it writes.
-  for (int j = 0; j + 1 < K; ++j) {
-    float* dst = state.history_.data() + static_cast<std::size_t>(j) * Cs;
-    const float* src = input(T - (K - 1) + j);
-    if (src != dst) std::memcpy(dst, src, Cs * sizeof(float));
-  }
+  convolve(state, X.data(), X.outerStride(), Y.data(), Y.outerStride(), T, 0, channels_);
   state.n_tokens_ += T;
 }
 
@@ -202,6 +170,42 @@ RowMatrix ShortConvolution::prefill(ShortConvState& state, const ConstMatrixRef&
   RowMatrix Y(X.rows(), channels_);
   prefill(state, X, Y);
   return Y;
+}
+
+// One routine for step() and prefill(), over channels [begin, end) alone, so that threads can
+// take disjoint ranges of one sequence (engine/attention/short_conv_channels.h).
+void ShortConvolution::convolve(ShortConvState& state, const float* x, std::int64_t ldx, float* y,
+                                std::int64_t ldy, std::int64_t T, int begin, int end) const {
+  const int K = kernel_size_, width = end - begin;
+  const auto Cs = static_cast<std::size_t>(channels_), at = static_cast<std::size_t>(begin);
+  const auto bytes = static_cast<std::size_t>(width) * sizeof(float);
+  const float* taps = taps_.data() + at;
+  const float* bias = bias_.empty() ? nullptr : bias_.data() + at;
+  float* history = state.history_.data() + at;
+  // One token's x is read after y is written when the two are one array: work from a copy.
+  if (T == 1) {
+    std::memcpy(state.input_.data() + at, x + at, bytes);
+    x = state.input_.data();
+    ldx = channels_;
+  }
+  // Input r tokens after the call's first (r < 0: from the state's history), at channel begin.
+  const auto input = [&](std::int64_t r) -> const float* {
+    if (r >= 0) return x + r * ldx + at;
+    return history + static_cast<std::size_t>(r + K - 1) * Cs;
+  };
+  const float* in[kMaxKernel];
+  for (std::int64_t t = 0; t < T; ++t) {
+    for (int k = 0; k < K; ++k) in[k] = input(t - (K - 1) + k);
+    conv_token(taps, Cs, bias, in, K, width, y + t * ldy + at);
+  }
+  // The new history: the last K-1 inputs of (history, x). Row j takes the input T - (K-1) + j;
+  // where that is still in the old history it lies at a higher row, so ascending j reads before
+  // it writes.
+  for (int j = 0; j + 1 < K; ++j) {
+    float* dst = history + static_cast<std::size_t>(j) * Cs;
+    const float* src = input(T - (K - 1) + j);
+    if (src != dst) std::memcpy(dst, src, bytes);
+  }
 }
 
 }  // namespace recur

@@ -18,7 +18,7 @@ constexpr std::size_t kAlign = 64;
 // at once on any target, so that none is cut short; with more than one thread, the units are cut
 // into more ranges than threads, taken as each thread comes free (util/parallel.h), so that a
 // thread that loses its core leaves its share to the others.
-constexpr int kGroupPanels = 8, kRangesPerThread = 4, kMaxRanges = 256;
+constexpr int kGroupPanels = 8, kMaxRanges = 256;
 
 // One row's quantized activations live on the stack up to this k_in (per product, up to
 // kStackProducts distinct inputs), so that decode allocates nothing.
@@ -204,7 +204,7 @@ void multiply_all(const Product* products, int n, int threads) {
   if (t <= 1) return run_units(0, units);
   // Range r holds the units whose bytes start at or after total r / R: ranges of about equal
   // bytes, whichever products their units belong to.
-  const int ranges = std::min({units, t * kRangesPerThread, kMaxRanges});
+  const int ranges = std::min({units, t * detail::kRangesPerThread, kMaxRanges});
   std::size_t total = 0;
   for (int j = 0; j < n; ++j)
     for (int g = first_unit[j]; g < first_unit[j + 1]; ++g) {

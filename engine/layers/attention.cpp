@@ -16,12 +16,18 @@ const Schema<HybridAttentionSpec>& hybrid_attention_schema() {
   static const Schema<HybridAttentionSpec> s = [] {
     using S = HybridAttentionSpec;
     Schema<S> t;
+    // make-model writes the block when --attn-layers is given.
     t.layers("layers", &S::layers, "num_hidden_layers").required()
+        .option("attn-layers", "softmax attention layers, e.g. 1,3 (attn.layers)")
         .integer("num_heads", &S::num_heads, 0, 1, kMaxDim).required()
+        .option("attn-heads", "the attention layers' heads (default: --heads)",
+                [](const ModelConfig& c, const S&) { return double(c.num_heads); })
         // Its default, num_heads, is filled in by resolve_hybrid_attention.
         .integer("num_kv_heads", &S::num_kv_heads, 0, 1, kMaxDim)
+        .option("attn-kv-heads", "their kv heads (default: as many as heads)", "", 1 << 16)
         .boolean("qkv_bias", &S::qkv_bias, false)
         .integer_or_null("window_size", &S::window_size, 0, 1, 1 << 24)
+        .option("attn-window", "attn.window_size (default: full attention)")
         .number("rope_theta", &S::rope_theta, 10000, 1.0 + 1e-9, 1e12);
     return t;
   }();
@@ -72,12 +78,15 @@ void write_hybrid_attention(FieldWriter& w, const HybridAttention& a) {
   w.add("attn", objects_text(hybrid_attention_schema(), ModelConfig{}, a));
 }
 
+std::size_t kv_cache_growth(std::size_t layers, int n_kv_heads, int head_dim) {
+  return layers * 2 * std::size_t(n_kv_heads) * std::size_t(head_dim) * sizeof(float);
+}
+
 std::size_t hybrid_attention_growth(const HybridAttention& a, int hidden_size) {
   std::size_t grow = 0;
   for (const HybridAttentionSpec& s : a.specs)
     if (s.window_size == 0)
-      grow += s.layers.size() * 2 * std::size_t(s.num_kv_heads) *
-              std::size_t(hidden_size / s.num_heads) * sizeof(float);
+      grow += kv_cache_growth(s.layers.size(), s.num_kv_heads, hidden_size / s.num_heads);
   return grow;
 }
 

@@ -62,6 +62,10 @@ void resolve_hybrid_attention(HybridAttention& a, int hidden_size, int n_layers,
 /// Writes the block as config.json's field "attn" (a dict or a list, as read).
 void write_hybrid_attention(FieldWriter& w, const HybridAttention& a);
 
+/// Bytes `layers` full-attention layers' KV caches grow by every token: a key and a value per
+/// kv head, of head_dim floats each.
+std::size_t kv_cache_growth(std::size_t layers, int n_kv_heads, int head_dim);
+
 /// Bytes the full-attention layers' KV caches grow by every token: a key and a value per kv
 /// head (a windowed layer's ring stays the same size).
 std::size_t hybrid_attention_growth(const HybridAttention& a, int hidden_size);

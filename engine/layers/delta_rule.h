@@ -29,14 +29,15 @@ struct DeltaRuleMixer {
     return std::size_t(n_heads) * std::size_t(d_v) * std::size_t(d_k);
   }
 
-  /// Walks `count` rows through the state S (state_floats()) and writes their read-outs y, rows
-  /// y_stride floats apart. x points at head 0 of the first row: a row holds the heads side by
-  /// side, w n_heads * d_k floats (n_heads when decay_per_token), b n_heads * d_k, v and y
-  /// n_heads * d_v, a, k and r (n_heads / group) * d_k. Heads are independent, so the threads
-  /// (up to `threads`, over heads) change no byte; a single row's walk is split too, each
-  /// head's state being read from memory and written back.
-  void walk(float* S, const kernels::DeltaInputs& x, float* y, std::int64_t y_stride, int count,
-            int threads) const;
+  /// Walks `count` rows of heads [begin, end) through the state S (state_floats()) and writes
+  /// their read-outs y, rows y_stride floats apart. x points at head 0 of the first row: a row
+  /// holds the heads side by side, w n_heads * d_k floats (n_heads when decay_per_token), b
+  /// n_heads * d_k, v and y n_heads * d_v, a, k and r (n_heads / group) * d_k. Heads are
+  /// independent, so callers split them over their threads (each range with the stages around
+  /// the walk that work per head) and no byte depends on the split; a single row's walk is
+  /// worth splitting too, each head's state being read from memory and written back.
+  void walk_heads(float* S, const kernels::DeltaInputs& x, float* y, std::int64_t y_stride,
+                  int count, int begin, int end) const;
 };
 
 }  // namespace recur::model

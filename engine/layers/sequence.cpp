@@ -12,7 +12,7 @@ void attend(const CausalAttention& attention, CausalState& state, const float* q
     Eigen::Map<Eigen::VectorXf> out(o, hd);
     attention.step(state, Eigen::Map<const Eigen::VectorXf>(q, hd),
                    Eigen::Map<const Eigen::VectorXf>(k, kv), Eigen::Map<const Eigen::VectorXf>(v, kv),
-                   out);
+                   out, threads);
     return;
   }
   using CMap = Eigen::Map<const RowMatrix>;

@@ -11,6 +11,7 @@
 #include "model/config_fields.h"
 #include "model/loader.h"
 #include "recur/error.h"
+#include "util/parallel.h"
 
 namespace recur::model {
 namespace {
@@ -24,6 +25,21 @@ double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
 std::size_t sz(std::int64_t n) { return std::size_t(n); }
 
 }  // namespace
+
+SsdSpec ssd_spec(const ModelConfig& c, const SsdSizes& sizes, double dt_min, double dt_max) {
+  SsdSpec s;
+  s.hidden = c.hidden_size;
+  s.n_heads = sizes.n_heads;
+  s.head_dim = sizes.head_dim;
+  s.d_state = sizes.d_state;
+  s.n_groups = sizes.n_groups;
+  s.d_conv = sizes.d_conv;
+  s.norm_groups = sizes.n_groups;
+  s.norm_eps = c.norm_eps;
+  s.dt_min = dt_min;
+  s.dt_max = dt_max;
+  return s;
+}
 
 void check_ssd_spec(const SsdSpec& s, const std::string& source) {
   if (s.n_heads < 1 || s.head_dim < 1 || s.d_state < 1 || s.n_groups < 1 || s.d_conv < 1 ||
@@ -112,7 +128,8 @@ SsdMixer load_ssd_mixer(Loader& L, const std::string& p, const SsdSpec& s) {
   g.n_heads = H;
   g.d_key = s.d_state;
   g.d_value = s.head_dim;
-  g.decay = DecayKind::kPerChannel;
+  g.decay = DecayKind::kPerHeadToken;
+  g.qk_heads = s.n_groups;  // B and C: one per group
   g.scale = 1.0f;
   m.scan = std::make_unique<GlaRecurrence>(g);
   return m;
@@ -129,62 +146,76 @@ void SsdRows::grow(int rows, const SsdSpec& s) {
   };
   sized(proj, s.in_width());
   sized(xbc, s.conv_dim());
-  for (auto* b : {&q, &k, &a}) sized(*b, std::int64_t(s.n_heads) * s.d_state);
+  sized(a, s.n_heads);
   sized(v, s.inner());
   sized(y, s.inner());
 }
 
-void ssd_project(const SsdMixer& m, const float* h, int n, SsdRows& b, int threads) {
-  const SsdSpec& s = m.spec;
-  const std::int64_t W = s.in_width();
-  m.in_proj.apply(h, n, s.hidden, b.proj.data(), W, threads);
-  if (m.in_scale.empty()) return;
-  for (int t = 0; t < n; ++t) {
-    float* r = b.proj.data() + sz(t) * sz(W);
-    for (std::int64_t j = 0; j < W; ++j) r[j] *= m.in_scale[sz(j)];
-  }
-}
-
 namespace {
 
-// xbc rows = silu(conv(the xBC columns of the proj rows)), with the sequence's window.
+// Runs fn(t) for each row t of [first, first + count), the rows split over up to `threads`
+// threads: for the stages that work on one row at a time, whose bytes no split can change.
+template <class Fn>
+void per_row(int first, int count, int threads, const Fn& fn) {
+  if (count <= 0) return;
+  const int ranges = std::min(std::max(threads, 1), count);
+  detail::parallel_ranges(count, ranges, threads, [&](int begin, int end, int) {
+    for (int t = first + begin; t < first + end; ++t) fn(t);
+  });
+}
+
+// xbc rows = conv(the xBC columns of the proj rows), with the sequence's window (SiLU follows,
+// row by row, in row_inputs).
 void convolve(const SsdMixer& m, SsdState& st, SsdRows& b, int first, int count) {
   const SsdSpec& s = m.spec;
   const std::int64_t W = s.in_width(), C = s.conv_dim();
   const float* in = b.proj.data() + sz(first) * sz(W) + sz(s.inner());
   float* out = b.xbc.data() + sz(first) * sz(C);
   model::convolve(*m.conv, st.conv, in, out, count, int(W), int(C));
-  gates::silu(out, out, std::int64_t(count) * C);
 }
 
-// Per row: dt per head (softplus, clamp), the decay a = exp(dt A) (in double, rounded once),
-// and the scan's inputs per head: q = C and k = B of its group, every key row decayed by a,
-// v = dt x.
-void scan_inputs(const SsdMixer& m, SsdRows& b, int first, int count) {
+// One row after the convolution: its SiLU, then dt per head (softplus, clamp), the head's
+// decay a = exp(dt A) (in double, rounded once) and v = dt x. The scan reads B and C (its k and
+// q, one per group) where the SiLU leaves them.
+void row_inputs(const SsdMixer& m, SsdRows& b, int t) {
   const SsdSpec& s = m.spec;
-  const int H = s.n_heads, P = s.head_dim, N = s.d_state, per_group = s.n_heads / s.n_groups;
+  const int H = s.n_heads, P = s.head_dim;
   const std::int64_t W = s.in_width(), C = s.conv_dim(), I = s.inner();
-  const std::int64_t GN = std::int64_t(s.n_groups) * N, HN = std::int64_t(H) * N;
-  for (int t = first; t < first + count; ++t) {
-    const float* dt_raw = b.proj.data() + sz(t) * sz(W) + sz(I + C);
-    const float* x = b.xbc.data() + sz(t) * sz(C);
-    const float* B = x + I;
-    const float* Cm = B + GN;
-    float* q = b.q.data() + sz(t) * sz(HN);
-    float* k = b.k.data() + sz(t) * sz(HN);
-    float* a = b.a.data() + sz(t) * sz(HN);
-    float* v = b.v.data() + sz(t) * sz(I);
-    for (int h = 0; h < H; ++h) {
-      const double sp = softplus(double(dt_raw[h]) + double(m.dt_bias[sz(h)]));
-      const float dt = float(std::min(std::max(sp, s.dt_min), s.dt_max));
-      const float decay = float(std::exp(double(dt) * double(m.neg_A[sz(h)])));
-      const std::int64_t g = h / per_group;
-      std::memcpy(q + h * N, Cm + g * N, sz(N) * sizeof(float));
-      std::memcpy(k + h * N, B + g * N, sz(N) * sizeof(float));
-      std::fill(a + h * N, a + (h + 1) * N, decay);
-      for (int j = 0; j < P; ++j) v[h * P + j] = dt * x[h * P + j];
-    }
+  const float* dt_raw = b.proj.data() + sz(t) * sz(W) + sz(I + C);
+  float* x = b.xbc.data() + sz(t) * sz(C);
+  gates::silu(x, x, C);
+  float* a = b.a.data() + sz(t) * sz(H);
+  float* v = b.v.data() + sz(t) * sz(I);
+  for (int h = 0; h < H; ++h) {
+    const double sp = softplus(double(dt_raw[h]) + double(m.dt_bias[sz(h)]));
+    const float dt = float(std::min(std::max(sp, s.dt_min), s.dt_max));
+    a[h] = float(std::exp(double(dt) * double(m.neg_A[sz(h)])));
+    for (int j = 0; j < P; ++j) v[h * P + j] = dt * x[h * P + j];
   }
+}
+
+// y += D x, per head, for one row.
+void skip_row(const SsdMixer& m, SsdRows& b, int t) {
+  const SsdSpec& s = m.spec;
+  const int P = s.head_dim;
+  const float* x = b.xbc.data() + sz(t) * sz(s.conv_dim());
+  float* y = b.y.data() + sz(t) * sz(s.inner());
+  for (int h = 0; h < s.n_heads; ++h) {
+    const float D = m.D[sz(h)];
+    for (int j = h * P; j < (h + 1) * P; ++j) y[j] += D * x[j];
+  }
+}
+
+// One row of y into out_proj's input, in place: y * silu(z) (z: the row's first inner columns
+// of proj), with the gated norm per group and its weight before or after the gate.
+void gate_row(const SsdMixer& m, const float* z, float* y) {
+  const SsdSpec& s = m.spec;
+  const std::int64_t I = s.inner();
+  if (!s.gated_norm) return swiglu(z, y, y, I);
+  if (!s.norm_before_gate) swiglu(z, y, y, I);
+  m.norm.apply(y, 1, I, y, I, s.norm_groups);
+  for (std::int64_t j = 0; j < I; ++j) y[j] *= m.norm_weight[sz(j)];
+  if (s.norm_before_gate) swiglu(z, y, y, I);
 }
 
 }  // namespace
@@ -192,12 +223,13 @@ void scan_inputs(const SsdMixer& m, SsdRows& b, int first, int count) {
 void ssd_sequence(const SsdMixer& m, SsdState& st, SsdRows& b, int first, int count,
                   int threads) {
   const SsdSpec& s = m.spec;
-  const std::int64_t HN = std::int64_t(s.n_heads) * s.d_state, I = s.inner(), C = s.conv_dim();
+  const std::int64_t I = s.inner(), C = s.conv_dim(), H = s.n_heads;
+  const std::int64_t GN = std::int64_t(s.n_groups) * s.d_state;
   // The window goes back if the scan refuses its inputs (non-finite numbers): the state then is
   // as it was before the call.
   ShortConvState window = st.conv.clone();
   convolve(m, st, b, first, count);
-  scan_inputs(m, b, first, count);
+  per_row(first, count, threads, [&](int t) { row_inputs(m, b, t); });
   const auto row = [&](std::vector<float>& v, std::int64_t width) {
     return v.data() + sz(first) * sz(width);
   };
@@ -205,48 +237,53 @@ void ssd_sequence(const SsdMixer& m, SsdState& st, SsdRows& b, int first, int co
     // One path for one row and many: prefill gives step's bytes at any count and splits the
     // heads over the threads, so a token's walk (each head's S read and written once) is shared
     // by the threads too instead of running on one between the products.
+    // q = C and k = B: the last columns of the rows of xbc.
+    const float* B = row(b.xbc, C) + I;
     Map Y(row(b.y, I), count, I, Eigen::OuterStride<>(I));
-    m.scan->prefill(st.S, CMap(row(b.q, HN), count, HN, Eigen::OuterStride<>(HN)),
-                    CMap(row(b.k, HN), count, HN, Eigen::OuterStride<>(HN)),
+    m.scan->prefill(st.S, CMap(B + GN, count, GN, Eigen::OuterStride<>(C)),
+                    CMap(B, count, GN, Eigen::OuterStride<>(C)),
                     CMap(row(b.v, I), count, I, Eigen::OuterStride<>(I)),
-                    CMap(row(b.a, HN), count, HN, Eigen::OuterStride<>(HN)), Y,
+                    CMap(row(b.a, H), count, H, Eigen::OuterStride<>(H)), Y,
                     PrefillOptions{count, threads});
   } catch (...) {
     static_cast<ShortConvState&>(st.conv) = std::move(window);
     throw;
   }
-  // y += D x, per head.
-  const int P = s.head_dim;
-  for (int t = first; t < first + count; ++t) {
-    const float* x = b.xbc.data() + sz(t) * sz(C);
-    float* y = b.y.data() + sz(t) * sz(I);
-    for (int h = 0; h < s.n_heads; ++h) {
-      const float D = m.D[sz(h)];
-      for (int j = h * P; j < (h + 1) * P; ++j) y[j] += D * x[j];
-    }
-  }
+  per_row(first, count, threads, [&](int t) { skip_row(m, b, t); });
+}
+
+DenseCall ssd_in_call(const SsdMixer& m, const float* h, int n, SsdRows& b) {
+  return {&m.in_proj, h, n, m.spec.hidden, b.proj.data(), m.spec.in_width()};
+}
+
+void ssd_scale(const SsdMixer& m, SsdRows& b, int n, int threads) {
+  if (m.in_scale.empty()) return;
+  const std::int64_t W = m.spec.in_width();
+  per_row(0, n, threads, [&](int t) {
+    float* r = b.proj.data() + sz(t) * sz(W);
+    for (std::int64_t j = 0; j < W; ++j) r[j] *= m.in_scale[sz(j)];
+  });
+}
+
+void ssd_project(const SsdMixer& m, const float* h, int n, SsdRows& b, int threads) {
+  m.in_proj.apply(h, n, m.spec.hidden, b.proj.data(), m.spec.in_width(), threads);
+  ssd_scale(m, b, n, threads);
+}
+
+void ssd_gate(const SsdMixer& m, SsdRows& b, int n, int threads) {
+  const std::int64_t I = m.spec.inner(), W = m.spec.in_width();
+  per_row(0, n, threads, [&](int t) {
+    gate_row(m, b.proj.data() + sz(t) * sz(W), b.y.data() + sz(t) * sz(I));
+  });
+}
+
+DenseCall ssd_out_call(const SsdMixer& m, SsdRows& b, int n, float* out) {
+  return {&m.out_proj, b.y.data(), n, m.spec.inner(), out, m.spec.hidden};
 }
 
 void ssd_output(const SsdMixer& m, SsdRows& b, int n, float* out, int threads) {
-  const SsdSpec& s = m.spec;
-  const std::int64_t I = s.inner(), W = s.in_width(), total = std::int64_t(n) * I;
-  // z is the first inner columns of each proj row: gather them beside y (into v, free now).
-  for (int t = 0; t < n; ++t)
-    std::memcpy(b.v.data() + sz(t) * sz(I), b.proj.data() + sz(t) * sz(W), sz(I) * sizeof(float));
-  float* y = b.y.data();
-  const float* z = b.v.data();
-  if (!s.gated_norm) {
-    swiglu(z, y, y, total);  // y * silu(z)
-    return m.out_proj.apply(y, n, I, out, s.hidden, threads);
-  }
-  if (!s.norm_before_gate) swiglu(z, y, y, total);  // y * silu(z)
-  m.norm.apply(y, n, I, y, I, s.norm_groups);
-  for (int t = 0; t < n; ++t) {
-    float* r = y + sz(t) * sz(I);
-    for (std::int64_t j = 0; j < I; ++j) r[j] *= m.norm_weight[sz(j)];
-  }
-  if (s.norm_before_gate) swiglu(z, y, y, total);
-  m.out_proj.apply(y, n, I, out, s.hidden, threads);
+  ssd_gate(m, b, n, threads);
+  m.out_proj.apply(b.y.data(), n, m.spec.inner(), out, m.spec.hidden, threads);
 }
 
 void ssd_clear(const SsdMixer& m, SsdRows& b, int first, int count) {

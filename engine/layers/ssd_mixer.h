@@ -8,8 +8,8 @@
 //   dt_h = clamp(softplus(dt_raw_h + dt_bias_h), time_step_limit);  a_h = exp(-exp(A_log_h) dt_h)
 //   S_h = a_h S_h + B_g (dt_h x_h)^T;   y_h = S_h^T C_g + D_h x_h   (g = h / (H / G))
 //   out = out_proj(rmsnorm_per_group(y * silu(z)) * w)  (or rmsnorm(y) * w * silu(z))
-// S_h is (N, P): the gated recurrence of recur/gla_recurrence.h with the decay a_h on every
-// row, so prefill walks the tokens in step's order and gives step's bytes (its kernels keep a
+// S_h is (N, P): the gated recurrence of recur/gla_recurrence.h with one decay a_h a head and
+// token (kPerHeadToken) and B, C shared by the heads of a group (qk_heads G), so prefill walks the tokens in step's order and gives step's bytes (its kernels keep a
 // tile of S in registers across the tokens of a chunk).
 #pragma once
 
@@ -58,6 +58,19 @@ struct SsdSpec {
   std::int64_t in_width() const { return inner() + conv_dim() + n_heads; }
   bool out_bias() const { return out_proj_bias.value_or(proj_bias); }
 };
+
+/// A Mamba-2 layer's sizes as a family's config gives them: H heads of P, N state channels, G
+/// groups, d_conv taps.
+struct SsdSizes {
+  int n_heads, head_dim, d_state, n_groups, d_conv;
+};
+
+/// What every family's Mamba-2 layers share: `sizes` over rows of c.hidden_size, dt clamped to
+/// [dt_min, dt_max], and the gated norm with c.norm_eps over each group apart (mamba_ssm's
+/// RMSNormGated(group_size = inner / ngroups), and llama.cpp's, for every layout: transformers'
+/// Mamba2 norms the whole width; docs/mamba2.md), after the gate. The family sets on it what is
+/// its own: the biases, the norm's place, Falcon-H1's options.
+SsdSpec ssd_spec(const ModelConfig& c, const SsdSizes& sizes, double dt_min, double dt_max);
 
 /// Checks a spec's sizes (heads a multiple of the groups, the norm's groups dividing the width,
 /// widths in range, 0 <= dt_min <= dt_max); FormatError "[ModelConfig] SOURCE: ..." naming them.
@@ -115,10 +128,10 @@ std::unique_ptr<LayerState> make_ssd_state(const SsdMixer& m);
 struct SsdRows {
   std::vector<float> proj;      // (cap, in_width): z | xBC | dt_raw
   std::vector<float> xbc;       // (cap, conv_dim): after the convolution and SiLU
-  std::vector<float> q, k, a;   // (cap, H N): C, B and the decay repeated per head
+  std::vector<float> a;         // (cap, H): each head's decay
   std::vector<float> v, y;      // (cap, inner): dt x, the scan's output
   void grow(int rows, const SsdSpec& s);
-  std::size_t bytes() const { return buffer_bytes({&proj, &xbc, &q, &k, &a, &v, &y}); }
+  std::size_t bytes() const { return buffer_bytes({&proj, &xbc, &a, &v, &y}); }
 };
 
 /// The row stage before the sequence: in_proj of n rows of h (stride hidden) into b.proj, times
@@ -130,6 +143,15 @@ void ssd_project(const SsdMixer& m, const float* h, int n, SsdRows& b, int threa
 void ssd_sequence(const SsdMixer& m, SsdState& st, SsdRows& b, int first, int count, int threads);
 /// The row stage after it: the gated norm and out_proj of n rows into out (stride hidden).
 void ssd_output(const SsdMixer& m, SsdRows& b, int n, float* out, int threads);
+
+/// The two row stages with their products taken out, for a family whose other products do not
+/// wait for these (Falcon-H1's attention beside the mixer) to run them in one job (apply_all):
+/// ssd_project is in_proj (ssd_in_call) then ssd_scale; ssd_output is ssd_gate then out_proj
+/// (ssd_out_call). The same bytes either way.
+DenseCall ssd_in_call(const SsdMixer& m, const float* h, int n, SsdRows& b);
+void ssd_scale(const SsdMixer& m, SsdRows& b, int n, int threads);
+void ssd_gate(const SsdMixer& m, SsdRows& b, int n, int threads);
+DenseCall ssd_out_call(const SsdMixer& m, SsdRows& b, int n, float* out);
 /// Zeroes what ssd_sequence writes for those rows (a sequence that failed in a batch).
 void ssd_clear(const SsdMixer& m, SsdRows& b, int first, int count);
 

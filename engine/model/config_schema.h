@@ -64,6 +64,9 @@ struct MakeField {
   /// tie-embeddings): always read, never listed among the family's.
   bool common = false;
   bool zero_is_default = false;  // 0 means "not given" (--intermediate 0: the family's rule)
+  /// An item of a list option (--lora-ranks 64,64,16,128): its index among `items` integers
+  /// between commas; `items` 0 when the option is one value.
+  int item = 0, items = 0;
 };
 
 /// make-model's list of layer indices --name, "1,6,11", as config.json's [1, 6, 11] (empty:
@@ -84,6 +87,28 @@ inline std::string layer_indices_option(const MakeOptions& o, const char* name, 
     if (j + 1 == v.size()) refuse("");  // a trailing comma
   }
   return "[" + v + "]";
+}
+
+/// Item `m.item` of make-model's list option --name, `m.items` integers between commas
+/// ("64,64,16,128"), each in [min, max]; ArgumentError naming the option for any other text.
+inline std::int64_t list_option_item(const MakeOptions& o, const MakeField& m, std::int64_t min,
+                                     std::int64_t max) {
+  const std::string v = o.str(m.name);
+  const auto refuse = [&] {
+    return ArgumentError(fmt::format("--{} is {}, expected {} integers from {} to {} between commas",
+                                     m.name, json::quote(v), m.items, min, max));
+  };
+  std::vector<std::int64_t> values;
+  for (std::size_t i = 0, j = 0; i <= v.size() && values.size() <= std::size_t(m.items); i = j + 1) {
+    j = std::min(v.find(',', i), v.size());
+    const std::string item = v.substr(i, j - i);
+    if (item.empty() || item.size() > 9 || item.find_first_not_of("0123456789") != std::string::npos)
+      throw refuse();
+    values.push_back(std::stoll(item));
+    if (values.back() < min || values.back() > max) throw refuse();
+  }
+  if (values.size() != std::size_t(m.items)) throw refuse();
+  return values[std::size_t(m.item)];
 }
 
 /// A block of config.json holding one object or a list of them (Schema::objects): the objects
@@ -118,6 +143,10 @@ class Schema {
   using Derive = std::function<double(const ModelConfig&, const F&)>;
   /// A field's value from its make-model option's (a head size to a ratio of widths).
   using Convert = std::function<double(double option, const ModelConfig&, const F&)>;
+  /// make-model's value of a field no option sets, from the options and the fields made (a
+  /// head count from a width and a head size).
+  using Made = std::function<double(const MakeOptions&, const ModelConfig&, const F&)>;
+  using MadeText = std::function<std::string(const MakeOptions&, const ModelConfig&, const F&)>;
 
   /// An integer field in [min, max].
   template <class O>
@@ -129,8 +158,9 @@ class Schema {
     e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) { w.number(key, at<O>(c, g).*member); };
     e.assign = [=](ModelConfig& c, F& g, double v) { at<O>(c, g).*member = int(v); };
     e.option_value = [=](const MakeOptions& o, const MakeField& m) {
-      return double(o.integer(m.name, m.zero_is_default ? 0 : min,
-                              m.max > 0 ? std::int64_t(m.max) : max));
+      const std::int64_t top = m.max > 0 ? std::int64_t(m.max) : max;
+      if (m.items > 0) return double(list_option_item(o, m, min, top));
+      return double(o.integer(m.name, m.zero_is_default ? 0 : min, top));
     };
     return add(std::move(e));
   }
@@ -203,6 +233,10 @@ class Schema {
       const int v = at<O>(c, g).*member;
       w.add(key, v == if_null ? "null" : config_number(v));
     };
+    e.assign = [=](ModelConfig& c, F& g, double v) { at<O>(c, g).*member = int(v); };
+    e.option_value = [=](const MakeOptions& o, const MakeField& m) {
+      return double(o.integer(m.name, min, m.max > 0 ? std::int64_t(m.max) : max));
+    };
     return add(std::move(e));
   }
   /// A number field in [min, max] or null (absent or null: no value); written as it.
@@ -262,7 +296,8 @@ class Schema {
   }
   /// A block holding one object or a list of them (fla's `attn`), each read by `inner` (which
   /// sees the model's configuration, read before it) and refused any other field, `why` ending
-  /// that message; written back in the form it was read in, when present.
+  /// that message; written back in the form it was read in, when present. make-model writes
+  /// one object from `inner`'s options (made_object).
   template <class O, class B, class S>
   Schema& objects(const char* key, B O::*member, const Schema<S>& inner, const char* why) {
     Entry e = entry(key, FieldSpec::Type::kObject, "");
@@ -279,6 +314,12 @@ class Schema {
     e.write = [=](FieldWriter& w, const ModelConfig& c, const F& g) {
       const ObjectBlock<S>& block = at<O>(c, g).*member;
       if (block.present) w.add(key, objects_text(*schema, c, block));
+    };
+    e.block_options = [schema](const std::vector<std::string>& archs) {
+      return schema->make_options(archs);
+    };
+    e.make_block = [schema](const MakeOptions& o, const ModelConfig& c) {
+      return schema->made_object(o, c);
     };
     return add(std::move(e));
   }
@@ -464,6 +505,10 @@ class Schema {
   Schema& required() {
     const char* key = last().spec.key;
     last().spec.fallback.clear();
+    if (last().spec.type == FieldSpec::Type::kLayers)
+      last().option_text = [](const MakeOptions& o, const char* name) {
+        return layer_indices_option(o, name, false);
+      };
     last().read = [key, read = last().read](Fields& f, ModelConfig& c, F& g) {
       if (!f.get(key)) config_fail(f.source(), "{} is missing", f.name(key));
       read(f, c, g);
@@ -528,12 +573,53 @@ class Schema {
   }
   /// One of make-model's common options (--vocab, --hidden, --layers, --heads, --intermediate)
   /// sets the field; with `zero_is_default`, its 0 leaves the field to `derived` (when set) or
-  /// out of config.json.
-  Schema& common_option(const char* name, bool zero_is_default = false, Derive derived = nullptr) {
+  /// out of config.json. `to_field`, when set, turns the option's value into the field's (RWKV-7's
+  /// head_dim from --heads).
+  Schema& common_option(const char* name, bool zero_is_default = false, Derive derived = nullptr,
+                        Convert to_field = nullptr) {
     option(name, "");
     last().make_field.common = true;
     last().make_field.zero_is_default = zero_is_default;
     last().make_default = std::move(derived);
+    last().make_convert = std::move(to_field);
+    return *this;
+  }
+  /// make-model's list option --name, `count` integers between commas, sets the field with its
+  /// item `index` (range-checked as the field); `help` is the option's, on one of its items.
+  Schema& option_item(const char* name, int index, int count, const char* help = "") {
+    option(name, help);
+    last().make_field.item = index;
+    last().make_field.items = count;
+    return *this;
+  }
+  /// make-model writes the field, which no option sets, as `value` of the options and of the
+  /// fields made (all options' values are set before any such value is made).
+  Schema& made_from(Made value) {
+    last().made = std::move(value);
+    return *this;
+  }
+  /// make-model writes the field as this JSON text: always, or, after flag(), when the flag is
+  /// given (Granite's --multipliers, one flag over several fields).
+  Schema& made_as(std::string json_text) {
+    if (last().make_field.name) {
+      last().option_text = [json_text](const MakeOptions&, const char*) { return json_text; };
+    } else {
+      last().made_text = [json_text](const MakeOptions&, const ModelConfig&, const F&) {
+        return json_text;
+      };
+    }
+    return *this;
+  }
+  /// make-model writes the field, which no option sets, as the JSON text `text` makes of the
+  /// options and the fields made (LFM2's layer_types from --full-attention-interval).
+  Schema& made_as(MadeText text) {
+    last().made_text = std::move(text);
+    return *this;
+  }
+  /// make-model writes the field only when `when` holds of its options (a layout's form that a
+  /// flag picks); its value is made either way, for the fields after it.
+  Schema& made_when(std::function<bool(const MakeOptions&)> when) {
+    last().made_when = std::move(when);
     return *this;
   }
   /// make-model writes the field as config.json does, with no option (a class name the reader
@@ -554,7 +640,8 @@ class Schema {
     last().option_text = std::move(text);
     return *this;
   }
-  /// make-model's common flag --name (--tie-embeddings) sets the boolean field.
+  /// make-model's common flag --name (--tie-embeddings) sets the boolean field, written either
+  /// way (false when not given: some layouts' default is true).
   Schema& common_flag(const char* name) {
     flag(name, "");
     last().make_field.common = true;
@@ -591,24 +678,57 @@ class Schema {
   /// make-model's options of the fields that have one, each serving `archs` (empty: all).
   std::vector<MakeOption> make_options(const std::vector<std::string>& archs = {}) const {
     std::vector<MakeOption> out;
+    const auto add_once = [&](MakeOption o) {  // an option over several fields is listed once
+      for (const MakeOption& listed : out)
+        if (std::string(listed.name) == o.name) return;
+      out.push_back(std::move(o));
+    };
     for (const Entry& e : entries_) {
       if (e.nested)
-        for (auto& o : e.nested->make_options(archs)) out.push_back(std::move(o));
+        for (auto& o : e.nested->make_options(archs)) add_once(std::move(o));
+      if (e.block_options)
+        for (auto& o : e.block_options(archs)) add_once(std::move(o));
       const MakeField& m = e.make_field;
-      if (m.name && !m.common)
-        out.push_back({m.name, m.flag ? nullptr : m.fallback, m.help, m.flag, archs});
+      if (m.name && !m.common) add_once({m.name, m.flag ? nullptr : m.fallback, m.help, m.flag, archs});
     }
     return out;
   }
   /// config.json's text of the fields make-model's options set (given, defaulted or derived), as
   /// `"key": value` items joined by ", " (the family adds model_type). only_when() does not
-  /// apply here: a table of several layouts puts each option on its layout's entry.
+  /// apply here: a table of several layouts puts each option on its layout's entry, and
+  /// made_when() says which fields a flag's form writes.
   std::string make_fields(const MakeOptions& o) const {
     ModelConfig c;
     F g;
     FieldWriter w;
     make(o, c, g, w);
     return w.items();
+  }
+  /// An object block's JSON text from make-model's options (fla's `attn` from --attn-layers
+  /// and the rest), "" when the option of its first field is not given, in a configuration
+  /// made so far as `c`; ArgumentError when another of its options is given without that one.
+  std::string made_object(const MakeOptions& o, const ModelConfig& c) const {
+    std::vector<const char*> names;
+    for (const Entry& e : entries_)
+      if (e.make_field.name) names.push_back(e.make_field.name);
+    if (names.empty()) return "";
+    if (!o.given(names[0])) {
+      std::vector<std::string> others;
+      bool given = false;
+      for (std::size_t i = 1; i < names.size(); ++i) {
+        others.push_back(fmt::format("--{}", names[i]));
+        given = given || o.given(names[i]);
+      }
+      if (given)
+        throw ArgumentError(fmt::format("{} {} --{}", all_of(others),
+                                        others.size() == 1 ? "needs" : "need", names[0]));
+      return "";
+    }
+    ModelConfig made = c;
+    F g;
+    FieldWriter w;
+    make(o, made, g, w);
+    return w.object();
   }
   /// Every field, in the table's order (an object's fields as its members).
   std::vector<FieldSpec> fields() const {
@@ -633,15 +753,31 @@ class Schema {
     std::function<std::string(const MakeOptions&, const char*)> option_text;
     MakeField make_field{nullptr, nullptr};
     bool made_as_written = false;
+    Made made;           // made_from()
+    MadeText made_text;  // made_as() on a field no option sets
+    std::function<bool(const MakeOptions&)> made_when;
+    // An object block's (objects()) options, and its text made from them.
+    std::function<std::vector<MakeOption>(const std::vector<std::string>&)> block_options;
+    std::function<std::string(const MakeOptions&, const ModelConfig&)> make_block;
   };
 
   // Writes into `w` the fields make-model's options set, and into c and g the numbers among
-  // them, which later derived defaults read.
+  // them. Every option's value is set first, so that a derived default or a made_from() value
+  // reads the options of fields after it as well as those before.
   void make(const MakeOptions& o, ModelConfig& c, F& g, FieldWriter& w) const {
+    FieldWriter ignored;
+    make_pass(o, c, g, ignored, false);
+    make_pass(o, c, g, w, true);
+  }
+
+  // One pass over the table: with `derive`, the derived and made values too.
+  void make_pass(const MakeOptions& o, ModelConfig& c, F& g, FieldWriter& out, bool derive) const {
+    FieldWriter unwritten;
     for (const Entry& e : entries_) {
+      FieldWriter& w = e.made_when && !e.made_when(o) ? unwritten : out;
       if (e.nested) {
         FieldWriter own;
-        e.nested->make(o, c, g, own);
+        e.nested->make_pass(o, c, g, own, derive);
         if (!own.empty()) w.add(e.spec.key, own.object());
         continue;
       }
@@ -649,16 +785,34 @@ class Schema {
         e.write(w, c, g);
         continue;
       }
+      if (e.make_block) {
+        if (!derive) continue;
+        if (const std::string block = e.make_block(o, c); !block.empty()) w.add(e.spec.key, block);
+        continue;
+      }
+      if (e.made_text) {
+        if (derive) w.add(e.spec.key, e.made_text(o, c, g));
+        continue;
+      }
+      if (e.made) {
+        if (!derive) continue;
+        const double value = e.made(o, c, g);
+        if (e.assign) e.assign(c, g, value);  // a custom() field holds it in its own code
+        w.number(e.spec.key, value);
+        continue;
+      }
       const MakeField& m = e.make_field;
       if (!m.name) continue;
       if (m.flag) {
-        if (!o.flag(m.name)) continue;
+        const bool given = o.flag(m.name);
+        if (!given && !m.common) continue;
         if (e.option_text) {
-          w.add(e.spec.key, e.option_text(o, m.name));
+          if (given) w.add(e.spec.key, e.option_text(o, m.name));
           continue;
         }
-        e.assign(c, g, m.flag_value);
-        w.boolean(e.spec.key, m.flag_value);
+        const bool value = given ? m.flag_value : !m.flag_value;
+        e.assign(c, g, value);
+        w.boolean(e.spec.key, value);
         continue;
       }
       const bool read_option = m.common || o.given(m.name) || *m.fallback;
@@ -669,7 +823,7 @@ class Schema {
       if (!e.option_value) continue;  // a value option on a field that takes none
       double value = read_option ? e.option_value(o, m) : 0;
       const bool set = read_option && !(m.zero_is_default && value == 0);
-      if (!set && !e.make_default) continue;
+      if (!set && (!e.make_default || !derive)) continue;
       if (!set) value = e.make_default(c, g);
       if (e.make_convert) value = e.make_convert(value, c, g);
       e.assign(c, g, value);
@@ -735,6 +889,13 @@ class Schema {
     std::string s;
     for (std::size_t i = 0; i < names.size(); ++i)
       s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+    return s;
+  }
+  // "a, b and c".
+  static std::string all_of(const std::vector<std::string>& names) {
+    std::string s;
+    for (std::size_t i = 0; i < names.size(); ++i)
+      s += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
     return s;
   }
   static Entry entry(const char* key, FieldSpec::Type type, std::string fallback) {

@@ -144,6 +144,17 @@ class Family {
   }
 };
 
+/// describe()'s lines as most families print them: "model: LABEL: WHAT, hidden H SIZES, vocab V,
+/// P.PPM parameters" and "state: S MiB NOTE" (a new sequence's state; NOTE says whether and how
+/// it grows, as state_growth_note() in layers/attention.h). SIZES follows the width
+/// (", MLP 128"), or is empty.
+std::string describe_lines(const Model& m, const std::string& label, const std::string& what,
+                           const std::string& sizes, const std::string& state_note);
+
+/// missing_tokenizer()'s text for a family whose ids are its own tokenizer.json's (a byte-level
+/// BPE): bytes as ids would be another model's input.
+std::string tokenizer_json_needed(const std::string& dir);
+
 /// A family's fields of `c` to change: a copy of those `c` holds (F's defaults when it holds no
 /// F), which `c` then holds alone, so that no other copy of the configuration changes with it.
 template <class F>

@@ -13,6 +13,7 @@
 
 #include "model/family.h"
 #include "model/loader.h"
+#include "model/network.h"
 #include "recur/error.h"
 #include "model/random_weights.h"
 
@@ -83,6 +84,25 @@ std::string Model::missing_tokenizer(const std::string& dir) const {
   if (config_.vocab_size <= 256) return "";
   return model::family_of(config_).missing_tokenizer(dir);
 }
+
+namespace model {
+
+std::string describe_lines(const Model& m, const std::string& label, const std::string& what,
+                           const std::string& sizes, const std::string& state_note) {
+  const ModelConfig& c = m.config();
+  return fmt::format("model: {}: {}, hidden {}{}, vocab {}, {:.2f}M parameters\n"
+                     "state: {:.2f} MiB{}\n",
+                     label, what, c.hidden_size, sizes, c.vocab_size, double(m.parameters()) / 1e6,
+                     double(new_state_bytes(*impl_of(m).network)) / double(1 << 20), state_note);
+}
+
+std::string tokenizer_json_needed(const std::string& dir) {
+  return fmt::format("{} holds no tokenizer.json (the model's vocabulary): pass --tokenizer "
+                     "FILE|DIR, or give and take token ids (--prompt-ids and --ids, "
+                     "--token-ids)", dir);
+}
+
+}  // namespace model
 
 std::size_t Model::weight_bytes_per_token() const {
   return static_cast<std::size_t>(config_.hidden_size) * sizeof(float) +

@@ -1,5 +1,5 @@
-// The one list of model families. A new family is its folder under engine/models/ and one line
-// here (docs/adding-a-model.md).
+// The registry of model families. A new family is its folder under engine/models/ and one line in
+// families.def (docs/adding-a-model.md).
 #include "models/registry.h"
 
 #include <fmt/format.h>
@@ -16,18 +16,11 @@ namespace {
 
 // The families built in, then any registered at run time (register_family).
 std::vector<const Family*>& families_list() {
+#define RECUR_FAMILY(f) &models::f##_family(),
   static std::vector<const Family*> list = {
-      &models::linear_family(),
-      &models::based_family(),
-      &models::gla_family(),
-      &models::rwkv7_family(),
-      &models::gdn_family(),
-      &models::lfm2_family(),
-      &models::mamba2_family(),
-      &models::granite_family(),
-      &models::falcon_h1_family(),
-      &models::nemotron_h_family(),
+#include "models/families.def"
   };
+#undef RECUR_FAMILY
   return list;
 }
 

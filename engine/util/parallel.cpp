@@ -142,14 +142,19 @@ class RunDelayGate {
       if (fd >= 0) close_fd(fd);
   }
 
+  // Called by the caller before it starts helper `index` (so that the helper, which may start
+  // late, allocates nothing after the caller's first job: test_alloc).
+  void add_helper(int index) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    fds_.resize(index + 1, -1);
+    last_.resize(index + 1, -1);
+  }
+
   // Called by helper `index` on its own thread when it starts.
   void register_helper(int index) {
+    const int fd = open_own_schedstat();
     std::lock_guard<std::mutex> lock(mutex_);
-    if (static_cast<int>(fds_.size()) <= index) {
-      fds_.resize(index + 1, -1);
-      last_.resize(index + 1, -1);
-    }
-    fds_[index] = open_own_schedstat();
+    fds_[index] = fd;
   }
 
   // True while the helpers are judged to have no core: the caller runs the job alone.
@@ -264,6 +269,7 @@ class Pool {
     }
     while (static_cast<int>(threads_.size()) < helpers) {
       const int index = static_cast<int>(threads_.size());
+      gate_.add_helper(index);
       threads_.emplace_back([this, index] { helper(index); });
     }
     fn_.store(fn, std::memory_order_relaxed);

@@ -49,6 +49,17 @@ void parallel_ranges(int n, int ranges, int threads, const Fn& fn) {
              &fn);
 }
 
+/// Ranges per thread for work that the threads share by heads or panels: the caller waits only
+/// for ranges a helper has already taken, so the finer the ranges, the less of its share a
+/// helper that came late leaves the caller waiting for at the end.
+constexpr int kRangesPerThread = 4;
+
+/// How many ranges to cut n items into for `threads` threads: kRangesPerThread each, one range
+/// for one thread, never more than n.
+inline int ranges_for(int n, int threads) {
+  return std::max(1, std::min(n, threads > 1 ? threads * kRangesPerThread : 1));
+}
+
 /// As many threads as ranges.
 template <class Fn>
 void parallel_ranges(int n, int ranges, const Fn& fn) {

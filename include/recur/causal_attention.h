@@ -87,6 +87,8 @@ class CausalState {
   CausalState blank(std::int64_t n_tokens) const;
   std::int64_t slots_used() const;
   void ensure_pages(std::int64_t tokens);
+  // Room for a step's `ranges` ranges of query heads, each seeing up to `keys` keys.
+  void reserve_step(int ranges, std::int64_t keys);
   float* keys(std::size_t page, int kv_head) const;    // (d_head, kPageSlots): column = slot
   float* values(std::size_t page, int kv_head) const;  // (kPageSlots, d_padded): row = slot
 
@@ -97,8 +99,9 @@ class CausalState {
   std::int64_t n_tokens_ = 0;
   std::size_t page_floats_ = 0;
   std::vector<std::unique_ptr<float[]>> pages_;
-  // step() workspace, not part of the state's value: cos, sin, rotated q, rotated keys, a page
-  // of scores, acc, and the weights of every key a query sees (grows with a full cache).
+  // step() workspace, not part of the state's value: cos, sin, a rotated key, then per range of
+  // query heads a rotated q, a page of scores and acc; and per range the weights of every key a
+  // query sees (grows with a full cache).
   std::vector<float> workspace_;
   std::vector<float> weights_;
 };
@@ -113,9 +116,12 @@ class CausalAttention {
   CausalState make_state() const;
 
   /// One token at position state.n_tokens(). q, out: (n_heads * d_head); k, v: (n_kv_heads *
-  /// d_head); before rotary. A full layer allocates when its cache gains a page.
+  /// d_head); before rotary. A full layer allocates when its cache gains a page, and the state
+  /// its workspace when more threads than before take part. `threads` (0: every core) split the
+  /// query heads once the context is long enough to pay for it; each head's sums are the same
+  /// chains on any thread.
   void step(CausalState& state, ConstVectorRef q, ConstVectorRef k, ConstVectorRef v,
-            VectorRef out) const;
+            VectorRef out, int threads = 1) const;
   /// T tokens: Q, O (T, n_heads * d_head); K, V (T, n_kv_heads * d_head). A full layer stores
   /// the T keys, then attends tiles of queries against each page of keys, and options.threads
   /// splits the (kv head, tile) pairs; a windowed layer walks the tokens in turn, its threads

@@ -8,7 +8,9 @@
 // the model. The decay is
 //   * kPerChannel: alpha_t (n_heads * d_key) comes with every token (GLA: exp(logsigmoid(x) / 16);
 //     HGRN2: a forget gate with a lower bound), each in [0, 1];
-//   * kPerHead: a fixed gamma_h per head (RetNet: 1 - 2^(-5-h)), given in the config.
+//   * kPerHead: a fixed gamma_h per head (RetNet: 1 - 2^(-5-h)), given in the config;
+//   * kPerHeadToken: alpha_t (n_heads) per token, one decay for every row of a head's S
+//     (Mamba-2's exp(dt A)): the bytes of kPerChannel with that decay repeated over the rows.
 //
 // prefill() over any number of tokens, in any chunking and on any number of threads, leaves
 // the state and produces outputs bit-identical to calling step() on each token in turn, under
@@ -17,7 +19,8 @@
 // Grouped kv heads are the model's business: flash-linear-attention repeats k, v (and GLA's
 // gate) for the query heads of a group, so this layer takes n_heads full copies. In GLA the
 // copies of a group carry the same S (same k, v, alpha); in RetNet they do not (gamma follows
-// the query head).
+// the query head). Shared q and k are the layer's (qk_heads: Mamba-2's B and C, one per group
+// of heads, each head with its own v and S): the bytes of the layer given n_heads copies.
 #pragma once
 
 #include <cmath>
@@ -36,6 +39,7 @@ namespace recur {
 enum class DecayKind {
   kPerChannel,  ///< alpha per token, head and key channel (GLA, HGRN2)
   kPerHead,     ///< a fixed gamma per head (RetNet)
+  kPerHeadToken,  ///< alpha per token and head, one for all of a head's rows (Mamba-2)
 };
 
 /// Shape and decay of one gated linear-attention layer.
@@ -48,6 +52,9 @@ struct GlaRecurrenceConfig {
   std::vector<float> head_decay;
   /// Multiplies q. 0 picks the default d_key^-1/2 (flash-linear-attention's default scale).
   float scale = 0.0f;
+  /// Heads of q and k, each shared by n_heads / qk_heads consecutive heads (head h reads q and
+  /// k head h / (n_heads / qk_heads)); a divisor of n_heads. 0 means n_heads: one each.
+  int qk_heads = 0;
 };
 
 class GlaRecurrence;
@@ -140,8 +147,9 @@ class GlaRecurrence {
   /// A fresh state for one sequence.
   GlaState make_state() const;
 
-  /// One token. q, k: (n_heads * d_key); v, out: (n_heads * d_value), heads side by side;
-  /// alpha: (n_heads * d_key), each in [0, 1], for kPerChannel, empty for kPerHead.
+  /// One token. q, k: (qk_heads * d_key); v, out: (n_heads * d_value), heads side by side;
+  /// alpha, each in [0, 1]: (n_heads * d_key) for kPerChannel, (n_heads) for kPerHeadToken,
+  /// empty for kPerHead.
   /// O(n_heads * d_key * d_value), allocates nothing.
   void step(GlaState& state, ConstVectorRef q, ConstVectorRef k, ConstVectorRef v,
             ConstVectorRef alpha, VectorRef out) const;
@@ -149,8 +157,9 @@ class GlaRecurrence {
   Eigen::VectorXf step(GlaState& state, ConstVectorRef q, ConstVectorRef k, ConstVectorRef v,
                        ConstVectorRef alpha) const;
 
-  /// T tokens: Q, K, A (T, n_heads * d_key); V, O (T, n_heads * d_value). A holds the decays
-  /// for kPerChannel and is empty (no elements) for kPerHead.
+  /// T tokens: Q, K (T, qk_heads * d_key); V, O (T, n_heads * d_value); A the decays, (T,
+  /// n_heads * d_key) for kPerChannel, (T, n_heads) for kPerHeadToken, empty (no elements) for
+  /// kPerHead.
   void prefill(GlaState& state, const ConstMatrixRef& Q, const ConstMatrixRef& K,
                const ConstMatrixRef& V, const ConstMatrixRef& A, MatrixRef O,
                const PrefillOptions& options = {}) const;
@@ -164,6 +173,7 @@ class GlaRecurrence {
 
   GlaRecurrenceConfig config_;
   float scale_ = 1.0f;
+  int qk_heads_ = 1;  // config_.qk_heads resolved
 };
 
 /// The gates of flash-linear-attention's models, elementwise over n floats, written once for

@@ -85,7 +85,9 @@ struct ModelConfig {
   /// The attention heads of the layouts whose layers are all one kind of attention with one
   /// head count (linear_attn, transformers_are_rnns, GLA, RetNet; HGRN2's, hidden_size /
   /// expand_ratio); the other families keep their heads in their own fields (Based's per mixer,
-  /// RWKV-7's from head_dim, Gated DeltaNet's key and value heads) and leave these as they are.
+  /// RWKV-7's from head_dim, Gated DeltaNet's key and value heads, the Mamba-2 families' SSD and
+  /// attention heads) and leave these at their defaults: no code outside a family reads them
+  /// for a family that keeps its own.
   int num_heads = 4;
   int num_kv_heads = 0;        ///< 0 in a config means num_heads; resolved here
   int intermediate_size = 0;   ///< the MLP's width; 0: the family's rule (its hidden_ratio)

@@ -20,6 +20,7 @@ namespace recur {
 
 namespace detail {
 struct DeclaredBuffers;  // engine/util/state_buffers.h: a state's record, load, clone and reset
+struct ShortConvChannels;  // engine/attention/short_conv_channels.h: channel ranges on threads
 }  // namespace detail
 
 class ShortConvolution;
@@ -103,7 +104,13 @@ class ShortConvolution {
   RowMatrix prefill(ShortConvState& state, const ConstMatrixRef& X) const;
 
  private:
+  friend struct detail::ShortConvChannels;
   void check_state(const ShortConvState& state, const char* call) const;
+  // Channels [begin, end) of T tokens, rows ldx and ldy floats apart (for one token y may be
+  // x): the outputs and the history of those channels alone, no checks, the count untouched.
+  void convolve(ShortConvState& state, const float* x, std::int64_t ldx, float* y,
+                std::int64_t ldy, std::int64_t T, int begin, int end) const;
+  static void count_tokens(ShortConvState& state, std::int64_t T) { state.n_tokens_ += T; }
 
   int channels_ = 0;
   int kernel_size_ = 0;

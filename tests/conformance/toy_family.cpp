@@ -193,8 +193,10 @@ class Family final : public model::Family {
   }
   std::string describe(const Model& m, const std::string& label) const override {
     const ModelConfig& c = m.config();
-    return fmt::format("model: {}: toy_conv, {} layers of a {}-tap convolution, hidden {}\n", label,
-                       c.num_hidden_layers, config_of(c).conv_kernel, c.hidden_size);
+    return model::describe_lines(m, label,
+                                 fmt::format("toy_conv, {} layers of a {}-tap convolution",
+                                             c.num_hidden_layers, config_of(c).conv_kernel),
+                                 "", " at any length");
   }
 };
 

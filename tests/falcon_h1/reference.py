@@ -3,21 +3,19 @@
 (modeling_falcon_h1.py: FalconH1DecoderLayer, FalconH1Mixer.torch_forward, FalconH1Attention,
 FalconH1MLP, FalconH1RMSNormGated, compute_mup_vector; configuration_falcon_h1.py's defaults).
 transformers is not imported; the Mamba-2 scans (token by token, and the paper's chunked SSD
-form as a second source) and the gated norm come from tests/mamba2/reference.py. Debian's
+form as a second source) and the gated norm come from tests/support/ssd_ref.py. Debian's
 python3-torch, run as /usr/bin/python3.
 
   reference.py make OUT_DIR SPEC_JSON        write a random checkpoint (config.json, model.safetensors)
   reference.py score MODEL_DIR IDS_FILE      mean NLL, greedy ids (JSON on stdout)
   reference.py --self-test                   the multipliers each change the logits; the scans agree
   reference.py --check-expected EXPECTED     regenerate every fixture's figures and compare
-                                             (tests/mamba2/reference.py's check, on these fixtures)
 
 Per layer (docs/mamba2.md, "Falcon-H1"):
   h = rmsnorm(x);  x += ssm_out * mamba(ssm_in * h) + attn_out * attention(attn_in * h)
   x += down_mult * down(up(h2) * silu(gate_mult * gate(h2))),  h2 = rmsnorm(x)
 """
 
-import importlib.util
 import json
 import math
 import os
@@ -28,15 +26,14 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from pyref import dumps, parse_ids, read_safetensors, write_safetensors  # noqa: E402
-
-_spec = importlib.util.spec_from_file_location(
-    "mamba2_reference", os.path.join(HERE, "..", "mamba2", "reference.py"))
-m2 = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(m2)
+from pyref import (Draw, causal_attention, dense, read_safetensors,  # noqa: E402
+                   reference_main, rms_norm, rotate, write_checkpoint)
+import ssd_ref  # noqa: E402
 
 F64 = torch.float64
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
+PROMPT = os.path.join(HERE, "..", "mamba2", "prompt_ids.txt")
+PROMPT_NOTE = "tests/mamba2/prompt_ids.txt (300 ids: bytes of models/kjv/heldout.txt)"
 
 DEFAULTS = dict(hidden=64, vocab=300, layers=2, heads=4, kv_heads=2, head_dim=None, ff=96,
                 m_heads=8, m_head_dim=16, d_ssm=None, expand=2, state=16, groups=1, conv=4,
@@ -68,7 +65,7 @@ def attn_head_dim(s):
 def make(out_dir, spec):
     s = dict(DEFAULTS, **spec)
     mult = dict(MULT_DEFAULTS, **s["mult"])
-    r = m2.Draw(s["seed"])
+    r = Draw(s["seed"])
     D, V, F = s["hidden"], s["vocab"], s["ff"]
     inner, H, P, conv_dim, width = sizes(s)
     hd = attn_head_dim(s)
@@ -76,39 +73,28 @@ def make(out_dir, spec):
     em, lm = mult["embedding_multiplier"], mult["lm_head_multiplier"]
     # Embeddings at 1 / embedding_multiplier: the multiplier brings them to unit scale.
     t = {"model.embed_tokens.weight": r.randn(V, D, std=1.0 / em)}
-
-    def lin(name, rows, cols, bias, std):
-        t[name + ".weight"] = r.randn(rows, cols, std=std)
-        if bias:
-            t[name + ".bias"] = r.randn(rows, std=0.1)
     for i in range(s["layers"]):
         p = f"model.layers.{i}."
         t[p + "input_layernorm.weight"] = r.randn(D, std=0.1, mean=1.0)
         m = p + "mamba."
-        lin(m + "in_proj", width, D, s["proj_bias"], D ** -0.5)
-        t[m + "conv1d.weight"] = r.randn(conv_dim, 1, s["conv"], std=s["conv"] ** -0.5)
-        if s["conv_bias"]:
-            t[m + "conv1d.bias"] = r.randn(conv_dim, std=0.1)
-        dt = torch.exp(r.rand(H, lo=math.log(1e-3), hi=math.log(0.1)))
-        t[m + "dt_bias"] = dt + torch.log(-torch.expm1(-dt))
-        t[m + "A_log"] = r.rand(H, lo=0.0, hi=math.log(16.0))
-        t[m + "D"] = r.randn(H, std=0.1, mean=1.0)
+        r.dense(t, m + "in_proj", width, D, s["proj_bias"], D ** -0.5)
+        ssd_ref.draw_ssd(r, t, m, H, conv_dim, s["conv"], s["conv_bias"])
         if s["rms_norm"]:
             t[m + "norm.weight"] = r.randn(inner, std=0.1, mean=1.0)
-        lin(m + "out_proj", D, inner, s["projectors_bias"],
+        r.dense(t, m + "out_proj", D, inner, s["projectors_bias"],
             inner ** -0.5 / mult["ssm_out_multiplier"])
         a = p + "self_attn."
         # q over key_multiplier: the scores (times key_multiplier / sqrt(hd)) of unit scale.
-        lin(a + "q_proj", s["heads"] * hd, D, s["attention_bias"], D ** -0.5 / mult["key_multiplier"])
-        lin(a + "k_proj", kv * hd, D, s["attention_bias"], D ** -0.5)
-        lin(a + "v_proj", kv * hd, D, s["attention_bias"], D ** -0.5)
-        lin(a + "o_proj", D, s["heads"] * hd, s["attention_bias"],
+        r.dense(t, a + "q_proj", s["heads"] * hd, D, s["attention_bias"], D ** -0.5 / mult["key_multiplier"])
+        r.dense(t, a + "k_proj", kv * hd, D, s["attention_bias"], D ** -0.5)
+        r.dense(t, a + "v_proj", kv * hd, D, s["attention_bias"], D ** -0.5)
+        r.dense(t, a + "o_proj", D, s["heads"] * hd, s["attention_bias"],
             (s["heads"] * hd) ** -0.5 / mult["attention_out_multiplier"])
         t[p + "pre_ff_layernorm.weight"] = r.randn(D, std=0.1, mean=1.0)
         f = p + "feed_forward."
-        lin(f + "gate_proj", F, D, s["mlp_bias"], D ** -0.5)
-        lin(f + "up_proj", F, D, s["mlp_bias"], D ** -0.5)
-        lin(f + "down_proj", D, F, s["mlp_bias"], F ** -0.5 / mult["mlp_multipliers"][1])
+        r.dense(t, f + "gate_proj", F, D, s["mlp_bias"], D ** -0.5)
+        r.dense(t, f + "up_proj", F, D, s["mlp_bias"], D ** -0.5)
+        r.dense(t, f + "down_proj", D, F, s["mlp_bias"], F ** -0.5 / mult["mlp_multipliers"][1])
     target = s["logit_std"] / lm
     if s["tie"]:
         target *= em / D ** 0.5
@@ -141,11 +127,7 @@ def make(out_dir, spec):
         cfg.update(rope_theta=s["rope_theta"], rope_scaling=None)
     cfg.update(s["mult"])
     cfg.update(s["extra"])
-    os.makedirs(out_dir, exist_ok=True)
-    write_safetensors(os.path.join(out_dir, "model.safetensors"), t, {"format": "pt"})
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)  # Python's json: an infinite limit is a bare Infinity
-        f.write("\n")
+    write_checkpoint(out_dir, t, cfg)
 
 
 def load(model_dir):
@@ -169,11 +151,6 @@ def load(model_dir):
     return s
 
 
-def linear(t, name, x):
-    y = x @ t[name + ".weight"].T
-    return y + t[name + ".bias"] if name + ".bias" in t else y
-
-
 def mup_vector(s, dtype):
     """compute_mup_vector: one multiplier per part of in_proj's output (z, x, B, C, dt)."""
     inner, H, _, _, _ = sizes(s)
@@ -188,84 +165,50 @@ def mamba(s, q, h, scan):
     t = s["t"]
     inner, H, P, _, _ = sizes(s)
     G, N = s["groups"], s["state"]
-    proj = linear(t, q + "in_proj", h * s["mult"]["ssm_in_multiplier"]) * mup_vector(s, h.dtype)
+    proj = dense(t, q + "in_proj", h * s["mult"]["ssm_in_multiplier"]) * mup_vector(s, h.dtype)
     z, xBC, dt_raw = proj[:, :inner], proj[:, inner:-H], proj[:, -H:]
-    y = m2.ssd(t, q, xBC, dt_raw, H, P, N, G, s["limit"], scan)
+    y = ssd_ref.ssd(t, q, xBC, dt_raw, H, P, N, G, s["limit"], scan)
     if s["rms_norm"]:  # FalconH1RMSNormGated: per group, before or after the gate
-        y = m2.gated_norm(y, z, t[q + "norm.weight"], G, s["eps"], s["norm_before_gate"])
+        y = ssd_ref.gated_norm(y, z, t[q + "norm.weight"], G, s["eps"], s["norm_before_gate"])
     else:
         y = y * (z * torch.sigmoid(z))
-    return linear(t, q + "out_proj", y)
+    return dense(t, q + "out_proj", y)
 
 
 def attention(s, a, h):
     """FalconH1Attention: the keys times key_multiplier before rotary, scores / sqrt(head_dim)."""
     t, T = s["t"], h.shape[0]
     Hq, Hkv, d = s["heads"], s["kv_heads"], attn_head_dim(s)
-    q = linear(t, a + "q_proj", h).reshape(T, Hq, d)
-    k = linear(t, a + "k_proj", h).reshape(T, Hkv, d) * s["mult"]["key_multiplier"]
-    v = linear(t, a + "v_proj", h).reshape(T, Hkv, d)
-    q, k = m2.rotate(q, s["rope_theta"]), m2.rotate(k, s["rope_theta"])
-    k, v = k.repeat_interleave(Hq // Hkv, dim=1), v.repeat_interleave(Hq // Hkv, dim=1)
-    sc = torch.einsum("thd,shd->hts", q, k) * d ** -0.5
-    sc = sc.masked_fill(~torch.tril(torch.ones(T, T, dtype=torch.bool)), -math.inf)
-    o = torch.einsum("hts,shd->thd", torch.softmax(sc, -1), v).reshape(T, Hq * d)
-    return linear(t, a + "o_proj", o)
+    q = dense(t, a + "q_proj", h).reshape(T, Hq, d)
+    k = dense(t, a + "k_proj", h).reshape(T, Hkv, d) * s["mult"]["key_multiplier"]
+    v = dense(t, a + "v_proj", h).reshape(T, Hkv, d)
+    q, k = rotate(q, s["rope_theta"]), rotate(k, s["rope_theta"])
+    return dense(t, a + "o_proj", causal_attention(q, k, v, d ** -0.5))
 
 
-def forward(s, ids, scan=m2.scan_recurrent):
+def forward(s, ids, scan=ssd_ref.scan_recurrent):
     """Logits (T, V), in the dtype of the model's tensors (float64)."""
     t, mu = s["t"], s["mult"]
     x = t["model.embed_tokens.weight"][torch.tensor(ids)] * mu["embedding_multiplier"]
     i = 0
     while f"model.layers.{i}.input_layernorm.weight" in t:
         p = f"model.layers.{i}."
-        h = m2.rms(x, t[p + "input_layernorm.weight"], s["eps"])
+        h = rms_norm(x, t[p + "input_layernorm.weight"], s["eps"])
         ssm = mamba(s, p + "mamba.", h, scan) * mu["ssm_out_multiplier"]
         att = attention(s, p + "self_attn.", h * mu["attention_in_multiplier"])
         x = x + (ssm + att * mu["attention_out_multiplier"])
-        h = m2.rms(x, t[p + "pre_ff_layernorm.weight"], s["eps"])
+        h = rms_norm(x, t[p + "pre_ff_layernorm.weight"], s["eps"])
         f = p + "feed_forward."
-        g = linear(t, f + "gate_proj", h) * mu["mlp_multipliers"][0]
-        y = linear(t, f + "up_proj", h) * (g * torch.sigmoid(g))
-        x = x + linear(t, f + "down_proj", y) * mu["mlp_multipliers"][1]
+        g = dense(t, f + "gate_proj", h) * mu["mlp_multipliers"][0]
+        y = dense(t, f + "up_proj", h) * (g * torch.sigmoid(g))
+        x = x + dense(t, f + "down_proj", y) * mu["mlp_multipliers"][1]
         i += 1
-    x = m2.rms(x, t["model.final_layernorm.weight"], s["eps"])
+    x = rms_norm(x, t["model.final_layernorm.weight"], s["eps"])
     return x @ s["head"].T * mu["lm_head_multiplier"]
 
 
-def greedy(s, ids, n):
-    out, seq = [], list(ids)
-    for _ in range(n):
-        nxt = int(torch.argmax(forward(s, seq)[-1]))
-        out.append(nxt)
-        seq.append(nxt)
-    return out
-
-
-def in_float32(s):
-    """The same model computed in float32 by torch: float32's own rounding, for scale."""
-    out = dict(s)
-    out["t"] = {k: v.float() for k, v in s["t"].items()}
-    out["head"] = s["head"].float()
-    return out
-
-
 def figures(model_dir, ids):
-    s = load(model_dir)
-    logits = forward(s, ids)
-    chunked = forward(s, ids, scan=m2.scan_chunked)
-    f32 = forward(in_float32(s), ids).double()
-    probe = m2.PROBE_IDS
-    return {
-        "mean_nll": m2.mean_nll(logits, ids),
-        "greedy_ids": greedy(s, ids, 8),
-        "probe_ids": probe,
-        "probe_logits": [[float(logits[t, i]) for i in probe] for t in range(len(ids))],
-        "logit_max_abs": [float(logits[t].abs().max()) for t in range(len(ids))],
-        "chunked_scan_max_relative_difference": float((logits - chunked).abs().max() / logits.abs().max()),
-        "float32_reference_normwise_error": m2.normwise(f32, logits, probe),
-    }
+    return ssd_ref.figures(load(model_dir), forward, ids)
 
 
 def self_test():
@@ -276,7 +219,7 @@ def self_test():
         b = os.path.join(tmp, "base")
         make(b, base)
         want = forward(load(b), ids)
-        chunked = forward(load(b), ids, scan=m2.scan_chunked)
+        chunked = forward(load(b), ids, scan=ssd_ref.scan_chunked)
         assert (want - chunked).abs().max() < 1e-12 * want.abs().max(), "the two scans disagree"
         changes = {k: 1.3 for k in MULT_DEFAULTS if not k.endswith("s")}
         changes.update(mlp_multipliers=[1.3, 1.0], ssm_multipliers=[1.0, 1.0, 1.0, 1.3, 1.0])
@@ -299,22 +242,5 @@ def self_test():
           "gated norm's two options change the logits")
 
 
-def main(argv):
-    if argv[:1] == ["--self-test"]:
-        return self_test()
-    if argv[:1] == ["--check-expected"]:
-        return m2.check_expected(argv[1], HERE, make, figures)
-    if argv[:1] == ["make"]:
-        return make(argv[1], json.loads(argv[2]))
-    if argv[:1] == ["score"]:
-        ids = parse_ids(open(argv[2]).read())
-        s = load(argv[1])
-        logits = forward(s, ids)
-        print(dumps({"mean_nll": m2.mean_nll(logits, ids), "greedy_ids": greedy(s, ids, 8)}))
-        return None
-    print(__doc__)
-    sys.exit(2)
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    reference_main(sys.argv[1:], sys.modules[__name__])

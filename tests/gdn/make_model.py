@@ -26,7 +26,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from pyref import write_safetensors  # noqa: E402
+from pyref import Draw, write_safetensors  # noqa: E402
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 TORCH_DTYPE = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
@@ -40,17 +40,6 @@ FLA_DEFAULTS = dict(hidden=64, vocab=300, layers=2, intermediate=64, heads=2, v_
                     neg_eigval=False, with_D=False, old_config=False, qk_activation="silu",
                     qk_norm="l2", use_beta=True, attn=None, tie=False, eps=1e-6, dtype="f32",
                     seed=0, logit_std=3.0, gain=1.0, f32_tensors=(), shards=1)
-
-
-class Draw:
-    def __init__(self, seed):
-        self.g = torch.Generator().manual_seed(seed)
-
-    def randn(self, *shape, std=1.0, mean=0.0):
-        return torch.randn(*shape, generator=self.g, dtype=torch.float32) * std + mean
-
-    def rand(self, *shape, lo=0.0, hi=1.0):
-        return torch.rand(*shape, generator=self.g, dtype=torch.float32) * (hi - lo) + lo
 
 
 def decay_params(r, n):

@@ -14,7 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 import reference  # noqa: E402
-from pyref import dumps, parse_ids  # noqa: E402
+from pyref import write_fixture_set  # noqa: E402
 
 # name: (what it covers, spec)
 FIXTURES = {
@@ -58,31 +58,5 @@ FIXTURES = {
 SPECS = {name: spec for name, (_, spec) in FIXTURES.items()}
 
 
-def plain(x):
-    """The spec for expected.json: an infinite limit as the string "Infinity"."""
-    if isinstance(x, dict):
-        return {k: plain(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [plain(v) for v in x]
-    return "Infinity" if x == float("inf") else x
-
-
-def main():
-    ids = parse_ids(open(os.path.join(HERE, "prompt_ids.txt")).read())
-    out = {"prompt": "prompt_ids.txt (300 ids: bytes of models/kjv/heldout.txt)", "fixtures": {}}
-    lines = []
-    for name, (covers, spec) in FIXTURES.items():
-        d = os.path.join(HERE, name)
-        reference.make(d, spec)
-        fig = reference.figures(d, ids)
-        out["fixtures"][name] = dict(covers=covers, spec=plain(spec), **fig)
-        lines.append(f"{name} {fig['mean_nll']:.17g}\n")
-        print(name, fig["mean_nll"], fig["chunked_scan_max_relative_difference"], flush=True)
-    with open(os.path.join(HERE, "expected.json"), "w") as f:
-        f.write(dumps(out) + "\n")
-    with open(os.path.join(HERE, "expected_nll.txt"), "w") as f:
-        f.writelines(lines)
-
-
 if __name__ == "__main__":
-    main()
+    write_fixture_set(HERE, FIXTURES, reference)

@@ -17,15 +17,19 @@ import json
 import math
 import os
 import sys
-import tempfile
 
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from pyref import dumps, parse_ids, read_safetensors, write_safetensors  # noqa: E402
+from pyref import (Draw, causal_attention, dense, read_safetensors,  # noqa: E402
+                   reference_main, rms_norm, rotate, write_checkpoint)
+from ssd_ref import (draw_ssd, figures as ssd_figures, gated_norm, mixer,  # noqa: E402
+                     scan_chunked, scan_recurrent)
 
 F64 = torch.float64
+PROMPT = os.path.join(HERE, "prompt_ids.txt")
+PROMPT_NOTE = "prompt_ids.txt (300 ids: bytes of models/kjv/heldout.txt)"
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 
 DEFAULTS = dict(layout="transformers", hidden=64, vocab=300, layers=2, head_dim=16, state=16,
@@ -36,17 +40,6 @@ DEFAULTS = dict(layout="transformers", hidden=64, vocab=300, layers=2, head_dim=
 
 # --------------------------------------------------------------------------------------------
 # Random checkpoints
-
-class Draw:
-    def __init__(self, seed):
-        self.g = torch.Generator().manual_seed(seed)
-
-    def randn(self, *shape, std=1.0, mean=0.0):
-        return torch.randn(*shape, generator=self.g, dtype=torch.float32) * std + mean
-
-    def rand(self, *shape, lo=0.0, hi=1.0):
-        return torch.rand(*shape, generator=self.g, dtype=torch.float32) * (hi - lo) + lo
-
 
 def sizes(s):
     inner = int(s["expand"] * s["hidden"])
@@ -126,13 +119,7 @@ def make_granite(out_dir, s):
         else:
             m = p + "mamba."
             t[m + "in_proj.weight"] = r.randn(width, D, std=D ** -0.5)
-            t[m + "conv1d.weight"] = r.randn(conv_dim, 1, s["conv"], std=s["conv"] ** -0.5)
-            if s["conv_bias"]:
-                t[m + "conv1d.bias"] = r.randn(conv_dim, std=0.1)
-            dt = torch.exp(r.rand(H, lo=math.log(1e-3), hi=math.log(0.1)))
-            t[m + "dt_bias"] = dt + torch.log(-torch.expm1(-dt))
-            t[m + "A_log"] = r.rand(H, lo=0.0, hi=math.log(16.0))
-            t[m + "D"] = r.randn(H, std=0.1, mean=1.0)
+            draw_ssd(r, t, m, H, conv_dim, s["conv"], s["conv_bias"])
             t[m + "norm.weight"] = r.randn(inner, std=0.1, mean=1.0)
             t[m + "out_proj.weight"] = r.randn(D, inner, std=inner ** -0.5 / s["residual_multiplier"])
         t[p + "post_attention_layernorm.weight"] = r.randn(D, std=0.1, mean=1.0)
@@ -165,11 +152,7 @@ def make_granite(out_dir, s):
     if s["dt_limit"] is not None:
         cfg["time_step_limit"] = list(s["dt_limit"])
     cfg.update(s["extra"])
-    os.makedirs(out_dir, exist_ok=True)
-    write_safetensors(os.path.join(out_dir, "model.safetensors"), t, {"format": "pt"})
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)
-        f.write("\n")
+    write_checkpoint(out_dir, t, cfg)
 
 
 def make(out_dir, spec):
@@ -188,14 +171,7 @@ def make(out_dir, spec):
         t[m + "in_proj.weight"] = r.randn(width, D, std=D ** -0.5)
         if s["use_bias"]:
             t[m + "in_proj.bias"] = r.randn(width, std=0.1)
-        t[m + "conv1d.weight"] = r.randn(conv_dim, 1, s["conv"], std=s["conv"] ** -0.5)
-        if s["conv_bias"]:
-            t[m + "conv1d.bias"] = r.randn(conv_dim, std=0.1)
-        # dt = softplus(dt_bias) log-uniform in (0.001, 0.1), A in (1, 16): mamba_ssm's init.
-        dt = torch.exp(r.rand(H, lo=math.log(1e-3), hi=math.log(0.1)))
-        t[m + "dt_bias"] = dt + torch.log(-torch.expm1(-dt))
-        t[m + "A_log"] = r.rand(H, lo=0.0, hi=math.log(16.0))
-        t[m + "D"] = r.randn(H, std=0.1, mean=1.0)
+        draw_ssd(r, t, m, H, conv_dim, s["conv"], s["conv_bias"])
         t[m + "norm.weight"] = r.randn(inner, std=0.1, mean=1.0)
         # gain: what each layer adds to the residual stream (tied fixtures take 3, or the model
         # mostly predicts its input token, whose embedding is also its head row).
@@ -207,12 +183,7 @@ def make(out_dir, spec):
     if not s["tie"]:
         t["lm_head.weight"] = r.randn(V, D, std=D ** -0.5)
     t = {k: v.to(DTYPES[s["dtype"]]) for k, v in t.items()}
-    os.makedirs(out_dir, exist_ok=True)
-    write_safetensors(os.path.join(out_dir, "model.safetensors"), t, {"format": "pt"})
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        # Python's json, as transformers writes it: an infinite limit is a bare Infinity.
-        json.dump(config_of(s), f, indent=2)
-        f.write("\n")
+    write_checkpoint(out_dir, t, config_of(s))
 
 
 # --------------------------------------------------------------------------------------------
@@ -265,137 +236,17 @@ def load(model_dir):
 # --------------------------------------------------------------------------------------------
 # The model
 
-def rms(x, w, eps):
-    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
-
-
-def gated_norm(y, z, w, groups, eps, before_gate):
-    """mamba_ssm's rms_norm_ref with group_size = width / groups: y * silu(z) normed per group
-    (or y normed, then times silu(z)). groups = 1 is transformers' MambaRMSNormGated."""
-    silu_z = z * torch.sigmoid(z)
-    if not before_gate:
-        y = y * silu_z
-    T, W = y.shape
-    yg = y.reshape(T, groups, W // groups)
-    out = (yg * torch.rsqrt((yg * yg).mean(-1, keepdim=True) + eps)).reshape(T, W) * w
-    return out * silu_z if before_gate else out
-
-
-def scan_recurrent(x, dt, A, B, C, Dskip):
-    """Token by token, as transformers' cached step (and mamba_ssm's selective_state_update):
-    S = S exp(dt A) + (dt x) B^T, y = S C + D x. x (T, H, P), dt (T, H), B, C (T, H, N)."""
-    T, H, P = x.shape
-    N = B.shape[-1]
-    S = torch.zeros(H, P, N, dtype=x.dtype)
-    ys = []
-    for t in range(T):
-        dA = torch.exp(dt[t] * A)                                   # (H)
-        dBx = (dt[t][:, None] * x[t])[:, :, None] * B[t][:, None, :]  # (H, P, N)
-        S = S * dA[:, None, None] + dBx
-        ys.append(torch.einsum("hpn,hn->hp", S, C[t]) + Dskip[:, None] * x[t])
-    return torch.stack(ys), S
-
-
-def segsum(a):
-    """(..., L) -> (..., L, L): sum of a over (j, i] below the diagonal, -inf above."""
-    L = a.shape[-1]
-    c = torch.cumsum(a, -1)
-    s = c[..., :, None] - c[..., None, :]
-    mask = torch.tril(torch.ones(L, L, dtype=torch.bool))
-    return s.masked_fill(~mask, -math.inf)
-
-
-def scan_chunked(x, dt, A, B, C, Dskip, block=8):
-    """The paper's SSD minimal form (chunks of `block`: the intra-chunk quadratic part, the
-    states passed between chunks): the second source, summing in another order."""
-    T, H, P = x.shape
-    pad = (-T) % block
-    if pad:  # dt = 0 and x = 0 after the end: no decay, nothing added
-        z = lambda t: torch.cat([t, torch.zeros((pad,) + t.shape[1:], dtype=t.dtype)])
-        x, dt, B, C = z(x), z(dt), z(B), z(C)
-    n = x.shape[0] // block
-    X = (x * dt[..., None]).reshape(n, block, H, P)
-    Ad = (dt * A).reshape(n, block, H).permute(2, 0, 1)          # (H, n, L)
-    Bc, Cc = B.reshape(n, block, H, -1), C.reshape(n, block, H, -1)
-    Acum = torch.cumsum(Ad, -1)
-    Ldec = torch.exp(segsum(Ad))                                 # (H, n, L, L)
-    Y_diag = torch.einsum("clhn,cshn,hcls,cshp->clhp", Cc, Bc, Ldec, X)
-    decay_states = torch.exp(Acum[..., -1:] - Acum)              # (H, n, L)
-    states = torch.einsum("clhn,hcl,clhp->chpn", Bc, decay_states, X)
-    states = torch.cat([torch.zeros_like(states[:1]), states])
-    chunk_decay = torch.exp(segsum(torch.nn.functional.pad(Acum[..., -1], (1, 0))))  # (H, n+1, n+1)
-    new_states = torch.einsum("hzc,chpn->zhpn", chunk_decay, states)
-    states, final = new_states[:-1], new_states[-1]
-    Y_off = torch.einsum("clhn,chpn,hcl->clhp", Cc, states, torch.exp(Acum))
-    y = (Y_diag + Y_off).reshape(n * block, H, P)[:T]
-    return y + Dskip[None, :, None] * x[:T], final
-
-
-def ssd(t, q, xBC, dt_raw, H, P, N, G, limit, scan):
-    """The middle of a Mamba-2 mixer (tensors under the prefix q): the causal convolution of
-    xBC and its silu, dt, the scan and the D skip; y (T, H P). Falcon-H1's reference uses it too."""
-    T = xBC.shape[0]
-    inner = H * P
-    w = t[q + "conv1d.weight"][:, 0, :]                       # (C, K)
-    K = w.shape[1]
-    padded = torch.cat([torch.zeros(K - 1, xBC.shape[1], dtype=xBC.dtype), xBC])
-    conv = sum(padded[k:k + T] * w[:, k] for k in range(K))
-    if q + "conv1d.bias" in t:
-        conv = conv + t[q + "conv1d.bias"]
-    conv = conv * torch.sigmoid(conv)
-    xs = conv[:, :inner].reshape(T, H, P)
-    B = conv[:, inner:inner + G * N].reshape(T, G, N).repeat_interleave(H // G, dim=1)
-    C = conv[:, inner + G * N:].reshape(T, G, N).repeat_interleave(H // G, dim=1)
-    dt = torch.nn.functional.softplus(dt_raw + t[q + "dt_bias"])
-    dt = torch.clamp(dt, limit[0], limit[1])
-    A = -torch.exp(t[q + "A_log"])
-    y, _ = scan(xs, dt, A, B, C, t[q + "D"])
-    return y.reshape(T, inner)
-
-
-def mixer(m, q, h, scan=scan_recurrent, norm_groups=None):
-    """One Mamba-2 mixer (tensors under the prefix q) over the normed rows h (T, D)."""
-    t, H, P, N, G = m["t"], m["H"], m["P"], m["N"], m["G"]
-    inner = H * P
-    proj = h @ t[q + "in_proj.weight"].T
-    if q + "in_proj.bias" in t:
-        proj = proj + t[q + "in_proj.bias"]
-    z, xBC, dt_raw = proj[:, :inner], proj[:, inner:-H], proj[:, -H:]
-    y = ssd(t, q, xBC, dt_raw, H, P, N, G, m["limit"], scan)
-    y = gated_norm(y, z, t[q + "norm.weight"],
-                   G if norm_groups is None else norm_groups, m["eps"], m["norm_before_gate"])
-    out = y @ t[q + "out_proj.weight"].T
-    if q + "out_proj.bias" in t:
-        out = out + t[q + "out_proj.bias"]
-    return out
-
-
-def rotate(x, theta):
-    """GPT-NeoX's rotary over the whole head: x (T, heads, d), position = row."""
-    T, _, d = x.shape
-    inv = 1.0 / theta ** (torch.arange(0, d // 2, dtype=F64) * 2.0 / d)
-    ang = torch.arange(T, dtype=F64)[:, None] * inv[None, :]
-    cos, sin = torch.cos(ang).to(x.dtype)[:, None, :], torch.sin(ang).to(x.dtype)[:, None, :]
-    x1, x2 = x[..., :d // 2], x[..., d // 2:]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
-
-
 def attention(m, a, h):
     """Granite's softmax attention: scores times attention_multiplier, grouped kv heads, rotary
     only with position_embedding_type rope, causal."""
     t, T = m["t"], h.shape[0]
     Hq, Hkv = m["heads"], m["kv_heads"]
     d = h.shape[1] // Hq
-    lin = lambda n: h @ t[a + n + ".weight"].T + (t[a + n + ".bias"] if a + n + ".bias" in t else 0)
-    q, k, v = lin("q_proj").reshape(T, Hq, d), lin("k_proj").reshape(T, Hkv, d), lin("v_proj").reshape(T, Hkv, d)
+    q = dense(t, a + "q_proj", h).reshape(T, Hq, d)
+    k, v = dense(t, a + "k_proj", h).reshape(T, Hkv, d), dense(t, a + "v_proj", h).reshape(T, Hkv, d)
     if m["rope"]:
         q, k = rotate(q, m["rope_theta"]), rotate(k, m["rope_theta"])
-    k, v = k.repeat_interleave(Hq // Hkv, dim=1), v.repeat_interleave(Hq // Hkv, dim=1)
-    s = torch.einsum("thd,shd->hts", q, k) * m["attention_multiplier"]
-    s = s.masked_fill(~torch.tril(torch.ones(T, T, dtype=torch.bool)), -math.inf)
-    o = torch.einsum("hts,shd->thd", torch.softmax(s, -1), v).reshape(T, Hq * d)
-    out = o @ t[a + "o_proj.weight"].T
-    return out + t[a + "o_proj.bias"] if a + "o_proj.bias" in t else out
+    return dense(t, a + "o_proj", causal_attention(q, k, v, m["attention_multiplier"]))
 
 
 def forward(m, ids, scan=scan_recurrent, norm_groups=None):
@@ -406,70 +257,23 @@ def forward(m, ids, scan=scan_recurrent, norm_groups=None):
         r = m["residual_multiplier"]
         for i, kind in enumerate(m["layer_types"]):
             p = f"model.layers.{i}."
-            h = rms(x, t[p + "input_layernorm.weight"], m["eps"])
+            h = rms_norm(x, t[p + "input_layernorm.weight"], m["eps"])
             out = attention(m, p + "self_attn.", h) if kind == "attention" else \
                 mixer(m, p + "mamba.", h, scan, norm_groups)
             x = x + out * r
-            h = rms(x, t[p + "post_attention_layernorm.weight"], m["eps"])
+            h = rms_norm(x, t[p + "post_attention_layernorm.weight"], m["eps"])
             g, u = (h @ t[p + "shared_mlp.input_linear.weight"].T).chunk(2, dim=-1)
             x = x + ((g * torch.sigmoid(g)) * u) @ t[p + "shared_mlp.output_linear.weight"].T * r
-        return rms(x, t["model.norm.weight"], m["eps"]) @ m["head"].T / m["logits_scaling"]
+        return rms_norm(x, t["model.norm.weight"], m["eps"]) @ m["head"].T / m["logits_scaling"]
     x = t[m["emb"]][torch.tensor(ids)]
     for i in range(m["layers"]):
         p = f"backbone.layers.{i}."
-        x = x + mixer(m, p + "mixer.", rms(x, t[p + "norm.weight"], m["eps"]), scan, norm_groups)
-    return rms(x, t["backbone.norm_f.weight"], m["eps"]) @ m["head"].T
-
-
-def mean_nll(logits, ids):
-    lp = torch.log_softmax(logits[:-1], -1)
-    return float(-lp[torch.arange(len(ids) - 1), torch.tensor(ids[1:])].mean())
-
-
-def greedy(m, ids, n):
-    out = []
-    seq = list(ids)
-    for _ in range(n):
-        nxt = int(torch.argmax(forward(m, seq)[-1]))
-        out.append(nxt)
-        seq.append(nxt)
-    return out
-
-
-# Positions and ids whose logits expected.json keeps (recur's test compares every one).
-PROBE_IDS = [0, 10, 32, 65, 101, 116, 200, 299]
-
-
-def in_float32(m):
-    """The same model computed in float32 (torch's own kernels): how far float32's rounding
-    alone takes the logits from float64."""
-    out = dict(m)
-    out["t"] = {k: v.float() for k, v in m["t"].items()}
-    out["head"] = m["head"].float()
-    return out
-
-
-def normwise(got, want, probe):
-    """max over positions of max_j |got - want| over the probe ids / max |want| of the position."""
-    d = (got[:, probe] - want[:, probe]).abs().max(-1).values
-    return float((d / want.abs().max(-1).values).max())
+        x = x + mixer(m, p + "mixer.", rms_norm(x, t[p + "norm.weight"], m["eps"]), scan, norm_groups)
+    return rms_norm(x, t["backbone.norm_f.weight"], m["eps"]) @ m["head"].T
 
 
 def figures(model_dir, ids):
-    m = load(model_dir)
-    logits = forward(m, ids)
-    chunked = forward(m, ids, scan=scan_chunked)
-    agree = float(((logits - chunked).abs().max() / logits.abs().max()))
-    f32 = forward(in_float32(m), ids).double()
-    return {
-        "mean_nll": mean_nll(logits, ids),
-        "greedy_ids": greedy(m, ids, 8),
-        "probe_ids": PROBE_IDS,
-        "probe_logits": [[float(logits[t, i]) for i in PROBE_IDS] for t in range(len(ids))],
-        "logit_max_abs": [float(logits[t].abs().max()) for t in range(len(ids))],
-        "chunked_scan_max_relative_difference": agree,
-        "float32_reference_normwise_error": normwise(f32, logits, PROBE_IDS),
-    }
+    return ssd_figures(load(model_dir), forward, ids)
 
 
 # --------------------------------------------------------------------------------------------
@@ -499,51 +303,5 @@ def self_test():
           "1e-12 at blocks 1, 4, 8, 64; the per-group gated norm differs from the whole-width one")
 
 
-def check_expected(path, here=HERE, make_fn=None, figures_fn=None):
-    """Regenerates every fixture of `path` (expected.json in the folder `here`, beside its
-    make_fixtures.py) and compares the files' bytes and the figures. tests/falcon_h1 passes its
-    own folder, make and figures."""
-    sys.path.insert(0, here)
-    import make_fixtures  # noqa: E402
-    make_fn, figures_fn = make_fn or make, figures_fn or figures
-    with open(path) as f:
-        want = json.load(f)
-    ids = parse_ids(open(os.path.join(HERE, "prompt_ids.txt")).read())
-    bad = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, entry in want["fixtures"].items():
-            d = os.path.join(tmp, name)
-            make_fn(d, make_fixtures.SPECS[name])
-            for f in ("config.json", "model.safetensors"):
-                if open(os.path.join(d, f), "rb").read() != open(os.path.join(here, name, f), "rb").read():
-                    print(f"{name}/{f}: regenerated bytes differ from the committed ones")
-                    bad += 1
-            got = figures_fn(d, ids)
-            for key in ("mean_nll", "greedy_ids", "probe_logits"):
-                if got[key] != entry[key]:
-                    print(f"{name}: {key} differs")
-                    bad += 1
-    if bad:
-        sys.exit(1)
-    print(f"reference.py: {len(want['fixtures'])} fixtures regenerate byte for byte with their figures")
-
-
-def main(argv):
-    if argv[:1] == ["--self-test"]:
-        return self_test()
-    if argv[:1] == ["--check-expected"]:
-        return check_expected(argv[1])
-    if argv[:1] == ["make"]:
-        return make(argv[1], json.loads(argv[2]))
-    if argv[:1] == ["score"]:
-        ids = parse_ids(open(argv[2]).read())
-        m = load(argv[1])
-        logits = forward(m, ids)
-        print(dumps({"mean_nll": mean_nll(logits, ids), "greedy_ids": greedy(m, ids, 8)}))
-        return None
-    print(__doc__)
-    sys.exit(2)
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    reference_main(sys.argv[1:], sys.modules[__name__])

@@ -42,11 +42,5 @@ FIXTURES = {
 SPECS = {name: spec for name, (_, spec) in FIXTURES.items()}
 
 
-def main():
-    write_fixture_set(HERE, reference.PROMPT,
-                      "tests/mamba2/prompt_ids.txt (300 ids: bytes of models/kjv/heldout.txt)",
-                      FIXTURES, reference.make, reference.figures)
-
-
 if __name__ == "__main__":
-    main()
+    write_fixture_set(HERE, FIXTURES, reference)

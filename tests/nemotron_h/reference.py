@@ -2,9 +2,9 @@
 """Nemotron-H's float64 reference, written from the published code (transformers'
 models/nemotron_h/modeling_nemotron_h.py and NVIDIA's modeling_nemotron_h.py beside its
 checkpoints: NemotronHBlock, NemotronHAttention, NemotronHMLP, NemotronHRMSNorm and the Mamba-2
-mixer with its MambaRMSNormGated per group). The Mamba-2 mixer is tests/mamba2/reference.py's
-(the same mixer, its two scans); neither library is imported. Debian's python3-torch, run as
-/usr/bin/python3.
+mixer with its MambaRMSNormGated per group). The Mamba-2 mixer and its two scans are
+tests/support/ssd_ref.py's, as tests/mamba2's; neither library is imported. Debian's
+python3-torch, run as /usr/bin/python3.
 
   reference.py make OUT_DIR SPEC_JSON        write a random checkpoint (config.json, model.safetensors)
   reference.py score MODEL_DIR IDS_FILE      mean NLL, greedy ids (JSON on stdout)
@@ -15,7 +15,6 @@ Per layer, one letter of hybrid_override_pattern (docs/nemotron_h.md):
   x += block(rmsnorm(x)),  block: M Mamba-2, * attention (no positions), - down(relu(up(h))^2)
 """
 
-import importlib.util
 import json
 import math
 import os
@@ -25,24 +24,14 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from pyref import (check_fixture_set, dumps, parse_ids, read_safetensors,  # noqa: E402
-                   write_safetensors)
-
-
-def _mamba2_reference():
-    """tests/mamba2/reference.py (the Mamba-2 mixer and its two scans), by its path: this file
-    has its name."""
-    spec = importlib.util.spec_from_file_location(
-        "mamba2_reference", os.path.join(HERE, "..", "mamba2", "reference.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-mamba2 = _mamba2_reference()
+from pyref import (Draw, causal_attention, dense, read_safetensors,  # noqa: E402
+                   reference_main, rms_norm, write_checkpoint)
+import ssd_ref  # noqa: E402
 
 F64 = torch.float64
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 PROMPT = os.path.join(HERE, "..", "mamba2", "prompt_ids.txt")
+PROMPT_NOTE = "tests/mamba2/prompt_ids.txt (300 ids: bytes of models/kjv/heldout.txt)"
 
 DEFAULTS = dict(hidden=64, vocab=300, pattern="M*M-", heads=4, kv_heads=2, head_dim=24,
                 intermediate=160, m_heads=8, m_head_dim=12, state=16, groups=2, conv=4,
@@ -56,7 +45,7 @@ DEFAULTS = dict(hidden=64, vocab=300, pattern="M*M-", heads=4, kv_heads=2, head_
 
 def make(out_dir, spec):
     s = dict(DEFAULTS, **spec)
-    r = mamba2.Draw(s["seed"])
+    r = Draw(s["seed"])
     D, V = s["hidden"], s["vocab"]
     H, P, N, G = s["m_heads"], s["m_head_dim"], s["state"], s["groups"]
     inner = H * P
@@ -64,41 +53,29 @@ def make(out_dir, spec):
     hd, I = s["head_dim"], s["intermediate"]
     t = {"backbone.embeddings.weight": r.randn(V, D)}
 
-    def linear(name, rows, cols, bias, std):
-        t[name + ".weight"] = r.randn(rows, cols, std=std)
-        if bias:
-            t[name + ".bias"] = r.randn(rows, std=0.1)
-
     for i, kind in enumerate(s["pattern"]):
         p = f"backbone.layers.{i}."
         t[p + "norm.weight"] = r.randn(D, std=0.1, mean=1.0)
         m = p + "mixer."
         if kind == "M":
-            linear(m + "in_proj", inner + conv_dim + H, D, s["use_bias"], D ** -0.5)
-            t[m + "conv1d.weight"] = r.randn(conv_dim, 1, s["conv"], std=s["conv"] ** -0.5)
-            if s["conv_bias"]:
-                t[m + "conv1d.bias"] = r.randn(conv_dim, std=0.1)
-            # dt = softplus(dt_bias) log-uniform in (0.001, 0.1), A in (1, 16): mamba_ssm's init.
-            dt = torch.exp(r.rand(H, lo=math.log(1e-3), hi=math.log(0.1)))
-            t[m + "dt_bias"] = dt + torch.log(-torch.expm1(-dt))
-            t[m + "A_log"] = r.rand(H, lo=0.0, hi=math.log(16.0))
-            t[m + "D"] = r.randn(H, std=0.1, mean=1.0)
+            r.dense(t, m + "in_proj", inner + conv_dim + H, D, s["use_bias"], D ** -0.5)
+            ssd_ref.draw_ssd(r, t, m, H, conv_dim, s["conv"], s["conv_bias"])
             t[m + "norm.weight"] = r.randn(inner, std=0.1, mean=1.0)
-            linear(m + "out_proj", D, inner, s["use_bias"], s["gain"] * inner ** -0.5)
+            r.dense(t, m + "out_proj", D, inner, s["use_bias"], s["gain"] * inner ** -0.5)
         elif kind == "*":
-            linear(m + "q_proj", s["heads"] * hd, D, s["attention_bias"], 2.0 * D ** -0.5)
-            linear(m + "k_proj", s["kv_heads"] * hd, D, s["attention_bias"], 2.0 * D ** -0.5)
-            linear(m + "v_proj", s["kv_heads"] * hd, D, s["attention_bias"], D ** -0.5)
-            linear(m + "o_proj", D, s["heads"] * hd, s["attention_bias"],
-                   s["gain"] * (s["heads"] * hd) ** -0.5)
+            r.dense(t, m + "q_proj", s["heads"] * hd, D, s["attention_bias"], 2.0 * D ** -0.5)
+            r.dense(t, m + "k_proj", s["kv_heads"] * hd, D, s["attention_bias"], 2.0 * D ** -0.5)
+            r.dense(t, m + "v_proj", s["kv_heads"] * hd, D, s["attention_bias"], D ** -0.5)
+            r.dense(t, m + "o_proj", D, s["heads"] * hd, s["attention_bias"],
+                    s["gain"] * (s["heads"] * hd) ** -0.5)
         else:
-            linear(m + "up_proj", I, D, s["mlp_bias"], D ** -0.5)
-            linear(m + "down_proj", D, I, s["mlp_bias"], s["gain"] * I ** -0.5)
+            r.dense(t, m + "up_proj", I, D, s["mlp_bias"], D ** -0.5)
+            r.dense(t, m + "down_proj", D, I, s["mlp_bias"], s["gain"] * I ** -0.5)
     target = s["logit_std"] / D ** 0.5 if s["tie"] else s["logit_std"]
     t["backbone.norm_f.weight"] = target * r.randn(D, std=0.1, mean=1.0)
     if not s["tie"]:
         t["lm_head.weight"] = r.randn(V, D, std=D ** -0.5)
-    t = {k: v.to(mamba2.DTYPES[s["dtype"]]) for k, v in t.items()}
+    t = {k: v.to(DTYPES[s["dtype"]]) for k, v in t.items()}
     # The fields of NVIDIA's published config.json files (their values here the fixture's).
     cfg = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
            "vocab_size": V, "hidden_size": D, "num_hidden_layers": len(s["pattern"]),
@@ -119,11 +96,7 @@ def make(out_dir, spec):
     if s["dt_limit"] is not None:
         cfg["time_step_limit"] = list(s["dt_limit"])
     cfg.update(s["extra"])
-    os.makedirs(out_dir, exist_ok=True)
-    write_safetensors(os.path.join(out_dir, "model.safetensors"), t, {"format": "pt"})
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)  # Python's json: an infinite limit is a bare Infinity
-        f.write("\n")
+    write_checkpoint(out_dir, t, cfg)
 
 
 # --------------------------------------------------------------------------------------------
@@ -134,7 +107,7 @@ def load(model_dir):
         cfg = json.load(f)
     t = {k: v.to(F64) for k, v in read_safetensors(os.path.join(model_dir, "model.safetensors")).items()}
     tie = cfg.get("tie_word_embeddings", False)
-    # The mixer's keys as tests/mamba2/reference.py's mixer() reads them.
+    # The mixer's keys as ssd_ref.mixer() reads them.
     return dict(t=t, pattern=cfg["hybrid_override_pattern"], H=cfg["mamba_num_heads"],
                 P=cfg["mamba_head_dim"], N=cfg["ssm_state_size"], G=cfg["n_groups"],
                 eps=cfg["layer_norm_epsilon"], norm_before_gate=False,
@@ -147,77 +120,46 @@ def load(model_dir):
 # --------------------------------------------------------------------------------------------
 # The model
 
-def linear(t, name, x):
-    y = x @ t[name + ".weight"].T
-    return y + t[name + ".bias"] if name + ".bias" in t else y
-
-
 def attention(m, a, h):
     """NemotronHAttention: grouped kv heads of head_dim, scores times head_dim^-1/2, causal, no
     rotary (its forward applies none)."""
     t, T = m["t"], h.shape[0]
     Hq, Hkv, d = m["heads"], m["kv_heads"], m["head_dim"]
-    q = linear(t, a + "q_proj", h).reshape(T, Hq, d)
-    k = linear(t, a + "k_proj", h).reshape(T, Hkv, d).repeat_interleave(Hq // Hkv, dim=1)
-    v = linear(t, a + "v_proj", h).reshape(T, Hkv, d).repeat_interleave(Hq // Hkv, dim=1)
-    s = torch.einsum("thd,shd->hts", q, k) * d ** -0.5
-    s = s.masked_fill(~torch.tril(torch.ones(T, T, dtype=torch.bool)), -math.inf)
-    o = torch.einsum("hts,shd->thd", torch.softmax(s, -1), v).reshape(T, Hq * d)
-    return linear(t, a + "o_proj", o)
+    q = dense(t, a + "q_proj", h).reshape(T, Hq, d)
+    k = dense(t, a + "k_proj", h).reshape(T, Hkv, d)
+    v = dense(t, a + "v_proj", h).reshape(T, Hkv, d)
+    return dense(t, a + "o_proj", causal_attention(q, k, v, d ** -0.5))
 
 
 def mlp(m, a, h):
     """NemotronHMLP: down_proj(relu2(up_proj(h))), relu2 = relu(x)^2."""
-    return linear(m["t"], a + "down_proj", torch.relu(linear(m["t"], a + "up_proj", h)) ** 2)
+    return dense(m["t"], a + "down_proj", torch.relu(dense(m["t"], a + "up_proj", h)) ** 2)
 
 
-def forward(m, ids, scan=mamba2.scan_recurrent):
+def forward(m, ids, scan=ssd_ref.scan_recurrent):
     """Logits (T, V), in the dtype of the model's tensors (float64)."""
     t = m["t"]
     x = t["backbone.embeddings.weight"][torch.tensor(ids)]
     for i, kind in enumerate(m["pattern"]):
         p = f"backbone.layers.{i}."
-        h = mamba2.rms(x, t[p + "norm.weight"], m["eps"])
+        h = rms_norm(x, t[p + "norm.weight"], m["eps"])
         if kind == "M":
-            x = x + mamba2.mixer(m, p + "mixer.", h, scan)
+            x = x + ssd_ref.mixer(m, p + "mixer.", h, scan)
         elif kind == "*":
             x = x + attention(m, p + "mixer.", h)
         else:
             x = x + mlp(m, p + "mixer.", h)
-    return mamba2.rms(x, t["backbone.norm_f.weight"], m["eps"]) @ m["head"].T
-
-
-def greedy(m, ids, n):
-    out = []
-    seq = list(ids)
-    for _ in range(n):
-        nxt = int(torch.argmax(forward(m, seq)[-1]))
-        out.append(nxt)
-        seq.append(nxt)
-    return out
+    return rms_norm(x, t["backbone.norm_f.weight"], m["eps"]) @ m["head"].T
 
 
 def figures(model_dir, ids):
-    m = load(model_dir)
-    logits = forward(m, ids)
-    chunked = forward(m, ids, scan=mamba2.scan_chunked)
-    f32 = forward(mamba2.in_float32(m), ids).double()
-    probe = mamba2.PROBE_IDS
-    return {
-        "mean_nll": mamba2.mean_nll(logits, ids),
-        "greedy_ids": greedy(m, ids, 8),
-        "probe_ids": probe,
-        "probe_logits": [[float(logits[t, i]) for i in probe] for t in range(len(ids))],
-        "logit_max_abs": [float(logits[t].abs().max()) for t in range(len(ids))],
-        "chunked_scan_max_relative_difference": float((logits - chunked).abs().max() / logits.abs().max()),
-        "float32_reference_normwise_error": mamba2.normwise(f32, logits, probe),
-    }
+    return ssd_ref.figures(load(model_dir), forward, ids)
 
 
 # --------------------------------------------------------------------------------------------
 
 def self_test():
-    r = mamba2.Draw(7)
+    r = Draw(7)
     # relu2 is relu(x)^2: zero below 0, x^2 above (not x * |x|, not the square of x).
     x = torch.tensor([-2.0, -0.5, 0.0, 0.5, 3.0], dtype=F64)
     assert torch.equal(torch.relu(x) ** 2, torch.tensor([0.0, 0.0, 0.0, 0.25, 9.0], dtype=F64))
@@ -241,28 +183,5 @@ def self_test():
           "code computes them")
 
 
-def check_expected(path):
-    sys.path.insert(0, HERE)
-    import make_fixtures  # noqa: E402
-    check_fixture_set(path, HERE, PROMPT, make_fixtures.SPECS, make, figures)
-
-
-def main(argv):
-    if argv[:1] == ["--self-test"]:
-        return self_test()
-    if argv[:1] == ["--check-expected"]:
-        return check_expected(argv[1])
-    if argv[:1] == ["make"]:
-        return make(argv[1], json.loads(argv[2]))
-    if argv[:1] == ["score"]:
-        ids = parse_ids(open(argv[2]).read())
-        m = load(argv[1])
-        logits = forward(m, ids)
-        print(dumps({"mean_nll": mamba2.mean_nll(logits, ids), "greedy_ids": greedy(m, ids, 8)}))
-        return None
-    print(__doc__)
-    sys.exit(2)
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    reference_main(sys.argv[1:], sys.modules[__name__])

@@ -313,8 +313,7 @@ class Family final : public model::Family {
   std::string make_model_config(const std::string&, const model::MakeOptions& o) const override {
     if (o.given("tie-embeddings"))
       throw ArgumentError("--tie-embeddings does not apply to --arch based (its head is always tied)");
-    return "{\"model_type\": \"gpt2\", \"pad_vocab_size_multiple\": 8, " +
-           gpt2_schema().make_fields(o) + "}";
+    return "{\"model_type\": \"gpt2\", " + gpt2_schema().make_fields(o) + "}";
   }
 
   std::string describe(const Model& m, const std::string& label) const override {

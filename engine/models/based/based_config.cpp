@@ -195,6 +195,7 @@ const model::Schema<BasedConfig>& gpt2_schema() {
         .fixed_json("rotary_emb_fraction", "1", "only rotary over the whole head is supported")
         .fixed_json("max_position_embeddings", "0", "Based has no learned position embedding")
         .integer("pad_vocab_size_multiple", &BasedConfig::pad_vocab_multiple, 1, 1, 1 << 16)
+        .made_as("8")  // the published embedding's padding
         .fixed_json("rms_norm", "true", "Based's blocks use RMSNorm").required().made_as_written()
         .fixed("activation_function", "swiglu", "Based's MLP is swiglu").required().made_as_written()
         .accepted("residual_in_fp32", "recur's residual stream is float32 whatever it says")

@@ -99,19 +99,22 @@ class Network final : public model::Network {
     for (std::size_t li = 0; li < layers_.size(); ++li) {
       const Layer& L = layers_[li];
       L.input_norm.apply(w.x.data(), n, d, w.h.data(), d);
-      // The Mamba-2 branch.
-      const float* hs = scaled(w.h.data(), mult_.ssm_in, w.hs.data(), total);
-      model::ssd_project(L.mamba, hs, n, w.ssd, threads);
-      attend(2 * li, 0, threads);
-      model::ssd_output(L.mamba, w.ssd, n, w.a.data(), threads);
-      // The attention branch, on the same normed rows.
+      // The Mamba-2 branch and the attention branch read the same normed rows (each times its
+      // multiplier) and wait for each other nowhere: their projections in, then out, run as
+      // one job each.
       const Attention& A = L.attn;
       const int hd = A.H * A.d, kv = A.Hkv * A.d;
+      const float* hs = scaled(w.h.data(), mult_.ssm_in, w.hs.data(), total);
       const float* ha = scaled(w.h.data(), mult_.attn_in, w.ha.data(), total);
-      model::apply_all({{&A.q, ha, n, d, w.q.data(), hd}, {&A.k, ha, n, d, w.k.data(), kv},
+      model::apply_all({model::ssd_in_call(L.mamba, hs, n, w.ssd),
+                        {&A.q, ha, n, d, w.q.data(), hd}, {&A.k, ha, n, d, w.k.data(), kv},
                         {&A.v, ha, n, d, w.v.data(), kv}}, threads);
+      model::ssd_scale(L.mamba, w.ssd, n, threads);
+      attend(2 * li, 0, threads);
       attend(2 * li + 1, 0, threads);
-      A.o.apply(w.o.data(), n, hd, w.b.data(), d, threads);
+      model::ssd_gate(L.mamba, w.ssd, n, threads);
+      model::apply_all({model::ssd_out_call(L.mamba, w.ssd, n, w.a.data()),
+                        {&A.o, w.o.data(), n, hd, w.b.data(), d}}, threads);
       // Both add to the residual, each times its multiplier (transformers sums them first).
       for (std::int64_t i = 0; i < total; ++i)
         w.x[std::size_t(i)] += mult_.ssm_out * w.a[std::size_t(i)] + mult_.attn_out * w.b[std::size_t(i)];
@@ -242,68 +245,29 @@ class Family final : public model::Family {
   }
   std::vector<std::string> make_model_archs() const override { return {"falcon_h1"}; }
   std::vector<model::MakeOption> make_model_options() const override {
-    const std::vector<std::string> a = {"falcon_h1"};
-    return {{"attn-kv-heads", "", "the attention's kv heads (default: as many as heads)", false, a},
-            {"ssm-heads", "", "Mamba-2 heads (default: 2 * hidden / ssm-head-dim)", false, a},
-            {"ssm-head-dim", "16", "Mamba-2 head size", false, a},
-            {"ssm-state", "16", "Mamba-2 state size", false, a},
-            {"ssm-groups", "1", "Mamba-2 groups", false, a},
-            {"ssm-rms-norm", nullptr, "the gated RMSNorm in the Mamba-2 mixers (mamba_rms_norm)", true, a},
-            {"multipliers", nullptr, "muP multipliers other than 1 (embedding 5.66, lm_head "
-                                     "0.039, ...; made-up values)", true, a}};
+    return falcon_h1::make_model_options();
   }
-  std::string make_model_config(const std::string&, const model::MakeOptions& o) const override;
+  std::string make_model_config(const std::string&, const model::MakeOptions& o) const override {
+    return falcon_h1::make_model_config(o);
+  }
   std::string missing_tokenizer(const std::string& dir) const override {
-    return fmt::format("{} holds no tokenizer.json (the model's vocabulary): pass --tokenizer "
-                       "FILE|DIR, or give and take token ids (--prompt-ids and --ids, "
-                       "--token-ids)", dir);
+    return model::tokenizer_json_needed(dir);
   }
   std::string describe(const Model& m, const std::string& label) const override {
     const ModelConfig& c = m.config();
     const FalconH1Config& g = config_of(c);
-    const std::size_t grow = std::size_t(c.num_hidden_layers) * 2 * std::size_t(g.n_kv_heads) *
-                             std::size_t(g.attn_head_dim(c)) * sizeof(float);
-    return fmt::format(
-        "model: {}: falcon_h1, {} layers of Mamba-2 ({} heads of {}, state {}) beside attention "
-        "({} heads ({} kv) of {}, rotary), hidden {}, MLP {}, vocab {}, {:.2f}M parameters\n"
-        "state: {:.2f} MiB, growing by {} bytes a token (the attention's KV cache)\n",
-        label, c.num_hidden_layers, g.m_heads, g.m_head_dim, g.m_state, g.n_heads, g.n_kv_heads,
-        g.attn_head_dim(c), c.hidden_size, c.intermediate_size, c.vocab_size,
-        double(m.parameters()) / 1e6,
-        double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20), grow);
+    const std::size_t grow =
+        model::kv_cache_growth(std::size_t(c.num_hidden_layers), g.n_kv_heads, g.attn_head_dim(c));
+    return model::describe_lines(
+        m, label,
+        fmt::format("falcon_h1, {} layers of Mamba-2 ({} heads of {}, state {}) beside attention "
+                    "({} heads ({} kv) of {}, rotary)",
+                    c.num_hidden_layers, g.m_heads, g.m_head_dim, g.m_state, g.n_heads,
+                    g.n_kv_heads, g.attn_head_dim(c)),
+        fmt::format(", MLP {}", c.intermediate_size),
+        fmt::format(", growing by {} bytes a token (the attention's KV cache)", grow));
   }
 };
-
-std::string Family::make_model_config(const std::string&, const model::MakeOptions& o) const {
-  const auto hidden = o.integer("hidden", 2, 1 << 20), heads = o.integer("heads", 1, 1 << 16);
-  const auto layers = o.integer("layers", 1, 4096), vocab = o.integer("vocab", 1, 1 << 24);
-  const auto inter = o.integer("intermediate", 0, 1 << 20);
-  const auto P = o.integer("ssm-head-dim", 1, 1 << 16);
-  const auto H = o.given("ssm-heads") ? o.integer("ssm-heads", 1, 1 << 16) : 2 * hidden / P;
-  if (H < 1) throw ArgumentError(fmt::format("--ssm-head-dim {} is wider than 2 * --hidden {}", P, hidden));
-  const bool m = o.flag("multipliers");
-  // Made-up values, of the published models' kind (none of them 1): what the option exercises
-  // is that each multiplier is applied where it belongs.
-  const std::string mult =
-      m ? ", \"embedding_multiplier\": 5.66, \"lm_head_multiplier\": 0.039, "
-          "\"key_multiplier\": 0.39, \"attention_in_multiplier\": 1.0, "
-          "\"attention_out_multiplier\": 0.94, \"ssm_in_multiplier\": 1.25, "
-          "\"ssm_out_multiplier\": 0.24, \"mlp_multipliers\": [0.88, 0.59], "
-          "\"ssm_multipliers\": [0.35, 0.25, 0.5, 0.7, 1.0]"
-        : "";
-  return fmt::format(
-      "{{\"model_type\": \"falcon_h1\", \"vocab_size\": {}, \"hidden_size\": {}, "
-      "\"intermediate_size\": {}, \"num_hidden_layers\": {}, \"num_attention_heads\": {}, "
-      "\"num_key_value_heads\": {}, \"mamba_d_ssm\": {}, \"mamba_n_heads\": {}, "
-      "\"mamba_d_head\": {}, \"mamba_d_state\": {}, \"mamba_n_groups\": {}, "
-      "\"mamba_rms_norm\": {}, \"mamba_norm_before_gate\": false, \"rope_theta\": 100000000000.0, "
-      "\"tie_word_embeddings\": {}{}}}",
-      vocab, hidden, inter > 0 ? inter : 2 * hidden, layers, heads,
-      o.given("attn-kv-heads") ? o.integer("attn-kv-heads", 1, 1 << 16) : heads, H * P, H, P,
-      o.integer("ssm-state", 1, 1 << 16), o.integer("ssm-groups", 1, 1 << 16),
-      model::config_bool(o.flag("ssm-rms-norm")), model::config_bool(o.flag("tie-embeddings")),
-      mult);
-}
 
 }  // namespace
 }  // namespace recur::models::falcon_h1

@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "layers/ssd_mixer.h"
 #include "model/config_fields.h"
@@ -50,5 +51,8 @@ const FalconH1Config& config_of(const ModelConfig& c);
 void read_config(const json::Value& root, model::Fields& f, ModelConfig& c);
 void resolve(ModelConfig& c, const std::string& source);
 std::string config_fields(const ModelConfig& c);
+/// make-model's options and configuration.
+std::vector<model::MakeOption> make_model_options();
+std::string make_model_config(const model::MakeOptions& o);
 
 }  // namespace recur::models::falcon_h1

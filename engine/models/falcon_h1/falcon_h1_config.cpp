@@ -22,43 +22,78 @@ constexpr int kMaxHeads = 1 << 16;
 constexpr double kMaxMultiplier = 1e6;
 constexpr const char* kTraining = "training or initialisation only: the same function at inference";
 
+// make-model's Mamba-2 heads: 2 * hidden_size wide, in heads of --ssm-head-dim.
+double made_mamba_heads(const ModelConfig& c, const Config& g) {
+  const int heads = 2 * c.hidden_size / g.m_head_dim;
+  if (heads < 1)
+    throw ArgumentError(fmt::format("--ssm-head-dim {} is wider than 2 * --hidden {}", g.m_head_dim,
+                                    c.hidden_size));
+  return heads;
+}
+
 const model::Schema<Config>& schema() {
   static const model::Schema<Config> s = [] {
     model::Schema<Config> t;
     t.written("model_type", "\"falcon_h1\"")
         .written("architectures", "[\"FalconH1ForCausalLM\"]")
-        .integer("vocab_size", &ModelConfig::vocab_size, 128000, 1, 1 << 24)
-        .integer("hidden_size", &ModelConfig::hidden_size, 4096, 1, kMaxDim)
+        .integer("vocab_size", &ModelConfig::vocab_size, 128000, 1, 1 << 24).common_option("vocab")
+        .integer("hidden_size", &ModelConfig::hidden_size, 4096, 1, kMaxDim).common_option("hidden")
         .integer("intermediate_size", &ModelConfig::intermediate_size, 14336, 1, kMaxDim)
+        .common_option("intermediate", true,
+                       [](const ModelConfig& c, const Config&) { return 2.0 * c.hidden_size; })
         .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 32, 1, 4096)
-        .integer("num_attention_heads", &Config::n_heads, 32, 1, kMaxHeads)
+        .common_option("layers")
+        .integer("num_attention_heads", &Config::n_heads, 32, 1, kMaxHeads).common_option("heads")
         .integer("num_key_value_heads", &Config::n_kv_heads, 8, 1, kMaxHeads).read_apart()
+        .option("attn-kv-heads", "the attention's kv heads (default: as many as heads)",
+                [](const ModelConfig&, const Config& g) { return double(g.n_heads); })
         .integer("head_dim", &Config::head_dim, 0, 1, model::kMaxHeadDim).read_apart()
         .fixed("hidden_act", "silu", "Falcon-H1's MLP and convolution use silu")
         .number("rms_norm_eps", &ModelConfig::norm_eps, 1e-5, 0.0, 1.0)
         .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false).not_written()
+        .common_flag("tie-embeddings")
         .boolean("attention_bias", &Config::attention_bias, false)
         .boolean("mlp_bias", &Config::mlp_bias, false)
         .boolean("projectors_bias", &Config::projectors_bias, false)
         .integer("max_position_embeddings", &Config::max_position_embeddings, 8192, 0, 1 << 30)
         .integer("mamba_n_heads", &Config::m_heads, 128, 1, kMaxHeads)
+        .option("ssm-heads", "Mamba-2 heads (default: 2 * hidden / ssm-head-dim)", made_mamba_heads)
         .integer("mamba_d_head", &Config::m_head_dim, 0, 1, model::kMaxHeadDim).read_apart()
+        .option("ssm-head-dim", "Mamba-2 head size", "16")
         .integer("mamba_d_ssm", &Config::d_ssm, 0, 1, kMaxDim).read_apart()
+        .made_from([](const model::MakeOptions&, const ModelConfig&, const Config& g) {
+          return double(g.m_heads) * g.m_head_dim;
+        })
         .integer("mamba_n_groups", &Config::m_groups, 1, 1, kMaxHeads)
+        .option("ssm-groups", "Mamba-2 groups", "1")
         .integer("mamba_d_state", &Config::m_state, 256, 1, model::kMaxHeadDim)
+        .option("ssm-state", "Mamba-2 state size", "16")
         .integer("mamba_d_conv", &Config::m_conv, 4, 1, 64)
         .number("mamba_expand", &Config::expand, 2, 1e-6, 1e6)
         .boolean("mamba_conv_bias", &Config::m_conv_bias, true)
         .boolean("mamba_proj_bias", &Config::m_proj_bias, false)
         .boolean("mamba_rms_norm", &Config::rms_norm, false)
+        .flag("ssm-rms-norm", "the gated RMSNorm in the Mamba-2 mixers (mamba_rms_norm)")
         .boolean("mamba_norm_before_gate", &Config::norm_before_gate, true)
+        .made_as("false")
+        // make-model's --multipliers: made-up values, of the published models' kind (none of
+        // them 1), so that each multiplier is seen applied where it belongs.
         .number("embedding_multiplier", &Config::embedding_multiplier, 1, -kMaxMultiplier, kMaxMultiplier)
+        .flag("multipliers", "muP multipliers other than 1 (embedding 5.66, lm_head 0.039, ...; "
+                             "made-up values)")
+        .made_as("5.66")
         .number("lm_head_multiplier", &Config::lm_head_multiplier, 1, -kMaxMultiplier, kMaxMultiplier)
+        .flag("multipliers", "").made_as("0.039")
         .number("key_multiplier", &Config::key_multiplier, 1, -kMaxMultiplier, kMaxMultiplier)
+        .flag("multipliers", "").made_as("0.39")
         .number("attention_in_multiplier", &Config::attention_in_multiplier, 1, -kMaxMultiplier, kMaxMultiplier)
+        .flag("multipliers", "").made_as("1.0")
         .number("attention_out_multiplier", &Config::attention_out_multiplier, 1, -kMaxMultiplier, kMaxMultiplier)
+        .flag("multipliers", "").made_as("0.94")
         .number("ssm_in_multiplier", &Config::ssm_in_multiplier, 1, -kMaxMultiplier, kMaxMultiplier)
+        .flag("multipliers", "").made_as("1.25")
         .number("ssm_out_multiplier", &Config::ssm_out_multiplier, 1, -kMaxMultiplier, kMaxMultiplier)
+        .flag("multipliers", "").made_as("0.24")
         .accepted("attention_dropout", kTraining)
         .accepted("initializer_range", kTraining)
         .accepted("time_step_min", kTraining)
@@ -122,23 +157,15 @@ const FalconH1Config& config_of(const ModelConfig& c) {
   return *g;
 }
 
+// FalconH1RMSNormGated norms each group apart, as ssd_spec() says, when mamba_rms_norm.
 model::SsdSpec FalconH1Config::ssd(const ModelConfig& c) const {
-  model::SsdSpec s;
-  s.hidden = c.hidden_size;
-  s.n_heads = m_heads;
-  s.head_dim = m_head_dim;
-  s.d_state = m_state;
-  s.n_groups = m_groups;
-  s.d_conv = m_conv;
+  model::SsdSpec s =
+      model::ssd_spec(c, {m_heads, m_head_dim, m_state, m_groups, m_conv}, dt_min, dt_max);
   s.proj_bias = m_proj_bias;
   s.out_proj_bias = projectors_bias;  // transformers' FalconH1Mixer: out_proj's bias
   s.conv_bias = m_conv_bias;
   s.gated_norm = rms_norm;
-  s.norm_groups = m_groups;  // FalconH1RMSNormGated norms each group apart
   s.norm_before_gate = norm_before_gate;
-  s.norm_eps = c.norm_eps;
-  s.dt_min = dt_min;
-  s.dt_max = dt_max;
   s.part_multipliers.assign(ssm_multipliers.begin(), ssm_multipliers.end());
   return s;
 }
@@ -188,10 +215,20 @@ void resolve(ModelConfig& c, const std::string& source) {
   for (const double m : g.mlp_multipliers)
     if (!std::isfinite(m)) config_fail(source, "an mlp_multipliers entry is {}", m);
   model::check_ssd_spec(g.ssd(c), source);
-  c.num_heads = g.n_heads;
-  c.num_kv_heads = g.n_kv_heads;
   c.mixers.assign(std::size_t(c.num_hidden_layers), MixerKind::kDecayedRecurrence);
   c.family = std::make_shared<Config>(g);
+}
+
+std::vector<model::MakeOption> make_model_options() { return schema().make_options({"falcon_h1"}); }
+
+// The table's fields, and the rotary base and the multiplier lists, which are read and written
+// beside it (read_config, config_fields).
+std::string make_model_config(const model::MakeOptions& o) {
+  std::string json = "{\"model_type\": \"falcon_h1\", " + schema().make_fields(o) +
+                     ", \"rope_theta\": 100000000000.0";
+  if (o.flag("multipliers"))
+    json += ", \"mlp_multipliers\": [0.88, 0.59], \"ssm_multipliers\": [0.35, 0.25, 0.5, 0.7, 1.0]";
+  return json + "}";
 }
 
 std::string config_fields(const ModelConfig& c) {
@@ -205,9 +242,7 @@ std::string config_fields(const ModelConfig& c) {
   };
   w.add("mlp_multipliers", list(g.mlp_multipliers));
   w.add("ssm_multipliers", list(g.ssm_multipliers));
-  w.add("time_step_limit", fmt::format("[{}, {}]", model::config_number(g.dt_min),
-                                       std::isinf(g.dt_max) ? std::string("Infinity")
-                                                            : model::config_number(g.dt_max)));
+  w.add("time_step_limit", model::dt_limit_text(g.dt_min, g.dt_max));
   if (g.rope_parameters)
     w.add("rope_parameters", fmt::format("{{\"rope_type\": \"default\", \"rope_theta\": {}}}",
                                          model::config_number(g.rope_theta)));

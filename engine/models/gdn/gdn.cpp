@@ -225,33 +225,28 @@ class Family final : public model::Family {
   // Qwen3.5 reads its byte-level BPE (tokenizer.json, 248,320 ids), fla's hub checkpoints
   // Llama's or Mistral's: bytes as ids would be another model's input.
   std::string missing_tokenizer(const std::string& dir) const override {
-    return fmt::format("{} holds no tokenizer.json (the model's vocabulary): pass --tokenizer "
-                       "FILE|DIR, or give and take token ids (--prompt-ids and --ids, "
-                       "--token-ids)", dir);
+    return model::tokenizer_json_needed(dir);
   }
 
   std::string describe(const Model& m, const std::string& label) const override {
     const ModelConfig& c = m.config();
     const GdnConfig& g = config_of(c);
     const auto n_attn = std::count(c.mixers.begin(), c.mixers.end(), MixerKind::kAttention);
-    // A full-attention layer's KV cache: a key and a value per kv head per token.
-    std::size_t grow = 0;
-    if (g.qwen())
-      grow = std::size_t(n_attn) * 2 * std::size_t(g.n_kv_heads) * std::size_t(g.head_dim) *
-             sizeof(float);
-    grow += model::hybrid_attention_growth(g.attn, c.hidden_size);
-    return fmt::format(
-        "model: {}: {}, {} layers ({} Gated DeltaNet: {} key heads of {}, {} value heads of {}; "
-        "{} {}attention{}), hidden {}, MLP {}, vocab {}, {:.2f}M parameters\n"
-        "state: {:.2f} MiB{}\n",
-        label, model_type(c), c.num_hidden_layers, c.num_hidden_layers - n_attn, g.n_k_heads,
-        g.d_k, g.n_v_heads, g.d_v, n_attn, g.qwen() ? "gated full " : "softmax ",
-        n_attn && g.qwen() ? fmt::format(": {} heads ({} kv) of {}, rotary {}", g.n_heads,
-                                         g.n_kv_heads, g.head_dim, g.rotary_dim())
-                           : std::string(),
-        c.hidden_size, c.intermediate_size, c.vocab_size, double(m.parameters()) / 1e6,
-        double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20),
-        model::state_growth_note(grow));
+    // Qwen3.5's full-attention layers, or fla's `attn` block, grow a KV cache.
+    const std::size_t grow =
+        (g.qwen() ? model::kv_cache_growth(std::size_t(n_attn), g.n_kv_heads, g.head_dim) : 0) +
+        model::hybrid_attention_growth(g.attn, c.hidden_size);
+    return model::describe_lines(
+        m, label,
+        fmt::format("{}, {} layers ({} Gated DeltaNet: {} key heads of {}, {} value heads of {}; "
+                    "{} {}attention{})",
+                    model_type(c), c.num_hidden_layers, c.num_hidden_layers - n_attn, g.n_k_heads,
+                    g.d_k, g.n_v_heads, g.d_v, n_attn, g.qwen() ? "gated full " : "softmax ",
+                    n_attn && g.qwen() ? fmt::format(": {} heads ({} kv) of {}, rotary {}",
+                                                     g.n_heads, g.n_kv_heads, g.head_dim,
+                                                     g.rotary_dim())
+                                       : std::string()),
+        fmt::format(", MLP {}", c.intermediate_size), model::state_growth_note(grow));
   }
 };
 

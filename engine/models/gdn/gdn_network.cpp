@@ -2,7 +2,7 @@
 // x += mixer(norm(x)); x += mlp(norm(x)), the mixer a Gated DeltaNet or (Qwen3.5) gated full
 // attention. Each layer has one stage that depends on the sequence: the Gated DeltaNet's
 // convolution and recurrence (through kernels::delta_walk_head, token by token in its one order),
-// or the attention's KV cache. Everything else is a function of one row, its sums through the
+// with the per-head stages around them, or the attention's KV cache. Everything else is a function of one row, its sums through the
 // canonical kernels, so no byte depends on the chunking, the threads or the instruction set.
 #include <fmt/format.h>
 
@@ -10,8 +10,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "attention/short_conv_channels.h"
 #include "kernels/delta_kernels.h"
 #include "kernels/dispatch.h"
+#include "kernels/finite.h"
 #include "layers/mlp.h"
 #include "layers/output_gate.h"
 #include "layers/sequence.h"
@@ -155,9 +157,7 @@ class Network final : public model::Network {
         if (m.use_beta) calls[c++] = {&m.b, w.h.data(), n, d, w.ba.data(), 2 * m.Hv};
         if (m.decay) calls[c++] = {&m.a, w.h.data(), n, d, w.ba.data() + m.Hv, 2 * m.Hv};
         model::apply_all(calls, c, threads);
-        attend(li, kStageMixer, threads);
-        // The output norm per value head, gated by silu(z).
-        model::norm_then_gate(m.out_norm, w.y.data(), m.gate ? w.z.data() : nullptr, n, V, m.Hv);
+        attend(li, kStageMixer, threads);  // y: normed per value head and gated (gated_delta)
         m.out.apply(w.y.data(), n, V, w.a.data(), d, threads);
       }
       model::add_inplace(w.x.data(), w.a.data(), rows * d);
@@ -197,45 +197,81 @@ class Network final : public model::Network {
   }
 
  private:
-  // The Gated DeltaNet over one sequence's rows: the convolutions (or SiLU alone), the per-row
-  // inputs of the delta rule, and the walk of every value head.
+  // The Gated DeltaNet over one sequence's rows, its threads splitting the key heads: each range
+  // convolves its heads' q, k and v channels, computes their inputs of the delta rule, walks its
+  // value heads and norms and gates their read-out, so that a token crosses the pool once for
+  // all of it. Every stage works per channel or per head, so no byte depends on the ranges.
   void gated_delta(const GdnMixer& m, GdnState& st, Rows& w, int first, int count,
                    int threads) const {
-    convolve(m, st, w, first, count);
-    delta_inputs(m, w, first, count);
-    walk(m, st, w, first, count, threads);
+    check_inputs(m, w, first, count);
+    const int G = m.Hv / m.Hk;
+    detail::parallel_ranges(m.Hk, detail::ranges_for(m.Hk, threads), threads,
+                            [&](int k0, int k1, int) {
+      convolve(m, st, w, first, count, k0, k1);
+      delta_inputs(m, w, first, count, k0, k1);
+      walk(m, st, w, first, count, k0 * G, k1 * G);
+      norm_and_gate(m, w, first, count, k0 * G, k1 * G);
+    });
+    for (auto& c : st.convs) detail::ShortConvChannels::count_tokens(c, count);
     st.tokens += count;
   }
 
-  // conv rows = SiLU(the convolutions of the qkv rows), each convolution over its columns with
-  // its own past (or, without convolutions, SiLU alone where the layer applies it).
-  void convolve(const GdnMixer& m, GdnState& st, Rows& w, int first, int count) const {
-    const int W = m.conv_width(), K = m.Hk * m.d_k, V = m.Hv * m.d_v;
+  // What the convolutions' own step() and prefill() check, before any range changes the state:
+  // their inputs are finite.
+  void check_inputs(const GdnMixer& m, const Rows& w, int first, int count) const {
+    const int W = m.conv_width();
+    const float* in = w.qkv.data() + std::size_t(first) * std::size_t(W);
+    for (std::size_t j = 0; j < m.convs.size(); ++j)
+      detail::check_finite(count == 1 ? "ShortConvolution::step" : "ShortConvolution::prefill",
+                           count == 1 ? "x" : "X", in + m.conv_col[j], count,
+                           m.convs[j]->channels(), W);
+  }
+
+  // The conv columns of key heads [k0, k1): their q and k, and their value heads' v.
+  void convolve(const GdnMixer& m, GdnState& st, Rows& w, int first, int count, int k0,
+                int k1) const {
+    const int K = m.Hk * m.d_k, G = m.Hv / m.Hk;
+    convolve_columns(m, st, w, first, count, k0 * m.d_k, k1 * m.d_k);
+    convolve_columns(m, st, w, first, count, K + k0 * m.d_k, K + k1 * m.d_k);
+    convolve_columns(m, st, w, first, count, 2 * K + k0 * G * m.d_v, 2 * K + k1 * G * m.d_v);
+  }
+
+  // conv rows = SiLU(the convolutions of the qkv rows) over columns [begin, end) of q, of k or of
+  // v, each convolution over the columns it holds with its own past (or, without convolutions,
+  // SiLU alone where the layer applies it).
+  void convolve_columns(const GdnMixer& m, GdnState& st, Rows& w, int first, int count,
+                        int begin, int end) const {
+    const int W = m.conv_width();
     const float* in = w.qkv.data() + std::size_t(first) * std::size_t(W);
     float* conv = w.conv.data() + std::size_t(first) * std::size_t(W);
-    if (m.convs.empty()) {
-      std::memcpy(conv, in, std::size_t(count) * std::size_t(W) * sizeof(float));
+    const auto silu = [&](int a, int b) {
       for (int t = 0; t < count; ++t) {
-        float* row = conv + std::size_t(t) * std::size_t(W);
-        if (m.qk_activation == 0) gates::silu(row, row, 2 * K);
-        gates::silu(row + 2 * K, row + 2 * K, V);
+        float* x = conv + std::size_t(t) * std::size_t(W) + std::size_t(a);
+        gates::silu(x, x, b - a);
       }
+    };
+    if (m.convs.empty()) {
+      for (int t = 0; t < count; ++t) {
+        const std::size_t at = std::size_t(t) * std::size_t(W) + std::size_t(begin);
+        std::memcpy(conv + at, in + at, std::size_t(end - begin) * sizeof(float));
+      }
+      if (m.qk_activation == 0 || begin >= 2 * m.Hk * m.d_k) silu(begin, end);
       return;
     }
     for (std::size_t j = 0; j < m.convs.size(); ++j) {
-      const int col = m.conv_col[j], ch = m.convs[j]->channels();
-      model::convolve(*m.convs[j], st.convs[j], in + col, conv + col, count, W);
-      if (m.conv_silu[j])
-        for (int t = 0; t < count; ++t) {
-          float* x = conv + std::size_t(t) * std::size_t(W) + std::size_t(col);
-          gates::silu(x, x, ch);
-        }
+      const int col = m.conv_col[j];
+      const int a = std::max(begin, col), b = std::min(end, col + m.convs[j]->channels());
+      if (a >= b) continue;
+      detail::ShortConvChannels::convolve(*m.convs[j], st.convs[j], in + col, W, conv + col, W,
+                                          count, a - col, b - col);
+      if (m.conv_silu[j]) silu(a, b);
     }
   }
 
-  // Per row, from the convolved q, k, v and the projections b, a: q and k normalised (q scaled)
-  // into rows padded to d_kp; per value head beta, alpha = exp(g), b = -alpha beta k and beta v.
-  void delta_inputs(const GdnMixer& m, Rows& w, int first, int count) const {
+  // Per row, from the convolved q, k, v and the projections b, a, for key heads [k0, k1) and
+  // their value heads: q and k normalised (q scaled) into rows padded to d_kp; per value head
+  // beta, alpha = exp(g), b = -alpha beta k and beta v.
+  void delta_inputs(const GdnMixer& m, Rows& w, int first, int count, int k0, int k1) const {
     const int W = m.conv_width(), K = m.Hk * m.d_k, V = m.Hv * m.d_v;
     const int Kp = m.Hk * m.d_kp, Vp = m.Hv * m.d_kp, G = m.Hv / m.Hk;
     const float q_scale = float(1.0 / std::sqrt(double(m.d_k)));
@@ -244,7 +280,7 @@ class Network final : public model::Network {
       const float* row = w.conv.data() + r * std::size_t(W);
       float* qn = w.qn.data() + r * std::size_t(Kp);
       float* kn = w.kn.data() + r * std::size_t(Kp);
-      for (int h = 0; h < m.Hk; ++h) {
+      for (int h = k0; h < k1; ++h) {
         normalise(m, row + h * m.d_k, qn + h * m.d_kp, q_scale);
         normalise(m, row + K + h * m.d_k, kn + h * m.d_kp, 1.0f);
       }
@@ -253,7 +289,7 @@ class Network final : public model::Network {
       float* vb = w.vb.data() + r * std::size_t(V);
       float* bb = w.bb.data() + r * std::size_t(Vp);
       float* alpha = w.alpha.data() + r * std::size_t(m.Hv);
-      for (int h = 0; h < m.Hv; ++h) {
+      for (int h = k0 * G; h < k1 * G; ++h) {
         float beta = m.use_beta ? sigmoid(ba[h]) : 1.0f;
         if (m.neg_eigval) beta *= 2.0f;
         // g = -exp(A_log) softplus(a + dt_bias); alpha = exp(g), in double, rounded once.
@@ -272,11 +308,12 @@ class Network final : public model::Network {
     }
   }
 
-  // S_h = alpha S_h + (S_h k) b^T + (beta v) k^T, y = S_h q, per value head h over the rows, its
-  // key head h / G's q and k. A single token's walk is split over the threads too: a head's state
+  // S_h = alpha S_h + (S_h k) b^T + (beta v) k^T, y = S_h q, per value head h in [v0, v1) over
+  // the rows, its key head h / G's q and k. A single token's walk is split too: a head's state
   // (d_v x d_kp floats, 64 KiB in Qwen3.5) is read from memory and written back, which is worth
   // a second core's bandwidth.
-  void walk(const GdnMixer& m, GdnState& st, Rows& w, int first, int count, int threads) const {
+  void walk(const GdnMixer& m, GdnState& st, Rows& w, int first, int count, int v0,
+            int v1) const {
     const std::int64_t V = m.Hv * m.d_v, Kp = m.Hk * m.d_kp, Vp = m.Hv * m.d_kp;
     const auto row0 = std::size_t(first);
     const float* kn = w.kn.data() + row0 * std::size_t(Kp);
@@ -286,7 +323,17 @@ class Network final : public model::Network {
                                  kn, Kp,
                                  w.qn.data() + row0 * std::size_t(Kp), Kp,
                                  w.vb.data() + row0 * std::size_t(V), V};
-    m.delta().walk(st.S.data(), x, w.y.data() + row0 * std::size_t(V), V, count, threads);
+    m.delta().walk_heads(st.S.data(), x, w.y.data() + row0 * std::size_t(V), V, count, v0, v1);
+  }
+
+  // The read-out of value heads [v0, v1) normed per head, then times silu(z) with the gate.
+  void norm_and_gate(const GdnMixer& m, Rows& w, int first, int count, int v0, int v1) const {
+    const auto V = std::size_t(m.Hv) * std::size_t(m.d_v);
+    for (int t = 0; t < count; ++t) {
+      const std::size_t at = (std::size_t(first) + std::size_t(t)) * V + std::size_t(v0 * m.d_v);
+      model::norm_then_gate(m.out_norm, w.y.data() + at, m.gate ? w.z.data() + at : nullptr, 1,
+                            (v1 - v0) * m.d_v, v1 - v0);
+    }
   }
 
   Stack s_;

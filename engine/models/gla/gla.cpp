@@ -175,48 +175,25 @@ class Family final : public model::Family {
 
   std::vector<std::string> make_model_archs() const override { return {"gla", "retnet", "hgrn2"}; }
   std::vector<model::MakeOption> make_model_options() const override {
-    std::vector<model::MakeOption> out = {
-        {"attn-layers", "", "softmax attention layers, e.g. 1,3 (attn.layers)"},
-        {"attn-heads", "", "the attention layers' heads (default: --heads)"},
-        {"attn-kv-heads", "", "their kv heads (default: as many as heads)"},
-        {"attn-window", "", "attn.window_size (default: full attention)"}};
+    std::vector<model::MakeOption> out;
     for (const std::string& arch : make_model_archs())
       for (auto& o : schema(kind_of(arch)).make_options({arch})) out.push_back(std::move(o));
     return out;
   }
   std::string make_model_config(const std::string& arch, const model::MakeOptions& o) const override {
-    const auto heads = o.integer("heads", 1, 1 << 16);  // the attention layers' default too
-    std::string json = fmt::format("{{\"model_type\": \"{}\", {}", arch, schema(kind_of(arch)).make_fields(o));
-    const auto add = [&](const std::string& k, const std::string& v) {
-      json += fmt::format(", \"{}\": {}", k, v);
-    };
-    if (o.given("attn-layers")) {
-      const std::string layers = model::layer_indices_option(o, "attn-layers", false);
-      const auto ah = o.given("attn-heads") ? o.integer("attn-heads", 1, 1 << 16) : heads;
-      std::string spec = fmt::format("{{\"layers\": {}, \"num_heads\": {}", layers, ah);
-      if (o.given("attn-kv-heads"))
-        spec += fmt::format(", \"num_kv_heads\": {}", o.integer("attn-kv-heads", 1, 1 << 16));
-      if (o.given("attn-window"))
-        spec += fmt::format(", \"window_size\": {}", o.integer("attn-window", 1, 1 << 24));
-      add("attn", spec + "}");
-    } else if (o.given("attn-heads") || o.given("attn-kv-heads") || o.given("attn-window")) {
-      throw ArgumentError("--attn-heads, --attn-kv-heads and --attn-window need --attn-layers");
-    }
-    return json + "}";
+    return fmt::format("{{\"model_type\": \"{}\", {}}}", arch, schema(kind_of(arch)).make_fields(o));
   }
 
   std::string describe(const Model& m, const std::string& label) const override {
     const ModelConfig& c = m.config();
     const GlaConfig& fc = config_of(c);
     const auto n_attn = std::count(c.mixers.begin(), c.mixers.end(), MixerKind::kAttention);
-    return fmt::format(
-        "model: {}: {}, {} layers ({} gated recurrence, {} softmax attention), hidden {}, {} "
-        "heads{}, vocab {}, {:.2f}M parameters\nstate: {:.2f} MiB{}\n",
-        label, model_type(c),
-        c.num_hidden_layers, c.num_hidden_layers - n_attn, n_attn, c.hidden_size, c.num_heads,
-        c.num_kv_heads != c.num_heads ? fmt::format(" ({} kv)", c.num_kv_heads) : "",
-        c.vocab_size, double(m.parameters()) / 1e6,
-        double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20),
+    return model::describe_lines(
+        m, label,
+        fmt::format("{}, {} layers ({} gated recurrence, {} softmax attention)", model_type(c),
+                    c.num_hidden_layers, c.num_hidden_layers - n_attn, n_attn),
+        fmt::format(", {} heads{}", c.num_heads,
+                    c.num_kv_heads != c.num_heads ? fmt::format(" ({} kv)", c.num_kv_heads) : ""),
         model::state_growth_note(model::hybrid_attention_growth(fc.attn, c.hidden_size)));
   }
 };

@@ -68,7 +68,9 @@ model::Schema<GlaConfig> build_schema(Kind kind) {
     // apart (read_expand_ratio), since its null means other than its absence.
     t.integer("expand_ratio", &GlaConfig::expand_ratio, 128, 1, kMaxDim).read_apart()
         .option("expand-ratio", "the forget gate's width per head (default 128)")
+        // --heads, which make-model writes, is the `attn` block's default heads.
         .integer("num_heads", &ModelConfig::num_heads, 0, 1, kMaxDim).read_apart().not_written()
+        .common_option("heads")
         .boolean("use_lower_bound", &GlaConfig::use_lower_bound, true)
         .flag("no-lower-bound", "no lower bounds on the forget gate (use_lower_bound false)", false);
   } else {

@@ -52,19 +52,10 @@ struct GraniteConfig final : FamilyConfig {
 
   int head_dim(const ModelConfig& c) const { return c.hidden_size / n_heads; }
   model::SsdSpec ssd(const ModelConfig& c) const {
-    model::SsdSpec s;
-    s.hidden = c.hidden_size;
-    s.n_heads = m_heads;
-    s.head_dim = m_head_dim;
-    s.d_state = m_state;
-    s.n_groups = m_groups;
-    s.d_conv = m_conv;
+    model::SsdSpec s =
+        model::ssd_spec(c, {m_heads, m_head_dim, m_state, m_groups, m_conv}, dt_min, dt_max);
     s.proj_bias = m_proj_bias;
     s.conv_bias = m_conv_bias;
-    s.norm_groups = m_groups;  // per group, as mamba_ssm and llama.cpp (docs/mamba2.md)
-    s.norm_eps = c.norm_eps;
-    s.dt_min = dt_min;
-    s.dt_max = dt_max;
     return s;
   }
 };
@@ -123,6 +114,20 @@ void read_rope_parameters(Fields& f, ModelConfig&, GraniteConfig& g) {
   r.reject_unknown("recur does not know what it changes in the rotary embedding");
 }
 
+// make-model's sizes: the layers are --layer-types' letters; the Mamba-2 layers are twice
+// hidden wide, in heads of --ssm-head-dim.
+double made_layers(const model::MakeOptions& o, const ModelConfig&, const GraniteConfig&) {
+  return double(o.str("layer-types").size());
+}
+
+double made_mamba_heads(const model::MakeOptions& o, const ModelConfig& c, const GraniteConfig&) {
+  const auto P = o.integer("ssm-head-dim", 1, model::kMaxHeadDim);
+  if ((2 * c.hidden_size) % P != 0)
+    throw ArgumentError(fmt::format("2 * --hidden {} is not heads of --ssm-head-dim {}",
+                                    c.hidden_size, P));
+  return double(2 * c.hidden_size / P);
+}
+
 // transformers' GraniteMoeHybridConfig, dense. The fields recur wrote before it wrote the rest
 // of IBM's keys keep their order, which the fingerprint of saved states hashes.
 const Schema& schema() {
@@ -132,10 +137,12 @@ const Schema& schema() {
     t.written("architectures", "[\"GraniteMoeHybridForCausalLM\"]")
         .for_other_tools()
         .written("model_type", "\"granitemoehybrid\"")
-        .integer("vocab_size", &ModelConfig::vocab_size, 32000, 1, 1 << 24)
-        .integer("hidden_size", &ModelConfig::hidden_size, 4096, 1, kMaxDim)
+        .integer("vocab_size", &ModelConfig::vocab_size, 32000, 1, 1 << 24).common_option("vocab")
+        .integer("hidden_size", &ModelConfig::hidden_size, 4096, 1, kMaxDim).common_option("hidden")
         .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 32, 1, 4096)
+        .made_from(made_layers)
         .integer("num_attention_heads", &GraniteConfig::n_heads, 32, 1, kMaxHeads)
+        .common_option("heads")
         // 0: as many as num_attention_heads (transformers' default), resolved.
         .integer("num_key_value_heads", &GraniteConfig::n_kv_heads, 0, 1, kMaxHeads)
         .option("attn-kv-heads", "the attention layers' kv heads (default: as many as heads)")
@@ -147,8 +154,11 @@ const Schema& schema() {
         })
         .for_other_tools()
         .integer("shared_intermediate_size", &GraniteConfig::shared_intermediate, 1024, 1, kMaxDim)
+        .common_option("intermediate", true,
+                       [](const ModelConfig& c, const GraniteConfig&) { return 2.0 * c.hidden_size; })
         .custom("num_local_experts", read_experts, nullptr)
         .written_as("0")
+        .made_as_written()
         .accepted("num_experts_per_tok", kNoExperts)
         .written_as("0")
         .for_other_tools()
@@ -162,9 +172,15 @@ const Schema& schema() {
         .written_as("0.0")
         .for_other_tools()
         .number("embedding_multiplier", &GraniteConfig::embedding_multiplier, 1.0, -1e6, 1e6)
+        .flag("multipliers", "Granite's multipliers (embedding 12, residual 0.22, attention "
+                             "0.0078125, logits 8) instead of 1")
+        .made_as("12")
         .number("residual_multiplier", &GraniteConfig::residual_multiplier, 1.0, -1e6, 1e6)
+        .flag("multipliers", "").made_as("0.22")
         .number("attention_multiplier", &GraniteConfig::attention_multiplier, 1.0, 1e-12, 1e6)
+        .flag("multipliers", "").made_as("0.0078125")
         .number("logits_scaling", &GraniteConfig::logits_scaling, 1.0, 1e-12, 1e12)
+        .flag("multipliers", "").made_as("8")
         // Rotary only where the config asks for it (transformers builds no rotary embedding
         // otherwise).
         .choice("position_embedding_type", &GraniteConfig::rope, false,
@@ -185,13 +201,18 @@ const Schema& schema() {
               &ModelConfig::num_hidden_layers, "num_hidden_layers")
         .option("layer-types", "one letter a layer: M Mamba-2, A attention", "MAMA")
         .made_by([](const model::MakeOptions& o, const char* name) {
+          const std::string letters = o.str(name);
+          if (letters.empty() || letters.find_first_not_of("MA") != std::string::npos)
+            throw ArgumentError(
+                fmt::format("--layer-types '{}': M (Mamba-2) or A (attention) per layer", letters));
           std::string types;
-          for (const char ch : o.str(name))
+          for (const char ch : letters)
             types += fmt::format("{}\"{}\"", types.empty() ? "" : ", ",
                                  ch == 'M' ? "mamba" : "attention");
           return "[" + types + "]";
         })
         .integer("mamba_n_heads", &GraniteConfig::m_heads, 128, 1, kMaxHeads)
+        .made_from(made_mamba_heads)
         // A size, or "auto" (absent too: 0 here) for mamba_expand * hidden_size / mamba_n_heads,
         // resolved.
         .custom("mamba_d_head", read_mamba_d_head, nullptr)
@@ -199,7 +220,7 @@ const Schema& schema() {
             [number](const ModelConfig&, const GraniteConfig& g) { return number(g.m_head_dim); })
         .option("ssm-head-dim", "Mamba-2 head size", "16")
         .made_by([](const model::MakeOptions& o, const char* name) {
-          return model::config_number(double(o.integer(name, 1, 1 << 16)));
+          return model::config_number(double(o.integer(name, 1, model::kMaxHeadDim)));
         })
         .integer("mamba_d_state", &GraniteConfig::m_state, 256, 1, model::kMaxHeadDim)
         .option("ssm-state", "Mamba-2 state size", "16")
@@ -236,7 +257,8 @@ const Schema& schema() {
         .for_other_tools()
         .accepted("init_method", kTraining)
         .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false)
-        .not_written();
+        .not_written()
+        .common_flag("tie-embeddings");
     return t;
   }();
   return s;
@@ -274,8 +296,6 @@ void resolve(ModelConfig& c, const std::string& source) {
                   inner);
     model::check_ssd_spec(g.ssd(c), source);
   }
-  c.num_heads = g.n_heads;
-  c.num_kv_heads = g.n_kv_heads;
   c.intermediate_size = g.shared_intermediate;
   c.family = std::make_shared<GraniteConfig>(g);
 }
@@ -480,61 +500,28 @@ class Family final : public model::Family {
   }
   std::vector<std::string> make_model_archs() const override { return {"granitemoehybrid"}; }
   std::vector<model::MakeOption> make_model_options() const override {
-    auto out = schema().make_options({"granitemoehybrid"});
-    out.push_back({"multipliers",
-                   nullptr,
-                   "Granite's multipliers (embedding 12, residual 0.22, "
-                   "attention 0.0078125, logits 8) instead of 1",
-                   true,
-                   {"granitemoehybrid"}});
-    return out;
+    return schema().make_options({"granitemoehybrid"});
   }
-  // The layers are --layer-types' letters (--layers does not apply); the Mamba-2 layers are
-  // twice hidden wide; the MLP --intermediate, or twice hidden.
   std::string make_model_config(const std::string&, const model::MakeOptions& o) const override {
-    const auto hidden = o.integer("hidden", 2, 1 << 20),
-               inter = o.integer("intermediate", 0, 1 << 20);
-    const std::string letters = o.str("layer-types");
-    if (letters.empty() || letters.find_first_not_of("MA") != std::string::npos)
-      throw ArgumentError(
-          fmt::format("--layer-types '{}': M (Mamba-2) or A (attention) per layer", letters));
-    const auto P = o.integer("ssm-head-dim", 1, 1 << 16);
-    if ((2 * hidden) % P != 0)
-      throw ArgumentError(fmt::format("2 * --hidden {} is not heads of --ssm-head-dim {}", hidden, P));
-    std::string json = fmt::format(
-        "{{\"model_type\": \"granitemoehybrid\", \"vocab_size\": {}, \"hidden_size\": {}, "
-        "\"num_hidden_layers\": {}, \"num_attention_heads\": {}, \"shared_intermediate_size\": {}, "
-        "\"num_local_experts\": 0, \"mamba_n_heads\": {}, \"mamba_expand\": 2, "
-        "\"tie_word_embeddings\": {}, {}",
-        o.integer("vocab", 1, 1 << 24), hidden, letters.size(), o.integer("heads", 1, 1 << 16),
-        inter > 0 ? inter : 2 * hidden, 2 * hidden / P,
-        model::config_bool(o.flag("tie-embeddings")), schema().make_fields(o));
-    if (o.flag("multipliers"))
-      json +=
-          ", \"embedding_multiplier\": 12, \"residual_multiplier\": 0.22, "
-          "\"attention_multiplier\": 0.0078125, \"logits_scaling\": 8";
-    return json + "}";
+    return "{\"model_type\": \"granitemoehybrid\", " + schema().make_fields(o) + "}";
   }
   std::string missing_tokenizer(const std::string& dir) const override {
-    return fmt::format("{} holds no tokenizer.json (the model's vocabulary): pass --tokenizer "
-                       "FILE|DIR, or give and take token ids (--prompt-ids and --ids, "
-                       "--token-ids)", dir);
+    return model::tokenizer_json_needed(dir);
   }
   std::string describe(const Model& m, const std::string& label) const override {
     const ModelConfig& c = m.config();
     const GraniteConfig& g = config_of(c);
     const auto n_attn = std::count(c.mixers.begin(), c.mixers.end(), MixerKind::kAttention);
-    const std::size_t grow = std::size_t(n_attn) * 2 * std::size_t(g.n_kv_heads) *
-                             std::size_t(g.head_dim(c)) * sizeof(float);
-    return fmt::format(
-        "model: {}: granitemoehybrid (dense), {} layers ({} Mamba-2: {} heads of {}, state {}; "
-        "{} attention: {} heads ({} kv) of {}, {}), hidden {}, MLP {}, vocab {}, {:.2f}M "
-        "parameters\nstate: {:.2f} MiB{}\n",
-        label, c.num_hidden_layers, c.num_hidden_layers - n_attn, g.m_heads, g.m_head_dim,
-        g.m_state, n_attn, g.n_heads, g.n_kv_heads, g.head_dim(c), g.rope ? "rotary" : "no positions",
-        c.hidden_size, g.shared_intermediate, c.vocab_size, double(m.parameters()) / 1e6,
-        double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20),
-        model::state_growth_note(grow));
+    return model::describe_lines(
+        m, label,
+        fmt::format("granitemoehybrid (dense), {} layers ({} Mamba-2: {} heads of {}, state {}; "
+                    "{} attention: {} heads ({} kv) of {}, {})",
+                    c.num_hidden_layers, c.num_hidden_layers - n_attn, g.m_heads, g.m_head_dim,
+                    g.m_state, n_attn, g.n_heads, g.n_kv_heads, g.head_dim(c),
+                    g.rope ? "rotary" : "no positions"),
+        fmt::format(", MLP {}", g.shared_intermediate),
+        model::state_growth_note(
+            model::kv_cache_growth(std::size_t(n_attn), g.n_kv_heads, g.head_dim(c))));
   }
 };
 

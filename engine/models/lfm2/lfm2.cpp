@@ -140,9 +140,7 @@ class Family final : public model::Family {
 
   // LFM2's vocabulary is a byte-level BPE of 65,536 ids: bytes as ids would be another input.
   std::string missing_tokenizer(const std::string& dir) const override {
-    return fmt::format("{} holds no tokenizer.json (the model's vocabulary): pass --tokenizer "
-                       "FILE|DIR, or give and take token ids (--prompt-ids and --ids, "
-                       "--token-ids)", dir);
+    return model::tokenizer_json_needed(dir);
   }
 
   std::string describe(const Model& m, const std::string& label) const override {
@@ -150,18 +148,14 @@ class Family final : public model::Family {
     const Lfm2Config& g = config_of(c);
     const auto n_attn = std::count(c.mixers.begin(), c.mixers.end(), MixerKind::kAttention);
     const int d = g.head_size(c.hidden_size);
-    // An attention layer's KV cache: a key and a value per kv head per token.
-    const std::size_t grow =
-        std::size_t(n_attn) * 2 * std::size_t(g.n_kv_heads) * std::size_t(d) * sizeof(float);
-    return fmt::format(
-        "model: {}: lfm2, {} layers ({} gated short convolutions of {} taps; {} attention: {} "
-        "heads ({} kv) of {}), hidden {}, MLP {}, vocab {}, {:.2f}M parameters\n"
-        "state: {:.2f} MiB{}\n",
-        label, c.num_hidden_layers, c.num_hidden_layers - n_attn, g.conv_L, n_attn, g.n_heads,
-        g.n_kv_heads, d, c.hidden_size, c.intermediate_size, c.vocab_size,
-        double(m.parameters()) / 1e6,
-        double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20),
-        model::state_growth_note(grow));
+    return model::describe_lines(
+        m, label,
+        fmt::format("lfm2, {} layers ({} gated short convolutions of {} taps; {} attention: {} "
+                    "heads ({} kv) of {})",
+                    c.num_hidden_layers, c.num_hidden_layers - n_attn, g.conv_L, n_attn, g.n_heads,
+                    g.n_kv_heads, d),
+        fmt::format(", MLP {}", c.intermediate_size),
+        model::state_growth_note(model::kv_cache_growth(std::size_t(n_attn), g.n_kv_heads, d)));
   }
 };
 

@@ -125,6 +125,31 @@ void check_widths(Fields& f, const Lfm2Config& g) {
                 g.ff_dim, g.mlp_width(), inter);
 }
 
+// make-model writes the later form unless --first-form; the attention layers are every
+// --full-attention-interval-th (2 when not given).
+bool made_first(const model::MakeOptions& o) { return o.flag("first-form"); }
+bool made_later(const model::MakeOptions& o) { return !o.flag("first-form"); }
+
+bool made_attention(const model::MakeOptions& o, int layer) {
+  const auto every =
+      o.given("full-attention-interval") ? o.integer("full-attention-interval", 1, 4096) : 2;
+  return (layer + 1) % every == 0;
+}
+
+std::string made_layer_types(const model::MakeOptions& o, const ModelConfig& c, const Lfm2Config&) {
+  std::string types;
+  for (int i = 0; i < c.num_hidden_layers; ++i)
+    types += fmt::format("{}\"{}\"", i ? ", " : "", made_attention(o, i) ? "full_attention" : "conv");
+  return "[" + types + "]";
+}
+
+std::string made_full_attn_idxs(const model::MakeOptions& o, const ModelConfig& c, const Lfm2Config&) {
+  std::string idxs;
+  for (int i = 0; i < c.num_hidden_layers; ++i)
+    if (made_attention(o, i)) idxs += fmt::format("{}{}", idxs.empty() ? "" : ", ", i);
+  return "[" + idxs + "]";
+}
+
 // transformers' Lfm2Config in both forms. The fields recur wrote before it wrote the rest of
 // Liquid's keys keep their order, which the fingerprint of saved states hashes; the first form's
 // training keys come last.
@@ -136,11 +161,14 @@ const Schema& schema() {
     Schema t;
     t.written("model_type", "\"lfm2\"")
         .written("architectures", "[\"Lfm2ForCausalLM\"]")
-        .integer("vocab_size", &ModelConfig::vocab_size, 65536, 1, 1 << 24)
-        .integer("hidden_size", &ModelConfig::hidden_size, 2560, 1, kMaxDim)
+        .integer("vocab_size", &ModelConfig::vocab_size, 65536, 1, 1 << 24).common_option("vocab")
+        .integer("hidden_size", &ModelConfig::hidden_size, 2560, 1, kMaxDim).common_option("hidden")
         .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 32, 1, 4096)
-        .integer("num_attention_heads", &Lfm2Config::n_heads, 32, 1, kMaxHeads)
+        .common_option("layers")
+        .integer("num_attention_heads", &Lfm2Config::n_heads, 32, 1, kMaxHeads).common_option("heads")
         .integer("num_key_value_heads", &Lfm2Config::n_kv_heads, 8, 1, kMaxHeads)
+        .option("attn-kv-heads", "the attention layers' kv heads (default: as many as heads)",
+                [](const ModelConfig&, const Lfm2Config& g) { return double(g.n_heads); })
         // 0: hidden_size / num_attention_heads, as transformers takes it when absent.
         .integer("head_dim", &Lfm2Config::head_dim, 0, 2, model::kMaxHeadDim)
         .written_when([](const ModelConfig&, const Lfm2Config& g) { return g.head_dim > 0; })
@@ -151,13 +179,21 @@ const Schema& schema() {
         .boolean("conv_bias", &Lfm2Config::conv_bias, false)
         .flag("conv-bias", "biases in the convolution blocks (conv_bias)")
         // The MLP's width (the later form's name, then the first form's, which wins) and its
-        // adjustment.
+        // adjustment; make-model's is --intermediate before the adjustment, or three times hidden.
         .integer("intermediate_size", &Lfm2Config::ff_dim, 12288, 1, kMaxDim)
         .written_when(later_form)
+        .common_option("intermediate", true, [](const ModelConfig& c, const Lfm2Config&) {
+          return 3.0 * c.hidden_size;
+        })
+        .made_when(made_later)
         .custom("block_ff_dim", read_block_ff_dim, nullptr)
         .written_as(
             [](const ModelConfig&, const Lfm2Config& g) { return model::config_number(g.ff_dim); })
         .written_when(first_form)
+        .made_from([](const model::MakeOptions&, const ModelConfig&, const Lfm2Config& g) {
+          return double(g.ff_dim);
+        })
+        .made_when(made_first)
         .boolean("block_auto_adjust_ff_dim", &Lfm2Config::auto_adjust, true)
         .flag("no-ff-adjust", "the MLP width as given (block_auto_adjust_ff_dim false)", false)
         // Absent: transformers' default 1.0; null: no multiplier (and no rounding to the multiple).
@@ -171,12 +207,14 @@ const Schema& schema() {
         .written_as([](const ModelConfig&, const Lfm2Config& g) {
           return g.has_multiplier ? model::config_number(g.ffn_multiplier) : std::string("null");
         })
+        .made_as("1.0")
         .integer("block_multiple_of", &Lfm2Config::multiple_of, 256, 1, kMaxDim)
         .option("ff-multiple-of", "block_multiple_of, the MLP width's rounding", "16", 1 << 20)
         .integer("max_position_embeddings", &Lfm2Config::max_position_embeddings, 128000, 0,
                  1 << 30)
         .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, true)
         .not_written()
+        .common_flag("tie-embeddings")
         // transformers' Lfm2Config reads tie_embedding over tie_word_embeddings.
         .custom(
             "tie_embedding",
@@ -195,9 +233,13 @@ const Schema& schema() {
               {{MixerKind::kShortConv, "conv"}, {MixerKind::kAttention, "full_attention"}},
               &ModelConfig::num_hidden_layers, "num_hidden_layers")
         .written_when(later_form)
+        .made_as(made_layer_types)
+        .made_when(made_later)
         .custom("full_attn_idxs", read_full_attn_idxs, nullptr)
         .written_as(full_attn_idxs_text)
         .for_other_tools(later_form)
+        .made_as(made_full_attn_idxs)
+        .made_when(made_first)
         // The rotary base: rope_theta (or theta) at the top, which rope_parameters overrides.
         .number("rope_theta", &Lfm2Config::rope_theta, 1000000, 1.0 + 1e-9, 1e12)
         .written_when(first_form)
@@ -329,11 +371,6 @@ std::string config_fields(const ModelConfig& c, bool fingerprint) {
 
 std::vector<model::MakeOption> make_options() {
   auto out = schema().make_options({"lfm2"});
-  out.push_back({"attn-kv-heads",
-                 "",
-                 "the attention layers' kv heads (default: as many as heads)",
-                 false,
-                 {"lfm2"}});
   out.push_back({"full-attention-interval",
                  "4",
                  "every N-th layer is full attention (lfm2's "
@@ -349,30 +386,8 @@ std::vector<model::MakeOption> make_options() {
   return out;
 }
 
-// The later form unless --first-form; the MLP --intermediate wide before its adjustment, or
-// three times hidden.
 std::string make_config(const model::MakeOptions& o) {
-  const auto hidden = o.integer("hidden", 1, 1 << 20), heads = o.integer("heads", 1, 1 << 16);
-  const auto layers = o.integer("layers", 1, 4096), inter = o.integer("intermediate", 0, 1 << 20);
-  const auto every =
-      o.given("full-attention-interval") ? o.integer("full-attention-interval", 1, 4096) : 2;
-  const bool first = o.flag("first-form");
-  std::string types, idxs;
-  for (std::int64_t i = 0; i < layers; ++i) {
-    const bool attn = (i + 1) % every == 0;
-    types += fmt::format("{}\"{}\"", i ? ", " : "", attn ? "full_attention" : "conv");
-    if (attn) idxs += fmt::format("{}{}", idxs.empty() ? "" : ", ", i);
-  }
-  return fmt::format(
-      "{{\"model_type\": \"lfm2\", \"vocab_size\": {}, \"hidden_size\": {}, "
-      "\"num_hidden_layers\": {}, \"num_attention_heads\": {}, \"num_key_value_heads\": {}, "
-      "\"block_ffn_dim_multiplier\": 1.0, \"tie_word_embeddings\": {}, \"{}\": {}, \"{}\": [{}], "
-      "{}}}",
-      o.integer("vocab", 1, 1 << 24), hidden, layers, heads,
-      o.given("attn-kv-heads") ? o.integer("attn-kv-heads", 1, 1 << 16) : heads,
-      model::config_bool(o.flag("tie-embeddings")), first ? "block_ff_dim" : "intermediate_size",
-      inter > 0 ? inter : 3 * hidden, first ? "full_attn_idxs" : "layer_types",
-      first ? idxs : types, schema().make_fields(o));
+  return "{\"model_type\": \"lfm2\", " + schema().make_fields(o) + "}";
 }
 
 }  // namespace recur::models::lfm2

@@ -381,17 +381,8 @@ class Family final : public model::Family {
     return out;
   }
   std::string make_model_config(const std::string& arch, const model::MakeOptions& o) const override {
-    std::string json = fmt::format(
-        "{{\"model_type\": \"{}\", \"vocab_size\": {}, \"hidden_size\": {}, "
-        "\"num_hidden_layers\": {}, \"num_heads\": {}, \"tie_word_embeddings\": {}",
-        arch, o.integer("vocab", 1, 1 << 24), o.integer("hidden", 1, 1 << 20),
-        o.integer("layers", 1, 4096), o.integer("heads", 1, 1 << 16),
-        o.flag("tie-embeddings") ? "true" : "false");
-    if (const auto inter = o.integer("intermediate", 0, 1 << 20); inter > 0)
-      json += fmt::format(", \"intermediate_size\": {}", inter);
     const auto& schema = arch == "linear_attn" ? linear_attn_schema() : transformers_are_rnns_schema();
-    if (const std::string fields = schema.make_fields(o); !fields.empty()) json += ", " + fields;
-    return json + "}";
+    return fmt::format("{{\"model_type\": \"{}\", {}}}", arch, schema.make_fields(o));
   }
 
   std::string describe(const Model& m, const std::string& label) const override {

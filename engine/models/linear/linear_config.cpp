@@ -66,10 +66,11 @@ const model::Schema<LinearConfig>& linear_attn_schema() {
         .written("architectures", "[\"LinearAttentionForCausalLM\"]")
         .same_function("attn_mode", {"chunk", "fused_chunk", "fused_recurrent"}, "fused_chunk",
                        "fla's kernel choice: every mode computes the same function")
-        .integer("vocab_size", &ModelConfig::vocab_size, 32000, 1, 1 << 24)
-        .integer("hidden_size", &ModelConfig::hidden_size, 2048, 1, kMaxDim)
+        .integer("vocab_size", &ModelConfig::vocab_size, 32000, 1, 1 << 24).common_option("vocab")
+        .integer("hidden_size", &ModelConfig::hidden_size, 2048, 1, kMaxDim).common_option("hidden")
         .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 24, 1, 4096)
-        .integer("num_heads", &ModelConfig::num_heads, 4, 1, kMaxDim)
+        .common_option("layers")
+        .integer("num_heads", &ModelConfig::num_heads, 4, 1, kMaxDim).common_option("heads")
         .integer("num_kv_heads", &ModelConfig::num_kv_heads, 0, 1, kMaxDim)
         .option("kv-heads", "key/value heads (default: as many as heads)", "", 1 << 16)
         .number("expand_k", &LinearConfig::expand_k, 1.0, 1e-6, 1e6)
@@ -77,6 +78,7 @@ const model::Schema<LinearConfig>& linear_attn_schema() {
         .number("expand_v", &LinearConfig::expand_v, 1.0, 1e-6, 1e6)
         .option("expand-v", "value width / hidden size (default 1)")
         .integer("intermediate_size", &ModelConfig::intermediate_size, 0, 1, kMaxDim)
+        .common_option("intermediate", true)
         .number("hidden_ratio", &LinearConfig::hidden_ratio, 4, 1e-6, 1e6).not_written()
         .fixed("hidden_act", "swish", "the linear_attn MLP supports only swish")
         .choice("feature_map", &LinearConfig::feature_map, ModelFeatureMap::kElementwiseProduct,
@@ -98,7 +100,8 @@ const model::Schema<LinearConfig>& linear_attn_schema() {
         .number("norm_eps", &ModelConfig::norm_eps, 1e-6, 0.0, 1.0)
         .integer("max_position_embeddings", &LinearConfig::max_position_embeddings, 2048, 0, 1 << 30)
         .not_written()  // no positional encoding: unused
-        .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false).not_written();
+        .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false).not_written()
+        .common_flag("tie-embeddings");
     return t;
   }();
   return s;
@@ -109,12 +112,14 @@ const model::Schema<LinearConfig>& transformers_are_rnns_schema() {
   static const model::Schema<LinearConfig> s = [] {
     model::Schema<LinearConfig> t;
     t.written("model_type", "\"transformers_are_rnns\"")
-        .integer("vocab_size", &ModelConfig::vocab_size, 256, 1, 1 << 24)
-        .integer("hidden_size", &ModelConfig::hidden_size, 512, 1, kMaxDim)
+        .integer("vocab_size", &ModelConfig::vocab_size, 256, 1, 1 << 24).common_option("vocab")
+        .integer("hidden_size", &ModelConfig::hidden_size, 512, 1, kMaxDim).common_option("hidden")
         .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 6, 1, 4096)
-        .integer("num_heads", &ModelConfig::num_heads, 8, 1, kMaxDim)
+        .common_option("layers")
+        .integer("num_heads", &ModelConfig::num_heads, 8, 1, kMaxDim).common_option("heads")
         // Its default, 4 * hidden_size, depends on another field: read apart.
         .integer("intermediate_size", &ModelConfig::intermediate_size, 0, 1, kMaxDim).read_apart()
+        .common_option("intermediate", true)
         .choice("hidden_act", &LinearConfig::hidden_act, std::string("relu"),
                 {{"relu", "relu"}, {"gelu", "gelu"}})
         .option("hidden-act", "relu or gelu (default relu)")
@@ -125,7 +130,8 @@ const model::Schema<LinearConfig>& transformers_are_rnns_schema() {
                 "elu")
         .number("norm_eps", &ModelConfig::norm_eps, 1e-5, 0.0, 1.0)
         .number("attn_eps", &LinearConfig::attn_eps, 1e-6, 0.0, 1.0)
-        .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false).not_written();
+        .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false).not_written()
+        .common_flag("tie-embeddings");
     return t;
   }();
   return s;

@@ -157,9 +157,7 @@ class Family final : public model::Family {
   }
 
   std::string missing_tokenizer(const std::string& dir) const override {
-    return fmt::format("{} holds no tokenizer.json (the model's vocabulary): pass --tokenizer "
-                       "FILE|DIR, or give and take token ids (--prompt-ids and --ids, "
-                       "--token-ids)", dir);
+    return model::tokenizer_json_needed(dir);
   }
 
   std::string describe(const Model& m, const std::string& label) const override {
@@ -169,16 +167,16 @@ class Family final : public model::Family {
     std::string limit;
     if (g.has_dt_limit)
       limit = fmt::format(", dt in [{}, {}]", g.dt_min, g.dt_max);
-    return fmt::format(
-        "model: {}: {}{}, {} Mamba-2 layers ({} heads of {}, state {}, {} group{}, conv {}, norm "
-        "{} the gate per group{}), hidden {}, vocab {}, {:.2f}M parameters\n"
-        "state: {:.2f} MiB at any length\n",
-        label, model_type(c),
-        g.layout == Mamba2Config::Layout::kMambaSsm ? " (mamba_ssm's layout)" : "",
-        c.num_hidden_layers, s.n_heads, s.head_dim, s.d_state, s.n_groups,
-        s.n_groups == 1 ? "" : "s", s.d_conv, s.norm_before_gate ? "before" : "after", limit,
-        c.hidden_size, c.vocab_size, double(m.parameters()) / 1e6,
-        double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20));
+    return model::describe_lines(
+        m, label,
+        fmt::format("{}{}, {} Mamba-2 layers ({} heads of {}, state {}, {} group{}, conv {}, norm "
+                    "{} the gate per group{})",
+                    model_type(c),
+                    g.layout == Mamba2Config::Layout::kMambaSsm ? " (mamba_ssm's layout)" : "",
+                    c.num_hidden_layers, s.n_heads, s.head_dim, s.d_state, s.n_groups,
+                    s.n_groups == 1 ? "" : "s", s.d_conv, s.norm_before_gate ? "before" : "after",
+                    limit),
+        "", " at any length");
   }
 };
 

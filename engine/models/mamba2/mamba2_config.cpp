@@ -37,6 +37,15 @@ double inner_of(const ModelConfig& c, const Mamba2Config& g) {
   return std::floor(g.expand * double(c.hidden_size));
 }
 
+// make-model's num_heads: the width expand * hidden_size in heads of head_dim.
+double heads_of_width(const model::MakeOptions&, const ModelConfig& c, const Mamba2Config& g) {
+  const double inner = inner_of(c, g);
+  if (inner < 1 || std::fmod(inner, double(g.head_dim)) != 0)
+    throw ArgumentError(fmt::format("--ssm-expand {} * --hidden {} = {} is not heads of "
+                                    "--ssm-head-dim {}", g.expand, c.hidden_size, inner, g.head_dim));
+  return inner / g.head_dim;
+}
+
 // time_step_limit / dt_limit: read, written back only when given; make-model's --ssm-dt-max
 // sets [0, max].
 Schema& dt_limit(Schema& t, const char* key) {
@@ -64,9 +73,10 @@ const Schema& transformers_schema() {
     t.written("architectures", "[\"Mamba2ForCausalLM\"]")
         .for_other_tools()
         .written("model_type", "\"mamba2\"")
-        .integer("vocab_size", &ModelConfig::vocab_size, 32768, 1, 1 << 24)
-        .integer("hidden_size", &ModelConfig::hidden_size, 4096, 1, kMaxDim)
+        .integer("vocab_size", &ModelConfig::vocab_size, 32768, 1, 1 << 24).common_option("vocab")
+        .integer("hidden_size", &ModelConfig::hidden_size, 4096, 1, kMaxDim).common_option("hidden")
         .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 64, 1, 4096)
+        .common_option("layers")
         .integer("state_size", &Mamba2Config::d_state, 128, 1, model::kMaxHeadDim)
         .option("ssm-state", "Mamba-2 state size (state_size)", "16")
         .number("expand", &Mamba2Config::expand, 2, 1e-6, 1e6)
@@ -75,8 +85,8 @@ const Schema& transformers_schema() {
         .option("ssm-conv", "Mamba-2 convolution taps (conv_kernel)", "4")
         .integer("n_groups", &Mamba2Config::n_groups, 8, 1, kMaxHeads)
         .option("ssm-groups", "Mamba-2 groups sharing B and C (n_groups)", "1")
-        // make-model writes num_heads as expand * hidden / head_dim.
         .integer("num_heads", &Mamba2Config::n_heads, 128, 1, kMaxHeads)
+        .made_from(heads_of_width)
         .integer("head_dim", &Mamba2Config::head_dim, 64, 1, model::kMaxHeadDim)
         .option("ssm-head-dim", "Mamba-2 head size (head_dim)", "16")
         // transformers recomputes it as expand * hidden_size: any other value would be a model
@@ -139,7 +149,8 @@ const Schema& transformers_schema() {
                   "default (Codestral Mamba's file says true; its mamba_ssm training configuration "
                   "did not set it); docs/mamba2.md")
         .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false)
-        .not_written();
+        .not_written()
+        .common_flag("tie-embeddings");
     dt_limit(t, "time_step_limit");
     return t;
   }();
@@ -151,6 +162,7 @@ const Schema& ssm_cfg_schema() {
   static const Schema s = [] {
     Schema t;
     t.fixed("layer", "Mamba2", "recur runs mamba_ssm's Mamba2 layer")
+        .made_as_written()
         .integer("d_state", &Mamba2Config::d_state, 128, 1, model::kMaxHeadDim)
         .option("ssm-state", "Mamba-2 state size (state_size)", "16")
         .integer("d_conv", &Mamba2Config::d_conv, 4, 1, 64)
@@ -185,6 +197,10 @@ const Schema& ssm_cfg_schema() {
                             f.name("d_ssm"), describe_json(*v), inner_of(c, g));
             },
             nullptr)
+        // make-model checks that the width is whole heads (and writes it, which is read back).
+        .made_from([](const model::MakeOptions& o, const ModelConfig& c, const Mamba2Config& g) {
+          return heads_of_width(o, c, g) * g.head_dim;
+        })
         .accepted("chunk_size", kKernel)
         .accepted("dt_min", kTraining)
         .accepted("dt_max", kTraining)
@@ -202,13 +218,13 @@ const Schema& ssm_cfg_schema() {
 const Schema& mamba_ssm_schema() {
   static const Schema s = [] {
     Schema t;
-    t.integer("d_model", &ModelConfig::hidden_size, 2560, 1, kMaxDim)
+    t.integer("d_model", &ModelConfig::hidden_size, 2560, 1, kMaxDim).common_option("hidden")
         .accepted_when(
             "d_intermediate", [](const json::Value& v) { return v.is_number() && v.number() == 0; },
             "0: no MLP blocks", "mamba_ssm's blocks with an MLP, which recur does not run")
         .written_as("0")
-        .integer("n_layer", &ModelConfig::num_hidden_layers, 64, 1, 4096)
-        .integer("vocab_size", &Mamba2Config::stored_vocab, 50277, 1, 1 << 24)
+        .integer("n_layer", &ModelConfig::num_hidden_layers, 64, 1, 4096).common_option("layers")
+        .integer("vocab_size", &Mamba2Config::stored_vocab, 50277, 1, 1 << 24).common_option("vocab")
         .object("ssm_cfg", ssm_cfg_schema(),
                 "recur does not know what it changes in the mixer, so it will not guess")
         .accepted_when(
@@ -231,7 +247,9 @@ const Schema& mamba_ssm_schema() {
         .written_as("true")
         .for_other_tools()
         .integer("pad_vocab_size_multiple", &Mamba2Config::pad_vocab_size_multiple, 8, 1, 1 << 16)
+        .made_as("16")
         .boolean("tie_embeddings", &ModelConfig::tie_word_embeddings, true)
+        .common_flag("tie-embeddings")
         // The files recur writes end with tie_word_embeddings too: the same value.
         .custom(
             "tie_word_embeddings",
@@ -260,22 +278,11 @@ std::vector<model::MakeOption> both_layouts_options(const std::vector<std::strin
 }  // namespace
 
 model::SsdSpec Mamba2Config::ssd(const ModelConfig& c) const {
-  model::SsdSpec s;
-  s.hidden = c.hidden_size;
-  s.n_heads = n_heads;
-  s.head_dim = head_dim;
-  s.d_state = d_state;
-  s.n_groups = n_groups;
-  s.d_conv = d_conv;
+  model::SsdSpec s =
+      model::ssd_spec(c, {n_heads, head_dim, d_state, n_groups, d_conv}, dt_min, dt_max);
   s.proj_bias = use_bias;
   s.conv_bias = use_conv_bias;
-  // mamba_ssm norms each group apart (RMSNormGated's group_size = d_ssm / ngroups), and so does
-  // recur for both layouts (transformers' Mamba2 norms the whole width; docs/mamba2.md).
-  s.norm_groups = n_groups;
   s.norm_before_gate = norm_before_gate;
-  s.norm_eps = c.norm_eps;
-  s.dt_min = dt_min;
-  s.dt_max = dt_max;
   return s;
 }
 
@@ -331,8 +338,6 @@ void resolve(ModelConfig& c, const std::string& source) {
     g.stored_vocab = c.vocab_size;
   }
   model::check_ssd_spec(g.ssd(c), source);
-  c.num_heads = g.n_heads;
-  c.num_kv_heads = g.n_heads;
   c.intermediate_size = int(std::int64_t(g.n_heads) * g.head_dim);
   c.mixers.assign(std::size_t(c.num_hidden_layers), MixerKind::kDecayedRecurrence);
   c.family = std::make_shared<Mamba2Config>(g);
@@ -357,30 +362,12 @@ std::vector<model::MakeOption> make_options() {
 }
 
 std::string make_config(const model::MakeOptions& o) {
-  const auto hidden = o.integer("hidden", 1, 1 << 20), vocab = o.integer("vocab", 1, 1 << 24);
-  const auto layers = o.integer("layers", 1, 4096);
-  const auto P = o.integer("ssm-head-dim", 1, 1 << 16);
-  const double expand = o.real("ssm-expand", 1e-6, 1e6);
-  const auto inner = std::int64_t(std::floor(expand * double(hidden)));
-  if (inner < 1 || inner % P != 0)
-    throw ArgumentError(
-        fmt::format("--ssm-expand {} * --hidden {} = {} is not heads of "
-                    "--ssm-head-dim {}",
-                    expand, hidden, inner, P));
-  const std::string tie = model::config_bool(o.flag("tie-embeddings"));
-  if (o.flag("mamba-ssm-layout"))
-    return fmt::format(
-        "{{\"d_model\": {}, \"n_layer\": {}, \"vocab_size\": {}, \"ssm_cfg\": {{\"layer\": "
-        "\"Mamba2\", {}}}, \"pad_vocab_size_multiple\": 16, \"tie_embeddings\": {}}}",
-        hidden, layers, vocab, ssm_cfg_schema().make_fields(o), tie);
+  if (o.flag("mamba-ssm-layout")) return "{" + mamba_ssm_schema().make_fields(o) + "}";
   if (o.flag("norm-before-gate"))
     throw ArgumentError(
         "--norm-before-gate needs --mamba-ssm-layout: transformers' Mamba-2 "
         "norms y * silu(z) whatever its config says");
-  return fmt::format(
-      "{{\"model_type\": \"mamba2\", \"vocab_size\": {}, \"hidden_size\": {}, "
-      "\"num_hidden_layers\": {}, \"num_heads\": {}, \"tie_word_embeddings\": {}, {}}}",
-      vocab, hidden, layers, inner / P, tie, transformers_schema().make_fields(o));
+  return "{\"model_type\": \"mamba2\", " + transformers_schema().make_fields(o) + "}";
 }
 
 }  // namespace recur::models::mamba2

@@ -208,17 +208,17 @@ class Family final : public model::Family {
     const ModelConfig& c = m.config();
     const NemotronHConfig& g = config_of(c);
     const auto count = [&](char ch) { return std::count(g.pattern.begin(), g.pattern.end(), ch); };
-    const std::size_t grow = std::size_t(count('*')) * 2 * std::size_t(g.n_kv_heads) *
-                             std::size_t(g.head_dim) * sizeof(float);
-    return fmt::format(
-        "model: {}: nemotron_h (dense), {} layers {} ({} Mamba-2: {} heads of {}, state {}, "
-        "groups {}; {} attention: {} heads ({} kv) of {}, no positions; {} MLP: relu2, {} wide), "
-        "hidden {}, vocab {}, {:.2f}M parameters\nstate: {:.2f} MiB{}\n",
-        label, c.num_hidden_layers, g.pattern, count('M'), g.m_heads, g.m_head_dim, g.m_state,
-        g.m_groups, count('*'), g.n_heads, g.n_kv_heads, g.head_dim, count('-'),
-        c.intermediate_size, c.hidden_size, c.vocab_size, double(m.parameters()) / 1e6,
-        double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20),
-        model::state_growth_note(grow));
+    return model::describe_lines(
+        m, label,
+        fmt::format("nemotron_h (dense), {} layers {} ({} Mamba-2: {} heads of {}, state {}, "
+                    "groups {}; {} attention: {} heads ({} kv) of {}, no positions; {} MLP: "
+                    "relu2, {} wide)",
+                    c.num_hidden_layers, g.pattern, count('M'), g.m_heads, g.m_head_dim,
+                    g.m_state, g.m_groups, count('*'), g.n_heads, g.n_kv_heads, g.head_dim,
+                    count('-'), c.intermediate_size),
+        "",
+        model::state_growth_note(
+            model::kv_cache_growth(std::size_t(count('*')), g.n_kv_heads, g.head_dim)));
   }
 };
 

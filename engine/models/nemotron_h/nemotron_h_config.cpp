@@ -71,33 +71,69 @@ void write_dt_limit(model::FieldWriter& w, const ModelConfig&, const NemotronHCo
   if (g.has_dt_limit) w.add("time_step_limit", model::dt_limit_text(g.dt_min, g.dt_max));
 }
 
+// make-model's sizes: the attention heads are --heads of hidden / heads; the Mamba-2 width is
+// 2 * hidden, in heads of --ssm-head-dim; the layers are --pattern's letters.
+double made_layers(const model::MakeOptions& o, const ModelConfig&, const NemotronHConfig&) {
+  return double(o.str("pattern").size());
+}
+
+double made_head_dim(const model::MakeOptions&, const ModelConfig& c, const NemotronHConfig& g) {
+  if (c.hidden_size % g.n_heads != 0)
+    throw ArgumentError(fmt::format("--hidden {} is not --heads {} heads of one size",
+                                    c.hidden_size, g.n_heads));
+  return c.hidden_size / g.n_heads;
+}
+
+double made_mamba_heads(const model::MakeOptions&, const ModelConfig& c, const NemotronHConfig& g) {
+  if ((2 * c.hidden_size) % g.m_head_dim != 0)
+    throw ArgumentError(fmt::format("2 * --hidden {} is not heads of --ssm-head-dim {}",
+                                    c.hidden_size, g.m_head_dim));
+  return 2 * c.hidden_size / g.m_head_dim;
+}
+
 const model::Schema<NemotronHConfig>& schema() {
   static const model::Schema<NemotronHConfig> s = [] {
     using F = NemotronHConfig;
     model::Schema<F> t;
     t.written("model_type", "\"nemotron_h\"")
         .written("architectures", "[\"NemotronHForCausalLM\"]")
-        .integer("vocab_size", &ModelConfig::vocab_size, 131072, 1, 1 << 24)
-        .integer("hidden_size", &ModelConfig::hidden_size, 4096, 1, kMaxDim)
+        .integer("vocab_size", &ModelConfig::vocab_size, 131072, 1, 1 << 24).common_option("vocab")
+        .integer("hidden_size", &ModelConfig::hidden_size, 4096, 1, kMaxDim).common_option("hidden")
         .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 52, 1, 4096)
+        .made_from(made_layers)
         .custom("hybrid_override_pattern", read_pattern,
                 [](model::FieldWriter& w, const ModelConfig&, const F& g) {
                   w.string("hybrid_override_pattern", g.pattern);
                 })
-        .integer("num_attention_heads", &F::n_heads, 32, 1, kMaxHeads)
+        .option("pattern", "Nemotron-H's hybrid_override_pattern: M Mamba-2, * attention, - MLP",
+                "M*M-")
+        .made_by([](const model::MakeOptions& o, const char* name) {
+          if (o.str(name).empty()) throw ArgumentError("--pattern is empty");
+          return json::quote(o.str(name));
+        })
+        .integer("num_attention_heads", &F::n_heads, 32, 1, kMaxHeads).common_option("heads")
         .integer("num_key_value_heads", &F::n_kv_heads, 8, 1, kMaxHeads)
+        .option("attn-kv-heads", "the attention layers' kv heads (default: as many as heads)",
+                [](const ModelConfig&, const F& g) { return double(g.n_heads); })
         .custom("head_dim", read_head_dim,
                 [](model::FieldWriter& w, const ModelConfig&, const F& g) {
                   w.number("head_dim", g.head_dim);
                 })
+        .made_from(made_head_dim)
         .boolean("attention_bias", &F::attention_bias, false)
         .integer("intermediate_size", &ModelConfig::intermediate_size, 21504, 1, kMaxDim)
+        .common_option("intermediate", true,
+                       [](const ModelConfig& c, const F&) { return 4.0 * c.hidden_size; })
         .fixed("mlp_hidden_act", "relu2", "Nemotron-H's MLP is relu2 (relu squared)")
         .boolean("mlp_bias", &F::mlp_bias, false)
         .integer("mamba_num_heads", &F::m_heads, 128, 1, kMaxHeads)
+        .made_from(made_mamba_heads)
         .integer("mamba_head_dim", &F::m_head_dim, 64, 1, kMaxHeadDim)
+        .option("ssm-head-dim", "Mamba-2 head size", "16")
         .integer("ssm_state_size", &F::m_state, 128, 1, kMaxHeadDim)
+        .option("ssm-state", "Mamba-2 state size", "16")
         .integer("n_groups", &F::m_groups, 8, 1, kMaxHeads)
+        .option("ssm-groups", "Mamba-2 groups", "1")
         .integer("conv_kernel", &F::m_conv, 4, 1, 64)
         .boolean("use_conv_bias", &F::m_conv_bias, true)
         .boolean("use_bias", &F::use_bias, false)
@@ -106,6 +142,7 @@ const model::Schema<NemotronHConfig>& schema() {
                "Nemotron-H's Mamba-2 layers take silu after the convolution")
         .number("layer_norm_epsilon", &ModelConfig::norm_eps, 1e-5, 0.0, 1.0)
         .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false).not_written()
+        .common_flag("tie-embeddings")
         .accepted("rms_norm_eps", "NVIDIA's and transformers' code norm with layer_norm_epsilon "
                                   "and never read it")
         .accepted_when("hidden_act",
@@ -146,22 +183,12 @@ Block block_of(char letter) {
   return letter == 'M' ? Block::kMamba : letter == '*' ? Block::kAttention : Block::kMlp;
 }
 
+// MambaRMSNormGated(group_size = inner / n_groups), after the gate, with layer_norm_epsilon.
 model::SsdSpec NemotronHConfig::ssd(const ModelConfig& c) const {
-  model::SsdSpec s;
-  s.hidden = c.hidden_size;
-  s.n_heads = m_heads;
-  s.head_dim = m_head_dim;
-  s.d_state = m_state;
-  s.n_groups = m_groups;
-  s.d_conv = m_conv;
+  model::SsdSpec s =
+      model::ssd_spec(c, {m_heads, m_head_dim, m_state, m_groups, m_conv}, dt_min, dt_max);
   s.proj_bias = use_bias;
   s.conv_bias = m_conv_bias;
-  // MambaRMSNormGated(group_size = inner / n_groups), after the gate, with layer_norm_epsilon.
-  s.norm_groups = m_groups;
-  s.norm_before_gate = false;
-  s.norm_eps = c.norm_eps;
-  s.dt_min = dt_min;
-  s.dt_max = dt_max;
   return s;
 }
 
@@ -207,40 +234,10 @@ std::string config_fields(const ModelConfig& c) {
   return w.text();
 }
 
-std::vector<model::MakeOption> make_model_options() {
-  const std::vector<std::string> a = {"nemotron_h"};
-  return {{"pattern", "M*M-", "Nemotron-H's hybrid_override_pattern: M Mamba-2, * attention, - MLP",
-           false, a},
-          {"attn-kv-heads", "", "the attention layers' kv heads (default: as many as heads)",
-           false, a},
-          {"ssm-head-dim", "16", "Mamba-2 head size", false, a},
-          {"ssm-state", "16", "Mamba-2 state size", false, a},
-          {"ssm-groups", "1", "Mamba-2 groups", false, a}};
-}
+std::vector<model::MakeOption> make_model_options() { return schema().make_options({"nemotron_h"}); }
 
-// The attention heads are --heads of hidden / heads; the Mamba-2 width is 2 * hidden.
 std::string make_model_config(const model::MakeOptions& o) {
-  const auto hidden = o.integer("hidden", 2, 1 << 20), heads = o.integer("heads", 1, 1 << 16);
-  const auto P = o.integer("ssm-head-dim", 1, 1 << 16);
-  const std::string pattern = o.str("pattern");
-  if (pattern.empty()) throw ArgumentError("--pattern is empty");
-  if ((2 * hidden) % P != 0)
-    throw ArgumentError(
-        fmt::format("2 * --hidden {} is not heads of --ssm-head-dim {}", hidden, P));
-  if (hidden % heads != 0)
-    throw ArgumentError(
-        fmt::format("--hidden {} is not --heads {} heads of one size", hidden, heads));
-  const auto inter = o.integer("intermediate", 0, 1 << 20);
-  return fmt::format(
-      "{{\"model_type\": \"nemotron_h\", \"vocab_size\": {}, \"hidden_size\": {}, "
-      "\"num_hidden_layers\": {}, \"hybrid_override_pattern\": {}, \"num_attention_heads\": {}, "
-      "\"num_key_value_heads\": {}, \"head_dim\": {}, \"intermediate_size\": {}, "
-      "\"mamba_num_heads\": {}, \"mamba_head_dim\": {}, \"ssm_state_size\": {}, \"n_groups\": {}, "
-      "\"tie_word_embeddings\": {}}}",
-      o.integer("vocab", 1, 1 << 24), hidden, pattern.size(), json::quote(pattern), heads,
-      o.given("attn-kv-heads") ? o.integer("attn-kv-heads", 1, 1 << 16) : heads, hidden / heads,
-      inter > 0 ? inter : 4 * hidden, 2 * hidden / P, P, o.integer("ssm-state", 1, 1 << 16),
-      o.integer("ssm-groups", 1, 1 << 16), model::config_bool(o.flag("tie-embeddings")));
+  return "{\"model_type\": \"nemotron_h\", " + schema().make_fields(o) + "}";
 }
 
 }  // namespace recur::models::nemotron_h

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdio>
 
 #include "model/loader.h"
 #include "models/registry.h"
@@ -177,35 +176,10 @@ class Family final : public model::Family {
   }
   std::vector<std::string> make_model_archs() const override { return {"rwkv7"}; }
   std::vector<model::MakeOption> make_model_options() const override {
-    return {{"lora-ranks", "", "RWKV-7's LoRA ranks w,a,v,g (default: fla's 64,64,16,128)", false,
-             {"rwkv7"}}};
+    return rwkv7::make_model_options();
   }
-  // fla-hub's layout; --heads gives head_dim = hidden / heads.
   std::string make_model_config(const std::string&, const model::MakeOptions& o) const override {
-    const auto hidden = o.integer("hidden", 16, 1 << 20), heads = o.integer("heads", 1, 1 << 16);
-    if (hidden % heads != 0 || (hidden / heads) % 16 != 0)
-      throw ArgumentError(fmt::format("--hidden {} is not --heads {} heads of a multiple of 16 "
-                                      "(the delta-rule kernel's head sizes)", hidden, heads));
-    std::string json = fmt::format(
-        "{{\"model_type\": \"rwkv7\", \"vocab_size\": {}, \"hidden_size\": {}, \"head_dim\": {}, "
-        "\"num_hidden_layers\": {}, \"tie_word_embeddings\": {}",
-        o.integer("vocab", 1, 1 << 24), hidden, hidden / heads, o.integer("layers", 1, 4096),
-        o.flag("tie-embeddings") ? "true" : "false");
-    if (const auto inter = o.integer("intermediate", 0, 1 << 20); inter > 0)
-      json += fmt::format(", \"intermediate_size\": {}", inter);
-    if (o.given("lora-ranks")) {
-      const std::string v = o.str("lora-ranks");
-      int r[4] = {0, 0, 0, 0};
-      char end = 0;
-      if (v.size() > 64 ||
-          std::sscanf(v.c_str(), "%d,%d,%d,%d%c", &r[0], &r[1], &r[2], &r[3], &end) != 4 ||
-          *std::min_element(r, r + 4) < 1 || *std::max_element(r, r + 4) > (1 << 16))
-        throw ArgumentError(fmt::format("--lora-ranks is {}, expected four ranks w,a,v,g such as "
-                                        "64,64,16,128", json::quote(v)));
-      json += fmt::format(", \"decay_low_rank_dim\": {}, \"a_low_rank_dim\": {}, "
-                          "\"v_low_rank_dim\": {}, \"gate_low_rank_dim\": {}", r[0], r[1], r[2], r[3]);
-    }
-    return json + "}";
+    return rwkv7::make_model_config(o);
   }
   // Published RWKV-7 models read RWKV's world vocabulary (65,536 ids) or, the Pile ones, GPT-NeoX's
   // tokenizer.json: bytes as ids would be another model's input.
@@ -218,15 +192,14 @@ class Family final : public model::Family {
   std::string describe(const Model& m, const std::string& label) const override {
     const ModelConfig& c = m.config();
     const Rwkv7Config& rc = config_of(c);
-    return fmt::format(
-        "model: {}: rwkv7 ({} layout), {} layers, hidden {}, {} heads of {}, FFN {}, LoRA ranks "
-        "w {} a {} v {} g {}, vocab {}, {:.2f}M parameters\nstate: {:.2f} MiB at any length (per "
-        "layer two shifted rows and {} matrices of {}x{})\n",
-        label, rc.layout == Layout::kBlink ? "BlinkDL" : "fla", c.num_hidden_layers,
-        c.hidden_size, rc.n_heads, rc.head_size, c.intermediate_size, rc.rank_w, rc.rank_a,
-        rc.rank_v, rc.rank_g, c.vocab_size, double(m.parameters()) / 1e6,
-        double(model::new_state_bytes(*model::impl_of(m).network)) / double(1 << 20), rc.n_heads,
-        rc.head_size, rc.head_size);
+    return model::describe_lines(
+        m, label,
+        fmt::format("rwkv7 ({} layout), {} layers", rc.layout == Layout::kBlink ? "BlinkDL" : "fla",
+                    c.num_hidden_layers),
+        fmt::format(", {} heads of {}, FFN {}, LoRA ranks w {} a {} v {} g {}", rc.n_heads,
+                    rc.head_size, c.intermediate_size, rc.rank_w, rc.rank_a, rc.rank_v, rc.rank_g),
+        fmt::format(" at any length (per layer two shifted rows and {} matrices of {}x{})",
+                    rc.n_heads, rc.head_size, rc.head_size));
   }
 };
 

@@ -43,6 +43,9 @@ const Rwkv7Config& config_of(const ModelConfig& c);
 void read_config(const json::Value& root, model::Fields& f, ModelConfig& c);
 void resolve(ModelConfig& c, const std::string& source);
 std::string config_fields(const ModelConfig& c);
+/// make-model's options and configuration (fla-hub's layout), from the table.
+std::vector<model::MakeOption> make_model_options();
+std::string make_model_config(const model::MakeOptions& o);
 /// The sizes the layer takes from the tensors (ranks, FFN width, vocab rows, which optional
 /// tensors are there), over config.json's fields where those are stale.
 void fit_to_weights(ModelConfig& c, const WeightSource& w);

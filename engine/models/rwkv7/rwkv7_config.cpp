@@ -80,7 +80,21 @@ Names names_of(const Rwkv7Config& rc) {
   return n;
 }
 
-// Every field of config.json once, in the order config.json is written.
+namespace {
+
+// make-model's head_dim: --hidden over --heads, a size the delta-rule kernel takes.
+double head_size_of_heads(double heads, const ModelConfig& c, const Rwkv7Config&) {
+  const int hidden = c.hidden_size, h = int(heads);
+  if (hidden % h != 0 || (hidden / h) % 16 != 0)
+    throw ArgumentError(fmt::format("--hidden {} is not --heads {} heads of a multiple of 16 "
+                                    "(the delta-rule kernel's head sizes)", hidden, h));
+  return hidden / h;
+}
+
+}  // namespace
+
+// Every field of config.json once, in the order config.json is written; make-model's options
+// beside the fields they set (fla-hub's layout).
 const model::Schema<Rwkv7Config>& schema() {
   static const model::Schema<Rwkv7Config> s = [] {
     const auto fla = [](const ModelConfig&, const Rwkv7Config& rc) { return rc.layout == Layout::kFla; };
@@ -93,16 +107,23 @@ const model::Schema<Rwkv7Config>& schema() {
                 {{Layout::kFla, "fla"}, {Layout::kBlink, kBlinkLayoutName}})
         .written_when(blink)
         .written("architectures", "[\"RWKV7ForCausalLM\"]").only_when(fla)
-        .integer("vocab_size", &ModelConfig::vocab_size, 32000, 1, 1 << 24)
-        .integer("hidden_size", &ModelConfig::hidden_size, 2048, 1, kMaxDim)
+        .integer("vocab_size", &ModelConfig::vocab_size, 32000, 1, 1 << 24).common_option("vocab")
+        .integer("hidden_size", &ModelConfig::hidden_size, 2048, 1, kMaxDim).common_option("hidden")
         .integer("head_dim", &Rwkv7Config::head_size, 64, 1, kMaxDim).read_apart()
+        .common_option("heads", false, nullptr, head_size_of_heads)
         .integer("num_hidden_layers", &ModelConfig::num_hidden_layers, 24, 1, 4096)
+        .common_option("layers")
         .integer("intermediate_size", &ModelConfig::intermediate_size, 0, 1, kMaxDim)
+        .common_option("intermediate", true)
         .number("hidden_ratio", &Rwkv7Config::hidden_ratio, 4, 1e-6, 1e6)
         .integer("decay_low_rank_dim", &Rwkv7Config::rank_w, 64, 1, kMaxDim)
+        .option_item("lora-ranks", 0, 4, "RWKV-7's LoRA ranks w,a,v,g (default: fla's 64,64,16,128)")
         .integer("a_low_rank_dim", &Rwkv7Config::rank_a, 64, 1, kMaxDim)
+        .option_item("lora-ranks", 1, 4)
         .integer("v_low_rank_dim", &Rwkv7Config::rank_v, 16, 1, kMaxDim)
+        .option_item("lora-ranks", 2, 4)
         .integer("gate_low_rank_dim", &Rwkv7Config::rank_g, 128, 1, kMaxDim)
+        .option_item("lora-ranks", 3, 4)
         .fixed("hidden_act", "sqrelu", "RWKV-7's channel mix is sqrelu (relu squared)")
         .integer("max_position_embeddings", &Rwkv7Config::max_position_embeddings, 2048, 0, 1 << 30)
         // BlinkDL's eps are fixed in its code (kBlinkLnEps, kBlinkLnxEps), its l2 norm unfused.
@@ -111,6 +132,7 @@ const model::Schema<Rwkv7Config>& schema() {
         .boolean("norm_bias", &Rwkv7Config::norm_bias, true).only_when(fla)
         .boolean("fuse_norm", &Rwkv7Config::fla_l2, true).only_when(fla)
         .boolean("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false).not_written()
+        .common_flag("tie-embeddings")
         .accepted("attn_mode", "fla's kernel choice (chunked or recurrent): the same model")
         .accepted("_attn_implementation_autoset",
                   "transformers' note that it chose the attention kernel itself: bookkeeping");
@@ -193,6 +215,12 @@ std::string config_fields(const ModelConfig& c) {
   model::FieldWriter w;
   schema().write(w, c, config_of(c));
   return w.text();
+}
+
+std::vector<model::MakeOption> make_model_options() { return schema().make_options({"rwkv7"}); }
+
+std::string make_model_config(const model::MakeOptions& o) {
+  return "{\"model_type\": \"rwkv7\", " + schema().make_fields(o) + "}";
 }
 
 void fit_to_weights(ModelConfig& c, const WeightSource& w) {

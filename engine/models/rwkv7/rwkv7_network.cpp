@@ -1,7 +1,8 @@
 // RWKV-7's forward pass over rows (docs/rwkv7.md, "The model"), as tests/rwkv7/reference.py
 // computes it in float64: every row-wise part is a function of its row alone, and three stages
 // depend on the sequence: the time mix's token shift (stage 0), the delta-rule recurrence
-// through layers/delta_rule.h's mixer (stage 1), the channel mix's token shift (stage 2). Every sum
+// through layers/delta_rule.h's mixer with the gates before it and the read-out's norm after it,
+// all per head (stage 1), the channel mix's token shift (stage 2). Every sum
 // across channels goes through the canonical sums (kernels::active().sum / sum_squares), the
 // products through model::Dense, so no byte depends on the instruction set, the chunking or the
 // rows that share a call.
@@ -117,7 +118,7 @@ class Network final : public model::Network {
       const Layer& L = s_.layers[li];
       if (li == 0) add_then_norm(&L.ln1, false);
       attend(li, kStageTimeShift, threads);
-      time_mix_inputs(L, li == 0, w, n, threads);
+      time_mix_inputs(L, w, n, threads);
       attend(li, kStageRecurrence, threads);
       time_mix_output(L, w, n, threads);
       add_then_norm(&L.ln2, true);
@@ -132,10 +133,10 @@ class Network final : public model::Network {
                     model::LayerState& state, int first, int count, int threads) const override {
     Rows& w = static_cast<Rows&>(scratch);
     State& st = static_cast<State&>(state);
-    if (stage == kStageRecurrence) return recurrence(st, w, first, count, threads);
+    if (stage == kStageRecurrence)
+      return recurrence(s_.layers[layer], layer == 0, st, w, first, count, threads);
     shift(stage == kStageTimeShift ? st.att_x : st.ffn_x, w, first, count);
     if (stage == kStageTimeShift) st.tokens += count;
-    (void)layer;
   }
 
   void clear_sequence(std::size_t, int stage, model::Scratch& scratch, int first,
@@ -167,14 +168,23 @@ class Network final : public model::Network {
     std::memcpy(last.data(), h + std::size_t(count - 1) * C, C * sizeof(float));
   }
 
-  // Per head: S = S diag(w) + (S (-kk)) (kk a)^T + v k^T, y = S r, over the sequence's rows.
-  void recurrence(State& st, Rows& w, int first, int count, int threads) const {
+  // The recurrence over the sequence's rows, its threads splitting the heads: each range
+  // computes its heads' gates, walks them (per head: S = S diag(w) + (S (-kk)) (kk a)^T + v k^T,
+  // y = S r) and norms their read-out, so that a token crosses the pool once for all three.
+  // Each works per channel or per head, so no byte depends on the ranges.
+  void recurrence(const Layer& L, bool first_layer, State& st, Rows& w, int first, int count,
+                  int threads) const {
     const std::size_t at = std::size_t(first) * std::size_t(s_.C);
     const std::int64_t C = s_.C;
     const kernels::DeltaInputs in{w.w.data() + at, C, false, w.neg_kk.data() + at, C,
                                   w.b.data() + at,  C, w.k.data() + at,           C,
                                   w.r.data() + at,  C, w.v.data() + at,           C};
-    delta_.walk(st.S.data(), in, w.y.data() + at, C, count, threads);
+    detail::parallel_ranges(s_.H, detail::ranges_for(s_.H, threads), threads,
+                            [&](int h0, int h1, int) {
+      gates(L, first_layer, w, first, first + count, h0, h1);
+      delta_.walk_heads(st.S.data(), in, w.y.data() + at, C, count, h0, h1);
+      head_norm(L, w, first, first + count, h0, h1);
+    });
   }
 
   // The time mix's products from the mixed inputs xl: r, k, v and the LoRAs (w, a, g and, past
@@ -217,8 +227,9 @@ class Network final : public model::Network {
     model::apply_all(calls, n_loras, threads);
   }
 
-  // From the normed rows h and their shifted copies prev: r, k, v, the decay w, -kk, kk * a.
-  void time_mix_inputs(const Layer& L, bool first_layer, Rows& w, int n, int threads) const {
+  // From the normed rows h and their shifted copies prev: the six mixed inputs and their
+  // products (the recurrence's stage computes the gates from them).
+  void time_mix_inputs(const Layer& L, Rows& w, int n, int threads) const {
     const int C = s_.C, C6 = 6 * C;
     for_rows(n, threads, [&](int r0, int r1) {
       for (int t = r0; t < r1; ++t) {
@@ -233,17 +244,18 @@ class Network final : public model::Network {
       }
     });
     projections(L, w.lerp.data(), w, n, threads);  // xr, xw, xk, xv, xa, xg at 0, C, ..., 5C
-    for_rows(n, threads, [&](int r0, int r1) { gates(L, first_layer, w, r0, r1); });
   }
 
-  // Rows [r0, r1) of the gates from the projections: the decay, a, v's residual, kk and k.
-  void gates(const Layer& L, bool first_layer, Rows& w, int r0, int r1) const {
+  // Rows [r0, r1) of the gates of heads [h0, h1) from the projections: the decay, a, v's
+  // residual, kk and k.
+  void gates(const Layer& L, bool first_layer, Rows& w, int r0, int r1, int h0, int h1) const {
     const int C = s_.C, N = s_.N;
-    const std::size_t begin = std::size_t(r0) * std::size_t(C), end = std::size_t(r1) * std::size_t(C);
-    if (first_layer)
-      std::memcpy(w.v_first.data() + begin, w.v.data() + begin, (end - begin) * sizeof(float));
-    for (std::size_t row = begin; row < end; row += std::size_t(C))
-      for (std::size_t j = 0; j < std::size_t(C); ++j) {
+    const auto c0 = std::size_t(h0 * N), c1 = std::size_t(h1 * N);
+    for (std::size_t row = std::size_t(r0) * std::size_t(C); row < std::size_t(r1) * std::size_t(C);
+         row += std::size_t(C)) {
+      if (first_layer)
+        std::memcpy(w.v_first.data() + row + c0, w.v.data() + row + c0, (c1 - c0) * sizeof(float));
+      for (std::size_t j = c0; j < c1; ++j) {
         const std::size_t i = row + j;
         // exp(-e^-0.5 sigmoid(z)), in double from the float z.
         const double z = double(w.w[i]);
@@ -253,31 +265,33 @@ class Network final : public model::Network {
         w.kk[i] = w.k[i] * L.k_k[j];
         w.k[i] = w.k[i] * (1.0f + (w.a[i] - 1.0f) * L.k_a[j]);
       }
-    // kk normalised per head (BlinkDL: x / max(|x|, 1e-12); fla's fuse_norm: x / sqrt(|x|^2 + 1e-6)).
-    for (std::size_t o = begin; o < end; o += std::size_t(N)) {
-      float* kk = w.kk.data() + o;
-      const float ss = kernels::active().sum_squares(kk, N, 0.0f);
-      const float den = s_.fla_l2 ? std::sqrt(ss + 1e-6f) : std::max(std::sqrt(ss), 1e-12f);
-      for (int j = 0; j < N; ++j) {
-        kk[j] = kk[j] / den;
-        w.neg_kk[o + std::size_t(j)] = -kk[j];
-        w.b[o + std::size_t(j)] = kk[j] * w.a[o + std::size_t(j)];
+      // kk normalised per head (BlinkDL: x / max(|x|, 1e-12); fla's fuse_norm: x / sqrt(|x|^2 +
+      // 1e-6)).
+      for (std::size_t o = row + c0; o < row + c1; o += std::size_t(N)) {
+        float* kk = w.kk.data() + o;
+        const float ss = kernels::active().sum_squares(kk, N, 0.0f);
+        const float den = s_.fla_l2 ? std::sqrt(ss + 1e-6f) : std::max(std::sqrt(ss), 1e-12f);
+        for (int j = 0; j < N; ++j) {
+          kk[j] = kk[j] / den;
+          w.neg_kk[o + std::size_t(j)] = -kk[j];
+          w.b[o + std::size_t(j)] = kk[j] * w.a[o + std::size_t(j)];
+        }
       }
     }
   }
 
-  // out = ((GroupNorm(y) + (sum_head r k r_k) v) * g) Wo^T.
-  void time_mix_output(const Layer& L, Rows& w, int n, int threads) const {
+  // Rows [r0, r1) of heads [h0, h1) of the read-out y: (GroupNorm(y) + (sum_head r k r_k) v) * g.
+  void head_norm(const Layer& L, Rows& w, int r0, int r1, int h0, int h1) const {
     const int C = s_.C, N = s_.N;
     const float inv_n = 1.0f / float(N);
     const auto eps = float(s_.lnx_eps);
-    for_rows(n, threads, [&](int r0, int r1) {
-      for (std::size_t o = std::size_t(r0) * std::size_t(C); o < std::size_t(r1) * std::size_t(C);
-           o += std::size_t(N)) {
+    for (int t = r0; t < r1; ++t)
+      for (int h = h0; h < h1; ++h) {
+        const std::size_t c0 = std::size_t(h * N);  // the head's first channel
+        const std::size_t o = std::size_t(t) * std::size_t(C) + c0;
         float* y = w.y.data() + o;
         // The bonus's products, in the head's columns of kk (spent once the walk has run).
         float* dot = w.kk.data() + o;
-        const std::size_t c0 = o % std::size_t(C);  // the head's first channel
         const float mean = kernels::active().sum(y, N) * inv_n;
         const float var = kernels::active().sum_squares(y, N, mean) * inv_n;
         const float rstd = 1.0f / std::sqrt(var + eps);
@@ -292,8 +306,11 @@ class Network final : public model::Network {
           y[j] = (normed + bonus * w.v[o + std::size_t(j)]) * w.g[o + std::size_t(j)];
         }
       }
-    });
-    L.o.apply(w.y.data(), n, C, w.out.data(), C, threads);
+  }
+
+  // out = y Wo^T, y normed and gated per head by the recurrence's stage (head_norm).
+  void time_mix_output(const Layer& L, Rows& w, int n, int threads) const {
+    L.o.apply(w.y.data(), n, s_.C, w.out.data(), s_.C, threads);
   }
 
   // out = relu(xk Wk^T)^2 Wv^T with xk = h + (prev - h) * x_k.
