@@ -126,18 +126,12 @@ void check_widths(Fields& f, const Lfm2Config& g) {
 }
 
 // make-model writes the later form unless --first-form; the attention layers are every
-// --full-attention-interval-th (kMadeInterval when not given).
+// --full-attention-interval-th (its default, 2, is declared in make_options()).
 bool made_first(const model::MakeOptions& o) { return o.flag("first-form"); }
 bool made_later(const model::MakeOptions& o) { return !o.flag("first-form"); }
 
-// make-model's --full-attention-interval when not given, as its help says.
-constexpr const char* kMadeInterval = "2";
-
 bool made_attention(const model::MakeOptions& o, int layer) {
-  const auto every = o.given("full-attention-interval")
-                         ? o.integer("full-attention-interval", 1, 4096)
-                         : std::stoi(kMadeInterval);
-  return (layer + 1) % every == 0;
+  return (layer + 1) % o.integer("full-attention-interval", 1, 4096) == 0;
 }
 
 std::string made_layer_types(const model::MakeOptions& o, const ModelConfig& c, const Lfm2Config&) {
@@ -375,7 +369,7 @@ std::string config_fields(const ModelConfig& c, bool fingerprint) {
 
 std::vector<model::MakeOption> make_options() {
   auto out = schema().make_options({"lfm2"});
-  out.push_back({"full-attention-interval", kMadeInterval, "every N-th layer is full attention",
+  out.push_back({"full-attention-interval", "2", "every N-th layer is full attention",
                  false, {"lfm2"}});
   out.push_back({"first-form",
                  nullptr,
