@@ -109,4 +109,21 @@ if "$recur" generate -m "$dir/nowhere" 2> "$dir/err"; then fail "loaded a missin
 grep -q "nowhere" "$dir/err" || fail "unclear: $(cat "$dir/err")"
 if "$recur" make-model "$dir/x" --feature-map taylor 2> "$dir/err"; then fail "made a taylor model"; fi
 grep -q "feature_map is 'taylor'" "$dir/err" || fail "unclear: $(cat "$dir/err")"
+# An option whose default differs between --arch values states each in --help ("(default 4 for
+# qwen35, 2 for lfm2)"), and each is the one used: the model made without the option is the
+# one made with its stated default.
+"$recur" make-model --help | awk '/^  -/ { if (l) print l; l = $0; next } { l = l " " $0 } END { print l }' > "$dir/help"
+per_arch=$(grep -E '\(default [^)]* for [a-z0-9_]+, ' "$dir/help" || true)
+grep -q -- '--full-attention-interval' <<< "$per_arch" || fail "make-model --help gives one default for --full-attention-interval"
+while read -r line; do
+  opt=$(sed -E 's/^ *--([a-z0-9-]+).*/\1/' <<< "$line")
+  IFS=',' read -ra pairs <<< "$(sed -E 's/.*\(default ([^)]*)\).*/\1/' <<< "$line")"
+  for pair in "${pairs[@]}"; do
+    read -r value _ arch <<< "$pair"
+    "$recur" make-model --force --arch "$arch" --layers 4 "$dir/d0" > /dev/null
+    "$recur" make-model --force --arch "$arch" --layers 4 "--$opt" "$value" "$dir/d1" > /dev/null
+    cmp -s "$dir/d0/config.json" "$dir/d1/config.json" || fail "--$opt's default for --arch $arch is not $value"
+  done
+done <<< "$per_arch"
+
 echo "recur make-model, generate, score: OK"

@@ -39,6 +39,11 @@ Args& Args::option(const std::string& name, const std::string& fallback, const s
   return *this;
 }
 
+Args& Args::default_to(const std::string& name, const std::string& fallback) {
+  fallback_.at(name) = fallback;
+  return *this;
+}
+
 Args& Args::repeatable(const std::string& name, const std::string& help) {
   options_[name] = app_->add_option("--" + name, lists_[name], help)
                        ->allow_extra_args(false)

@@ -33,6 +33,8 @@ class Args {
   Args& option(const std::string& name, const std::string& fallback, const std::string& help,
                char letter = 0);
   Args& flag(const std::string& name, const std::string& help, char letter = 0);
+  /// Changes a declared option's default, after parse() (make-model: the chosen --arch's own).
+  Args& default_to(const std::string& name, const std::string& fallback);
   /// An option that may be given more than once (--name A --name B), read with all().
   Args& repeatable(const std::string& name, const std::string& help);
   /// An option that no longer exists: using it is an error that says what replaced it.

@@ -62,7 +62,16 @@ struct FamilyOptions {
   std::vector<std::string> archs;  // every family's --arch values, in the registry's order
   std::map<std::string, model::MakeOption> options;
   std::map<std::string, std::vector<std::string>> served_by;
+  // A value option's default for each --arch it serves: families may differ (--full-attention-
+  // interval is 4 for qwen35, 2 for lfm2).
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> defaults;
 };
+
+bool one_default(const std::vector<std::pair<std::string, std::string>>& defaults) {
+  for (const auto& d : defaults)
+    if (d.second != defaults.front().second) return false;
+  return true;
+}
 
 FamilyOptions family_options() {
   FamilyOptions fo;
@@ -74,6 +83,8 @@ FamilyOptions family_options() {
       auto& list = fo.served_by[o.name];
       const auto& served = o.archs.empty() ? names : o.archs;
       list.insert(list.end(), served.begin(), served.end());
+      if (o.flag) continue;
+      for (const auto& arch : served) fo.defaults[o.name].emplace_back(arch, o.fallback ? o.fallback : "");
     }
   }
   return fo;
@@ -93,8 +104,19 @@ void declare_make_model_options(Args& args, const FamilyOptions& fo) {
       .flag("tie-embeddings", "the LM head reuses the embedding matrix");
   for (const auto& [name, o] : fo.options) {
     const std::string help = fmt::format("{}: {}", fmt::join(fo.served_by.at(name), ", "), o.help);
-    if (o.flag) args.flag(name, help);
-    else args.option(name, o.fallback, help);
+    if (o.flag) {
+      args.flag(name, help);
+      continue;
+    }
+    const auto& defaults = fo.defaults.at(name);
+    if (one_default(defaults)) {
+      args.option(name, defaults.front().second, help);
+      continue;
+    }
+    // Each --arch's own default, which run_make_model sets once --arch is known.
+    std::vector<std::string> each;
+    for (const auto& [arch, value] : defaults) each.push_back(fmt::format("{} for {}", value, arch));
+    args.option(name, "", fmt::format("{} (default {})", help, fmt::join(each, ", ")));
   }
   args.flag("builtin", "write the random-weight test model (--random-model: its configuration and seed)")
       .flag("force", "replace a model already in DIR (its config.json, safetensors and index go "
@@ -174,6 +196,9 @@ int run_make_model(int argc, char** argv) {
   if (args.positional().empty()) throw ArgumentError("give the directory to write: recur make-model DIR");
   const std::string dir = args.positional()[0];
   const model::Family& family = check_shape_options(args, fo);
+  for (const auto& [name, defaults] : fo.defaults)
+    for (const auto& [arch, value] : defaults)
+      if (arch == args.str("arch")) args.default_to(name, value);
   std::uint64_t seed = static_cast<std::uint64_t>(args.integer("seed", 0, INT64_MAX));
   if (args.flag_set("builtin")) seed = kBuiltinSeed;
   const ModelConfig c = make_model_config(args, family);

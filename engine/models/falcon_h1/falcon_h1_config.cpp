@@ -1,5 +1,6 @@
 // Falcon-H1's configuration: transformers' configuration_falcon_h1.py field by field, through
-// the family's schema; the fields whose null, "auto" or list means something are read beside it.
+// the family's schema (its lists and rotary forms as custom fields); the sizes whose null or
+// "auto" means something are read beside it.
 #include <fmt/format.h>
 
 #include <stdexcept>
@@ -29,6 +30,79 @@ double made_mamba_heads(const ModelConfig& c, const Config& g) {
     throw ArgumentError(fmt::format("--ssm-head-dim {} is wider than 2 * --hidden {}", g.m_head_dim,
                                     c.hidden_size));
   return heads;
+}
+
+// A list of n finite numbers (mlp_multipliers, ssm_multipliers, time_step_limit); null or
+// absent leaves `out` as it is.
+template <std::size_t n>
+void read_numbers(Fields& f, const char* key, std::array<double, n>& out) {
+  const json::Value* v = f.get(key);
+  if (!v || v->is_null()) return;
+  const bool shaped = v->is_array() && v->array().size() == n;
+  for (std::size_t i = 0; shaped && i < n; ++i)
+    if (!v->array()[i].is_number()) return config_fail(f.source(), "{} is {}, expected {} numbers", key, describe_json(*v), n);
+  if (!shaped) config_fail(f.source(), "{} is {}, expected {} numbers", key, describe_json(*v), n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = v->array()[i].number();
+}
+
+// A size that may be null (or "auto"): `fallback` then.
+int nullable_size(Fields& f, const char* key, int fallback, bool auto_too) {
+  const json::Value* v = f.get(key);
+  if (!v || v->is_null() || (auto_too && v->is_string() && v->string() == "auto")) return fallback;
+  if (v->is_integer() && v->integer() >= 1 && v->integer() <= kMaxDim) return int(v->integer());
+  config_fail(f.source(), "{} is {}, expected a size{}", key, describe_json(*v),
+              auto_too ? ", \"auto\" or null" : " or null");
+}
+
+// A multiplier list as the table's field: read_numbers' rules, written as a list.
+template <std::size_t n>
+model::Schema<Config>& multiplier_list(model::Schema<Config>& t, const char* key,
+                                        std::array<double, n> Config::*member) {
+  return t.custom(
+      key, [key, member](Fields& f, ModelConfig&, Config& g) { read_numbers(f, key, g.*member); },
+      [key, member](model::FieldWriter& w, const ModelConfig&, const Config& g) {
+        std::string s;
+        for (const double v : g.*member) s += (s.empty() ? "" : ", ") + model::config_number(v);
+        w.add(key, "[" + s + "]");
+      });
+}
+
+// time_step_limit, [min, max]: read_numbers' rules (null keeps the defaults).
+void read_dt_limit(Fields& f, ModelConfig&, Config& g) {
+  std::array<double, 2> limit{g.dt_min, g.dt_max};
+  read_numbers(f, "time_step_limit", limit);
+  g.dt_min = limit[0];
+  g.dt_max = limit[1];
+}
+
+void write_dt_limit(model::FieldWriter& w, const ModelConfig&, const Config& g) {
+  w.add("time_step_limit", model::dt_limit_text(g.dt_min, g.dt_max));
+}
+
+// Rotary beyond the top-level rope_theta (the table's field before the lists): transformers 4's
+// rope_scaling must be null; transformers 5's rope_parameters overrides rope_theta.
+void read_rope(Fields& f, ModelConfig&, Config& g) {
+  const std::string& source = f.source();
+  if (const json::Value* v = f.get("rope_scaling"); v && !v->is_null())
+    config_fail(source, "rope_scaling is {}: recur runs Falcon-H1's plain rotary", describe_json(*v));
+  if (const json::Value* rp = f.get("rope_parameters"); rp && !rp->is_null()) {
+    if (!rp->is_object()) config_fail(source, "rope_parameters is {}", describe_json(*rp));
+    Fields r(*rp, source, "rope_parameters");
+    const std::string type = r.string("rope_type", "default");
+    if (type != "default") config_fail(source, "rope_parameters.rope_type is '{}': recur runs the default rotary", type);
+    g.rope_theta = r.number("rope_theta", g.rope_theta, 1.0 + 1e-9, 1e30);
+    r.reject_unknown("recur does not know what it changes in the rotary embedding");
+    g.rope_parameters = true;
+  }
+}
+
+// The rotary base in the form it was read in: rope_parameters, or the top-level rope_theta.
+void write_rope(model::FieldWriter& w, const ModelConfig&, const Config& g) {
+  if (g.rope_parameters)
+    w.add("rope_parameters", fmt::format("{{\"rope_type\": \"default\", \"rope_theta\": {}}}",
+                                         model::config_number(g.rope_theta)));
+  else
+    w.number("rope_theta", g.rope_theta);
 }
 
 const model::Schema<Config>& schema() {
@@ -103,50 +177,20 @@ const model::Schema<Config>& schema() {
         .accepted("num_logits_to_keep", "how many positions' logits generate() computes")
         .accepted_when("attn_layer_indices", [](const json::Value& v) { return v.is_null(); },
                        "null: every layer holds attention (the published configs' value)",
-                       "recur runs attention in every layer, as transformers' falcon_h1 does");
+                       "recur runs attention in every layer, as transformers' falcon_h1 does")
+        // make-model's rotary base: the published models' 1e11. config.json's rotary is
+        // written last (rope_parameters), in the form it was read in.
+        .number("rope_theta", &Config::rope_theta, 1e11, 1.0 + 1e-9, 1e30).not_written()
+        .made_as("100000000000.0");
+    multiplier_list(t, "mlp_multipliers", &Config::mlp_multipliers)
+        .flag("multipliers", "").made_as("[0.88, 0.59]");
+    multiplier_list(t, "ssm_multipliers", &Config::ssm_multipliers)
+        .flag("multipliers", "").made_as("[0.35, 0.25, 0.5, 0.7, 1.0]");
+    t.custom("time_step_limit", read_dt_limit, write_dt_limit)
+        .custom("rope_parameters", read_rope, write_rope);
     return t;
   }();
   return s;
-}
-
-// A list of n finite numbers (mlp_multipliers, ssm_multipliers, time_step_limit); null or
-// absent leaves `out` as it is.
-template <std::size_t n>
-void read_numbers(Fields& f, const char* key, std::array<double, n>& out) {
-  const json::Value* v = f.get(key);
-  if (!v || v->is_null()) return;
-  const bool shaped = v->is_array() && v->array().size() == n;
-  for (std::size_t i = 0; shaped && i < n; ++i)
-    if (!v->array()[i].is_number()) return config_fail(f.source(), "{} is {}, expected {} numbers", key, describe_json(*v), n);
-  if (!shaped) config_fail(f.source(), "{} is {}, expected {} numbers", key, describe_json(*v), n);
-  for (std::size_t i = 0; i < n; ++i) out[i] = v->array()[i].number();
-}
-
-// A size that may be null (or "auto"): `fallback` then.
-int nullable_size(Fields& f, const char* key, int fallback, bool auto_too) {
-  const json::Value* v = f.get(key);
-  if (!v || v->is_null() || (auto_too && v->is_string() && v->string() == "auto")) return fallback;
-  if (v->is_integer() && v->integer() >= 1 && v->integer() <= kMaxDim) return int(v->integer());
-  config_fail(f.source(), "{} is {}, expected a size{}", key, describe_json(*v),
-              auto_too ? ", \"auto\" or null" : " or null");
-}
-
-// Rotary: transformers 4's top-level rope_theta (with rope_scaling null) or 5's rope_parameters.
-void read_rope(const json::Value& root, Fields& f, Config& g) {
-  const std::string& source = f.source();
-  g.rope_theta = f.number("rope_theta", g.rope_theta, 1.0 + 1e-9, 1e30);
-  if (const json::Value* v = f.get("rope_scaling"); v && !v->is_null())
-    config_fail(source, "rope_scaling is {}: recur runs Falcon-H1's plain rotary", describe_json(*v));
-  if (const json::Value* rp = f.get("rope_parameters"); rp && !rp->is_null()) {
-    if (!rp->is_object()) config_fail(source, "rope_parameters is {}", describe_json(*rp));
-    Fields r(*rp, source, "rope_parameters");
-    const std::string type = r.string("rope_type", "default");
-    if (type != "default") config_fail(source, "rope_parameters.rope_type is '{}': recur runs the default rotary", type);
-    g.rope_theta = r.number("rope_theta", g.rope_theta, 1.0 + 1e-9, 1e30);
-    r.reject_unknown("recur does not know what it changes in the rotary embedding");
-    g.rope_parameters = true;
-  }
-  (void)root;
 }
 
 }  // namespace
@@ -170,7 +214,7 @@ model::SsdSpec FalconH1Config::ssd(const ModelConfig& c) const {
   return s;
 }
 
-void read_config(const json::Value& root, Fields& f, ModelConfig& c) {
+void read_config(const json::Value&, Fields& f, ModelConfig& c) {
   c.type = "falcon_h1";
   Config g;
   schema().read(f, c, g);
@@ -178,13 +222,6 @@ void read_config(const json::Value& root, Fields& f, ModelConfig& c) {
   g.head_dim = nullable_size(f, "head_dim", 0, false);
   g.d_ssm = nullable_size(f, "mamba_d_ssm", 0, false);
   g.m_head_dim = nullable_size(f, "mamba_d_head", 0, true);
-  read_rope(root, f, g);
-  read_numbers(f, "mlp_multipliers", g.mlp_multipliers);
-  read_numbers(f, "ssm_multipliers", g.ssm_multipliers);
-  std::array<double, 2> limit{g.dt_min, g.dt_max};
-  read_numbers(f, "time_step_limit", limit);
-  g.dt_min = limit[0];
-  g.dt_max = limit[1];
   c.family = std::make_shared<Config>(g);
 }
 
@@ -221,33 +258,13 @@ void resolve(ModelConfig& c, const std::string& source) {
 
 std::vector<model::MakeOption> make_model_options() { return schema().make_options({"falcon_h1"}); }
 
-// The table's fields, and the rotary base and the multiplier lists, which are read and written
-// beside it (read_config, config_fields).
 std::string make_model_config(const model::MakeOptions& o) {
-  std::string json = "{\"model_type\": \"falcon_h1\", " + schema().make_fields(o) +
-                     ", \"rope_theta\": 100000000000.0";
-  if (o.flag("multipliers"))
-    json += ", \"mlp_multipliers\": [0.88, 0.59], \"ssm_multipliers\": [0.35, 0.25, 0.5, 0.7, 1.0]";
-  return json + "}";
+  return "{\"model_type\": \"falcon_h1\", " + schema().make_fields(o) + "}";
 }
 
 std::string config_fields(const ModelConfig& c) {
-  const Config& g = config_of(c);
   model::FieldWriter w;
-  schema().write(w, c, g);
-  const auto list = [](const auto& values) {
-    std::string s;
-    for (const double v : values) s += (s.empty() ? "" : ", ") + model::config_number(v);
-    return "[" + s + "]";
-  };
-  w.add("mlp_multipliers", list(g.mlp_multipliers));
-  w.add("ssm_multipliers", list(g.ssm_multipliers));
-  w.add("time_step_limit", model::dt_limit_text(g.dt_min, g.dt_max));
-  if (g.rope_parameters)
-    w.add("rope_parameters", fmt::format("{{\"rope_type\": \"default\", \"rope_theta\": {}}}",
-                                         model::config_number(g.rope_theta)));
-  else
-    w.number("rope_theta", g.rope_theta);
+  schema().write(w, c, config_of(c));
   return w.text();
 }
 

@@ -126,14 +126,12 @@ void check_widths(Fields& f, const Lfm2Config& g) {
 }
 
 // make-model writes the later form unless --first-form; the attention layers are every
-// --full-attention-interval-th (2 when not given).
+// --full-attention-interval-th (its default, 2, is declared in make_options()).
 bool made_first(const model::MakeOptions& o) { return o.flag("first-form"); }
 bool made_later(const model::MakeOptions& o) { return !o.flag("first-form"); }
 
 bool made_attention(const model::MakeOptions& o, int layer) {
-  const auto every =
-      o.given("full-attention-interval") ? o.integer("full-attention-interval", 1, 4096) : 2;
-  return (layer + 1) % every == 0;
+  return (layer + 1) % o.integer("full-attention-interval", 1, 4096) == 0;
 }
 
 std::string made_layer_types(const model::MakeOptions& o, const ModelConfig& c, const Lfm2Config&) {
@@ -371,12 +369,8 @@ std::string config_fields(const ModelConfig& c, bool fingerprint) {
 
 std::vector<model::MakeOption> make_options() {
   auto out = schema().make_options({"lfm2"});
-  out.push_back({"full-attention-interval",
-                 "4",
-                 "every N-th layer is full attention (lfm2's "
-                 "default: 2)",
-                 false,
-                 {"lfm2"}});
+  out.push_back({"full-attention-interval", "2", "every N-th layer is full attention",
+                 false, {"lfm2"}});
   out.push_back({"first-form",
                  nullptr,
                  "write the first config form (full_attn_idxs, "
