@@ -146,15 +146,15 @@ class RunDelayGate {
   // late, allocates nothing after the caller's first job: test_alloc).
   void add_helper(int index) {
     std::lock_guard<std::mutex> lock(mutex_);
-    fds_.resize(index + 1, -1);
-    last_.resize(index + 1, -1);
+    fds_.resize(std::size_t(index) + 1, -1);
+    last_.resize(std::size_t(index) + 1, -1);
   }
 
   // Called by helper `index` on its own thread when it starts.
   void register_helper(int index) {
     const int fd = open_own_schedstat();
     std::lock_guard<std::mutex> lock(mutex_);
-    fds_[index] = fd;
+    fds_[std::size_t(index)] = fd;
   }
 
   // True while the helpers are judged to have no core: the caller runs the job alone.
