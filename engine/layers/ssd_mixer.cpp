@@ -153,14 +153,12 @@ void SsdRows::grow(int rows, const SsdSpec& s) {
 
 namespace {
 
-// Runs fn(t) for each row t of [first, first + count), the rows split over up to `threads`
-// threads: for the stages that work on one row at a time, whose bytes no split can change.
+// Runs fn(t) for each row t of [first, first + count), the rows shared by up to `threads`
+// threads (detail::parallel_rows): the stages that work on one row at a time.
 template <class Fn>
 void per_row(int first, int count, int threads, const Fn& fn) {
-  if (count <= 0) return;
-  const int ranges = std::min(std::max(threads, 1), count);
-  detail::parallel_ranges(count, ranges, threads, [&](int begin, int end, int) {
-    for (int t = first + begin; t < first + end; ++t) fn(t);
+  detail::parallel_rows(count, threads, [&](int r0, int r1) {
+    for (int t = first + r0; t < first + r1; ++t) fn(t);
   });
 }
 

@@ -66,6 +66,20 @@ void parallel_ranges(int n, int ranges, const Fn& fn) {
   parallel_ranges(n, ranges, ranges, fn);
 }
 
+/// Below this many rows per thread a row-wise stage runs on the calling thread: handing out a
+/// range costs more than a few rows' work.
+constexpr int kRowsPerRange = 4;
+
+/// fn(r0, r1) over the rows [0, n) of a stage that works on each row alone (so that no split
+/// changes a byte), in ranges over up to `threads` threads, or on the calling thread when the
+/// rows are too few to share.
+template <class Fn>
+void parallel_rows(int n, int threads, const Fn& fn) {
+  const int ranges = std::min(std::max(threads, 1), n / kRowsPerRange);
+  if (ranges <= 1) return fn(0, n);
+  parallel_ranges(n, ranges, [&](int r0, int r1, int) { fn(r0, r1); });
+}
+
 /// For tests only: the order in which ranges are handed out. kReversed hands them out last
 /// first, so that a test can check that the order changes no byte. Returns the order before.
 enum class RangeOrder { kAscending, kReversed };

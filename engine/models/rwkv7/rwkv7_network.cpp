@@ -28,19 +28,6 @@ const double kExpMinusHalf = std::exp(-0.5);  // the decay's scale, e^-0.5
 
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
-// Below this many rows per thread a row-wise part runs on the calling thread: handing out a
-// range costs more than a few rows' work.
-constexpr int kRowsPerRange = 4;
-
-// fn(r0, r1) over the rows [0, n), split into ranges over up to `threads` threads. Every
-// row-wise part is a function of its row alone, so the split changes no byte.
-template <class Fn>
-void for_rows(int n, int threads, const Fn& fn) {
-  const int ranges = std::min(std::max(threads, 1), n / kRowsPerRange);
-  if (ranges <= 1) return fn(0, n);
-  detail::parallel_ranges(n, ranges, [&](int r0, int r1, int) { fn(r0, r1); });
-}
-
 // One sequence's state in one layer: the time mix's and the channel mix's previous normed
 // inputs, and S per head, S[h][i][j] with i the value channel and j the key channel (BlinkDL's
 // orientation: a row of S is what the read-out and the removal walk).
@@ -102,13 +89,13 @@ class Network final : public model::Network {
     Rows& w = static_cast<Rows&>(scratch);
     const auto C = std::size_t(s_.C);
     if (s_.ln0)
-      for_rows(n, threads, [&](int r0, int r1) {
+      detail::parallel_rows(n, threads, [&](int r0, int r1) {
         float* rows = w.x.data() + std::size_t(r0) * C;
         s_.ln0_norm.apply(rows, r1 - r0, s_.C, rows, s_.C);
       });
     // x += out, then h = norm(x), over the rows.
     const auto add_then_norm = [&](const model::Norm* norm, bool add) {
-      for_rows(n, threads, [&](int r0, int r1) {
+      detail::parallel_rows(n, threads, [&](int r0, int r1) {
         const std::size_t at = std::size_t(r0) * C, count = std::size_t(r1 - r0) * C;
         if (add) model::add_inplace(w.x.data() + at, w.out.data() + at, std::int64_t(count));
         if (norm) norm->apply(w.x.data() + at, r1 - r0, s_.C, w.h.data() + at, s_.C);
@@ -213,7 +200,7 @@ class Network final : public model::Network {
     for (int i = 0; i < n_loras; ++i)
       calls[3 + i] = {loras[i].first, loras[i].x, n, C6, w.lo.data() + i * s_.max_rank, R4};
     model::apply_all(calls, 3 + n_loras, threads);
-    for_rows(n, threads, [&](int r0, int r1) {
+    detail::parallel_rows(n, threads, [&](int r0, int r1) {
       for (int i = 0; i < n_loras; ++i) {
         const int rank = loras[i].first->n_out();
         for (int t = r0; t < r1; ++t) {
@@ -231,7 +218,7 @@ class Network final : public model::Network {
   // products (the recurrence's stage computes the gates from them).
   void time_mix_inputs(const Layer& L, Rows& w, int n, int threads) const {
     const int C = s_.C, C6 = 6 * C;
-    for_rows(n, threads, [&](int r0, int r1) {
+    detail::parallel_rows(n, threads, [&](int r0, int r1) {
       for (int t = r0; t < r1; ++t) {
         const float* x = w.h.data() + std::size_t(t) * std::size_t(C);
         const float* p = w.prev.data() + std::size_t(t) * std::size_t(C);
@@ -317,7 +304,7 @@ class Network final : public model::Network {
   void channel_mix(const Layer& L, Rows& w, int n, int threads) const {
     const int C = s_.C, F = s_.F;
     const auto uC = std::size_t(C), uF = std::size_t(F);
-    for_rows(n, threads, [&](int r0, int r1) {
+    detail::parallel_rows(n, threads, [&](int r0, int r1) {
       for (std::size_t row = std::size_t(r0) * uC; row < std::size_t(r1) * uC; row += uC)
         for (std::size_t j = 0; j < uC; ++j) {
           const float d = w.prev[row + j] - w.h[row + j];
@@ -325,7 +312,7 @@ class Network final : public model::Network {
         }
     });
     L.ffn_key.apply(w.lerp.data(), n, C, w.ffn.data(), F, threads);
-    for_rows(n, threads, [&](int r0, int r1) {
+    detail::parallel_rows(n, threads, [&](int r0, int r1) {
       // relu(x)^2 as x with its bits masked to +0 unless x > 0 (a NaN too), then squared: the
       // bytes of (x > 0 ? x : 0)^2 without a branch. Written as a select of floats, the
       // compiler kept a branch per element (it may not compute x * x where x <= 0 under
