@@ -13,7 +13,6 @@
 #include "attention/short_conv_channels.h"
 #include "kernels/delta_kernels.h"
 #include "kernels/dispatch.h"
-#include "kernels/finite.h"
 #include "layers/mlp.h"
 #include "layers/output_gate.h"
 #include "layers/sequence.h"
@@ -222,9 +221,7 @@ class Network final : public model::Network {
     const int W = m.conv_width();
     const float* in = w.qkv.data() + std::size_t(first) * std::size_t(W);
     for (std::size_t j = 0; j < m.convs.size(); ++j)
-      detail::check_finite(count == 1 ? "ShortConvolution::step" : "ShortConvolution::prefill",
-                           count == 1 ? "x" : "X", in + m.conv_col[j], count,
-                           m.convs[j]->channels(), W);
+      detail::ShortConvChannels::check_input(*m.convs[j], in + m.conv_col[j], W, count);
   }
 
   // The conv columns of key heads [k0, k1): their q and k, and their value heads' v.
